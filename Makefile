@@ -1,0 +1,47 @@
+# fluffy — build, test, lint, demo. `make help` lists the targets.
+GO       ?= go
+PKG      := github.com/fluffy-agent/fluffy
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X $(PKG)/internal/buildinfo.version=$(VERSION) -X $(PKG)/internal/buildinfo.commit=$(COMMIT)
+STATICCHECK_VERSION := v0.8.2
+BIN      := bin/fluffy
+
+export CGO_ENABLED := 0
+
+.PHONY: help build install deps test test-short lint demo bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/fluffy (static, CGO_ENABLED=0)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/fluffy
+
+install: ## install fluffy into $GOBIN
+	$(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/fluffy
+
+deps: ## install what the tests need on Debian (idempotent)
+	bash scripts/deps.sh
+
+test: deps build ## install test dependencies, then run every test
+	$(GO) test -count=1 ./...
+
+test-short: ## run the tests without installing anything
+	$(GO) test ./...
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+demo: build ## run the demo on the embedded default
+	bash scripts/demo.sh
+
+bench: build ## run the Go benchmarks (see docs/benchmarks.md for the side-by-side ones)
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz: ## run each fuzz target for a short while
+	bash scripts/fuzz.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,29 @@
+// Command fluffy is the fluffy binary: the CLI, the supervisor and, through
+// hidden re-executions of itself, the sandbox init. It hands over to
+// internal/cli at once.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fluffy-agent/fluffy/internal/cli"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app, err := cli.DefaultApp()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fluffy:", err)
+		return 1
+	}
+	return cli.Main(ctx, app, os.Args[1:])
+}

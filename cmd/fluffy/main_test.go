@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain lets testscript run this test binary as the "fluffy" command, so
+// the scripts in testdata/script exercise the real command tree, exit codes
+// and output, re-executions included.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"fluffy": func() { os.Exit(run()) },
+	})
+}
+
+// TestScripts runs testdata/script/*.txtar. Each script starts with an empty
+// $HOME and $WORK; see the testscript package for the language.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
+			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+			return nil
+		},
+		RequireExplicitExec: false,
+	})
+}

@@ -1,0 +1,234 @@
+// Package cli owns fluffy's command-line interface: the cobra command tree,
+// global flags, exit codes, and rendering for the terminal. Commands are thin:
+// they parse flags, load configuration through App, call into the package
+// that owns the work, and print.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
+)
+
+// App carries what every command needs. Fields marked "required" must be
+// set by the caller of NewRoot; the rest are filled in while running.
+type App struct {
+	Stdin  io.Reader // required
+	Stdout io.Writer // required
+	Stderr io.Writer // required
+	// Environ is the process environment (os.Environ()); required.
+	Environ []string
+	// Cwd is the working directory; required.
+	Cwd string
+	// Self is the path of the fluffy binary, for re-executing itself
+	// (sandbox init, doctor probes); required.
+	Self string
+
+	// Global flags.
+	sets       []string
+	home       string
+	userConfig string
+	logLevel   string
+
+	loaded *config.Loaded
+	logger *slog.Logger
+}
+
+// ExitError makes a command end with a specific exit status. Msg, when not
+// empty, is printed to stderr.
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ExitError) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	return fmt.Sprintf("exit status %d", e.Code)
+}
+
+// Exit codes shared by all commands.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // a command failed
+	ExitUsage   = 2 // bad flags, arguments or configuration
+)
+
+// errUsage marks errors that are the caller's input, not a failure: wrap
+// it (fmt.Errorf("%w: ...", errUsage)) to exit with ExitUsage.
+var errUsage = errors.New("usage")
+
+// Getenv looks a variable up in the app's environment.
+func (a *App) Getenv(key string) (string, bool) {
+	for i := len(a.Environ) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(a.Environ[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// loadOptions returns the configuration sources for this invocation.
+func (a *App) loadOptions() config.Options {
+	flags := append([]string(nil), a.sets...)
+	if a.home != "" {
+		flags = append(flags, "home="+a.home)
+	}
+	if a.logLevel != "" {
+		flags = append(flags, "log.level="+a.logLevel)
+	}
+	user := a.userConfig
+	if user == "" {
+		user = config.UserFile(a.Getenv)
+	}
+	return config.Options{
+		Env:         a.Getenv,
+		UserFile:    user,
+		ProjectFile: config.ProjectFile(a.Cwd),
+		Flags:       flags,
+	}
+}
+
+// Config loads the effective configuration once. An error names the file,
+// line and key; the command must stop.
+func (a *App) Config() (*config.Loaded, error) {
+	if a.loaded != nil {
+		return a.loaded, nil
+	}
+	errs := config.UnknownEnv(a.Environ)
+	l, err := config.Load(a.loadOptions())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: invalid configuration:\n%w", errUsage, errors.Join(errs...))
+	}
+	a.loaded = l
+	return l, nil
+}
+
+// DataDir returns the data directory, created with 0700 permissions.
+func (a *App) DataDir() (datadir.Dir, error) {
+	l, err := a.Config()
+	if err != nil {
+		return datadir.Dir{}, err
+	}
+	d, err := datadir.New(l.Config.Home)
+	if err != nil {
+		return datadir.Dir{}, err
+	}
+	return d, d.Ensure()
+}
+
+// Logger returns the logger for fluffy's own diagnostics (stderr).
+func (a *App) Logger() *slog.Logger {
+	if a.logger != nil {
+		return a.logger
+	}
+	level := slog.LevelInfo
+	format := "text"
+	if l, err := a.Config(); err == nil {
+		_ = level.UnmarshalText([]byte(l.Config.Log.Level))
+		format = l.Config.Log.Format
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		a.logger = slog.New(slog.NewJSONHandler(a.Stderr, opts))
+	} else {
+		a.logger = slog.New(slog.NewTextHandler(a.Stderr, opts))
+	}
+	return a.logger
+}
+
+// NewRoot builds the command tree. Each subcommand lives in its own file
+// and is added here.
+func NewRoot(a *App) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fluffy",
+		Short: "A security-first runtime for AI agents",
+		Long: `fluffy runs AI agents without handing them your machine.
+
+Every action a model proposes passes a test-first state machine, a policy
+engine and, when a rule says so, your approval; it runs in a sandbox and is
+recorded in a tamper-evident audit log.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(a.Stdin)
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.home, "home", "", "data directory (default $FLUFFY_HOME or $XDG_DATA_HOME/fluffy)")
+	pf.StringVar(&a.userConfig, "config", "", "user configuration file (default $XDG_CONFIG_HOME/fluffy/config.yaml)")
+	pf.StringArrayVar(&a.sets, "set", nil, "set a configuration key for this run, as key=value (repeatable)")
+	pf.StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error")
+	root.AddCommand(
+		newVersionCmd(a),
+		newConfigCmd(a),
+	)
+	return root
+}
+
+// Main runs the CLI and returns the process exit status.
+func Main(ctx context.Context, a *App, args []string) int {
+	root := NewRoot(a)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Msg != "" {
+			fmt.Fprintln(a.Stderr, "fluffy:", ee.Msg)
+		}
+		return ee.Code
+	}
+	msg := err.Error()
+	code := ExitFailure
+	if errors.Is(err, errUsage) {
+		msg = strings.TrimPrefix(msg, errUsage.Error()+": ")
+		code = ExitUsage
+	} else if isCobraUsage(msg) {
+		code = ExitUsage
+	}
+	fmt.Fprintln(a.Stderr, "fluffy:", msg)
+	if code == ExitUsage && isCobraUsage(msg) {
+		fmt.Fprintln(a.Stderr, "Run 'fluffy --help' for usage.")
+	}
+	return code
+}
+
+// isCobraUsage recognizes cobra's own argument and flag errors, which it
+// does not type.
+func isCobraUsage(msg string) bool {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "flag needs an argument", "invalid argument", "accepts ", "requires at least", "requires at most", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultApp returns an App wired to the real process.
+func DefaultApp() (*App, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locate the fluffy binary: %w", err)
+	}
+	return &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Cwd: cwd, Self: self}, nil
+}

@@ -1,0 +1,110 @@
+// Package operation owns the normalized Operation: the one description of
+// "what the agent is trying to do" that every gate sees (the TDD state gate,
+// the policy engine, approvals, the audit log). The tool router builds it
+// from a tool call; no gate ever looks at raw tool arguments.
+//
+// The package is data only and imports nothing of fluffy's, so that policy,
+// tdd, approval and tool can all depend on it without depending on each
+// other.
+package operation
+
+// Action is the coarse kind of effect an operation has.
+type Action string
+
+// The actions. Every operation has exactly one.
+const (
+	Read    Action = "read"
+	Write   Action = "write"
+	Exec    Action = "exec"
+	Net     Action = "net"
+	Secret  Action = "secret"
+	Message Action = "message"
+)
+
+// Actions lists every valid action, in a stable order.
+func Actions() []Action { return []Action{Read, Write, Exec, Net, Secret, Message} }
+
+// Valid reports whether a is one of the known actions.
+func (a Action) Valid() bool {
+	for _, x := range Actions() {
+		if a == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Path is a canonical resource path: absolute, cleaned, symlinks resolved
+// (as far as they exist), with the inside-workspace flag computed from the
+// resolved form.
+type Path struct {
+	// Abs is the canonical absolute path.
+	Abs string `json:"abs"`
+	// Raw is the path as the model wrote it, for messages only; gates
+	// must never decide on it.
+	Raw string `json:"raw,omitempty"`
+	// InWorkspace is true when Abs is the workspace root or below it.
+	InWorkspace bool `json:"in_workspace"`
+}
+
+// Host is a network destination.
+type Host struct {
+	Name string `json:"name"`
+	Port int    `json:"port,omitempty"`
+}
+
+// Command is one simple command that a command line would run, after
+// parsing and unwrapping (sh -c, env, xargs, ...). Argv[0] is the program
+// as written.
+type Command struct {
+	Argv []string `json:"argv"`
+	// Dynamic is set when part of the command cannot be known statically
+	// (a variable or substitution in command position, eval, source):
+	// such a command is never allowed without a person.
+	Dynamic bool `json:"dynamic,omitempty"`
+}
+
+// Session is what the gates know of the session making the call.
+type Session struct {
+	ID string `json:"id"`
+	// Mode is the TDD mode: strict, explore or debug.
+	Mode string `json:"mode,omitempty"`
+	// State is the TDD machine's current state.
+	State string `json:"state,omitempty"`
+	// Workspace is the canonical absolute workspace root, "" for none.
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Operation is a normalized tool call.
+type Operation struct {
+	// Tool is the registry name of the tool (fs.write, shell.exec, ...).
+	Tool   string `json:"tool"`
+	Action Action `json:"action"`
+	// Paths are the resources read or written, canonical.
+	Paths []Path `json:"paths,omitempty"`
+	// Argv is the command as given, already split; never a joined string.
+	Argv []string `json:"argv,omitempty"`
+	// CommandLine is the shell text as the model wrote it, when the tool
+	// takes one; Commands is what parsing it yields.
+	CommandLine string    `json:"command_line,omitempty"`
+	Commands    []Command `json:"commands,omitempty"`
+	Hosts       []Host    `json:"hosts,omitempty"`
+	// Size is the number of bytes written or sent, when known.
+	Size    int64   `json:"size,omitempty"`
+	Session Session `json:"session"`
+	// Tags are the tool's capability tags: writes, net, secrets,
+	// destructive, ...
+	Tags []string `json:"tags,omitempty"`
+	// Tokens are capability tokens presented with the call.
+	Tokens []string `json:"tokens,omitempty"`
+}
+
+// HasTag reports whether the operation's tool carries tag.
+func (op *Operation) HasTag(tag string) bool {
+	for _, t := range op.Tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
