@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
+	"github.com/fluffy-agent/fluffy/internal/doctor"
 )
 
 func main() {
@@ -18,6 +19,10 @@ func main() {
 }
 
 func run() int {
+	// Hidden re-executions come first, before any CLI set-up.
+	if len(os.Args) > 1 && os.Args[1] == doctor.ProbeCommand {
+		return doctor.ProbeMain(os.Args[2:])
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app, err := cli.DefaultApp()
