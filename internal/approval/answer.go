@@ -75,7 +75,7 @@ const Help = `Answer with one command per line:
   /approve 1-3 only        approve steps 1 to 3, deny the rest
   /approve 2 for session   approve step 2 and operations like it for this session
   /deny 2 too broad        deny step 2, telling the agent why
-  /deny                    deny every step (a reason may follow: /deny all not now)`
+  /deny                    deny every step (a reason may follow: /deny not now)`
 
 // MaxAnswerLen bounds the text the parser reads; a longer answer is
 // refused rather than truncated.
@@ -192,6 +192,12 @@ func parseLine(line string, lineNo, n int) (command, error) {
 	all := len(args) == 0
 	if !all && strings.EqualFold(args[0].s, "all") {
 		all, args = true, args[1:]
+	}
+	// "/deny not now": a denial whose first word is not a step list
+	// denies everything, with the words as the reason. Step lists always
+	// start with a digit, so this cannot swallow a mistyped list.
+	if !all && !approve && (args[0].s[0] < '0' || args[0].s[0] > '9') {
+		all = true
 	}
 	if !all {
 		steps, err := parseSteps(args[0], n, lineNo)

@@ -45,6 +45,7 @@ func TestParseAnswer(t *testing.T) {
 		{"/deny 2 too broad", 3, "PDP"},
 		{"/deny", 3, "DDD"},
 		{"/deny all not now", 2, "DD"},
+		{"/deny not now", 2, "DD"},
 		{"/approve 1-3\n/deny 4 no", 4, "AAAD"},
 		{"/deny 2 risky\r\n/approve all", 3, "ADA"},
 		{"/approve 1\n\n/deny all", 3, "ADD"},
@@ -74,6 +75,10 @@ func TestReasons(t *testing.T) {
 	if !a.Approved(1) || a.Approved(2) || !a.Approved(3) || a.Approved(0) || a.Approved(4) {
 		t.Errorf("Approved() disagrees with %s", verdicts(a))
 	}
+	a, _ = ParseAnswer("/deny not today", 2)
+	if a.Steps[0].Reason != "not today" || a.Steps[1].Reason != "not today" {
+		t.Errorf("deny-all reason: %+v", a.Steps)
+	}
 	a, _ = ParseAnswer("/approve 1 only", 2)
 	if a.Steps[1].Reason == "" {
 		t.Error("steps denied by 'only' carry no reason for the agent")
@@ -98,6 +103,7 @@ func TestParseAnswerErrors(t *testing.T) {
 		{"/approve 1,,2", 3, 1, 12, "empty step"},
 		{"/approve 1,1", 3, 1, 12, "step 1 is named twice"},
 		{"/approve x", 3, 1, 10, `"x" is not a step number`},
+		{"/deny 2x oops", 3, 1, 7, `"2x" is not a step number`},
 		{"/approve -1", 3, 1, 10, `"" is not a step number`},
 		{"/approve 99999999999999", 3, 1, 10, "is not a step number"},
 		{"/approve 1 please", 3, 1, 12, `unexpected "please" after /approve`},
