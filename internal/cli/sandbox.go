@@ -177,10 +177,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 				return err
 			}
 			defer os.RemoveAll(dir)
-			// The sandbox's user (nobody, for root) must traverse it.
-			if err := os.Chmod(dir, 0o711); err != nil {
-				return err
-			}
 			cs = filepath.Join(dir, "upper")
 			tempCS = cs
 		}

@@ -51,7 +51,9 @@ func InitMain() int {
 		return fail("config", err)
 	}
 	cfgFile.Close()
-	unix.CloseOnExec(4)
+	for fd := 4; fd <= 5; fd++ {
+		unix.CloseOnExec(fd)
+	}
 
 	if stage, err := setupRoot(&cfg); err != nil {
 		return fail(stage, err)
@@ -137,24 +139,24 @@ func InitMain() int {
 	return 0
 }
 
-// receiveFD reads one file descriptor sent with SCM_RIGHTS on sock.
-func receiveFD(sock int) (int, error) {
+// receiveFDs reads n file descriptors sent with SCM_RIGHTS on sock.
+func receiveFDs(sock, n int) ([]int, error) {
 	defer unix.Close(sock)
 	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(4*n))
 	_, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return -1, fmt.Errorf("no descriptor received (%v)", err)
+		return nil, fmt.Errorf("no descriptors received (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return -1, fmt.Errorf("no descriptor received (%v)", err)
+	if err != nil || len(fds) != n {
+		return nil, fmt.Errorf("want %d descriptors, got %d (%v)", n, len(fds), err)
 	}
-	return fds[0], nil
+	return fds, nil
 }
 
 func lookPath(name string, env []string) (string, error) {
@@ -270,22 +272,24 @@ func setupRoot(cfg *initConfig) (string, error) {
 				if err := os.MkdirAll(newRoot+ws, 0o755); err != nil {
 					return err
 				}
-				lower := oldRoot + ws
+				lower, upper, work := oldRoot+ws, oldRoot+cfg.Upper, oldRoot+cfg.Work
 				if cfg.LowerFD {
-					fd, err := receiveFD(5)
+					fds, err := receiveFDs(5, 2)
 					if err != nil {
 						return fmt.Errorf("receive the idmapped workspace: %w", err)
 					}
-					if err := os.Mkdir("/lower", 0o755); err != nil {
-						return err
+					for i, at := range []string{"/lower", "/cs"} {
+						if err := os.Mkdir(at, 0o755); err != nil {
+							return err
+						}
+						if err := unix.MoveMount(fds[i], "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+							return fmt.Errorf("attach the idmapped %s: %w", at, err)
+						}
+						unix.Close(fds[i])
 					}
-					if err := unix.MoveMount(fd, "", unix.AT_FDCWD, "/lower", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-						return fmt.Errorf("attach the idmapped workspace: %w", err)
-					}
-					unix.Close(fd)
-					lower = "/lower"
+					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
 				}
-				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, oldRoot+cfg.Upper, oldRoot+cfg.Work)
+				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
 				if err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 					return fmt.Errorf("overlay at %s: %w", ws, err)
 				}

@@ -221,13 +221,6 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 				return res, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
 			}
 			cleanups = append(cleanups, func() { removeWork(work) })
-			if r.uid == 0 {
-				for _, d := range []string{up, work} {
-					if err := os.Lchown(d, hostUID, hostGID); err != nil {
-						return res, fmt.Errorf("%w: chown %s: %w", sandbox.ErrSetup, d, err)
-					}
-				}
-			}
 			cfg.Upper, cfg.Work = up, work
 			for _, p := range []string{ws, up, work} {
 				if strings.ContainsAny(p, ",:\\\n") {
@@ -388,7 +381,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTree(fdSockParent, cmd.Process.Pid, cfg.Workspace); err != nil {
+		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, cfg.Workspace, filepath.Dir(cfg.Upper)); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
@@ -477,25 +470,39 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	return res, nil
 }
 
-// sendIdmappedTree clones the workspace mount, maps its ids through the
-// sandbox's user namespace (on-disk uid 0 becomes the sandbox's uid 0)
-// and sends the detached tree to the init.
-func sendIdmappedTree(sock, pid int, ws string) error {
+// sendIdmappedTrees clones the workspace mount (read-only) and the
+// change set's parent directory, maps their ids through the sandbox's
+// user namespace (on-disk uid 0 becomes the sandbox's uid 0, which is
+// host nobody) and sends both detached trees to the init. On disk
+// everything stays owned by root; no path needs to be traversable by
+// nobody.
+func sendIdmappedTrees(sock, pid int, ws, csParent string) error {
 	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(ns)
-	tree, err := unix.OpenTree(unix.AT_FDCWD, ws, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for i, dir := range []string{ws, csParent} {
+		tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("open_tree %s: %w", dir, err)
+		}
+		fds = append(fds, tree)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
+		if i == 0 {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fmt.Errorf("mount_setattr idmap %s: %w", dir, err)
+		}
 	}
-	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return fmt.Errorf("mount_setattr idmap: %w", err)
-	}
-	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(tree), nil, 0)
+	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds...), nil, 0)
 }
 
 // resolveDir returns the symlink-free absolute path of an existing
