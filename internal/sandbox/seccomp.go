@@ -10,7 +10,6 @@ import (
 	"sort"
 	"syscall"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 )
@@ -149,55 +148,48 @@ func ProfileByName(name string) (Profile, error) {
 // architecture's entry point (i386 int 0x80 on x86_64) kills the process;
 // x32 calls fail with ENOSYS. Names unknown on this architecture are
 // skipped (they cannot be called).
+//
+// The syscall table comes from github.com/elastic/go-seccomp-bpf/arch; the
+// program is generated here because that library's assembler (v1.6.0)
+// does not reload the syscall number after an argument check fails, so a
+// call that fails one rule's argument condition skips every later rule
+// (found by the tiocsti-high-bits case of the adversarial suite). Here
+// each rule starts by loading the syscall number again.
 func (p Profile) BPF() ([]byte, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
-	policy := seccomp.Policy{DefaultAction: seccomp.ActionAllow}
+	prog := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: retKillProcess},
+	}
+	if runtime.GOARCH == "amd64" {
+		prog = append(prog,
+			bpf.LoadAbsolute{Off: 0, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
+			bpf.RetConstant{Val: retErrno | uint32(syscall.ENOSYS)},
+		)
+	}
 	for _, r := range p.Rules {
-		var names []string
-		for _, n := range r.Names {
-			if _, ok := info.SyscallNames[n]; ok {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 {
-			continue
-		}
-		g := seccomp.SyscallGroup{Action: seccomp.ActionErrno | seccomp.Action(r.Errno)}
 		if r.Errno == 0 {
 			return nil, fmt.Errorf("seccomp: profile %s: rule for %v has no errno", p.Name, r.Names)
 		}
-		if len(r.Args) == 0 {
-			g.Names = names
-		} else {
-			var conds seccomp.ArgumentConditions
-			for _, a := range r.Args {
-				op, ok := elasticOps[a.Op]
-				if !ok {
-					return nil, fmt.Errorf("seccomp: profile %s: unknown op %q", p.Name, a.Op)
-				}
-				conds = append(conds, seccomp.Condition{Argument: a.Index, Operation: op, Value: a.Value})
+		for _, n := range r.Names {
+			nr, ok := info.SyscallNames[n]
+			if !ok {
+				continue
 			}
-			for _, n := range names {
-				g.NamesWithCondtions = append(g.NamesWithCondtions, seccomp.NameWithConditions{Name: n, Conditions: conds})
+			block, err := ruleBlock(uint32(nr), r.Args, retErrno|uint32(r.Errno))
+			if err != nil {
+				return nil, fmt.Errorf("seccomp: profile %s: %s: %w", p.Name, n, err)
 			}
+			prog = append(prog, block...)
 		}
-		policy.Syscalls = append(policy.Syscalls, g)
 	}
-	insts, err := policy.Assemble()
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: assemble %s: %w", p.Name, err)
-	}
-	// The library lets a foreign architecture through to the default
-	// action (allow); a blocklist must not. Check the architecture first.
-	guard := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: uint32(seccomp.ActionKillProcess)},
-	}
-	raw, err := bpf.Assemble(append(guard, insts...))
+	prog = append(prog, bpf.RetConstant{Val: retAllow})
+	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble %s: %w", p.Name, err)
 	}
@@ -213,11 +205,70 @@ func (p Profile) BPF() ([]byte, error) {
 	return out, nil
 }
 
-var elasticOps = map[ArgOp]seccomp.Operation{
-	OpEqual:    seccomp.Equal,
-	OpNotEqual: seccomp.NotEqual,
-	OpGreater:  seccomp.GreaterThan,
-	OpBitsSet:  seccomp.BitsSet,
+const (
+	retKillProcess = 0x80000000
+	retErrno       = 0x00050000
+	retAllow       = 0x7fff0000
+)
+
+// ruleBlock compiles "if nr and all args match, return ret" into a
+// self-contained block: every failed test jumps to the instruction after
+// the block, which starts with its own load of the syscall number.
+func ruleBlock(nr uint32, args []Arg, ret uint32) ([]bpf.Instruction, error) {
+	type fail struct {
+		at     int
+		onTrue bool
+	}
+	var ins []bpf.Instruction
+	var fails []fail
+	ins = append(ins, bpf.LoadAbsolute{Off: 0, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr})
+	fails = append(fails, fail{len(ins) - 1, false})
+	for _, a := range args {
+		if a.Index > 5 {
+			return nil, fmt.Errorf("argument index %d", a.Index)
+		}
+		lo, hi := uint32(16+8*a.Index), uint32(16+8*a.Index+4) // little endian
+		vlo, vhi := uint32(a.Value), uint32(a.Value>>32)
+		switch a.Op {
+		case OpEqual:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
+			fails = append(fails, fail{len(ins) - 1, false})
+			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		case OpNotEqual:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2},
+				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, true})
+		case OpGreater:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vhi, SkipTrue: 3},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
+			fails = append(fails, fail{len(ins) - 1, false})
+			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		case OpBitsSet:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vhi, SkipTrue: 2},
+				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		default:
+			return nil, fmt.Errorf("unknown op %q", a.Op)
+		}
+	}
+	ins = append(ins, bpf.RetConstant{Val: ret})
+	end := len(ins)
+	for _, f := range fails {
+		skip := end - f.at - 1
+		if skip > 255 {
+			return nil, fmt.Errorf("rule too long")
+		}
+		j := ins[f.at].(bpf.JumpIf)
+		if f.onTrue {
+			j.SkipTrue = uint8(skip)
+		} else {
+			j.SkipFalse = uint8(skip)
+		}
+		ins[f.at] = j
+	}
+	return ins, nil
 }
 
 // dockerProfile is the Docker / OCI seccomp JSON format.

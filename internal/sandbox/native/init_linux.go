@@ -51,7 +51,7 @@ func InitMain() int {
 		return fail("config", err)
 	}
 	cfgFile.Close()
-	for fd := 4; fd <= 5; fd++ {
+	for fd := 4; fd <= 6; fd++ {
 		unix.CloseOnExec(fd)
 	}
 

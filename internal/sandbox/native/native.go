@@ -301,16 +301,24 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		defer unix.Close(fdSockParent)
 		cfg.LowerFD = true
 	}
+	// The init is executed through a descriptor: the sandbox's user
+	// (nobody, for root) need not be able to traverse the binary's
+	// directories (go test builds in 0700 directories).
+	selfF, err := os.Open(r.opts.Self)
+	if err != nil {
+		return res, fmt.Errorf("%w: open the fluffy binary: %w", sandbox.ErrSetup, err)
+	}
+	defer selfF.Close()
 	outLimit := lim.Output
 	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
 	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
 	cmd := &exec.Cmd{
-		Path:       r.opts.Self,
+		Path:       "/proc/self/fd/6",
 		Args:       []string{InitArg0},
 		Env:        []string{},
 		Stdout:     stdout,
 		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, stW, fdSock},
+		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
