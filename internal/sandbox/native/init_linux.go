@@ -90,8 +90,15 @@ func InitMain() int {
 			return fail("seccomp", err)
 		}
 	}
+	var asLimit *unix.Rlimit
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		if rl.Resource == unix.RLIMIT_AS {
+			// The init's own Go runtime needs address space: this one is
+			// set on the command right after it starts.
+			asLimit = &lim
+			continue
+		}
 		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
 			return fail("rlimits", fmt.Errorf("resource %d: %w", rl.Resource, err))
 		}
@@ -101,6 +108,12 @@ func InitMain() int {
 		return fail("start", err)
 	}
 	st.Started = true
+	if asLimit != nil {
+		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
+			_ = unix.Kill(-1, unix.SIGKILL)
+			return fail("rlimits", fmt.Errorf("address space: %w", err))
+		}
+	}
 	st.SetupNanos = int64(time.Since(start))
 	cmdPid := cmd.Process.Pid
 	// Reap everything until the command itself ends.

@@ -55,14 +55,13 @@ type Options struct {
 type Runtime struct {
 	opts Options
 
-	once  sync.Once
-	facs  []sandbox.Facility
-	cgl   cgroupLayout
-	mu    sync.Mutex // guards bpf
-	bpf   map[string][]byte
-	uid   int
-	gid   int
-	inner int // host uid that the sandbox's uid 0 maps to
+	once sync.Once
+	facs []sandbox.Facility
+	cgl  cgroupLayout
+	mu   sync.Mutex // guards bpf
+	bpf  map[string][]byte
+	uid  int
+	gid  int
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)

@@ -92,6 +92,7 @@ func probe(action string, args []string) error {
 			}
 			chunks = append(chunks, b)
 		}
+		fmt.Println("allocated", len(chunks)*16, "MiB")
 		return nil
 	}
 	return fmt.Errorf("unknown action %q", action)

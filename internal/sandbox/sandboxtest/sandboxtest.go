@@ -41,8 +41,6 @@ type Options struct {
 	BaseDir string
 }
 
-const probeArg0 = "fluffy-sandbox-probe"
-
 // host is the host-side fixture of one case.
 type host struct {
 	base, ws, cs, outside, home, datadir, probe string
