@@ -117,11 +117,11 @@ func TestMalformed(t *testing.T) {
 
 func TestStripANSI(t *testing.T) {
 	for in, want := range map[string]string{
-		"\x1b[31mred\x1b[0m":           "red",
-		"a\x1b]0;title\x07b":           "ab",
+		"\x1b[31mred\x1b[0m":          "red",
+		"a\x1b]0;title\x07b":          "ab",
 		"a\x1b]8;;http://x\x1b\\link": "alink",
-		"plain":                        "plain",
-		"trailing\x1b":                 "trailing",
+		"plain":                       "plain",
+		"trailing\x1b":                "trailing",
 	} {
 		if got := stripANSI(in); got != want {
 			t.Errorf("stripANSI(%q) = %q, want %q", in, got, want)
