@@ -197,9 +197,42 @@ func (m *Machine) TestHint(rel string) string {
 	return strings.Join(pats, ", ")
 }
 
-// glob is one compiled pattern (brace alternatives expanded).
+// glob is one compiled pattern (brace alternatives expanded). Base-name
+// alternatives that are a literal, "*suffix" or "prefix*" skip path.Match:
+// they are most patterns, and the gate is on the fast path.
 type glob struct {
 	alts []string
+	fast []fastAlt
+}
+
+type fastKind uint8
+
+const (
+	general fastKind = iota
+	literal
+	suffix
+	prefix
+)
+
+type fastAlt struct {
+	kind fastKind
+	s    string
+}
+
+func compileFast(a string) fastAlt {
+	if strings.Contains(a, "/") {
+		return fastAlt{}
+	}
+	const meta = `*?[\`
+	switch {
+	case !strings.ContainsAny(a, meta):
+		return fastAlt{literal, a}
+	case strings.HasPrefix(a, "*") && !strings.ContainsAny(a[1:], meta):
+		return fastAlt{suffix, a[1:]}
+	case strings.HasSuffix(a, "*") && !strings.ContainsAny(a[:len(a)-1], meta):
+		return fastAlt{prefix, a[:len(a)-1]}
+	}
+	return fastAlt{}
 }
 
 func compileAll(pats []string) ([]glob, error) {
@@ -232,7 +265,11 @@ func compileGlob(p string) (glob, error) {
 			}
 		}
 	}
-	return glob{alts: alts}, nil
+	g := glob{alts: alts}
+	for _, a := range alts {
+		g.fast = append(g.fast, compileFast(a))
+	}
+	return g, nil
 }
 
 // expandBraces expands {a,b} alternatives (nested allowed, bounded).
@@ -286,9 +323,27 @@ func expandBraces(p string, depth int) ([]string, error) {
 }
 
 func (g glob) match(rel string) bool {
-	for _, a := range g.alts {
+	base := path.Base(rel)
+	for i, a := range g.alts {
+		switch f := g.fast[i]; f.kind {
+		case literal:
+			if base == f.s {
+				return true
+			}
+			continue
+		case suffix:
+			if strings.HasSuffix(base, f.s) {
+				return true
+			}
+			continue
+		case prefix:
+			if strings.HasPrefix(base, f.s) {
+				return true
+			}
+			continue
+		}
 		if !strings.Contains(a, "/") {
-			if ok, _ := path.Match(a, path.Base(rel)); ok {
+			if ok, _ := path.Match(a, base); ok {
 				return true
 			}
 			continue
@@ -320,7 +375,11 @@ func matchSegs(pat, segs []string) bool {
 		if len(segs) == 0 {
 			return false
 		}
-		if ok, _ := path.Match(pat[0], segs[0]); !ok {
+		if !strings.ContainsAny(pat[0], `*?[\\`) {
+			if pat[0] != segs[0] {
+				return false
+			}
+		} else if ok, _ := path.Match(pat[0], segs[0]); !ok {
 			return false
 		}
 		pat, segs = pat[1:], segs[1:]
