@@ -235,19 +235,33 @@ files that are reverted.`,
 			if err != nil {
 				return err
 			}
+			var reverted []string
+			var revertErr error
+			if tr.ModeSwitch.From == tdd.Debug || len(tr.Revert) > 0 {
+				// Leaving debug mode puts the instrumented files back
+				// (and retries any an earlier switch could not).
+				reverted, revertErr = sess.RevertInstrumentation(ctx)
+			}
 			if asJSON {
 				enc := json.NewEncoder(a.Stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(struct {
+				if err := enc.Encode(struct {
 					Session    string          `json:"session"`
 					ModeSwitch *tdd.ModeSwitch `json:"mode_switch"`
 					State      tdd.State       `json:"state"`
+					Reverted   []string        `json:"reverted"`
 					Head       string          `json:"head"`
-				}{session, tr.ModeSwitch, tr.To, sess.Head()})
+				}{session, tr.ModeSwitch, tr.To, nonNil(reverted), sess.Head()}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.Stdout, "session %s: mode %s -> %s (state %s, transition %d)\n", session, tr.ModeSwitch.From, tr.ModeSwitch.To, tr.To, tr.Seq)
+				for _, p := range reverted {
+					fmt.Fprintf(a.Stdout, "reverted instrumentation: %s\n", p)
+				}
 			}
-			fmt.Fprintf(a.Stdout, "session %s: mode %s -> %s (state %s, transition %d)\n", session, tr.ModeSwitch.From, tr.ModeSwitch.To, tr.To, tr.Seq)
-			for _, p := range tr.Revert {
-				fmt.Fprintf(a.Stdout, "revert instrumentation: %s\n", p)
+			if revertErr != nil {
+				return fmt.Errorf("mode switched, but some instrumentation files could not be reverted; their originals stay in fluffy.db and leaving debug mode again retries: %w", revertErr)
 			}
 			return nil
 		},

@@ -17,3 +17,16 @@ CREATE TABLE tdd_transitions (
     hash        BLOB NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+
+-- Debug mode: the original content of each file declared as
+-- instrumentation, restored (or the file removed, when it did not exist)
+-- when debug mode ends.
+CREATE TABLE tdd_instrumentation (
+    session_id  TEXT NOT NULL,
+    path        TEXT NOT NULL,              -- workspace-relative, slash-separated
+    workspace   TEXT NOT NULL,              -- absolute root the path is relative to
+    existed     INTEGER NOT NULL CHECK (existed IN (0, 1)),
+    perm        INTEGER NOT NULL,           -- permission bits to restore
+    content     BLOB NOT NULL,
+    PRIMARY KEY (session_id, path)
+) WITHOUT ROWID;
