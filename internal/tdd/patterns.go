@@ -162,15 +162,17 @@ func (m *Machine) classifyRel(s *Status, rel string) Class {
 	if s != nil && contains(s.Instrumented, rel) {
 		return ClassInstrumentation
 	}
-	if matchAny(m.tests, rel) {
+	base := path.Base(rel)
+	var segs []string
+	if matchAny(m.tests, rel, base, &segs) {
 		return ClassTest
 	}
 	for _, l := range m.langs {
-		if matchAny(l.globs, rel) {
+		if matchAny(l.globs, rel, base, &segs) {
 			return ClassTest
 		}
 	}
-	if matchAny(m.exempt, rel) {
+	if matchAny(m.exempt, rel, base, &segs) {
 		return ClassExempt
 	}
 	return ClassSource
@@ -203,6 +205,14 @@ func (m *Machine) TestHint(rel string) string {
 type glob struct {
 	alts []string
 	fast []fastAlt
+	segs [][]seg // alts split at "/", for those that contain one
+}
+
+// seg is one segment of a pattern with a "/".
+type seg struct {
+	s     string
+	lit   bool // no glob metacharacter: compare with ==
+	dstar bool // "**"
 }
 
 type fastKind uint8
@@ -268,6 +278,13 @@ func compileGlob(p string) (glob, error) {
 	g := glob{alts: alts}
 	for _, a := range alts {
 		g.fast = append(g.fast, compileFast(a))
+		var segs []seg
+		if strings.Contains(a, "/") {
+			for _, x := range strings.Split(a, "/") {
+				segs = append(segs, seg{s: x, lit: !strings.ContainsAny(x, `*?[\`), dstar: x == "**"})
+			}
+		}
+		g.segs = append(g.segs, segs)
 	}
 	return g, nil
 }
@@ -322,8 +339,9 @@ func expandBraces(p string, depth int) ([]string, error) {
 	return out, nil
 }
 
-func (g glob) match(rel string) bool {
-	base := path.Base(rel)
+// matchSplit matches with the base name and (lazily, through relSegs) the
+// segments of rel computed once by the caller.
+func (g *glob) matchSplit(rel, base string, relSegs *[]string) bool {
 	for i, a := range g.alts {
 		switch f := g.fast[i]; f.kind {
 		case literal:
@@ -342,13 +360,22 @@ func (g glob) match(rel string) bool {
 			}
 			continue
 		}
-		if !strings.Contains(a, "/") {
+		if g.segs[i] == nil {
 			if ok, _ := path.Match(a, base); ok {
 				return true
 			}
 			continue
 		}
-		if matchSegs(strings.Split(a, "/"), strings.Split(rel, "/")) {
+		var segs []string
+		if relSegs != nil {
+			if *relSegs == nil {
+				*relSegs = strings.Split(rel, "/")
+			}
+			segs = *relSegs
+		} else {
+			segs = strings.Split(rel, "/")
+		}
+		if matchSegs(g.segs[i], segs) {
 			return true
 		}
 	}
@@ -356,10 +383,10 @@ func (g glob) match(rel string) bool {
 }
 
 // matchSegs matches path segments, "**" standing for zero or more.
-func matchSegs(pat, segs []string) bool {
+func matchSegs(pat []seg, segs []string) bool {
 	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for len(pat) > 0 && pat[0] == "**" {
+		if pat[0].dstar {
+			for len(pat) > 0 && pat[0].dstar {
 				pat = pat[1:]
 			}
 			if len(pat) == 0 {
@@ -375,11 +402,11 @@ func matchSegs(pat, segs []string) bool {
 		if len(segs) == 0 {
 			return false
 		}
-		if !strings.ContainsAny(pat[0], `*?[\\`) {
-			if pat[0] != segs[0] {
+		if pat[0].lit {
+			if pat[0].s != segs[0] {
 				return false
 			}
-		} else if ok, _ := path.Match(pat[0], segs[0]); !ok {
+		} else if ok, _ := path.Match(pat[0].s, segs[0]); !ok {
 			return false
 		}
 		pat, segs = pat[1:], segs[1:]
@@ -387,9 +414,9 @@ func matchSegs(pat, segs []string) bool {
 	return len(segs) == 0
 }
 
-func matchAny(gs []glob, rel string) bool {
-	for _, g := range gs {
-		if g.match(rel) {
+func matchAny(gs []glob, rel, base string, segs *[]string) bool {
+	for i := range gs {
+		if gs[i].matchSplit(rel, base, segs) {
 			return true
 		}
 	}
