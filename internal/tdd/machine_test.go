@@ -144,6 +144,8 @@ func TestTransitions(t *testing.T) {
 			done(500), Done, nil, CodeRun},
 		{"explore: baseline cannot move over open debt", Explore, []Event{wSrc("calc.go")},
 			cov(true, map[string]coverage.FileCoverage{"m/calc.go": fc(0, 10)}), "", ErrGuard, CodeDebtUnpaid},
+		{"explore: a test after indebted code may pass at once", Explore, []Event{wSrc("calc.go"), wTest("calc_test.go")}, pass(), Green, nil, CodeRun},
+		{"explore: without debt a new test must fail first", Explore, toWriting, pass(), WritingTest, nil, CodeRun},
 		{"explore: tested change is no debt", Explore, toRed, wSrc("calc.go"), Implementing, nil, CodeSourceWrite},
 		// debug
 		{"debug: instrument then write", Debug, []Event{instrument("calc.go")}, wInst("calc.go"), Idle, nil, CodeInstrumentation},
