@@ -8,6 +8,7 @@ set -euo pipefail
 declare -A want=(
 	[sqlite3]=sqlite3   # audit tamper tests damage the log from outside fluffy
 	[git]=git
+	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
 )
 
 missing=()

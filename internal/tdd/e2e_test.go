@@ -2,8 +2,8 @@ package tdd
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
