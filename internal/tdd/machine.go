@@ -292,7 +292,17 @@ func writeSource(n *Status, t *Transition, p string) error {
 	switch n.Mode {
 	case Debug:
 		return guard(action, n, CodeDebugSource, fmt.Sprintf("debug mode allows source edits only in files declared as instrumentation, which are reverted at the end: declare %s as instrumentation first, or ask the user to switch mode", p))
-	case Strict:
+	case Explore:
+		if n.RedSeq == 0 || n.State == Idle || n.State == Done {
+			if !slices.ContainsFunc(n.Debt, func(d Debt) bool { return d.Path == p }) {
+				n.Debt = append(n.Debt, Debt{Path: p, Seq: n.Seq})
+			}
+			t.Code = CodeDebt
+			t.Notes = append(t.Notes, "explore mode: "+p+" changed without a failing test; this is tech debt to pay with tests (coverage) before done")
+		}
+	default:
+		// Strict, and any status whose mode is unset or unknown: the
+		// gate fails closed.
 		if n.RedSeq == 0 || n.State == Idle || n.State == Done {
 			if n.State == WritingTest {
 				return guard(action, n, CodeNeedRedRun, fmt.Sprintf("run the tests and see the new test (%s) fail first; a compile failure counts", strings.Join(n.CycleTests, ", ")))
@@ -301,14 +311,6 @@ func writeSource(n *Status, t *Transition, p string) error {
 		}
 		if err := require(action, n, CodeNeedFailingTest, "write a failing test first", Red, Implementing, Green, Refactoring); err != nil {
 			return err
-		}
-	case Explore:
-		if n.RedSeq == 0 || n.State == Idle || n.State == Done {
-			if !slices.ContainsFunc(n.Debt, func(d Debt) bool { return d.Path == p }) {
-				n.Debt = append(n.Debt, Debt{Path: p, Seq: n.Seq})
-			}
-			t.Code = CodeDebt
-			t.Notes = append(t.Notes, "explore mode: "+p+" changed without a failing test; this is tech debt to pay with tests (coverage) before done")
 		}
 	}
 	n.LastWriteSeq = n.Seq
@@ -373,7 +375,7 @@ func stepRun(n *Status, t *Transition, ev Event) error {
 			}
 			t.Notes = append(t.Notes, "the new test passes without a code change: make it assert the missing behaviour so that it fails")
 		case Red, Implementing, Refactoring:
-			if n.RedSeq > 0 || n.Mode != Strict {
+			if n.RedSeq > 0 || n.Mode == Explore {
 				n.State, n.GreenSeq = Green, n.Seq
 				t.Notes = append(t.Notes, "green: the tests pass; refactor with the tests staying green, or finish")
 			}
@@ -454,7 +456,7 @@ func stepDone(n *Status, t *Transition, ev Event) error {
 	if err := require(action, n, CodeNotGreen, "finish only after a passing test run that follows the last change", Green); err != nil {
 		return err
 	}
-	if n.Mode == Strict && (n.RedSeq == 0 || n.GreenSeq <= n.RedSeq) {
+	if n.Mode != Explore && (n.RedSeq == 0 || n.GreenSeq <= n.RedSeq) {
 		return guard(action, n, CodeNoRed, "strict mode needs a failing test observed and then passing in this cycle")
 	}
 	if len(n.Debt) > 0 {

@@ -225,6 +225,18 @@ func TestDebugRevertsInstrumentation(t *testing.T) {
 	}
 }
 
+// TestAllowedFailsClosedBeforeStart: a status that never saw a start event
+// (mode unset) is judged as strict.
+func TestAllowedFailsClosedBeforeStart(t *testing.T) {
+	m := mustMachine(t, Options{})
+	if d := m.Allowed(Initial(), writeOp("/ws", "/ws/calc.go")); d.Allow || d.Code != CodeNeedFailingTest {
+		t.Fatalf("unstarted session: %+v", d)
+	}
+	if d := m.Allowed(Status{Mode: "bogus", State: Red, Seq: 3}, writeOp("/ws", "/ws/calc.go")); d.Allow {
+		t.Fatalf("unknown mode: %+v", d)
+	}
+}
+
 func TestModelCannotSwitchThroughAllowed(t *testing.T) {
 	// The mode never changes through an operation: whatever a model
 	// writes, Status.Mode stays.
