@@ -398,15 +398,21 @@ func relates(run *Run, tests []string) bool {
 			return true
 		}
 		for _, tf := range tests {
+			dir := tf[:max(strings.LastIndexByte(tf, '/'), 0)]
+			inPkg := dir == "" || f.Package == dir || strings.HasSuffix(f.Package, "/"+dir)
 			if f.File != "" {
 				file := strings.TrimPrefix(f.File, "./")
-				if file == tf || strings.HasSuffix(file, "/"+tf) || strings.HasSuffix(tf, "/"+file) {
+				if file == tf || strings.HasSuffix(file, "/"+tf) {
+					return true
+				}
+				// A bare file name (go test prints base names) must
+				// also be in the test's package, when one is given.
+				if strings.HasSuffix(tf, "/"+file) && (strings.Contains(file, "/") || f.Package == "" || inPkg) {
 					return true
 				}
 				continue
 			}
-			dir := tf[:max(strings.LastIndexByte(tf, '/'), 0)]
-			if dir == "" || f.Package == dir || strings.HasSuffix(f.Package, "/"+dir) {
+			if inPkg {
 				return true
 			}
 		}

@@ -198,6 +198,33 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+func TestRelates(t *testing.T) {
+	tests := []string{"pkg/calc/calc_test.go"}
+	cases := []struct {
+		f    testrun.Failure
+		want bool
+	}{
+		{testrun.Failure{File: "calc_test.go", Package: "example.com/m/pkg/calc"}, true},
+		{testrun.Failure{File: "calc_test.go", Package: "example.com/m/other"}, false},
+		{testrun.Failure{File: "calc_test.go"}, true},
+		{testrun.Failure{File: "pkg/calc/calc_test.go", Build: true}, true},
+		{testrun.Failure{File: "/tmp/ws/pkg/calc/calc_test.go"}, true},
+		{testrun.Failure{File: "./pkg/calc/calc_test.go"}, true},
+		{testrun.Failure{File: "other/calc_test.go"}, false},
+		{testrun.Failure{Package: "example.com/m/pkg/calc"}, true},
+		{testrun.Failure{Package: "example.com/m/pkg"}, false},
+		{testrun.Failure{Name: "mystery"}, true},
+	}
+	for _, c := range cases {
+		if got := relates(&Run{Failed: 1, Failures: []testrun.Failure{c.f}}, tests); got != c.want {
+			t.Errorf("relates(%+v) = %v, want %v", c.f, got, c.want)
+		}
+	}
+	if !relates(&Run{Failed: 1}, tests) || relates(&Run{}, tests) {
+		t.Error("failures without details")
+	}
+}
+
 func TestRequireMessage(t *testing.T) {
 	s := run(t, start(Strict))
 	_, err := Step(s, done(0))
