@@ -70,6 +70,7 @@ type tddStatus struct {
 	Debt         []tdd.Debt  `json:"debt"`
 	Instrumented []string    `json:"instrumented"`
 	LastRun      *tdd.Run    `json:"last_run"`
+	Next         string      `json:"next"`
 	LastChange   *tdd.Record `json:"last_transition,omitempty"`
 	Head         string      `json:"head,omitempty"`
 	Verified     bool        `json:"verified"`
@@ -108,7 +109,7 @@ if it were true. Without --session, the most recently active session.`,
 			if err != nil {
 				return err
 			}
-			out := tddStatus{Session: session, Started: s.Seq > 0, Mode: s.Mode, State: s.State, Cycle: s.Cycle,
+			out := tddStatus{Session: session, Started: s.Seq > 0, Mode: s.Mode, State: s.State, Cycle: s.Cycle, Next: s.Next(),
 				Transitions: s.Seq, RedSeq: s.RedSeq, GreenSeq: s.GreenSeq, CycleTests: nonNil(s.CycleTests),
 				Debt: s.Debt, Instrumented: nonNil(s.Instrumented), LastRun: s.LastRun, Verified: true}
 			if out.Debt == nil {
@@ -150,6 +151,7 @@ func printTDDStatus(w io.Writer, s tddStatus) {
 		return
 	}
 	row("state", string(s.State))
+	row("next", s.Next)
 	row("cycle", fmt.Sprint(s.Cycle))
 	if len(s.CycleTests) > 0 {
 		row("tests", strings.Join(s.CycleTests, ", "))

@@ -556,3 +556,29 @@ func addUnique(xs *[]string, x string) {
 		*xs = append(*xs, x)
 	}
 }
+
+// Next says, in one sentence, what the cycle expects now (for people and
+// for the model's system prompt).
+func (s Status) Next() string {
+	switch s.State {
+	case Idle, Done:
+		if s.Mode == Debug {
+			return "reproduce the problem: read, run, write a test or declare instrumentation"
+		}
+		return "write a failing test for the next behaviour"
+	case WritingTest:
+		return "run the tests and see the new test fail (a compile failure counts)"
+	case Red:
+		return "write the code that makes the failing test pass"
+	case Implementing:
+		return "run the tests until they pass"
+	case Green:
+		if len(s.Debt) > 0 {
+			return "measure coverage to pay the tech debt, then finish"
+		}
+		return "refactor with the tests staying green, or finish"
+	case Refactoring:
+		return "run the tests: they must stay green"
+	}
+	return ""
+}

@@ -225,6 +225,19 @@ func TestRelates(t *testing.T) {
 	}
 }
 
+func TestNext(t *testing.T) {
+	for _, st := range States() {
+		for _, m := range Modes() {
+			if (Status{Mode: m, State: st}).Next() == "" {
+				t.Errorf("no next step for %s in %s", st, m)
+			}
+		}
+	}
+	if n := (Status{Mode: Explore, State: Green, Debt: []Debt{{Path: "a.go"}}}).Next(); !strings.Contains(n, "coverage") {
+		t.Errorf("green with debt: %q", n)
+	}
+}
+
 func TestRequireMessage(t *testing.T) {
 	s := run(t, start(Strict))
 	_, err := Step(s, done(0))

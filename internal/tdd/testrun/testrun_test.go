@@ -166,3 +166,29 @@ func FuzzJUnit(f *testing.F)    { fuzzParser(f, JUnitXML, "pytest") }
 func FuzzJestJSON(f *testing.F) { fuzzParser(f, JestJSON, "jest") }
 func FuzzVitest(f *testing.F)   { fuzzParser(f, VitestJSON, "vitest") }
 func FuzzCargo(f *testing.F)    { fuzzParser(f, CargoText, "cargo") }
+
+func BenchmarkParseGoJSON(b *testing.B) {
+	data, err := os.ReadFile("testdata/go/mixed.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := ParseGoJSON(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseJUnit(b *testing.B) {
+	data, err := os.ReadFile("testdata/pytest/mixed.xml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := ParseJUnit(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
