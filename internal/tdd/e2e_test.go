@@ -36,8 +36,7 @@ func (a *agent) write(rel, content string) Decision {
 	if err := os.WriteFile(filepath.Join(a.ws, rel), []byte(content), 0o644); err != nil {
 		a.t.Fatal(err)
 	}
-	st := a.sess.Status()
-	if _, err := a.sess.Apply(context.Background(), a.m.WriteEvent(&st, op)); err != nil {
+	if _, err := a.sess.Wrote(context.Background(), op); err != nil {
 		a.t.Fatalf("apply write %s: %v", rel, err)
 	}
 	return d
@@ -55,7 +54,7 @@ func (a *agent) goTest(args ...string) Transition {
 	if err != nil {
 		a.t.Fatalf("parse go test output: %v\n%s", err, out.String())
 	}
-	tr, err := a.sess.Apply(context.Background(), Event{Kind: EventTestRun, Run: RunOf(res)})
+	tr, err := a.sess.TestRun(context.Background(), res)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func TestEndToEndStrictGo(t *testing.T) {
 	if tr := a.goTest("./..."); tr.To != Green {
 		t.Fatalf("right code: %s %+v", tr.To, tr.Status.LastRun)
 	}
-	if tr, err := a.sess.Apply(context.Background(), a.m.DoneEvent()); err != nil || tr.To != Done {
+	if tr, err := a.sess.Finish(context.Background()); err != nil || tr.To != Done {
 		t.Fatalf("done: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
 )
 
 // hashDomain separates the journal's hashes from any other SHA-256 use.
@@ -332,12 +333,7 @@ func (s *Session) Allowed(op operation.Operation) Decision {
 func (s *Session) Apply(ctx context.Context, ev Event) (Transition, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tr, head, err := s.journal.append(ctx, s.ID, s.status, s.head, ev)
-	if err != nil {
-		return Transition{}, err
-	}
-	s.status, s.head = tr.Status, head
-	return tr, nil
+	return s.applyLocked(ctx, ev)
 }
 
 // SwitchMode is the user's mode switch. by says who asked: anyone but
@@ -346,4 +342,35 @@ func (s *Session) Apply(ctx context.Context, ev Event) (Transition, error) {
 // the instrumentation files the caller must revert.
 func (s *Session) SwitchMode(ctx context.Context, to Mode, by Actor, reason string) (Transition, error) {
 	return s.Apply(ctx, ModeEvent(to, by, reason))
+}
+
+// Wrote records that op's writes happened (after the gate allowed them,
+// or as seen in a change set's diff after a command), classifying its
+// paths against the current status under the session's lock. A write the
+// gate would have refused is refused here too, and not stored: the caller
+// reverts it.
+func (s *Session) Wrote(ctx context.Context, op operation.Operation) (Transition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(ctx, s.machine.WriteEvent(&s.status, op))
+}
+
+// TestRun records a parsed test run.
+func (s *Session) TestRun(ctx context.Context, res *testrun.Result) (Transition, error) {
+	return s.Apply(ctx, Event{Kind: EventTestRun, Run: RunOf(res)})
+}
+
+// Finish records that the agent says the cycle is done, with the budget
+// in force; the guards decide.
+func (s *Session) Finish(ctx context.Context) (Transition, error) {
+	return s.Apply(ctx, s.machine.DoneEvent())
+}
+
+func (s *Session) applyLocked(ctx context.Context, ev Event) (Transition, error) {
+	tr, head, err := s.journal.append(ctx, s.ID, s.status, s.head, ev)
+	if err != nil {
+		return Transition{}, err
+	}
+	s.status, s.head = tr.Status, head
+	return tr, nil
 }

@@ -232,3 +232,27 @@ func BenchmarkJournalLoad1000(b *testing.B) {
 		}
 	}
 }
+
+// TestWroteRefusedIsNotStored: a write the gate would refuse (seen after a
+// command ran) is refused and leaves the journal as it was.
+func TestWroteRefusedIsNotStored(t *testing.T) {
+	ctx := context.Background()
+	_, j := openJournal(t, t.TempDir())
+	sess, err := Resume(ctx, j, mustMachine(t, Options{}), "w", Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := sess.Head()
+	if _, err := sess.Wrote(ctx, writeOp("/ws", "/ws/calc.go")); !errors.Is(err, ErrGuard) {
+		t.Fatalf("Wrote(source in idle) = %v, want ErrGuard", err)
+	}
+	if sess.Head() != head || sess.Status().Seq != 1 {
+		t.Fatal("a refused write changed the session")
+	}
+	if _, recs, _, err := j.Load(ctx, "w"); err != nil || len(recs) != 1 {
+		t.Fatalf("journal after a refused write: %d records, %v", len(recs), err)
+	}
+	if tr, err := sess.Wrote(ctx, writeOp("/ws", "/ws/calc_test.go")); err != nil || tr.To != WritingTest {
+		t.Fatalf("Wrote(test) = %v, %v", tr.To, err)
+	}
+}
