@@ -4,9 +4,10 @@
 // it for explore mode's tech-debt budget: coverage of the files changed
 // without a test must not fall below the baseline minus the budget.
 //
-// Go's -coverprofile format is parsed here; another language plugs in by
-// producing a Report (its own parser registered under a Format), nothing in
-// the machine is Go-specific. Percentages are integer basis points
+// Go's -coverprofile format and Cobertura XML (coverage.py for Python,
+// Jest and Vitest for JS/TS, Java tools) are parsed here; another format
+// plugs in by producing a Report, nothing in the machine is
+// language-specific. Percentages are integer basis points
 // (1 % = 100 bp) so that decisions and their hashes are exact.
 package coverage
 
@@ -95,8 +96,10 @@ func Parse(f Format, r io.Reader) (*Report, error) {
 	switch f {
 	case GoProfile:
 		return ParseGoProfile(r)
+	case Cobertura:
+		return ParseCobertura(r)
 	}
-	return nil, fmt.Errorf("coverage: unknown format %q (known: go-cover)", f)
+	return nil, fmt.Errorf("coverage: unknown format %q (known: go-cover, cobertura)", f)
 }
 
 type block struct {
