@@ -2,6 +2,7 @@ package tdd
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -412,9 +413,27 @@ func relates(run *Run, tests []string) bool {
 				}
 				continue
 			}
-			if inPkg {
+			if inPkg || classMatches(f.Package, tf) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// classMatches relates a dotted class or module name (JUnit's classname:
+// "com.example.CalcTest", pytest's "tests.test_calc.TestAdd") to a test
+// file: the name, or its parent for a class inside a module, as a path is
+// the file's path without extension, or a suffix of it.
+func classMatches(class, testFile string) bool {
+	if !strings.Contains(class, ".") && !strings.HasPrefix(testFile, class) {
+		return false
+	}
+	stem := strings.TrimSuffix(testFile, path.Ext(testFile))
+	p := strings.ReplaceAll(class, ".", "/")
+	for _, c := range []string{p, p[:max(strings.LastIndexByte(p, '/'), 0)]} {
+		if c != "" && (stem == c || strings.HasSuffix(stem, "/"+c)) {
+			return true
 		}
 	}
 	return false

@@ -220,6 +220,18 @@ func TestRelates(t *testing.T) {
 			t.Errorf("relates(%+v) = %v, want %v", c.f, got, c.want)
 		}
 	}
+	java := []string{"src/test/java/com/example/CalcTest.java"}
+	for class, want := range map[string]bool{"com.example.CalcTest": true, "com.example.OtherTest": false, "example.CalcTest": true, "CalcTest": false} {
+		if got := relates(&Run{Failed: 1, Failures: []testrun.Failure{{Name: "adds", Package: class}}}, java); got != want {
+			t.Errorf("java class %s: relates = %v, want %v", class, got, want)
+		}
+	}
+	py := []string{"tests/test_calc.py"}
+	for class, want := range map[string]bool{"tests.test_calc": true, "tests.test_calc.TestAdd": true, "tests.test_other.TestAdd": false} {
+		if got := relates(&Run{Failed: 1, Failures: []testrun.Failure{{Name: "t", Package: class}}}, py); got != want {
+			t.Errorf("python class %s: relates = %v, want %v", class, got, want)
+		}
+	}
 	if !relates(&Run{Failed: 1}, tests) || relates(&Run{}, tests) {
 		t.Error("failures without details")
 	}
