@@ -388,8 +388,9 @@ func stepRun(n *Status, t *Transition, ev Event) error {
 // relates reports whether a failing run fails in one of the cycle's test
 // files: a failure whose file is one of them (runners print paths
 // relative to different roots, so either may be a suffix of the other),
-// a Go failure in the package directory of one of them, or a failure the
-// runner gave no location at all.
+// a Go failure in the package directory of one of them, a JUnit class or
+// Python module naming one of them, or a failure the runner gave no
+// location at all.
 func relates(run *Run, tests []string) bool {
 	if len(run.Failures) == 0 {
 		return run.Failed > 0 || run.BuildFailed
