@@ -50,7 +50,7 @@ func ParseJestJSON(r io.Reader, runner string) (*Result, error) {
 	for _, f := range rep.TestResults {
 		if f.Status == "failed" && len(f.AssertionResults) == 0 {
 			res.BuildFailed = true
-			res.addFailure(Failure{Name: f.Name, File: f.Name, Build: true, Message: stripANSI(f.Message)})
+			res.addFailure(Failure{Name: f.Name, File: f.Name, Build: true, Message: f.Message})
 			continue
 		}
 		for _, a := range f.AssertionResults {
@@ -67,7 +67,7 @@ func ParseJestJSON(r io.Reader, runner string) (*Result, error) {
 				if name == "" {
 					name = a.Title
 				}
-				res.addFailure(Failure{Name: name, File: f.Name, Message: stripANSI(msg)})
+				res.addFailure(Failure{Name: name, File: f.Name, Message: msg})
 			default:
 				res.Skipped++
 			}
@@ -76,7 +76,7 @@ func ParseJestJSON(r io.Reader, runner string) (*Result, error) {
 			// The file failed outside any test (an error in a
 			// hook or at import after tests were collected).
 			res.Failed++
-			res.addFailure(Failure{Name: f.Name, File: f.Name, Message: stripANSI(f.Message)})
+			res.addFailure(Failure{Name: f.Name, File: f.Name, Message: f.Message})
 		}
 	}
 	return res.finish(), nil

@@ -104,6 +104,16 @@ func junitAdd(res *Result, s junitSuite, depth int) error {
 				}
 			}
 			f.Message = r.Message
+			if f.File == "" && looksLikeFile(c.Classname) {
+				// Vitest and jest-junit name the test file as the
+				// class; a "test" named after its file is the file
+				// failing to load (a transform or import error).
+				f.File = c.Classname
+				if c.Name == c.Classname {
+					f.Build = true
+					res.BuildFailed = true
+				}
+			}
 			if f.File == "" {
 				if m := pyFileLine.FindAllStringSubmatch(r.Text, -1); m != nil {
 					// The innermost frame that is a test file is
@@ -136,4 +146,24 @@ func pathBase(p string) string {
 		return p[i+1:]
 	}
 	return p
+}
+
+// looksLikeFile tells a JUnit classname that is a file path
+// ("src/calc.test.ts") from a dotted class or module name.
+func looksLikeFile(classname string) bool {
+	if strings.Contains(classname, "/") {
+		return true
+	}
+	switch pathExt(classname) {
+	case ".js", ".jsx", ".mjs", ".cjs", ".ts", ".tsx", ".mts", ".cts", ".py", ".rb", ".go", ".rs":
+		return true
+	}
+	return false
+}
+
+func pathExt(p string) string {
+	if i := strings.LastIndexByte(p, '.'); i >= 0 && !strings.ContainsAny(p[i:], `/\`) {
+		return p[i:]
+	}
+	return ""
 }

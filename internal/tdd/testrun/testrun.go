@@ -135,7 +135,7 @@ func readAll(r io.Reader) ([]byte, error) {
 }
 
 func (r *Result) addFailure(f Failure) {
-	f.Message = firstLine(f.Message)
+	f.Message = firstLine(controlFree(stripANSI(f.Message)))
 	r.Failures = append(r.Failures, f)
 }
 
@@ -168,4 +168,27 @@ func firstLine(s string) string {
 		s = s[:maxMessage]
 	}
 	return s
+}
+
+// controlFree drops C0 control characters other than tab and newline and
+// DEL: runner messages are shown to the model and to terminals.
+func controlFree(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }

@@ -23,6 +23,7 @@ var formatOf = map[string]Format{
 	"jest":   JestJSON,
 	"vitest": VitestJSON,
 	"cargo":  CargoText,
+	"junit":  JUnitXML, // other runners' JUnit XML (vitest --reporter=junit)
 }
 
 // TestGolden parses every captured report and compares the Result with its
@@ -51,6 +52,7 @@ func TestGolden(t *testing.T) {
 					t.Fatalf("parse: %v", err)
 				}
 				base := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+				base = strings.TrimPrefix(base, "vitest-")
 				want := map[string]Outcome{
 					"pass": Passed, "fail": Failed, "mixed": Failed,
 					"build-failed": Failed, "syntax": Failed, "collect-error": Failed,
@@ -83,7 +85,7 @@ func TestGolden(t *testing.T) {
 			})
 		}
 	}
-	if n < 15 {
+	if n < 17 {
 		t.Fatalf("only %d captured reports found", n)
 	}
 }
@@ -154,18 +156,19 @@ func fuzzParser(f *testing.F, format Format, dir string) {
 			t.Fatalf("build failure with outcome %s", res.Outcome())
 		}
 		for _, f := range res.Failures {
-			if len(f.Message) > maxMessage || strings.Contains(f.Message, "\n") {
+			if len(f.Message) > maxMessage || strings.ContainsAny(f.Message, "\n\x1b\x00\r") {
 				t.Fatalf("message not capped: %q", f.Message)
 			}
 		}
 	})
 }
 
-func FuzzGoJSON(f *testing.F)   { fuzzParser(f, GoJSON, "go") }
-func FuzzJUnit(f *testing.F)    { fuzzParser(f, JUnitXML, "pytest") }
-func FuzzJestJSON(f *testing.F) { fuzzParser(f, JestJSON, "jest") }
-func FuzzVitest(f *testing.F)   { fuzzParser(f, VitestJSON, "vitest") }
-func FuzzCargo(f *testing.F)    { fuzzParser(f, CargoText, "cargo") }
+func FuzzGoJSON(f *testing.F)     { fuzzParser(f, GoJSON, "go") }
+func FuzzJUnit(f *testing.F)      { fuzzParser(f, JUnitXML, "pytest") }
+func FuzzJestJSON(f *testing.F)   { fuzzParser(f, JestJSON, "jest") }
+func FuzzVitest(f *testing.F)     { fuzzParser(f, VitestJSON, "vitest") }
+func FuzzCargo(f *testing.F)      { fuzzParser(f, CargoText, "cargo") }
+func FuzzJUnitOther(f *testing.F) { fuzzParser(f, JUnitXML, "junit") }
 
 func BenchmarkParseGoJSON(b *testing.B) {
 	data, err := os.ReadFile("testdata/go/mixed.json")
