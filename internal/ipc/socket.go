@@ -1,0 +1,169 @@
+package ipc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// SocketName is the socket's file name inside the data directory.
+const SocketName = "kernel.sock"
+
+// MaxSocketPath is the longest path a unix socket can be bound at on Linux
+// (sun_path is 108 bytes with the terminating NUL).
+const MaxSocketPath = 107
+
+// SocketPath chooses where the kernel serving the data directory home
+// listens. With a usable runtime directory (runtimeDir is
+// $XDG_RUNTIME_DIR: absolute, an existing directory owned by this user) it
+// is runtimeDir/fluffy/kernel-<hash of home>.sock, so that two data
+// directories never share a kernel and the path stays short; otherwise
+// home/kernel.sock.
+func SocketPath(runtimeDir, home string) string {
+	if runtimeDir != "" && filepath.IsAbs(runtimeDir) {
+		if fi, err := os.Stat(runtimeDir); err == nil && fi.IsDir() && ownedByMe(fi) {
+			sum := sha256.Sum256([]byte(filepath.Clean(home)))
+			return filepath.Join(runtimeDir, "fluffy", "kernel-"+hex.EncodeToString(sum[:6])+".sock")
+		}
+	}
+	return filepath.Join(home, SocketName)
+}
+
+func ownedByMe(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// Listen errors.
+var (
+	// ErrInUse: another process answers on the socket.
+	ErrInUse = errors.New("ipc: socket in use by a running server")
+	// ErrNotSocket: something other than a socket sits at the path, and
+	// Listen will not remove it.
+	ErrNotSocket = errors.New("ipc: path exists and is not a socket")
+	// ErrPathTooLong: the path does not fit in a unix socket address.
+	ErrPathTooLong = errors.New("ipc: socket path too long")
+)
+
+// Listen binds a unix socket at path, private to this user: its directory
+// is created 0700 (an existing one must be owned by this user and is
+// tightened to 0700), the socket file is 0600. A socket file left by a
+// dead server (nobody answers) is removed; one with a live server gives
+// ErrInUse.
+func Listen(path string) (*net.UnixListener, error) {
+	if len(path) > MaxSocketPath {
+		return nil, fmt.Errorf("%w: %d bytes at %s (at most %d): choose a shorter data directory or set XDG_RUNTIME_DIR", ErrPathTooLong, len(path), path, MaxSocketPath)
+	}
+	dir := filepath.Dir(path)
+	if err := privateDir(dir); err != nil {
+		return nil, err
+	}
+	if err := RemoveStale(path); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("ipc: listen on %s: %w", path, err)
+	}
+	// The directory is 0700 already; the mode is the second fence.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ipc: restrict %s to 0600: %w", path, err)
+	}
+	return ln, nil
+}
+
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("ipc: create socket directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("ipc: socket directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("ipc: socket directory %s is not a directory", dir)
+	}
+	if !ownedByMe(fi) {
+		return fmt.Errorf("ipc: socket directory %s belongs to another user: %w", dir, fs.ErrPermission)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("ipc: restrict socket directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// RemoveStale removes the socket file at path when no server answers on
+// it. It returns nil when there is no file, ErrInUse when a server
+// answers, ErrNotSocket when the file is not a socket.
+func RemoveStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ipc: %w", err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%w: %s (%s); remove it by hand if it is not yours", ErrNotSocket, path, fi.Mode().Type())
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrInUse, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("ipc: probe %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ipc: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Cred is a peer's credentials as the kernel saw them at connect time
+// (SO_PEERCRED): not forgeable by the peer.
+type Cred struct {
+	PID int32  `json:"pid"`
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// PeerCred reads the credentials of the process at the other end of c.
+func PeerCred(c *net.UnixConn) (Cred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return Cred{}, fmt.Errorf("ipc: peer credentials: %w", err)
+	}
+	var uc *syscall.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		uc, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return Cred{}, fmt.Errorf("ipc: peer credentials: %w", err)
+	}
+	if serr != nil {
+		return Cred{}, fmt.Errorf("ipc: peer credentials: %w", serr)
+	}
+	return Cred{PID: uc.Pid, UID: uc.Uid, GID: uc.Gid}, nil
+}
+
+// dialUnix connects to path, honouring ctx.
+func dialUnix(ctx context.Context, path string) (*net.UnixConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
+}
