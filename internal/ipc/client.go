@@ -15,6 +15,25 @@ import (
 // the server went away). Client.Err says why when the server said so.
 var ErrClosed = errors.New("ipc: connection closed")
 
+// DialError is every error Dial returns: the socket, the server's
+// credentials when the connection got that far (zero otherwise), and the
+// cause, which may be an *Error from the server (version_mismatch) or a
+// network error (ENOENT, ECONNREFUSED, a deadline).
+type DialError struct {
+	Path string
+	Cred Cred
+	Err  error
+}
+
+func (e *DialError) Error() string {
+	if e.Cred.PID != 0 {
+		return fmt.Sprintf("ipc: dial %s (server pid %d): %v", e.Path, e.Cred.PID, e.Err)
+	}
+	return fmt.Sprintf("ipc: dial %s: %v", e.Path, e.Err)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
 // Event is a server-pushed message.
 type Event struct {
 	Topic string
@@ -81,13 +100,13 @@ func Dial(ctx context.Context, path string, opts ClientOptions) (*Client, error)
 	}
 	nc, err := dialUnix(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("ipc: connect to %s: %w", path, err)
+		return nil, &DialError{Path: path, Err: err}
 	}
 	c := &Client{nc: nc, maxFrame: clampMax(opts.MaxFrame), events: make(chan Event, opts.EventBuffer),
 		done: make(chan struct{}), pending: map[uint64]chan *Message{}}
 	if err := c.handshake(ctx, path, opts); err != nil {
 		nc.Close()
-		return nil, err
+		return nil, &DialError{Path: path, Cred: c.cred, Err: err}
 	}
 	go c.readLoop()
 	return c, nil
@@ -98,10 +117,10 @@ func (c *Client) handshake(ctx context.Context, path string, opts ClientOptions)
 	if err != nil {
 		return err
 	}
+	c.cred = cred
 	if int(cred.UID) != os.Geteuid() {
 		return Errorf(CodePermissionDenied, "the socket %s is served by uid %d (pid %d), not by you (uid %d)", path, cred.UID, cred.PID, os.Geteuid())
 	}
-	c.cred = cred
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	err = c.write(&Message{Type: TypeHello, Hello: &Hello{Min: opts.MinVersion, Max: opts.MaxVersion, Name: opts.Name, PID: os.Getpid()}})
@@ -119,12 +138,12 @@ func (c *Client) handshake(ctx context.Context, path string, opts ClientOptions)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("ipc: hello with %s: %w", path, ctx.Err())
+			return fmt.Errorf("ipc: hello: %w", ctx.Err())
 		}
-		return fmt.Errorf("ipc: hello with %s: %w", path, err)
+		return fmt.Errorf("ipc: hello: %w", err)
 	}
 	if !stop() {
-		return fmt.Errorf("ipc: hello with %s: %w", path, ctx.Err())
+		return fmt.Errorf("ipc: hello: %w", ctx.Err())
 	}
 	return c.nc.SetDeadline(time.Time{})
 }

@@ -582,7 +582,7 @@ func TestPeerOfAnotherUserIsRefused(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	for _, want := range []string{
-		"dial: ipc: permission_denied: the socket " + ts.path + " is served by uid 0",
+		"ipc: permission_denied: the socket " + ts.path + " is served by uid 0",
 		`server: {"type":"error","error":{"code":"permission_denied","message":"peer uid 65534 is not the kernel's uid 0"}} <nil>`,
 	} {
 		if err != nil || !strings.Contains(string(out), want) {

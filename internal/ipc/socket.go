@@ -63,7 +63,7 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("%w: %d bytes at %s (at most %d): choose a shorter data directory or set XDG_RUNTIME_DIR", ErrPathTooLong, len(path), path, MaxSocketPath)
 	}
 	dir := filepath.Dir(path)
-	if err := privateDir(dir); err != nil {
+	if err := EnsureDir(dir); err != nil {
 		return nil, err
 	}
 	if err := RemoveStale(path); err != nil {
@@ -81,7 +81,10 @@ func Listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-func privateDir(dir string) error {
+// EnsureDir creates the socket directory dir with mode 0700, or checks
+// that an existing one belongs to this user (an error wrapping
+// fs.ErrPermission otherwise) and tightens its mode to 0700.
+func EnsureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("ipc: create socket directory: %w", err)
 	}
