@@ -23,6 +23,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/buildinfo"
+	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 )
 
@@ -310,3 +313,18 @@ func lock(ctx context.Context, path string) (func(), error) {
 		}
 	}
 }
+
+// ForConfig returns the Options for the kernel serving cfg's data
+// directory: the socket ipc.SocketPath chooses (runtimeDir is
+// $XDG_RUNTIME_DIR), kernel.start_timeout, and launcher, whose output goes
+// to the data directory's logs/kernel.log unless it names a log.
+func ForConfig(cfg *config.Config, runtimeDir string, launcher Exec) Options {
+	if launcher.Log == "" {
+		launcher.Log = datadir.Dir{Root: cfg.Home}.Path(datadir.Logs, KernelLog)
+	}
+	return Options{Socket: ipc.SocketPath(runtimeDir, cfg.Home), Launcher: launcher,
+		StartTimeout: time.Duration(cfg.Kernel.StartTimeout), Name: "fluffy/" + buildinfo.Get().Version}
+}
+
+// KernelLog is the kernel's log file in the data directory's logs/.
+const KernelLog = "kernel.log"

@@ -36,6 +36,16 @@ type Config struct {
 	Audit   Audit   `yaml:"audit"`
 	Policy  Policy  `yaml:"policy"`
 	TDD     TDD     `yaml:"tdd"`
+	Kernel  Kernel  `yaml:"kernel"`
+}
+
+// Kernel configures the kernel process the CLI starts on demand.
+type Kernel struct {
+	// IdleTimeout is how long a kernel started for a one-shot command
+	// keeps running without any client before it exits.
+	IdleTimeout units.Duration `yaml:"idle_timeout"`
+	// StartTimeout bounds the wait for a starting kernel's first pong.
+	StartTimeout units.Duration `yaml:"start_timeout"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -113,6 +123,7 @@ func Default(env Env) Config {
 		},
 		Policy: Policy{Default: "approve"},
 		TDD:    TDD{Mode: "strict"},
+		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
 	}
 }
 

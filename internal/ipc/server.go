@@ -242,6 +242,14 @@ func (s *Server) Conns() int {
 	return len(s.conns)
 }
 
+// Served returns the number of connections accepted since the start
+// (refused peers not counted).
+func (s *Server) Served() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextConn
+}
+
 // Done is closed when the server begins shutting down.
 func (s *Server) Done() <-chan struct{} { return s.done }
 

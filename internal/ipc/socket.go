@@ -118,7 +118,14 @@ func RemoveStale(path string) error {
 		return fmt.Errorf("ipc: %w", err)
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("%w: %s (%s); remove it by hand if it is not yours", ErrNotSocket, path, fi.Mode().Type())
+		kind := "a " + fi.Mode().Type().String()
+		switch {
+		case fi.Mode().IsRegular():
+			kind = "a regular file"
+		case fi.IsDir():
+			kind = "a directory"
+		}
+		return fmt.Errorf("%w: %s is %s", ErrNotSocket, path, kind)
 	}
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
