@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,7 @@ type ClientOptions struct {
 // concurrent use.
 type Client struct {
 	nc       *net.UnixConn
+	br       *bufio.Reader
 	maxFrame int
 	hello    Hello
 	cred     Cred
@@ -102,7 +104,7 @@ func Dial(ctx context.Context, path string, opts ClientOptions) (*Client, error)
 	if err != nil {
 		return nil, &DialError{Path: path, Err: err}
 	}
-	c := &Client{nc: nc, maxFrame: clampMax(opts.MaxFrame), events: make(chan Event, opts.EventBuffer),
+	c := &Client{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), maxFrame: clampMax(opts.MaxFrame), events: make(chan Event, opts.EventBuffer),
 		done: make(chan struct{}), pending: map[uint64]chan *Message{}}
 	if err := c.handshake(ctx, path, opts); err != nil {
 		nc.Close()
@@ -197,7 +199,7 @@ func (c *Client) write(m *Message) error {
 }
 
 func (c *Client) read() (*Message, error) {
-	p, err := ReadFrame(c.nc, c.maxFrame)
+	p, err := ReadFrame(c.br, c.maxFrame)
 	if err != nil {
 		return nil, err
 	}

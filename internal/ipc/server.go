@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -366,6 +367,7 @@ type outFrame struct {
 type conn struct {
 	s    *Server
 	nc   *net.UnixConn
+	br   *bufio.Reader
 	peer Peer
 	out  chan outFrame
 	sem  chan struct{}
@@ -395,7 +397,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c := &conn{s: s, nc: nc, out: make(chan outFrame, s.opts.QueueLen), sem: make(chan struct{}, s.opts.MaxInFlight),
+	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 16<<10), out: make(chan outFrame, s.opts.QueueLen), sem: make(chan struct{}, s.opts.MaxInFlight),
 		ctx: ctx, stop: stop, closed: make(chan struct{}), flushed: make(chan struct{}), inflight: map[uint64]context.CancelFunc{}}
 	c.peer = Peer{Cred: cred, c: c}
 	s.mu.Lock()
@@ -514,25 +516,41 @@ func (c *conn) sendFatal(e *Error) {
 	}
 }
 
+// writeLoop writes queued frames, batching what is already queued into
+// one writev.
 func (c *conn) writeLoop() {
+	var batch net.Buffers
 	for {
+		var f outFrame
 		select {
-		case f := <-c.out:
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-			if _, err := c.nc.Write(f.b); err != nil {
-				c.s.log.Debug("ipc: write failed, closing", "conn", c.peer.ID, "err", err)
-				c.close()
-				return
-			}
-			if f.last {
-				// The peer reads the final frame, then EOF. The reader
-				// gets a second to see the peer hang up.
-				_ = c.nc.CloseWrite()
-				_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
-				close(c.flushed)
-				return
-			}
+		case f = <-c.out:
 		case <-c.closed:
+			return
+		}
+		batch = append(batch[:0], f.b)
+		size := len(f.b)
+	more:
+		for !f.last && size < 256<<10 {
+			select {
+			case f = <-c.out:
+				batch = append(batch, f.b)
+				size += len(f.b)
+			default:
+				break more
+			}
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		if _, err := batch.WriteTo(c.nc); err != nil {
+			c.s.log.Debug("ipc: write failed, closing", "conn", c.peer.ID, "err", err)
+			c.close()
+			return
+		}
+		if f.last {
+			// The peer reads the final frame, then EOF. The reader
+			// gets a second to see the peer hang up.
+			_ = c.nc.CloseWrite()
+			_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+			close(c.flushed)
 			return
 		}
 	}
@@ -583,7 +601,7 @@ func (c *conn) readLoop() {
 // readMessage reads and decodes one frame. On failure it queues the fatal
 // error the peer should see (if any) and reports false.
 func (c *conn) readMessage() (*Message, bool) {
-	p, err := ReadFrame(c.nc, c.s.opts.MaxFrame)
+	p, err := ReadFrame(c.br, c.s.opts.MaxFrame)
 	if err != nil {
 		var fse *FrameSizeError
 		switch {
