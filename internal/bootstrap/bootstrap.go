@@ -189,7 +189,7 @@ func waitReady(ctx context.Context, o Options, p Process) (*ipc.Client, error) {
 			return nil, &StartError{What: fmt.Sprintf("the kernel (pid %d) did not answer within %v", p.Pid(), o.StartTimeout),
 				Err: context.Cause(ctx), Fix: "the machine may be overloaded; run the command again, or 'fluffy kernel' in a terminal to watch it start"}
 		case <-time.After(delay):
-			delay = min(2*delay, 50*time.Millisecond)
+			delay = min(2*delay, 10*time.Millisecond)
 		}
 	}
 }
