@@ -148,7 +148,7 @@ func Connect(ctx context.Context, o Options) (*ipc.Client, error) {
 		return nil, se
 	}
 	if err := ipc.RemoveStale(o.Socket); err != nil {
-		return nil, explainSocket(o, err)
+		return nil, explain(o, err)
 	}
 	p, err := o.Launcher.Launch(ctx)
 	if err != nil {
@@ -192,6 +192,22 @@ func waitReady(ctx context.Context, o Options, p Process) (*ipc.Client, error) {
 			delay = min(2*delay, 10*time.Millisecond)
 		}
 	}
+}
+
+// Running returns a client of the running kernel, or nil and no error when
+// none runs (no socket, or a stale one); it never starts a kernel.
+func Running(ctx context.Context, o Options) (*ipc.Client, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	c, err := dialSettled(ctx, o)
+	if err != nil && (notListening(err) || dying(err)) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, explain(o, err)
+	}
+	return c, nil
 }
 
 // dialSettled is dialHealthy, retried for up to a second while the
@@ -263,26 +279,14 @@ func explain(o Options, err error) *StartError {
 		return &StartError{What: fmt.Sprintf("the kernel (pid %d) accepts connections but does not answer within %v", pid, o.PingTimeout), Err: err,
 			Fix: fmt.Sprintf("it is stuck: stop it (kill %d) and run the command again", pid)}
 	case errors.Is(err, syscall.ENOTSOCK), errors.Is(err, ipc.ErrNotSocket):
-		return explainSocket(o, err)
-	}
-	return &StartError{What: "cannot reach the kernel", Err: err,
-		Fix: fmt.Sprintf("run 'fluffy doctor'; if %s is left over from an old kernel, remove it", o.Socket)}
-}
-
-// explainSocket covers preparing the socket path for a new kernel.
-func explainSocket(o Options, err error) *StartError {
-	switch {
-	case errors.Is(err, ipc.ErrNotSocket), errors.Is(err, syscall.ENOTSOCK):
 		return &StartError{What: "something that is not a socket is in the kernel socket's place", Err: err,
 			Fix: fmt.Sprintf("look at %s and remove it if it is not yours to keep", o.Socket)}
 	case errors.Is(err, ipc.ErrInUse):
 		return &StartError{What: "a process holds the kernel socket but does not answer as a kernel", Err: err,
 			Fix: fmt.Sprintf("find it with 'ss -xlp | grep %s' and stop it", filepath.Base(o.Socket))}
-	case errors.Is(err, fs.ErrPermission):
-		return explain(o, err)
 	}
-	return &StartError{What: "cannot prepare the kernel socket", Err: err,
-		Fix: fmt.Sprintf("check %s and its directory", o.Socket)}
+	return &StartError{What: "cannot reach the kernel", Err: err,
+		Fix: fmt.Sprintf("run 'fluffy doctor'; if %s is left over from an old kernel, remove it", o.Socket)}
 }
 
 // lock takes an exclusive lock on path (created 0600 in a directory

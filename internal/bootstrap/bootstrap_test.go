@@ -464,3 +464,28 @@ func TestCodeLines(t *testing.T) {
 		t.Fatalf("codeLines = %d, %v; want 3", n, err)
 	}
 }
+
+func TestRunningNeverStarts(t *testing.T) {
+	l := newLauncher(t, "serve")
+	if c, err := Running(t.Context(), l.opts()); c != nil || err != nil {
+		t.Fatalf("no kernel: Running = %v, %v", c, err)
+	}
+	c, err := Connect(t.Context(), l.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := kernelPID(t, c)
+	c2, err := Running(t.Context(), l.opts())
+	if err != nil || c2 == nil || kernelPID(t, c2) != pid {
+		t.Fatalf("running kernel: Running = %v, %v", c2, err)
+	}
+	c2.Close()
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	<-c.Done()
+	if c, err := Running(t.Context(), l.opts()); c != nil || err != nil {
+		t.Fatalf("stale socket: Running = %v, %v", c, err)
+	}
+	if l.launches() != 1 {
+		t.Fatalf("Running launched a kernel (%d launches)", l.launches())
+	}
+}

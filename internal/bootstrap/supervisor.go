@@ -100,7 +100,7 @@ func (s *Supervisor) watch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			c.Close()
-			s.stop(ErrClosed)
+			s.fail(ErrClosed)
 			return
 		case <-c.Done():
 			cause = c.Err()
@@ -128,7 +128,7 @@ func (s *Supervisor) watch(ctx context.Context) {
 		s.o.Logger.Warn("bootstrap: kernel connection lost, restarting", "cause", cause, "backoff", delay)
 		next, err := s.restart(ctx, &delay)
 		if err != nil {
-			s.stop(err)
+			s.fail(err)
 			return
 		}
 		c, started = next, time.Now()
@@ -166,7 +166,7 @@ func (s *Supervisor) restart(ctx context.Context, delay *time.Duration) (*ipc.Cl
 		Err: last, Fix: "see the kernel's log in the data directory's logs/ and run 'fluffy kernel' in a terminal to watch it start"}
 }
 
-func (s *Supervisor) stop(err error) {
+func (s *Supervisor) fail(err error) {
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()

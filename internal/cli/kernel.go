@@ -106,7 +106,78 @@ it then exits after kernel.idle_timeout without any client.`,
 		},
 	}
 	cmd.Flags().BoolVar(&oneshot, "oneshot", false, "exit after kernel.idle_timeout without clients")
+	cmd.AddCommand(newKernelStatusCmd(a), newKernelStopCmd(a))
 	return cmd
+}
+
+// dialRunning connects to a running kernel without starting one; it
+// returns nil, nil when no kernel is running.
+func (a *App) dialRunning(ctx context.Context) (*ipc.Client, error) {
+	o, err := a.kernelOptions()
+	if err != nil {
+		return nil, err
+	}
+	c, err := bootstrap.Running(ctx, o)
+	var se *bootstrap.StartError
+	if errors.As(err, &se) {
+		return nil, &ExitError{Code: ExitFailure, Msg: se.Error()}
+	}
+	return c, err
+}
+
+func newKernelStatusCmd(a *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the running kernel's status; never starts one (exit 1 when none runs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.dialRunning(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				return &ExitError{Code: ExitFailure, Msg: "no kernel is running ('fluffy status' starts one)"}
+			}
+			defer c.Close()
+			return a.printStatus(cmd.Context(), c, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func newKernelStopCmd(a *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop",
+		Short: "Stop the running kernel gracefully",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.dialRunning(ctx)
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				fmt.Fprintln(a.Stdout, "no kernel is running")
+				return nil
+			}
+			defer c.Close()
+			var res struct {
+				PID int `json:"pid"`
+			}
+			if err := c.Call(ctx, "shutdown", nil, &res); err != nil {
+				return fmt.Errorf("stop the kernel: %w", err)
+			}
+			select { // the kernel closes every connection once it is done
+			case <-c.Done():
+			case <-time.After(10 * time.Second):
+				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel (pid %d) did not stop within 10s; kill it (kill %d)", res.PID, res.PID)}
+			}
+			fmt.Fprintf(a.Stdout, "kernel stopped (pid %d)\n", res.PID)
+			return nil
+		},
+	}
 }
 
 func runKernel(ctx context.Context, a *App, oneshot bool) error {
@@ -138,6 +209,17 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 			st.IdleTimeout = idle.String()
 		}
 		return st, nil
+	}); err != nil {
+		return err
+	}
+	if err := mux.Handle("shutdown", func(context.Context, *ipc.Request) (any, error) {
+		log.Info("kernel stopping", "cause", "shutdown requested")
+		go func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		return map[string]int{"pid": os.Getpid()}, nil
 	}); err != nil {
 		return err
 	}
@@ -187,29 +269,33 @@ func newStatusCmd(a *App) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			var st KernelStatus
-			if err := c.Call(ctx, "status", nil, &st); err != nil {
-				return fmt.Errorf("kernel status: %w", err)
-			}
-			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "kernel\trunning, pid %d\n", st.PID)
-			fmt.Fprintf(tw, "version\t%s (commit %s, %s, protocol %d)\n", st.Version, st.Commit, st.GoVersion, st.Protocol)
-			fmt.Fprintf(tw, "uptime\t%v\n", (time.Duration(st.UptimeMS) * time.Millisecond).String())
-			fmt.Fprintf(tw, "socket\t%s\n", st.Socket)
-			fmt.Fprintf(tw, "clients\t%d connected, %d served\n", st.Clients, st.Served)
-			if st.IdleTimeout != "" {
-				fmt.Fprintf(tw, "idle exit\tafter %s without clients\n", st.IdleTimeout)
-			} else {
-				fmt.Fprintf(tw, "idle exit\tnever (started by hand)\n")
-			}
-			return tw.Flush()
+			return a.printStatus(ctx, c, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error {
+	var st KernelStatus
+	if err := c.Call(ctx, "status", nil, &st); err != nil {
+		return fmt.Errorf("kernel status: %w", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "kernel\trunning, pid %d\n", st.PID)
+	fmt.Fprintf(tw, "version\t%s (commit %s, %s, protocol %d)\n", st.Version, st.Commit, st.GoVersion, st.Protocol)
+	fmt.Fprintf(tw, "uptime\t%v\n", (time.Duration(st.UptimeMS) * time.Millisecond).String())
+	fmt.Fprintf(tw, "socket\t%s\n", st.Socket)
+	fmt.Fprintf(tw, "clients\t%d connected, %d served\n", st.Clients, st.Served)
+	if st.IdleTimeout != "" {
+		fmt.Fprintf(tw, "idle exit\tafter %s without clients\n", st.IdleTimeout)
+	} else {
+		fmt.Fprintf(tw, "idle exit\tnever (started by hand)\n")
+	}
+	return tw.Flush()
 }
