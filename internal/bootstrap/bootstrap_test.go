@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 )
 
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv(envSocket); sock != "" {
 		os.Exit(testKernel(sock, os.Getenv(envMode)))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func testKernel(sock, mode string) int {
@@ -298,7 +300,7 @@ func TestHungKernelFound(t *testing.T) {
 	o.PingTimeout = 100 * time.Millisecond
 	_, err = Connect(t.Context(), o)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the kernel (pid %d) accepts connections but does not answer", p.Pid())) {
-		t.Fatalf("err = %v", err)
+		t.Fatalf("err = %v; want it to name pid %d", err, p.Pid())
 	}
 	if l.launches() != 1 {
 		t.Fatal("a second kernel was launched beside the hung one")
