@@ -147,7 +147,8 @@ type Server struct {
 	closing  bool
 	idle     bool
 	idleT    *time.Timer
-	done     chan struct{} // closed when shutdown begins
+	done     chan struct{}  // closed when shutdown begins
+	conng    sync.WaitGroup // connection goroutines; Add only while !closing
 }
 
 // NewServer checks the options and returns a server.
@@ -211,7 +212,18 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			s.shutdownNow()
 			return fmt.Errorf("ipc: accept: %w", err)
 		}
-		go s.serveConn(c)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.conng.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.conng.Done()
+			s.serveConn(c)
+		}()
 	}
 }
 
@@ -257,7 +269,9 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // Shutdown stops accepting, lets in-flight requests finish, tells every
 // client with a final shutting_down error frame and closes. New requests
 // meanwhile get CodeShuttingDown. When ctx ends first, handlers are
-// canceled, connections closed at once, and ctx's error returned.
+// canceled, connections closed at once, and ctx's error returned. A
+// handler must not wait for Shutdown (it waits for the handler): start it
+// in a goroutine.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing {
@@ -284,6 +298,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	all := make(chan struct{})
+	go func() {
+		s.conng.Wait()
+		close(all)
+	}()
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
 	return ctx.Err()
 }
 
@@ -401,15 +424,9 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		ctx: ctx, stop: stop, closed: make(chan struct{}), flushed: make(chan struct{}), inflight: map[uint64]context.CancelFunc{}}
 	c.peer = Peer{Cred: cred, c: c}
 	s.mu.Lock()
-	if s.closing {
+	if s.closing { // accepted as shutdown began: the client retries
 		s.mu.Unlock()
-		c.sendFatal(Errorf(CodeShuttingDown, "the kernel is shutting down"))
-		go c.writeLoop()
-		select {
-		case <-c.flushed:
-		case <-time.After(s.opts.WriteTimeout):
-		}
-		c.close()
+		nc.Close()
 		return
 	}
 	s.nextConn++
