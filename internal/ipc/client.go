@@ -125,7 +125,7 @@ func (c *Client) handshake(ctx context.Context, path string, opts ClientOptions)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	err = c.write(&Message{Type: TypeHello, Hello: &Hello{Min: opts.MinVersion, Max: opts.MaxVersion, Name: opts.Name, PID: os.Getpid()}})
+	err = c.write(context.Background(), &Message{Type: TypeHello, Hello: &Hello{Min: opts.MinVersion, Max: opts.MaxVersion, Name: opts.Name, PID: os.Getpid()}})
 	if err == nil {
 		var m *Message
 		if m, err = c.read(); err == nil {
@@ -188,14 +188,40 @@ func (c *Client) fail(err error) {
 	c.nc.Close()
 }
 
-func (c *Client) write(m *Message) error {
+// write sends one frame. When ctx ends mid-write the frame may be cut
+// short: the connection then fails, since the stream cannot be
+// resynchronised.
+func (c *Client) write(ctx context.Context, m *Message) error {
 	b, err := encode(m)
 	if err != nil {
 		return err
 	}
+	if len(b) > c.maxFrame {
+		return &FrameSizeError{Size: uint32(min(len(b), 1<<32-1)), Max: uint32(c.maxFrame)}
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return WriteFrame(c.nc, b, c.maxFrame)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetWriteDeadline(time.Unix(1, 0)) })
+	n, err := c.nc.Write(AppendFrame(make([]byte, 0, HeaderSize+len(b)), b))
+	if !stop() {
+		if err == nil {
+			_ = c.nc.SetWriteDeadline(time.Time{})
+			return nil
+		}
+		if n == 0 {
+			_ = c.nc.SetWriteDeadline(time.Time{})
+			return ctx.Err()
+		}
+		c.fail(fmt.Errorf("%w: write interrupted: %w", ErrClosed, ctx.Err()))
+		return ctx.Err()
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
+	}
+	return err
 }
 
 func (c *Client) read() (*Message, error) {
@@ -268,10 +294,12 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}
-	if err := c.write(&Message{Type: TypeRequest, ID: id, Method: method, Params: raw}); err != nil {
+	if err := c.write(ctx, &Message{Type: TypeRequest, ID: id, Method: method, Params: raw}); err != nil {
 		forget()
-		c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
-		return c.Err()
+		if e := c.Err(); e != nil {
+			return e
+		}
+		return fmt.Errorf("ipc: %s: %w", method, err) // nothing was sent
 	}
 	select {
 	case m := <-ch:
@@ -286,7 +314,9 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 		return nil
 	case <-ctx.Done():
 		forget()
-		_ = c.write(&Message{Type: TypeCancel, ID: id})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = c.write(cctx, &Message{Type: TypeCancel, ID: id})
+		cancel()
 		return fmt.Errorf("ipc: %s: %w", method, ctx.Err())
 	case <-c.done:
 		forget()

@@ -85,6 +85,9 @@ func testMux(t testing.TB, started chan<- string) *Mux {
 	must(mux.Handle("boom", func(context.Context, *Request) (any, error) {
 		panic("handler bug")
 	}))
+	must(mux.Handle("big", func(context.Context, *Request) (any, error) {
+		return strings.Repeat("z", 2000), nil
+	}))
 	must(mux.Handle("whoami", func(_ context.Context, r *Request) (any, error) {
 		return r.Peer, nil
 	}))
@@ -783,5 +786,36 @@ func TestJSONShapes(t *testing.T) {
 	b, _ := json.Marshal(&Message{Type: TypeResponse, ID: 7, Error: Errorf(CodeUnknownMethod, "no method %q", "x")})
 	if want := `{"type":"response","id":7,"error":{"code":"unknown_method","message":"no method \"x\""}}`; string(b) != want {
 		t.Fatalf("%s\nwant %s", b, want)
+	}
+}
+
+func TestClientSideLimits(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	c, err := Dial(t.Context(), ts.path, ClientOptions{MaxFrame: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Too large to send: refused locally, nothing sent, the connection lives.
+	err = c.Call(t.Context(), "echo", echoParams{Text: strings.Repeat("x", 2048)}, nil)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized params: %v", err)
+	}
+	// An already-canceled context sends nothing either.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.Ping(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled ping: %v", err)
+	}
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatalf("connection broken by refused calls: %v", err)
+	}
+	// A response over the client's limit ends the connection.
+	if err := c.Call(t.Context(), "big", nil, nil); err == nil {
+		t.Fatal("oversized response accepted")
+	}
+	<-c.Done()
+	if !errors.Is(c.Err(), ErrFrameTooLarge) {
+		t.Fatalf("client err = %v", c.Err())
 	}
 }
