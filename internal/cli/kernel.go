@@ -163,18 +163,18 @@ func newKernelStopCmd(a *App) *cobra.Command {
 				return nil
 			}
 			defer c.Close()
-			var res struct {
-				PID int `json:"pid"`
-			}
-			if err := c.Call(ctx, "shutdown", nil, &res); err != nil {
+			pid := c.ServerCred().PID
+			// A kernel already stopping (idle) answers shutting_down: wait
+			// for it all the same.
+			if err := c.Call(ctx, "shutdown", nil, nil); err != nil && !errors.Is(err, ipc.ErrShuttingDown) {
 				return fmt.Errorf("stop the kernel: %w", err)
 			}
 			select { // the kernel closes every connection once it is done
 			case <-c.Done():
 			case <-time.After(10 * time.Second):
-				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel (pid %d) did not stop within 10s; kill it (kill %d)", res.PID, res.PID)}
+				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel (pid %d) did not stop within 10s; kill it (kill %d)", pid, pid)}
 			}
-			fmt.Fprintf(a.Stdout, "kernel stopped (pid %d)\n", res.PID)
+			fmt.Fprintf(a.Stdout, "kernel stopped (pid %d)\n", pid)
 			return nil
 		},
 	}
@@ -223,7 +223,8 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	}); err != nil {
 		return err
 	}
-	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, IdleTimeout: idle})
+	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log,
+		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
 	if err != nil {
 		return err
 	}

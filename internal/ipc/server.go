@@ -124,6 +124,10 @@ type ServerOptions struct {
 	// IdleTimeout, when positive, shuts the server down once it has had
 	// no connection for that long; Serve then returns ErrIdle.
 	IdleTimeout time.Duration
+	// IdleGrace, when longer than IdleTimeout, replaces it until the
+	// first connection: a server started for a client gives that client
+	// time to arrive.
+	IdleGrace time.Duration
 }
 
 // Server lifecycle errors, returned by Serve.
@@ -181,7 +185,8 @@ func NewServer(opts ServerOptions) (*Server, error) {
 }
 
 // Serve accepts connections on ln until Shutdown (ErrServerClosed) or the
-// idle timeout (ErrIdle). It closes ln, which removes the socket file.
+// idle timeout (ErrIdle), and returns once every connection has ended
+// (Shutdown bounds that). It closes ln, which removes the socket file.
 func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Lock()
 	if s.closing || s.ln != nil {
@@ -198,10 +203,13 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			s.mu.Lock()
 			closing, idle := s.closing, s.idle
 			s.mu.Unlock()
-			if idle {
-				return ErrIdle
-			}
 			if closing {
+				// Return once every connection has been drained or
+				// dropped, so the caller may exit.
+				s.conng.Wait()
+				if idle {
+					return ErrIdle
+				}
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -235,7 +243,11 @@ func (s *Server) armIdle() {
 	if s.idleT != nil {
 		s.idleT.Stop()
 	}
-	s.idleT = time.AfterFunc(s.opts.IdleTimeout, func() {
+	d := s.opts.IdleTimeout
+	if s.nextConn == 0 {
+		d = max(d, s.opts.IdleGrace)
+	}
+	s.idleT = time.AfterFunc(d, func() {
 		s.mu.Lock()
 		if len(s.conns) > 0 || s.closing {
 			s.mu.Unlock()

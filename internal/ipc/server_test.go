@@ -819,3 +819,17 @@ func TestClientSideLimits(t *testing.T) {
 		t.Fatalf("client err = %v", c.Err())
 	}
 }
+
+func TestIdleGrace(t *testing.T) {
+	ts := startServer(t, ServerOptions{IdleTimeout: 20 * time.Millisecond, IdleGrace: 10 * time.Second})
+	time.Sleep(100 * time.Millisecond) // well past IdleTimeout, inside the grace
+	c := dial(t, ts.path)
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatalf("server left before its first client: %v", err)
+	}
+	c.Close()
+	if err := <-ts.errc; !errors.Is(err, ErrIdle) { // after a client: IdleTimeout
+		t.Fatalf("Serve = %v, want ErrIdle", err)
+	}
+	ts.errc <- nil
+}
