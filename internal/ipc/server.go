@@ -117,7 +117,8 @@ type ServerOptions struct {
 	// read for that long is disconnected as a slow consumer.
 	WriteTimeout time.Duration
 	// MaxInFlight bounds concurrent requests per connection (32); beyond
-	// it the server stops reading from that peer until one finishes.
+	// it requests are answered CodeUnavailable at once (the reader never
+	// blocks, so cancels always get through).
 	MaxInFlight int
 	// HandshakeTimeout bounds the wait for the client's hello (5s).
 	HandshakeTimeout time.Duration
@@ -673,8 +674,8 @@ func (c *conn) request(m *Message) bool {
 	}
 	select {
 	case c.sem <- struct{}{}:
-	case <-c.closed:
-		return false
+	default: // never block the reader: cancels must get through
+		return c.reply(m.ID, nil, Errorf(CodeUnavailable, "%d requests already in flight on this connection", cap(c.sem)))
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	c.mu.Lock()

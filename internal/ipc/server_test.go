@@ -384,8 +384,53 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+func TestInFlightLimit(t *testing.T) {
+	started := make(chan string, 4)
+	ts := startServer(t, ServerOptions{Mux: testMux(t, started), MaxInFlight: 1})
+	c := dial(t, ts.path)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Call(ctx, "block", nil, nil) }()
+	<-started
+	err := c.Call(t.Context(), "echo", echoParams{Text: "x"}, nil)
+	if !errors.Is(err, &Error{Code: CodeUnavailable}) || !strings.Contains(err.Error(), "1 requests already in flight") {
+		t.Fatalf("over the limit: %v", err)
+	}
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatalf("ping over the limit: %v", err)
+	}
+	cancel() // the cancel gets through although the connection is at its limit
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	waitFor(t, "slot freed", func() bool {
+		return c.Call(t.Context(), "echo", echoParams{Text: "y"}, nil) == nil
+	})
+}
+
+func TestDuplicateID(t *testing.T) {
+	started := make(chan string, 1)
+	ts := startServer(t, ServerOptions{Mux: testMux(t, started)})
+	r := rawDial(t, ts.path)
+	r.hello()
+	r.send(frame(`{"type":"request","id":7,"method":"block"}`))
+	<-started
+	r.send(frame(`{"type":"request","id":7,"method":"block"}`))
+	if m := r.recv(); m == nil || m.Type != TypeError || m.Error.Code != CodeInvalidMessage || !strings.Contains(m.Error.Message, "already in flight") {
+		t.Fatalf("duplicate id answered %+v", m)
+	}
+	// Cancels of unknown ids are ignored on a live connection.
+	r2 := rawDial(t, ts.path)
+	r2.hello()
+	r2.send(frame(`{"type":"cancel","id":99}`))
+	r2.send(frame(`{"type":"request","id":1,"method":"ping"}`))
+	if m := r2.recv(); m == nil || m.Type != TypeResponse || m.ID != 1 {
+		t.Fatalf("ping after a stray cancel: %+v", m)
+	}
+}
+
 func TestConcurrentRequests(t *testing.T) {
-	ts := startServer(t, ServerOptions{MaxInFlight: 4})
+	ts := startServer(t, ServerOptions{})
 	clients := []*Client{dial(t, ts.path), dial(t, ts.path), dial(t, ts.path)}
 	var wg sync.WaitGroup
 	errs := make(chan error, 1000)
