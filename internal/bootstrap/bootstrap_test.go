@@ -491,3 +491,45 @@ func TestRunningNeverStarts(t *testing.T) {
 		t.Fatalf("Running launched a kernel (%d launches)", l.launches())
 	}
 }
+
+// TestExplain covers every start-up failure's message and fix, including
+// those hard to stage with real processes (another version, another user).
+func TestExplain(t *testing.T) {
+	o := Options{Socket: "/run/fluffy/kernel.sock"}
+	dialErr := func(pid int32, err error) error {
+		return &ipc.DialError{Path: o.Socket, Cred: ipc.Cred{PID: pid}, Err: err}
+	}
+	cases := []struct {
+		name     string
+		err      error
+		what     string
+		fix      string
+		launches bool // nil: launching a kernel is the answer
+	}{
+		{"no socket", dialErr(0, syscall.ENOENT), "", "", true},
+		{"stale socket", dialErr(0, syscall.ECONNREFUSED), "", "", true},
+		{"other version", dialErr(42, ipc.Errorf(ipc.CodeVersionMismatch, "client speaks protocol 2..2")),
+			"the running kernel speaks another protocol version", "stop it (kill 42)", false},
+		{"other user's kernel", dialErr(42, ipc.Errorf(ipc.CodePermissionDenied, "served by uid 1000")),
+			"the kernel socket belongs to another user", "is not yours", false},
+		{"permission", dialErr(0, syscall.EACCES), "no permission to reach the kernel socket", "ls -la /run/fluffy", false},
+		{"hung", dialErr(42, context.DeadlineExceeded), "the kernel (pid 42) accepts connections but does not answer", "kill 42", false},
+		{"not a socket", fmt.Errorf("x: %w", ipc.ErrNotSocket), "something that is not a socket", "remove it", false},
+		{"in use", fmt.Errorf("x: %w", ipc.ErrInUse), "does not answer as a kernel", "ss -xlp", false},
+		{"other", errors.New("strange"), "cannot reach the kernel", "fluffy doctor", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			se := explain(o, tc.err)
+			if tc.launches {
+				if se != nil {
+					t.Fatalf("explain = %v, want nil (launch)", se)
+				}
+				return
+			}
+			if se == nil || !strings.Contains(se.What, tc.what) || !strings.Contains(se.Fix, tc.fix) || !errors.Is(se, tc.err) {
+				t.Fatalf("explain = %+v, want %q with a fix containing %q, wrapping the cause", se, tc.what, tc.fix)
+			}
+		})
+	}
+}
