@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -31,6 +32,9 @@ type KernelStatus struct {
 	// Served counts every connection since the start.
 	Clients int    `json:"clients"`
 	Served  uint64 `json:"served"`
+	// Refused counts connections refused because the peer was another
+	// user (SO_PEERCRED).
+	Refused int64 `json:"refused"`
 	// IdleTimeout is how long the kernel waits without clients before
 	// exiting; empty when it stays up.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
@@ -89,6 +93,15 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 		return nil, &ExitError{Code: ExitFailure, Msg: se.Error()}
 	}
 	return c, err
+}
+
+// refusals counts refused peers for the status; ipc logs each one. The
+// kernel issue routes them to the audit log as well.
+type refusals struct{ n atomic.Int64 }
+
+func (r *refusals) RecordRefusal(context.Context, ipc.Refusal) error {
+	r.n.Add(1)
+	return nil
 }
 
 func newKernelCmd(a *App) *cobra.Command {
@@ -201,10 +214,11 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	started := time.Now()
 	mux := ipc.NewMux()
 	var srv *ipc.Server
+	refused := &refusals{}
 	if err := mux.Handle("status", func(context.Context, *ipc.Request) (any, error) {
 		st := KernelStatus{PID: os.Getpid(), Version: bi.Version, Commit: bi.Commit, GoVersion: bi.GoVersion,
 			Protocol: ipc.Protocol, StartedAt: started.UTC(), UptimeMS: time.Since(started).Milliseconds(),
-			Socket: sock, Home: l.Config.Home, Clients: srv.Conns(), Served: srv.Served()}
+			Socket: sock, Home: l.Config.Home, Clients: srv.Conns(), Served: srv.Served(), Refused: refused.n.Load()}
 		if idle > 0 {
 			st.IdleTimeout = idle.String()
 		}
@@ -223,7 +237,7 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	}); err != nil {
 		return err
 	}
-	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log,
+	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: refused,
 		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
 	if err != nil {
 		return err
@@ -292,7 +306,7 @@ func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error
 	fmt.Fprintf(tw, "version\t%s (commit %s, %s, protocol %d)\n", st.Version, st.Commit, st.GoVersion, st.Protocol)
 	fmt.Fprintf(tw, "uptime\t%v\n", (time.Duration(st.UptimeMS) * time.Millisecond).String())
 	fmt.Fprintf(tw, "socket\t%s\n", st.Socket)
-	fmt.Fprintf(tw, "clients\t%d connected, %d served\n", st.Clients, st.Served)
+	fmt.Fprintf(tw, "clients\t%d connected, %d served, %d refused (another user)\n", st.Clients, st.Served, st.Refused)
 	if st.IdleTimeout != "" {
 		fmt.Fprintf(tw, "idle exit\tafter %s without clients\n", st.IdleTimeout)
 	} else {
