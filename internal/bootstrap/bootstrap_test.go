@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -42,8 +41,7 @@ func testKernel(sock, mode string) int {
 		fmt.Fprintln(os.Stderr, "kernel: audit log damaged at entry 42")
 		return 3
 	case "hang":
-		_ = os.MkdirAll(filepath.Dir(sock), 0o700)
-		ln, err := net.Listen("unix", sock)
+		ln, err := ipc.Listen(sock)
 		if err != nil {
 			return 1
 		}

@@ -146,7 +146,7 @@ type Server struct {
 	pid  int
 
 	mu       sync.Mutex // guards the fields below
-	ln       *net.UnixListener
+	ln       *Listener
 	conns    map[*conn]struct{}
 	nextConn uint64
 	closing  bool
@@ -188,7 +188,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 // Serve accepts connections on ln until Shutdown (ErrServerClosed) or the
 // idle timeout (ErrIdle), and returns once every connection has ended
 // (Shutdown bounds that). It closes ln, which removes the socket file.
-func (s *Server) Serve(ln *net.UnixListener) error {
+func (s *Server) Serve(ln *Listener) error {
 	s.mu.Lock()
 	if s.closing || s.ln != nil {
 		s.mu.Unlock()

@@ -719,16 +719,21 @@ func TestServerRestart(t *testing.T) {
 	if _, err := Listen(path); !errors.Is(err, ErrInUse) {
 		t.Fatalf("Listen on a live socket = %v", err)
 	}
-	// Crash: the listener goes away without unlinking its file.
-	ln.SetUnlinkOnClose(false)
 	s1.shutdownNow()
 	<-done
 	<-c1.Done()
 	if err := c1.Ping(t.Context()); err == nil {
 		t.Fatal("ping on a dead connection succeeded")
 	}
+	// Crash: what a kill -9 leaves, a socket file nobody listens on.
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
 	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != fs.ModeSocket {
-		t.Fatalf("stale socket not left in place: %v", err)
+		t.Fatalf("stale socket not in place: %v", err)
 	}
 	ts := startServerAt(t, path, ServerOptions{})
 	c2 := dial(t, ts.path)
@@ -778,6 +783,36 @@ func TestListen(t *testing.T) {
 	ln2.Close()
 	if fi, _ := os.Stat(open); fi.Mode().Perm() != 0o700 {
 		t.Fatalf("directory mode %v, want 0700", fi.Mode().Perm())
+	}
+}
+
+// TestListenerCloseSparesSuccessor: a server closing late must not remove
+// the socket of the server that replaced it.
+func TestListenerCloseSparesSuccessor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), SocketName)
+	a, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil { // as if judged stale
+		t.Fatal(err)
+	}
+	b, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the successor's socket was removed: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+	b.Close()
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Close left the socket file: %v", err)
 	}
 }
 

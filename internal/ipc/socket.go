@@ -53,32 +53,79 @@ var (
 	ErrPathTooLong = errors.New("ipc: socket path too long")
 )
 
+// Listener is a listening kernel socket. Close stops listening and removes
+// the socket file, unless another server has replaced it since.
+type Listener struct {
+	*net.UnixListener
+	path string
+	fi   fs.FileInfo
+}
+
+// Close closes the listener and removes its socket file if it is still
+// this listener's.
+func (l *Listener) Close() error {
+	err := l.UnixListener.Close()
+	if fi, e := os.Lstat(l.path); e == nil && os.SameFile(fi, l.fi) {
+		_ = os.Remove(l.path)
+	}
+	return err
+}
+
+// Path is where the listener is reachable.
+func (l *Listener) Path() string { return l.path }
+
 // Listen binds a unix socket at path, private to this user: its directory
 // is created 0700 (an existing one must be owned by this user and is
-// tightened to 0700), the socket file is 0600. A socket file left by a
-// dead server (nobody answers) is removed; one with a live server gives
+// tightened to 0700), the socket file is 0600. The socket is bound and
+// set listening under a temporary name and then linked into place, so a
+// client never finds a socket file that does not accept yet (which it
+// would take for stale) nor one with a wider mode. A socket file left by a
+// dead server (nobody answers) is replaced; one with a live server gives
 // ErrInUse.
-func Listen(path string) (*net.UnixListener, error) {
-	if len(path) > MaxSocketPath {
-		return nil, fmt.Errorf("%w: %d bytes at %s (at most %d): choose a shorter data directory or set XDG_RUNTIME_DIR", ErrPathTooLong, len(path), path, MaxSocketPath)
+func Listen(path string) (*Listener, error) {
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
+	if len(tmp) > MaxSocketPath {
+		return nil, fmt.Errorf("%w: %d bytes at %s (at most %d with room for a temporary name): choose a shorter data directory or set XDG_RUNTIME_DIR", ErrPathTooLong, len(path), path, MaxSocketPath-(len(tmp)-len(path)))
 	}
-	dir := filepath.Dir(path)
-	if err := EnsureDir(dir); err != nil {
+	if err := EnsureDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	if err := RemoveStale(path); err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	_ = os.Remove(tmp) // left by a process of ours with the same pid
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: listen on %s: %w", path, err)
 	}
+	ln.SetUnlinkOnClose(false)
+	defer os.Remove(tmp)
 	// The directory is 0700 already; the mode is the second fence.
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("ipc: restrict %s to 0600: %w", path, err)
 	}
-	return ln, nil
+	// link fails if a file appeared at path meanwhile: never replace
+	// another server's socket.
+	for try := 0; ; try++ {
+		err = os.Link(tmp, path)
+		if err == nil || try == 1 || !errors.Is(err, fs.ErrExist) {
+			break
+		}
+		if err = RemoveStale(path); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ipc: listen on %s: %w", path, err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ipc: listen on %s: %w", path, err)
+	}
+	return &Listener{UnixListener: ln, path: path, fi: fi}, nil
 }
 
 // EnsureDir creates the socket directory dir with mode 0700, or checks
