@@ -271,7 +271,7 @@ type atomResult struct {
 
 func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bool) Decision {
 	if id, detail := malformed(op); id != "" {
-		return Decision{Effect: Block, Rule: id, Layer: LayerBuiltin, Reason: builtinMessage(id) + ": " + detail,
+		return Decision{Effect: Block, Rule: id, Layer: LayerBuiltin, Reason: builtinMessage(id) + ": " + detail, Subject: op.Tool,
 			Matched: []Match{{Rule: id, Effect: Block, Layer: LayerBuiltin, Subject: op.Tool, Message: detail}}}
 	}
 	ws := op.Session.Workspace
@@ -322,13 +322,9 @@ func (e *Engine) atoms(op *operation.Operation, ws string) []atom {
 			cmds = shell.Expand(op.Argv)
 		}
 	}
-	act := op.Action
-	if act != operation.Exec && len(cmds) > 0 {
-		act = operation.Exec
-	}
 	for i := range cmds {
 		c := &cmds[i]
-		out = append(out, atom{action: act, cmd: c})
+		out = append(out, atom{action: op.Action, cmd: c})
 		for _, w := range c.Writes {
 			p := w
 			if !filepath.IsAbs(p) && ws != "" {

@@ -80,7 +80,7 @@ func (a *atom) subject() string {
 	case a.host != nil:
 		return fmt.Sprintf("%s %s:%d", a.action, a.host.Name, a.host.Port)
 	case a.cmd != nil:
-		return "exec " + quoteArgv(a.cmd.Argv)
+		return string(a.action) + " " + quoteArgv(a.cmd.Argv)
 	}
 	return string(a.action)
 }
@@ -92,8 +92,8 @@ func quoteArgv(argv []string) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		if len(s) > 80 {
-			s = s[:80] + "…"
+		if len(s) > 256 {
+			s = s[:256] + "…"
 		}
 		fmt.Fprintf(&b, "%q", s)
 	}

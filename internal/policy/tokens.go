@@ -339,4 +339,3 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 	}
 	d.Token = strings.Join(ids, ",")
 }
-
