@@ -82,6 +82,13 @@ const (
 // system that folds case or normalizes Unicode (macOS, a mounted FAT or
 // SMB share) must not open a way around the protection.
 func fold(p string) string {
+	if foldClean(p) {
+		return p
+	}
+	return foldSlow(p)
+}
+
+func foldSlow(p string) string {
 	if !utf8.ValidString(p) {
 		p = strings.ToValidUTF8(p, "\uFFFD")
 	}
@@ -99,6 +106,25 @@ func fold(p string) string {
 		}
 	}
 	return strings.Join(parts, "/")
+}
+
+// foldClean reports whether fold(p) == p without computing it: ASCII, no
+// upper case, no component ending in a dot or a space.
+func foldClean(p string) bool {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c >= 0x80 || c >= 'A' && c <= 'Z' {
+			return false
+		}
+		if (c == '.' || c == ' ') && (i+1 == len(p) || p[i+1] == '/') {
+			// "." and ".." components are left alone by fold.
+			if c == '.' && (i == 0 || p[i-1] == '/' || p[i-1] == '.' && (i == 1 || p[i-2] == '/')) {
+				continue
+			}
+			return false
+		}
+	}
+	return true
 }
 
 // protectedSet is a list of folded, cleaned absolute paths.
@@ -123,6 +149,23 @@ func (s protectedSet) covers(abs string) bool {
 	f := fold(abs)
 	for _, p := range s {
 		if within(f, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDotDot reports whether a relative path has a ".." component.
+func hasDotDot(p string) bool {
+	return p == ".." || strings.HasPrefix(p, "../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../")
+}
+
+// touches reports whether a protected path lies inside dir, or dir inside
+// a protected path.
+func (s protectedSet) touches(dir string) bool {
+	f := fold(dir)
+	for _, p := range s {
+		if within(p, f) || within(f, p) {
 			return true
 		}
 	}
@@ -251,6 +294,10 @@ func (e *Engine) argNamesProtected(argv []string, ws string) bool {
 	if len(e.protected) == 0 && len(e.secret) == 0 {
 		return false
 	}
+	// Relative arguments without ".." stay below the workspace: they can
+	// only name a protected path when one lies inside the workspace (or
+	// the workspace inside one).
+	wsRelevant := ws != "" && (e.protected.touches(ws) || e.secret.touches(ws))
 	for i, a := range argv {
 		if i == 0 {
 			continue // running a program is not writing it
@@ -273,7 +320,7 @@ func (e *Engine) argNamesProtected(argv []string, ws string) bool {
 				}
 				c = e.opts.Home + c[1:]
 			case !filepath.IsAbs(c):
-				if ws == "" {
+				if ws == "" || !wsRelevant && !hasDotDot(c) {
 					continue
 				}
 				c = filepath.Join(ws, c)

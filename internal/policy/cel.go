@@ -11,6 +11,7 @@ import (
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
+	"cel.dev/cel-go/interpreter"
 
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -123,8 +124,20 @@ func (c *celEnv) compile(src string) (*celProgram, error) {
 	return &celProgram{prg: prg}, nil
 }
 
+// opActivation binds the one variable, op, without allocating a map.
+type opActivation struct{ op *CELOp }
+
+func (a opActivation) ResolveName(name string) (any, bool) {
+	if name == "op" {
+		return a.op, true
+	}
+	return nil, false
+}
+
+func (a opActivation) Parent() interpreter.Activation { return nil }
+
 func (p *celProgram) eval(op *CELOp) (bool, error) {
-	out, _, err := p.prg.Eval(map[string]any{"op": op})
+	out, _, err := p.prg.Eval(opActivation{op})
 	if err != nil {
 		return false, err
 	}

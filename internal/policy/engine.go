@@ -170,7 +170,9 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 				errs = append(errs, err)
 				continue
 			}
-			layered = append(layered, &rule{id: "ext:" + x.name, layer: src.Layer, source: src.Name, line: x.line, col: x.col, ext: ext, match: &matcher{}})
+			r := &rule{id: "ext:" + x.name, layer: src.Layer, source: src.Name, line: x.line, col: x.col, ext: ext, match: &matcher{}}
+			r.index()
+			layered = append(layered, r)
 		}
 	}
 	if len(errs) > 0 {
@@ -385,6 +387,10 @@ func (e *Engine) decideAtom(ctx context.Context, op *operation.Operation, a *ato
 	return res, ms
 }
 
+// noStrings is the empty list CEL and Starlark see for absent lists;
+// never appended to.
+var noStrings = []string{}
+
 // evalCtx carries one atom through the rules; the CEL view is built on
 // first use.
 type evalCtx struct {
@@ -402,12 +408,16 @@ func (ev *evalCtx) celOp() *CELOp {
 		Size: ev.op.Size, Tags: ev.op.Tags,
 		Session: CELSession{ID: ev.op.Session.ID, Mode: ev.op.Session.Mode, State: ev.op.Session.State, Workspace: ev.op.Session.Workspace}}
 	if c.Tags == nil {
-		c.Tags = []string{}
+		c.Tags = noStrings
 	}
-	c.Argv, c.Env = []string{}, []string{}
+	c.Argv, c.Env = noStrings, noStrings
 	if cmd := ev.a.cmd; cmd != nil {
-		c.Argv = append(c.Argv, cmd.Argv...)
-		c.Env = append(c.Env, cmd.Env...)
+		if cmd.Argv != nil {
+			c.Argv = cmd.Argv
+		}
+		if cmd.Env != nil {
+			c.Env = cmd.Env
+		}
 		c.Wrapper, c.Dynamic = cmd.Wrapper, cmd.Dynamic
 	}
 	if h := ev.a.host; h != nil {

@@ -266,6 +266,9 @@ func FuzzMatch(f *testing.F) {
 			t.Fatalf("literal %q does not match itself", p)
 		}
 		wildMatch(pat, p)
+		if foldClean(p) && foldSlow(p) != p {
+			t.Fatalf("foldClean(%q) but fold gives %q", p, foldSlow(p))
+		}
 		if h, err := compileHost(pat); err == nil {
 			h.match(p, 443)
 		}

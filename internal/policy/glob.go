@@ -122,9 +122,12 @@ func (g pathGlob) match(abs, ws string) bool {
 	} else {
 		rest = strings.TrimPrefix(abs, "/")
 	}
-	var comps []string
-	if rest != "" {
-		comps = strings.Split(rest, "/")
+	var buf [48]string
+	comps := buf[:0]
+	for rest != "" {
+		c, r, _ := strings.Cut(rest, "/")
+		comps = append(comps, c)
+		rest = r
 	}
 	return matchComps(g.parts, comps)
 }

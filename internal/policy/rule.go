@@ -2,7 +2,7 @@ package policy
 
 import (
 	"fmt"
-	"strings"
+	"strconv"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
 )
@@ -15,6 +15,7 @@ type rule struct {
 	layer                    Layer
 	source                   string
 	line, col                int
+	originText               string
 	match, except            *matcher
 	whenSrc                  string
 	when                     *celProgram
@@ -28,6 +29,9 @@ type rule struct {
 }
 
 func (r *rule) origin() string {
+	if r.originText != "" {
+		return r.originText
+	}
 	if r.line > 0 {
 		return fmt.Sprintf("%s:%d:%d", r.source, r.line, r.col)
 	}
@@ -35,6 +39,8 @@ func (r *rule) origin() string {
 }
 
 func (r *rule) index() {
+	r.originText = ""
+	r.originText = r.origin()
 	if r.match == nil {
 		return
 	}
@@ -71,9 +77,17 @@ type atom struct {
 	inWS   bool
 	host   *operation.Host
 	cmd    *operation.Command
+	subj   string
 }
 
 func (a *atom) subject() string {
+	if a.subj == "" {
+		a.subj = a.makeSubject()
+	}
+	return a.subj
+}
+
+func (a *atom) makeSubject() string {
 	switch {
 	case a.path != "":
 		return string(a.action) + " " + a.path
@@ -86,19 +100,24 @@ func (a *atom) subject() string {
 }
 
 func quoteArgv(argv []string) string {
-	var b strings.Builder
-	b.WriteByte('[')
+	n := 2
+	for _, a := range argv {
+		n += len(a) + 3
+	}
+	b := make([]byte, 0, min(n, 4096))
+	b = append(b, '[')
 	for i, s := range argv {
 		if i > 0 {
-			b.WriteByte(' ')
+			b = append(b, ' ')
 		}
 		if len(s) > 256 {
-			s = s[:256] + "…"
+			b = strconv.AppendQuote(b, s[:256])
+			b = append(b, "…"...)
+			continue
 		}
-		fmt.Fprintf(&b, "%q", s)
+		b = strconv.AppendQuote(b, s)
 	}
-	b.WriteByte(']')
-	return b.String()
+	return string(append(b, ']'))
 }
 
 // matches reports whether m matches atom a of op. strict is true for allow
