@@ -248,10 +248,9 @@ func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // builtinAtom runs the per-atom built-in rules; it returns the matches
 // (strictest first is not guaranteed).
-func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string) []Match {
-	var ms []Match
+func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]Match) {
 	hit := func(id string) {
-		ms = append(ms, Match{Rule: id, Effect: builtinEffect(id), Layer: LayerBuiltin, Subject: a.subject(), Message: builtinMessage(id)})
+		*ms = append(*ms, Match{Rule: id, Effect: builtinEffect(id), Layer: LayerBuiltin, Subject: a.subject(), Message: builtinMessage(id)})
 	}
 	writes := a.action == operation.Write || (a.cmd == nil && (op.HasTag("writes") || op.HasTag("destructive")))
 	if a.path != "" {
@@ -276,7 +275,6 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string) []Matc
 			hit(RuleProtectedArg)
 		}
 	}
-	return ms
 }
 
 func builtinEffect(id string) Effect {

@@ -278,12 +278,10 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 	}
 	ws := op.Session.Workspace
 	atoms := e.atoms(op, ws)
-	var matched []Match
+	matched := make([]Match, 0, 4*len(atoms))
 	results := make([]atomResult, 0, len(atoms))
 	for i := range atoms {
-		r, ms := e.decideAtom(ctx, op, &atoms[i], ws, explain)
-		matched = append(matched, ms...)
-		results = append(results, r)
+		results = append(results, e.decideAtom(ctx, op, &atoms[i], ws, explain, &matched))
 	}
 	d := Decision{Matched: matched}
 	e.applyTokens(op, results, &d, explain)
@@ -356,35 +354,36 @@ func strongest(ms []Match) (Match, bool) {
 	return best, ok
 }
 
-func (e *Engine) decideAtom(ctx context.Context, op *operation.Operation, a *atom, ws string, explain bool) (atomResult, []Match) {
-	ms := e.builtinAtom(op, a, ws)
-	bm, bok := strongest(ms)
+func (e *Engine) decideAtom(ctx context.Context, op *operation.Operation, a *atom, ws string, explain bool, ms *[]Match) atomResult {
+	start := len(*ms)
+	e.builtinAtom(op, a, ws, ms)
+	bEnd := len(*ms)
 	ev := &evalCtx{op: op, a: a, ws: ws}
-	lm := e.evalGroup(ctx, &e.layered, ev, false)
+	e.evalGroup(ctx, &e.layered, ev, false, ms)
+	lEnd := len(*ms)
 	var layer Match
-	if m, ok := strongest(lm); ok {
+	if m, ok := strongest((*ms)[bEnd:lEnd]); ok {
 		layer = m
 		if explain {
-			lm = append(lm, e.evalGroup(ctx, &e.defaults, ev, true)...)
+			e.evalGroup(ctx, &e.defaults, ev, true, ms)
 		}
 	} else {
-		lm = e.evalGroup(ctx, &e.defaults, ev, false)
-		if m, ok := strongest(lm); ok {
+		e.evalGroup(ctx, &e.defaults, ev, false, ms)
+		if m, ok := strongest((*ms)[lEnd:]); ok {
 			layer = m
 		} else {
 			layer = Match{Rule: "fallback", Effect: e.opts.Default, Layer: LayerFallback, Subject: a.subject(),
 				Message: "no rule matches " + a.subject() + "; the configured default (policy.default) is " + e.opts.Default.String()}
 		}
 	}
-	ms = append(ms, lm...)
 	res := atomResult{effect: layer.Effect, deciding: layer, a: a}
-	if bok {
+	if bm, ok := strongest((*ms)[start:bEnd]); ok {
 		res.builtin = bm.Effect
 		if bm.Effect >= layer.Effect {
 			res.effect, res.deciding = bm.Effect, bm
 		}
 	}
-	return res, ms
+	return res
 }
 
 // noStrings is the empty list CEL and Starlark see for absent lists;
@@ -427,8 +426,7 @@ func (ev *evalCtx) celOp() *CELOp {
 	return c
 }
 
-func (e *Engine) evalGroup(ctx context.Context, g *group, ev *evalCtx, shadowed bool) []Match {
-	var out []Match
+func (e *Engine) evalGroup(ctx context.Context, g *group, ev *evalCtx, shadowed bool, out *[]Match) {
 	for _, i := range g.candidates(ev.op.Tool, ev.a.action) {
 		r := g.rules[i]
 		m, ok := e.evalRule(ctx, r, ev)
@@ -436,9 +434,8 @@ func (e *Engine) evalGroup(ctx context.Context, g *group, ev *evalCtx, shadowed 
 			continue
 		}
 		m.Shadowed = shadowed
-		out = append(out, m)
+		*out = append(*out, m)
 	}
-	return out
 }
 
 // evalRule reports whether r matches the atom, and how. Errors fail
