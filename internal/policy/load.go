@@ -66,9 +66,8 @@ type file struct {
 }
 
 type extRef struct {
-	name       string
-	line, col  int
-	ruleSource string
+	name      string
+	line, col int
 }
 
 type loader struct {
