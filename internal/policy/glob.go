@@ -8,7 +8,7 @@ import (
 )
 
 // maxSpread bounds the '**' of a path pattern and the '...' of an argv
-// pattern, which keeps matching polynomial in the input's length.
+// pattern (matching is linear in them anyway; more are never needed).
 const maxSpread = 4
 
 // glob is a compiled pattern where '*' matches any run of characters and
@@ -132,28 +132,35 @@ func (g pathGlob) match(abs, ws string) bool {
 	return matchComps(g.parts, comps)
 }
 
-func matchComps(pats []glob, comps []string) bool {
-	for len(pats) > 0 {
-		if pats[0].pat == "**" {
-			for len(pats) > 0 && pats[0].pat == "**" {
-				pats = pats[1:]
-			}
-			if len(pats) == 0 {
-				return true
-			}
-			for i := 0; i <= len(comps); i++ {
-				if matchComps(pats, comps[i:]) {
-					return true
-				}
-			}
+func matchComps(pats []glob, comps []string) bool { return seqMatch(pats, comps, "**") }
+
+// seqMatch matches items against pats, where a pattern equal to spread
+// matches any number of items (zero included) and any other pattern exactly
+// one. It is wildMatch's algorithm over sequences: greedy, backtracking
+// only to the last spread, so O(len(pats)*len(items)) at worst.
+func seqMatch(pats []glob, items []string, spread string) bool {
+	pi, ii := 0, 0
+	star, mark := -1, 0
+	for ii < len(items) {
+		switch {
+		case pi < len(pats) && pats[pi].pat == spread:
+			star, mark = pi, ii
+			pi++
+		case pi < len(pats) && pats[pi].match(items[ii]):
+			pi++
+			ii++
+		case star >= 0:
+			pi = star + 1
+			mark++
+			ii = mark
+		default:
 			return false
 		}
-		if len(comps) == 0 || !pats[0].match(comps[0]) {
-			return false
-		}
-		pats, comps = pats[1:], comps[1:]
 	}
-	return len(comps) == 0
+	for pi < len(pats) && pats[pi].pat == spread {
+		pi++
+	}
+	return pi == len(pats)
 }
 
 // within reports whether p is dir or below it; both canonical absolute.
@@ -234,27 +241,7 @@ func matchProgram(g glob, prog string, strict bool) bool {
 	return false
 }
 
-func matchArgs(pats []glob, args []string) bool {
-	for len(pats) > 0 {
-		if pats[0].pat == "..." {
-			pats = pats[1:]
-			if len(pats) == 0 {
-				return true
-			}
-			for i := 0; i <= len(args); i++ {
-				if matchArgs(pats, args[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(args) == 0 || !pats[0].match(args[0]) {
-			return false
-		}
-		pats, args = pats[1:], args[1:]
-	}
-	return len(args) == 0
-}
+func matchArgs(pats []glob, args []string) bool { return seqMatch(pats, args, "...") }
 
 // hostPattern matches "name:port": a glob on the lower-cased name (a
 // trailing dot ignored) and an optional port, '*' for any.
