@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
@@ -50,8 +49,8 @@ type Engine struct {
 	opts      Options
 	protected protectedSet
 	secret    protectedSet
-	layered   group // user and project rules, extensions
-	defaults  group // the default rule set
+	layered   *group // user and project rules, extensions
+	defaults  *group // the default rule set
 	all       []*rule
 	classes   *classCache
 }
@@ -61,14 +60,20 @@ type group struct {
 	rules   []*rule
 	byTool  map[string][]int // rules naming this exact tool
 	anyTool []int            // rules with no tool or a glob
-	cache   sync.Map         // tool "\x00" action -> []int
-	cached  atomic.Int64
+
+	mu    sync.RWMutex // guards cache
+	cache map[candKey][]int
+}
+
+type candKey struct {
+	tool   string
+	action operation.Action
 }
 
 const maxIndexCache = 4096
 
 func newGroup(rules []*rule) *group {
-	g := &group{rules: rules, byTool: map[string][]int{}}
+	g := &group{rules: rules, byTool: map[string][]int{}, cache: map[candKey][]int{}}
 	for i, r := range rules {
 		if r.match == nil || len(r.match.tools) == 0 || r.toolGlobs {
 			g.anyTool = append(g.anyTool, i)
@@ -85,9 +90,12 @@ func newGroup(rules []*rule) *group {
 // candidates returns, in rule order, the rules that may match tool and
 // action: the index lookup is O(1) after the first call per pair.
 func (g *group) candidates(tool string, action operation.Action) []int {
-	key := tool + "\x00" + string(action)
-	if v, ok := g.cache.Load(key); ok {
-		return v.([]int)
+	key := candKey{tool, action}
+	g.mu.RLock()
+	v, ok := g.cache[key]
+	g.mu.RUnlock()
+	if ok {
+		return v
 	}
 	var out []int
 	add := func(l []int) {
@@ -106,10 +114,11 @@ func (g *group) candidates(tool string, action operation.Action) []int {
 	add(g.anyTool)
 	slices.Sort(out)
 	out = slices.Compact(out)
-	if g.cached.Load() < maxIndexCache {
-		g.cached.Add(1)
-		g.cache.Store(key, out)
+	g.mu.Lock()
+	if len(g.cache) < maxIndexCache {
+		g.cache[key] = out
 	}
+	g.mu.Unlock()
 	return out
 }
 
@@ -188,8 +197,8 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n%w", ErrInvalid, errors.Join(errs...))
 	}
-	e.layered = *newGroup(layered)
-	e.defaults = *newGroup(defFile.rules)
+	e.layered = newGroup(layered)
+	e.defaults = newGroup(defFile.rules)
 	e.all = append(slices.Clone(layered), defFile.rules...)
 	return e, nil
 }
@@ -359,16 +368,16 @@ func (e *Engine) decideAtom(ctx context.Context, op *operation.Operation, a *ato
 	e.builtinAtom(op, a, ws, ms)
 	bEnd := len(*ms)
 	ev := &evalCtx{op: op, a: a, ws: ws}
-	e.evalGroup(ctx, &e.layered, ev, false, ms)
+	e.evalGroup(ctx, e.layered, ev, false, ms)
 	lEnd := len(*ms)
 	var layer Match
 	if m, ok := strongest((*ms)[bEnd:lEnd]); ok {
 		layer = m
 		if explain {
-			e.evalGroup(ctx, &e.defaults, ev, true, ms)
+			e.evalGroup(ctx, e.defaults, ev, true, ms)
 		}
 	} else {
-		e.evalGroup(ctx, &e.defaults, ev, false, ms)
+		e.evalGroup(ctx, e.defaults, ev, false, ms)
 		if m, ok := strongest((*ms)[lEnd:]); ok {
 			layer = m
 		} else {
