@@ -340,3 +340,57 @@ func TestCanonicalize(t *testing.T) {
 		t.Error("NUL accepted")
 	}
 }
+
+func TestExtensionTimeLimitAndNoIO(t *testing.T) {
+	src := Source{Name: "u.yaml", Layer: LayerUser, Data: []byte("extensions: [slow.star]\n"), Extensions: map[string][]byte{
+		"slow.star": []byte("def decide(op):\n    n = 0\n    for i in range(100000000):\n        n += i\n    return \"allow\"\n"),
+	}}
+	e, err := Compile(Options{ExtensionSteps: 1 << 40, ExtensionTimeout: 20 * time.Millisecond}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	d := e.Decide(t.Context(), operation.Operation{Tool: "x", Action: operation.Read})
+	if d.Effect != Approve || d.Rule != "ext:slow.star" || !strings.Contains(d.Matched[0].Error, "time limit") {
+		t.Fatalf("%v", d)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("time limit not enforced: %v", el)
+	}
+	for name, code := range map[string]string{
+		"load.star":  "load(\"x.star\", \"y\")\ndef decide(op):\n    return None\n",
+		"open.star":  "def decide(op):\n    return open(\"/etc/passwd\")\n",
+		"nodef.star": "x = 1\n",
+	} {
+		src := Source{Name: "u.yaml", Layer: LayerUser, Data: []byte("extensions: [" + name + "]\n"), Extensions: map[string][]byte{name: []byte(code)}}
+		_, err := Compile(Options{}, src)
+		if err == nil {
+			t.Errorf("%s compiled", name)
+		}
+	}
+	for _, bad := range []string{"../x.star", "/etc/x.star", "x.py"} {
+		_, err := Compile(Options{}, Source{Name: "u.yaml", Layer: LayerUser, Data: []byte("extensions: [\"" + bad + "\"]\n")})
+		if err == nil || !strings.Contains(err.Error(), "u.yaml:1:") {
+			t.Errorf("extension %q: %v", bad, err)
+		}
+	}
+}
+
+// FuzzWhen compiles arbitrary CEL: no panic, and what compiles evaluates
+// within the cost limit without panicking.
+func FuzzWhen(f *testing.F) {
+	for _, s := range []string{`op.size > size("10MiB")`, `op.argv.exists(a, a == "-f")`, `op.session.mode == "strict" && duration("7d") > duration("1h")`, `size("x") == 1`, `op.path.matches("^/etc")`} {
+		f.Add(s)
+	}
+	env, err := newCELEnv()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		p, err := env.compile(expr)
+		if err != nil {
+			return
+		}
+		_, _ = p.eval(&CELOp{Argv: []string{"go", "test"}, Env: noStrings, Tags: noStrings, Path: "/w/a"})
+	})
+}
