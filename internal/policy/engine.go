@@ -286,9 +286,11 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 			Matched: []Match{{Rule: id, Effect: Block, Layer: LayerBuiltin, Subject: op.Tool, Message: detail}}}
 	}
 	ws := op.Session.Workspace
-	atoms := e.atoms(op, ws)
+	var abuf [4]atom // most operations have one atom: keep them off the heap
+	atoms := e.atoms(op, ws, abuf[:0])
 	matched := make([]Match, 0, 4*len(atoms))
-	results := make([]atomResult, 0, len(atoms))
+	var rbuf [4]atomResult
+	results := rbuf[:0]
 	for i := range atoms {
 		results = append(results, e.decideAtom(ctx, op, &atoms[i], ws, explain, &matched))
 	}
@@ -314,8 +316,7 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 }
 
 // atoms splits op into the parts decided one by one.
-func (e *Engine) atoms(op *operation.Operation, ws string) []atom {
-	var out []atom
+func (e *Engine) atoms(op *operation.Operation, ws string, out []atom) []atom {
 	for _, p := range op.Paths {
 		out = append(out, atom{action: op.Action, path: p.Abs, inWS: p.InWorkspace && ws != "" && within(p.Abs, ws)})
 	}
