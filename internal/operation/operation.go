@@ -72,6 +72,11 @@ type Command struct {
 	// fills them as written; normalization makes them canonical absolute
 	// paths.
 	Writes []string `json:"writes,omitempty"`
+	// Dir is the directory the command runs in when an earlier cd of the
+	// same command line changed it: relative to the line's starting
+	// directory, or absolute; "" when unchanged. Writes already include
+	// it; relative arguments are relative to it.
+	Dir string `json:"dir,omitempty"`
 	// Wrapper is set when this entry is a wrapper's own part (env X=1,
 	// timeout 10, sh -c, sudo -u u, ...): the wrapped command is another
 	// entry of the same list.

@@ -271,7 +271,15 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]
 		if a.cmd.Dynamic {
 			hit(RuleUnresolved)
 		}
-		if e.argNamesProtected(a.cmd.Argv, ws) {
+		base := ws
+		if d := a.cmd.Dir; d != "" && ws != "" {
+			if filepath.IsAbs(d) {
+				base = filepath.Clean(d)
+			} else {
+				base = filepath.Join(ws, d)
+			}
+		}
+		if e.argNamesProtected(a.cmd.Argv, base) {
 			hit(RuleProtectedArg)
 		}
 	}

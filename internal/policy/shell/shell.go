@@ -82,6 +82,87 @@ func Expand(argv []string) (cmds []operation.Command) {
 
 type parser struct {
 	out []operation.Command
+
+	// The working directory as cd statements in sequence change it:
+	// cwd is relative to the start (or absolute), cwdUnknown is set after
+	// a cd whose target is not known. seq holds the simple commands that
+	// run in sequence at the top of the current line (joined by ; and
+	// &&), the only places where a cd is followed.
+	cwd        string
+	cwdUnknown string
+	seq        map[*syntax.CallExpr]bool
+	nestedDir  string // where the next nested shell starts
+}
+
+// sequential collects the calls reachable from stmts through ; and &&.
+func sequential(stmts []*syntax.Stmt, into map[*syntax.CallExpr]bool) {
+	for _, st := range stmts {
+		if st.Background || st.Coprocess || st.Negated {
+			continue
+		}
+		switch c := st.Cmd.(type) {
+		case *syntax.CallExpr:
+			into[c] = true
+		case *syntax.BinaryCmd:
+			if c.Op == syntax.AndStmt {
+				sequential([]*syntax.Stmt{c.X, c.Y}, into)
+			}
+		}
+	}
+}
+
+var cdCommands = map[string]bool{"cd": true, "pushd": true, "popd": true, "chdir": true}
+
+// chdir follows a cd. It reports false when the cd cannot be followed.
+func (p *parser) chdir(c operation.Command, seq bool) {
+	if !seq || c.Dynamic || c.Argv[0] != "cd" {
+		p.cwdUnknown = "the working directory changes (" + c.Argv[0] + ") in a way that is not followed"
+		return
+	}
+	var target string
+	n := 0
+	for _, a := range c.Argv[1:] {
+		if len(a) > 1 && a[0] == '-' && n == 0 {
+			continue // -L, -P, -e, -@
+		}
+		target = a
+		n++
+	}
+	if n != 1 || target == "-" || target == "" {
+		p.cwdUnknown = "cd without one static directory"
+		return
+	}
+	if path.IsAbs(target) {
+		p.cwd = path.Clean(target)
+	} else {
+		p.cwd = path.Join(p.cwd, target)
+	}
+	if p.cwd == "." {
+		p.cwd = ""
+	}
+}
+
+// placed applies the current working directory to a command.
+func (p *parser) placed(c operation.Command) operation.Command {
+	if p.cwdUnknown != "" && !c.Dynamic {
+		c.Dynamic, c.Unresolved = true, p.cwdUnknown
+	}
+	if p.cwd == "" {
+		return c
+	}
+	c.Dir = p.cwd
+	if len(c.Writes) > 0 {
+		ws := make([]string, len(c.Writes))
+		for i, w := range c.Writes {
+			if path.IsAbs(w) {
+				ws[i] = w
+			} else {
+				ws[i] = path.Join(p.cwd, w)
+			}
+		}
+		c.Writes = ws
+	}
+	return c
 }
 
 func dynamic(argv []string, why string) operation.Command {
@@ -113,7 +194,18 @@ func (p *parser) line(line string, depth int) error {
 		p.add(dynamic(nil, "unparseable command line"))
 		return fmt.Errorf("%w: %w", ErrParse, err)
 	}
+	// A nested shell (sh -c) has its own working directory.
+	savedCwd, savedUnknown, savedSeq := p.cwd, p.cwdUnknown, p.seq
+	if depth > 0 {
+		p.cwd, p.cwdUnknown = p.nestedDir, ""
+	}
+	p.seq = map[*syntax.CallExpr]bool{}
+	sequential(f.Stmts, p.seq)
 	p.walk(f, depth)
+	if depth > 0 {
+		p.cwd, p.cwdUnknown = savedCwd, savedUnknown
+	}
+	p.seq = savedSeq
 	return nil
 }
 
@@ -261,7 +353,11 @@ func (p *parser) call(ce *syntax.CallExpr, writes []string, why string, depth in
 	if why != "" && !c.Dynamic {
 		c.Dynamic, c.Unresolved = true, why
 	}
+	c = p.placed(c)
 	p.command(c, depth)
+	if len(c.Argv) > 0 && cdCommands[path.Base(c.Argv[0])] {
+		p.chdir(c, p.seq[ce])
+	}
 }
 
 // static returns the fields a word expands to when that is known without
@@ -378,10 +474,12 @@ func (p *parser) command(c operation.Command, depth int) {
 	own.Wrapper = err == nil && (len(w.inner) > 0 || w.script != nil)
 	p.add(own)
 	for _, in := range w.inner {
+		in.Dir = c.Dir
 		p.command(in, depth+1)
 	}
 	if w.script != nil {
 		start := len(p.out)
+		p.nestedDir = c.Dir
 		_ = p.line(*w.script, depth+1) // a parse error is recorded as a Dynamic command
 		for i := start; i < len(p.out); i++ {
 			p.out[i].Env = append(append([]string(nil), c.Env...), p.out[i].Env...)

@@ -32,6 +32,9 @@ func render(line string) string {
 			e, _ := json.Marshal(c.Env)
 			b.WriteString(" env=" + string(e))
 		}
+		if c.Dir != "" {
+			b.WriteString(" dir=" + c.Dir)
+		}
 		if len(c.Writes) > 0 {
 			w, _ := json.Marshal(c.Writes)
 			b.WriteString(" writes=" + string(w))
