@@ -456,8 +456,10 @@ func (e *Engine) evalRule(ctx context.Context, r *rule, ev *evalCtx) (Match, boo
 	if r.match != nil && !r.match.matches(ev.op, ev.a, ev.ws, strict) {
 		return Match{}, false
 	}
-	if r.except != nil && r.except.matches(ev.op, ev.a, ev.ws, !strict) {
-		return Match{}, false
+	for _, x := range r.except {
+		if x.matches(ev.op, ev.a, ev.ws, !strict) {
+			return Match{}, false
+		}
 	}
 	m := Match{Rule: r.id, Effect: r.effect, Layer: r.layer, Source: r.origin(), Subject: ev.a.subject(), Message: r.message}
 	failed := func(err error) (Match, bool) {

@@ -316,7 +316,19 @@ func (l *loader) parseRule(n *yaml.Node) *rule {
 			}
 		},
 		"match":  func(_, v *yaml.Node) { r.match = l.parseMatcher(v, "match") },
-		"except": func(_, v *yaml.Node) { r.except = l.parseMatcher(v, "except") },
+		"except": func(_, v *yaml.Node) {
+			// One matcher, or a list of them: any that matches excepts.
+			if v.Kind == yaml.SequenceNode {
+				if len(v.Content) == 0 {
+					l.errf(v, "except: empty list")
+				}
+				for _, c := range v.Content {
+					r.except = append(r.except, l.parseMatcher(c, "except"))
+				}
+				return
+			}
+			r.except = []*matcher{l.parseMatcher(v, "except")}
+		},
 		"when": func(_, v *yaml.Node) {
 			whenNode = v
 			r.whenSrc, _ = l.scalar(v, "when")

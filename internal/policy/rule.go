@@ -16,7 +16,8 @@ type rule struct {
 	source                   string
 	line, col                int
 	originText               string
-	match, except            *matcher
+	match                    *matcher
+	except                   []*matcher
 	whenSrc                  string
 	when                     *celProgram
 	classify                 string
