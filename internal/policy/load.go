@@ -315,7 +315,7 @@ func (l *loader) parseRule(n *yaml.Node) *rule {
 				r.effect = e
 			}
 		},
-		"match":  func(_, v *yaml.Node) { r.match = l.parseMatcher(v, "match") },
+		"match": func(_, v *yaml.Node) { r.match = l.parseMatcher(v, "match") },
 		"except": func(_, v *yaml.Node) {
 			// One matcher, or a list of them: any that matches excepts.
 			if v.Kind == yaml.SequenceNode {
