@@ -292,10 +292,16 @@ func redirects(rs []*syntax.Redirect) (writes []string, why string) {
 		if r.Op == syntax.DplOut && (v == "-" || isDigits(v)) {
 			continue // >&2, >&-: a file descriptor, not a file
 		}
+		if harmlessTargets[v] {
+			continue // 2>/dev/null writes nothing anywhere
+		}
 		writes = append(writes, v)
 	}
 	return writes, why
 }
+
+// harmlessTargets are redirection targets that are not files anyone keeps.
+var harmlessTargets = map[string]bool{"/dev/null": true, "/dev/stdout": true, "/dev/stderr": true, "/dev/tty": true}
 
 func isDigits(s string) bool {
 	if s == "" {
