@@ -490,6 +490,12 @@ func (p *parser) command(c operation.Command, depth int) {
 		for i := start; i < len(p.out); i++ {
 			p.out[i].Env = append(append([]string(nil), c.Env...), p.out[i].Env...)
 			p.out[i].Writes = append(p.out[i].Writes, c.Writes...)
+			// The text was parsed for what it shows (block rules still
+			// see an rm in it), but if the outer command was not static,
+			// neither is anything it runs.
+			if c.Dynamic && !p.out[i].Dynamic {
+				p.out[i].Dynamic, p.out[i].Unresolved = true, c.Unresolved
+			}
 		}
 	}
 }

@@ -209,9 +209,6 @@ func init() {
 		switch {
 		case hasC && len(rest) > 0:
 			own.Argv = c.Argv[:len(c.Argv)-len(rest)]
-			if c.Dynamic {
-				return unwrapped{own: c}, errors.New("the shell's command string is not static")
-			}
 			script := rest[0]
 			return unwrapped{own: own, script: &script}, nil
 		case hasC:
