@@ -9,6 +9,7 @@ import (
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common"
 	"cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
 	"cel.dev/cel-go/interpreter"
@@ -117,12 +118,30 @@ func (c *celEnv) compile(src string) (*celProgram, error) {
 	if !a.OutputType().IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("%w, this one is %s", errNotBool, a.OutputType())
 	}
-	prg, err := c.env.Program(a, cel.CostLimit(celCostLimit), cel.EvalOptions(cel.OptOptimize))
+	// When the cost has a static bound under the limit, runtime tracking
+	// is pure overhead; otherwise (lists, regexes, string functions over
+	// input of unknown size) every evaluation is tracked and cut off.
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	est, err := c.env.EstimateCost(a, noSizeHints{})
+	if err != nil || est.Max > celCostLimit {
+		opts = append(opts, cel.CostLimit(celCostLimit))
+	}
+	prg, err := c.env.Program(a, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return &celProgram{prg: prg}, nil
 }
+
+// noSizeHints gives CEL's cost estimator no knowledge of input sizes, so
+// any cost that depends on them is unbounded.
+type noSizeHints struct{}
+
+func (noSizeHints) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+
+func (noSizeHints) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 
 // opActivation binds the one variable, op, without allocating a map.
 type opActivation struct{ op *CELOp }
