@@ -17,7 +17,8 @@ type Classifier interface {
 	// Classify reports whether op falls under the rule's instruction. An
 	// error means "no answer": the engine then fails closed (the rule
 	// matches when its effect is approve or block, not when it is allow)
-	// and does not cache the result.
+	// and does not cache the result. op is shared with the engine: the
+	// classifier must neither modify it nor keep it after returning.
 	Classify(ctx context.Context, instruction string, op *CELOp) (bool, error)
 }
 
