@@ -183,6 +183,7 @@ recorded in a tamper-evident audit log.`,
 		newSandboxCmd(a),
 		newTDDCmd(a),
 		newKernelCmd(a), newStatusCmd(a),
+		newPolicyCmd(a),
 	)
 	return root
 }
