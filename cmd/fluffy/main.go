@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
 	"github.com/fluffy-agent/fluffy/internal/doctor"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 )
 
 func main() {
@@ -22,6 +23,9 @@ func run() int {
 	// Hidden re-executions come first, before any CLI set-up.
 	if len(os.Args) > 1 && os.Args[1] == doctor.ProbeCommand {
 		return doctor.ProbeMain(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == netproxy.ForwardCommand {
+		return netproxy.ForwardMain(os.Args[2:])
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
