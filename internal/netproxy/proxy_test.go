@@ -673,3 +673,49 @@ func TestNewRequiresRecorder(t *testing.T) {
 	}
 }
 
+
+// FuzzServeConn feeds arbitrary client bytes to the proxy. The allow-list
+// names only a closed loopback port, so nothing leaves the machine. The
+// proxy must answer with HTTP or hang up, never panic or stall.
+func FuzzServeConn(f *testing.F) {
+	for _, s := range []string{
+		"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n",
+		"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST http://127.0.0.1:1/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"GET http://a.b/ HTTP/1.1\nHost: a.b\n\n",
+		"\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	al, _ := ParseAllowList([]string{"127.0.0.1:1"})
+	p, err := New(Options{Allow: al, Recorder: &memRecorder{}, Resolver: fakeResolver{},
+		Limits: Limits{HeaderTimeout: 50 * time.Millisecond, IdleTimeout: 50 * time.Millisecond, MaxDuration: time.Second}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer p.Close()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		client, server := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			p.serveConn(server)
+			server.Close()
+			close(done)
+		}()
+		go func() {
+			client.Write(in)
+		}()
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		out, _ := io.ReadAll(client)
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("serveConn did not return")
+		}
+		if len(out) > 0 && !bytes.HasPrefix(out, []byte("HTTP/1.1 ")) {
+			t.Fatalf("answer is not HTTP: %q", out)
+		}
+	})
+}
