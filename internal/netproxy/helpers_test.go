@@ -206,7 +206,6 @@ func countFDs(t *testing.T) int {
 	return n
 }
 
-
 func mustContain(t *testing.T, s, sub string) {
 	t.Helper()
 	if !strings.Contains(s, sub) {

@@ -673,7 +673,6 @@ func TestNewRequiresRecorder(t *testing.T) {
 	}
 }
 
-
 // FuzzServeConn feeds arbitrary client bytes to the proxy. The allow-list
 // names only a closed loopback port, so nothing leaves the machine. The
 // proxy must answer with HTTP or hang up, never panic or stall.
