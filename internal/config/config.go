@@ -36,6 +36,7 @@ type Config struct {
 	Audit   Audit   `yaml:"audit"`
 	Policy  Policy  `yaml:"policy"`
 	TDD     TDD     `yaml:"tdd"`
+	Net     Net     `yaml:"net"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -87,6 +88,30 @@ type TDD struct {
 	Mode string `yaml:"mode" enum:"strict,explore,debug" scope:"user"`
 }
 
+// Net configures sandbox egress through the audited proxy
+// (docs/network.md). Every key loosens or bounds what a sandbox may reach,
+// so none may be set by a project file.
+type Net struct {
+	// Allow holds allow-list rules (host, host:port, *.domain, IP:port)
+	// given to every sandbox run with the proxy.
+	Allow []string `yaml:"allow" scope:"user"`
+	// Templates maps a sandbox template name to its own allow-list rules.
+	Templates map[string][]string `yaml:"templates" scope:"user"`
+	// AllowAddrs lists non-public address ranges (CIDR, e.g. 10.20.0.0/16)
+	// that allow-listed names may resolve to. Empty: names never reach
+	// loopback, private or link-local addresses.
+	AllowAddrs []string `yaml:"allow_addrs" scope:"user"`
+	// MaxUpload and MaxDownload cap the bytes of one request or tunnel.
+	MaxUpload   units.Size `yaml:"max_upload" scope:"user"`
+	MaxDownload units.Size `yaml:"max_download" scope:"user"`
+	// MaxDuration bounds one request or tunnel; IdleTimeout ends a tunnel
+	// that moved nothing for that long.
+	MaxDuration units.Duration `yaml:"max_duration" scope:"user"`
+	IdleTimeout units.Duration `yaml:"idle_timeout" scope:"user"`
+	// MaxConns bounds one sandbox's concurrent connections to the proxy.
+	MaxConns int `yaml:"max_conns" scope:"user"`
+}
+
 // Default returns the built-in defaults for a process with the given
 // environment (used only to place the data directory).
 func Default(env Env) Config {
@@ -113,6 +138,13 @@ func Default(env Env) Config {
 		},
 		Policy: Policy{Default: "approve"},
 		TDD:    TDD{Mode: "strict"},
+		Net: Net{
+			MaxUpload:   64 << 20,
+			MaxDownload: 1 << 30,
+			MaxDuration: units.Duration(10 * 60e9),
+			IdleTimeout: units.Duration(60e9),
+			MaxConns:    256,
+		},
 	}
 }
 
