@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ForwardCommand {
 		os.Exit(ForwardMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == netnsChild {
+		os.Exit(netnsChildMain(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 
