@@ -132,7 +132,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxUpload:             64 << 20,
 	MaxDownload:           1 << 30,
-	MaxHeaderBytes:        64 << 10,
+	MaxHeaderBytes:        32 << 10,
 	HeaderTimeout:         10 * time.Second,
 	DialTimeout:           10 * time.Second,
 	ResponseHeaderTimeout: 60 * time.Second,

@@ -633,7 +633,7 @@ func (t *tunnel) touch() { t.last.Store(time.Now().UnixNano()) }
 // half-closes dst so the other direction can finish; on anything else it
 // closes both ends.
 func (t *tunnel) pipe(dst, srcConn net.Conn, src io.Reader, limit int64) (int64, error) {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 16<<10)
 	var n int64
 	fail := func(err error) (int64, error) {
 		dst.Close()
