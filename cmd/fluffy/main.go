@@ -11,8 +11,8 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
-	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 func main() {
@@ -20,9 +20,10 @@ func main() {
 }
 
 func run() int {
-	// Hidden re-executions come first, before any CLI set-up.
-	if len(os.Args) > 1 && os.Args[1] == doctor.ProbeCommand {
-		return doctor.ProbeMain(os.Args[2:])
+	// The sandbox init is this binary re-executed; it must not pay for
+	// anything else (signal handling, configuration, cobra).
+	if native.IsInit() {
+		return native.InitMain()
 	}
 	if len(os.Args) > 1 && os.Args[1] == netproxy.ForwardCommand {
 		return netproxy.ForwardMain(os.Args[2:])
