@@ -74,6 +74,11 @@ Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
 value of KEY).
 
+There is no network. With --net proxy the command reaches exactly the hosts
+given with --allow-host (and in net.allow / net.templates of your own
+configuration) through fluffy's audited egress proxy; anything else gets a
+403 naming the rule, reported here. See docs/network.md.
+
 Exit status: the command's own; 128+N when signal N ended it;
   123  a resource limit (memory, CPU time, file size) killed it
   124  the timeout killed it
@@ -83,7 +88,8 @@ Exit status: the command's own; 128+N when signal N ended it;
 		Example: `  fluffy sandbox run -- /bin/true
   fluffy sandbox run --changeset /tmp/cs -- sh -c 'echo hi > hello.txt'
   fluffy sandbox diff --changeset /tmp/cs
-  fluffy sandbox run --timeout 5s --memory 256MiB -- make test`,
+  fluffy sandbox run --timeout 5s --memory 256MiB -- make test
+  fluffy sandbox run --net proxy --allow-host pypi.org --allow-host files.pythonhosted.org -- pip download requests`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSandbox(cmd, a, &f, args)
