@@ -335,6 +335,17 @@ func TestDownloadLimit(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 
+	// HEAD of the same large resource moves no body: not refused.
+	resp, err = c.Head(up.URL + "/sized")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength != 10000 {
+		t.Fatalf("HEAD: %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	e.rec.wait(t, 2)
+
 	resp, err = c.Get(up.URL + "/chunked")
 	if err != nil {
 		t.Fatal(err)
@@ -344,8 +355,8 @@ func TestDownloadLimit(t *testing.T) {
 	if err == nil || n > 2500 {
 		t.Fatalf("chunked download over the limit: read %d bytes, err %v", n, err)
 	}
-	recs := e.rec.wait(t, 2)
-	if r := recs[1]; r.BytesDown != 2500 || !strings.Contains(r.Err, "download cut") {
+	recs := e.rec.wait(t, 3)
+	if r := recs[2]; r.BytesDown != 2500 || !strings.Contains(r.Err, "download cut") {
 		t.Errorf("record %+v", r)
 	}
 }

@@ -305,7 +305,7 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 		}
 	}
 	defer resp.Body.Close()
-	if resp.ContentLength > p.lim.MaxDownload {
+	if resp.ContentLength > p.lim.MaxDownload && req.Method != http.MethodHead {
 		d := &DeniedError{Rule: "limit:download",
 			Reason: fmt.Sprintf("response of %d bytes exceeds the %d-byte limit", resp.ContentLength, p.lim.MaxDownload)}
 		writeRefusal(bw, http.StatusBadGateway, d)
@@ -501,7 +501,8 @@ func (p *Proxy) dial(ctx context.Context, t target, rule Rule) (net.Conn, error)
 			return nil, fmt.Errorf("netproxy: resolve %s: no addresses", t.host)
 		}
 		return nil, &DeniedError{Rule: "address:" + firstClass,
-			Reason: fmt.Sprintf("%s resolves only to refused addresses: %s", t.host, strings.Join(refused, ", "))}
+			Reason: fmt.Sprintf("%s resolves only to refused addresses: %s (a rule naming the address itself, such as %s, allows it)",
+				t.host, strings.Join(refused, ", "), netip.AddrPortFrom(addrs[0].Unmap(), uint16(t.port)))}
 	}
 	d := net.Dialer{Timeout: p.lim.DialTimeout, Control: p.control(rule, t.port)}
 	var lastErr error
