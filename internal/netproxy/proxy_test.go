@@ -729,3 +729,29 @@ func FuzzServeConn(f *testing.F) {
 		}
 	})
 }
+
+// TestTrickledBody: a client that announces a body and then stalls is cut
+// off at the time limit instead of holding the request open.
+func TestTrickledBody(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer up.Close()
+	e := startProxy(t, Options{Limits: Limits{MaxDuration: 300 * time.Millisecond}}, "127.0.0.1:"+port(t, up.URL))
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST %s/ HTTP/1.1\r\nContent-Length: 1000\r\n\r\nonly ten b", up.URL)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled upload: %v", err)
+	}
+	if resp.StatusCode != 504 {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+	r := e.rec.wait(t, 1)[0]
+	if r.BytesUp != 10 || !strings.Contains(r.Err, "timeout") {
+		t.Errorf("record %+v", r)
+	}
+}

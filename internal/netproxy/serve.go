@@ -295,7 +295,7 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 			finish(http.StatusRequestEntityTooLarge, d.Reason)
 			return false
 		case isTimeout(err) || ctx.Err() != nil:
-			writeRefusal(bw, http.StatusGatewayTimeout, &DeniedError{Rule: "limit:time", Reason: "upstream did not answer in time"})
+			writeRefusal(bw, http.StatusGatewayTimeout, &DeniedError{Rule: "limit:time", Reason: "the request did not complete in time (a slow upstream or a stalled upload)"})
 			finish(http.StatusGatewayTimeout, "upstream timeout: "+err.Error())
 			return false
 		default:
