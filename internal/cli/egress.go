@@ -102,7 +102,7 @@ func startEgress(a *App, c config.Net, template string, allowHosts []string, log
 		defer close(e.served)
 		_ = e.proxy.Serve(ln)
 	}()
-	e.env = netproxy.ClientEnv(sandbox.ProxyListen, al)
+	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
 	return e, nil
 }
 

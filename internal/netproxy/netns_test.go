@@ -100,13 +100,13 @@ func TestInNetworkNamespace(t *testing.T) {
 
 func TestClientEnv(t *testing.T) {
 	al, _ := ParseAllowList([]string{"example.com"})
-	got := strings.Join(ClientEnv("127.0.0.1:3128", al), " ")
-	want := "HTTP_PROXY=http://127.0.0.1:3128 http_proxy=http://127.0.0.1:3128 HTTPS_PROXY=http://127.0.0.1:3128 https_proxy=http://127.0.0.1:3128 NO_PROXY=localhost,127.0.0.1,::1 no_proxy=localhost,127.0.0.1,::1"
+	got := strings.Join(ClientEnv("127.0.0.1:3128", "/run/fluffy/egress.sock", al), " ")
+	want := "HTTP_PROXY=http://127.0.0.1:3128 http_proxy=http://127.0.0.1:3128 HTTPS_PROXY=http://127.0.0.1:3128 https_proxy=http://127.0.0.1:3128 NO_PROXY=localhost,127.0.0.1,::1 no_proxy=localhost,127.0.0.1,::1 FLUFFY_EGRESS_SOCKET=/run/fluffy/egress.sock"
 	if got != want {
 		t.Errorf("ClientEnv = %s", got)
 	}
 	al, _ = ParseAllowList([]string{"example.com", "127.0.0.1:8080"})
-	if got := ClientEnv("127.0.0.1:3128", al); got[4] != "NO_PROXY=" {
+	if got := ClientEnv("127.0.0.1:3128", "/run/fluffy/egress.sock", al); got[4] != "NO_PROXY=" {
 		t.Errorf("with a loopback rule: %v", got)
 	}
 }

@@ -19,11 +19,13 @@ const DefaultListen = "127.0.0.1:3128"
 // ClientEnv returns the environment that points programs inside a sandbox
 // at the forwarder listening on listen (host:port): HTTP_PROXY and
 // HTTPS_PROXY in both cases (curl reads only the lower-case http_proxy),
-// and NO_PROXY. NO_PROXY keeps the sandbox's own loopback direct — a test
+// NO_PROXY, and FLUFFY_EGRESS_SOCKET naming the proxy's socket inside (for
+// clients that may only use AF_UNIX, as under the strict seccomp profile:
+// they send the same proxy requests to the socket directly). NO_PROXY keeps the sandbox's own loopback direct — a test
 // server the command starts itself stays reachable — unless the
 // allow-list names a loopback address: then loopback requests must go
 // through the proxy to reach the host's service, and NO_PROXY is empty.
-func ClientEnv(listen string, al AllowList) []string {
+func ClientEnv(listen, socket string, al AllowList) []string {
 	u := "http://" + listen
 	noProxy := "localhost,127.0.0.1,::1"
 	for _, r := range al.rules {
@@ -35,6 +37,7 @@ func ClientEnv(listen string, al AllowList) []string {
 		"HTTP_PROXY=" + u, "http_proxy=" + u,
 		"HTTPS_PROXY=" + u, "https_proxy=" + u,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+		"FLUFFY_EGRESS_SOCKET=" + socket,
 	}
 }
 

@@ -72,7 +72,7 @@ func TestEgressProxy(t *testing.T) {
 	go func() { p.Serve(ln); close(served) }()
 	defer func() { p.Close(); <-served }()
 
-	env := append([]string{"PATH=/usr/bin:/bin"}, netproxy.ClientEnv(sandbox.ProxyListen, al)...)
+	env := append([]string{"PATH=/usr/bin:/bin"}, netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)...)
 	spec := func(args ...string) sandbox.Spec {
 		return sandbox.Spec{Argv: append([]string{curl, "-sS"}, args...), Env: env, Network: sandbox.NetworkProxy,
 			ProxySocket: sock, Seccomp: "standard-net"}
