@@ -12,7 +12,6 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -678,9 +677,4 @@ func (t *tunnel) pipe(dst, srcConn net.Conn, src io.Reader, limit int64) (int64,
 		}
 		return fail(err)
 	}
-}
-
-// String helps debugging.
-func (t target) String() string {
-	return t.hostPort() + " (default port " + strconv.Itoa(t.defaultPort) + ")"
 }
