@@ -755,3 +755,143 @@ func TestTrickledBody(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// TestPipelinedRequests: each request on a kept-alive connection is judged
+// on its own, and a body the upstream did not consume is never read as the
+// next request (smuggling).
+func TestPipelinedRequests(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	e := startProxy(t, Options{}, "127.0.0.1:"+port(t, up.URL))
+
+	t.Run("allowed then refused", func(t *testing.T) {
+		before := len(e.rec.records())
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s/a HTTP/1.1\r\n\r\nGET http://evil.test/ HTTP/1.1\r\n\r\n", up.URL)
+		br := bufio.NewReader(c)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for _, want := range []int{200, 403} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, want)
+			}
+		}
+		recs := e.rec.wait(t, before+2)[before:]
+		if recs[0].Decision != Allowed || recs[1].Decision != Denied || recs[1].Host != "evil.test" {
+			t.Errorf("records:\n%s", fmtRecs(recs))
+		}
+	})
+	t.Run("unread body is not a request", func(t *testing.T) {
+		// An upstream that answers at once and hangs up without reading
+		// the body (without saying "Connection: close").
+		early := tcpServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil || l == "\r\n" {
+					break
+				}
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+		})
+		e := startProxy(t, Options{}, early)
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		smuggled := "GET http://smuggled.test/ HTTP/1.1\r\n\r\n"
+		body := strings.Repeat(smuggled, 20000) // ~760 KB, more than any buffer in between
+		go fmt.Fprintf(c, "POST http://%s/early HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s", early, len(body), body)
+		br := bufio.NewReader(c)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != "early" {
+			t.Fatalf("body %q", b)
+		}
+		// The proxy must hang up rather than parse the rest.
+		if _, err := http.ReadResponse(br, nil); err == nil {
+			t.Fatal("a second response on the connection: the body was read as requests")
+		} else if isTimeout(err) {
+			t.Fatal("the proxy kept the connection open after an unread body")
+		}
+		time.Sleep(50 * time.Millisecond)
+		for _, r := range e.rec.records() {
+			if r.Host == "smuggled.test" {
+				t.Fatalf("smuggled request parsed: %+v", r)
+			}
+		}
+	})
+}
+
+func TestIPv6Upstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "v6 "+r.Host) }))
+	up.Listener.Close()
+	up.Listener = ln
+	up.Start()
+	defer up.Close()
+	p := port(t, up.URL)
+	e := startProxy(t, Options{}, "[::1]:"+p)
+	resp, body := e.raw(t, "GET http://[::1]:"+p+"/ HTTP/1.1\r\nHost: [::1]:"+p+"\r\n\r\n")
+	if resp.StatusCode != 200 || body != "v6 [::1]:"+p {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if r := e.rec.wait(t, 1)[0]; r.Host != "::1" || r.Addr != "[::1]:"+p || r.Rule != "[::1]:"+p {
+		t.Errorf("record %+v", r)
+	}
+	// The same address spelled differently is the same rule; another
+	// loopback address is not.
+	resp, _ = e.raw(t, "GET http://[0:0:0:0:0:0:0:1]:"+p+"/ HTTP/1.1\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Errorf("long form: %d", resp.StatusCode)
+	}
+	resp, _ = e.raw(t, "GET http://127.0.0.1:"+p+"/ HTTP/1.1\r\n\r\n")
+	if resp.StatusCode != 403 {
+		t.Errorf("IPv4 loopback under an IPv6 rule: %d", resp.StatusCode)
+	}
+}
+
+// TestMaxConnsBounds: connections past MaxConns wait, unanswered, until a
+// slot frees up.
+func TestMaxConnsBounds(t *testing.T) {
+	silent := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	e := startProxy(t, Options{Limits: Limits{MaxConns: 2}}, silent)
+	a := dialTunnel(t, e, silent)
+	dialTunnel(t, e, silent)
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", silent)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := br.Peek(1); err == nil {
+		t.Fatal("a third connection was served with MaxConns 2")
+	}
+	a.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after a slot freed: %v %v", resp, err)
+	}
+}
