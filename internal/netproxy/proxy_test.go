@@ -812,7 +812,9 @@ func TestPipelinedRequests(t *testing.T) {
 		}
 		defer c.Close()
 		smuggled := "GET http://smuggled.test/ HTTP/1.1\r\n\r\n"
-		body := strings.Repeat(smuggled, 20000) // ~760 KB, more than any buffer in between
+		// 24 MB: more than the loopback socket buffers between proxy and
+		// upstream can absorb, so the body is certainly not all sent.
+		body := strings.Repeat(smuggled, 24<<20/len(smuggled))
 		go fmt.Fprintf(c, "POST http://%s/early HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s", early, len(body), body)
 		br := bufio.NewReader(c)
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -821,8 +823,10 @@ func TestPipelinedRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		if string(b) != "early" {
-			t.Fatalf("body %q", b)
+		// Depending on timing the transport sees the answer or the reset
+		// first: both are fine, what follows is what matters.
+		if string(b) != "early" && resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("%d %q", resp.StatusCode, b)
 		}
 		// The proxy must hang up rather than parse the rest.
 		if _, err := http.ReadResponse(br, nil); err == nil {
