@@ -12,6 +12,7 @@ declare -A want=(
 	[hyperfine]=hyperfine  # bench/sandbox.sh
 	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
 	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
+	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
 )
 
 missing=()

@@ -185,6 +185,7 @@ recorded in a tamper-evident audit log.`,
 		newConfigCmd(a),
 		newDoctorCmd(a),
 		newSandboxCmd(a),
+		newTDDCmd(a),
 	)
 	return root
 }
