@@ -70,11 +70,14 @@ func startEgress(a *App, c config.Net, template string, allowHosts []string, log
 		Recorder:   rec,
 		Logger:     a.Logger().With("component", "netproxy"),
 		Limits: netproxy.Limits{
-			MaxUpload:   int64(c.MaxUpload),
-			MaxDownload: int64(c.MaxDownload),
-			MaxDuration: time.Duration(c.MaxDuration),
-			IdleTimeout: time.Duration(c.IdleTimeout),
-			MaxConns:    c.MaxConns,
+			MaxUpload:             int64(c.MaxUpload),
+			MaxDownload:           int64(c.MaxDownload),
+			MaxDuration:           time.Duration(c.MaxDuration),
+			IdleTimeout:           time.Duration(c.IdleTimeout),
+			MaxConns:              c.MaxConns,
+			HeaderTimeout:         time.Duration(c.HeaderTimeout),
+			DialTimeout:           time.Duration(c.ConnectTimeout),
+			ResponseHeaderTimeout: time.Duration(c.ResponseTimeout),
 		},
 	})
 	if err != nil {

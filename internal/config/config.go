@@ -131,6 +131,12 @@ type Net struct {
 	IdleTimeout units.Duration `yaml:"idle_timeout" scope:"user"`
 	// MaxConns bounds one sandbox's concurrent connections to the proxy.
 	MaxConns int `yaml:"max_conns" scope:"user"`
+	// HeaderTimeout cuts off a client that has not sent a request's
+	// headers; ConnectTimeout bounds connecting upstream;
+	// ResponseTimeout bounds waiting for an upstream's response headers.
+	HeaderTimeout   units.Duration `yaml:"header_timeout" scope:"user"`
+	ConnectTimeout  units.Duration `yaml:"connect_timeout" scope:"user"`
+	ResponseTimeout units.Duration `yaml:"response_timeout" scope:"user"`
 }
 
 // Default returns the built-in defaults for a process with the given
@@ -161,11 +167,14 @@ func Default(env Env) Config {
 		TDD:      TDD{Mode: "strict", DebtBudget: 5},
 		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
 		Net: Net{
-			MaxUpload:   64 << 20,
-			MaxDownload: 1 << 30,
-			MaxDuration: units.Duration(10 * 60e9),
-			IdleTimeout: units.Duration(60e9),
-			MaxConns:    256,
+			MaxUpload:       64 << 20,
+			MaxDownload:     1 << 30,
+			MaxDuration:     units.Duration(10 * 60e9),
+			IdleTimeout:     units.Duration(60e9),
+			MaxConns:        256,
+			HeaderTimeout:   units.Duration(10e9),
+			ConnectTimeout:  units.Duration(10e9),
+			ResponseTimeout: units.Duration(60e9),
 		},
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"syscall"
 )
 
+// MaxForwarded bounds the connections one forwarder splices at once.
+const MaxForwarded = 1024
+
 // ForwardCommand is the hidden first argument under which the fluffy
 // binary runs the in-sandbox forwarder (ForwardMain) instead of the CLI.
 const ForwardCommand = "__netproxy-forward"
@@ -22,10 +25,14 @@ const ForwardCommand = "__netproxy-forward"
 // closes ln and every open connection and returns once they are done.
 // Each direction ends with a half-close so request/response protocols
 // finish cleanly.
+//
+// At most MaxForwarded connections are spliced at once; more wait in the
+// listener's backlog (the proxy bounds its side too).
 func Forward(ctx context.Context, ln net.Listener, dial func(context.Context) (net.Conn, error)) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	open := map[net.Conn]struct{}{}
+	sem := make(chan struct{}, MaxForwarded)
 	stop := context.AfterFunc(ctx, func() {
 		ln.Close()
 		mu.Lock()
@@ -37,8 +44,14 @@ func Forward(ctx context.Context, ln net.Listener, dial func(context.Context) (n
 	defer stop()
 	defer wg.Wait()
 	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		c, err := ln.Accept()
 		if err != nil {
+			<-sem
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -47,6 +60,7 @@ func Forward(ctx context.Context, ln net.Listener, dial func(context.Context) (n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-sem }()
 			up, err := dial(ctx)
 			if err != nil {
 				c.Close()
