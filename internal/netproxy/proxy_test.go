@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -897,5 +898,37 @@ func TestMaxConnsBounds(t *testing.T) {
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after a slot freed: %v %v", resp, err)
+	}
+}
+
+func TestPeekHostHeaders(t *testing.T) {
+	tests := []struct {
+		in    string
+		hosts []string
+		bad   bool
+	}{
+		{in: "GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\nBODY", hosts: []string{"a"}},
+		{in: "GET http://a/ HTTP/1.1\nHost: a\n\nHost: body", hosts: []string{"a"}},
+		{in: "GET http://a/ HTTP/1.1\r\nHost: a\n\r\nHost: b\r\n\r\n", hosts: []string{"a"}},
+		{in: "GET http://a/ HTTP/1.1\r\n\r\nHost: b\r\n\r\n", hosts: nil},
+		{in: "GET http://a/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", hosts: []string{"a", "b"}},
+		{in: "POST http://a/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", bad: true},
+		{in: "GET http://a/ HTTP/1.1\r\nX: " + strings.Repeat("x", 5000) + "\r\n\r\n", bad: true},
+		{in: "GET http://a/ HTTP/1.1\r\nHost: a\r\n", bad: true}, // EOF before the end
+	}
+	for _, tt := range tests {
+		// A reader that hands out one byte at a time, like a trickling client.
+		br := bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(tt.in)), 4096)
+		hosts, err := peekHostHeaders(br)
+		if (err != nil) != tt.bad {
+			t.Errorf("%q: error %v, want bad=%v", tt.in, err, tt.bad)
+			continue
+		}
+		if !tt.bad && strings.Join(hosts, ",") != strings.Join(tt.hosts, ",") {
+			t.Errorf("%q: hosts %q, want %q", tt.in, hosts, tt.hosts)
+		}
+		if !tt.bad && br.Buffered() == 0 {
+			t.Errorf("%q: peek consumed the request", tt.in)
+		}
 	}
 }

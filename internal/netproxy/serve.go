@@ -23,18 +23,21 @@ import (
 func (p *Proxy) serveConn(c net.Conn) {
 	br := bufio.NewReaderSize(c, p.lim.MaxHeaderBytes)
 	bw := bufio.NewWriter(c)
-	first := true
-	for {
+	for first := true; ; first = false {
 		wait := p.lim.HeaderTimeout
 		if !first {
 			wait = p.lim.IdleTimeout
 		}
-		first = false
 		c.SetReadDeadline(time.Now().Add(wait))
 		if _, err := br.Peek(1); err != nil {
 			return // closed, idle or slow: nothing to answer
 		}
-		c.SetReadDeadline(time.Now().Add(p.lim.HeaderTimeout))
+		if !first {
+			// A kept-alive connection's next request has begun: its
+			// headers get their own time. (The first request's deadline
+			// counts from the connection, not from its first byte.)
+			c.SetReadDeadline(time.Now().Add(p.lim.HeaderTimeout))
+		}
 		start := time.Now()
 		hosts, herr := peekHostHeaders(br)
 		var req *http.Request
@@ -73,13 +76,28 @@ func (p *Proxy) serveConn(c net.Conn) {
 // target. It fails when the headers do not fit br's buffer.
 func peekHostHeaders(br *bufio.Reader) ([]string, error) {
 	n := 1
+	from := 0 // bytes before this were searched already
 	for {
 		b, err := br.Peek(n)
-		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-			return parseHostHeaders(b[:i+4])
+		// The header block ends at the first empty line; textproto reads
+		// CRLF and bare LF line ends alike, so a blank line is an LF
+		// followed by an optional CR and an LF. Searching only the new
+		// bytes keeps a client that trickles one byte at a time from
+		// costing quadratic time.
+		for i := from; i < len(b); i++ {
+			if b[i] != '\n' {
+				continue
+			}
+			j := i + 1
+			if j < len(b) && b[j] == '\r' {
+				j++
+			}
+			if j < len(b) && b[j] == '\n' {
+				return parseHostHeaders(b[:j+1])
+			}
 		}
-		if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
-			return parseHostHeaders(b[:i+2])
+		if len(b) > 2 {
+			from = len(b) - 2
 		}
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
