@@ -273,6 +273,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		p.mu.Unlock()
 		ln.Close()
 	}()
+	var backoff time.Duration
 	for {
 		select {
 		case p.sem <- struct{}{}:
@@ -285,13 +286,21 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			if p.ctx.Err() != nil {
 				return ErrClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("netproxy: accept: %w", err)
 			}
-			return fmt.Errorf("netproxy: accept: %w", err)
+			// Anything else (EMFILE, ECONNABORTED...) passes: wait a
+			// little, longer each time, and go on serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Warn("egress proxy accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-p.ctx.Done():
+				return ErrClosed
+			}
+			continue
 		}
+		backoff = 0
 		if !p.track(c) {
 			<-p.sem
 			c.Close()

@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -930,5 +932,45 @@ func TestPeekHostHeaders(t *testing.T) {
 		if !tt.bad && br.Buffered() == 0 {
 			t.Errorf("%q: peek consumed the request", tt.in)
 		}
+	}
+}
+
+// flakyListener fails its first Accept calls the way a process out of
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int64
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return f.Listener.Accept()
+}
+
+func TestServeSurvivesAcceptErrors(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	al, _ := ParseAllowList([]string{"127.0.0.1:" + port(t, up.URL)})
+	p, err := New(Options{Allow: al, Recorder: &memRecorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln}
+	fl.fails.Store(3)
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(fl) }()
+	e := &proxyEnv{p: p, addr: ln.Addr().String()}
+	if resp, body := e.raw(t, fmt.Sprintf("GET %s/ HTTP/1.1\r\n\r\n", up.URL)); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	p.Close()
+	if err := <-served; !errors.Is(err, ErrClosed) {
+		t.Errorf("Serve: %v", err)
 	}
 }

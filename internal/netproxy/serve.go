@@ -629,6 +629,8 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 		rec.Err = fmt.Sprintf("download cut at the %d-byte limit", p.lim.MaxDownload)
 	case ctx.Err() == context.DeadlineExceeded:
 		rec.Err = "tunnel cut at the time limit"
+	case ctx.Err() != nil:
+		rec.Err = "tunnel cut: the proxy closed"
 	case errors.Is(errUp, errIdle) || errors.Is(errDown, errIdle):
 		rec.Err = "tunnel idle too long"
 	}
