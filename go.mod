@@ -8,6 +8,7 @@ require (
 	github.com/landlock-lsm/go-landlock v0.11.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
+	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.48.0

@@ -186,6 +186,7 @@ recorded in a tamper-evident audit log.`,
 		newDoctorCmd(a),
 		newSandboxCmd(a),
 		newTDDCmd(a),
+		newKernelCmd(a), newStatusCmd(a),
 	)
 	return root
 }

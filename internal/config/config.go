@@ -38,6 +38,7 @@ type Config struct {
 	TDD     TDD     `yaml:"tdd"`
 	// Approval configures asking a person.
 	Approval Approval `yaml:"approval"`
+	Kernel   Kernel   `yaml:"kernel"`
 	Net      Net      `yaml:"net"`
 }
 
@@ -45,6 +46,15 @@ type Config struct {
 type Approval struct {
 	// Timeout denies what is still open when it elapses.
 	Timeout units.Duration `yaml:"timeout" scope:"user"`
+}
+
+// Kernel configures the kernel process the CLI starts on demand.
+type Kernel struct {
+	// IdleTimeout is how long a kernel started for a one-shot command
+	// keeps running without any client before it exits.
+	IdleTimeout units.Duration `yaml:"idle_timeout"`
+	// StartTimeout bounds the wait for a starting kernel's first pong.
+	StartTimeout units.Duration `yaml:"start_timeout"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -176,6 +186,7 @@ func Default(env Env) Config {
 			ConnectTimeout:  units.Duration(10e9),
 			ResponseTimeout: units.Duration(60e9),
 		},
+		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
 	}
 }
 
