@@ -1,0 +1,42 @@
+package openai_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/llm/llmtest"
+	"github.com/fluffy-agent/fluffy/internal/llm/openai"
+)
+
+func TestSuite(t *testing.T) {
+	llmtest.Run(t, llmtest.Backend{
+		New: func(t *testing.T, baseURL string) llm.Provider {
+			p, err := openai.New(openai.Options{APIKey: "test-key", BaseURL: baseURL + "/v1", HTTPClient: &http.Client{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		},
+		Model:       "gpt-5",
+		Ext:         "sse",
+		ContentType: "text/event-stream",
+		ErrorBody: func(status int) string {
+			return fmt.Sprintf(`{"error":{"message":"test error %d","type":"invalid_request_error","param":null,"code":null}}`, status)
+		},
+		PathSuffix: "/v1/chat/completions",
+		AuthHeader: "Authorization",
+		AuthValue:  "Bearer test-key",
+		Env:        []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_CUSTOM_HEADERS"},
+	})
+}
+
+func TestNoKey(t *testing.T) {
+	if _, err := openai.New(openai.Options{}); err == nil {
+		t.Error("New without a key succeeded")
+	}
+	if _, err := openai.New(openai.Options{Name: "ollama", NoKey: true, BaseURL: "http://127.0.0.1:11434/v1"}); err != nil {
+		t.Errorf("a keyless local server was refused: %v", err)
+	}
+}
