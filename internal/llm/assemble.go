@@ -30,6 +30,7 @@ type Assembler struct {
 type partial struct {
 	id, name string
 	args     bytes.Buffer
+	sig      []byte
 }
 
 // ArgsError is a tool call whose joined arguments are not a JSON object.
@@ -91,6 +92,13 @@ func (a *Assembler) SetArgs(index int, args string) {
 	}
 }
 
+// SetSignature attaches opaque provider data to call index.
+func (a *Assembler) SetSignature(index int, sig []byte) {
+	if p, ok := a.open[index]; ok {
+		p.sig = sig
+	}
+}
+
 // End closes call index and returns its complete call.
 func (a *Assembler) End(index int) (Event, error) {
 	p, ok := a.open[index]
@@ -112,7 +120,7 @@ func (a *Assembler) End(index int) (Event, error) {
 		return Event{}, &ArgsError{ID: p.id, Name: p.name, Args: p.args.String(), Err: err}
 	}
 	return Event{Type: EventToolCallEnd, Index: index, ID: p.id, Name: p.name,
-		Call: &ToolCall{ID: p.id, Name: p.name, Args: args}}, nil
+		Call: &ToolCall{ID: p.id, Name: p.name, Args: args, Signature: p.sig}}, nil
 }
 
 // EndAll closes every open call in the order they started (for wire

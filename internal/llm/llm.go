@@ -42,7 +42,8 @@ const (
 // Type:
 //
 //	text         Text
-//	tool_call    ID, Name, Args (a JSON object)
+//	tool_call    ID, Name, Args (a JSON object), Signature (opaque
+//	             provider data to send back, e.g. Gemini's thought signature)
 //	tool_result  ID (of the call it answers), Name, Text, IsError
 //	image        MediaType, Data
 type Block struct {
@@ -54,6 +55,7 @@ type Block struct {
 	IsError   bool            `json:"is_error,omitempty"`
 	MediaType string          `json:"media_type,omitempty"`
 	Data      []byte          `json:"data,omitempty"`
+	Signature []byte          `json:"signature,omitempty"`
 }
 
 // Text returns a text block.
@@ -86,7 +88,7 @@ func (m Message) ToolCalls() []ToolCall {
 	var calls []ToolCall
 	for _, b := range m.Content {
 		if b.Type == BlockToolCall {
-			calls = append(calls, ToolCall{ID: b.ID, Name: b.Name, Args: b.Args})
+			calls = append(calls, ToolCall{ID: b.ID, Name: b.Name, Args: b.Args, Signature: b.Signature})
 		}
 	}
 	return calls
@@ -97,11 +99,14 @@ type ToolCall struct {
 	ID   string          `json:"id"`
 	Name string          `json:"name"`
 	Args json.RawMessage `json:"args"`
+	// Signature is opaque provider data that must accompany the call when
+	// it is sent back (Gemini's thought signature).
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // Block returns c as a content block.
 func (c ToolCall) Block() Block {
-	return Block{Type: BlockToolCall, ID: c.ID, Name: c.Name, Args: c.Args}
+	return Block{Type: BlockToolCall, ID: c.ID, Name: c.Name, Args: c.Args, Signature: c.Signature}
 }
 
 // Tool describes a tool the model may call. Schema is a JSON Schema for

@@ -360,11 +360,13 @@ func cutAfterHello(t *testing.T, body []byte) int {
 	if i < 0 {
 		t.Fatal("text fixture has no \"Hello\"")
 	}
-	j := bytes.Index(body[i:], []byte("\n\n"))
-	if j < 0 {
-		t.Fatal("text fixture has no event boundary after \"Hello\"")
+	for _, sep := range []string{"\r\n\r\n", "\n\n"} {
+		if j := bytes.Index(body[i:], []byte(sep)); j >= 0 {
+			return i + j + len(sep)
+		}
 	}
-	return i + j + 2
+	t.Fatal("text fixture has no event boundary after \"Hello\"")
+	return 0
 }
 
 func events(evs []llm.Event) []byte {
