@@ -148,12 +148,12 @@ type EventType string
 
 // Event types.
 const (
-	EventText          EventType = "text"           // Text holds a delta
+	EventText          EventType = "text"            // Text holds a delta
 	EventToolCallStart EventType = "tool_call_start" // Index, ID, Name
 	EventToolCallDelta EventType = "tool_call_delta" // Index, Text holds an argument fragment
 	EventToolCallEnd   EventType = "tool_call_end"   // Index, Call holds the complete call
-	EventUsage         EventType = "usage"          // Usage holds cumulative counts for this call
-	EventStop          EventType = "stop"           // Stop, and Text the provider's own reason
+	EventUsage         EventType = "usage"           // Usage holds cumulative counts for this call
+	EventStop          EventType = "stop"            // Stop, and Text the provider's own reason
 )
 
 // Event is one step of a streamed response. A well-formed stream has, per

@@ -400,4 +400,3 @@ func golden(t *testing.T, name string, got []byte) {
 
 // Golden is golden for other packages' tests.
 func Golden(t *testing.T, name string, got []byte) { golden(t, name, got) }
-
