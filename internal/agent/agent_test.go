@@ -227,7 +227,7 @@ func TestContextWindow(t *testing.T) {
 	sum := script(t, "summary.jsonl")
 	var ctxEvents int
 	a := newAgent(t, agent.Options{Provider: rec, Summarizer: sum, Tools: newWorkspace(files), System: "sys",
-		Limits:  agent.Limits{ContextTokens: 4000, ToolResultBytes: 3000},
+		Limits: agent.Limits{ContextTokens: 4000, ToolResultBytes: 3000},
 		OnEvent: func(ev agent.Event) {
 			if ev.Type == agent.EventContext {
 				ctxEvents++

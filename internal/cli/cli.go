@@ -175,6 +175,7 @@ recorded in a tamper-evident audit log.`,
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
+		newModelsCmd(a),
 	)
 	return root
 }

@@ -59,6 +59,10 @@ func ConnectionError(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return true
 	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // a wrong host name does not heal by waiting
+	}
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -252,6 +253,12 @@ func TestClassify(t *testing.T) {
 	}
 	if e := llm.Classify(context.Background(), "p", syscall.ECONNRESET, true); e.Retryable() {
 		t.Error("a reset after output was marked retryable")
+	}
+	if e := llm.Classify(context.Background(), "p", &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}, false); e.Retryable() {
+		t.Error("an unknown host was marked retryable")
+	}
+	if e := llm.Classify(context.Background(), "p", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false); !e.Retryable() {
+		t.Error("a refused connection before output was not retryable")
 	}
 	if e := llm.Classify(context.Background(), "p", errors.New("invalid character"), false); e.Retryable() {
 		t.Error("a decode error was marked retryable")
