@@ -316,3 +316,22 @@ func TestEstimate(t *testing.T) {
 		t.Errorf("estimate = %d, want about 117", got)
 	}
 }
+
+// BenchmarkAssembler measures joining one tool call streamed as 100
+// argument fragments.
+func BenchmarkAssembler(b *testing.B) {
+	args := `{"argv": ["go", "test", "-run", "TestParse", "./internal/..."], "note": "` + strings.Repeat("x", 900) + `"}`
+	var pieces []string
+	for i := 0; i < len(args); i += 10 {
+		pieces = append(pieces, args[i:min(i+10, len(args))])
+	}
+	b.SetBytes(int64(len(args)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var a llm.Assembler
+		if _, err := feed(&a, 0, "id", "run", pieces); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pieces)), "ns/fragment")
+}

@@ -10,25 +10,49 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/llmtest"
 )
 
-func TestSuite(t *testing.T) {
-	llmtest.Run(t, llmtest.Backend{
-		New: func(t *testing.T, baseURL string) llm.Provider {
-			p, err := anthropic.New(anthropic.Options{APIKey: "test-key", BaseURL: baseURL, HTTPClient: &http.Client{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p
-		},
-		Model:       "claude-sonnet-4-5",
-		Ext:         "sse",
-		ContentType: "text/event-stream",
-		ErrorBody: func(status int) string {
-			typ := map[int]string{400: "invalid_request_error", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}[status]
-			return fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"test error %d"}}`, typ, status)
-		},
-		PathSuffix: "/v1/messages",
-		AuthHeader: "X-Api-Key",
-		AuthValue:  "test-key",
-		Env:        []string{"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_PROFILE"},
-	})
+var backend = llmtest.Backend{
+	New: func(t testing.TB, baseURL string) llm.Provider {
+		p, err := anthropic.New(anthropic.Options{APIKey: "test-key", BaseURL: baseURL, HTTPClient: &http.Client{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	},
+	Model:       "claude-sonnet-4-5",
+	Ext:         "sse",
+	ContentType: "text/event-stream",
+	ErrorBody: func(status int) string {
+		typ := map[int]string{400: "invalid_request_error", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}[status]
+		return fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"test error %d"}}`, typ, status)
+	},
+	PathSuffix: "/v1/messages",
+	AuthHeader: "X-Api-Key",
+	AuthValue:  "test-key",
+	Env:        []string{"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_PROFILE"},
+}
+
+func TestSuite(t *testing.T) { llmtest.Run(t, backend) }
+
+func BenchmarkStream(b *testing.B) {
+	body := llmtest.Repeat(
+		`event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+`, `event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello, world. "}}
+
+`, `event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":1000}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`, 1000)
+	llmtest.Bench(b, backend, body)
 }

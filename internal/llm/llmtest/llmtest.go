@@ -39,7 +39,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // Backend describes the backend under test.
 type Backend struct {
 	// New returns a provider that talks to baseURL with the key "test-key".
-	New func(t *testing.T, baseURL string) llm.Provider
+	New func(t testing.TB, baseURL string) llm.Provider
 	// Model is the model name put in requests.
 	Model string
 	// Ext is the extension of the recorded bodies in testdata/:
@@ -400,3 +400,35 @@ func golden(t *testing.T, name string, got []byte) {
 
 // Golden is golden for other packages' tests.
 func Golden(t *testing.T, name string, got []byte) { golden(t, name, got) }
+
+// Bench measures one streamed call of body through the backend's real
+// SDK client over loopback, and reports the cost per yielded event.
+func Bench(b *testing.B, bk Backend, body []byte) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", bk.ContentType)
+		w.Write(body)
+	}))
+	defer ts.Close()
+	p := bk.New(b, ts.URL)
+	req := Request(bk.Model)
+	events := 0
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for _, err := range p.Stream(context.Background(), req) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			events++
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+}
+
+// Repeat builds a long stream from a recorded one: head, then middle
+// repeated n times, then tail, each given as text.
+func Repeat(head, middle, tail string, n int) []byte {
+	return []byte(head + strings.Repeat(middle, n) + tail)
+}

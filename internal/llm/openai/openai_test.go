@@ -10,26 +10,36 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/openai"
 )
 
-func TestSuite(t *testing.T) {
-	llmtest.Run(t, llmtest.Backend{
-		New: func(t *testing.T, baseURL string) llm.Provider {
-			p, err := openai.New(openai.Options{APIKey: "test-key", BaseURL: baseURL + "/v1", HTTPClient: &http.Client{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p
-		},
-		Model:       "gpt-5",
-		Ext:         "sse",
-		ContentType: "text/event-stream",
-		ErrorBody: func(status int) string {
-			return fmt.Sprintf(`{"error":{"message":"test error %d","type":"invalid_request_error","param":null,"code":null}}`, status)
-		},
-		PathSuffix: "/v1/chat/completions",
-		AuthHeader: "Authorization",
-		AuthValue:  "Bearer test-key",
-		Env:        []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_CUSTOM_HEADERS"},
-	})
+var backend = llmtest.Backend{
+	New: func(t testing.TB, baseURL string) llm.Provider {
+		p, err := openai.New(openai.Options{APIKey: "test-key", BaseURL: baseURL + "/v1", HTTPClient: &http.Client{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	},
+	Model:       "gpt-5",
+	Ext:         "sse",
+	ContentType: "text/event-stream",
+	ErrorBody: func(status int) string {
+		return fmt.Sprintf(`{"error":{"message":"test error %d","type":"invalid_request_error","param":null,"code":null}}`, status)
+	},
+	PathSuffix: "/v1/chat/completions",
+	AuthHeader: "Authorization",
+	AuthValue:  "Bearer test-key",
+	Env:        []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_CUSTOM_HEADERS"},
+}
+
+func TestSuite(t *testing.T) { llmtest.Run(t, backend) }
+
+func BenchmarkStream(b *testing.B) {
+	chunk := func(delta string) string {
+		return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1763776000,"model":"gpt-5","choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	}
+	body := llmtest.Repeat(chunk(`{"role":"assistant","content":""}`), chunk(`{"content":"Hello, world. "}`),
+		`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1763776000,"model":"gpt-5","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}`+"\n\n"+
+			`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1763776000,"model":"gpt-5","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1000,"total_tokens":1010}}`+"\n\ndata: [DONE]\n\n", 1000)
+	llmtest.Bench(b, backend, body)
 }
 
 func TestNoKey(t *testing.T) {
