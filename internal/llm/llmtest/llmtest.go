@@ -70,6 +70,9 @@ type reply struct {
 	cut   int
 	// hang keeps the response open after cut bytes until the client goes.
 	hang bool
+	// dribble writes the body in pieces of 1 to dribble bytes, flushing
+	// each, so that events arrive split at arbitrary points.
+	dribble int
 }
 
 type server struct {
@@ -122,6 +125,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resetConn(w)
+		return
+	}
+	if rp.dribble > 0 {
+		for i, n := 0, 0; i < len(rp.body); i += n {
+			n = min(1+(i*7)%rp.dribble, len(rp.body)-i)
+			w.Write(rp.body[i : i+n])
+			w.(http.Flusher).Flush()
+		}
 		return
 	}
 	w.Write(rp.body)
@@ -219,6 +230,29 @@ func Run(t *testing.T, b Backend) {
 					t.Fatalf("request body is not JSON: %v", err)
 				}
 				golden(t, "request.golden.json", append(pretty.Bytes(), '\n'))
+			}
+		})
+	}
+
+	// The same recordings delivered in tiny writes decode to the same
+	// events: the SDK's SSE reader and the assembler do not depend on
+	// where the network splits the stream.
+	for _, name := range []string{"text", "tool_split", "parallel"} {
+		t.Run("dribbled/"+name, func(t *testing.T) {
+			_, p, _ := start(t, reply{body: read(name), dribble: 13})
+			var got []llm.Event
+			if _, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), func(ev llm.Event) { got = append(got, ev) }); err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				return
+			}
+			want, err := os.ReadFile(filepath.Join("testdata", name+".golden.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(string(want), string(events(got))); d != "" {
+				t.Errorf("dribbled %s differs (-whole +dribbled):\n%s", name, d)
 			}
 		})
 	}
