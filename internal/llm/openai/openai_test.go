@@ -3,6 +3,8 @@ package openai_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
@@ -48,5 +50,34 @@ func TestNoKey(t *testing.T) {
 	}
 	if _, err := openai.New(openai.Options{Name: "ollama", NoKey: true, BaseURL: "http://127.0.0.1:11434/v1"}); err != nil {
 		t.Errorf("a keyless local server was refused: %v", err)
+	}
+}
+
+// TestCompatibleServer plays what a local OpenAI-compatible server sends:
+// whole arguments, no tool call ids, no usage chunk, no key.
+func TestCompatibleServer(t *testing.T) {
+	body, err := os.ReadFile("testdata/compat_noid.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(body)
+	}))
+	defer ts.Close()
+	p, err := openai.New(openai.Options{Name: "ollama", NoKey: true, BaseURL: ts.URL + "/v1/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := llm.Collect(p.Stream(t.Context(), llmtest.Request("qwen3")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := resp.Message.ToolCalls()
+	if len(calls) != 2 || calls[0].ID != "call_1" || calls[1].ID != "call_2" || string(calls[1].Args) != `{"path":"go.sum"}` {
+		t.Errorf("calls = %+v", calls)
+	}
+	if resp.Stop != llm.StopToolUse || resp.Usage.Total() != 0 {
+		t.Errorf("stop %q, usage %+v", resp.Stop, resp.Usage)
 	}
 }
