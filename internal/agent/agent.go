@@ -262,6 +262,14 @@ func (a *Agent) turn(ctx context.Context, s *Session) (llm.Response, error) {
 	return resp, nil
 }
 
+// interruption says, for the model, why ctx ended.
+func interruption(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "the session's time limit was reached"
+	}
+	return "the user interrupted the session"
+}
+
 // runTools runs calls in order and appends their results. Whatever
 // happens, every call gets a result, so the session stays consistent.
 func (a *Agent) runTools(ctx context.Context, s *Session, calls []llm.ToolCall) error {
@@ -273,13 +281,13 @@ func (a *Agent) runTools(ctx context.Context, s *Session, calls []llm.ToolCall) 
 		case failure != nil:
 			res = Result{Content: "not run: an earlier tool call in this turn failed the runtime", IsError: true}
 		case ctx.Err() != nil:
-			res = Result{Content: "not run: the user interrupted the session", IsError: true}
+			res = Result{Content: "not run: " + interruption(ctx), IsError: true}
 		default:
 			var err error
 			res, err = a.o.Tools.Call(ctx, c)
 			if err != nil {
 				if ctx.Err() != nil {
-					res = Result{Content: "interrupted by the user", IsError: true}
+					res = Result{Content: "interrupted: " + interruption(ctx), IsError: true}
 				} else {
 					failure = fmt.Errorf("%w: %s (%s): %w", ErrRuntime, c.Name, c.ID, err)
 					res = Result{Content: "the runtime failed to process this call; it did not complete", IsError: true}

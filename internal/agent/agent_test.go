@@ -133,9 +133,13 @@ func TestLimits(t *testing.T) {
 func TestMaxTime(t *testing.T) {
 	ws := newWorkspace(nil)
 	a := newAgent(t, agent.Options{Provider: script(t, "wait.jsonl"), Tools: ws, Limits: agent.Limits{MaxTime: 50 * time.Millisecond}})
-	out, err := a.Run(t.Context(), agent.NewSession("wait"))
+	s := agent.NewSession("wait")
+	out, err := a.Run(t.Context(), s)
 	if err != nil || out.Reason != agent.ReasonMaxTime {
 		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+	if got := s.Messages[len(s.Messages)-1].Content[0].Text; !strings.Contains(got, "time limit") {
+		t.Errorf("the model is told %q", got)
 	}
 }
 

@@ -1,9 +1,15 @@
 package anthropic_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/anthropic"
@@ -55,4 +61,37 @@ data: {"type":"message_stop"}
 
 `, 1000)
 	llmtest.Bench(b, backend, body)
+}
+
+// TestOverloadedInStream: Anthropic can answer 200 and then send an
+// overloaded error event before any content; that is retried.
+func TestOverloadedInStream(t *testing.T) {
+	var bodies [][]byte
+	for _, name := range []string{"overloaded.sse", "text.sse"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	n := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(bodies[min(n, 1)])
+		n++
+	}))
+	defer ts.Close()
+	p, err := anthropic.New(anthropic.Options{APIKey: "k", BaseURL: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []time.Duration
+	r := llm.Retry(p, llm.RetryOptions{Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }})
+	resp, err := llm.Collect(r.Stream(t.Context(), llmtest.Request("claude-sonnet-4-5")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || len(waits) != 1 || !strings.HasPrefix(resp.Message.Text(), "Hello") {
+		t.Errorf("requests %d, waits %v, text %q", n, waits, resp.Message.Text())
+	}
 }
