@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -204,6 +205,7 @@ func Run(t *testing.T, b Backend) {
 		return reply{status: status, header: h, body: []byte(b.ErrorBody(status))}
 	}
 	start := func(t *testing.T, replies ...reply) (*server, llm.Provider, *sleeps) {
+		noLeak(t)
 		s := &server{t: t, b: b, replies: replies}
 		ts := httptest.NewServer(s)
 		t.Cleanup(ts.Close)
@@ -383,8 +385,39 @@ func Run(t *testing.T, b Backend) {
 
 	t.Run("breaking out of the stream early", func(t *testing.T) {
 		_, p, _ := start(t, reply{body: text, cut: cut, hang: true})
-		for range p.Stream(t.Context(), Request(b.Model)) {
+		// A context that outlives the test: only breaking out may
+		// release the call.
+		for range p.Stream(context.Background(), Request(b.Model)) {
 			break
+		}
+	})
+}
+
+// noLeak fails t if goroutines started during it are still running once
+// it and its cleanups are done (idle keep-alive connections aside).
+func noLeak(t *testing.T) {
+	idle := func() {
+		if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr.CloseIdleConnections()
+		}
+	}
+	idle()
+	time.Sleep(10 * time.Millisecond)
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			idle()
+			n := runtime.NumGoroutine()
+			if n <= base {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				t.Errorf("%d goroutines leaked:\n%s", n-base, buf[:runtime.Stack(buf, true)])
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 }
