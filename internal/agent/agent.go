@@ -159,6 +159,10 @@ func (a *Agent) Run(ctx context.Context, s *Session) (Outcome, error) {
 	if len(s.Messages) == 0 || s.Messages[0].Role != llm.RoleUser {
 		return Outcome{}, errors.New("agent: a session starts with the task as a user message")
 	}
+	if last := s.Messages[len(s.Messages)-1]; last.Role == llm.RoleAssistant && len(last.ToolCalls()) == 0 {
+		// The model already finished; resuming needs a new user message.
+		return a.stop(s, ReasonDone, last.Text()), nil
+	}
 	start := a.o.Now()
 	l := a.o.Limits
 	var cancel context.CancelFunc = func() {}

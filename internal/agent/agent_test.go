@@ -94,6 +94,11 @@ func TestEditSession(t *testing.T) {
 	if got := strings.Join(decisions, ","); got != "allow,allow,allow,block: outside workspace,decode: refused" {
 		t.Errorf("gate decisions in events = %s", got)
 	}
+	// Resuming a finished session does not call the model again (the
+	// script has ended: a call would fail).
+	if again, err := a.Run(t.Context(), s); err != nil || again.Reason != agent.ReasonDone || again.Text != out.Text {
+		t.Errorf("resuming a finished session: %+v, %v", again, err)
+	}
 }
 
 func TestLimits(t *testing.T) {
