@@ -183,6 +183,7 @@ recorded in a tamper-evident audit log.`,
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
+		newModelsCmd(a),
 		newDoctorCmd(a),
 		newSandboxCmd(a),
 		newTDDCmd(a),

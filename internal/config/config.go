@@ -13,8 +13,11 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -40,6 +43,9 @@ type Config struct {
 	Approval Approval `yaml:"approval"`
 	Kernel   Kernel   `yaml:"kernel"`
 	Net      Net      `yaml:"net"`
+
+	LLM   LLM   `yaml:"llm"`
+	Agent Agent `yaml:"agent"`
 }
 
 // Approval configures asking a person.
@@ -149,6 +155,70 @@ type Net struct {
 	ResponseTimeout units.Duration `yaml:"response_timeout" scope:"user"`
 }
 
+// LLM configures the model providers (see docs/models.md).
+type LLM struct {
+	// BaseURLs overrides a provider's address, by provider name. User
+	// only: a project must not be able to send the user's key elsewhere.
+	BaseURLs BaseURLs `yaml:"base_urls" scope:"user"`
+	// Prices, in US dollars per million tokens, by "provider/name"; they
+	// feed cost accounting and agent.max_cost.
+	Prices Prices `yaml:"prices" scope:"user"`
+	// RetryAttempts bounds the tries of one model call, first included.
+	RetryAttempts int `yaml:"retry_attempts"`
+	// RetryBudget bounds the time spent waiting between retries of one call.
+	RetryBudget units.Duration `yaml:"retry_budget"`
+}
+
+// BaseURLs maps provider names to addresses.
+type BaseURLs map[string]string
+
+func (b BaseURLs) String() string {
+	if len(b) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(b))
+	for k := range b {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + b[k]
+	}
+	return strings.Join(keys, ", ")
+}
+
+// Prices maps "provider/name" to a price.
+type Prices map[string]Price
+
+func (p Prices) String() string {
+	return fmt.Sprintf("%d models (fluffy models lists them)", len(p))
+}
+
+// Price is what a model charges, in US dollars per million tokens.
+type Price struct {
+	Input      float64 `yaml:"input"`
+	Output     float64 `yaml:"output"`
+	CacheRead  float64 `yaml:"cache_read"`
+	CacheWrite float64 `yaml:"cache_write"`
+}
+
+// Agent configures the agent loop's limits and context budget.
+type Agent struct {
+	// MaxTurns bounds the model calls of one run.
+	MaxTurns int `yaml:"max_turns"`
+	// MaxTokens bounds the tokens (in + out) of one run; 0 is no limit.
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxCost bounds the cost of one run in US dollars; 0 is no limit.
+	MaxCost float64 `yaml:"max_cost" scope:"user"`
+	// MaxTime bounds the wall time of one run.
+	MaxTime units.Duration `yaml:"max_time"`
+	// ContextTokens is the context window budget: older turns are
+	// summarized and dropped beyond it.
+	ContextTokens int `yaml:"context_tokens"`
+	// ToolResultLimit truncates each tool result sent to the model.
+	ToolResultLimit units.Size `yaml:"tool_result_limit"`
+}
+
 // Default returns the built-in defaults for a process with the given
 // environment (used only to place the data directory).
 func Default(env Env) Config {
@@ -187,7 +257,28 @@ func Default(env Env) Config {
 			ResponseTimeout: units.Duration(60e9),
 		},
 		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
-	}
+
+		LLM: LLM{
+			// Published list prices when written (November 2026); set
+			// llm.prices in your user file to correct or extend them.
+			Prices: Prices{
+				"anthropic/claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75},
+				"anthropic/claude-opus-4-1":   {Input: 15, Output: 75, CacheRead: 1.5, CacheWrite: 18.75},
+				"anthropic/claude-haiku-4-5":  {Input: 1, Output: 5, CacheRead: 0.1, CacheWrite: 1.25},
+				"openai/gpt-5":                {Input: 1.25, Output: 10, CacheRead: 0.125},
+				"openai/gpt-5-mini":           {Input: 0.25, Output: 2, CacheRead: 0.025},
+				"gemini/gemini-2.5-pro":       {Input: 1.25, Output: 10, CacheRead: 0.31},
+				"gemini/gemini-2.5-flash":     {Input: 0.3, Output: 2.5, CacheRead: 0.075},
+			},
+			RetryAttempts: 4,
+			RetryBudget:   units.Duration(120e9),
+		},
+		Agent: Agent{
+			MaxTurns:        50,
+			MaxTime:         units.Duration(30 * 60e9),
+			ContextTokens:   150000,
+			ToolResultLimit: 32 << 10,
+		}}
 }
 
 // Env is the process environment as a lookup function (os.LookupEnv in
