@@ -1,0 +1,437 @@
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/transparency-dev/merkle/compact"
+
+	"github.com/fluffy-agent/fluffy/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the schema migrations of audit.db.
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	return sub
+}
+
+// Errors callers branch on.
+var (
+	// ErrUnavailable is wrapped by every Append error caused by the log
+	// being unwritable (disk full, database locked too long, I/O error):
+	// the entry was not recorded and the action it describes must not
+	// proceed.
+	ErrUnavailable = errors.New("audit log unavailable")
+	// ErrLocked is returned by Open when another process has the log open
+	// for writing.
+	ErrLocked = errors.New("audit log is open for writing by another process")
+	// ErrForeignLog is returned when audit.db belongs to another key (its
+	// origin is not the signing key's name).
+	ErrForeignLog = errors.New("audit log belongs to another key")
+	// ErrClosed is returned by Append after Close.
+	ErrClosed = errors.New("audit log closed")
+	// ErrNoLog is returned when there is no audit.db to read.
+	ErrNoLog = errors.New("no audit log")
+)
+
+// Options configures Open. Path and KeyDir are required.
+type Options struct {
+	// Path is the audit database file (datadir AuditDB).
+	Path string
+	// KeyDir holds the signing key and the copy of the newest checkpoint
+	// (datadir Keys). The key is created there on first use.
+	KeyDir string
+	// FlushEntries: buffered entries are written once this many are
+	// pending. Default 100.
+	FlushEntries int
+	// FlushInterval: buffered entries are written at least this often.
+	// Default 500ms.
+	FlushInterval time.Duration
+	// MaxPending bounds the buffer: an Append that finds this many
+	// entries pending writes them itself before returning (backpressure),
+	// and fails if it cannot. Default 8 × FlushEntries.
+	MaxPending int
+	// CheckpointEvery: a checkpoint is signed once this many entries were
+	// written since the last one. Default 1000.
+	CheckpointEvery int
+	// CheckpointAfter: a checkpoint is signed when entries older than this
+	// are not yet covered by one. Default 60s.
+	CheckpointAfter time.Duration
+	// Logger receives warnings (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.FlushEntries <= 0 {
+		o.FlushEntries = 100
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 500 * time.Millisecond
+	}
+	if o.MaxPending < o.FlushEntries {
+		o.MaxPending = 8 * o.FlushEntries
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = 1000
+	}
+	if o.CheckpointAfter <= 0 {
+		o.CheckpointAfter = 60 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Log is the audit log open for writing. One process at a time may hold
+// it (a lock file beside the database enforces this). Its methods are
+// safe for concurrent use.
+//
+// Ordering: entries get their sequence numbers in the order Append is
+// called, and are written in that order; a synchronous entry is written
+// together with every buffered entry before it, so a durable entry never
+// follows a gap.
+type Log struct {
+	opts Options
+	db   *store.DB
+	key  Key
+	lock *os.File
+
+	flushNow chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	// mu guards the fields below and serializes writes to the database.
+	mu      sync.Mutex
+	size    uint64         // sequence number of the newest entry (written or pending)
+	chain   []byte         // its chain hash
+	rng     *compact.Range // compact Merkle range [0, size)
+	pending []row          // entries not yet written, in order
+	cpSize  uint64         // tree size of the newest checkpoint
+	cpTime  time.Time      // when it was made
+	anchor  uint64
+	closed  bool
+}
+
+// row is an entry as stored.
+type row struct {
+	seq  uint64
+	body []byte
+	hash []byte
+}
+
+// Open opens the log for writing, creating the database and the signing
+// key when absent. It refuses a log signed by another key and a log
+// another process has open; it does not verify the log (see Verify).
+func Open(ctx context.Context, opts Options) (*Log, error) {
+	opts.defaults()
+	if opts.Path == "" || opts.KeyDir == "" {
+		return nil, errors.New("audit: Options.Path and Options.KeyDir are required")
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	lock, err := lockFile(opts.Path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{opts: opts, lock: lock, flushNow: make(chan struct{}, 1)}
+	if err := l.open(ctx); err != nil {
+		if l.db != nil {
+			l.db.Close()
+		}
+		lock.Close()
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel, l.done = cancel, make(chan struct{})
+	go l.flusher(bg)
+	return l, nil
+}
+
+func (l *Log) open(ctx context.Context) error {
+	var err error
+	if l.key, err = LoadOrCreateKey(l.opts.KeyDir); err != nil {
+		return err
+	}
+	if l.db, err = openDB(ctx, l.opts.Path); err != nil {
+		return err
+	}
+	if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
+		return err
+	}); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	r := &Reader{db: l.db}
+	origin, err := r.Origin(ctx)
+	if err != nil {
+		return err
+	}
+	if origin != l.key.Name() {
+		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, origin, l.opts.KeyDir, l.key.Name())
+	}
+	if l.anchor, err = r.metaUint(ctx, "anchor"); err != nil {
+		return err
+	}
+	// Resume from the newest checkpoint: its compact range and chain hash,
+	// then the entries after it.
+	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
+	cps, err := r.storedCheckpoints(ctx)
+	if err != nil {
+		return err
+	}
+	if n := len(cps); n > 0 {
+		cp, err := ParseCheckpoint(cps[n-1].note, l.key.Verifier)
+		if err != nil {
+			return fmt.Errorf("audit: newest checkpoint in %s: %w (run 'fluffy audit verify')", l.opts.Path, err)
+		}
+		if l.rng, err = newRange(cp.Size, cps[n-1].rng); err != nil {
+			return err
+		}
+		l.size, l.chain, l.cpSize = cp.Size, cp.Chain, cp.Size
+	}
+	err = r.rows(ctx, l.size+1, func(rw row) error {
+		if rw.seq != l.size+1 {
+			return fmt.Errorf("audit: %s: entry %d follows %d (run 'fluffy audit verify')", l.opts.Path, rw.seq, l.size)
+		}
+		l.size, l.chain = rw.seq, rw.hash
+		return l.rng.Append(leafHash(rw.hash), nil)
+	})
+	return err
+}
+
+func openDB(ctx context.Context, path string) (*store.DB, error) {
+	db, err := store.Open(ctx, path, store.Options{Migrations: Migrations()})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return db, nil
+}
+
+// lockFile takes an exclusive, non-blocking flock on path and writes our
+// pid into it. The lock dies with the process, so a kill -9 never leaves
+// a stale lock.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, strings.TrimSpace(string(b)), path)
+		}
+		return nil, fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// Key returns the signing key's public half and name.
+func (l *Log) Key() Key { return l.key }
+
+// Reader returns a reader over the same database.
+func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
+
+// Append records e and returns its sequence number. Synchronous kinds
+// (Kind.Synchronous) are durable on disk when Append returns nil; other
+// kinds are queued and written within FlushInterval or once FlushEntries
+// are pending. When MaxPending entries are queued, Append writes them
+// itself (backpressure). Any failure to record returns an error wrapping
+// ErrUnavailable and leaves the log as it was: the caller must treat the
+// action as not allowed.
+func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
+	if !ValidKind(e.Kind) {
+		return 0, fmt.Errorf("audit: invalid kind %q", e.Kind)
+	}
+	p, err := payloadJSON(e.Payload)
+	if err != nil {
+		return 0, err
+	}
+	e.Payload = rawPayload(p)
+	if e.Time.IsZero() {
+		e.Time = l.opts.Now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+	}
+	e.Seq = l.size + 1
+	body, err := e.Encode()
+	if err != nil {
+		return 0, err
+	}
+	prevSize, prevChain, prevRange := l.size, l.chain, cloneRange(l.rng)
+	hash := chainHash(l.chain, e.Seq, body)
+	l.size, l.chain = e.Seq, hash
+	if err := l.rng.Append(leafHash(hash), nil); err != nil {
+		l.size, l.chain, l.rng = prevSize, prevChain, prevRange
+		return 0, fmt.Errorf("audit: %w", err)
+	}
+	l.pending = append(l.pending, row{seq: e.Seq, body: body, hash: hash})
+	if e.Kind.Synchronous() || len(l.pending) >= l.opts.MaxPending {
+		if err := l.writeLocked(ctx, false, nil); err != nil {
+			// Undo this entry; earlier buffered ones stay queued.
+			l.pending = l.pending[:len(l.pending)-1]
+			l.size, l.chain, l.rng = prevSize, prevChain, prevRange
+			return 0, fmt.Errorf("%w: %s entry not recorded: %w", ErrUnavailable, e.Kind, err)
+		}
+		return e.Seq, nil
+	}
+	if len(l.pending) >= l.opts.FlushEntries {
+		select {
+		case l.flushNow <- struct{}{}:
+		default:
+		}
+	}
+	return e.Seq, nil
+}
+
+// rawPayload marks a payload as already canonical.
+type rawPayload []byte
+
+// Flush writes every queued entry and returns once they are durable.
+func (l *Log) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writeLocked(ctx, false, nil); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Checkpoint writes every queued entry and signs a checkpoint at the
+// current size (unless the newest checkpoint already covers it).
+func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writeLocked(ctx, true, nil); err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return l.Reader().NewestCheckpoint(ctx, l.key.Verifier)
+}
+
+// Close stops the background writer, writes what is queued, signs a final
+// checkpoint and closes the database. Appends after Close fail.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.writeLocked(context.Background(), true, nil)
+	if cerr := l.db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("audit: close: %w", cerr)
+	}
+	l.lock.Close()
+	return err
+}
+
+// flusher writes buffered entries every FlushInterval, when signalled,
+// and signs time-based checkpoints. It owns ctx; Close cancels it.
+func (l *Log) flusher(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.flushNow:
+		}
+		l.mu.Lock()
+		if err := l.writeLocked(ctx, false, nil); err != nil && ctx.Err() == nil {
+			l.opts.Logger.Error("audit: writing buffered entries failed; they stay queued and appends will fail once the queue is full", "pending", len(l.pending), "err", err)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// writeLocked writes the pending entries in one transaction, with a
+// checkpoint when one is due (or forced and the newest does not cover the
+// current size), plus whatever extra does in the same transaction. On
+// error nothing was written and the pending entries stay queued.
+func (l *Log) writeLocked(ctx context.Context, forceCheckpoint bool, extra func(*sql.Tx) error) error {
+	now := l.opts.Now()
+	due := l.size > l.cpSize && (forceCheckpoint ||
+		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
+		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
+	if len(l.pending) == 0 && !due && extra == nil {
+		return nil
+	}
+	var cp Checkpoint
+	if due {
+		var err error
+		if cp, err = signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain); err != nil {
+			return err
+		}
+	}
+	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+		if len(l.pending) > 0 {
+			st, err := tx.PrepareContext(ctx, `INSERT INTO entries (seq, body, hash) VALUES (?, ?, ?)`)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for _, r := range l.pending {
+				if _, err := st.ExecContext(ctx, int64(r.seq), string(r.body), r.hash); err != nil {
+					return fmt.Errorf("insert entry %d: %w", r.seq, err)
+				}
+			}
+		}
+		if due {
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
+				int64(cp.Size), string(cp.Note), packRange(l.rng)); err != nil {
+				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
+			}
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: write %s: %w", l.opts.Path, err)
+	}
+	l.pending = l.pending[:0]
+	if due {
+		l.cpSize, l.cpTime = cp.Size, now
+		// The copy outside the database is what reveals a truncated or
+		// replaced database. The database already has the checkpoint, so
+		// failing here weakens that check but loses nothing.
+		if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
+			l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+-- The audit log. Rows are only ever inserted (and, by retention, deleted
+-- from the old end behind a signed anchor); never updated.
+--
+-- body is the entry's canonical JSON (RFC 8785), exactly the bytes the
+-- chain hash covers. kind, session and time are read out of it for
+-- queries, so they cannot disagree with what is hashed.
+CREATE TABLE entries (
+    seq      INTEGER PRIMARY KEY,
+    body     TEXT NOT NULL,
+    hash     BLOB NOT NULL,
+    kind     TEXT GENERATED ALWAYS AS (json_extract(body, '$.kind')) VIRTUAL,
+    session  TEXT GENERATED ALWAYS AS (json_extract(body, '$.session')) VIRTUAL,
+    time     TEXT GENERATED ALWAYS AS (json_extract(body, '$.time')) VIRTUAL
+);
+CREATE INDEX entries_time ON entries (time);
+
+-- Signed checkpoints. range holds the compact Merkle range [0, size)
+-- (its node hashes concatenated), from which the tree can be extended
+-- without the older leaves; its root must equal the signed root.
+CREATE TABLE checkpoints (
+    size     INTEGER PRIMARY KEY,
+    note     TEXT NOT NULL,
+    range    BLOB NOT NULL
+);
+
+-- origin: the log's name (the key's name); anchor: the tree size of the
+-- retention anchor checkpoint (0 when nothing was pruned); verified: the
+-- tree size of the newest checkpoint a verification passed.
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
