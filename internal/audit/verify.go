@@ -16,8 +16,8 @@ type Damage string
 
 // The kinds of damage.
 const (
-	DamageEditedEntry Damage = "edited entry"      // an entry's bytes changed, its stored hash did not
-	DamageEditedHash  Damage = "edited hash"       // a stored hash changed, the entry did not
+	DamageEditedEntry Damage = "edited entry" // an entry's bytes changed, its stored hash did not
+	DamageEditedHash  Damage = "edited hash"  // a stored hash changed, the entry did not
 	DamageEdited      Damage = "edited entry and hash"
 	DamageMissing     Damage = "deleted entry"     // a sequence number is missing
 	DamageReordered   Damage = "reordered entries" // an entry sits at another entry's position
