@@ -141,7 +141,7 @@ func VerifyExport(ctx context.Context, dir string, opts VerifyOptions) (Report, 
 	if err != nil {
 		return Report{}, err
 	}
-	opts.Full, opts.Record = true, false
+	opts.Full, opts.StateDir = true, ""
 	return verify(ctx, src, opts)
 }
 
@@ -188,9 +188,6 @@ func loadExport(dir string) (*exportSource, error) {
 
 func (s *exportSource) origin(context.Context) (string, error)     { return s.anchor.Origin, nil }
 func (s *exportSource) anchorSize(context.Context) (uint64, error) { return s.anchor.Size, nil }
-func (s *exportSource) verifiedSize(context.Context) (uint64, error) {
-	return 0, nil
-}
 func (s *exportSource) checkpoints(context.Context) ([]storedCheckpoint, error) {
 	return s.cps, nil
 }
@@ -213,7 +210,6 @@ func (s *exportSource) row(_ context.Context, seq uint64) (row, bool, error) {
 	}
 	return row{seq: seq, body: s.entries[i]}, true, nil
 }
-func (s *exportSource) setVerified(context.Context, uint64) error { return nil }
 
 // b64 is used by docs and tests to print hashes.
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

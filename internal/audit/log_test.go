@@ -50,7 +50,7 @@ func verifyDB(t *testing.T, opts Options, full bool) (Report, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.Verify(t.Context(), VerifyOptions{Verifier: k.Verifier, Full: full, Trusted: trusted, Record: true})
+	return r.Verify(t.Context(), VerifyOptions{Verifier: k.Verifier, Full: full, Trusted: trusted, StateDir: opts.KeyDir})
 }
 
 func TestAppendVerify(t *testing.T) {

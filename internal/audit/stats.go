@@ -119,5 +119,5 @@ func (l *Log) VerifyAtStart(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return l.Reader().Verify(ctx, VerifyOptions{Verifier: l.key.Verifier, Trusted: trusted, Record: true})
+	return l.Reader().Verify(ctx, VerifyOptions{Verifier: l.key.Verifier, Trusted: trusted, StateDir: l.opts.KeyDir})
 }

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 )
@@ -65,9 +69,33 @@ type VerifyOptions struct {
 	// Trusted are signed checkpoints kept outside the database (the copy
 	// under keys/, a file a user kept): the log must contain them.
 	Trusted [][]byte
-	// Record stores the newest verified checkpoint's size in the database,
-	// as the start of the next incremental check.
-	Record bool
+	// StateDir, when set, is where the incremental check keeps its
+	// progress (the keys/ directory: outside the database, so editing the
+	// database cannot make the next check skip entries). The newest
+	// verified checkpoint's size is recorded there after a check passes.
+	StateDir string
+}
+
+// VerifiedFile, in VerifyOptions.StateDir, holds the tree size of the
+// newest checkpoint a verification passed.
+const VerifiedFile = "audit.verified"
+
+func readVerified(dir string) (uint64, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, VerifiedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("audit: %w", err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("audit: %s: %w", filepath.Join(dir, VerifiedFile), err)
+	}
+	return v, nil
 }
 
 // Report describes a verification that passed.
@@ -93,14 +121,12 @@ type Report struct {
 type source interface {
 	origin(ctx context.Context) (string, error)
 	anchorSize(ctx context.Context) (uint64, error)
-	verifiedSize(ctx context.Context) (uint64, error)
 	checkpoints(ctx context.Context) ([]storedCheckpoint, error)
 	// rows calls fn for entries with seq >= from in order; row.hash is
 	// nil when the source does not store hashes.
 	rows(ctx context.Context, from uint64, fn func(row) error) error
 	// row returns entry seq, if present.
 	row(ctx context.Context, seq uint64) (row, bool, error)
-	setVerified(ctx context.Context, size uint64) error
 }
 
 // Verify checks the log read by r. It returns a *DamageError naming the
@@ -176,7 +202,7 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	// Where to start.
 	start := rep.Anchor
 	if !opts.Full {
-		limit, err := src.verifiedSize(ctx)
+		limit, err := readVerified(opts.StateDir)
 		if err != nil {
 			return rep, err
 		}
@@ -283,8 +309,8 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	if !pruneSeen {
 		return rep, damage(rep.Anchor+1, DamageAnchor, "no %s entry records the retention anchor at size %d (entries were deleted without pruning)", KindAuditPrune, rep.Anchor)
 	}
-	if opts.Record && rep.Newest.Size > 0 {
-		if err := src.setVerified(ctx, rep.Newest.Size); err != nil {
+	if opts.StateDir != "" && rep.Newest.Size > 0 {
+		if err := writeFileAtomic(filepath.Join(opts.StateDir, VerifiedFile), []byte(strconv.FormatUint(rep.Newest.Size, 10)+"\n"), 0o600); err != nil {
 			return rep, err
 		}
 	}
@@ -331,9 +357,6 @@ func (s dbSource) origin(ctx context.Context) (string, error) { return s.r.Origi
 func (s dbSource) anchorSize(ctx context.Context) (uint64, error) {
 	return s.r.metaUint(ctx, "anchor")
 }
-func (s dbSource) verifiedSize(ctx context.Context) (uint64, error) {
-	return s.r.metaUint(ctx, "verified")
-}
 func (s dbSource) checkpoints(ctx context.Context) ([]storedCheckpoint, error) {
 	return s.r.storedCheckpoints(ctx)
 }
@@ -349,11 +372,4 @@ func (s dbSource) row(ctx context.Context, seq uint64) (row, bool, error) {
 	}
 	rw.seq, rw.body = seq, []byte(body)
 	return rw, true, nil
-}
-func (s dbSource) setVerified(ctx context.Context, size uint64) error {
-	_, err := s.r.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('verified', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, strconv.FormatUint(size, 10))
-	if err != nil {
-		return fmt.Errorf("audit: record verified size: %w", err)
-	}
-	return nil
 }

@@ -175,6 +175,7 @@ recorded in a tamper-evident audit log.`,
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
+		newAuditCmd(a),
 	)
 	return root
 }

@@ -24,8 +24,7 @@ CREATE TABLE checkpoints (
 );
 
 -- origin: the log's name (the key's name); anchor: the tree size of the
--- retention anchor checkpoint (0 when nothing was pruned); verified: the
--- tree size of the newest checkpoint a verification passed.
+-- retention anchor checkpoint (absent when nothing was pruned).
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
