@@ -34,7 +34,7 @@ type Checkpoint struct {
 
 // ErrBadCheckpoint is wrapped by errors about checkpoints that do not
 // parse or whose signature does not verify.
-var ErrBadCheckpoint = errors.New("bad checkpoint")
+var ErrBadCheckpoint = errors.New("checkpoint does not verify")
 
 const chainExt = "chain "
 
