@@ -217,7 +217,28 @@ func (l *Log) open(ctx context.Context) error {
 		l.size, l.chain = rw.seq, rw.hash
 		return l.rng.Append(leafHash(rw.hash), nil)
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	// A database behind the checkpoint copy under keys/ lost entries (an
+	// older copy put back, a lost WAL): continuing would overwrite that
+	// evidence with a new chain, so refuse.
+	trusted, err := TrustedCheckpoints(l.opts.KeyDir)
+	if err != nil {
+		return err
+	}
+	for _, msg := range trusted {
+		cp, err := ParseCheckpoint(msg, l.key.Verifier)
+		if err != nil {
+			return fmt.Errorf("audit: %s: %w", filepath.Join(l.opts.KeyDir, CheckpointFile), err)
+		}
+		if cp.Size > l.size {
+			return fmt.Errorf("audit: refusing to write: %w (move %s and %s aside to start a new log)",
+				damage(l.size+1, DamageTruncated, "%s ends at %d but the checkpoint kept in %s covers %d entries", l.opts.Path, l.size, l.opts.KeyDir, cp.Size),
+				l.opts.Path, filepath.Join(l.opts.KeyDir, CheckpointFile))
+		}
+	}
+	return nil
 }
 
 func openDB(ctx context.Context, path string) (*store.DB, error) {

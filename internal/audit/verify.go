@@ -148,6 +148,12 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	if rep.Anchor, err = src.anchorSize(ctx); err != nil {
 		return rep, err
 	}
+	if rep.Origin == "" {
+		// A database without an origin was never written by a Log (or was
+		// recreated, e.g. after losing its WAL): it must be empty, and the
+		// trusted checkpoints below decide whether that is damage.
+		rep.Origin = v.Name()
+	}
 	if rep.Origin != v.Name() {
 		return rep, damage(rep.Anchor+1, DamageForeign, "the log is %q but the key is %q: the database (or the key) was replaced", rep.Origin, v.Name())
 	}
