@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -152,22 +153,21 @@ func (e Entry) Encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	b.Grow(len(p) + len(e.Actor) + len(e.Session) + 128)
-	b.WriteString(`{"actor":`)
-	writeString(&b, e.Actor)
-	b.WriteString(`,"kind":`)
-	writeString(&b, string(e.Kind))
-	b.WriteString(`,"payload":`)
-	b.Write(p)
-	b.WriteString(`,"seq":`)
-	b.WriteString(formatNumber(float64(e.Seq)))
-	b.WriteString(`,"session":`)
-	writeString(&b, e.Session)
-	b.WriteString(`,"time":`)
-	writeString(&b, e.Time.UTC().Format(TimeFormat))
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	b := make([]byte, 0, len(p)+len(e.Actor)+len(e.Session)+128)
+	b = append(b, `{"actor":`...)
+	b = appendString(b, e.Actor)
+	b = append(b, `,"kind":`...)
+	b = appendString(b, string(e.Kind))
+	b = append(b, `,"payload":`...)
+	b = append(b, p...)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"session":`...)
+	b = appendString(b, e.Session)
+	b = append(b, `,"time":`...)
+	b = append(b, '"')
+	b = e.Time.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"', '}'), nil
 }
 
 // ParseEntry decodes the canonical bytes of an entry strictly: they must

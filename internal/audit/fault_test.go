@@ -301,7 +301,7 @@ func TestDiskFull(t *testing.T) {
 		t.Skipf("cannot mount a small tmpfs to fill (needs root / CAP_SYS_ADMIN): %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	opts := audit.Options{Path: filepath.Join(mnt, "audit.db"), KeyDir: filepath.Join(t.TempDir(), "keys"), CheckpointEvery: 20}
+	opts := audit.Options{Path: filepath.Join(mnt, "audit.db"), KeyDir: filepath.Join(t.TempDir(), "keys"), CheckpointEvery: 20, FlushEntries: 10, MaxPending: 50}
 	l, err := audit.Open(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash"
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -28,6 +29,25 @@ func chainHash(prev []byte, seq uint64, body []byte) []byte {
 	h.Write(s[:])
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// chainer computes chain hashes with one reusable SHA-256 state, for the
+// verification loop.
+type chainer struct {
+	h   hash.Hash
+	seq [8]byte
+}
+
+func newChainer() *chainer { return &chainer{h: sha256.New()} }
+
+func (c *chainer) sum(prev []byte, seq uint64, body []byte) []byte {
+	c.h.Reset()
+	c.h.Write([]byte(ChainDomain))
+	c.h.Write(prev)
+	binary.BigEndian.PutUint64(c.seq[:], seq)
+	c.h.Write(c.seq[:])
+	c.h.Write(body)
+	return c.h.Sum(make([]byte, 0, HashSize))
 }
 
 // zeroHash is the chain hash before the first entry.

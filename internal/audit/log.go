@@ -64,7 +64,7 @@ type Options struct {
 	FlushInterval time.Duration
 	// MaxPending bounds the buffer: an Append that finds this many
 	// entries pending writes them itself before returning (backpressure),
-	// and fails if it cannot. Default 8 × FlushEntries.
+	// and fails if it cannot. Default max(8 × FlushEntries, 10,000).
 	MaxPending int
 	// CheckpointEvery: a checkpoint is signed once this many entries were
 	// written since the last one. Default 1000.
@@ -86,7 +86,7 @@ func (o *Options) defaults() {
 		o.FlushInterval = 500 * time.Millisecond
 	}
 	if o.MaxPending < o.FlushEntries {
-		o.MaxPending = 8 * o.FlushEntries
+		o.MaxPending = max(8*o.FlushEntries, 10_000)
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = 1000
@@ -120,8 +120,12 @@ type Log struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	// mu guards the fields below and serializes writes to the database.
+	// wmu serializes writes to the database; taken before mu.
+	wmu sync.Mutex
+	// mu guards the fields below. It is never held during a write, except
+	// by Prune.
 	mu      sync.Mutex
+	durable uint64         // sequence number of the newest written entry
 	size    uint64         // sequence number of the newest entry (written or pending)
 	chain   []byte         // its chain hash
 	rng     *compact.Range // compact Merkle range [0, size)
@@ -220,6 +224,7 @@ func (l *Log) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.durable = l.size
 	// A database behind the checkpoint copy under keys/ lost entries (an
 	// older copy put back, a lost WAL): continuing would overwrite that
 	// evidence with a new chain, so refuse.
@@ -277,12 +282,16 @@ func (l *Log) Key() Key { return l.key }
 func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
 
 // Append records e and returns its sequence number. Synchronous kinds
-// (Kind.Synchronous) are durable on disk when Append returns nil; other
-// kinds are queued and written within FlushInterval or once FlushEntries
-// are pending. When MaxPending entries are queued, Append writes them
-// itself (backpressure). Any failure to record returns an error wrapping
-// ErrUnavailable and leaves the log as it was: the caller must treat the
-// action as not allowed.
+// (Kind.Synchronous) are durable on disk when Append returns nil, together
+// with every entry appended before them (group commit). Other kinds are
+// queued and written within FlushInterval or once FlushEntries are
+// pending. When MaxPending entries are queued, Append first writes the
+// queue itself (backpressure), and fails if it cannot.
+//
+// An error wrapping ErrUnavailable means the entry is not known to be
+// recorded: the caller must treat the action as not allowed. (A
+// synchronous entry whose write failed stays queued and may still reach
+// the disk on a later write; nothing already queued is ever dropped.)
 func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 	if !ValidKind(e.Kind) {
 		return 0, fmt.Errorf("audit: invalid kind %q", e.Kind)
@@ -296,33 +305,39 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 		e.Time = l.opts.Now()
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	for len(l.pending) >= l.opts.MaxPending && !l.closed {
+		l.mu.Unlock()
+		if err := l.flush(ctx, 0, false); err != nil {
+			return 0, fmt.Errorf("%w: %s entry not recorded: %d entries queued and they cannot be written: %w", ErrUnavailable, e.Kind, l.opts.MaxPending, err)
+		}
+		l.mu.Lock()
+	}
 	if l.closed {
+		l.mu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
 	}
 	e.Seq = l.size + 1
 	body, err := e.Encode()
 	if err != nil {
+		l.mu.Unlock()
 		return 0, err
 	}
-	prevSize, prevChain, prevRange := l.size, l.chain, cloneRange(l.rng)
 	hash := chainHash(l.chain, e.Seq, body)
-	l.size, l.chain = e.Seq, hash
 	if err := l.rng.Append(leafHash(hash), nil); err != nil {
-		l.size, l.chain, l.rng = prevSize, prevChain, prevRange
+		l.mu.Unlock()
 		return 0, fmt.Errorf("audit: %w", err)
 	}
+	l.size, l.chain = e.Seq, hash
 	l.pending = append(l.pending, row{seq: e.Seq, body: body, hash: hash})
-	if e.Kind.Synchronous() || len(l.pending) >= l.opts.MaxPending {
-		if err := l.writeLocked(ctx, false, nil); err != nil {
-			// Undo this entry; earlier buffered ones stay queued.
-			l.pending = l.pending[:len(l.pending)-1]
-			l.size, l.chain, l.rng = prevSize, prevChain, prevRange
-			return 0, fmt.Errorf("%w: %s entry not recorded: %w", ErrUnavailable, e.Kind, err)
+	n := len(l.pending)
+	l.mu.Unlock()
+	if e.Kind.Synchronous() {
+		if err := l.flush(ctx, e.Seq, false); err != nil {
+			return 0, fmt.Errorf("%w: %s entry %d not confirmed durable: %w", ErrUnavailable, e.Kind, e.Seq, err)
 		}
 		return e.Seq, nil
 	}
-	if len(l.pending) >= l.opts.FlushEntries {
+	if n >= l.opts.FlushEntries {
 		select {
 		case l.flushNow <- struct{}{}:
 		default:
@@ -336,9 +351,7 @@ type rawPayload []byte
 
 // Flush writes every queued entry and returns once they are durable.
 func (l *Log) Flush(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.writeLocked(ctx, false, nil); err != nil {
+	if err := l.flush(ctx, 0, false); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -347,9 +360,7 @@ func (l *Log) Flush(ctx context.Context) error {
 // Checkpoint writes every queued entry and signs a checkpoint at the
 // current size (unless the newest checkpoint already covers it).
 func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.writeLocked(ctx, true, nil); err != nil {
+	if err := l.flush(ctx, 0, true); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return l.Reader().NewestCheckpoint(ctx, l.key.Verifier)
@@ -367,9 +378,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	l.cancel()
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	err := l.writeLocked(context.Background(), true, nil)
+	err := l.flush(context.Background(), 0, true)
 	if cerr := l.db.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("audit: close: %w", cerr)
 	}
@@ -390,49 +399,110 @@ func (l *Log) flusher(ctx context.Context) {
 		case <-t.C:
 		case <-l.flushNow:
 		}
-		l.mu.Lock()
-		if err := l.writeLocked(ctx, false, nil); err != nil && ctx.Err() == nil {
-			l.opts.Logger.Error("audit: writing buffered entries failed; they stay queued and appends will fail once the queue is full", "pending", len(l.pending), "err", err)
+		if err := l.flush(ctx, 0, false); err != nil && ctx.Err() == nil {
+			l.mu.Lock()
+			n := len(l.pending)
+			l.mu.Unlock()
+			l.opts.Logger.Error("audit: writing queued entries failed; they stay queued, and appends fail once the queue is full", "pending", n, "err", err)
 		}
-		l.mu.Unlock()
 	}
 }
 
-// writeLocked writes the pending entries in one transaction, with a
-// checkpoint when one is due (or forced and the newest does not cover the
-// current size), plus whatever extra does in the same transaction. On
-// error nothing was written and the pending entries stay queued.
-func (l *Log) writeLocked(ctx context.Context, forceCheckpoint bool, extra func(*sql.Tx) error) error {
+// flush writes the queue. With upTo > 0 it returns at once when entry
+// upTo is already durable (another caller's write took it along). On
+// error the entries stay queued, in order.
+func (l *Log) flush(ctx context.Context, upTo uint64, forceCheckpoint bool) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return l.flushHeld(ctx, upTo, forceCheckpoint)
+}
+
+// flushHeld is flush with wmu held.
+func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) error {
 	now := l.opts.Now()
-	due := l.size > l.cpSize && (forceCheckpoint ||
-		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
-		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
-	if len(l.pending) == 0 && !due && extra == nil {
+	l.mu.Lock()
+	if upTo > 0 && l.durable >= upTo {
+		l.mu.Unlock()
 		return nil
 	}
-	var cp Checkpoint
-	if due {
-		var err error
-		if cp, err = signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain); err != nil {
-			return err
-		}
+	batch := l.pending
+	l.pending = nil
+	cp, packed, err := l.dueCheckpoint(now, forceCheckpoint)
+	l.mu.Unlock()
+	if err == nil && (len(batch) > 0 || cp != nil) {
+		err = l.commit(ctx, batch, cp, packed, nil)
 	}
+	l.mu.Lock()
+	if err != nil {
+		l.pending = append(batch, l.pending...)
+		l.mu.Unlock()
+		return err
+	}
+	if len(batch) > 0 {
+		l.durable = batch[len(batch)-1].seq
+	}
+	l.mu.Unlock()
+	l.checkpointed(cp, now)
+	return nil
+}
+
+// dueCheckpoint signs a checkpoint at the current size when one is due
+// (or forced and the newest does not cover the current size). mu held.
+func (l *Log) dueCheckpoint(now time.Time, force bool) (*Checkpoint, []byte, error) {
+	due := l.size > l.cpSize && (force ||
+		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
+		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
+	if !due {
+		return nil, nil, nil
+	}
+	cp, err := signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &cp, packRange(l.rng), nil
+}
+
+// checkpointed records a written checkpoint and keeps its copy outside
+// the database: what reveals a truncated or replaced database. The
+// database already has the checkpoint, so failing here weakens that check
+// but loses nothing.
+func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
+	if cp == nil {
+		return
+	}
+	l.mu.Lock()
+	if cp.Size > l.cpSize {
+		l.cpSize, l.cpTime = cp.Size, now
+	}
+	l.mu.Unlock()
+	if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
+		l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
+	}
+}
+
+// commit writes entries, a checkpoint and whatever extra does in one
+// transaction. wmu held.
+func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, extra func(*sql.Tx) error) error {
+	// A write, once started, completes: cancelling the caller's context
+	// must not leave it half done (and an uncancellable context spares the
+	// driver a watcher goroutine per statement).
+	ctx = context.WithoutCancel(ctx)
 	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
-		if len(l.pending) > 0 {
+		if len(batch) > 0 {
 			st, err := tx.PrepareContext(ctx, `INSERT INTO entries (seq, body, hash) VALUES (?, ?, ?)`)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			for _, r := range l.pending {
+			for _, r := range batch {
 				if _, err := st.ExecContext(ctx, int64(r.seq), string(r.body), r.hash); err != nil {
 					return fmt.Errorf("insert entry %d: %w", r.seq, err)
 				}
 			}
 		}
-		if due {
+		if cp != nil {
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
-				int64(cp.Size), string(cp.Note), packRange(l.rng)); err != nil {
+				int64(cp.Size), string(cp.Note), packed); err != nil {
 				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
 			}
 		}
@@ -443,16 +513,6 @@ func (l *Log) writeLocked(ctx context.Context, forceCheckpoint bool, extra func(
 	})
 	if err != nil {
 		return fmt.Errorf("audit: write %s: %w", l.opts.Path, err)
-	}
-	l.pending = l.pending[:0]
-	if due {
-		l.cpSize, l.cpTime = cp.Size, now
-		// The copy outside the database is what reveals a truncated or
-		// replaced database. The database already has the checkpoint, so
-		// failing here weakens that check but loses nothing.
-		if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
-			l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
-		}
 	}
 	return nil
 }

@@ -26,16 +26,20 @@ type PruneResult struct {
 // without pruning stays detectable. The newest entry is never pruned.
 func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) {
 	var res PruneResult
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.flushHeld(ctx, 0, false); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// Hold mu from here: the audit.prune entry must be the last one in
+	// its transaction so a failure can take it back.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return res, ErrClosed
 	}
-	if err := l.writeLocked(ctx, false, nil); err != nil {
-		return res, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
 	var cut sql.NullInt64
-	if err := l.db.QueryRowContext(ctx, `SELECT max(seq) FROM entries WHERE time < ? AND seq < ?`,
+	if err := l.db.QueryRowContext(ctx, `SELECT max(seq) FROM entries WHERE json_extract(body, '$.time') < ? AND seq < ?`,
 		before.UTC().Format(TimeFormat), int64(l.size)).Scan(&cut); err != nil {
 		return res, fmt.Errorf("audit: prune: %w", err)
 	}
@@ -100,32 +104,39 @@ func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) 
 	}
 	prevSize, prevChain, prevRange := l.size, l.chain, cloneRange(l.rng)
 	hash := chainHash(l.chain, e.Seq, body)
-	l.size, l.chain = e.Seq, hash
 	if err := l.rng.Append(leafHash(hash), nil); err != nil {
 		return res, err
 	}
-	l.pending = append(l.pending, row{seq: e.Seq, body: body, hash: hash})
-	err = l.writeLocked(ctx, true, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`, int64(anchor), string(acp.Note), packRange(rng)); err != nil {
+	l.size, l.chain = e.Seq, hash
+	batch := append(l.pending, row{seq: e.Seq, body: body, hash: hash})
+	now := l.opts.Now()
+	cp, packedNow, err := l.dueCheckpoint(now, true)
+	if err == nil {
+		err = l.commit(ctx, batch, cp, packedNow, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`, int64(anchor), string(acp.Note), packRange(rng)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('anchor', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, strconv.FormatUint(anchor, 10)); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM entries WHERE seq <= ?`, int64(anchor))
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			deleted = uint64(n)
+			_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE size < ?`, int64(anchor))
 			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('anchor', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, strconv.FormatUint(anchor, 10)); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM entries WHERE seq <= ?`, int64(anchor))
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		deleted = uint64(n)
-		_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE size < ?`, int64(anchor))
-		return err
-	})
+		})
+	}
 	if err != nil {
-		l.pending = l.pending[:len(l.pending)-1]
 		l.size, l.chain, l.rng = prevSize, prevChain, prevRange
 		return res, fmt.Errorf("%w: prune: %w", ErrUnavailable, err)
 	}
+	l.pending, l.durable = nil, e.Seq
+	l.mu.Unlock()
+	l.checkpointed(cp, now)
+	l.mu.Lock()
 	l.anchor = anchor
 	return PruneResult{Anchor: anchor, Deleted: deleted, Seq: e.Seq}, nil
 }

@@ -247,6 +247,7 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		lastGood = size
 		return nil
 	}
+	ch := newChainer()
 	err = src.rows(ctx, next, func(rw row) error {
 		if rw.seq != next {
 			if rw.seq < next {
@@ -257,7 +258,7 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 			}
 			return damage(next, DamageMissing, "entries %d..%d are missing", next, rw.seq-1)
 		}
-		h := chainHash(chain, rw.seq, rw.body)
+		h := ch.sum(chain, rw.seq, rw.body)
 		if rw.hash != nil && !bytes.Equal(h, rw.hash) {
 			return classify(ctx, src, rw, h, cps)
 		}
@@ -367,7 +368,7 @@ func (s dbSource) checkpoints(ctx context.Context) ([]storedCheckpoint, error) {
 	return s.r.storedCheckpoints(ctx)
 }
 func (s dbSource) rows(ctx context.Context, from uint64, fn func(row) error) error {
-	return s.r.rows(ctx, from, fn)
+	return s.r.rowsPrefetch(ctx, from, fn)
 }
 func (s dbSource) row(ctx context.Context, seq uint64) (row, bool, error) {
 	var rw row

@@ -2,17 +2,15 @@
 -- from the old end behind a signed anchor); never updated.
 --
 -- body is the entry's canonical JSON (RFC 8785), exactly the bytes the
--- chain hash covers. kind, session and time are read out of it for
--- queries, so they cannot disagree with what is hashed.
+-- chain hash covers. Queries read kind, session and time out of it with
+-- json_extract, so they cannot disagree with what is hashed. (No generated
+-- columns or indexes on them: SQLite would run json_extract on every
+-- insert.)
 CREATE TABLE entries (
     seq      INTEGER PRIMARY KEY,
     body     TEXT NOT NULL,
-    hash     BLOB NOT NULL,
-    kind     TEXT GENERATED ALWAYS AS (json_extract(body, '$.kind')) VIRTUAL,
-    session  TEXT GENERATED ALWAYS AS (json_extract(body, '$.session')) VIRTUAL,
-    time     TEXT GENERATED ALWAYS AS (json_extract(body, '$.time')) VIRTUAL
+    hash     BLOB NOT NULL
 );
-CREATE INDEX entries_time ON entries (time);
 
 -- Signed checkpoints. range holds the compact Merkle range [0, size)
 -- (its node hashes concatenated), from which the tree can be extended
