@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 func main() {
@@ -18,6 +19,11 @@ func main() {
 }
 
 func run() int {
+	// The sandbox init is this binary re-executed; it must not pay for
+	// anything else (signal handling, configuration, cobra).
+	if native.IsInit() {
+		return native.InitMain()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app, err := cli.DefaultApp()

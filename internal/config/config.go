@@ -36,6 +36,14 @@ type Config struct {
 	Audit   Audit   `yaml:"audit"`
 	Policy  Policy  `yaml:"policy"`
 	TDD     TDD     `yaml:"tdd"`
+	// Approval configures asking a person.
+	Approval Approval `yaml:"approval"`
+}
+
+// Approval configures asking a person.
+type Approval struct {
+	// Timeout denies what is still open when it elapses.
+	Timeout units.Duration `yaml:"timeout" scope:"user"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -111,8 +119,9 @@ func Default(env Env) Config {
 			RetentionDays:   0,
 			WarnSize:        1 << 30,
 		},
-		Policy: Policy{Default: "approve"},
-		TDD:    TDD{Mode: "strict"},
+		Policy:   Policy{Default: "approve"},
+		TDD:      TDD{Mode: "strict"},
+		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
 	}
 }
 

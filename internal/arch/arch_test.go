@@ -1,0 +1,166 @@
+package arch
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/fluffy-agent/fluffy"
+
+// pkg is one Go package of the module, read from source.
+type pkg struct {
+	path    string // import path
+	dir     string
+	hasDoc  bool
+	imports map[string]bool // non-test imports
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("module root not found at %s: %v", dir, err)
+	}
+	return dir
+}
+
+func loadPackages(t *testing.T) []*pkg {
+	t.Helper()
+	root := moduleRoot(t)
+	byDir := map[string]*pkg{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(p)
+		k := byDir[dir]
+		if k == nil {
+			rel, _ := filepath.Rel(root, dir)
+			ip := module
+			if rel != "." {
+				ip += "/" + filepath.ToSlash(rel)
+			}
+			k = &pkg{path: ip, dir: dir, imports: map[string]bool{}}
+			byDir[dir] = k
+		}
+		if f.Doc != nil && strings.TrimSpace(f.Doc.Text()) != "" {
+			k.hasDoc = true
+		}
+		for _, imp := range f.Imports {
+			v, _ := strconv.Unquote(imp.Path.Value)
+			k.imports[v] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*pkg
+	for _, k := range byDir {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	if len(out) < 5 {
+		t.Fatalf("found only %d packages: the walk is broken", len(out))
+	}
+	return out
+}
+
+// TestPackagesHaveDocs fails when a package has no doc comment saying what
+// it owns (tailscale's pkgdoc_test, adapted).
+func TestPackagesHaveDocs(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		if !p.hasDoc {
+			t.Errorf("package %s has no doc comment: add one (// Package x owns ...) to one of its files", p.path)
+		}
+	}
+}
+
+// boundaries lists, for packages under an import-path prefix, the import
+// prefixes they must never use. Extend it as packages land.
+var boundaries = []struct {
+	pkg       string
+	forbidden []string
+	why       string
+}{
+	{"internal/policy", []string{"internal/sandbox", "internal/kernel", "internal/agent", "internal/llm", "github.com/moby/", "github.com/docker/"}, "decisions are data: the policy engine never executes anything"},
+	{"internal/tdd", []string{"internal/sandbox", "internal/kernel", "internal/agent", "internal/llm", "github.com/moby/", "github.com/docker/"}, "the TDD machine is a pure function of its inputs"},
+	{"internal/operation", []string{"internal/"}, "the shared Operation type depends on nothing of fluffy's"},
+	{"internal/units", []string{"internal/"}, "units is a leaf"},
+	{"internal/agent", []string{"internal/sandbox", "github.com/moby/", "github.com/docker/"}, "the agent loop reaches execution only through the tool router"},
+	{"internal/llm", []string{"internal/sandbox", "internal/tool", "internal/policy", "internal/kernel"}, "model providers know nothing of execution"},
+	{"internal/audit", []string{"internal/sandbox", "internal/policy", "internal/kernel", "internal/agent"}, "the audit log stands alone; the kernel wires it"},
+	{"internal/store", []string{"internal/"}, "the store is a leaf every other package may use"},
+	{"internal/config", []string{"internal/sandbox", "internal/kernel", "internal/policy", "internal/audit"}, "configuration is read by others, never the other way round"},
+	{"internal/sandbox", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/policy"}, "sandboxes execute; they do not decide"},
+}
+
+func TestImportBoundaries(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.path, module), "/")
+		for imp := range p.imports {
+			impRel := strings.TrimPrefix(imp, module+"/")
+			for _, b := range boundaries {
+				if rel != b.pkg && !strings.HasPrefix(rel, b.pkg+"/") {
+					continue
+				}
+				for _, f := range b.forbidden {
+					target := impRel
+					if !strings.HasPrefix(imp, module+"/") {
+						target = imp
+					}
+					if strings.HasPrefix(target, f) && !strings.HasPrefix(impRel, b.pkg) {
+						t.Errorf("%s imports %s: forbidden (%s)", rel, imp, b.why)
+					}
+				}
+			}
+			// Only the binary uses the CLI; only the CLI and the
+			// bootstrap reach the kernel, which wires everything else.
+			if impRel == "internal/cli" && rel != "cmd/fluffy" {
+				t.Errorf("%s imports internal/cli: only cmd/fluffy may", rel)
+			}
+			if impRel == "internal/kernel" && rel != "internal/cli" && rel != "internal/bootstrap" && rel != "cmd/fluffy" {
+				t.Errorf("%s imports internal/kernel: only the CLI and the bootstrap may", rel)
+			}
+		}
+	}
+}
+
+// TestBoundaryTableIsChecked makes sure the walk sees imports at all, so
+// the boundary test cannot pass vacuously.
+func TestBoundaryTableIsChecked(t *testing.T) {
+	for _, p := range loadPackages(t) {
+		if p.path == module+"/internal/cli" {
+			if !p.imports[module+"/internal/config"] {
+				t.Fatalf("internal/cli does not appear to import internal/config: imports seen %v", p.imports)
+			}
+			return
+		}
+	}
+	t.Fatal("internal/cli not found")
+}
