@@ -376,7 +376,7 @@ docs/audit.md says how to check it independently.`,
 			enc := json.NewEncoder(a.Stdout)
 			enc.SetIndent("", "  ")
 			return enc.Encode(map[string]any{
-				"entry": json.RawMessage(p.Body), "leaf_index": p.LeafIndex, "chain": b64(p.Chain),
+				"entry": string(p.Body), "leaf_index": p.LeafIndex, "chain": b64(p.Chain),
 				"tree_size": p.Checkpoint.Size, "root": b64(p.Checkpoint.Root), "proof": hashes,
 				"checkpoint": string(p.Checkpoint.Note),
 			})
