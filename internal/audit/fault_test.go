@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -359,5 +360,53 @@ func TestDiskFull(t *testing.T) {
 	}
 	if rep.Size != seq || seq <= acked[len(acked)-1] {
 		t.Fatalf("log has %d entries, last append got %d, last acknowledged before the disk filled %d", rep.Size, seq, acked[len(acked)-1])
+	}
+}
+
+// TestLockedTooLong holds the database's write lock from another
+// connection (as a sqlite3 shell would): a synchronous append fails
+// closed after the busy timeout, and succeeds once the lock is released.
+func TestLockedTooLong(t *testing.T) {
+	dir := t.TempDir()
+	opts := audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys"), BusyTimeout: 100 * time.Millisecond}
+	l, err := audit.Open(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(t.Context(), audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel"}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", "file:"+opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Append(t.Context(), audit.Entry{Kind: audit.KindApprovalDecision, Actor: "user:ann", Payload: map[string]string{"decision": "allow"}})
+	if !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("append while locked: %v, want ErrUnavailable (database locked)", err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	seq, err := l.Append(t.Context(), audit.Entry{Kind: audit.KindApprovalDecision, Actor: "user:ann", Payload: map[string]string{"decision": "deny"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The entry whose write failed stayed queued and was written first.
+	if seq != 3 {
+		t.Fatalf("seq %d, want 3", seq)
+	}
+	rep, err := l.VerifyAtStart(t.Context())
+	if err != nil || rep.Size != 3 {
+		t.Fatalf("VerifyAtStart: %+v, %v", rep, err)
 	}
 }

@@ -72,6 +72,10 @@ type Options struct {
 	// CheckpointAfter: a checkpoint is signed when entries older than this
 	// are not yet covered by one. Default 60s.
 	CheckpointAfter time.Duration
+	// BusyTimeout is how long a write waits for a lock held by another
+	// connection (another process's reader checkpointing the WAL, a
+	// sqlite3 shell) before failing. Default 5s.
+	BusyTimeout time.Duration
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -177,8 +181,9 @@ func (l *Log) open(ctx context.Context) error {
 	if l.key, err = LoadOrCreateKey(l.opts.KeyDir); err != nil {
 		return err
 	}
-	if l.db, err = openDB(ctx, l.opts.Path); err != nil {
-		return err
+	if l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout}); err != nil {
+		l.db = nil
+		return fmt.Errorf("audit: %w", err)
 	}
 	if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
