@@ -209,15 +209,21 @@ func (l *Log) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if n := len(cps); n > 0 {
-		cp, err := ParseCheckpoint(cps[n-1].note, l.key.Verifier)
+	var signed uint64 // the newest signed size: head or periodic
+	for i := len(cps) - 1; i >= 0; i-- {
+		cp, err := ParseCheckpoint(cps[i].note, l.key.Verifier)
 		if err != nil {
-			return fmt.Errorf("audit: newest checkpoint in %s: %w (run 'fluffy audit verify')", l.opts.Path, err)
+			return fmt.Errorf("audit: checkpoint at size %d in %s: %w (run 'fluffy audit verify')", cps[i].size, l.opts.Path, err)
 		}
-		if l.rng, err = newRange(cp.Size, cps[n-1].rng); err != nil {
+		signed = max(signed, cp.Size)
+		if cps[i].rng == nil {
+			continue // the head: no compact range to resume from
+		}
+		if l.rng, err = newRange(cp.Size, cps[i].rng); err != nil {
 			return err
 		}
 		l.size, l.chain, l.cpSize = cp.Size, cp.Chain, cp.Size
+		break
 	}
 	err = r.rows(ctx, l.size+1, func(rw row) error {
 		if rw.seq != l.size+1 {
@@ -228,6 +234,11 @@ func (l *Log) open(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	// Every write transaction signs the head, so entries beyond it were
+	// not written by fluffy: refuse to adopt (and later sign) them.
+	if l.size > signed {
+		return fmt.Errorf("audit: refusing to write: %w", damage(signed+1, DamageUnsigned, "entries %d..%d in %s are covered by no signed checkpoint: they were added outside fluffy", signed+1, l.size, l.opts.Path))
 	}
 	l.durable = l.size
 	// A database behind the checkpoint copy under keys/ lost entries (an
@@ -433,9 +444,13 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 	batch := l.pending
 	l.pending = nil
 	cp, packed, err := l.dueCheckpoint(now, forceCheckpoint)
+	var head *Checkpoint
+	if err == nil && len(batch) > 0 {
+		head, err = l.signHead()
+	}
 	l.mu.Unlock()
 	if err == nil && (len(batch) > 0 || cp != nil) {
-		err = l.commit(ctx, batch, cp, packed, nil)
+		err = l.commit(ctx, batch, cp, packed, head, nil)
 	}
 	l.mu.Lock()
 	if err != nil {
@@ -467,6 +482,16 @@ func (l *Log) dueCheckpoint(now time.Time, force bool) (*Checkpoint, []byte, err
 	return &cp, packRange(l.rng), nil
 }
 
+// signHead signs the current state, which the next commit makes the
+// head. mu held.
+func (l *Log) signHead() (*Checkpoint, error) {
+	cp, err := signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain)
+	if err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
 // checkpointed records a written checkpoint and keeps its copy outside
 // the database: what reveals a truncated or replaced database. The
 // database already has the checkpoint, so failing here weakens that check
@@ -487,7 +512,7 @@ func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
 
 // commit writes entries, a checkpoint and whatever extra does in one
 // transaction. wmu held.
-func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, extra func(*sql.Tx) error) error {
+func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, head *Checkpoint, extra func(*sql.Tx) error) error {
 	// A write, once started, completes: cancelling the caller's context
 	// must not leave it half done (and an uncancellable context spares the
 	// driver a watcher goroutine per statement).
@@ -509,6 +534,11 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
 				int64(cp.Size), string(cp.Note), packed); err != nil {
 				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
+			}
+		}
+		if head != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO head (id, note) VALUES (1, ?)`, string(head.Note)); err != nil {
+				return fmt.Errorf("update head: %w", err)
 			}
 		}
 		if extra != nil {

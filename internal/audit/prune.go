@@ -111,8 +111,12 @@ func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) 
 	batch := append(l.pending, row{seq: e.Seq, body: body, hash: hash})
 	now := l.opts.Now()
 	cp, packedNow, err := l.dueCheckpoint(now, true)
+	var head *Checkpoint
 	if err == nil {
-		err = l.commit(ctx, batch, cp, packedNow, func(tx *sql.Tx) error {
+		head, err = l.signHead()
+	}
+	if err == nil {
+		err = l.commit(ctx, batch, cp, packedNow, head, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`, int64(anchor), string(acp.Note), packRange(rng)); err != nil {
 				return err
 			}

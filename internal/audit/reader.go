@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -72,10 +73,39 @@ func (r *Reader) metaUint(ctx context.Context, key string) (uint64, error) {
 type storedCheckpoint struct {
 	size uint64
 	note []byte
-	rng  []byte
+	rng  []byte // nil for the head
 }
 
+// storedCheckpoints returns the checkpoints in ascending order of size:
+// the periodic ones (with their compact ranges) and, when it is newer,
+// the head.
 func (r *Reader) storedCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
+	cps, err := r.periodicCheckpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var note string
+	err = r.db.QueryRowContext(ctx, `SELECT note FROM head WHERE id = 1`).Scan(&note)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cps, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: read head: %w", err)
+	}
+	// The size is the second line; the note is verified by the caller.
+	_, rest, _ := strings.Cut(note, "\n")
+	line, _, _ := strings.Cut(rest, "\n")
+	size, err := strconv.ParseUint(line, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("audit: head checkpoint: %w: tree size %q", ErrBadCheckpoint, line)
+	}
+	if n := len(cps); n == 0 || cps[n-1].size < size {
+		cps = append(cps, storedCheckpoint{size: size, note: []byte(note)})
+	}
+	return cps, nil
+}
+
+func (r *Reader) periodicCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
 	rows, err := r.db.QueryContext(ctx, `SELECT size, note, range FROM checkpoints ORDER BY size`)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
@@ -260,13 +290,12 @@ func (r *Reader) Entries(ctx context.Context, f Filter, fn func(Entry) error) er
 
 // NewestCheckpoint returns the newest stored checkpoint, verified with vkey.
 func (r *Reader) NewestCheckpoint(ctx context.Context, vkey string) (Checkpoint, error) {
-	var note string
-	err := r.db.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&note)
-	if errors.Is(err, sql.ErrNoRows) {
+	cps, err := r.storedCheckpoints(ctx)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if len(cps) == 0 {
 		return Checkpoint{}, fmt.Errorf("audit: no checkpoint yet")
 	}
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("audit: read checkpoint: %w", err)
-	}
-	return ParseCheckpoint([]byte(note), vkey)
+	return ParseCheckpoint(cps[len(cps)-1].note, vkey)
 }

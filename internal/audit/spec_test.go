@@ -193,3 +193,36 @@ func TestExportVerifiers(t *testing.T) {
 		t.Fatalf("python verifier accepted another key: %s", out)
 	}
 }
+
+// TestForgedTail appends an entry with a correct chain hash (from the
+// published formula) behind fluffy's back: no checkpoint signs it, so
+// verify reports it and a writer refuses to adopt it.
+func TestForgedTail(t *testing.T) {
+	opts, vkey := newLog(t, 20)
+	db, err := sql.Open("sqlite", "file:"+opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []byte
+	if err := db.QueryRow(`SELECT hash FROM entries WHERE seq = 20`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"actor":"agent","kind":"approval.decision","payload":{"decision":"allow"},"seq":21,"session":"s","time":"2026-11-22T00:00:00.000000000Z"}`
+	if _, err := db.Exec(`INSERT INTO entries (seq, body, hash) VALUES (21, ?, ?)`, body, specChain(last, 21, []byte(body))); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r, err := audit.OpenReader(t.Context(), opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Verify(t.Context(), audit.VerifyOptions{Verifier: vkey, Full: true})
+	r.Close()
+	var de *audit.DamageError
+	if !errors.As(err, &de) || de.Damage != audit.DamageUnsigned || de.Seq != 21 {
+		t.Fatalf("forged tail: %v", err)
+	}
+	if _, err := audit.Open(t.Context(), opts); !errors.Is(err, audit.ErrDamaged) {
+		t.Fatalf("writer adopted a forged tail: %v", err)
+	}
+}

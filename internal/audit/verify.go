@@ -30,6 +30,7 @@ const (
 	DamageForeign     Damage = "foreign log"       // another log (other key) replaced this one
 	DamageCheckpoint  Damage = "bad checkpoint"    // a checkpoint's signature or contents are wrong
 	DamageAnchor      Damage = "bad anchor"        // the retention anchor is not as pruning leaves it
+	DamageUnsigned    Damage = "unsigned entries"  // entries no checkpoint signs: added outside fluffy
 )
 
 // ErrDamaged is matched (errors.Is) by every *DamageError.
@@ -217,7 +218,7 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		}
 		limit = min(limit, minTrusted)
 		for _, s := range sizes {
-			if s >= rep.Anchor && s <= limit {
+			if s >= rep.Anchor && s <= limit && ranges[s] != nil {
 				start = s
 			}
 		}
@@ -312,6 +313,13 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		if s > last {
 			return rep, damage(last+1, DamageTruncated, "the log ends at %d but the checkpoint kept outside the database covers %d entries (%d..%d deleted or lost, or an older copy of the database was put back)", last, s, last+1, s)
 		}
+	}
+	newest := max(rep.Newest.Size, rep.Anchor)
+	for s := range trusted {
+		newest = max(newest, s)
+	}
+	if last > newest {
+		return rep, damage(newest+1, DamageUnsigned, "entries %d..%d are covered by no signed checkpoint (fluffy signs every write): they were added outside fluffy", newest+1, last)
 	}
 	if !pruneSeen {
 		return rep, damage(rep.Anchor+1, DamageAnchor, "no %s entry records the retention anchor at size %d (entries were deleted without pruning)", KindAuditPrune, rep.Anchor)

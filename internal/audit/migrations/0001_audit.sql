@@ -21,6 +21,14 @@ CREATE TABLE checkpoints (
     range    BLOB NOT NULL
 );
 
+-- The head: a signed checkpoint of the log's state after the newest
+-- commit, replaced by every write transaction, so no entry fluffy wrote is
+-- ever outside a signature (entries added behind its back are).
+CREATE TABLE head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    note  TEXT NOT NULL
+);
+
 -- origin: the log's name (the key's name); anchor: the tree size of the
 -- retention anchor checkpoint (absent when nothing was pruned).
 CREATE TABLE meta (
