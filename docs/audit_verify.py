@@ -68,6 +68,7 @@ def main(d, vkey=None):
         while n & 1: r = stack.pop(); stack.append(H(b"\x01", stack.pop(), r)); n >>= 1
         if size in cps and cps[size] != (root(), chain): fail("entries up to %d do not match the signed checkpoint" % size)
     if size < max(cps, default=0): fail("truncated: entries end at %d, a checkpoint covers %d" % (size, max(cps)))
+    if size > max(cps, default=0): fail("entries %d..%d are not signed by any checkpoint" % (max(cps, default=0) + 1, size))
     print("OK %s: entries %d..%d, %d signed checkpoints" % (name, anchor["size"] + 1, size, len(cps)))
 
 if __name__ == "__main__":
