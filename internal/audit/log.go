@@ -76,6 +76,9 @@ type Options struct {
 	// connection (another process's reader checkpointing the WAL, a
 	// sqlite3 shell) before failing. Default 5s.
 	BusyTimeout time.Duration
+	// WarnSize: Open logs a warning when the database is larger, or when
+	// free disk runs low (see Stats.Warnings). 0 disables the size check.
+	WarnSize int64
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -169,6 +172,11 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		}
 		lock.Close()
 		return nil, err
+	}
+	if st, err := l.Reader().Stats(ctx); err == nil {
+		for _, w := range st.Warnings(opts.WarnSize, 0) {
+			opts.Logger.Warn("audit: " + w)
+		}
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel, l.done = cancel, make(chan struct{})

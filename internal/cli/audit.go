@@ -58,7 +58,7 @@ func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
 		Path: db, KeyDir: keys,
 		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
 		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
-		Logger: a.Logger(),
+		WarnSize: int64(c.WarnSize), Logger: a.Logger(),
 	})
 }
 
