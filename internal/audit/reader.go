@@ -97,7 +97,7 @@ func (r *Reader) storedCheckpoints(ctx context.Context) ([]storedCheckpoint, err
 	line, _, _ := strings.Cut(rest, "\n")
 	size, err := strconv.ParseUint(line, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("audit: head checkpoint: %w: tree size %q", ErrBadCheckpoint, line)
+		return nil, damage(1, DamageCheckpoint, "the head checkpoint is malformed: tree size %q", line)
 	}
 	if n := len(cps); n == 0 || cps[n-1].size < size {
 		cps = append(cps, storedCheckpoint{size: size, note: []byte(note)})
