@@ -12,7 +12,9 @@
 // (golang.org/x/mod/sumdb/note) every CheckpointEvery entries,
 // CheckpointAfter, and at Close. The newest checkpoint is also copied to
 // keys/audit.checkpoint, outside the database, so truncating or replacing
-// the database is detected. docs/audit.md specifies the format.
+// the database is detected. Every write transaction also signs a head
+// checkpoint, so entries added behind fluffy's back are detected too.
+// docs/audit.md specifies the format.
 //
 // Writing (Log): security-relevant kinds (Kind.Synchronous) are durable
 // before Append returns; the rest are buffered and written in batches.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -149,6 +150,9 @@ sequence number and the kind of damage, and exits 1.`,
 				defer r.Close()
 				if opts.Verifier == "" {
 					k, kerr := audit.LoadKey(keys)
+					if errors.Is(kerr, fs.ErrNotExist) {
+						return fmt.Errorf("%w: the signing key is missing; pass the verifier key kept elsewhere with --key", kerr)
+					}
 					if kerr != nil {
 						return kerr
 					}
