@@ -174,8 +174,7 @@ func (r *Reader) rowsPrefetch(ctx context.Context, from uint64, fn func(row) err
 				return false
 			}
 		}
-		// One column, hash || body, costs the driver one value per row.
-		rows, err := r.db.QueryContext(ctx, `SELECT seq, hash || CAST(body AS BLOB) FROM entries WHERE seq >= ? ORDER BY seq`, int64(from))
+		rows, err := r.db.QueryContext(ctx, `SELECT seq, hash, body FROM entries WHERE seq >= ? ORDER BY seq`, int64(from))
 		if err != nil {
 			errc <- fmt.Errorf("audit: read entries: %w", err)
 			return
@@ -184,19 +183,16 @@ func (r *Reader) rowsPrefetch(ctx context.Context, from uint64, fn func(row) err
 		err = func() error {
 			for rows.Next() {
 				var seq int64
-				var hb sql.RawBytes
-				if err := rows.Scan(&seq, &hb); err != nil {
+				var hash, body sql.RawBytes
+				if err := rows.Scan(&seq, &hash, &body); err != nil {
 					return fmt.Errorf("audit: read entries: %w", err)
 				}
-				if len(hb) < HashSize {
-					return fmt.Errorf("audit: entry %d: stored hash shorter than %d bytes", seq, HashSize)
-				}
-				// Copy out of the driver's buffer. Should the arena grow,
+				// Copy out of the driver's buffers. Should the arena grow,
 				// earlier rows keep pointing at the old array, which stays
 				// valid.
 				off := len(b.arena)
-				b.arena = append(b.arena, hb...)
-				mid, end := off+HashSize, len(b.arena)
+				b.arena = append(append(b.arena, hash...), body...)
+				mid, end := off+len(hash), len(b.arena)
 				b.rows = append(b.rows, row{seq: uint64(seq), hash: b.arena[off:mid:mid], body: b.arena[mid:end:end]})
 				if len(b.rows) == batchSize && !send() {
 					return ctx.Err()
