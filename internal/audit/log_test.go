@@ -287,3 +287,30 @@ func TestConcurrentAppend(t *testing.T) {
 		t.Fatalf("size %d, want %d", rep.Size, workers*each)
 	}
 }
+
+// TestTimedFlushAndCheckpoint: buffered entries reach the disk and a
+// checkpoint covers them without any further Append, Flush or Close.
+func TestTimedFlushAndCheckpoint(t *testing.T) {
+	l, opts := testLog(t, Options{FlushInterval: 5 * time.Millisecond, CheckpointAfter: 10 * time.Millisecond, CheckpointEvery: 1 << 30})
+	appendN(t, l, 3, KindExecStart)
+	r, err := OpenReader(t.Context(), opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, err := r.Stats(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		trusted, _ := TrustedCheckpoints(opts.KeyDir)
+		if s.Entries == 3 && s.Checkpoint == 3 && len(trusted) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s: %+v, checkpoint copy %q", s, trusted)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
