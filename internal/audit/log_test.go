@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -310,6 +311,30 @@ func TestTimedFlushAndCheckpoint(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after 20s: %+v, checkpoint copy %q", s, trusted)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNoGoroutineLeak: the background writer and the verification's
+// reader goroutine end with Close and Verify, also when Verify stops at
+// damage midway.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	l, opts := testLog(t, Options{CheckpointEvery: 10})
+	appendN(t, l, 8000, KindExecStart) // more batches than the prefetch channel holds
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sqlExec(t, opts.Path, `UPDATE entries SET body = replace(body, '"ls"', '"rm"') WHERE seq = 5`)
+	if _, err := verifyDB(t, opts, true); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("verify: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines left, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
