@@ -189,6 +189,7 @@ recorded in a tamper-evident audit log.`,
 		newTDDCmd(a),
 		newKernelCmd(a), newStatusCmd(a),
 		newPolicyCmd(a),
+		newAuditCmd(a),
 	)
 	return root
 }
