@@ -263,7 +263,7 @@ func (d *differ) sameContent(rel string) (bool, error) {
 }
 
 func sameReaders(a, b io.Reader) (bool, error) {
-	const chunk = 64 << 10
+	const chunk = 16 << 10
 	ba := make([]byte, chunk)
 	bb := make([]byte, chunk)
 	for {

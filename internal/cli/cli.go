@@ -176,6 +176,7 @@ recorded in a tamper-evident audit log.`,
 		newVersionCmd(a),
 		newConfigCmd(a),
 		newDoctorCmd(a),
+		newChangesCmd(a),
 	)
 	return root
 }
