@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/google/go-cmp v0.7.0
+	github.com/google/jsonschema-go v0.4.3
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
 	go.yaml.in/yaml/v3 v3.0.6

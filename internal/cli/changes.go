@@ -212,4 +212,3 @@ func wrapPathErr(err error) error {
 	}
 	return err
 }
-
