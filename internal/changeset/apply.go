@@ -263,8 +263,9 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 		deleted[c.Path] = true
 		dirs[path.Dir(c.Path)] = true
 	}
+	// Directories next, parents first (the plan is sorted by path).
 	for _, c := range plan {
-		if c.Op == Deleted {
+		if c.Op == Deleted || c.Kind != KindDir {
 			continue
 		}
 		failPath = c.Path
@@ -273,57 +274,92 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 		}
 		p := c.Path
 		dirs[path.Dir(p)] = true
-		if c.Kind == KindDir {
-			if c.Op == Modified {
-				if err := fs.Chmod(p, unixPerm(c.NewMode)); err != nil {
-					return err
-				}
-				old := unixPerm(c.OldMode)
-				undo = append(undo, func() error { return fs.Chmod(p, old) })
-				continue
-			}
-			if err := fs.Mkdir(p, unixPerm(c.NewMode)); err != nil {
+		if c.Op == Modified {
+			if err := fs.Chmod(p, unixPerm(c.NewMode)); err != nil {
 				return err
 			}
-			undo = append(undo, func() error { return fs.Remove(p) })
+			old := unixPerm(c.OldMode)
+			undo = append(undo, func() error { return fs.Chmod(p, old) })
 			continue
 		}
-		tmp := randomName(p, "tmp")
+		if err := fs.Mkdir(p, unixPerm(c.NewMode)); err != nil {
+			return err
+		}
+		undo = append(undo, func() error { return fs.Remove(p) })
+	}
+	// Stage every file and symlink beside its destination.
+	type staged struct {
+		c   Change
+		tmp string
+		// renamed is set once tmp took the destination's place.
+		renamed bool
+	}
+	var stage []*staged
+	for _, c := range plan {
+		if c.Op == Deleted || c.Kind == KindDir {
+			continue
+		}
+		failPath = c.Path
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st := &staged{c: c, tmp: randomName(c.Path, "tmp")}
+		dirs[path.Dir(c.Path)] = true
 		if c.Kind == KindSymlink {
-			if err := fs.Symlink(c.NewTarget, tmp); err != nil {
+			if err := fs.Symlink(c.NewTarget, st.tmp); err != nil {
 				return err
 			}
 		} else {
-			f, err := openFile(cs.upper, p)
+			f, err := openFile(cs.upper, c.Path)
 			if err != nil {
 				return err
 			}
-			err = fs.WriteTemp(tmp, f, unixPerm(c.NewMode))
+			err = fs.WriteTemp(st.tmp, f, unixPerm(c.NewMode))
 			f.Close()
 			if err != nil {
-				_ = fs.Remove(tmp)
+				_ = fs.Remove(st.tmp)
 				return err
 			}
 		}
-		if c.Op == Modified {
+		stage = append(stage, st)
+		undo = append(undo, func() error {
+			if st.renamed {
+				return nil
+			}
+			return fs.Remove(st.tmp)
+		})
+	}
+	// One sync makes every staged file durable before any is renamed.
+	failPath = "(sync)"
+	if err := fs.Sync(); err != nil {
+		return err
+	}
+	// Commit: rename each staged entry into place, keeping a hard-linked
+	// backup of what it replaces.
+	for _, st := range stage {
+		p := st.c.Path
+		failPath = p
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if st.c.Op == Modified {
 			bak := randomName(p, "bak")
 			if err := fs.Link(p, bak); err != nil {
-				_ = fs.Remove(tmp)
 				return err
 			}
 			backups = append(backups, bak)
-			if err := fs.Rename(tmp, p); err != nil {
-				_ = fs.Remove(tmp)
+			if err := fs.Rename(st.tmp, p); err != nil {
 				_ = fs.Remove(bak)
 				return err
 			}
+			st.renamed = true
 			undo = append(undo, func() error { return fs.Rename(bak, p) })
 			continue
 		}
-		if err := fs.Rename(tmp, p); err != nil {
-			_ = fs.Remove(tmp)
+		if err := fs.Rename(st.tmp, p); err != nil {
 			return err
 		}
+		st.renamed = true
 		undo = append(undo, func() error { return fs.Remove(p) })
 	}
 	// Committed: drop the backups and make the renames durable. A failure

@@ -537,6 +537,12 @@ func (f *failFS) WriteTemp(rel string, r io.Reader, perm uint32) error {
 	}
 	return f.applyFS.WriteTemp(rel, r, perm)
 }
+func (f *failFS) Sync() error {
+	if err := f.hit(); err != nil {
+		return err
+	}
+	return f.applyFS.Sync()
+}
 func (f *failFS) Symlink(target, rel string) error {
 	if err := f.hit(); err != nil {
 		return err

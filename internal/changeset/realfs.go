@@ -17,9 +17,11 @@ type applyFS interface {
 	Lstat(rel string) (node, error)
 	Names(rel string) ([]string, error)
 	Hash(rel string) (string, error)
-	// WriteTemp creates rel exclusively with perm, copies r into it and
-	// syncs it.
+	// WriteTemp creates rel exclusively with perm and copies r into it
+	// (not synced: see Sync).
 	WriteTemp(rel string, r io.Reader, perm uint32) error
+	// Sync makes everything written to the tree's file system durable.
+	Sync() error
 	Symlink(target, rel string) error
 	Link(oldRel, newRel string) error
 	Rename(oldRel, newRel string) error
@@ -62,8 +64,7 @@ func (o osFS) WriteTemp(rel string, r io.Reader, perm uint32) error {
 		f := os.NewFile(uintptr(fd), base)
 		_, werr := io.Copy(f, r)
 		cerr := unix.Fchmod(fd, perm)
-		serr := f.Sync()
-		return errors.Join(werr, cerr, serr, f.Close())
+		return errors.Join(werr, cerr, f.Close())
 	})
 }
 
@@ -137,6 +138,15 @@ func (o osFS) RemoveAll(rel string) error {
 		return nil
 	}
 	return o.Remove(rel)
+}
+
+func (o osFS) Sync() error {
+	fd, err := unix.Open(o.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
 
 func (o osFS) SyncDir(rel string) error {

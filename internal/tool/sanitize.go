@@ -304,9 +304,22 @@ func (c *stripper) out(b ...byte) { c.buf = append(c.buf, b...) }
 var replacement = []byte("\uFFFD")
 
 func (c *stripper) feed(p []byte, emit func([]byte)) {
-	c.buf = c.buf[:0]
-	for _, b := range p {
-		c.step(b)
+	c.buf = slices.Grow(c.buf[:0], len(p))
+	for i := 0; i < len(p); {
+		if c.state == sGround && !c.cr && c.utfN == 0 {
+			// Fast path: a run of printable ASCII is copied as is.
+			j := i
+			for j < len(p) && p[j] >= 0x20 && p[j] < 0x7f {
+				j++
+			}
+			if j > i {
+				c.buf = append(c.buf, p[i:j]...)
+				i = j
+				continue
+			}
+		}
+		c.step(p[i])
+		i++
 	}
 	if len(c.buf) > 0 {
 		emit(c.buf)

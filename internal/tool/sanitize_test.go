@@ -65,7 +65,7 @@ func TestSanitizeRedacts(t *testing.T) {
 		{"key=sk-live-ABCD", "key=[REDACTED]D"},
 		{"hunter2hunter2", "[REDACTED][REDACTED]"},
 		{"hunt\x1b[0mer2", "[REDACTED]"}, // hidden by an escape in between
-		{"pw", "[REDACTED]"},                // the secret's own cleaned form
+		{"pw", "[REDACTED]"},             // the secret's own cleaned form
 		{"hunter", "hunter"},
 	}
 	for _, c := range cases {
