@@ -211,9 +211,6 @@ func (cs *ChangeSet) check(rel string, deep bool) []Conflict {
 	return nil
 }
 
-// step is one undoable mutation of the real tree.
-type step struct{ undo func() error }
-
 func randomName(rel, kind string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -227,7 +224,6 @@ func randomName(rel, kind string) string {
 func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 	var undo []func() error
 	var backups []string
-	dirs := map[string]bool{}
 	failPath := ""
 	defer func() {
 		if err == nil {
@@ -261,7 +257,6 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 		undo = append(undo, func() error { return fs.Rename(bak, p) })
 		backups = append(backups, bak)
 		deleted[c.Path] = true
-		dirs[path.Dir(c.Path)] = true
 	}
 	// Directories next, parents first (the plan is sorted by path).
 	for _, c := range plan {
@@ -273,7 +268,6 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 			return err
 		}
 		p := c.Path
-		dirs[path.Dir(p)] = true
 		if c.Op == Modified {
 			if err := fs.Chmod(p, unixPerm(c.NewMode)); err != nil {
 				return err
@@ -304,7 +298,6 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 			return err
 		}
 		st := &staged{c: c, tmp: randomName(c.Path, "tmp")}
-		dirs[path.Dir(c.Path)] = true
 		if c.Kind == KindSymlink {
 			if err := fs.Symlink(c.NewTarget, st.tmp); err != nil {
 				return err
@@ -362,16 +355,13 @@ func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
 		st.renamed = true
 		undo = append(undo, func() error { return fs.Remove(p) })
 	}
-	// Committed: drop the backups and make the renames durable. A failure
-	// here leaves the tree complete; a stray .fluffy-bak-* entry at worst.
+	// Committed: drop the backups and make the renames durable (one
+	// syncfs covers every directory touched). A failure here leaves the
+	// tree complete; a stray .fluffy-bak-* entry at worst.
 	for _, b := range backups {
 		_ = fs.RemoveAll(b)
 	}
-	for d := range dirs {
-		if n, e := fs.Lstat(d); e == nil && n.kind == KindDir {
-			_ = fs.SyncDir(d)
-		}
-	}
+	_ = fs.Sync()
 	return nil
 }
 

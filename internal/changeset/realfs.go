@@ -30,7 +30,6 @@ type applyFS interface {
 	// Remove removes a file, symlink or empty directory.
 	Remove(rel string) error
 	RemoveAll(rel string) error
-	SyncDir(rel string) error
 }
 
 // osFS is applyFS on the real workspace.
@@ -147,18 +146,4 @@ func (o osFS) Sync() error {
 	}
 	defer unix.Close(fd)
 	return unix.Syncfs(fd)
-}
-
-func (o osFS) SyncDir(rel string) error {
-	dfd, err := openDir(o.root, rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Fsync(fd)
 }

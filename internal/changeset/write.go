@@ -176,7 +176,7 @@ func (cs *ChangeSet) Remove(rel string, recursive bool) error {
 		return nil
 	}
 	return up.at(rel, func(dfd int, base string) error {
-		return unix.Mknodat(dfd, base, unix.S_IFCHR|0o000, 0)
+		return unix.Mknodat(dfd, base, unix.S_IFCHR, 0) // mode 0, device 0/0: a whiteout
 	})
 }
 
