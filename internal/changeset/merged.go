@@ -19,6 +19,19 @@ const (
 	LayerLower
 )
 
+func (l Layer) String() string {
+	switch l {
+	case LayerUpper:
+		return "upper"
+	case LayerLower:
+		return "lower"
+	}
+	return "none"
+}
+
+// MarshalText renders the layer as its name.
+func (l Layer) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
 // Entry is one entry of the merged view.
 type Entry struct {
 	Path   string      `json:"path"` // workspace-relative

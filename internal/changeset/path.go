@@ -68,6 +68,20 @@ func (k Kind) String() string {
 	return "none"
 }
 
+// MarshalText renders the kind as its name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText parses a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for _, c := range []Kind{KindNone, KindFile, KindDir, KindSymlink, KindOther} {
+		if c.String() == string(b) {
+			*k = c
+			return nil
+		}
+	}
+	return fmt.Errorf("changeset: unknown kind %q", b)
+}
+
 // node is one lstat'ed entry of a layer.
 type node struct {
 	kind     Kind
