@@ -247,6 +247,7 @@ touch many/1.txt
 		t.Fatal(err)
 	}
 	golden(t, "overlay.diff", d)
+	checkGitApply(t, cs, want)
 
 	applied, err := cs.Apply(ctx)
 	if err != nil {
@@ -265,6 +266,35 @@ touch many/1.txt
 	merged2, _ := mountOverlay(t, cs)
 	if got := snap(t, merged2); !cmp.Equal(want, got) {
 		t.Fatalf("overlay view after apply (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// checkGitApply applies the text diff (all but the binary file) with git
+// to a copy of the workspace: the result must be the overlay's view. This
+// proves the diff is what it claims to be, in git's own format.
+func checkGitApply(t *testing.T, cs *ChangeSet, want tree) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	paths := []string{"a.txt", "b.txt", "dir", "exec.sh", "link", "many", "new", "opq", "replace-by-file", "same.txt"}
+	d, err := cs.Diff(t.Context(), paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "copy")
+	sh(t, "/", "cp -a "+cs.Workspace()+" "+cp)
+	patch := filepath.Join(t.TempDir(), "p.diff")
+	must(t, os.WriteFile(patch, []byte(d), 0o644))
+	sh(t, cp, "git apply --whitespace=nowarn "+patch)
+	w := tree{}
+	for k, v := range want {
+		if k != "bin.dat" {
+			w[k] = v
+		}
+	}
+	if got := snap(t, cp); !cmp.Equal(w, got) {
+		t.Fatalf("git apply of the diff gives another tree (-overlay +git):\n%s", cmp.Diff(w, got))
 	}
 }
 
