@@ -78,13 +78,11 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 	if conflicts := cs.conflicts(plan); len(conflicts) > 0 {
 		return nil, &ConflictError{Conflicts: conflicts}
 	}
-	if err := cs.execute(ctx, plan); err != nil {
+	j := newJournal(plan)
+	if err := cs.execute(ctx, j); err != nil {
 		return nil, err
 	}
-	if err := cs.rebase(plan); err != nil {
-		return plan, err
-	}
-	return plan, cs.cleanupUpper(plan)
+	return plan, cs.finish(j)
 }
 
 // planFor selects the changes under s plus the ancestors they need: new
@@ -219,150 +217,6 @@ func randomName(rel, kind string) string {
 		base = base[:200]
 	}
 	return path.Join(dir, ".fluffy-"+kind+"-"+hex.EncodeToString(b[:])+"-"+base)
-}
-
-func (cs *ChangeSet) execute(ctx context.Context, plan []Change) (err error) {
-	var undo []func() error
-	var backups []string
-	failPath := ""
-	defer func() {
-		if err == nil {
-			return
-		}
-		var rb []error
-		for i := len(undo) - 1; i >= 0; i-- {
-			if e := undo[i](); e != nil {
-				rb = append(rb, e)
-			}
-		}
-		err = &ApplyError{Path: failPath, Err: err, Rollback: errors.Join(rb...)}
-	}()
-	fs := cs.real
-	deleted := map[string]bool{}
-	// Deletions first, so that a path changing type is free for its new
-	// entry. Renaming a directory away carries its deleted descendants.
-	for _, c := range plan {
-		if c.Op != Deleted || coveredBy(c.Path, deleted) {
-			continue
-		}
-		failPath = c.Path
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		bak := randomName(c.Path, "bak")
-		if err := fs.Rename(c.Path, bak); err != nil {
-			return err
-		}
-		p := c.Path
-		undo = append(undo, func() error { return fs.Rename(bak, p) })
-		backups = append(backups, bak)
-		deleted[c.Path] = true
-	}
-	// Directories next, parents first (the plan is sorted by path).
-	for _, c := range plan {
-		if c.Op == Deleted || c.Kind != KindDir {
-			continue
-		}
-		failPath = c.Path
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		p := c.Path
-		if c.Op == Modified {
-			if err := fs.Chmod(p, unixPerm(c.NewMode)); err != nil {
-				return err
-			}
-			old := unixPerm(c.OldMode)
-			undo = append(undo, func() error { return fs.Chmod(p, old) })
-			continue
-		}
-		if err := fs.Mkdir(p, unixPerm(c.NewMode)); err != nil {
-			return err
-		}
-		undo = append(undo, func() error { return fs.Remove(p) })
-	}
-	// Stage every file and symlink beside its destination.
-	type staged struct {
-		c   Change
-		tmp string
-		// renamed is set once tmp took the destination's place.
-		renamed bool
-	}
-	var stage []*staged
-	for _, c := range plan {
-		if c.Op == Deleted || c.Kind == KindDir {
-			continue
-		}
-		failPath = c.Path
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		st := &staged{c: c, tmp: randomName(c.Path, "tmp")}
-		if c.Kind == KindSymlink {
-			if err := fs.Symlink(c.NewTarget, st.tmp); err != nil {
-				return err
-			}
-		} else {
-			f, err := openFile(cs.upper, c.Path)
-			if err != nil {
-				return err
-			}
-			err = fs.WriteTemp(st.tmp, f, unixPerm(c.NewMode))
-			f.Close()
-			if err != nil {
-				_ = fs.Remove(st.tmp)
-				return err
-			}
-		}
-		stage = append(stage, st)
-		undo = append(undo, func() error {
-			if st.renamed {
-				return nil
-			}
-			return fs.Remove(st.tmp)
-		})
-	}
-	// One sync makes every staged file durable before any is renamed.
-	failPath = "(sync)"
-	if err := fs.Sync(); err != nil {
-		return err
-	}
-	// Commit: rename each staged entry into place, keeping a hard-linked
-	// backup of what it replaces.
-	for _, st := range stage {
-		p := st.c.Path
-		failPath = p
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if st.c.Op == Modified {
-			bak := randomName(p, "bak")
-			if err := fs.Link(p, bak); err != nil {
-				return err
-			}
-			backups = append(backups, bak)
-			if err := fs.Rename(st.tmp, p); err != nil {
-				_ = fs.Remove(bak)
-				return err
-			}
-			st.renamed = true
-			undo = append(undo, func() error { return fs.Rename(bak, p) })
-			continue
-		}
-		if err := fs.Rename(st.tmp, p); err != nil {
-			return err
-		}
-		st.renamed = true
-		undo = append(undo, func() error { return fs.Remove(p) })
-	}
-	// Committed: drop the backups and make the renames durable (one
-	// syncfs covers every directory touched). A failure here leaves the
-	// tree complete; a stray .fluffy-bak-* entry at worst.
-	for _, b := range backups {
-		_ = fs.RemoveAll(b)
-	}
-	_ = fs.Sync()
-	return nil
 }
 
 func coveredBy(p string, set map[string]bool) bool {

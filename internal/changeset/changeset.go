@@ -86,7 +86,9 @@ func Begin(ctx context.Context, workspace, dir string) (*ChangeSet, error) {
 }
 
 // Open opens a change set created by Begin. When workspace is not empty it
-// must name the same directory as the recorded one.
+// must name the same directory as the recorded one. An apply that a crash
+// interrupted is finished (when all its renames were done) or rolled back
+// first, from the journal it left.
 func Open(dir, workspace string) (*ChangeSet, error) {
 	b, err := os.ReadFile(filepath.Join(dir, metaFile))
 	if err != nil {
@@ -108,7 +110,11 @@ func Open(dir, workspace string) (*ChangeSet, error) {
 	if _, err := canonicalDir(m.Workspace); err != nil {
 		return nil, err
 	}
-	return &ChangeSet{workspace: m.Workspace, upper: filepath.Join(dir, upperDir), dir: dir, meta: m, real: osFS{root: m.Workspace}}, nil
+	cs := &ChangeSet{workspace: m.Workspace, upper: filepath.Join(dir, upperDir), dir: dir, meta: m, real: osFS{root: m.Workspace}}
+	if err := cs.recoverJournal(); err != nil {
+		return nil, err
+	}
+	return cs, nil
 }
 
 // OpenUpper opens a bare overlay upper directory over workspace, with no

@@ -550,6 +550,7 @@ func must(t *testing.T, err error) {
 type failFS struct {
 	applyFS
 	n, calls int
+	crash    bool // stop as a crash would: no rollback
 }
 
 var errInjected = errors.New("injected failure")
@@ -557,6 +558,9 @@ var errInjected = errors.New("injected failure")
 func (f *failFS) hit() error {
 	f.calls++
 	if f.calls == f.n {
+		if f.crash {
+			return errCrash
+		}
 		return errInjected
 	}
 	return nil
@@ -654,6 +658,78 @@ func TestApplyInterrupted(t *testing.T) {
 		if _, err := cs.Apply(ctx); err != nil {
 			t.Fatalf("step %d: retry: %v", n, err)
 		}
+	}
+}
+
+// TestApplyCrash stops an apply at every step as a crash would, then
+// reopens the change set: the journal rolls the tree back, and the change
+// set applies again. A crash after the last rename rolls forward.
+func TestApplyCrash(t *testing.T) {
+	requireRoot(t)
+	ctx := t.Context()
+	mk := func() (*ChangeSet, string) {
+		dir := filepath.Join(t.TempDir(), "cs")
+		ws := filepath.Join(t.TempDir(), "ws")
+		build(t, ws, baseTree)
+		cs, err := Begin(ctx, ws, dir)
+		must(t, err)
+		must(t, cs.WriteFile("a.txt", []byte("mine\n"), 0))
+		must(t, cs.WriteFile("new/deep/e.txt", []byte("e\n"), 0o600))
+		must(t, cs.Remove("dir", true))
+		must(t, cs.WriteFile("dir", []byte("dir is a file now\n"), 0))
+		must(t, cs.Remove("b.txt", false))
+		must(t, cs.MkdirAll("many"))
+		must(t, os.Chmod(filepath.Join(cs.UpperDir(), "many"), 0o700))
+		return cs, dir
+	}
+	ref, _ := mk()
+	wantChanges, err := ref.Changes(ctx)
+	must(t, err)
+	counter := &failFS{applyFS: ref.real}
+	ref.real = counter
+	_, err = ref.Apply(ctx)
+	must(t, err)
+	after := snap(t, ref.Workspace())
+	t.Logf("%d steps, a crash at each", counter.calls-1)
+	for n := 1; n < counter.calls; n++ {
+		cs, dir := mk()
+		before := snap(t, cs.Workspace())
+		cs.real = &failFS{applyFS: cs.real, n: n, crash: true}
+		if _, err := cs.Apply(ctx); !errors.Is(err, errCrash) {
+			t.Fatalf("step %d: Apply = %v, want the simulated crash", n, err)
+		}
+		re, err := Open(dir, "")
+		if err != nil {
+			t.Fatalf("step %d: reopen: %v", n, err)
+		}
+		if got := snap(t, re.Workspace()); !cmp.Equal(before, got) {
+			t.Fatalf("step %d: tree after recovery differs from before (-before +after):\n%s", n, cmp.Diff(before, got))
+		}
+		if ch, err := re.Changes(ctx); err != nil || !cmp.Equal(wantChanges, ch) {
+			t.Fatalf("step %d: changes after recovery: %v\n%s", n, err, cmp.Diff(wantChanges, ch))
+		}
+		if _, err := re.Apply(ctx); err != nil {
+			t.Fatalf("step %d: apply after recovery: %v", n, err)
+		}
+		if got := snap(t, re.Workspace()); !cmp.Equal(after, got) {
+			t.Fatalf("step %d: applied tree differs:\n%s", n, cmp.Diff(after, got))
+		}
+	}
+	// A crash after the last rename: recovery rolls forward.
+	cs, dir := mk()
+	all, err := cs.Changes(ctx)
+	must(t, err)
+	must(t, cs.execute(ctx, newJournal(planFor(all, nil))))
+	re, err := Open(dir, "")
+	must(t, err)
+	if got := snap(t, re.Workspace()); !cmp.Equal(after, got) {
+		t.Fatalf("roll forward: (-want +got):\n%s", cmp.Diff(after, got))
+	}
+	if ch, err := re.Changes(ctx); err != nil || len(ch) != 0 {
+		t.Fatalf("changes after roll forward: %v %v", ch, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, journalFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("journal left behind: %v", err)
 	}
 }
 

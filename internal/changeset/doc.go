@@ -21,8 +21,9 @@
 //
 // Apply is all-or-nothing: each file is staged next to its destination and
 // renamed into place, the previous entry kept as a hard-linked backup until
-// every step succeeded; any failure rolls every step back. Before touching
-// anything, Apply compares each destination with the base recorded when
+// every step succeeded; any failure rolls every step back, and a journal
+// in the change set directory lets Open finish or undo an apply a crash
+// interrupted. Before touching anything, Apply compares each destination with the base recorded when
 // the change set began (size, times and inode, then SHA-256) and refuses
 // with a *ConflictError naming every path that changed underneath.
 //
