@@ -27,6 +27,10 @@ type SanitizerOptions struct {
 	// MaxBytes caps the text kept (the truncation marker comes on top);
 	// 0 means DefaultMaxOutput.
 	MaxBytes int
+	// TailBytes is how much of the end is kept when output is cut: the
+	// end of a command's output (the failing test, the error) matters
+	// most. 0 means a quarter of MaxBytes; negative means head only.
+	TailBytes int
 	// Secrets is the redaction hook: it returns the secret values to
 	// replace, and is called once per stream. Nil means none. The secrets
 	// broker plugs in here.
@@ -44,6 +48,7 @@ type SanitizerOptions struct {
 // concurrent use; each Stream is not.
 type Sanitizer struct {
 	max     int
+	tail    int
 	secrets func() []string
 	label   string
 }
@@ -53,6 +58,14 @@ func NewSanitizer(o SanitizerOptions) *Sanitizer {
 	s := &Sanitizer{max: o.MaxBytes, secrets: o.Secrets, label: o.Redaction}
 	if s.max <= 0 {
 		s.max = DefaultMaxOutput
+	}
+	switch {
+	case o.TailBytes < 0:
+		s.tail = 0
+	case o.TailBytes == 0:
+		s.tail = s.max / 4
+	default:
+		s.tail = min(o.TailBytes, s.max)
 	}
 	if s.label == "" {
 		s.label = DefaultRedaction
@@ -118,7 +131,8 @@ type Stream struct {
 	red     redactor
 	out     bytes.Buffer
 	emitted int64
-	full    bool // the cap is reached: nothing more is kept
+	full    bool   // the head is full: the rest goes to the tail ring
+	ring    []byte // the last bytes emitted after the head, up to 2×tail
 	closed  bool
 	result  Sanitized
 }
@@ -163,21 +177,61 @@ func (st *Stream) process(p []byte) {
 
 func (st *Stream) redact(b []byte) { st.red.feed(b, false, st) }
 
-// emit is the redactor's output: keep up to the cap (whole runes only),
-// count the rest.
+// emit is the redactor's output: the first max bytes are kept; beyond
+// them only the last tail bytes are, in a ring.
 func (st *Stream) emit(b []byte) {
 	st.emitted += int64(len(b))
-	if st.full {
-		return
-	}
-	if room := st.s.max - st.out.Len(); len(b) > room {
-		for room > 0 && !utf8.RuneStart(b[room]) {
-			room--
+	if !st.full {
+		room := st.s.max - st.out.Len()
+		if len(b) <= room {
+			st.out.Write(b)
+			return
 		}
-		b = b[:room]
+		st.out.Write(b[:room])
+		b = b[room:]
 		st.full = true
 	}
-	st.out.Write(b)
+	t := st.s.tail
+	if t == 0 {
+		return
+	}
+	if len(b) >= t {
+		st.ring = append(st.ring[:0], b[len(b)-t:]...)
+		return
+	}
+	st.ring = append(st.ring, b...)
+	if len(st.ring) > 2*t {
+		st.ring = append(st.ring[:0], st.ring[len(st.ring)-t:]...)
+	}
+}
+
+// cut returns the shown head and tail of an output longer than max.
+func (st *Stream) cut() (head, tail []byte) {
+	all := st.out.Bytes()
+	t := st.s.tail
+	// The tail is the last t bytes of everything emitted: the ring,
+	// preceded by the end of the head when the ring is short.
+	tail = st.ring
+	if len(tail) > t {
+		tail = tail[len(tail)-t:]
+	}
+	headLen := st.s.max - t
+	if short := t - len(tail); short > 0 {
+		tail = append(append([]byte(nil), all[len(all)-short:]...), tail...)
+	}
+	head = all[:headLen]
+	// Drop a rune the cut split in two.
+	i := len(head) - 1
+	for i >= 0 && !utf8.RuneStart(head[i]) {
+		i--
+	}
+	if i >= 0 && !utf8.FullRune(head[i:]) {
+		head = head[:i]
+	}
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return head, tail
 }
 
 // Close finishes the stream and returns the result. Further calls return
@@ -201,10 +255,11 @@ func (st *Stream) Close() Sanitized {
 	st.red.feed(nil, true, st)
 	r.Redactions = st.red.count
 	r.Stripped = st.strip.stripped
-	r.CutBytes = st.emitted - int64(st.out.Len())
 	text := st.out.String()
-	if r.CutBytes > 0 {
-		text += fmt.Sprintf("\n[output truncated: %d bytes shown, %d bytes cut]", st.out.Len(), r.CutBytes)
+	if st.full {
+		head, tail := st.cut()
+		r.CutBytes = st.emitted - int64(len(head)+len(tail))
+		text = fmt.Sprintf("%s\n[output truncated: %d bytes cut; showing the first %d and the last %d bytes]\n%s", head, r.CutBytes, len(head), len(tail), tail)
 	}
 	r.Text = text
 	st.result = r

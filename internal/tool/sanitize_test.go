@@ -2,6 +2,8 @@ package tool
 
 import (
 	"bytes"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -90,29 +92,39 @@ func TestSanitizeRedacts(t *testing.T) {
 }
 
 func TestSanitizeCaps(t *testing.T) {
-	s := NewSanitizer(SanitizerOptions{MaxBytes: 10})
-	r := s.Sanitize([]byte("0123456789abcdef"))
-	if r.Text != "0123456789\n[output truncated: 10 bytes shown, 6 bytes cut]" || r.CutBytes != 6 {
-		t.Errorf("got %q %+v", r.Text, r)
+	cases := []struct {
+		name      string
+		max, tail int
+		in, want  string
+		cut       int64
+	}{
+		{"fits", 10, 0, "0123456789", "0123456789", 0},
+		{"head and tail", 10, 0, "0123456789abcdef", "01234567\n[output truncated: 6 bytes cut; showing the first 8 and the last 2 bytes]\nef", 6},
+		{"head only", 10, -1, "0123456789abcdef", "0123456789\n[output truncated: 6 bytes cut; showing the first 10 and the last 0 bytes]\n", 6},
+		{"tail only", 10, 10, "0123456789abcdef", "\n[output truncated: 6 bytes cut; showing the first 0 and the last 10 bytes]\n6789abcdef", 6},
+		{"rune split at the head", 10, -1, "012345678é", "012345678\n[output truncated: 2 bytes cut; showing the first 9 and the last 0 bytes]\n", 2},
+		{"rune split at the tail", 4, 2, "ab_éz_cd_éz", "ab\n[output truncated: 10 bytes cut; showing the first 2 and the last 1 bytes]\nz", 10},
+		{"escapes do not count", 10, 0, "\x1b[31m0123456789\x1b[0m", "0123456789", 0},
 	}
-	// Never cut a rune in half.
-	r = s.Sanitize([]byte("012345678é"))
-	if !utf8.ValidString(r.Text) || !strings.HasPrefix(r.Text, "012345678\n[output truncated: 9 bytes shown, 2 bytes cut]") {
-		t.Errorf("got %q", r.Text)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewSanitizer(SanitizerOptions{MaxBytes: c.max, TailBytes: c.tail}).Sanitize([]byte(c.in))
+			if r.Text != c.want || r.CutBytes != c.cut {
+				t.Errorf("got %q (cut %d), want %q (cut %d)", r.Text, r.CutBytes, c.want, c.cut)
+			}
+		})
 	}
-	// The cap counts cleaned text, not escapes.
-	r = s.Sanitize([]byte("\x1b[31m0123456789\x1b[0m"))
-	if r.Text != "0123456789" {
-		t.Errorf("got %q", r.Text)
-	}
-	// Huge output in small writes.
+	// Huge output in small writes keeps the head and the very end.
 	st := NewSanitizer(SanitizerOptions{MaxBytes: 1000}).Stream()
-	for range 10000 {
-		st.Write([]byte("line of output\n"))
+	for i := range 10000 {
+		fmt.Fprintf(st, "line %05d\n", i)
 	}
-	r = st.Close()
-	if r.CutBytes != 150000-1000 || r.InputBytes != 150000 || !strings.HasSuffix(r.Text, "[output truncated: 1000 bytes shown, 149000 bytes cut]") {
-		t.Errorf("got %+v", r.CutBytes)
+	r := st.Close()
+	if r.InputBytes != 110000 || r.CutBytes != 110000-1000 {
+		t.Errorf("input %d, cut %d", r.InputBytes, r.CutBytes)
+	}
+	if !strings.HasPrefix(r.Text, "line 00000\n") || !strings.HasSuffix(r.Text, "line 09999\n") || !strings.Contains(r.Text, "[output truncated: 109000 bytes cut; showing the first 750 and the last 250 bytes]") {
+		t.Errorf("got %q", r.Text)
 	}
 }
 
@@ -157,13 +169,17 @@ func FuzzSanitize(f *testing.F) {
 		}
 		text := one.Text
 		if one.CutBytes > 0 {
-			k := strings.LastIndex(text, "\n[output truncated: ")
-			if k < 0 {
+			m := markerRE.FindStringSubmatchIndex(text)
+			if m == nil {
 				t.Fatalf("cut without a marker: %q", text)
 			}
-			text = text[:k]
+			head, tail := text[:m[0]], text[m[1]:]
+			if len(head)+len(tail) > 200 || int64(len(head)+len(tail))+one.CutBytes < 200 {
+				t.Fatalf("head %d + tail %d + cut %d bytes for a cap of 200", len(head), len(tail), one.CutBytes)
+			}
+			text = head + "\n" + tail
 		}
-		if len(text) > 200 {
+		if len(text) > 201 {
 			t.Fatalf("%d bytes kept over a cap of 200", len(text))
 		}
 		if !utf8.ValidString(text) {
@@ -187,6 +203,8 @@ func FuzzSanitize(f *testing.F) {
 		}
 	})
 }
+
+var markerRE = regexp.MustCompile(`\n\[output truncated: \d+ bytes cut; showing the first \d+ and the last \d+ bytes\]\n`)
 
 func clamp(i, n int) int {
 	if i < 0 {
