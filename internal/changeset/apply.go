@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
 )
@@ -113,6 +114,9 @@ func (cs *ChangeSet) validate(plan []Change) error {
 	for _, c := range plan {
 		if c.Kind == KindOther && c.Op != Deleted {
 			return fmt.Errorf("%w: %s is a device, fifo or socket", ErrUnsupported, c.Path)
+		}
+		if c.Op != Deleted && c.NewMode&(fs.ModeSetuid|fs.ModeSetgid) != 0 && c.Kind != KindDir {
+			return fmt.Errorf("%w: %s is setuid or setgid (mode %s); clear the bit in the change set to apply it", ErrUnsupported, c.Path, c.NewMode)
 		}
 		if c.Kind == KindSymlink && c.Op != Deleted && !targetInside(c.Path, c.NewTarget) {
 			return fmt.Errorf("%w: %s -> %s", ErrEscape, c.Path, c.NewTarget)

@@ -474,6 +474,15 @@ func TestAdversarialUpper(t *testing.T) {
 			t.Errorf("Apply with a fifo = %v, want ErrUnsupported", err)
 		}
 	})
+	t.Run("setuid files are not applied", func(t *testing.T) {
+		p := filepath.Join(up, "suid")
+		must(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
+		must(t, os.Chmod(p, 0o755|fs.ModeSetuid))
+		defer os.Remove(p)
+		if _, err := cs.Apply(ctx); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("Apply with a setuid file = %v, want ErrUnsupported", err)
+		}
+	})
 	t.Run("redirect xattr is refused", func(t *testing.T) {
 		p := filepath.Join(up, "dir")
 		if err := os.Mkdir(p, 0o755); err != nil {
