@@ -22,8 +22,10 @@ const (
 	workDir  = "work"
 )
 
-// ChangeSet is one session's pending writes over a workspace. Its methods
-// are not safe for concurrent use; the router runs writes in order.
+// ChangeSet is one session's pending writes over a workspace. The reading
+// methods (Stat, Open, ReadFile, ReadDir, Changes, Diff) may run
+// concurrently with each other; WriteFile, MkdirAll, Remove, Apply and
+// Discard need exclusive use (the router runs writes in order).
 type ChangeSet struct {
 	workspace string // canonical absolute lower layer (the real tree)
 	upper     string

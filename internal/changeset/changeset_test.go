@@ -841,3 +841,22 @@ func FuzzCheckPath(f *testing.F) {
 		}
 	})
 }
+
+// TestConcurrentReads runs the reading methods in parallel, as the router
+// does for independent read-only calls (run with -race).
+func TestConcurrentReads(t *testing.T) {
+	requireRoot(t)
+	cs := begin(t, baseTree)
+	must(t, cs.WriteFile("a.txt", []byte("mine\n"), 0))
+	must(t, cs.Remove("opq", true))
+	want := snapView(t, cs)
+	done := make(chan tree, 8)
+	for range cap(done) {
+		go func() { done <- snapView(t, cs) }()
+	}
+	for range cap(done) {
+		if got := <-done; !cmp.Equal(want, got) {
+			t.Errorf("concurrent read differs:\n%s", cmp.Diff(want, got))
+		}
+	}
+}
