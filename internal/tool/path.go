@@ -102,17 +102,22 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 	case len(raw) > maxPathBytes:
 		return bad(fmt.Sprintf("longer than %d bytes", maxPathBytes))
 	}
-	p := raw
-	if !filepath.IsAbs(p) {
-		p = r.cwd + "/" + p
+	// Start from a directory known to be canonical: the working directory
+	// for a relative path, the workspace when an absolute path is in it,
+	// the root otherwise.
+	resolved, rest := "/", raw
+	switch {
+	case !filepath.IsAbs(raw):
+		resolved = r.cwd
+	case strings.HasPrefix(raw, r.workspace+"/"):
+		resolved, rest = r.workspace, raw[len(r.workspace):]
 	}
-	todo := strings.Split(p, "/")
+	todo := strings.Split(rest, "/")
 	for _, c := range todo {
 		if len(c) > maxNameBytes {
 			return bad(fmt.Sprintf("a component is longer than %d bytes", maxNameBytes))
 		}
 	}
-	resolved := "/"
 	links := 0
 	for len(todo) > 0 {
 		c := todo[0]

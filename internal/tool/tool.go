@@ -81,6 +81,9 @@ type Definition[In any] struct {
 	// Refine, optional, adds constraints the Go type cannot express
 	// (enums, bounds, patterns) to the inferred schema.
 	Refine func(*jsonschema.Schema) error
+	// Schema, optional, replaces the inferred schema: for tools that come
+	// with one (MCP servers), whose In is then map[string]any.
+	Schema *jsonschema.Schema
 	// Normalize fills op's resources (Paths through r, Argv, Hosts, Size)
 	// from the decoded input; required. op already carries the tool, the
 	// action, the tags and the session.
@@ -154,12 +157,22 @@ func New[In any](d Definition[In]) (*Tool, error) {
 		return bad("unknown execution class %q", d.Execution.Class)
 	}
 	inType := reflect.TypeFor[In]()
-	if inType.Kind() != reflect.Struct {
+	var schema *jsonschema.Schema
+	switch {
+	case d.Schema != nil && inType == reflect.TypeFor[map[string]any]():
+		schema = d.Schema.CloneSchemas()
+		if schema.Type != "object" {
+			return bad("a given schema must be of type object")
+		}
+	case d.Schema != nil:
+		return bad("a given schema needs In = map[string]any, not %s", inType)
+	case inType.Kind() != reflect.Struct:
 		return bad("input type %s must be a struct", inType)
-	}
-	schema, err := jsonschema.For[In](nil)
-	if err != nil {
-		return bad("derive schema: %v", err)
+	default:
+		var err error
+		if schema, err = jsonschema.For[In](nil); err != nil {
+			return bad("derive schema: %v", err)
+		}
 	}
 	if d.Refine != nil {
 		if err := d.Refine(schema); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -267,4 +269,69 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded arguments refused: %v", err)
 		}
 	})
+}
+
+// TestGivenSchema registers a tool the way an MCP server describes one:
+// a JSON Schema, no Go type.
+func TestGivenSchema(t *testing.T) {
+	var schema jsonschema.Schema
+	must(t, json.Unmarshal([]byte(`{"type":"object","properties":{"query":{"type":"string","maxLength":5},"limit":{"type":"integer"}},"required":["query"],"additionalProperties":false}`), &schema))
+	d := Definition[map[string]any]{
+		Name: "mcp.search", Description: "Search.", Action: operation.Net, Tags: []string{TagNet},
+		Execution: Execution{Class: Sandbox, Template: "mcp"},
+		Schema:    &schema,
+		Normalize: func(context.Context, *Resolver, *map[string]any, *operation.Operation) error { return nil },
+	}
+	tl := mustTool(t, d)
+	args, err := tl.Decode([]byte(`{"query":"cats","limit":3}`))
+	must(t, err)
+	if m := *args.Value().(*map[string]any); m["query"] != "cats" || m["limit"] != float64(3) {
+		t.Errorf("decoded %v", m)
+	}
+	_, err = tl.Decode([]byte(`{"query":"kittens"}`))
+	var ae *ArgsError
+	if !errors.As(err, &ae) || ae.Problems[0] != (Problem{Path: "query", Expected: "a string of at most 5 characters", Got: `string "kittens"`}) {
+		t.Errorf("Decode = %v", err)
+	}
+	bad := d
+	bad.Schema = &jsonschema.Schema{Type: "string"}
+	if _, err := New(bad); !errors.Is(err, ErrDefinition) {
+		t.Errorf("a non-object schema: %v", err)
+	}
+}
+
+// BenchmarkDecodeNormalize measures steps 1 and 2 of a fast-path call:
+// lookup, strict parse, schema validation, typed decode, path resolution.
+func BenchmarkDecodeNormalize(b *testing.B) {
+	ws := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "src/pkg"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	reg := NewRegistry()
+	tl, err := New(readDef())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := reg.Register(tl); err != nil {
+		b.Fatal(err)
+	}
+	r, err := NewResolver(ResolverOptions{Workspace: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := []byte(`{"path":"src/pkg/main.go","start":10,"end":80}`)
+	sess := operation.Session{ID: "s"}
+	for b.Loop() {
+		t, err := reg.Lookup("fs__read")
+		if err != nil {
+			b.Fatal(err)
+		}
+		args, err := t.Decode(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := t.Normalize(b.Context(), r, args, sess); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
