@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -66,6 +67,13 @@ func Begin(ctx context.Context, workspace, dir string) (*ChangeSet, error) {
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("changeset: create %s: %w", dir, err)
+	}
+	cdir, err := canonicalDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if within(cdir, ws) || within(ws, cdir) {
+		return nil, fmt.Errorf("changeset: %s and the workspace %s overlap: keep change sets outside the workspace (overlayfs refuses overlapping layers)", dir, ws)
 	}
 	if names, _ := os.ReadDir(dir); len(names) > 0 {
 		return nil, fmt.Errorf("changeset: %s is not empty", dir)
@@ -146,6 +154,11 @@ func (cs *ChangeSet) WorkDir() string {
 		return ""
 	}
 	return filepath.Join(cs.dir, workDir)
+}
+
+// within reports whether p is root or below it.
+func within(p, root string) bool {
+	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
 func canonicalDir(p string) (string, error) {

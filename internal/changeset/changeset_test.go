@@ -801,6 +801,15 @@ func TestPartialReviewApplyDiscard(t *testing.T) {
 	}
 }
 
+func TestBeginRefusesOverlap(t *testing.T) {
+	ws := t.TempDir()
+	for _, dir := range []string{filepath.Join(ws, ".fluffy", "cs"), filepath.Dir(ws)} {
+		if _, err := Begin(t.Context(), ws, dir); err == nil || !strings.Contains(err.Error(), "overlap") {
+			t.Errorf("Begin(%s) = %v, want an overlap error", dir, err)
+		}
+	}
+}
+
 func TestBareUpperRefusesApply(t *testing.T) {
 	ws := t.TempDir()
 	up := t.TempDir()
