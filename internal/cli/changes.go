@@ -170,6 +170,10 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 				return err
 			}
 			applied, err := cs.Apply(cmd.Context(), args...)
+			var ce *changeset.ConflictError
+			if errors.As(err, &ce) {
+				return fmt.Errorf("%w\nreview with 'fluffy changes diff', then apply the other paths by naming them, or discard the conflicting ones", err)
+			}
 			if err != nil {
 				return wrapPathErr(err)
 			}
