@@ -187,6 +187,9 @@ var baseTree = tree{
 	"many/2.txt":            "file 0644 two\n",
 	"replace-by-file":       "dir 0755",
 	"replace-by-file/x.txt": "file 0644 x\n",
+	"dir2link":              "dir 0755",
+	"dir2link/inner.txt":    "file 0644 inner\n",
+	"link2dir":              "link dir",
 }
 
 func begin(t *testing.T, tr tree) *ChangeSet {
@@ -225,6 +228,8 @@ printf '\000\001bin' > bin.dat
 rm link && ln -s b.txt link
 rm -r replace-by-file && printf 'now a file\n' > replace-by-file
 touch many/1.txt
+rm -r dir2link && ln -s exec.sh dir2link
+rm link2dir && mkdir link2dir && printf 'was a link\n' > link2dir/f
 `)
 	want := snap(t, merged)
 	umount()
@@ -277,7 +282,7 @@ func checkGitApply(t *testing.T, cs *ChangeSet, want tree) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	paths := []string{"a.txt", "b.txt", "dir", "exec.sh", "link", "many", "new", "opq", "replace-by-file", "same.txt"}
+	paths := []string{"a.txt", "b.txt", "dir", "dir2link", "exec.sh", "link", "link2dir", "many", "new", "opq", "replace-by-file", "same.txt"}
 	d, err := cs.Diff(t.Context(), paths...)
 	if err != nil {
 		t.Fatal(err)
@@ -499,6 +504,25 @@ func TestAdversarialUpper(t *testing.T) {
 	if got := snap(t, cs.Workspace()); !cmp.Equal(before, got) {
 		t.Fatalf("tree changed:\n%s", cmp.Diff(before, got))
 	}
+	t.Run("a workspace symlink to outside is replaced, never written through", func(t *testing.T) {
+		ws := cs.Workspace()
+		must(t, os.Symlink(outside, filepath.Join(ws, "etcl")))
+		cs2, err := Begin(ctx, ws, filepath.Join(t.TempDir(), "cs2"))
+		must(t, err)
+		// A sandbox (or anyone with the upper) puts a directory there.
+		must(t, os.MkdirAll(filepath.Join(cs2.UpperDir(), "etcl"), 0o755))
+		must(t, os.WriteFile(filepath.Join(cs2.UpperDir(), "etcl", "secret"), []byte("overwritten\n"), 0o644))
+		outBefore := snap(t, outside)
+		if _, err := cs2.Apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := snap(t, outside); !cmp.Equal(outBefore, got) {
+			t.Fatalf("apply wrote outside the workspace:\n%s", cmp.Diff(outBefore, got))
+		}
+		if fi, err := os.Lstat(filepath.Join(ws, "etcl")); err != nil || !fi.IsDir() {
+			t.Fatalf("etcl is not a real directory now: %v %v", fi, err)
+		}
+	})
 }
 
 func TestApplyConflicts(t *testing.T) {

@@ -151,8 +151,8 @@ func splitRel(rel string) (dir, base string) {
 }
 
 // lstatNode returns the entry at root/rel without following symlinks. An
-// absent entry (or an absent parent) is KindNone with a nil error; a parent
-// that is not a directory is KindNone too, since nothing can exist below it.
+// absent entry (or an absent parent) is KindNone with a nil error; below a
+// non-directory or a symlink is KindNone too.
 func lstatNode(root, rel string, wantXattr bool) (node, error) {
 	if rel == "." {
 		var st unix.Stat_t
@@ -164,7 +164,9 @@ func lstatNode(root, rel string, wantXattr bool) (node, error) {
 	dir, base := splitRel(rel)
 	dfd, err := openDir(root, dir)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+		// Nothing exists below a missing entry, a non-directory or a
+		// symlink (which this package never follows).
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, ErrSymlink) {
 			return node{}, nil
 		}
 		return node{}, err
