@@ -65,3 +65,24 @@ func BenchmarkApply1000(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBegin1000 records the base of a 1,000-file workspace (stat and
+// SHA-256 of each file).
+func BenchmarkBegin1000(b *testing.B) {
+	ws := filepath.Join(b.TempDir(), "ws")
+	body := make([]byte, 2000)
+	for i := range 1000 {
+		p := filepath.Join(ws, fmt.Sprintf("d%d/f%04d.go", i%10, i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := Begin(b.Context(), ws, filepath.Join(b.TempDir(), "cs")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
