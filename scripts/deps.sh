@@ -8,6 +8,10 @@ set -euo pipefail
 declare -A want=(
 	[sqlite3]=sqlite3   # audit tamper tests damage the log from outside fluffy
 	[git]=git
+	[bwrap]=bubblewrap     # bench/sandbox.sh compares the native sandbox with it
+	[hyperfine]=hyperfine  # bench/sandbox.sh
+	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
+	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
 )
 
 missing=()

@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
-	"github.com/fluffy-agent/fluffy/internal/doctor"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 func main() {
@@ -19,9 +19,10 @@ func main() {
 }
 
 func run() int {
-	// Hidden re-executions come first, before any CLI set-up.
-	if len(os.Args) > 1 && os.Args[1] == doctor.ProbeCommand {
-		return doctor.ProbeMain(os.Args[2:])
+	// The sandbox init is this binary re-executed; it must not pay for
+	// anything else (signal handling, configuration, cobra).
+	if native.IsInit() {
+		return native.InitMain()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

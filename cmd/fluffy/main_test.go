@@ -5,12 +5,18 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 // TestMain lets testscript run this test binary as the "fluffy" command, so
 // the scripts in testdata/script exercise the real command tree, exit codes
 // and output, re-executions included.
 func TestMain(m *testing.M) {
+	// os.Executable is this test binary: the sandbox init re-executes it.
+	if native.IsInit() {
+		os.Exit(native.InitMain())
+	}
 	testscript.Main(m, map[string]func(){
 		"fluffy": func() { os.Exit(run()) },
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
 // App carries what every command needs. Fields marked "required" must be
@@ -32,6 +33,9 @@ type App struct {
 	// Self is the path of the fluffy binary, for re-executing itself
 	// (sandbox init, doctor probes); required.
 	Self string
+	// ExecObserver, when set, is told about every sandboxed execution
+	// (the audit log's exec.start / exec.end); optional.
+	ExecObserver sandbox.Observer
 
 	// Global flags.
 	sets       []string
@@ -176,6 +180,8 @@ recorded in a tamper-evident audit log.`,
 		newVersionCmd(a),
 		newConfigCmd(a),
 		newDoctorCmd(a),
+		newSandboxCmd(a),
+		newTDDCmd(a),
 		newChangesCmd(a),
 	)
 	return root

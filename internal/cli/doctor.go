@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -8,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/doctor"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 func newDoctorCmd(a *App) *cobra.Command {
@@ -30,8 +33,10 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 			rep := doctor.Run(cmd.Context(), doctor.Options{
 				Home:    l.Config.Home,
 				Runtime: l.Config.Sandbox.Runtime,
-				Self:    a.Self,
 				Getenv:  a.Getenv,
+				Facilities: func(ctx context.Context) []sandbox.Facility {
+					return native.Detect(ctx, native.DetectOptions{Self: a.Self})
+				},
 			})
 			if asJSON {
 				enc := json.NewEncoder(a.Stdout)

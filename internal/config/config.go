@@ -36,6 +36,14 @@ type Config struct {
 	Audit   Audit   `yaml:"audit"`
 	Policy  Policy  `yaml:"policy"`
 	TDD     TDD     `yaml:"tdd"`
+	// Approval configures asking a person.
+	Approval Approval `yaml:"approval"`
+}
+
+// Approval configures asking a person.
+type Approval struct {
+	// Timeout denies what is still open when it elapses.
+	Timeout units.Duration `yaml:"timeout" scope:"user"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -83,8 +91,21 @@ type Policy struct {
 }
 
 // TDD configures the coding agent's test-first discipline.
+//
+// The pattern and budget keys loosen the discipline, so only the user sets
+// them: a repository must not declare its source files exempt.
 type TDD struct {
 	Mode string `yaml:"mode" enum:"strict,explore,debug" scope:"user"`
+	// TestPatterns are added to the built-in test-file globs (Go, Python,
+	// JS/TS, Rust, Java/Kotlin), e.g. "spec/**".
+	TestPatterns []string `yaml:"test_patterns" scope:"user"`
+	// ExemptPatterns are added to the built-in exempt globs (docs,
+	// Markdown, config, generated files).
+	ExemptPatterns []string `yaml:"exempt_patterns" scope:"user"`
+	// DebtBudget is explore mode's tech-debt budget in percentage points:
+	// how far the coverage of a file changed without a test may fall
+	// below its baseline before done.
+	DebtBudget int `yaml:"debt_budget" scope:"user"`
 }
 
 // Default returns the built-in defaults for a process with the given
@@ -111,8 +132,9 @@ func Default(env Env) Config {
 			RetentionDays:   0,
 			WarnSize:        1 << 30,
 		},
-		Policy: Policy{Default: "approve"},
-		TDD:    TDD{Mode: "strict"},
+		Policy:   Policy{Default: "approve"},
+		TDD:      TDD{Mode: "strict", DebtBudget: 5},
+		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -123,7 +124,8 @@ func TestLoadErrors(t *testing.T) {
 		{name: "syntax", user: "sandbox:\n  runtime: [docker\n", want: []string{"user.yaml:", "invalid YAML"}},
 		{name: "tab indent", user: "sandbox:\n\truntime: docker\n", want: []string{"user.yaml:2:1", "invalid YAML"}},
 		{name: "unknown key suggests", user: "sandbox:\n  runtme: docker\n", want: []string{"user.yaml:2:3", "sandbox.runtme: unknown key (did you mean sandbox.runtime?)"}},
-		{name: "misplaced key suggests", user: "timeout: 5m\n", want: []string{"user.yaml:1:1", "timeout: unknown key (did you mean sandbox.timeout?)"}},
+		{name: "misplaced key suggests", user: "timeout: 5m\n", want: []string{"user.yaml:1:1", "timeout: unknown key (did you mean approval.timeout or sandbox.timeout?)"}},
+		{name: "misplaced unique key", user: "log:\n  pids: 3\n", want: []string{"log.pids: unknown key (did you mean sandbox.pids?)"}},
 		{name: "unknown section", user: "zzz:\n  a: 1\n", want: []string{"zzz: unknown key"}},
 		{name: "wrong type int", user: "sandbox:\n  pids: many\n", want: []string{"user.yaml:2:9", "sandbox.pids: expected a whole number, got \"many\""}},
 		{name: "wrong type bool", user: "sandbox:\n  allow_degraded: yes please\n", want: []string{"sandbox.allow_degraded: expected a boolean"}},
@@ -185,7 +187,7 @@ func TestEmptyAndMissingFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Config != Default(mapEnv(map[string]string{"HOME": "/h"})) {
+	if !reflect.DeepEqual(l.Config, Default(mapEnv(map[string]string{"HOME": "/h"}))) {
 		t.Error("empty files changed the configuration")
 	}
 	if _, err := Load(Options{Env: mapEnv(map[string]string{"HOME": "/h"}), UserFile: filepath.Join(dir, "missing.yaml")}); err != nil {

@@ -551,21 +551,24 @@ func originError(o Origin, key, msg string) error {
 	return &Error{File: o.File, Line: o.Line, Column: o.Column, Env: o.Env, Key: key, Msg: msg}
 }
 
-// suggest returns " (did you mean X?)" for the closest known key.
+// suggest returns " (did you mean X?)" for the closest known key. A key
+// whose last segment exists in several sections (timeout at the top level)
+// gets every candidate.
 func suggest(name string, keys map[string]Key) string {
-	best, dist := "", 1+len(name)/3
-	if dist < 3 {
-		dist = 3
-	}
-	// Compare the full dotted name and the last segment, so that a
-	// misplaced key (timeout at top level) still finds sandbox.timeout.
 	last := name[strings.LastIndex(name, ".")+1:]
+	var same []string
 	for k := range keys {
-		d := levenshtein(name, k)
-		if d2 := levenshtein(last, k[strings.LastIndex(k, ".")+1:]); d2 == 0 && d2 < d {
-			d = 1
+		if k != name && k[strings.LastIndex(k, ".")+1:] == last {
+			same = append(same, k)
 		}
-		if d < dist || d == dist && k < best {
+	}
+	if len(same) > 0 {
+		sort.Strings(same)
+		return fmt.Sprintf(" (did you mean %s?)", strings.Join(same, " or "))
+	}
+	best, dist := "", max(3, 1+len(name)/3)
+	for k := range keys {
+		if d := levenshtein(name, k); d < dist || d == dist && k < best {
 			best, dist = k, d
 		}
 	}

@@ -1,7 +1,8 @@
 // Package doctor owns `fluffy doctor`: it checks what this machine offers
-// fluffy (kernel, namespaces, landlock, seccomp, overlayfs, cgroups, container
-// engines, toolchains, disk) and explains each finding with a fix. Checks are
-// data; the CLI renders them.
+// fluffy (kernel, container engines, toolchains, data directory, disk, and —
+// through the native sandbox's own detection, so the two never disagree —
+// namespaces, landlock, seccomp, overlayfs and cgroups) and explains each
+// finding with a fix. Checks are data; the CLI renders them.
 //
 // A check is Required when fluffy cannot work without it for the configured
 // sandbox runtime; only a failed required check makes the report fail.
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
 // Status is a check's verdict.
@@ -60,9 +63,11 @@ type Options struct {
 	Home string
 	// Runtime is the configured sandbox runtime: native, docker or podman.
 	Runtime string
-	// Self is the fluffy binary; probes that need new namespaces
-	// re-execute it (see ProbeMain).
-	Self string
+	// Facilities reports what the native sandbox uses (user namespaces,
+	// landlock, seccomp, overlayfs in a user namespace, cgroups); the CLI
+	// passes native.Detect so doctor and the sandbox share one detection.
+	// Required.
+	Facilities func(context.Context) []sandbox.Facility
 	// Getenv reads the environment (DOCKER_HOST). Nil means none.
 	Getenv func(string) (string, bool)
 	// LookPath finds programs; nil means exec.LookPath.
@@ -89,11 +94,6 @@ func Run(ctx context.Context, opts Options) Report {
 	native := opts.Runtime == "" || opts.Runtime == "native"
 	probes := []func(context.Context) Check{
 		func(context.Context) Check { return checkKernel() },
-		func(ctx context.Context) Check { return checkUserNS(ctx, opts, native) },
-		func(ctx context.Context) Check { return checkOverlay(ctx, opts, native) },
-		func(context.Context) Check { return checkLandlock() },
-		func(context.Context) Check { return checkSeccomp(native) },
-		func(context.Context) Check { return checkCgroups() },
 		func(ctx context.Context) Check { return checkDocker(ctx, opts, opts.Runtime == "docker") },
 		func(ctx context.Context) Check { return checkPodman(ctx, opts, opts.Runtime == "podman") },
 		func(ctx context.Context) Check {
@@ -115,17 +115,64 @@ func Run(ctx context.Context, opts Options) Report {
 		func(context.Context) Check { return checkDisk(opts.Home) },
 	}
 	probes = append(probes, opts.Extra...)
-	out := make([]Check, len(probes))
+	out := make([][]Check, len(probes)+1)
 	var wg sync.WaitGroup
 	for i, p := range probes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = p(ctx)
+			out[i] = []Check{p(ctx)}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out[len(probes)] = facilityChecks(ctx, opts, native)
+	}()
 	wg.Wait()
-	return Report{Checks: out}
+	// The sandbox's facilities go right after the kernel line.
+	rep := Report{Checks: out[0]}
+	rep.Checks = append(rep.Checks, out[len(probes)]...)
+	for _, cs := range out[1:len(probes)] {
+		rep.Checks = append(rep.Checks, cs...)
+	}
+	return rep
+}
+
+// facilityNames gives the sandbox's facility names their doctor labels.
+var facilityNames = map[string]string{
+	"userns":         "user namespaces",
+	"overlay-userns": "overlayfs in userns",
+	"landlock":       "landlock",
+	"seccomp":        "seccomp",
+	"cgroup":         "cgroups",
+}
+
+// facilityChecks turns the native sandbox's facility report into checks.
+// A missing required facility fails the report only when the native
+// runtime is configured.
+func facilityChecks(ctx context.Context, opts Options, native bool) []Check {
+	if opts.Facilities == nil {
+		return []Check{{Name: "native sandbox", Status: Fail, Required: native, Detail: "no facility detection wired in"}}
+	}
+	var out []Check
+	for _, f := range opts.Facilities(ctx) {
+		name := facilityNames[f.Name]
+		if name == "" {
+			name = f.Name
+		}
+		c := Check{Name: name, Detail: f.Detail, Fix: f.Fix, Required: f.Required && native}
+		switch {
+		case f.Available:
+			c.Status = OK
+		case c.Required:
+			c.Status = Fail
+		default:
+			c.Status = Warn
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // runVersion runs name args with a timeout and returns the first line of

@@ -9,24 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
-
-// TestMain lets the test binary act as the fluffy binary for probes.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == ProbeCommand {
-		os.Exit(ProbeMain(os.Args[2:]))
-	}
-	os.Exit(m.Run())
-}
-
-func self(t *testing.T) string {
-	t.Helper()
-	p, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func find(t *testing.T, r Report, name string) Check {
 	t.Helper()
@@ -59,41 +44,54 @@ func TestHealthy(t *testing.T) {
 	}
 }
 
-// TestNamespaceProbes runs the real probes: this machine (and CI) offers
-// user namespaces and overlayfs, so they must pass, and a probe that
-// cannot start must fail rather than pass.
-func TestNamespaceProbes(t *testing.T) {
-	r := Run(t.Context(), Options{Home: filepath.Join(t.TempDir(), "home"), Runtime: "native", Self: self(t)})
-	for _, name := range []string{"user namespaces", "overlayfs in userns", "seccomp", "kernel", "data directory", "free disk"} {
-		c := find(t, r, name)
-		if c.Status != OK || !c.Required {
-			t.Errorf("%s: %+v, want required OK", name, c)
-		}
+func facilities(fs ...sandbox.Facility) func(context.Context) []sandbox.Facility {
+	return func(context.Context) []sandbox.Facility { return fs }
+}
+
+// TestFacilities checks how the sandbox's facility report becomes checks:
+// a missing required facility fails the report only under the native
+// runtime, and optional ones only warn.
+func TestFacilities(t *testing.T) {
+	all := facilities(
+		sandbox.Facility{Name: "userns", Available: true, Required: true, Detail: "all namespaces"},
+		sandbox.Facility{Name: "landlock", Available: false, Required: true, Detail: "landlock unavailable", Fix: "boot with lsm=landlock"},
+		sandbox.Facility{Name: "cgroup", Available: false, Detail: "v1 only", Fix: "delegate"},
+	)
+	home := filepath.Join(t.TempDir(), "home")
+	r := Run(t.Context(), Options{Home: home, Runtime: "native", Facilities: all})
+	if c := find(t, r, "user namespaces"); c.Status != OK || !c.Required || c.Detail != "all namespaces" {
+		t.Errorf("userns: %+v", c)
 	}
-	if !r.Healthy() {
-		t.Errorf("report unhealthy: %+v", r)
+	if c := find(t, r, "landlock"); c.Status != Fail || !c.Required || c.Fix != "boot with lsm=landlock" {
+		t.Errorf("landlock: %+v", c)
 	}
-	bad := Run(t.Context(), Options{Home: t.TempDir(), Runtime: "native", Self: "/nonexistent/fluffy"})
-	if c := find(t, bad, "user namespaces"); c.Status != Fail || c.Fix == "" {
-		t.Errorf("probe with a missing binary: %+v, want FAIL with a fix", c)
+	if c := find(t, r, "cgroups"); c.Status != Warn || c.Required {
+		t.Errorf("cgroups: %+v", c)
 	}
-	if bad.Healthy() {
-		t.Error("report with failed required probes is healthy")
+	if r.Healthy() {
+		t.Error("a missing required facility left the report healthy")
 	}
-	// With the docker runtime, namespaces are not required.
-	dock := Run(t.Context(), Options{Home: t.TempDir(), Runtime: "docker", Self: "/nonexistent/fluffy", Getenv: env(map[string]string{"DOCKER_HOST": "unix:///nonexistent.sock"})})
-	if c := find(t, dock, "user namespaces"); c.Status != Warn || c.Required {
-		t.Errorf("userns under docker runtime: %+v, want optional WARN", c)
+	if r.Checks[0].Name != "kernel" || r.Checks[1].Name != "user namespaces" {
+		t.Errorf("order: kernel, then the sandbox's facilities; got %s, %s", r.Checks[0].Name, r.Checks[1].Name)
+	}
+	// Under the docker runtime the native facilities are informative.
+	dock := Run(t.Context(), Options{Home: home, Runtime: "docker", Facilities: all,
+		Getenv: env(map[string]string{"DOCKER_HOST": "unix:///nonexistent.sock"})})
+	if c := find(t, dock, "landlock"); c.Status != Warn || c.Required {
+		t.Errorf("landlock under docker: %+v", c)
 	}
 	if c := find(t, dock, "docker engine"); c.Status != Fail || !c.Required || !strings.Contains(c.Detail, "/nonexistent.sock") {
 		t.Errorf("docker under docker runtime: %+v, want required FAIL naming the socket", c)
 	}
-}
-
-func TestProbeMainErrors(t *testing.T) {
-	for _, args := range [][]string{nil, {"nope"}, {"overlay"}} {
-		if ProbeMain(args) == 0 {
-			t.Errorf("ProbeMain(%q) succeeded", args)
+	// Without detection wired in, doctor fails closed rather than
+	// claiming the sandbox works.
+	none := Run(t.Context(), Options{Home: home, Runtime: "native"})
+	if c := find(t, none, "native sandbox"); c.Status != Fail || none.Healthy() {
+		t.Errorf("no detection: %+v", c)
+	}
+	for _, name := range []string{"kernel", "data directory", "free disk"} {
+		if c := find(t, r, name); c.Status != OK || !c.Required {
+			t.Errorf("%s: %+v", name, c)
 		}
 	}
 }

@@ -1,18 +1,16 @@
 package doctor
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,171 +44,6 @@ func checkKernel() Check {
 		c.Fix = "upgrade the kernel (Debian 12 ships 6.1)"
 	default:
 		c.Status = OK
-	}
-	return c
-}
-
-// probe re-executes fluffy in new user and mount namespaces to run one of
-// the probes of ProbeMain, returning its error output.
-func probe(ctx context.Context, opts Options, name string, args ...string) error {
-	if opts.Self == "" {
-		return errors.New("cannot locate the fluffy binary to probe with")
-	}
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, opts.Self, append([]string{ProbeCommand, name}, args...)...)
-	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		GidMappingsEnableSetgroups: false,
-		// As root, the child would otherwise keep host uid 0 outside
-		// the map; be the mapped root explicitly.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0},
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg == "" {
-			return err
-		}
-		return fmt.Errorf("%w: %s", err, msg)
-	}
-	return nil
-}
-
-func userNSHint() string {
-	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" {
-		return "AppArmor restricts unprivileged user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
-		return "sysctl -w kernel.unprivileged_userns_clone=1"
-	}
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
-		return "sysctl -w user.max_user_namespaces=15000"
-	}
-	return "enable user namespaces (CONFIG_USER_NS) or use --set sandbox.runtime=docker"
-}
-
-func checkUserNS(ctx context.Context, opts Options, required bool) Check {
-	c := Check{Name: "user namespaces", Required: required}
-	if err := probe(ctx, opts, "userns"); err != nil {
-		c.Status, c.Detail, c.Fix = Fail, "cannot create a user namespace: "+err.Error(), userNSHint()
-		if !required {
-			c.Status = Warn
-		}
-		return c
-	}
-	c.Status, c.Detail = OK, fmt.Sprintf("unprivileged user, mount namespaces work (uid %d)", os.Getuid())
-	return c
-}
-
-func checkOverlay(ctx context.Context, opts Options, required bool) Check {
-	c := Check{Name: "overlayfs in userns", Required: required}
-	dir, err := os.MkdirTemp("", "fluffy-doctor-")
-	if err != nil {
-		c.Status, c.Detail = Fail, err.Error()
-		return c
-	}
-	defer os.RemoveAll(dir)
-	if err := probe(ctx, opts, "overlay", dir); err != nil {
-		c.Status, c.Detail = Fail, "cannot mount overlayfs inside a user namespace: "+err.Error()
-		c.Fix = "needs Linux 5.11+ with overlay built in (modprobe overlay)"
-		if !required {
-			c.Status = Warn
-		}
-		return c
-	}
-	c.Status, c.Detail = OK, "change sets can be mounted as overlay upper layers"
-	return c
-}
-
-// LandlockABI returns the landlock ABI version the kernel offers, or 0.
-func LandlockABI() (int, error) {
-	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(v), nil
-}
-
-func checkLandlock() Check {
-	c := Check{Name: "landlock"}
-	abi, err := LandlockABI()
-	switch {
-	case errors.Is(err, unix.EOPNOTSUPP):
-		c.Status, c.Detail, c.Fix = Warn, "built in but disabled", "add landlock to the lsm= kernel boot parameter"
-	case err != nil:
-		c.Status, c.Detail, c.Fix = Warn, "not available ("+err.Error()+"): sandboxes lose a defence-in-depth layer", "Linux 5.13+ with CONFIG_SECURITY_LANDLOCK"
-	default:
-		c.Status, c.Detail = OK, fmt.Sprintf("ABI version %d", abi)
-	}
-	return c
-}
-
-func checkSeccomp(required bool) Check {
-	c := Check{Name: "seccomp", Required: required}
-	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
-		c.Status, c.Detail, c.Fix = Fail, "seccomp is not available: "+err.Error(), "a kernel built with CONFIG_SECCOMP_FILTER"
-		return c
-	}
-	actions, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
-	if err != nil {
-		c.Status, c.Detail = OK, "seccomp filters supported"
-		return c
-	}
-	have := strings.Fields(string(actions))
-	for _, want := range []string{"errno", "kill_process"} {
-		found := false
-		for _, h := range have {
-			found = found || h == want
-		}
-		if !found {
-			c.Status, c.Detail, c.Fix = Fail, "seccomp lacks the "+want+" action", "Linux 4.14 or newer"
-			return c
-		}
-	}
-	c.Status, c.Detail = OK, "filters with actions: "+strings.Join(have, " ")
-	return c
-}
-
-func checkCgroups() Check {
-	c := Check{Name: "cgroups"}
-	v2 := func(dir string) []string {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-		if err != nil {
-			return nil
-		}
-		return strings.Fields(string(b))
-	}
-	var v1 []string
-	if f, err := os.Open("/proc/cgroups"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) == 4 && fs[0][0] != '#' && fs[1] != "0" && fs[3] == "1" {
-				v1 = append(v1, fs[0])
-			}
-		}
-		f.Close()
-	}
-	switch {
-	case fileExists("/sys/fs/cgroup/cgroup.controllers"):
-		ctl := v2("/sys/fs/cgroup")
-		c.Status, c.Detail = OK, "v2 (unified), controllers: "+strings.Join(ctl, " ")
-		if !contains(ctl, "memory") || !contains(ctl, "pids") {
-			c.Status, c.Fix = Warn, "enable the memory and pids controllers so sandbox limits apply"
-		}
-	case fileExists("/sys/fs/cgroup/unified/cgroup.procs"):
-		c.Status = Warn
-		c.Detail = "hybrid v1 + v2; v1 controllers: " + strings.Join(v1, " ") + "; v2 controllers: " + strings.Join(v2("/sys/fs/cgroup/unified"), " ")
-		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2 limits; rlimits still apply"
-	case len(v1) > 0:
-		c.Status, c.Detail = Warn, "v1 only, controllers: "+strings.Join(v1, " ")
-		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1; rlimits still apply"
-	default:
-		c.Status, c.Detail, c.Fix = Warn, "no cgroup filesystem", "mount cgroup2 on /sys/fs/cgroup; rlimits still apply"
 	}
 	return c
 }
@@ -291,12 +124,15 @@ func engineVersion(ctx context.Context, opts Options, sock string) (string, erro
 		return "", err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("engine answered %s", resp.Status)
+	}
 	var v struct {
 		Version    string `json:"Version"`
 		APIVersion string `json:"ApiVersion"`
 	}
-	if err := decodeJSON(resp, &v); err != nil {
-		return "", err
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", fmt.Errorf("engine's /version: %w", err)
 	}
 	return fmt.Sprintf("%s (API %s)", v.Version, v.APIVersion), nil
 }
@@ -372,13 +208,4 @@ func humanBytes(n int64) string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

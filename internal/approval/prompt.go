@@ -1,0 +1,85 @@
+package approval
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Prompt renders the consolidated question a person reads: what needs
+// their approval (with the preview), what is already allowed, and what is
+// blocked and why. Steps keep their plan numbers so answers refer to them.
+func (r Request) Prompt() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Approval %s for session %s", r.ID, r.Session)
+	if r.Summary != "" {
+		fmt.Fprintf(&b, ": %s", r.Summary)
+	}
+	b.WriteString("\n")
+	section := func(title string, keep func(Item) bool, detail func(Item) string) {
+		var rows []Item
+		for _, it := range r.Items {
+			if keep(it) {
+				rows = append(rows, it)
+			}
+		}
+		if len(rows) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "\n%s:\n", title)
+		for _, it := range rows {
+			fmt.Fprintf(&b, "  %d. %s", it.N, describe(it))
+			if d := detail(it); d != "" {
+				fmt.Fprintf(&b, " — %s", d)
+			}
+			b.WriteString("\n")
+			if it.Decision.Verdict == Pending && it.Preview != "" {
+				for _, line := range strings.Split(strings.TrimRight(it.Preview, "\n"), "\n") {
+					fmt.Fprintf(&b, "       %s\n", line)
+				}
+			}
+		}
+	}
+	section("Needs your approval", func(it Item) bool { return it.Decision.Verdict == Pending },
+		func(it Item) string { return "rule " + it.Eval.Rule + ": " + it.Eval.Reason })
+	section("Decided", func(it Item) bool { return it.Eval.Effect == EffectApprove && it.Decision.Verdict != Pending },
+		func(it Item) string {
+			d := string(it.Decision.Verdict)
+			if it.Decision.Scope == ScopeSession {
+				d += " for this session"
+			}
+			if it.Decision.Reason != "" {
+				d += ": " + it.Decision.Reason
+			}
+			return d
+		})
+	section("Already allowed", func(it Item) bool { return it.Eval.Effect == EffectAllow },
+		func(it Item) string { return it.Decision.Reason })
+	section("Blocked (cannot be approved)", func(it Item) bool { return it.Eval.Effect != EffectAllow && it.Eval.Effect != EffectApprove },
+		func(it Item) string { return it.Decision.Reason })
+	if r.Open() {
+		fmt.Fprintf(&b, "\nAnswer by %s with /approve, /approve 1-3, /approve 1-3 only, /approve 2 for session, /deny 2 reason, /deny.\n", r.Deadline.Format("15:04:05"))
+	}
+	return b.String()
+}
+
+func describe(it Item) string {
+	var parts []string
+	parts = append(parts, it.Op.Tool)
+	if it.Note != "" {
+		parts = append(parts, fmt.Sprintf("%q", it.Note))
+	}
+	if len(it.Op.Argv) > 0 {
+		parts = append(parts, fmt.Sprintf("argv %q", it.Op.Argv))
+	}
+	for _, p := range it.Op.Paths {
+		parts = append(parts, p.Abs)
+	}
+	for _, h := range it.Op.Hosts {
+		if h.Port != 0 {
+			parts = append(parts, fmt.Sprintf("%s:%d", h.Name, h.Port))
+		} else {
+			parts = append(parts, h.Name)
+		}
+	}
+	return strings.Join(parts, " ")
+}

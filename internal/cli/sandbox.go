@@ -1,0 +1,330 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/units"
+)
+
+// Exit codes of 'fluffy sandbox run' besides the command's own status and
+// 128+signal. Documented in docs/sandbox.md.
+const (
+	ExitSandboxLimit   = 123 // a resource limit (memory, CPU, file size) killed the command
+	ExitSandboxTimeout = 124 // the wall-clock timeout killed the command
+	ExitSandboxSetup   = 125 // the sandbox could not be set up; nothing ran
+	ExitSandboxNoCmd   = 127 // the command was not found inside the sandbox
+)
+
+func newSandboxCmd(a *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Run commands the way fluffy runs the model's commands",
+		Long: `fluffy runs every command a model proposes in a sandbox: new user, mount,
+PID, network, IPC, UTS and cgroup namespaces; a minimal read-only root; the
+workspace mounted as an overlay whose writes land in a change set; no
+capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
+
+'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
+what it wrote. See docs/sandbox.md.`,
+	}
+	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a))
+	return cmd
+}
+
+type sandboxRunFlags struct {
+	template      string
+	workspace     string
+	changeset     string
+	noWorkspace   bool
+	timeout       string
+	memory        string
+	env           []string
+	allowDegraded bool
+	quiet         bool
+}
+
+func newSandboxRunCmd(a *App) *cobra.Command {
+	var f sandboxRunFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a command in the sandbox",
+		Long: `Run a command in the sandbox and exit with its status.
+
+The workspace (default: the current directory) is visible at its own path,
+read-only underneath: every write lands in the change set directory
+(--changeset). Without --changeset the writes go to a temporary change set
+that is discarded afterwards. Review what was written with
+'fluffy sandbox diff --changeset DIR'.
+
+Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
+LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
+value of KEY).
+
+Exit status: the command's own; 128+N when signal N ended it;
+  123  a resource limit (memory, CPU time, file size) killed it
+  124  the timeout killed it
+  125  the sandbox could not be set up (nothing ran)
+  127  the command was not found inside the sandbox
+    2  bad flags or configuration`,
+		Example: `  fluffy sandbox run -- /bin/true
+  fluffy sandbox run --changeset /tmp/cs -- sh -c 'echo hi > hello.txt'
+  fluffy sandbox diff --changeset /tmp/cs
+  fluffy sandbox run --timeout 5s --memory 256MiB -- make test`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSandbox(cmd, a, &f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.template, "template", "", "sandbox template: code-executor, integration-test, policy-sandbox, ai-provider (default from sandbox.template)")
+	fl.StringVar(&f.workspace, "workspace", "", "workspace directory, mounted read-only under an overlay (default: the current directory)")
+	fl.StringVar(&f.changeset, "changeset", "", "directory receiving the writes to the workspace (default: a temporary one, discarded)")
+	fl.BoolVar(&f.noWorkspace, "no-workspace", false, "mount no workspace at all")
+	fl.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 30s, 10m (default from sandbox.timeout)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512MiB (default from sandbox.memory)")
+	fl.StringArrayVar(&f.env, "env", nil, "set KEY=VALUE inside, or pass your KEY through (repeatable)")
+	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
+	fl.SetInterspersed(false)
+	return cmd
+}
+
+func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) error {
+	l, err := a.Config()
+	if err != nil {
+		return err
+	}
+	c := l.Config.Sandbox
+	tname := f.template
+	if tname == "" {
+		tname = c.Template
+	}
+	tpl, err := sandbox.TemplateByName(tname)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	spec := sandbox.Spec{
+		Argv:    args,
+		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME=/tmp", "LANG=C.UTF-8"},
+		TmpSize: int64(c.TmpSize),
+		Limits: sandbox.Limits{
+			Wall:   time.Duration(c.Timeout),
+			Memory: int64(c.Memory),
+			Pids:   c.Pids,
+			Output: int64(c.OutputLimit),
+		},
+		Stdin:  a.Stdin,
+		Stdout: a.Stdout,
+		Stderr: a.Stderr,
+	}
+	if f.timeout != "" {
+		d, err := units.ParseDuration(f.timeout)
+		if err != nil {
+			return fmt.Errorf("%w: --timeout: %w", errUsage, err)
+		}
+		spec.Limits.Wall = time.Duration(d)
+	}
+	if f.memory != "" {
+		s, err := units.ParseSize(f.memory)
+		if err != nil {
+			return fmt.Errorf("%w: --memory: %w", errUsage, err)
+		}
+		spec.Limits.Memory = int64(s)
+	}
+	for _, e := range f.env {
+		k, v, ok := strings.Cut(e, "=")
+		if k == "" {
+			return fmt.Errorf("%w: --env %q: want KEY=VALUE or KEY", errUsage, e)
+		}
+		if !ok {
+			hv, found := a.Getenv(k)
+			if !found {
+				return fmt.Errorf("%w: --env %s: not set in your environment", errUsage, k)
+			}
+			v = hv
+		}
+		spec.Env = append(spec.Env, k+"="+v)
+	}
+	var tempCS string
+	if tpl.Workspace && !f.noWorkspace {
+		ws := f.workspace
+		if ws == "" {
+			ws = a.Cwd
+		}
+		if ws, err = filepath.Abs(ws); err != nil {
+			return fmt.Errorf("%w: --workspace: %w", errUsage, err)
+		}
+		spec.Workspace = ws
+		spec.Dir = ws
+		if a.Cwd == ws || strings.HasPrefix(a.Cwd, ws+"/") {
+			spec.Dir = a.Cwd
+		}
+		cs := f.changeset
+		if cs == "" {
+			dir, err := os.MkdirTemp("", "fluffy-changeset-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			cs = filepath.Join(dir, "upper")
+			tempCS = cs
+		}
+		if spec.ChangeSet, err = filepath.Abs(cs); err != nil {
+			return fmt.Errorf("%w: --changeset: %w", errUsage, err)
+		}
+	} else if f.workspace != "" || f.changeset != "" {
+		if !f.noWorkspace {
+			return fmt.Errorf("%w: template %s mounts no workspace; drop --workspace/--changeset", errUsage, tpl.Name)
+		}
+	}
+	tpl.Apply(&spec)
+	if f.noWorkspace {
+		spec.Workspace, spec.ChangeSet = "", ""
+	}
+
+	rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()})
+	if err != nil {
+		return err
+	}
+	run := sandbox.Observe(rt, a.ExecObserver)
+	res, err := run.Run(cmd.Context(), spec)
+	for _, w := range res.Warnings {
+		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {
+			fmt.Fprintln(a.Stderr, "fluffy: sandbox:", w)
+		}
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, sandbox.ErrInvalidSpec) && strings.Contains(err.Error(), "command not found"):
+			return &ExitError{Code: ExitSandboxNoCmd, Msg: "sandbox: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": ")}
+		case errors.Is(err, sandbox.ErrInvalidSpec):
+			return fmt.Errorf("%w: %w", errUsage, err)
+		default:
+			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
+		}
+	}
+	if tempCS != "" {
+		if ch, err := sandbox.ReadChanges(spec.Workspace, tempCS); err == nil && len(ch) > 0 {
+			fmt.Fprintf(a.Stderr, "fluffy: sandbox: %d change(s) to the workspace were discarded; pass --changeset DIR to keep them\n", len(ch))
+		}
+	}
+	if res.HitLimit(sandbox.LimitPids) && !f.quiet {
+		fmt.Fprintf(a.Stderr, "fluffy: sandbox: the process limit (%d) refused at least one fork\n", spec.Limits.Pids)
+	}
+	if res.HitLimit(sandbox.LimitTmp) && !f.quiet {
+		fmt.Fprintf(a.Stderr, "fluffy: sandbox: /tmp filled up (%s)\n", units.Size(spec.TmpSize))
+	}
+	switch res.Killed {
+	case sandbox.LimitTime:
+		return &ExitError{Code: ExitSandboxTimeout, Msg: fmt.Sprintf("sandbox: killed: the timeout (%s) elapsed; every process in the sandbox was killed", spec.Limits.Wall)}
+	case sandbox.LimitMemory:
+		return &ExitError{Code: ExitSandboxLimit, Msg: fmt.Sprintf("sandbox: killed: the memory limit (%s) was reached", units.Size(spec.Limits.Memory))}
+	case sandbox.LimitCPU, sandbox.LimitFileSize:
+		return &ExitError{Code: ExitSandboxLimit, Msg: fmt.Sprintf("sandbox: killed: the %s limit was reached", res.Killed)}
+	}
+	if res.Signal != 0 {
+		return &ExitError{Code: 128 + res.Signal, Msg: fmt.Sprintf("sandbox: the command was killed by signal %d (%s)", res.Signal, syscall.Signal(res.Signal))}
+	}
+	if res.ExitCode != 0 {
+		return &ExitError{Code: res.ExitCode}
+	}
+	return nil
+}
+
+func newSandboxDiffCmd(a *App) *cobra.Command {
+	var workspace, changeset string
+	var stat, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "diff --changeset DIR [--workspace DIR]",
+		Short: "Show what a sandboxed command wrote, as a unified diff",
+		Long: `Show the files a sandboxed command added, modified and deleted in its change
+set, compared with the workspace (default: the current directory), as a
+unified diff. Nothing is written: the workspace stays as it is.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if changeset == "" {
+				return fmt.Errorf("%w: --changeset DIR is required", errUsage)
+			}
+			if workspace == "" {
+				workspace = a.Cwd
+			}
+			if fi, err := os.Stat(changeset); err != nil || !fi.IsDir() {
+				return fmt.Errorf("%w: --changeset %s: not a directory", errUsage, changeset)
+			}
+			changes, err := sandbox.ReadChanges(workspace, changeset)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if changes == nil {
+					changes = []sandbox.Change{}
+				}
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(changes)
+			}
+			if stat {
+				for _, c := range changes {
+					fmt.Fprintf(a.Stdout, "%-8s %s\n", c.Kind, sandbox.QuotePath(c.Path))
+				}
+				return nil
+			}
+			return sandbox.WriteDiff(a.Stdout, workspace, changeset, changes)
+		},
+	}
+	cmd.Flags().StringVar(&changeset, "changeset", "", "change set directory written by 'fluffy sandbox run --changeset'")
+	cmd.Flags().StringVar(&workspace, "workspace", "", "workspace the change set applies to (default: the current directory)")
+	cmd.Flags().BoolVar(&stat, "stat", false, "list the changed paths only")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "list the changed paths as JSON")
+	return cmd
+}
+
+func newSandboxProfileCmd(a *App) *cobra.Command {
+	var docker bool
+	cmd := &cobra.Command{
+		Use:   "seccomp [PROFILE]",
+		Short: "Show a seccomp profile (strict, standard, standard-net)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				for _, p := range sandbox.Profiles() {
+					fmt.Fprintf(a.Stdout, "%-13s %s\n", p.Name, p.Description)
+				}
+				return nil
+			}
+			p, err := sandbox.ProfileByName(args[0])
+			if err != nil {
+				return fmt.Errorf("%w: %w", errUsage, err)
+			}
+			if docker {
+				b, err := p.DockerJSON("")
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(a.Stdout, string(b))
+				return err
+			}
+			for _, r := range p.Rules {
+				cond := ""
+				for _, arg := range r.Args {
+					cond += fmt.Sprintf(" if arg%d %s %#x", arg.Index, arg.Op, arg.Value)
+				}
+				fmt.Fprintf(a.Stdout, "deny %s%s -> %s  (%s)\n", strings.Join(r.Names, ","), cond, r.Errno.Error(), r.Why)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&docker, "docker", false, "print the profile as Docker/OCI seccomp JSON")
+	return cmd
+}

@@ -1,0 +1,212 @@
+package native
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// cgroupRoot is where cgroup file systems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupLayout says where this process may create child cgroups for
+// memory and pids: one cgroup v2 directory, or the v1 memory and pids
+// directories. The zero value means "no usable cgroup".
+type cgroupLayout struct {
+	v2        string
+	v1Memory  string
+	v1Pids    string
+	reason    string // why none is usable, when so
+	available bool
+}
+
+func (l cgroupLayout) String() string {
+	switch {
+	case !l.available:
+		return l.reason
+	case l.v2 != "":
+		return "cgroup v2 memory+pids under " + l.v2
+	default:
+		return "cgroup v1 memory+pids under " + l.v1Memory + " and " + l.v1Pids
+	}
+}
+
+// findCgroups reads /proc/self/cgroup and checks that a child cgroup can
+// be created where this process lives (write access to the parent).
+func findCgroups() cgroupLayout {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return cgroupLayout{reason: "cannot read /proc/self/cgroup: " + err.Error()}
+	}
+	defer f.Close()
+	paths := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			paths["unified"] = parts[2]
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			paths[c] = parts[2]
+		}
+	}
+	writable := func(dir string) bool {
+		return syscallAccessW(dir) == nil
+	}
+	// Pure v2, or a hybrid host whose unified tree has the controllers.
+	for _, base := range []string{cgroupRoot, cgroupRoot + "/unified"} {
+		p, ok := paths["unified"]
+		if !ok {
+			break
+		}
+		ctl, err := os.ReadFile(filepath.Join(base, p, "cgroup.subtree_control"))
+		if err != nil {
+			continue
+		}
+		c := " " + strings.TrimSpace(string(ctl)) + " "
+		dir := filepath.Join(base, p)
+		if strings.Contains(c, " memory ") && strings.Contains(c, " pids ") && writable(dir) {
+			return cgroupLayout{v2: dir, available: true}
+		}
+	}
+	mem, okm := paths["memory"]
+	pids, okp := paths["pids"]
+	if okm && okp {
+		md, pd := filepath.Join(cgroupRoot, "memory", mem), filepath.Join(cgroupRoot, "pids", pids)
+		if _, err := os.Stat(filepath.Join(md, "memory.limit_in_bytes")); err == nil {
+			if writable(md) && writable(pd) {
+				return cgroupLayout{v1Memory: md, v1Pids: pd, available: true}
+			}
+			return cgroupLayout{reason: fmt.Sprintf("cgroup v1 directories %s and %s are not writable by this user (no delegation)", md, pd)}
+		}
+	}
+	return cgroupLayout{reason: "no cgroup v2 delegation with memory and pids controllers, and no writable cgroup v1 memory and pids hierarchies"}
+}
+
+var cgroupSeq atomic.Int64
+
+// cgroup is one execution's cgroup (one v2 directory or two v1 ones).
+type cgroup struct {
+	dirs []string
+	v2   bool
+}
+
+func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
+	name := fmt.Sprintf("fluffy-sandbox-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	cg := &cgroup{}
+	if l.v2 != "" {
+		cg.v2 = true
+		cg.dirs = []string{filepath.Join(l.v2, name)}
+	} else {
+		cg.dirs = []string{filepath.Join(l.v1Memory, name), filepath.Join(l.v1Pids, name)}
+	}
+	for _, d := range cg.dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	var writes [][2]string
+	if cg.v2 {
+		d := cg.dirs[0]
+		if memory > 0 {
+			writes = append(writes, [2]string{d + "/memory.max", strconv.FormatInt(memory, 10)}, [2]string{d + "/memory.swap.max", "0"})
+		}
+		if pids > 0 {
+			writes = append(writes, [2]string{d + "/pids.max", strconv.Itoa(pids)})
+		}
+	} else {
+		if memory > 0 {
+			writes = append(writes, [2]string{cg.dirs[0] + "/memory.limit_in_bytes", strconv.FormatInt(memory, 10)})
+			if _, err := os.Stat(cg.dirs[0] + "/memory.memsw.limit_in_bytes"); err == nil {
+				writes = append(writes, [2]string{cg.dirs[0] + "/memory.memsw.limit_in_bytes", strconv.FormatInt(memory, 10)})
+			}
+		}
+		if pids > 0 {
+			writes = append(writes, [2]string{cg.dirs[1] + "/pids.max", strconv.Itoa(pids)})
+		}
+	}
+	for _, w := range writes {
+		if err := os.WriteFile(w[0], []byte(w[1]), 0); err != nil {
+			if strings.HasSuffix(w[0], "swap.max") && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			cg.remove()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return cg, nil
+}
+
+func (c *cgroup) add(pid int) error {
+	for _, d := range c.dirs {
+		if err := os.WriteFile(d+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cgroup: join %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// events returns how many OOM kills happened and how many forks the pids
+// limit refused.
+func (c *cgroup) events() (oomKills, pidsMax int) {
+	if c.v2 {
+		oomKills = keyedValue(c.dirs[0]+"/memory.events", "oom_kill")
+		pidsMax = keyedValue(c.dirs[0]+"/pids.events", "max")
+		return
+	}
+	oomKills = keyedValue(c.dirs[0]+"/memory.oom_control", "oom_kill")
+	if oomKills == 0 {
+		// Kernels before 4.13 have no oom_kill count: the limit being
+		// reached is the best sign.
+		if keyedValue(c.dirs[0]+"/memory.oom_control", "under_oom") > 0 {
+			oomKills = 1
+		}
+	}
+	pidsMax = keyedValue(c.dirs[1]+"/pids.events", "max")
+	return
+}
+
+func keyedValue(file, key string) int {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// remove deletes the cgroup directories, waiting briefly for the kernel to
+// finish tearing down the processes that were in them.
+func (c *cgroup) remove() error {
+	var errs []error
+	for _, d := range c.dirs {
+		var err error
+		for i := 0; i < 50; i++ {
+			err = os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,512 @@
+package native
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	"golang.org/x/sys/unix"
+)
+
+// InitArg0 is argv[0] of the re-executed fluffy binary when it acts as
+// the sandbox init. main dispatches on it before anything else runs.
+const InitArg0 = "fluffy-sandbox-init"
+
+// IsInit reports whether this process was started as the sandbox init.
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
+
+// InitMain runs the sandbox init: PID 1 of fresh user, mount, PID, network,
+// IPC, UTS and cgroup namespaces, with full capabilities inside its user
+// namespace only. It reads its initConfig from fd 3, builds the minimal
+// root and pivots into it, drops every capability, sets no_new_privs,
+// applies landlock, seccomp and rlimits to the thread that will fork the
+// command, starts the command, reaps every process until the command
+// exits, kills what is left and reports an initStatus on fd 4. It returns
+// the process exit status (the parent reads the status pipe, not this).
+func InitMain() int {
+	// Every restriction below is per thread where the kernel makes it so
+	// (capabilities, seccomp without TSYNC); the command is forked from
+	// this very thread.
+	runtime.LockOSThread()
+	start := time.Now()
+	statusFile := os.NewFile(4, "status")
+	st := initStatus{}
+	fail := func(stage string, err error) int {
+		st.Stage, st.Error = stage, err.Error()
+		_ = json.NewEncoder(statusFile).Encode(st)
+		return 125
+	}
+	cfgFile := os.NewFile(3, "config")
+	var cfg initConfig
+	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
+		return fail("config", err)
+	}
+	cfgFile.Close()
+	for fd := 4; fd <= 6; fd++ {
+		unix.CloseOnExec(fd)
+	}
+
+	if stage, err := setupRoot(&cfg); err != nil {
+		return fail(stage, err)
+	}
+	if cfg.Probe {
+		st.SetupNanos = int64(time.Since(start))
+		_ = json.NewEncoder(statusFile).Encode(st)
+		return 0
+	}
+	_ = unix.Sethostname([]byte("sandbox"))
+	_ = unix.Setdomainname([]byte("sandbox"))
+	if cfg.Dir != "" {
+		if err := unix.Chdir(cfg.Dir); err != nil {
+			return fail("chdir", fmt.Errorf("working directory %s: %w", cfg.Dir, err))
+		}
+	}
+	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err != nil {
+		return fail("command", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return fail("capabilities", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail("no_new_privs", err)
+	}
+	if cfg.Landlock > 0 {
+		if err := applyLandlock(&cfg); err != nil {
+			return fail("landlock", err)
+		}
+	}
+	if len(cfg.Seccomp) > 0 {
+		if err := applySeccomp(cfg.Seccomp); err != nil {
+			return fail("seccomp", err)
+		}
+	}
+	var asLimit *unix.Rlimit
+	for _, rl := range cfg.Rlimits {
+		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		if rl.Resource == unix.RLIMIT_AS {
+			// The init's own Go runtime needs address space: this one is
+			// set on the command right after it starts.
+			asLimit = &lim
+			continue
+		}
+		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
+			return fail("rlimits", fmt.Errorf("resource %d: %w", rl.Resource, err))
+		}
+	}
+	cmd := &exec.Cmd{Path: path, Args: cfg.Argv, Env: cfg.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	if err := cmd.Start(); err != nil {
+		return fail("start", err)
+	}
+	st.Started = true
+	if asLimit != nil {
+		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
+			_ = unix.Kill(-1, unix.SIGKILL)
+			return fail("rlimits", fmt.Errorf("address space: %w", err))
+		}
+	}
+	st.SetupNanos = int64(time.Since(start))
+	cmdPid := cmd.Process.Pid
+	// Reap everything until the command itself ends.
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fail("wait", err)
+		}
+		if pid == cmdPid {
+			if ws.Signaled() {
+				st.ExitCode, st.Signal = -1, int(ws.Signal())
+			} else {
+				st.ExitCode = ws.ExitStatus()
+			}
+			break
+		}
+	}
+	// Nothing outlives the command.
+	_ = unix.Kill(-1, unix.SIGKILL)
+	for {
+		if _, err := unix.Wait4(-1, nil, 0, nil); err == unix.ECHILD {
+			break
+		} else if err != nil && err != unix.EINTR {
+			break
+		}
+	}
+	var sfs unix.Statfs_t
+	if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
+		st.TmpFull = true
+	}
+	_ = json.NewEncoder(statusFile).Encode(st)
+	return 0
+}
+
+// receiveFDs reads n file descriptors sent with SCM_RIGHTS on sock.
+func receiveFDs(sock, n int) ([]int, error) {
+	defer unix.Close(sock)
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	_, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("no descriptors received (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != n {
+		return nil, fmt.Errorf("want %d descriptors, got %d (%v)", n, len(fds), err)
+	}
+	return fds, nil
+}
+
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found in the sandbox (PATH=%s)", name, path)
+}
+
+// systemDirs are bound read-only from the host (or recreated as the same
+// symlinks, on merged-/usr systems).
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+var devices = []string{"null", "zero", "full", "random", "urandom"}
+
+const (
+	oldRoot = "/oldroot"
+	newRoot = "/newroot"
+)
+
+// setupRoot builds the sandbox's root file system and pivots into it. It
+// returns the stage that failed.
+func setupRoot(cfg *initConfig) (string, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "mount", fmt.Errorf("make / private: %w", err)
+	}
+	// A scratch tmpfs becomes the root for a moment, with the host's root
+	// at /oldroot; the real sandbox root is built at /newroot in it.
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
+		return "mount", fmt.Errorf("scratch tmpfs: %w", err)
+	}
+	if err := os.Mkdir("/tmp"+oldRoot, 0o755); err != nil {
+		return "mount", err
+	}
+	if err := unix.PivotRoot("/tmp", "/tmp"+oldRoot); err != nil {
+		return "pivot_root", fmt.Errorf("pivot to scratch: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return "mount", err
+	}
+	if err := os.Mkdir(newRoot, 0o755); err != nil {
+		return "mount", err
+	}
+	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return "mount", fmt.Errorf("root tmpfs: %w", err)
+	}
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(oldRoot + d)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(oldRoot + d)
+			if err == nil {
+				err = os.Symlink(t, newRoot+d)
+			}
+			if err != nil {
+				return "mount", fmt.Errorf("symlink %s: %w", d, err)
+			}
+			continue
+		}
+		if err := bindMount(oldRoot+d, newRoot+d, false, true); err != nil {
+			return "mount", err
+		}
+	}
+	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
+		return "mount", err
+	}
+	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return "mount", fmt.Errorf("proc: %w", err)
+	}
+	if err := setupDev(); err != nil {
+		return "mount", err
+	}
+	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
+		return "mount", err
+	}
+	tmpOpts := "mode=1777"
+	if cfg.TmpSize > 0 {
+		tmpOpts += fmt.Sprintf(",size=%d", cfg.TmpSize)
+	}
+	if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
+		return "mount", fmt.Errorf("tmp: %w", err)
+	}
+	// The workspace and extra mounts, parents before children.
+	type m struct {
+		target string
+		do     func() error
+		stage  string
+	}
+	var ms []m
+	if cfg.Workspace != "" {
+		ws := cfg.Workspace
+		if cfg.WorkspaceRO {
+			ms = append(ms, m{ws, func() error { return bindMount(oldRoot+ws, newRoot+ws, false, true) }, "mount"})
+		} else {
+			ms = append(ms, m{ws, func() error {
+				if err := os.MkdirAll(newRoot+ws, 0o755); err != nil {
+					return err
+				}
+				lower, upper, work := oldRoot+ws, oldRoot+cfg.Upper, oldRoot+cfg.Work
+				if cfg.LowerFD {
+					fds, err := receiveFDs(5, 2)
+					if err != nil {
+						return fmt.Errorf("receive the idmapped workspace: %w", err)
+					}
+					for i, at := range []string{"/lower", "/cs"} {
+						if err := os.Mkdir(at, 0o755); err != nil {
+							return err
+						}
+						if err := unix.MoveMount(fds[i], "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+							return fmt.Errorf("attach the idmapped %s: %w", at, err)
+						}
+						unix.Close(fds[i])
+					}
+					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
+				}
+				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
+				if err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+					return fmt.Errorf("overlay at %s: %w", ws, err)
+				}
+				return nil
+			}, "overlay"})
+		}
+	}
+	for _, mo := range cfg.Mounts {
+		mo := mo
+		ms = append(ms, m{mo.Target, func() error { return bindMount(oldRoot+mo.Source, newRoot+mo.Target, mo.Writable, false) }, "mount"})
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return strings.Count(ms[i].target, "/") < strings.Count(ms[j].target, "/") })
+	for _, x := range ms {
+		if err := x.do(); err != nil {
+			return x.stage, err
+		}
+	}
+	// Into the new root; the host's root goes away entirely.
+	if err := unix.Chdir(newRoot); err != nil {
+		return "pivot_root", err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return "pivot_root", fmt.Errorf("pivot to the sandbox root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return "pivot_root", fmt.Errorf("detach the old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return "pivot_root", err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return "mount", fmt.Errorf("read-only root: %w", err)
+	}
+	return "", nil
+}
+
+// bindMount binds src onto dst (created as a directory or an empty file
+// to match src), recursively, read-only unless writable.
+func bindMount(src, dst string, writable, mkdirs bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
+	}
+	if fi.IsDir() {
+		err = os.MkdirAll(dst, 0o755)
+	} else {
+		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			var f *os.File
+			f, err = os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				f.Close()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s: mount point: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &attr); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			return remountOld(dst, writable)
+		}
+		return fmt.Errorf("bind %s: set read-only: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	return nil
+}
+
+// remountOld makes a bind mount read-only on kernels without
+// mount_setattr (before 5.12), keeping the flags a user namespace may not
+// clear.
+func remountOld(dst string, writable bool) error {
+	var s unix.Statfs_t
+	if err := unix.Statfs(dst, &s); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+	for st, ms := range map[int64]uintptr{unix.ST_NOEXEC: unix.MS_NOEXEC, unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME} {
+		if s.Flags&st != 0 {
+			flags |= ms
+		}
+	}
+	if !writable {
+		flags |= unix.MS_RDONLY
+	}
+	return unix.Mount("", dst, "", flags, "")
+}
+
+func setupDev() error {
+	dev := newRoot + "/dev"
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	for _, d := range devices {
+		f, err := os.OpenFile(dev+"/"+d, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount(oldRoot+"/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("dev/%s: %w", d, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+}
+
+// Secure bits (linux/securebits.h).
+const (
+	secbitNoroot              = 1 << 0
+	secbitNorootLocked        = 1 << 1
+	secbitNoSetuidFixup       = 1 << 2
+	secbitNoSetuidFixupLocked = 1 << 3
+	secbitKeepCapsLocked      = 1 << 5
+	secbitNoCapAmbientRaise   = 1 << 6
+	secbitNoCapAmbientLocked  = 1 << 7
+)
+
+// dropCapabilities empties every capability set of this thread, so the
+// command (forked from it) starts with none and cannot regain any by
+// executing a program as uid 0 (SECBIT_NOROOT, locked).
+func dropCapabilities() error {
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked | secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; ; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if err == unix.EINVAL && c > 0 {
+				break
+			}
+			return fmt.Errorf("bounding set, cap %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("ambient: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// applyLandlock allows reading and executing everything in the (minimal)
+// root and writing only to /tmp, the workspace overlay (whose writes land
+// in the change set), the writable extra mounts and the harmless devices.
+func applyLandlock(cfg *initConfig) error {
+	c := landlock.V11.BestEffort()
+	if !cfg.LandlockNet {
+		c.HandledAccessNet = 0
+	}
+	rw := []string{"/tmp"}
+	if cfg.Workspace != "" && !cfg.WorkspaceRO {
+		rw = append(rw, cfg.Workspace)
+	}
+	for _, m := range cfg.Mounts {
+		if m.Writable {
+			rw = append(rw, m.Target)
+		}
+	}
+	var devs []string
+	for _, d := range devices {
+		devs = append(devs, "/dev/"+d)
+	}
+	return c.Restrict(
+		landlock.RODirs("/"),
+		landlock.RWDirs(rw...),
+		landlock.RWFiles(devs...),
+	)
+}
+
+func applySeccomp(prog []byte) error {
+	if len(prog)%8 != 0 || len(prog) == 0 {
+		return fmt.Errorf("malformed filter of %d bytes", len(prog))
+	}
+	n := len(prog) / 8
+	filter := make([]unix.SockFilter, n)
+	for i := range filter {
+		b := prog[i*8:]
+		filter[i] = unix.SockFilter{
+			Code: *(*uint16)(unsafe.Pointer(&b[0])),
+			Jt:   b[2],
+			Jf:   b[3],
+			K:    *(*uint32)(unsafe.Pointer(&b[4])),
+		}
+	}
+	fprog := unix.SockFprog{Len: uint16(n), Filter: &filter[0]}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+		return errno
+	}
+	runtime.KeepAlive(filter)
+	return nil
+}

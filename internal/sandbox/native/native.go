@@ -1,0 +1,587 @@
+// Package native is fluffy's Linux sandbox backend. It runs each command
+// under a re-executed copy of the fluffy binary acting as a hidden init
+// (see InitMain): PID 1 of new user, mount, PID, network, IPC, UTS and
+// cgroup namespaces, in a minimal root (system directories read-only, fresh
+// /proc, a tty-less /dev, a private tmpfs /tmp, the workspace as an overlay
+// whose upper layer is the change set) reached with pivot_root; then every
+// capability is dropped, no_new_privs set, a landlock ruleset and a seccomp
+// filter applied, rlimits set, and the command started in a session of its
+// own with a cgroup (memory, pids) where the host allows one.
+//
+// The init is the same binary because Go cannot run code between fork and
+// exec; cmd/fluffy dispatches to InitMain before anything else when argv[0]
+// is InitArg0. Landlock comes from github.com/landlock-lsm/go-landlock; the
+// seccomp program is assembled by the parent (package sandbox, with
+// github.com/elastic/go-seccomp-bpf) and loaded by the init as raw BPF, so
+// the init path needs no filter compiler.
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Self is the fluffy binary to re-execute as the init; required.
+	Self string
+	// AllowDegraded runs without the facilities the host lacks instead of
+	// refusing (each run's Result.Warnings says what is missing).
+	AllowDegraded bool
+	// Logger receives diagnostics; nil means none.
+	Logger *slog.Logger
+	// Facilities, when set, replaces host detection (tests use it to
+	// pretend a facility is missing).
+	Facilities func() []sandbox.Facility
+}
+
+// Runtime is the native backend. It is safe for concurrent use.
+type Runtime struct {
+	opts Options
+
+	once sync.Once
+	facs []sandbox.Facility
+	cgl  cgroupLayout
+	mu   sync.Mutex // guards bpf
+	bpf  map[string][]byte
+	uid  int
+	gid  int
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a native Runtime.
+func New(opts Options) (*Runtime, error) {
+	if opts.Self == "" {
+		return nil, errors.New("native sandbox: Options.Self (the fluffy binary) is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{opts: opts, bpf: map[string][]byte{}, uid: os.Getuid(), gid: os.Getgid()}, nil
+}
+
+// nobody is the host uid and gid that root's sandboxes run as.
+const nobody = 65534
+
+// hostIDs returns the host uid and gid that uid 0 inside maps to: the
+// caller's own, or nobody when the caller is root (so a sandbox never
+// holds host root's file ownership).
+func (r *Runtime) hostIDs() (int, int) {
+	if r.uid == 0 {
+		return nobody, nobody
+	}
+	return r.uid, r.gid
+}
+
+func (r *Runtime) detect() {
+	r.once.Do(func() {
+		r.cgl = findCgroups()
+		if r.opts.Facilities != nil {
+			r.facs = r.opts.Facilities()
+			return
+		}
+		r.facs = quickFacilities(r.cgl)
+	})
+}
+
+func (r *Runtime) facility(name string) sandbox.Facility {
+	for _, f := range r.facs {
+		if f.Name == name {
+			return f
+		}
+	}
+	return sandbox.Facility{Name: name}
+}
+
+func (r *Runtime) seccompProgram(name string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.bpf[name]; ok {
+		return p, nil
+	}
+	prof, err := sandbox.ProfileByName(name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := prof.BPF()
+	if err != nil {
+		return nil, err
+	}
+	r.bpf[name] = p
+	return p, nil
+}
+
+// Run implements sandbox.Runtime.
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Result, err error) {
+	if err := spec.Validate(); err != nil {
+		return res, err
+	}
+	r.detect()
+	if spec.Seccomp == "" {
+		spec.Seccomp = "standard"
+	}
+	cfg := initConfig{Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir}
+	if cfg.Dir == "" {
+		cfg.Dir = "/"
+		if spec.Workspace != "" {
+			cfg.Dir = spec.Workspace
+		}
+	}
+
+	// What the host offers, and what to do about what it lacks.
+	var missing []sandbox.Facility
+	need := func(name string) bool {
+		f := r.facility(name)
+		if f.Available {
+			return true
+		}
+		missing = append(missing, f)
+		return false
+	}
+	if !need("userns") {
+		// Without user namespaces nothing below can be built.
+		return res, &sandbox.UnavailableError{Missing: missing}
+	}
+	if need("landlock") {
+		cfg.Landlock = r.facility("landlock").Version
+		cfg.LandlockNet = spec.Network == sandbox.NetworkNone || spec.Network == ""
+	}
+	if need("seccomp") {
+		prog, err := r.seccompProgram(spec.Seccomp)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		cfg.Seccomp = prog
+	}
+	if spec.Workspace != "" && !need("overlay-userns") {
+		cfg.WorkspaceRO = true
+	}
+	if len(missing) > 0 {
+		if !r.opts.AllowDegraded {
+			return res, &sandbox.UnavailableError{Missing: missing}
+		}
+		for _, f := range missing {
+			w := fmt.Sprintf("DEGRADED: running without %s (%s)", f.Name, f.Detail)
+			if f.Name == "overlay-userns" {
+				w += "; the workspace is mounted read-only and writes to it fail"
+			}
+			res.Warnings = append(res.Warnings, w)
+			r.opts.Logger.Warn("sandbox degraded", "missing", f.Name, "detail", f.Detail)
+		}
+	}
+
+	// Host paths, resolved so the init sees no symlinks.
+	hostUID, hostGID := r.hostIDs()
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	if spec.Workspace != "" {
+		ws, err := resolveDir(spec.Workspace, "workspace")
+		if err != nil {
+			return res, err
+		}
+		cfg.Workspace = ws
+		if cfg.Dir == spec.Workspace {
+			cfg.Dir = ws
+		}
+		if !cfg.WorkspaceRO {
+			if err := os.MkdirAll(spec.ChangeSet, 0o755); err != nil {
+				return res, fmt.Errorf("%w: change set: %w", sandbox.ErrSetup, err)
+			}
+			up, err := resolveDir(spec.ChangeSet, "change set")
+			if err != nil {
+				return res, err
+			}
+			if up == ws || strings.HasPrefix(up, ws+"/") || strings.HasPrefix(ws, up+"/") {
+				return res, fmt.Errorf("%w: the change set %s and the workspace %s must not contain each other", sandbox.ErrInvalidSpec, up, ws)
+			}
+			work, err := os.MkdirTemp(filepath.Dir(up), ".fluffy-work-")
+			if err != nil {
+				return res, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
+			}
+			cleanups = append(cleanups, func() { removeWork(work) })
+			cfg.Upper, cfg.Work = up, work
+			for _, p := range []string{ws, up, work} {
+				if strings.ContainsAny(p, ",:\\\n") {
+					return res, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)
+				}
+			}
+		}
+	}
+	for _, m := range spec.Mounts {
+		src, err := filepath.EvalSymlinks(m.Source)
+		if err != nil {
+			return res, fmt.Errorf("%w: mount source: %w", sandbox.ErrSetup, err)
+		}
+		t := m.Target
+		if t == "" {
+			t = src
+		}
+		cfg.Mounts = append(cfg.Mounts, mountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
+	}
+
+	// Limits: a cgroup where the host allows it, rlimits always.
+	lim := spec.Limits
+	var cg *cgroup
+	if (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available {
+		cg, err = newCgroup(r.cgl, lim.Memory, lim.Pids)
+		if err != nil {
+			res.Warnings = append(res.Warnings, "no cgroup for this run: "+err.Error())
+		} else {
+			cleanups = append(cleanups, func() {
+				if err := cg.remove(); err != nil {
+					r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
+				}
+			})
+		}
+	}
+	if lim.CPU > 0 {
+		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
+		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_CPU, secs})
+	}
+	if lim.FileSize > 0 {
+		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_FSIZE, uint64(lim.FileSize)})
+	}
+	if lim.OpenFiles > 0 {
+		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)})
+	}
+	if cg == nil {
+		if lim.Memory > 0 {
+			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_AS, uint64(lim.Memory)})
+			res.Warnings = append(res.Warnings, "no usable cgroup: memory limited by RLIMIT_AS (address space) per process; exceeding it fails allocations instead of killing")
+		}
+		if lim.Pids > 0 {
+			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NPROC, uint64(lim.Pids)})
+		}
+	}
+
+	// The init.
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	defer cfgW.Close()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	defer stR.Close()
+	// Root's sandboxes are host uid nobody: an idmapped clone of the
+	// workspace makes its root-owned files the sandbox root's.
+	var fdSock *os.File
+	var fdSockParent int = -1
+	if r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		fdSock, fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
+		defer unix.Close(fdSockParent)
+		cfg.LowerFD = true
+	}
+	// The init is executed through a descriptor: the sandbox's user
+	// (nobody, for root) need not be able to traverse the binary's
+	// directories (go test builds in 0700 directories).
+	selfF, err := os.Open(r.opts.Self)
+	if err != nil {
+		return res, fmt.Errorf("%w: open the fluffy binary: %w", sandbox.ErrSetup, err)
+	}
+	defer selfF.Close()
+	outLimit := lim.Output
+	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
+	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/6",
+		Args:       []string{InitArg0},
+		Env:        []string{},
+		Stdout:     stdout,
+		Stderr:     stderr,
+		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+			// Become uid 0 of the new namespace explicitly: without it a
+			// root caller's child keeps host uid 0 credentials.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
+			// Root can drop its supplementary groups; others cannot.
+			GidMappingsEnableSetgroups: r.uid == 0,
+			Setsid:                     true,
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	}
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+		if f, ok := spec.Stdin.(*os.File); ok {
+			// Never hand the sandbox the caller's terminal (TIOCSTI and
+			// friends): always a pipe.
+			cmd.Stdin = struct{ io.Reader }{f}
+		}
+	}
+	start := time.Now()
+	wall := lim.Wall
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = cmd.Start()
+	cfgR.Close()
+	stW.Close()
+	if fdSock != nil {
+		fdSock.Close()
+	}
+	if err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			f := r.facility("userns")
+			f.Available = false
+			f.Detail = "creating the namespaces failed: " + err.Error()
+			f.Fix = userNSFix
+			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+		}
+		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Self, err)
+	}
+	if cg != nil {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+	}
+	// The timer and cancellation kill PID 1, which takes the whole PID
+	// namespace with it.
+	timedOut := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		var timer <-chan time.Time
+		if wall > 0 {
+			t := time.NewTimer(wall)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-timer:
+			close(timedOut)
+			_ = cmd.Process.Kill()
+		case <-runCtx.Done():
+			_ = cmd.Process.Kill()
+		case <-done:
+		}
+	}()
+	if cfg.LowerFD {
+		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, cfg.Workspace, filepath.Dir(cfg.Upper)); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
+		}
+	}
+	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
+		_ = cmd.Process.Kill()
+	}
+	cfgW.Close()
+	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
+	waitErr := cmd.Wait()
+	close(done)
+	res.Duration = time.Since(start)
+	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+
+	var st initStatus
+	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
+	select {
+	case <-timedOut:
+		res.Killed = sandbox.LimitTime
+		res.Hit = append(res.Hit, sandbox.LimitTime)
+		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+	default:
+	}
+	if res.Killed == "" && !gotStatus {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("sandbox: %w", ctx.Err())
+		}
+		if cg != nil {
+			if oom, _ := cg.events(); oom > 0 {
+				res.Killed = sandbox.LimitMemory
+				res.Hit = append(res.Hit, sandbox.LimitMemory)
+				res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+			}
+		}
+		if res.Killed == "" {
+			return res, fmt.Errorf("%w: the sandbox init ended without a report (%v); stderr: %s", sandbox.ErrSetup, waitErr, bytes.TrimSpace(res.Stderr))
+		}
+	}
+	if gotStatus && st.Error != "" {
+		err := fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, st.Stage, st.Error)
+		if st.Stage == "overlay" {
+			f := r.facility("overlay-userns")
+			f.Available = false
+			f.Detail = "mounting the workspace overlay failed: " + st.Error
+			f.Fix = overlayFix
+			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+		}
+		if st.Stage == "command" || st.Stage == "chdir" {
+			return res, fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, st.Error)
+		}
+		return res, err
+	}
+	if gotStatus {
+		res.Setup = time.Duration(st.SetupNanos)
+		if res.Killed == "" {
+			res.ExitCode, res.Signal = st.ExitCode, st.Signal
+		}
+		if st.TmpFull {
+			res.Hit = append(res.Hit, sandbox.LimitTmp)
+		}
+	}
+	if cg != nil {
+		oom, pidsMax := cg.events()
+		if oom > 0 && res.Killed == "" {
+			res.Killed = sandbox.LimitMemory
+		}
+		if oom > 0 {
+			res.Hit = append(res.Hit, sandbox.LimitMemory)
+		}
+		if pidsMax > 0 {
+			res.Hit = append(res.Hit, sandbox.LimitPids)
+		}
+	}
+	switch syscall.Signal(res.Signal) {
+	case syscall.SIGXCPU:
+		res.Killed = sandbox.LimitCPU
+		res.Hit = append(res.Hit, sandbox.LimitCPU)
+	case syscall.SIGXFSZ:
+		res.Killed = sandbox.LimitFileSize
+		res.Hit = append(res.Hit, sandbox.LimitFileSize)
+	}
+	if stdout.truncated || stderr.truncated {
+		res.Hit = append(res.Hit, sandbox.LimitOutput)
+	}
+	return res, nil
+}
+
+// sendIdmappedTrees clones the workspace mount (read-only) and the
+// change set's parent directory, maps their ids through the sandbox's
+// user namespace (on-disk uid 0 becomes the sandbox's uid 0, which is
+// host nobody) and sends both detached trees to the init. On disk
+// everything stays owned by root; no path needs to be traversable by
+// nobody.
+func sendIdmappedTrees(sock, pid int, ws, csParent string) error {
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ns)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for i, dir := range []string{ws, csParent} {
+		tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("open_tree %s: %w", dir, err)
+		}
+		fds = append(fds, tree)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
+		if i == 0 {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fmt.Errorf("mount_setattr idmap %s: %w", dir, err)
+		}
+	}
+	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds...), nil, 0)
+}
+
+// resolveDir returns the symlink-free absolute path of an existing
+// directory.
+func resolveDir(p, what string) (string, error) {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", sandbox.ErrInvalidSpec, what, err)
+	}
+	fi, err := os.Stat(r)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", sandbox.ErrInvalidSpec, what, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
+	}
+	return r, nil
+}
+
+// removeWork removes an overlay work directory (whose inner "work"
+// directory the kernel leaves with mode 0).
+func removeWork(dir string) {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	_ = os.RemoveAll(dir)
+}
+
+// capWriter keeps the first max bytes (0 means unlimited), then discards
+// (the command is not blocked), remembering it did.
+type capWriter struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	max       int64
+	tee       io.Writer
+	truncated bool
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(p)
+	if w.max > 0 {
+		room := w.max - int64(w.buf.Len())
+		if room <= 0 {
+			w.truncated = true
+			return n, nil
+		}
+		if int64(len(p)) > room {
+			p = p[:room]
+			w.truncated = true
+		}
+	}
+	w.buf.Write(p)
+	if w.tee != nil {
+		_, _ = w.tee.Write(p)
+	}
+	return n, nil
+}
+
+func (w *capWriter) bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := bytes.Clone(w.buf.Bytes())
+	if w.truncated {
+		b = append(b, sandbox.TruncationMarker...)
+		if w.tee != nil {
+			_, _ = io.WriteString(w.tee, sandbox.TruncationMarker)
+		}
+	}
+	return b
+}

@@ -1,0 +1,258 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
+)
+
+// TestMain lets this test binary act as the sandbox init and as the
+// suite's probe, the way cmd/fluffy dispatches.
+func TestMain(m *testing.M) {
+	if IsInit() {
+		os.Exit(InitMain())
+	}
+	if sandboxtest.IsProbe() {
+		os.Exit(sandboxtest.ProbeMain())
+	}
+	os.Exit(m.Run())
+}
+
+func newRuntime(t testing.TB, opts Options) *Runtime {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Self = self
+	rt, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.detect()
+	if !rt.facility("userns").Available {
+		t.Skipf("no user namespaces here: %s", rt.facility("userns").Detail)
+	}
+	return rt
+}
+
+// TestSuite runs the adversarial suite as the current user (root in CI;
+// TestSuiteUnprivileged reruns it as an ordinary user).
+func TestSuite(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
+	// Nothing left behind: no cgroup of ours.
+	for _, d := range []string{rt.cgl.v1Memory, rt.cgl.v1Pids, rt.cgl.v2} {
+		if d == "" {
+			continue
+		}
+		left, _ := filepath.Glob(filepath.Join(d, "fluffy-sandbox-*"))
+		if len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	}
+}
+
+const unprivUser = "fluffy-sbxtest"
+
+// TestSuiteUnprivileged reruns the suite as an unprivileged user (created
+// when missing) through setpriv.
+func TestSuiteUnprivileged(t *testing.T) {
+	if os.Getenv("FLUFFY_SBXTEST_UNPRIV") == "1" {
+		t.Skip("already the unprivileged run")
+	}
+	if os.Getuid() != 0 {
+		t.Skip("not root: TestSuite already runs unprivileged")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) missing: cannot switch users")
+	}
+	u, err := user.Lookup(unprivUser)
+	if err != nil {
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", unprivUser).CombinedOutput(); err != nil {
+			t.Skipf("cannot create user %s: %v %s", unprivUser, err, out)
+		}
+		if u, err = user.Lookup(unprivUser); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "fluffy-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, _ := os.Executable()
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "native.test")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
+		bin, "-test.run=^TestSuite$|^TestBasics$", "-test.count=1")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir}
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("PASS")) {
+		t.Fatalf("suite as %s (uid %s): %v\n%s", unprivUser, u.Uid, err, out)
+	}
+	if bytes.Contains(out, []byte("SKIP")) {
+		t.Logf("the unprivileged run skipped something:\n%s", out)
+	}
+}
+
+func run(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.Result {
+	t.Helper()
+	if spec.Env == nil {
+		spec.Env = []string{"PATH=/usr/bin:/bin"}
+	}
+	res, err := rt.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("run %v: %v", spec.Argv, err)
+	}
+	return res
+}
+
+func TestBasics(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	sh := func(s string) []string { return []string{"/bin/sh", "-c", s} }
+	t.Run("exit code", func(t *testing.T) {
+		if r := run(t, rt, sandbox.Spec{Argv: sh("exit 7")}); r.ExitCode != 7 || r.Signal != 0 {
+			t.Errorf("got exit %d signal %d", r.ExitCode, r.Signal)
+		}
+	})
+	t.Run("signal", func(t *testing.T) {
+		if r := run(t, rt, sandbox.Spec{Argv: sh("kill -TERM $$")}); r.Signal != 15 {
+			t.Errorf("got exit %d signal %d", r.ExitCode, r.Signal)
+		}
+	})
+	t.Run("stdin and output cap", func(t *testing.T) {
+		r := run(t, rt, sandbox.Spec{Argv: []string{"cat"}, Stdin: strings.NewReader("0123456789"), Limits: sandbox.Limits{Output: 4}})
+		if string(r.Stdout) != "0123"+sandbox.TruncationMarker || !r.HitLimit(sandbox.LimitOutput) {
+			t.Errorf("stdout %q hit %v", r.Stdout, r.Hit)
+		}
+	})
+	t.Run("file size limit", func(t *testing.T) {
+		r := run(t, rt, sandbox.Spec{Argv: []string{"dd", "if=/dev/zero", "of=/tmp/x", "bs=1000", "count=100"}, Limits: sandbox.Limits{FileSize: 1000}})
+		if r.Killed != sandbox.LimitFileSize {
+			t.Errorf("killed %q signal %d", r.Killed, r.Signal)
+		}
+	})
+	t.Run("command not found", func(t *testing.T) {
+		_, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin"}})
+		if !errors.Is(err, sandbox.ErrInvalidSpec) || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("changes", func(t *testing.T) {
+		base, err := os.MkdirTemp("/var/tmp", "fluffy-changes-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(base)
+		ws, cs := filepath.Join(base, "ws"), filepath.Join(base, "cs")
+		os.MkdirAll(filepath.Join(ws, "d"), 0o755)
+		os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("a\n"), 0o644)
+		os.WriteFile(filepath.Join(ws, "mod.txt"), []byte("a\n"), 0o644)
+		os.WriteFile(filepath.Join(ws, "del.txt"), []byte("a\n"), 0o644)
+		os.WriteFile(filepath.Join(ws, "d", "x"), []byte("a\n"), 0o644)
+		r := run(t, rt, sandbox.Spec{Argv: sh("echo b >> mod.txt && rm del.txt && rm -r d && echo n > new.txt"), Workspace: ws, ChangeSet: cs})
+		if r.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", r.ExitCode, r.Stderr)
+		}
+		got, err := sandbox.ReadChanges(ws, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, c := range got {
+			s = append(s, string(c.Kind)+" "+c.Path)
+		}
+		want := "deleted d,deleted d/x,deleted del.txt,modified mod.txt,added new.txt"
+		if strings.Join(s, ",") != want {
+			t.Errorf("changes:\n got %s\nwant %s", strings.Join(s, ","), want)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, "mod.txt")); string(b) != "a\n" {
+			t.Errorf("workspace written: %q", b)
+		}
+		left, _ := filepath.Glob(filepath.Join(base, ".fluffy-work-*"))
+		if len(left) > 0 {
+			t.Errorf("overlay work directories left behind: %v", left)
+		}
+	})
+}
+
+func TestDegraded(t *testing.T) {
+	noLandlock := func() []sandbox.Facility {
+		f := quickFacilities(findCgroups())
+		for i := range f {
+			if f[i].Name == "landlock" {
+				f[i] = sandbox.Facility{Name: "landlock", Required: true, Detail: "pretend: ABI 0", Fix: landlockFix}
+			}
+		}
+		return f
+	}
+	rt := newRuntime(t, Options{Facilities: noLandlock})
+	_, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"/bin/true"}})
+	var ue *sandbox.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "landlock") || !strings.Contains(err.Error(), "fix:") {
+		t.Fatalf("err = %v, want an UnavailableError naming landlock and its fix", err)
+	}
+	rt = newRuntime(t, Options{Facilities: noLandlock, AllowDegraded: true})
+	r := run(t, rt, sandbox.Spec{Argv: []string{"/bin/true"}})
+	if r.ExitCode != 0 || len(r.Warnings) == 0 || !strings.Contains(r.Warnings[0], "DEGRADED: running without landlock") {
+		t.Errorf("exit %d warnings %q", r.ExitCode, r.Warnings)
+	}
+}
+
+func TestDetect(t *testing.T) {
+	self, _ := os.Executable()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := map[string]sandbox.Facility{}
+	for _, f := range Detect(ctx, DetectOptions{Self: self, TempDir: "/var/tmp"}) {
+		got[f.Name] = f
+	}
+	for _, name := range []string{"userns", "landlock", "seccomp", "overlay-userns", "cgroup"} {
+		f, ok := got[name]
+		if !ok {
+			t.Errorf("facility %s not reported", name)
+			continue
+		}
+		t.Logf("%-15s available=%v %s", name, f.Available, f.Detail)
+		if name != "cgroup" && !f.Available {
+			t.Errorf("%s unavailable on the CI host: %s", name, f.Detail)
+		}
+	}
+	if got["landlock"].Version < 1 {
+		t.Errorf("landlock ABI %d", got["landlock"].Version)
+	}
+}
+
+func BenchmarkRunTrue(b *testing.B) {
+	rt := newRuntime(b, Options{})
+	spec := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 256}}
+	if os.Getenv("FLUFFY_BENCH_NOCGROUP") == "1" {
+		spec.Limits = sandbox.Limits{}
+	}
+	for b.Loop() {
+		if _, err := rt.Run(context.Background(), spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// IsProbe reports whether this process is the suite's probe inside a
+// sandbox.
+func IsProbe() bool { return os.Getenv("FLUFFY_SANDBOX_PROBE") == "1" }
+
+// ProbeMain performs the attack named by os.Args[1]; it exits 0 when the
+// attack worked and 1 when the kernel refused it, printing the error.
+func ProbeMain() int {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "probe: no action")
+		return 2
+	}
+	err := probe(os.Args[1], os.Args[2:])
+	if err != nil {
+		fmt.Println("refused:", err)
+		return 1
+	}
+	fmt.Println("succeeded")
+	return 0
+}
+
+func probe(action string, args []string) error {
+	switch action {
+	case "connect":
+		c, err := net.DialTimeout("tcp", args[0], 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	case "ptrace":
+		pid, _ := strconv.Atoi(args[0])
+		_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_ATTACH, uintptr(pid), 0, 0, 0, 0)
+		return errno(e)
+	case "mount":
+		return unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "")
+	case "unshare":
+		return unix.Unshare(unix.CLONE_NEWUSER)
+	case "setns":
+		fd, err := unix.Open("/proc/1/ns/mnt", unix.O_RDONLY, 0)
+		if err != nil {
+			return err
+		}
+		return unix.Setns(fd, 0)
+	case "clone-newuser":
+		_, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		return errno(e)
+	case "keyctl":
+		_, _, e := unix.RawSyscall6(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(0xfffffffd), 0, 0, 0, 0) // session keyring
+		return errno(e)
+	case "io_uring":
+		params := make([]byte, 120)
+		_, _, e := unix.RawSyscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+		return errno(e)
+	case "bpf":
+		attr := make([]byte, 128)
+		_, _, e := unix.RawSyscall(unix.SYS_BPF, 0 /* BPF_MAP_CREATE */, uintptr(unsafe.Pointer(&attr[0])), 128)
+		return errno(e)
+	case "tiocsti", "tiocsti-high":
+		// Even with a terminal handy, typing into it must fail. Use
+		// stdin, whatever it is: seccomp refuses before the driver looks.
+		c := byte('x')
+		req := uintptr(unix.TIOCSTI)
+		if action == "tiocsti-high" {
+			req |= 1 << 32
+		}
+		_, _, e := unix.RawSyscall(unix.SYS_IOCTL, 0, req, uintptr(unsafe.Pointer(&c)))
+		if e == unix.ENOTTY {
+			fmt.Println("not refused by seccomp (ENOTTY from the driver)")
+			return nil
+		}
+		return errno(e)
+	case "hog":
+		var chunks [][]byte
+		for i := 0; i < 4096; i++ {
+			b := make([]byte, 16<<20)
+			for j := range b {
+				if j%4096 == 0 {
+					b[j] = 1
+				}
+			}
+			chunks = append(chunks, b)
+		}
+		fmt.Println("allocated", len(chunks)*16, "MiB")
+		return nil
+	}
+	return fmt.Errorf("unknown action %q", action)
+}
+
+func errno(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}

@@ -1,0 +1,325 @@
+// Package sandboxtest is the adversarial test suite every sandbox.Runtime
+// backend must pass (native now, Docker later): each case tries to escape
+// or to harm the host, and asserts both that the attempt failed and that
+// the host is unchanged (files, mounts, processes, cgroups, temporary
+// directories).
+//
+// Some attacks need a real program making raw system calls; the suite
+// mounts the test binary itself into the sandbox as a probe. A test binary
+// using the suite must call ProbeMain from its TestMain when IsProbe
+// reports true.
+package sandboxtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// Options configure the suite.
+type Options struct {
+	// Runtime is the backend under test; required.
+	Runtime sandbox.Runtime
+	// MemoryKills says whether the backend enforces memory and pids with
+	// a cgroup (an OOM kill, a counted refusal) rather than with rlimits
+	// (failed allocations and forks, not reported).
+	MemoryKills bool
+	// BaseDir is where the suite creates its host files; it must not be
+	// mounted into the sandbox by the backend. Empty means /var/tmp.
+	BaseDir string
+}
+
+// host is the host-side fixture of one case.
+type host struct {
+	base, ws, cs, outside, home, datadir, probe string
+}
+
+func newHost(t *testing.T, base string) *host {
+	t.Helper()
+	if base == "" {
+		base = "/var/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "fluffy-sbxtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h := &host{base: dir, ws: filepath.Join(dir, "ws"), cs: filepath.Join(dir, "cs"), outside: filepath.Join(dir, "outside.txt"),
+		home: filepath.Join(dir, "home"), datadir: filepath.Join(dir, "home", ".local", "share", "fluffy"), probe: filepath.Join(dir, "probe")}
+	must := func(err error) {
+		if err != nil {
+			t.Helper()
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(h.ws, "sub"), 0o755))
+	must(os.WriteFile(filepath.Join(h.ws, "file.txt"), []byte("original\n"), 0o644))
+	must(os.WriteFile(h.outside, []byte("outside\n"), 0o644))
+	must(os.MkdirAll(filepath.Join(h.home, ".ssh"), 0o700))
+	must(os.WriteFile(filepath.Join(h.home, ".ssh", "id_ed25519"), []byte("SECRET-KEY\n"), 0o600))
+	must(os.MkdirAll(h.datadir, 0o700))
+	must(os.WriteFile(filepath.Join(h.datadir, "fluffy.db"), []byte("SECRET-DB\n"), 0o600))
+	must(os.Symlink(h.outside, filepath.Join(h.ws, "link-out")))
+	must(os.Symlink("../outside.txt", filepath.Join(h.ws, "rel-link-out")))
+	// The probe is this test binary, copied where the sandbox may read it.
+	self, err := os.Executable()
+	must(err)
+	b, err := os.ReadFile(self)
+	must(err)
+	must(os.WriteFile(h.probe, b, 0o755))
+	must(os.Chmod(dir, 0o755))
+	return h
+}
+
+// snapshot is what must not change on the host.
+type snapshot struct {
+	files  map[string]string
+	mounts int
+}
+
+func (h *host) snapshot(t *testing.T) snapshot {
+	t.Helper()
+	s := snapshot{files: map[string]string{}}
+	_ = filepath.WalkDir(h.base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == h.cs || strings.HasPrefix(p, h.cs+"/") {
+			if d != nil && d.IsDir() && p != h.base {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, _ := os.Lstat(p)
+		v := info.Mode().String()
+		if info.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			v += fmt.Sprintf(" %x", sha256.Sum256(b))
+		} else if info.Mode()&fs.ModeSymlink != 0 {
+			l, _ := os.Readlink(p)
+			v += " -> " + l
+		}
+		s.files[p] = v
+		return nil
+	})
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	s.mounts = bytes.Count(mi, []byte("\n"))
+	return s
+}
+
+func (h *host) assertUnchanged(t *testing.T, before snapshot) {
+	t.Helper()
+	after := h.snapshot(t)
+	for p, v := range before.files {
+		if after.files[p] != v {
+			t.Errorf("host changed: %s: %q -> %q", p, v, after.files[p])
+		}
+	}
+	for p := range after.files {
+		if _, ok := before.files[p]; !ok {
+			t.Errorf("host changed: new file %s", p)
+		}
+	}
+	if after.mounts != before.mounts {
+		t.Errorf("host mount table changed: %d -> %d mounts", before.mounts, after.mounts)
+	}
+}
+
+// Case is one escape attempt.
+type Case struct {
+	Name string
+	// Script runs with /bin/sh -c; Probe runs the probe binary instead.
+	Script string
+	Probe  []string
+	// Setup adjusts the spec.
+	Setup func(s *sandbox.Spec)
+	// Check asserts on the result (the attempt failed); the host check
+	// runs afterwards for every case.
+	Check func(t *testing.T, h *host, res sandbox.Result)
+}
+
+func failed(t *testing.T, res sandbox.Result) {
+	t.Helper()
+	if res.ExitCode == 0 && res.Signal == 0 {
+		t.Errorf("the attempt succeeded; stdout=%q stderr=%q", res.Stdout, res.Stderr)
+	}
+}
+
+func notContains(t *testing.T, res sandbox.Result, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if bytes.Contains(res.Stdout, []byte(s)) || bytes.Contains(res.Stderr, []byte(s)) {
+			t.Errorf("secret %q visible inside: stdout=%q", s, res.Stdout)
+		}
+	}
+}
+
+// Run runs every case against opts.Runtime.
+func Run(t *testing.T, opts Options) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	hostHome, _ := os.UserHomeDir()
+	t.Setenv("FLUFFY_SBXTEST_API_KEY", "sk-host-secret-123")
+
+	cases := []Case{
+		{Name: "write-host-tmp", Script: `echo pwned > "$OUTSIDE"`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "write-home", Script: `echo pwned > "$HOSTHOME/fluffy-escape" || exit 1; echo pwned > /root/fluffy-escape`, Check: func(t *testing.T, h *host, r sandbox.Result) {
+			failed(t, r)
+			if _, err := os.Stat(filepath.Join(hostHome, "fluffy-escape")); err == nil {
+				os.Remove(filepath.Join(hostHome, "fluffy-escape"))
+				t.Error("wrote into the host home")
+			}
+		}},
+		{Name: "write-lower-directly", Script: `echo pwned > file.txt && cat file.txt`, Check: func(t *testing.T, h *host, r sandbox.Result) {
+			// The write succeeds inside, into the change set only.
+			if b, _ := os.ReadFile(filepath.Join(h.cs, "file.txt")); string(b) != "pwned\n" {
+				t.Errorf("change set has %q, want the write", b)
+			}
+		}},
+		{Name: "symlink-out", Script: `echo pwned > link-out`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "relative-symlink-out", Script: `echo pwned > rel-link-out`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "dotdot", Script: `echo pwned > ../outside.txt`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "dotdot-deep", Script: `echo pwned > sub/../../../../../../$OUTSIDE`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "read-root", Script: `ls /root || cat /root/.bashrc`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "read-ssh", Script: `cat "$HOSTHOME"/.ssh/* || cat "$FAKEHOME"/.ssh/id_ed25519`, Check: func(t *testing.T, h *host, r sandbox.Result) {
+			failed(t, r)
+			notContains(t, r, "SECRET-KEY")
+		}},
+		{Name: "read-datadir", Script: `cat "$DATADIR"/fluffy.db`, Check: func(t *testing.T, h *host, r sandbox.Result) {
+			failed(t, r)
+			notContains(t, r, "SECRET-DB")
+		}},
+		{Name: "tcp-to-host", Probe: []string{"connect", "127.0.0.1:" + strconv.Itoa(port)}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "tcp-to-host-standard-net", Probe: []string{"connect", "127.0.0.1:" + strconv.Itoa(port)}, Setup: func(s *sandbox.Spec) { s.Seccomp = "standard-net" },
+			Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "ptrace-host", Probe: []string{"ptrace", strconv.Itoa(os.Getpid())}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "ptrace-init", Probe: []string{"ptrace", "1"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "mount", Probe: []string{"mount"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "unshare", Probe: []string{"unshare"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "setns", Probe: []string{"setns"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "clone-newuser", Probe: []string{"clone-newuser"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "keyctl", Probe: []string{"keyctl"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "io_uring_setup", Probe: []string{"io_uring"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "bpf", Probe: []string{"bpf"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "tiocsti", Probe: []string{"tiocsti"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "tiocsti-high-bits", Probe: []string{"tiocsti-high"}, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
+		{Name: "capabilities", Script: `grep -q '^CapEff:.0000000000000000' /proc/self/status && grep -q '^CapBnd:.0000000000000000' /proc/self/status && grep -q '^NoNewPrivs:.1' /proc/self/status && grep -q '^Seccomp:.2' /proc/self/status && echo restricted`,
+			Check: func(t *testing.T, h *host, r sandbox.Result) {
+				if !bytes.Contains(r.Stdout, []byte("restricted")) {
+					t.Errorf("capabilities, no_new_privs or seccomp missing: %q %q", r.Stdout, r.Stderr)
+				}
+			}},
+		{Name: "fork-bomb", Script: `b(){ b|b& }; b; wait`, Setup: func(s *sandbox.Spec) { s.Limits.Pids = 64; s.Limits.Wall = 3 * time.Second },
+			Check: func(t *testing.T, h *host, r sandbox.Result) {
+				if opts.MemoryKills && !r.HitLimit(sandbox.LimitPids) {
+					t.Errorf("fork bomb: limits hit %v, want pids", r.Hit)
+				}
+				if err := exec.Command("/bin/true").Run(); err != nil {
+					t.Errorf("the host cannot fork after the bomb: %v", err)
+				}
+			}},
+		{Name: "memory-hog", Probe: []string{"hog"}, Setup: func(s *sandbox.Spec) { s.Limits.Memory = 64 << 20; s.Limits.Wall = 20 * time.Second },
+			Check: func(t *testing.T, h *host, r sandbox.Result) {
+				failed(t, r)
+				if opts.MemoryKills && r.Killed != sandbox.LimitMemory {
+					t.Errorf("memory hog: killed %q (signal %d, exit %d), want memory", r.Killed, r.Signal, r.ExitCode)
+				}
+			}},
+		{Name: "fill-tmp", Script: `head -c 16777216 /dev/zero > /tmp/fill`, Setup: func(s *sandbox.Spec) { s.TmpSize = 4 << 20 },
+			Check: func(t *testing.T, h *host, r sandbox.Result) {
+				failed(t, r)
+				if !r.HitLimit(sandbox.LimitTmp) {
+					t.Errorf("fill /tmp: limits hit %v, want tmp", r.Hit)
+				}
+			}},
+		{Name: "timeout-grandchildren", Script: `trap "" TERM; (trap "" TERM; sleep 987654 & sleep 987654) & sleep 987654`, Setup: func(s *sandbox.Spec) { s.Limits.Wall = 500 * time.Millisecond },
+			Check: func(t *testing.T, h *host, r sandbox.Result) {
+				if r.Killed != sandbox.LimitTime {
+					t.Errorf("killed %q, want time", r.Killed)
+				}
+				if n := countProcs("987654"); n > 0 {
+					t.Errorf("%d sandboxed processes survived the timeout", n)
+				}
+			}},
+		{Name: "host-env", Script: `env`, Check: func(t *testing.T, h *host, r sandbox.Result) {
+			notContains(t, r, "sk-host-secret-123", "FLUFFY_SBXTEST_API_KEY")
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			h := newHost(t, opts.BaseDir)
+			before := h.snapshot(t)
+			spec := sandbox.Spec{
+				Env:       []string{"PATH=/usr/bin:/bin", "OUTSIDE=" + h.outside, "HOSTHOME=" + hostHome, "FAKEHOME=" + h.home, "DATADIR=" + h.datadir},
+				Workspace: h.ws, ChangeSet: h.cs, TmpSize: 64 << 20, Seccomp: "standard",
+				Mounts: []sandbox.Mount{{Source: h.probe, Target: "/opt/probe"}},
+				Limits: sandbox.Limits{Wall: 20 * time.Second, Pids: 256, Memory: 1 << 30, Output: 1 << 20},
+			}
+			if c.Probe != nil {
+				spec.Argv = append([]string{"/opt/probe"}, c.Probe...)
+				spec.Env = append(spec.Env, "FLUFFY_SANDBOX_PROBE=1")
+			} else {
+				spec.Argv = []string{"/bin/sh", "-c", c.Script}
+			}
+			if c.Setup != nil {
+				c.Setup(&spec)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := opts.Runtime.Run(ctx, spec)
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			c.Check(t, h, res)
+			h.assertUnchanged(t, before)
+			if t.Failed() {
+				t.Logf("stdout: %s\nstderr: %s", res.Stdout, res.Stderr)
+			}
+		})
+	}
+	select {
+	case <-accepted:
+		t.Error("a sandbox connected to the host's 127.0.0.1 listener")
+	default:
+	}
+}
+
+// countProcs counts host processes whose command line contains s.
+func countProcs(s string) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(s)) && !bytes.Contains(b, []byte("-test.")) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,350 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"slices"
+	"sort"
+	"syscall"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+)
+
+// Seccomp profiles are a blocklist over a default-allow policy: the
+// namespaces, landlock and the dropped capabilities do the confinement; the
+// filter removes kernel attack surface and the calls that would undo the
+// confinement (new namespaces, mounts, ptrace, keyrings, BPF, io_uring,
+// terminal injection). They are data: the native backend assembles them to
+// BPF (Profile.BPF) and a container backend exports the same definition as
+// Docker/OCI JSON (Profile.DockerJSON).
+
+// ArgOp compares one syscall argument.
+type ArgOp string
+
+// Argument comparisons.
+const (
+	OpEqual    ArgOp = "eq"       // arg == Value
+	OpNotEqual ArgOp = "ne"       // arg != Value
+	OpGreater  ArgOp = "gt"       // arg > Value
+	OpBitsSet  ArgOp = "bits-set" // arg & Value != 0
+)
+
+// Arg is a condition on argument Index (0-5). All Args of a Rule must hold.
+type Arg struct {
+	Index uint32 `json:"index"`
+	Op    ArgOp  `json:"op"`
+	Value uint64 `json:"value"`
+}
+
+// Rule denies the named syscalls (when all Args hold) with Errno.
+type Rule struct {
+	Names []string `json:"names"`
+	Args  []Arg    `json:"args,omitempty"`
+	// Errno is returned instead of running the call.
+	Errno syscall.Errno `json:"errno"`
+	// Why says what the rule protects against.
+	Why string `json:"why"`
+}
+
+// Profile is a named seccomp policy.
+type Profile struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Rules       []Rule `json:"rules"`
+}
+
+// Linux constants used by the rules (x86_64 and arm64 agree on these).
+const (
+	cloneNewNS     = 0x00020000
+	cloneNewCgroup = 0x02000000
+	cloneNewUTS    = 0x04000000
+	cloneNewIPC    = 0x08000000
+	cloneNewUser   = 0x10000000
+	cloneNewPID    = 0x20000000
+	cloneNewNet    = 0x40000000
+	cloneNewTime   = 0x00000080
+	cloneNamespace = cloneNewNS | cloneNewCgroup | cloneNewUTS | cloneNewIPC | cloneNewUser | cloneNewPID | cloneNewNet | cloneNewTime
+
+	tiocsti   = 0x5412
+	tioclinux = 0x541C
+
+	afUnix   = 1
+	afInet   = 2
+	afInet6  = 10
+	afPacket = 17
+
+	// personality flags that weaken ASLR or memory protections.
+	perDangerous = 0x0040000 | 0x0400000 | 0x0100000 | 0x0200000 | 0x8000000 // ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, ADDR_LIMIT_3GB
+)
+
+// baseRules are shared by every profile.
+func baseRules() []Rule {
+	eperm := syscall.EPERM
+	return []Rule{
+		{Names: []string{"ptrace", "process_vm_readv", "process_vm_writev", "kcmp"}, Errno: eperm, Why: "no tracing or reading other processes' memory"},
+		{Names: []string{"mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"}, Errno: eperm, Why: "the filesystem view is fixed"},
+		{Names: []string{"unshare", "setns"}, Errno: eperm, Why: "no new or foreign namespaces"},
+		{Names: []string{"clone"}, Args: []Arg{{Index: 0, Op: OpBitsSet, Value: cloneNamespace}}, Errno: eperm, Why: "clone may not create namespaces"},
+		{Names: []string{"clone3"}, Errno: syscall.ENOSYS, Why: "clone3 flags live in memory a filter cannot read; ENOSYS makes libc fall back to clone"},
+		{Names: []string{"keyctl", "add_key", "request_key"}, Errno: eperm, Why: "kernel keyrings are shared with the host user"},
+		{Names: []string{"bpf", "perf_event_open", "userfaultfd"}, Errno: eperm, Why: "kernel attack surface"},
+		{Names: []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}, Errno: syscall.ENOSYS, Why: "io_uring bypasses seccomp for the calls it carries"},
+		{Names: []string{"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module", "query_module", "reboot", "swapon", "swapoff", "acct", "syslog", "iopl", "ioperm", "vhangup", "quotactl", "lookup_dcookie", "nfsservctl", "uselib", "_sysctl", "fanotify_init"}, Errno: eperm, Why: "system administration"},
+		{Names: []string{"name_to_handle_at", "open_by_handle_at"}, Errno: eperm, Why: "file handles bypass the mount view"},
+		{Names: []string{"settimeofday", "stime", "clock_settime", "clock_adjtime", "adjtimex"}, Errno: eperm, Why: "the clock is the host's"},
+		{Names: []string{"personality"}, Args: []Arg{{Index: 0, Op: OpBitsSet, Value: perDangerous}}, Errno: eperm, Why: "no personality that weakens ASLR or memory protection"},
+		{Names: []string{"ioctl"}, Args: []Arg{{Index: 1, Op: OpEqual, Value: tiocsti}}, Errno: eperm, Why: "no typing into a terminal (TIOCSTI)"},
+		{Names: []string{"ioctl"}, Args: []Arg{{Index: 1, Op: OpEqual, Value: tioclinux}}, Errno: eperm, Why: "no console control (TIOCLINUX)"},
+		{Names: []string{"ioctl"}, Args: []Arg{{Index: 1, Op: OpGreater, Value: 0xffffffff}}, Errno: eperm, Why: "the kernel ignores the high half of an ioctl request: refuse it so the rules above cannot be dodged"},
+	}
+}
+
+// Profiles returns the built-in profiles: strict, standard, standard-net.
+func Profiles() []Profile {
+	eperm := syscall.EPERM
+	strict := Profile{
+		Name:        "strict",
+		Description: "base rules; sockets other than AF_UNIX refused",
+		Rules: append(baseRules(),
+			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpNotEqual, Value: afUnix}}, Errno: syscall.EAFNOSUPPORT, Why: "only local (AF_UNIX) sockets"},
+		),
+	}
+	standard := Profile{
+		Name:        "standard",
+		Description: "base rules; IP and packet sockets refused",
+		Rules: append(baseRules(),
+			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afInet}}, Errno: syscall.EAFNOSUPPORT, Why: "no IPv4"},
+			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afInet6}}, Errno: syscall.EAFNOSUPPORT, Why: "no IPv6"},
+			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afPacket}}, Errno: eperm, Why: "no raw packets"},
+		),
+	}
+	standardNet := Profile{
+		Name:        "standard-net",
+		Description: "base rules; IP sockets allowed (reachability is the network namespace's and the proxy's business); packet sockets refused",
+		Rules: append(baseRules(),
+			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afPacket}}, Errno: eperm, Why: "no raw packets"},
+		),
+	}
+	return []Profile{strict, standard, standardNet}
+}
+
+// ProfileByName returns a built-in profile.
+func ProfileByName(name string) (Profile, error) {
+	for _, p := range Profiles() {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("unknown seccomp profile %q (have strict, standard, standard-net)", name)
+}
+
+// BPF assembles the profile for the running architecture into a classic
+// BPF program, 8 bytes per instruction in native byte order, ready for
+// seccomp(SECCOMP_SET_MODE_FILTER). A syscall made through another
+// architecture's entry point (i386 int 0x80 on x86_64) kills the process;
+// x32 calls fail with ENOSYS. Names unknown on this architecture are
+// skipped (they cannot be called).
+//
+// The syscall table comes from github.com/elastic/go-seccomp-bpf/arch; the
+// program is generated here because that library's assembler (v1.6.0)
+// does not reload the syscall number after an argument check fails, so a
+// call that fails one rule's argument condition skips every later rule
+// (found by the tiocsti-high-bits case of the adversarial suite). Here
+// each rule starts by loading the syscall number again.
+func (p Profile) BPF() ([]byte, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	prog := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: retKillProcess},
+	}
+	if runtime.GOARCH == "amd64" {
+		prog = append(prog,
+			bpf.LoadAbsolute{Off: 0, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
+			bpf.RetConstant{Val: retErrno | uint32(syscall.ENOSYS)},
+		)
+	}
+	for _, r := range p.Rules {
+		if r.Errno == 0 {
+			return nil, fmt.Errorf("seccomp: profile %s: rule for %v has no errno", p.Name, r.Names)
+		}
+		for _, n := range r.Names {
+			nr, ok := info.SyscallNames[n]
+			if !ok {
+				continue
+			}
+			block, err := ruleBlock(uint32(nr), r.Args, retErrno|uint32(r.Errno))
+			if err != nil {
+				return nil, fmt.Errorf("seccomp: profile %s: %s: %w", p.Name, n, err)
+			}
+			prog = append(prog, block...)
+		}
+	}
+	prog = append(prog, bpf.RetConstant{Val: retAllow})
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble %s: %w", p.Name, err)
+	}
+	if len(raw) > 4096 {
+		return nil, fmt.Errorf("seccomp: profile %s is %d instructions, over the kernel's 4096", p.Name, len(raw))
+	}
+	out := make([]byte, 0, 8*len(raw))
+	for _, ins := range raw {
+		out = binary.NativeEndian.AppendUint16(out, ins.Op)
+		out = append(out, ins.Jt, ins.Jf)
+		out = binary.NativeEndian.AppendUint32(out, ins.K)
+	}
+	return out, nil
+}
+
+const (
+	retKillProcess = 0x80000000
+	retErrno       = 0x00050000
+	retAllow       = 0x7fff0000
+)
+
+// ruleBlock compiles "if nr and all args match, return ret" into a
+// self-contained block: every failed test jumps to the instruction after
+// the block, which starts with its own load of the syscall number.
+func ruleBlock(nr uint32, args []Arg, ret uint32) ([]bpf.Instruction, error) {
+	type fail struct {
+		at     int
+		onTrue bool
+	}
+	var ins []bpf.Instruction
+	var fails []fail
+	ins = append(ins, bpf.LoadAbsolute{Off: 0, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr})
+	fails = append(fails, fail{len(ins) - 1, false})
+	for _, a := range args {
+		if a.Index > 5 {
+			return nil, fmt.Errorf("argument index %d", a.Index)
+		}
+		lo, hi := uint32(16+8*a.Index), uint32(16+8*a.Index+4) // little endian
+		vlo, vhi := uint32(a.Value), uint32(a.Value>>32)
+		switch a.Op {
+		case OpEqual:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
+			fails = append(fails, fail{len(ins) - 1, false})
+			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		case OpNotEqual:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2},
+				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, true})
+		case OpGreater:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vhi, SkipTrue: 3},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
+			fails = append(fails, fail{len(ins) - 1, false})
+			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		case OpBitsSet:
+			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vhi, SkipTrue: 2},
+				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vlo})
+			fails = append(fails, fail{len(ins) - 1, false})
+		default:
+			return nil, fmt.Errorf("unknown op %q", a.Op)
+		}
+	}
+	ins = append(ins, bpf.RetConstant{Val: ret})
+	end := len(ins)
+	for _, f := range fails {
+		skip := end - f.at - 1
+		if skip > 255 {
+			return nil, fmt.Errorf("rule too long")
+		}
+		j := ins[f.at].(bpf.JumpIf)
+		if f.onTrue {
+			j.SkipTrue = uint8(skip)
+		} else {
+			j.SkipFalse = uint8(skip)
+		}
+		ins[f.at] = j
+	}
+	return ins, nil
+}
+
+// dockerProfile is the Docker / OCI seccomp JSON format.
+type dockerProfile struct {
+	DefaultAction string          `json:"defaultAction"`
+	Architectures []string        `json:"architectures"`
+	Syscalls      []dockerSyscall `json:"syscalls"`
+}
+
+type dockerSyscall struct {
+	Names    []string    `json:"names"`
+	Action   string      `json:"action"`
+	ErrnoRet *uint       `json:"errnoRet,omitempty"`
+	Args     []dockerArg `json:"args,omitempty"`
+	Comment  string      `json:"comment,omitempty"`
+}
+
+type dockerArg struct {
+	Index    uint32 `json:"index"`
+	Value    uint64 `json:"value"`
+	ValueTwo uint64 `json:"valueTwo"`
+	Op       string `json:"op"`
+}
+
+var dockerArches = map[string]string{"amd64": "SCMP_ARCH_X86_64", "arm64": "SCMP_ARCH_AARCH64"}
+
+// DockerJSON exports the profile in the Docker / OCI seccomp format for
+// goarch ("amd64", "arm64"; "" means the running one). libseccomp allows
+// one comparison per argument and cannot test "any of these bits", so a
+// bits-set condition becomes one rule per bit (arg & bit == bit): the same
+// set of refused calls.
+func (p Profile) DockerJSON(goarch string) ([]byte, error) {
+	if goarch == "" {
+		goarch = runtime.GOARCH
+	}
+	da, ok := dockerArches[goarch]
+	if !ok {
+		return nil, fmt.Errorf("seccomp: no Docker architecture for %q", goarch)
+	}
+	out := dockerProfile{DefaultAction: "SCMP_ACT_ALLOW", Architectures: []string{da}}
+	for _, r := range p.Rules {
+		errno := uint(r.Errno)
+		base := dockerSyscall{Names: slices.Clone(r.Names), Action: "SCMP_ACT_ERRNO", ErrnoRet: &errno, Comment: r.Why}
+		sort.Strings(base.Names)
+		// Expand bits-set conditions (at most one per rule here).
+		variants := [][]dockerArg{nil}
+		for _, a := range r.Args {
+			var alts []dockerArg
+			switch a.Op {
+			case OpEqual:
+				alts = []dockerArg{{Index: a.Index, Value: a.Value, Op: "SCMP_CMP_EQ"}}
+			case OpNotEqual:
+				alts = []dockerArg{{Index: a.Index, Value: a.Value, Op: "SCMP_CMP_NE"}}
+			case OpGreater:
+				alts = []dockerArg{{Index: a.Index, Value: a.Value, Op: "SCMP_CMP_GT"}}
+			case OpBitsSet:
+				for v := a.Value; v != 0; v &= v - 1 {
+					bit := uint64(1) << bits.TrailingZeros64(v)
+					alts = append(alts, dockerArg{Index: a.Index, Value: bit, ValueTwo: bit, Op: "SCMP_CMP_MASKED_EQ"})
+				}
+			default:
+				return nil, fmt.Errorf("seccomp: unknown op %q", a.Op)
+			}
+			var next [][]dockerArg
+			for _, v := range variants {
+				for _, alt := range alts {
+					next = append(next, append(slices.Clone(v), alt))
+				}
+			}
+			variants = next
+		}
+		for _, v := range variants {
+			s := base
+			s.Args = v
+			out.Syscalls = append(out.Syscalls, s)
+		}
+	}
+	return json.MarshalIndent(out, "", "  ")
+}
