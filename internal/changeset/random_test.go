@@ -60,7 +60,58 @@ func randomRun(t *testing.T, seed uint64) {
 	must(t, err)
 	must(t, os.Chmod(cs.UpperDir(), 0o755))
 	var log []string
-	for range 12 {
+	kernelOps(t, r, cs, model, &log, 6)
+	// Then ordinary programs write through a real overlay mount (what a
+	// sandbox does), then the kernel again.
+	merged0, umount0 := mountOverlay(t, cs)
+	for range 6 {
+		p := randomPath(r)
+		a, b := filepath.Join(merged0, p), filepath.Join(model, p)
+		var ea, eb error
+		switch r.IntN(3) {
+		case 0:
+			data := fmt.Appendf(nil, "mounted %d\n", r.IntN(3))
+			ea = osWrite(a, data)
+			eb = osWrite(b, data)
+			log = append(log, fmt.Sprintf("mount: write %s: %v", p, ea))
+		case 1:
+			ea, eb = osRemove(a), osRemove(b)
+			log = append(log, fmt.Sprintf("mount: rm -r %s: %v", p, ea))
+		case 2:
+			ea, eb = os.MkdirAll(a, 0o755), os.MkdirAll(b, 0o755)
+			log = append(log, fmt.Sprintf("mount: mkdir -p %s: %v", p, ea))
+		}
+		if (ea == nil) != (eb == nil) {
+			t.Fatalf("%s: mount %v, model %v\n%s", log[len(log)-1], ea, eb, strings.Join(log, "\n"))
+		}
+	}
+	umount0()
+	kernelOps(t, r, cs, model, &log, 6)
+	checkAgainstModel(t, cs, ws, model, log)
+}
+
+func osWrite(p string, data []byte) error {
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, 0o644)
+}
+
+func osRemove(p string) error {
+	if _, err := os.Lstat(p); err != nil {
+		return err
+	}
+	return os.RemoveAll(p)
+}
+
+func kernelOps(t *testing.T, r *rand.Rand, cs *ChangeSet, model string, logp *[]string, n int) {
+	t.Helper()
+	log := *logp
+	defer func() { *logp = log }()
+	for range n {
 		p := randomPath(r)
 		mp := filepath.Join(model, p)
 		switch r.IntN(3) {
@@ -68,22 +119,14 @@ func randomRun(t *testing.T, seed uint64) {
 			data := fmt.Appendf(nil, "new %d\n", r.IntN(3))
 			err := cs.WriteFile(p, data, 0)
 			log = append(log, fmt.Sprintf("write %s: %v", p, err))
-			var merr error
-			if fi, e := os.Lstat(mp); e == nil && fi.IsDir() {
-				merr = errors.New("is a directory")
-			} else if merr = os.MkdirAll(filepath.Dir(mp), 0o755); merr == nil {
-				merr = os.WriteFile(mp, data, 0o644)
-			}
+			merr := osWrite(mp, data)
 			if (err == nil) != (merr == nil) {
 				t.Fatalf("write %s: changeset %v, model %v\n%s", p, err, merr, strings.Join(log, "\n"))
 			}
 		case 1:
 			err := cs.Remove(p, true)
 			log = append(log, fmt.Sprintf("remove %s: %v", p, err))
-			_, merr := os.Lstat(mp)
-			if merr == nil {
-				merr = os.RemoveAll(mp)
-			}
+			merr := osRemove(mp)
 			if (err == nil) != (merr == nil) {
 				t.Fatalf("remove %s: changeset %v, model %v\n%s", p, err, merr, strings.Join(log, "\n"))
 			}
@@ -96,6 +139,10 @@ func randomRun(t *testing.T, seed uint64) {
 			}
 		}
 	}
+}
+
+func checkAgainstModel(t *testing.T, cs *ChangeSet, ws, model string, log []string) {
+	ctx := t.Context()
 	want := snap(t, model)
 	fail := func(what string, got tree) {
 		t.Helper()
