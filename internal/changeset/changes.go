@@ -111,9 +111,10 @@ func (s sel) has(p string) bool {
 }
 
 type differ struct {
-	cs  *ChangeSet
-	ctx context.Context
-	out []Change
+	cs     *ChangeSet
+	ctx    context.Context
+	out    []Change
+	ba, bb []byte // comparison buffers, reused
 }
 
 func (d *differ) emit(c Change) { d.out = append(d.out, c) }
@@ -172,36 +173,29 @@ func (d *differ) dir(rel string, m mnode, l node) error {
 	if err != nil {
 		return err
 	}
+	var lows map[string]node
+	if l.kind == KindDir {
+		if lows, err = statDir(d.cs.workspace, rel, false); err != nil {
+			return err
+		}
+	}
 	seen := map[string]bool{}
 	for _, k := range kids {
-		seen[k.rel] = true
-		var ln node
-		if l.kind == KindDir {
-			if ln, err = lstatNode(d.cs.workspace, k.rel, false); err != nil {
-				return err
-			}
-		}
-		if err := d.node(k.rel, k.m, ln); err != nil {
+		name := path.Base(k.rel)
+		seen[name] = true
+		if err := d.node(k.rel, k.m, lows[name]); err != nil {
 			return err
 		}
 	}
-	if l.kind != KindDir {
-		return nil
+	names := make([]string, 0, len(lows))
+	for n := range lows {
+		if !seen[n] {
+			names = append(names, n)
+		}
 	}
-	names, err := readNames(d.cs.workspace, rel)
-	if err != nil {
-		return err
-	}
+	sortStrings(names)
 	for _, n := range names {
-		p := path.Join(rel, n)
-		if seen[p] {
-			continue
-		}
-		ln, err := lstatNode(d.cs.workspace, p, false)
-		if err != nil {
-			return err
-		}
-		if err := d.deleted(p, ln); err != nil {
+		if err := d.deleted(path.Join(rel, n), lows[n]); err != nil {
 			return err
 		}
 	}
@@ -213,17 +207,17 @@ func (d *differ) deleted(rel string, l node) error {
 	if l.kind != KindDir {
 		return nil
 	}
-	names, err := readNames(d.cs.workspace, rel)
+	kids, err := statDir(d.cs.workspace, rel, false)
 	if err != nil {
 		return err
 	}
+	names := make([]string, 0, len(kids))
+	for n := range kids {
+		names = append(names, n)
+	}
+	sortStrings(names)
 	for _, n := range names {
-		p := path.Join(rel, n)
-		ln, err := lstatNode(d.cs.workspace, p, false)
-		if err != nil {
-			return err
-		}
-		if err := d.deleted(p, ln); err != nil {
+		if err := d.deleted(path.Join(rel, n), kids[n]); err != nil {
 			return err
 		}
 	}
@@ -259,13 +253,14 @@ func (d *differ) sameContent(rel string) (bool, error) {
 		return false, err
 	}
 	defer b.Close()
-	return sameReaders(a, b)
+	if d.ba == nil {
+		d.ba, d.bb = make([]byte, 16<<10), make([]byte, 16<<10)
+	}
+	return sameReaders(a, b, d.ba, d.bb)
 }
 
-func sameReaders(a, b io.Reader) (bool, error) {
-	const chunk = 16 << 10
-	ba := make([]byte, chunk)
-	bb := make([]byte, chunk)
+// sameReaders compares two streams with two equal-sized buffers.
+func sameReaders(a, b io.Reader, ba, bb []byte) (bool, error) {
 	for {
 		na, ea := io.ReadFull(a, ba)
 		nb, eb := io.ReadFull(b, bb)

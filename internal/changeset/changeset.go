@@ -206,13 +206,9 @@ func (cs *ChangeSet) saveMeta() error {
 // every entry.
 func snapshot(ctx context.Context, ws string) (map[string]baseEntry, error) {
 	out := map[string]baseEntry{}
-	var walk func(rel string) error
-	walk = func(rel string) error {
+	var walk func(rel string, n node) error
+	walk = func(rel string, n node) error {
 		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n, err := lstatNode(ws, rel, false)
-		if err != nil {
 			return err
 		}
 		e, err := baseOf(ws, rel, n)
@@ -223,18 +219,22 @@ func snapshot(ctx context.Context, ws string) (map[string]baseEntry, error) {
 		if n.kind != KindDir {
 			return nil
 		}
-		names, err := readNames(ws, rel)
+		kids, err := statDir(ws, rel, false)
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
-			if err := walk(path.Join(rel, name)); err != nil {
+		for name, k := range kids {
+			if err := walk(path.Join(rel, name), k); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if err := walk("."); err != nil {
+	root, err := lstatNode(ws, ".", false)
+	if err != nil {
+		return nil, err
+	}
+	if err := walk(".", root); err != nil {
 		return nil, fmt.Errorf("changeset: record base of %s: %w", ws, err)
 	}
 	return out, nil

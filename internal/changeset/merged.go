@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Layer says which layer a merged entry comes from.
@@ -85,18 +87,55 @@ func (cs *ChangeSet) child(parent mnode, rel string) (mnode, error) {
 			return mnode{}, err
 		}
 	}
+	return combine(up, low), nil
+}
+
+// combine merges an entry's upper and lower nodes as overlayfs does; low
+// must be KindNone when the parent hides the lower layer.
+func combine(up, low node) mnode {
 	switch {
+	case up.whiteout:
+		return mnode{}
 	case up.kind != KindNone:
 		m := mnode{node: up, layer: LayerUpper}
 		if up.kind == KindDir {
 			m.upperDir = true
 			m.lowerMerged = !up.opaque && low.kind == KindDir
 		}
-		return m, nil
+		return m
 	case low.kind != KindNone:
-		return mnode{node: low, layer: LayerLower, lowerMerged: low.kind == KindDir}, nil
+		return mnode{node: low, layer: LayerLower, lowerMerged: low.kind == KindDir}
 	}
-	return mnode{}, nil
+	return mnode{}
+}
+
+// statDir lstats every entry of the directory root/rel through one
+// directory descriptor.
+func statDir(root, rel string, wantXattr bool) (map[string]node, error) {
+	dfd, err := openDir(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path.Join(root, rel), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path.Join(root, rel))
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]node, len(names))
+	for _, n := range names {
+		nd, err := lstatAt(dfd, n, root, path.Join(rel, n), wantXattr)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = nd
+	}
+	return out, nil
 }
 
 // lookup resolves rel in the merged view without following symlinks. An
@@ -210,39 +249,32 @@ type kid struct {
 
 // children lists the merged children of the merged directory m at rel.
 func (cs *ChangeSet) children(rel string, m mnode) ([]kid, error) {
-	names := map[string]bool{}
+	var ups, lows map[string]node
+	var err error
 	if m.upperDir {
-		ns, err := readNames(cs.upper, rel)
-		if err != nil {
+		if ups, err = statDir(cs.upper, rel, true); err != nil {
 			return nil, err
-		}
-		for _, n := range ns {
-			names[n] = true
 		}
 	}
 	if m.lowerMerged {
-		ns, err := readNames(cs.workspace, rel)
-		if err != nil {
+		if lows, err = statDir(cs.workspace, rel, false); err != nil {
 			return nil, err
 		}
-		for _, n := range ns {
-			names[n] = true
+	}
+	names := make([]string, 0, len(ups)+len(lows))
+	for n := range ups {
+		names = append(names, n)
+	}
+	for n := range lows {
+		if _, ok := ups[n]; !ok {
+			names = append(names, n)
 		}
 	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sortStrings(sorted)
+	sortStrings(names)
 	var out []kid
-	for _, n := range sorted {
-		p := path.Join(rel, n)
-		c, err := cs.child(m, p)
-		if err != nil {
-			return nil, err
-		}
-		if c.kind != KindNone {
-			out = append(out, kid{p, c})
+	for _, n := range names {
+		if c := combine(ups[n], lows[n]); c.kind != KindNone {
+			out = append(out, kid{path.Join(rel, n), c})
 		}
 	}
 	return out, nil
