@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
 )
@@ -131,6 +132,10 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 		}
 		next := filepath.Join(resolved, c)
 		fi, err := r.fs.Lstat(next)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			// Fail closed: an unreadable directory could hide a symlink.
+			return operation.Path{}, fmt.Errorf("%w %q: %v", ErrPathInvalid, truncate(raw, 80), err)
+		}
 		if err != nil {
 			// Nothing exists from here on: clean the rest lexically.
 			resolved = filepath.Clean(next + "/" + strings.Join(todo, "/"))

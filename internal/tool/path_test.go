@@ -2,9 +2,11 @@ package tool
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
@@ -145,4 +147,22 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("Resolve(%q) = %q, but it resolves to %q", raw, p.Abs, real)
 		}
 	})
+}
+
+// deniedFS fails every Lstat below /denied with EACCES.
+type deniedFS struct{ osLinks }
+
+func (d deniedFS) Lstat(name string) (fs.FileInfo, error) {
+	if strings.HasPrefix(name, "/denied") {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: syscall.EACCES}
+	}
+	return d.osLinks.Lstat(name)
+}
+
+func TestResolveFailsClosed(t *testing.T) {
+	r, err := NewResolver(ResolverOptions{Workspace: t.TempDir(), FS: deniedFS{}})
+	must(t, err)
+	if _, err := r.Resolve("/denied/x/../../etc"); !errors.Is(err, ErrPathInvalid) {
+		t.Errorf("Resolve through an unreadable directory = %v, want ErrPathInvalid", err)
+	}
 }
