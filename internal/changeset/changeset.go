@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -86,6 +87,10 @@ func Begin(ctx context.Context, workspace, dir string) (*ChangeSet, error) {
 	base, err := snapshot(ctx, ws)
 	if err != nil {
 		return nil, err
+	}
+	// overlayfs shows the upper root's mode as the merged root's.
+	if err := os.Chmod(filepath.Join(dir, upperDir), fs.FileMode(base["."].Perm&0o777)); err != nil {
+		return nil, fmt.Errorf("changeset: %w", err)
 	}
 	m := &meta{Version: 1, Workspace: ws, Created: time.Now().UTC(), Base: base}
 	cs := &ChangeSet{workspace: ws, upper: filepath.Join(dir, upperDir), dir: dir, meta: m, real: osFS{root: ws}}
