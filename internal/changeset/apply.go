@@ -236,6 +236,7 @@ func coveredBy(p string, set map[string]bool) bool {
 
 // rebase records the applied paths' new state as the base.
 func (cs *ChangeSet) rebase(plan []Change) error {
+	buf := make([]byte, 64<<10)
 	for _, c := range plan {
 		if c.Op == Deleted {
 			for k := range cs.meta.Base {
@@ -253,7 +254,7 @@ func (cs *ChangeSet) rebase(plan []Change) error {
 		if err != nil {
 			return err
 		}
-		e, err := baseOf(cs.workspace, c.Path, n)
+		e, err := baseOf(cs.workspace, c.Path, n, buf)
 		if err != nil {
 			return err
 		}

@@ -211,12 +211,13 @@ func (cs *ChangeSet) saveMeta() error {
 // every entry.
 func snapshot(ctx context.Context, ws string) (map[string]baseEntry, error) {
 	out := map[string]baseEntry{}
+	buf := make([]byte, 64<<10)
 	var walk func(rel string, n node) error
 	walk = func(rel string, n node) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		e, err := baseOf(ws, rel, n)
+		e, err := baseOf(ws, rel, n, buf)
 		if err != nil {
 			return err
 		}
@@ -245,10 +246,10 @@ func snapshot(ctx context.Context, ws string) (map[string]baseEntry, error) {
 	return out, nil
 }
 
-func baseOf(root, rel string, n node) (baseEntry, error) {
+func baseOf(root, rel string, n node, buf []byte) (baseEntry, error) {
 	e := baseEntry{Kind: n.kind, Perm: unixPerm(n.perm), Size: n.size, Target: n.target, Ino: n.ino, Mtime: n.mtime, Ctime: n.ctime}
 	if n.kind == KindFile {
-		h, err := hashFile(root, rel)
+		h, err := hashFile(root, rel, buf)
 		if err != nil {
 			return e, err
 		}
@@ -257,14 +258,19 @@ func baseOf(root, rel string, n node) (baseEntry, error) {
 	return e, nil
 }
 
-func hashFile(root, rel string) (string, error) {
+// hashFile returns the SHA-256 of a file; buf, when not nil, is the copy
+// buffer.
+func hashFile(root, rel string, buf []byte) (string, error) {
 	f, err := openFile(root, rel)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if buf == nil {
+		buf = make([]byte, 64<<10)
+	}
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -52,7 +52,7 @@ func (o osFS) at(rel string, f func(dfd int, base string) error) error {
 
 func (o osFS) Lstat(rel string) (node, error)     { return lstatNode(o.root, rel, false) }
 func (o osFS) Names(rel string) ([]string, error) { return readNames(o.root, rel) }
-func (o osFS) Hash(rel string) (string, error)    { return hashFile(o.root, rel) }
+func (o osFS) Hash(rel string) (string, error)    { return hashFile(o.root, rel, nil) }
 
 func (o osFS) WriteTemp(rel string, r io.Reader, perm uint32) error {
 	return o.at(rel, func(dfd int, base string) error {
