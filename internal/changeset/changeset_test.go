@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -142,6 +143,7 @@ func requireRoot(t *testing.T) {
 func mountOverlay(t *testing.T, cs *ChangeSet) (string, func()) {
 	t.Helper()
 	requireRoot(t)
+	privateMountNS(t)
 	merged := filepath.Join(t.TempDir(), "merged")
 	if err := os.Mkdir(merged, 0o755); err != nil {
 		t.Fatal(err)
@@ -161,6 +163,23 @@ func mountOverlay(t *testing.T, cs *ChangeSet) (string, func()) {
 	}
 	t.Cleanup(umount)
 	return merged, umount
+}
+
+// privateMountNS moves the calling goroutine's thread into a mount
+// namespace of its own, so that test mounts never appear in (or
+// disturb) the host's mount table, which other packages' tests watch for
+// leaks. The thread stays locked: it, and the namespace with every mount
+// left in it, end with the test's goroutine. Subprocesses started from
+// this goroutine inherit the namespace.
+func privateMountNS(t *testing.T) {
+	t.Helper()
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		t.Fatalf("unshare the mount namespace: %v", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		t.Fatalf("make mounts private: %v", err)
+	}
 }
 
 func sh(t *testing.T, dir, script string) {
