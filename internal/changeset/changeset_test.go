@@ -1,6 +1,7 @@
 package changeset
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -910,6 +911,21 @@ func TestConcurrentReads(t *testing.T) {
 	for range cap(done) {
 		if got := <-done; !cmp.Equal(want, got) {
 			t.Errorf("concurrent read differs:\n%s", cmp.Diff(want, got))
+		}
+	}
+}
+
+func TestDiffLargeAndBinary(t *testing.T) {
+	requireRoot(t)
+	cs := begin(t, tree{"big.txt": "file 0644 small\n"})
+	big := bytes.Repeat([]byte("line of text\n"), (maxDiffBytes/13)+10)
+	must(t, cs.WriteFile("big.txt", big, 0))
+	must(t, cs.WriteFile("img.bin", []byte("\x89PNG\x00\x01"), 0))
+	d, err := cs.Diff(t.Context())
+	must(t, err)
+	for _, want := range []string{"Large files a/big.txt and b/big.txt differ (over 8 MiB: not diffed)\n", "Binary files /dev/null and b/img.bin differ\n"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diff lacks %q:\n%s", want, d)
 		}
 	}
 }

@@ -102,6 +102,10 @@ func (cs *ChangeSet) writeDiff(b *strings.Builder, c Change) error {
 		}
 	}
 	if oldBin || newBin {
+		if c.OldSize > maxDiffBytes || c.NewSize > maxDiffBytes {
+			fmt.Fprintf(b, "Large files %s and %s differ (over %d MiB: not diffed)\n", a, bb, maxDiffBytes>>20)
+			return nil
+		}
 		fmt.Fprintf(b, "Binary files %s and %s differ\n", a, bb)
 		return nil
 	}
