@@ -52,6 +52,9 @@ type sandboxRunFlags struct {
 	env           []string
 	allowDegraded bool
 	quiet         bool
+	net           string
+	allowHosts    []string
+	egressLog     string
 }
 
 func newSandboxRunCmd(a *App) *cobra.Command {
@@ -71,6 +74,11 @@ Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
 value of KEY).
 
+There is no network. With --net proxy the command reaches exactly the hosts
+given with --allow-host (and in net.allow / net.templates of your own
+configuration) through fluffy's audited egress proxy; anything else gets a
+403 naming the rule, reported here. See docs/network.md.
+
 Exit status: the command's own; 128+N when signal N ended it;
   123  a resource limit (memory, CPU time, file size) killed it
   124  the timeout killed it
@@ -80,7 +88,8 @@ Exit status: the command's own; 128+N when signal N ended it;
 		Example: `  fluffy sandbox run -- /bin/true
   fluffy sandbox run --changeset /tmp/cs -- sh -c 'echo hi > hello.txt'
   fluffy sandbox diff --changeset /tmp/cs
-  fluffy sandbox run --timeout 5s --memory 256MiB -- make test`,
+  fluffy sandbox run --timeout 5s --memory 256MiB -- make test
+  fluffy sandbox run --net proxy --allow-host pypi.org --allow-host files.pythonhosted.org -- pip download requests`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSandbox(cmd, a, &f, args)
@@ -96,6 +105,9 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl.StringArrayVar(&f.env, "env", nil, "set KEY=VALUE inside, or pass your KEY through (repeatable)")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
+	fl.StringVar(&f.net, "net", "", "network: none, or proxy (only allow-listed hosts, through the audited egress proxy; see docs/network.md) (default from the template)")
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "with --net proxy, allow HOST, HOST:PORT, *.DOMAIN[:PORT] or IP:PORT (repeatable)")
+	fl.StringVar(&f.egressLog, "egress-log", "", "with --net proxy, append one JSON line per request to this file")
 	fl.SetInterspersed(false)
 	return cmd
 }
@@ -191,6 +203,29 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	tpl.Apply(&spec)
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
+	}
+	switch f.net {
+	case "":
+	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):
+		spec.Network = sandbox.Network(f.net)
+	default:
+		return fmt.Errorf("%w: --net %q: want none or proxy", errUsage, f.net)
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		if spec.Seccomp == "standard" {
+			// The forwarder is reached over TCP on loopback.
+			spec.Seccomp = "standard-net"
+		}
+		eg, err := startEgress(a, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
+		if err != nil {
+			return err
+		}
+		defer eg.close()
+		spec.ProxySocket = eg.socket
+		// The proxy variables first: a later --env of the same name wins.
+		spec.Env = append(append(spec.Env[:3:3], eg.env...), spec.Env[3:]...)
+	} else if len(f.allowHosts) > 0 || f.egressLog != "" {
+		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
 	}
 
 	rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()})

@@ -38,12 +38,23 @@ type Config struct {
 	TDD     TDD     `yaml:"tdd"`
 	// Approval configures asking a person.
 	Approval Approval `yaml:"approval"`
+	Kernel   Kernel   `yaml:"kernel"`
+	Net      Net      `yaml:"net"`
 }
 
 // Approval configures asking a person.
 type Approval struct {
 	// Timeout denies what is still open when it elapses.
 	Timeout units.Duration `yaml:"timeout" scope:"user"`
+}
+
+// Kernel configures the kernel process the CLI starts on demand.
+type Kernel struct {
+	// IdleTimeout is how long a kernel started for a one-shot command
+	// keeps running without any client before it exits.
+	IdleTimeout units.Duration `yaml:"idle_timeout"`
+	// StartTimeout bounds the wait for a starting kernel's first pong.
+	StartTimeout units.Duration `yaml:"start_timeout"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -108,6 +119,36 @@ type TDD struct {
 	DebtBudget int `yaml:"debt_budget" scope:"user"`
 }
 
+// Net configures sandbox egress through the audited proxy
+// (docs/network.md). Every key loosens or bounds what a sandbox may reach,
+// so none may be set by a project file.
+type Net struct {
+	// Allow holds allow-list rules (host, host:port, *.domain, IP:port)
+	// given to every sandbox run with the proxy.
+	Allow []string `yaml:"allow" scope:"user"`
+	// Templates maps a sandbox template name to its own allow-list rules.
+	Templates map[string][]string `yaml:"templates" scope:"user"`
+	// AllowAddrs lists non-public address ranges (CIDR, e.g. 10.20.0.0/16)
+	// that allow-listed names may resolve to. Empty: names never reach
+	// loopback, private or link-local addresses.
+	AllowAddrs []string `yaml:"allow_addrs" scope:"user"`
+	// MaxUpload and MaxDownload cap the bytes of one request or tunnel.
+	MaxUpload   units.Size `yaml:"max_upload" scope:"user"`
+	MaxDownload units.Size `yaml:"max_download" scope:"user"`
+	// MaxDuration bounds one request or tunnel; IdleTimeout ends a tunnel
+	// that moved nothing for that long.
+	MaxDuration units.Duration `yaml:"max_duration" scope:"user"`
+	IdleTimeout units.Duration `yaml:"idle_timeout" scope:"user"`
+	// MaxConns bounds one sandbox's concurrent connections to the proxy.
+	MaxConns int `yaml:"max_conns" scope:"user"`
+	// HeaderTimeout cuts off a client that has not sent a request's
+	// headers; ConnectTimeout bounds connecting upstream;
+	// ResponseTimeout bounds waiting for an upstream's response headers.
+	HeaderTimeout   units.Duration `yaml:"header_timeout" scope:"user"`
+	ConnectTimeout  units.Duration `yaml:"connect_timeout" scope:"user"`
+	ResponseTimeout units.Duration `yaml:"response_timeout" scope:"user"`
+}
+
 // Default returns the built-in defaults for a process with the given
 // environment (used only to place the data directory).
 func Default(env Env) Config {
@@ -135,6 +176,17 @@ func Default(env Env) Config {
 		Policy:   Policy{Default: "approve"},
 		TDD:      TDD{Mode: "strict", DebtBudget: 5},
 		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
+		Net: Net{
+			MaxUpload:       64 << 20,
+			MaxDownload:     1 << 30,
+			MaxDuration:     units.Duration(10 * 60e9),
+			IdleTimeout:     units.Duration(60e9),
+			MaxConns:        256,
+			HeaderTimeout:   units.Duration(10e9),
+			ConnectTimeout:  units.Duration(10e9),
+			ResponseTimeout: units.Duration(60e9),
+		},
+		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
 	}
 }
 
