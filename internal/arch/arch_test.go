@@ -119,6 +119,8 @@ var boundaries = []struct {
 	{"internal/ipc", []string{"internal/"}, "the wire protocol knows nothing of the parts it connects"},
 	{"internal/config", []string{"internal/sandbox", "internal/kernel", "internal/policy", "internal/audit"}, "configuration is read by others, never the other way round"},
 	{"internal/sandbox", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/policy"}, "sandboxes execute; they do not decide"},
+	{"internal/changeset", []string{"internal/"}, "change sets are a leaf: the kernel, the tools and the CLI use them"},
+	{"internal/tool", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend"},
 }
 
 func TestImportBoundaries(t *testing.T) {

@@ -190,6 +190,7 @@ recorded in a tamper-evident audit log.`,
 		newKernelCmd(a), newStatusCmd(a),
 		newPolicyCmd(a),
 		newAuditCmd(a),
+		newChangesCmd(a),
 	)
 	return root
 }
