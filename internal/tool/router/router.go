@@ -107,7 +107,7 @@ type Options struct {
 	// defaults.
 	Sanitizer *tool.Sanitizer
 	// Env is the base environment of sandboxed commands; nil means a
-	// minimal PATH, HOME=/tmp, LANG=C.UTF-8.
+	// minimal PATH (with /usr/local/go/bin), HOME=/tmp, LANG=C.UTF-8.
 	Env []string
 	// Timeout bounds a sandboxed command when the tool gives none;
 	// default 2 minutes.
@@ -162,7 +162,7 @@ func New(o Options) (*Router, error) {
 		o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{})
 	}
 	if o.Env == nil {
-		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute

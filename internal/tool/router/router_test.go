@@ -482,3 +482,83 @@ func TestRequestApproval(t *testing.T) {
 		t.Errorf("second call: asked %d, %s", e.asked-asked, res.Content)
 	}
 }
+
+// test.run runs the real go command in the sandbox; its parsed result
+// moves the TDD machine: a failing new test is red, then the fix is
+// allowed and the run turns green.
+//
+// Building the standard library's test dependencies from an empty cache
+// in the sandbox takes minutes on a loaded machine, so this runs only
+// with FLUFFY_SLOW_TESTS=1; TestTestRunPytest covers the same path fast.
+func TestTestRunGo(t *testing.T) {
+	if os.Getenv("FLUFFY_SLOW_TESTS") == "" {
+		t.Skip("set FLUFFY_SLOW_TESTS=1 (builds std test deps in a sandbox, minutes)")
+	}
+	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
+		t.Skip("no Go toolchain at /usr/local/go")
+	}
+	e := newEnv(t, setup{sandbox: true})
+	ctx := t.Context()
+	call := func(name string, args any) string {
+		t.Helper()
+		res, err := e.r.Call(ctx, tc(name, args))
+		must(t, err)
+		return res.Content
+	}
+	out := call("fs.write", map[string]any{"path": "pkg/calc_test.go", "content": "package pkg\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 2) != 4 {\n\t\tt.Fatal(\"2+2\")\n\t}\n}\n"})
+	if !strings.Contains(out, "writing_test") {
+		t.Fatalf("test write: %s", out)
+	}
+	out = call("test.run", map[string]any{"args": []string{"./pkg/"}, "timeout_seconds": 600})
+	if !strings.Contains(out, "1 failed") || !strings.Contains(out, "→ red") {
+		t.Fatalf("first run: %s", out)
+	}
+	out = call("fs.edit", map[string]any{"path": "pkg/calc.go", "old": "a - b", "new": "a + b"})
+	if !strings.Contains(out, "edited") {
+		t.Fatalf("fix: %s", out)
+	}
+	out = call("test.run", map[string]any{"args": []string{"./pkg/"}, "timeout_seconds": 600})
+	if !strings.Contains(out, "1 passed") || !strings.Contains(out, "→ green") {
+		t.Fatalf("second run: %s", out)
+	}
+	if st := e.tdd.Status().State; st != tdd.Green {
+		t.Errorf("state = %s", st)
+	}
+}
+
+// test.run with pytest (Debian's python3-pytest, see scripts/deps.sh):
+// red, then the fix, then green; the TDD machine follows.
+func TestTestRunPytest(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/pytest"); err != nil {
+		t.Skip("no /usr/bin/pytest (apt-get install python3-pytest)")
+	}
+	e := newEnv(t, setup{sandbox: true})
+	must(t, os.WriteFile(filepath.Join(e.ws, "calc.py"), []byte("def add(a, b):\n    return a - b\n"), 0o644))
+	ctx := t.Context()
+	call := func(name string, args any) string {
+		t.Helper()
+		res, err := e.r.Call(ctx, tc(name, args))
+		must(t, err)
+		return res.Content
+	}
+	if out := call("fs.edit", map[string]any{"path": "calc.py", "old": "a - b", "new": "a + b"}); !strings.Contains(out, "refused by the state gate") {
+		t.Fatalf("source edit before a failing test: %s", out)
+	}
+	if out := call("fs.write", map[string]any{"path": "test_calc.py", "content": "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n"}); !strings.Contains(out, "writing_test") {
+		t.Fatalf("test write: %s", out)
+	}
+	out := call("test.run", map[string]any{"runner": "pytest"})
+	if !strings.Contains(out, "1 failed") || !strings.Contains(out, "→ red") || !strings.Contains(out, "FAIL") {
+		t.Fatalf("first run: %s", out)
+	}
+	if out := call("fs.edit", map[string]any{"path": "calc.py", "old": "a - b", "new": "a + b"}); !strings.Contains(out, "edited") {
+		t.Fatalf("fix: %s", out)
+	}
+	out = call("test.run", map[string]any{"runner": "pytest"})
+	if !strings.Contains(out, "1 passed") || !strings.Contains(out, "→ green") {
+		t.Fatalf("second run: %s", out)
+	}
+	if st := e.tdd.Status().State; st != tdd.Green {
+		t.Errorf("state = %s", st)
+	}
+}
