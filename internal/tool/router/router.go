@@ -368,11 +368,19 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		end["tdd"] = fed
 	}
 	if cl.fast {
-		end["op"] = cl.op
-		end["gate_state"] = cl.stateDec
-		end["gate_policy"] = policySummary(cl.polDec)
-		end["args_sha256"] = argsHash(c.Args)
-		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: end}); err != nil {
+		rec := readRecord{
+			Call: cl.id, Tool: cl.name, ArgsSHA256: argsHash(c.Args),
+			State: gateRecord{Effect: "allow", Rule: string(cl.stateDec.Code)}, Policy: gateRecord{Effect: cl.polDec.Effect.String(), Rule: cl.polDec.Rule},
+			IsError: out.IsError, DurationUS: dur.Microseconds(), OutputBytes: s.InputBytes, ShownBytes: len(s.Text),
+			ShownSHA256: hex.EncodeToString(sum[:]), CutBytes: s.CutBytes, Redactions: s.Redactions, Stripped: s.Stripped, Binary: s.Binary,
+		}
+		for _, p := range cl.op.Paths {
+			rec.Paths = append(rec.Paths, p.Abs)
+		}
+		if execErr != nil {
+			rec.Error = s.Text
+		}
+		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: rec}); err != nil {
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	} else {
@@ -388,6 +396,31 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		text += "\n[tdd: " + fed + "]"
 	}
 	return agent.Result{Content: text, IsError: out.IsError, Decision: decisionString(cl)}, nil
+}
+
+// readRecord is the payload of a tool.read entry.
+type readRecord struct {
+	Call        string     `json:"call"`
+	Tool        string     `json:"tool"`
+	ArgsSHA256  string     `json:"args_sha256"`
+	Paths       []string   `json:"paths,omitempty"`
+	State       gateRecord `json:"gate_state"`
+	Policy      gateRecord `json:"gate_policy"`
+	IsError     bool       `json:"is_error,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	DurationUS  int64      `json:"duration_us"`
+	OutputBytes int64      `json:"output_bytes"`
+	ShownBytes  int        `json:"shown_bytes"`
+	ShownSHA256 string     `json:"shown_sha256"`
+	CutBytes    int64      `json:"cut_bytes,omitempty"`
+	Redactions  int        `json:"redactions,omitempty"`
+	Stripped    int        `json:"stripped,omitempty"`
+	Binary      bool       `json:"binary,omitempty"`
+}
+
+type gateRecord struct {
+	Effect string `json:"effect"`
+	Rule   string `json:"rule"`
 }
 
 // KindToolRead is the audit kind of a fast-path read allowed by both

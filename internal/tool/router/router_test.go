@@ -61,6 +61,7 @@ type env struct {
 	log    *audit.Log
 	tdd    *tdd.Session
 	broker *approval.Broker
+	reg    *tool.Registry
 	r      *router.Router
 	// answer is what the "person" types to the next approval request.
 	answer  string
@@ -109,6 +110,7 @@ func newEnv(t testing.TB, s setup) *env {
 	must(t, err)
 	e.ws = res.Workspace()
 	reg := tool.NewRegistry()
+	e.reg = reg
 	must(t, builtin.Register(reg, builtin.Options{ChangeSet: e.cs, Resolver: res}))
 
 	db, err := store.OpenMain(ctx, e.home)
