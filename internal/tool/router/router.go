@@ -282,10 +282,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		return r.refuse(ctx, cl, Refusal{Gate: GateDecode, Rule: "invalid-arguments", Reason: err.Error(), Instead: "call " + t.Name() + " again with arguments that match its input schema"}, c.Args)
 	}
 	// 2. Normalize.
-	st := r.o.State.Status()
-	sess := r.o.Session
-	sess.Mode, sess.State = string(st.Mode), string(st.State)
-	op, err := t.Normalize(ctx, r.o.Resolver, args, sess)
+	op, err := t.Normalize(ctx, r.o.Resolver, args, r.o.Session)
 	if err == nil && (op.CommandLine != "" || len(op.Argv) > 0) {
 		paths := op.Paths
 		op.Paths = nil
@@ -298,13 +295,15 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	cl.op = op
 	cl.fast = t.Execution().Class == tool.FastPath && t.Name() != RequestApprovalName
 	// 3. State gate.
+	// The machine judges on its own status; the decision names the mode
+	// and state it judged in, which the policy gate then sees.
 	sd := r.o.State.Allowed(*op)
 	cl.stateDec = &sd
-	// 4. Policy gate (decided even after a state refusal? no: gates run in
-	// order and the first refusal ends the call).
+	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
-		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(st)}, c.Args)
+		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
 	}
+	// 4. Policy gate.
 	if t.Name() != RequestApprovalName {
 		pd := r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &pd
