@@ -33,7 +33,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -137,8 +140,9 @@ type Router struct {
 	o     Options
 	order sync.RWMutex // read-only calls hold it shared, the others exclusive
 
-	mu      sync.Mutex     // guards planned
+	mu      sync.Mutex     // guards the fields below
 	planned map[string]int // operation signature → approvals left from request_approval plans
+	written []string       // workspace-relative files the last sandboxed command wrote
 }
 
 var _ agent.Tools = (*Router)(nil)
@@ -606,7 +610,14 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (t
 		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
 	}
 	tpl.Apply(&spec)
+	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	res, err := r.o.Runtime.Run(ctx, spec)
+	written := changedSince(r.o.ChangeSet.UpperDir(), before)
+	if err == nil && len(written) > 0 {
+		r.mu.Lock()
+		r.written = written
+		r.mu.Unlock()
+	}
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
 	}
@@ -646,6 +657,51 @@ func DefaultCollect(out tool.CommandOutput) tool.Result {
 // feedBack moves the TDD machine: a kernel write is recorded as written,
 // a parsed test run as run. It returns a one-line summary for the model.
 func (r *Router) feedBack(ctx context.Context, cl *call, out tool.Result) (string, error) {
+	var line string
+	if cl.t.Execution().Class == tool.Sandbox {
+		r.mu.Lock()
+		written := r.written
+		r.written = nil
+		r.mu.Unlock()
+		if len(written) > 0 {
+			l, err := r.commandWrote(ctx, cl, written)
+			if err != nil {
+				return "", err
+			}
+			line = l
+		}
+	}
+	more, err := r.feedResult(ctx, cl, out)
+	if line != "" && more != "" {
+		return line + "; " + more, err
+	}
+	return line + more, err
+}
+
+// commandWrote reports the files a sandboxed command wrote to the TDD
+// machine as a write. A write the machine refuses is not stored: the
+// model is told, and the files stay in the change set for the person to
+// see (they never reach the real tree without review).
+func (r *Router) commandWrote(ctx context.Context, cl *call, written []string) (string, error) {
+	op := operation.Operation{Tool: cl.name, Action: operation.Write, Session: cl.op.Session, Tags: cl.op.Tags}
+	for _, rel := range written {
+		op.Paths = append(op.Paths, operation.Path{Abs: filepath.Join(r.o.ChangeSet.Workspace(), rel), Raw: rel, InWorkspace: true})
+	}
+	tr, err := r.o.State.Wrote(ctx, op)
+	var te *tdd.Error
+	if errors.As(err, &te) {
+		if aerr := r.append(ctx, audit.KindGateState, map[string]any{"call": cl.id, "tool": cl.name, "after_exec": true, "written": written, "allow": false, "code": te.Code, "reason": te.Reason}); aerr != nil {
+			return "", aerr
+		}
+		return fmt.Sprintf("the command wrote %s, which the TDD machine refuses (%s): %s; these changes stay unapplied in the change set, do not rely on them", strings.Join(written, ", "), te.Code, te.Reason), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return "the command wrote " + strings.Join(written, ", ") + ": " + transitionLine(tr), nil
+}
+
+func (r *Router) feedResult(ctx context.Context, cl *call, out tool.Result) (string, error) {
 	switch {
 	case cl.t.Execution().Class == tool.Kernel && !out.IsError:
 		tr, err := r.o.State.Wrote(ctx, *cl.op)
@@ -673,4 +729,48 @@ func transitionLine(tr tdd.Transition) string {
 		s += "; next: " + next
 	}
 	return s
+}
+
+type fileStamp struct {
+	size  int64
+	mtime int64
+	mode  fs.FileMode
+}
+
+// snapshotUpper records the stamp of every non-directory entry of the
+// change set's upper directory (only what the session changed, so small).
+func snapshotUpper(upper string) map[string]fileStamp {
+	m := map[string]fileStamp{}
+	_ = filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(upper, p)
+		m[filepath.ToSlash(rel)] = fileStamp{fi.Size(), fi.ModTime().UnixNano(), fi.Mode()}
+		return nil
+	})
+	return m
+}
+
+// changedSince lists the entries of upper that are new or different
+// since before, or gone (sorted).
+func changedSince(upper string, before map[string]fileStamp) []string {
+	after := snapshotUpper(upper)
+	var out []string
+	for p, st := range after {
+		if b, ok := before[p]; !ok || b != st {
+			out = append(out, p)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -564,3 +564,24 @@ func TestTestRunPytest(t *testing.T) {
 		t.Errorf("state = %s", st)
 	}
 }
+
+// What a sandboxed command writes is a write for the TDD machine too: a
+// source file written by a command before any failing test is refused
+// (reported, not stored), a test file moves the machine.
+func TestCommandWritesFeedTDD(t *testing.T) {
+	e := newEnv(t, setup{sandbox: true, approver: true})
+	ctx := t.Context()
+	res, err := e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "echo 'package pkg' > pkg/extra.go"}))
+	must(t, err)
+	if !strings.Contains(res.Content, "the command wrote pkg/extra.go, which the TDD machine refuses (need_failing_test)") {
+		t.Errorf("source written by a command: %s", res.Content)
+	}
+	if st := e.tdd.Status().State; st != tdd.Idle {
+		t.Errorf("state = %s, want idle", st)
+	}
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "echo 'package pkg' > pkg/extra_test.go"}))
+	must(t, err)
+	if !strings.Contains(res.Content, "the command wrote pkg/extra_test.go: idle → writing_test") {
+		t.Errorf("test written by a command: %s", res.Content)
+	}
+}
