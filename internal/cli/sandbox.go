@@ -204,6 +204,20 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
+	// Every execution is recorded in the audit log before it starts and
+	// before its result is used; so is every egress request.
+	observer := a.ExecObserver
+	if observer == nil {
+		rec, err := openSandboxAudit(cmd.Context(), a, tpl.Name)
+		if err != nil {
+			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
+		}
+		defer rec.close()
+		observer = rec
+		if a.EgressRecorder == nil {
+			a.EgressRecorder = rec
+		}
+	}
 	switch f.net {
 	case "":
 	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):
@@ -232,7 +246,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if err != nil {
 		return err
 	}
-	run := sandbox.Observe(rt, a.ExecObserver)
+	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {
 		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {
