@@ -40,11 +40,19 @@ type Options struct {
 	// BaseDir is where the suite creates its host files; it must not be
 	// mounted into the sandbox by the backend. Empty means /var/tmp.
 	BaseDir string
+	// MountDirs are host directories where the backend itself mounts
+	// (beyond the case's own directory, always checked); a mount left
+	// there after a run is a leak. Keep them specific to this test
+	// process: mounts elsewhere (a Docker engine's, other tests') change
+	// on their own and are not judged.
+	MountDirs []string
 }
 
 // host is the host-side fixture of one case.
 type host struct {
 	base, ws, cs, outside, home, datadir, probe string
+	// mountDirs are where leaked mounts are looked for.
+	mountDirs []string
 }
 
 func newHost(t *testing.T, base string) *host {
@@ -88,9 +96,7 @@ func newHost(t *testing.T, base string) *host {
 type snapshot struct {
 	files map[string]string
 	// mounts holds the host mount points that a sandbox could leak:
-	// those under the suite's base directory or named like fluffy's own
-	// temporary directories. Other mounts (a Docker engine's, other
-	// tests') change on their own and would make the check flaky.
+	// those under the case's directory and the backend's MountDirs.
 	mounts map[string]int
 }
 
@@ -123,8 +129,11 @@ func (h *host) snapshot(t *testing.T) snapshot {
 		if len(f) < 5 {
 			continue
 		}
-		if mp := f[4]; mp == h.base || strings.HasPrefix(mp, h.base+"/") || strings.Contains(mp, "fluffy") {
-			s.mounts[mp]++
+		for _, d := range append([]string{h.base}, h.mountDirs...) {
+			if mp := f[4]; mp == d || strings.HasPrefix(mp, d+"/") {
+				s.mounts[mp]++
+				break
+			}
 		}
 	}
 	return s
@@ -297,6 +306,7 @@ func Run(t *testing.T, opts Options) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			h := newHost(t, opts.BaseDir)
+			h.mountDirs = opts.MountDirs
 			before := h.snapshot(t)
 			spec := sandbox.Spec{
 				Env:       []string{"PATH=/usr/bin:/bin", "OUTSIDE=" + h.outside, "HOSTHOME=" + hostHome, "FAKEHOME=" + h.home, "DATADIR=" + h.datadir},
