@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,29 +38,41 @@ func InitMain() int {
 	// (capabilities, seccomp without TSYNC); the command is forked from
 	// this very thread.
 	runtime.LockOSThread()
+	tr := &tracer{on: true}
+	tr.mark("go runtime started")
 	start := time.Now()
 	statusFile := os.NewFile(4, "status")
 	st := initStatus{}
 	fail := func(stage string, err error) int {
 		st.Stage, st.Error = stage, err.Error()
+		st.Marks = tr.marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
+	cfgIn := bufio.NewReader(cfgFile)
 	var cfg initConfig
-	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
+	line, err := cfgIn.ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &cfg)
+	}
+	if err != nil {
 		return fail("config", err)
 	}
-	cfgFile.Close()
-	for fd := 4; fd <= 6; fd++ {
+	for fd := 3; fd <= 6; fd++ {
 		unix.CloseOnExec(fd)
 	}
+	if !cfg.Trace {
+		tr = &tracer{}
+	}
+	tr.mark("config read")
 
-	if stage, err := setupRoot(&cfg); err != nil {
+	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
+		st.Marks = tr.marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 0
 	}
@@ -74,22 +87,26 @@ func InitMain() int {
 	if err != nil {
 		return fail("command", err)
 	}
+	tr.mark("hostname, chdir, command lookup")
 	if err := dropCapabilities(); err != nil {
 		return fail("capabilities", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail("no_new_privs", err)
 	}
+	tr.mark("capabilities dropped, no_new_privs")
 	if cfg.Landlock > 0 {
 		if err := applyLandlock(&cfg); err != nil {
 			return fail("landlock", err)
 		}
 	}
+	tr.mark("landlock")
 	if len(cfg.Seccomp) > 0 {
 		if err := applySeccomp(cfg.Seccomp); err != nil {
 			return fail("seccomp", err)
 		}
 	}
+	tr.mark("seccomp")
 	var asLimit *unix.Rlimit
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
@@ -103,6 +120,12 @@ func InitMain() int {
 			return fail("rlimits", fmt.Errorf("resource %d: %w", rl.Resource, err))
 		}
 	}
+	// The parent releases the init once it is in its cgroup.
+	if b, err := cfgIn.ReadByte(); err != nil || b != initRelease {
+		return fail("release", fmt.Errorf("the parent did not release the sandbox (%v)", err))
+	}
+	cfgFile.Close()
+	tr.mark("released by the parent")
 	cmd := &exec.Cmd{Path: path, Args: cfg.Argv, Env: cfg.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 	if err := cmd.Start(); err != nil {
 		return fail("start", err)
@@ -115,6 +138,7 @@ func InitMain() int {
 		}
 	}
 	st.SetupNanos = int64(time.Since(start))
+	tr.mark("rlimits, command started")
 	cmdPid := cmd.Process.Pid
 	// Reap everything until the command itself ends.
 	for {
@@ -135,6 +159,7 @@ func InitMain() int {
 			break
 		}
 	}
+	tr.mark("command exited")
 	// Nothing outlives the command.
 	_ = unix.Kill(-1, unix.SIGKILL)
 	for {
@@ -148,6 +173,8 @@ func InitMain() int {
 	if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
 		st.TmpFull = true
 	}
+	tr.mark("rest killed and reaped")
+	st.Marks = tr.marks
 	_ = json.NewEncoder(statusFile).Encode(st)
 	return 0
 }
@@ -207,7 +234,7 @@ const (
 
 // setupRoot builds the sandbox's root file system and pivots into it. It
 // returns the stage that failed.
-func setupRoot(cfg *initConfig) (string, error) {
+func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "mount", fmt.Errorf("make / private: %w", err)
 	}
@@ -231,6 +258,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return "mount", fmt.Errorf("root tmpfs: %w", err)
 	}
+	tr.mark("mount: private, scratch root, root tmpfs")
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(oldRoot + d)
 		if err != nil {
@@ -249,16 +277,20 @@ func setupRoot(cfg *initConfig) (string, error) {
 		if err := bindMount(oldRoot+d, newRoot+d, false, true); err != nil {
 			return "mount", err
 		}
+		tr.mark("mount: bind " + d)
 	}
+	tr.mark("mount: system symlinks")
 	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
 		return "mount", err
 	}
 	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return "mount", fmt.Errorf("proc: %w", err)
 	}
+	tr.mark("mount: proc")
 	if err := setupDev(); err != nil {
 		return "mount", err
 	}
+	tr.mark("mount: dev")
 	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 		return "mount", err
 	}
@@ -269,6 +301,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return "mount", fmt.Errorf("tmp: %w", err)
 	}
+	tr.mark("mount: tmp")
 	// The workspace and extra mounts, parents before children.
 	type m struct {
 		target string
@@ -291,6 +324,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 					if err != nil {
 						return fmt.Errorf("receive the idmapped workspace: %w", err)
 					}
+					tr.mark("mount: idmapped trees received")
 					for i, at := range []string{"/lower", "/cs"} {
 						if err := os.Mkdir(at, 0o755); err != nil {
 							return err
@@ -319,6 +353,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 		if err := x.do(); err != nil {
 			return x.stage, err
 		}
+		tr.mark("mount: " + x.stage + " " + x.target)
 	}
 	// Into the new root; the host's root goes away entirely.
 	if err := unix.Chdir(newRoot); err != nil {
@@ -333,9 +368,11 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Chdir("/"); err != nil {
 		return "pivot_root", err
 	}
+	tr.mark("pivot_root, old root detached")
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return "mount", fmt.Errorf("read-only root: %w", err)
 	}
+	tr.mark("mount: root read-only")
 	return "", nil
 }
 

@@ -49,6 +49,10 @@ type Options struct {
 	// Facilities, when set, replaces host detection (tests use it to
 	// pretend a facility is missing).
 	Facilities func() []sandbox.Facility
+	// Trace, when set, receives after each run a table of the time every
+	// stage took, in the parent and in the init (fluffy sandbox run
+	// --trace writes it to stderr).
+	Trace io.Writer
 }
 
 // Runtime is the native backend. It is safe for concurrent use.
@@ -129,7 +133,19 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 }
 
 // Run implements sandbox.Runtime.
-func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Result, err error) {
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	tr := &tracer{on: r.opts.Trace != nil}
+	tr.mark("start")
+	var initMarks []mark
+	res, err := r.run(ctx, spec, tr, &initMarks)
+	if tr.on {
+		tr.mark("cleaned up")
+		writeTrace(r.opts.Trace, tr.marks, initMarks)
+	}
+	return res, err
+}
+
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMarks *[]mark) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -137,7 +153,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := initConfig{Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir}
+	cfg := initConfig{Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.on}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -240,6 +256,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		cfg.Mounts = append(cfg.Mounts, mountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
 	}
 
+	tr.mark("spec, facilities, work dir")
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	var cg *cgroup
@@ -255,6 +272,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 			})
 		}
 	}
+	tr.mark("cgroup created")
 	if lim.CPU > 0 {
 		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
 		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_CPU, secs})
@@ -275,18 +293,17 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		}
 	}
 
-	// The init.
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	defer cfgW.Close()
+	// The init. Its configuration is written before it starts (when the
+	// pipe holds it), so the init reads it as soon as its runtime is up
+	// and builds its root while this process joins it to the cgroup and
+	// sends the idmapped trees; a release byte that follows says the init
+	// may start the command.
 	stR, stW, err := os.Pipe()
 	if err != nil {
-		cfgR.Close()
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
 	defer stR.Close()
+	defer stW.Close() // (closed early once the init holds it)
 	// Root's sandboxes are host uid nobody: an idmapped clone of the
 	// workspace makes its root-owned files the sandbox root's.
 	var fdSock *os.File
@@ -298,7 +315,30 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		}
 		fdSock, fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
 		defer unix.Close(fdSockParent)
+		defer fdSock.Close()
 		cfg.LowerFD = true
+	}
+	cfgJSON, err := json.Marshal(&cfg)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	cfgJSON = append(cfgJSON, '\n')
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	defer cfgW.Close()
+	defer cfgR.Close()
+	cfgWritten := make(chan error, 1)
+	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgJSON) {
+		_, err := cfgW.Write(cfgJSON)
+		cfgWritten <- err
+	} else {
+		// Too big for the pipe: written while the init reads.
+		go func() {
+			_, err := cfgW.Write(cfgJSON)
+			cfgWritten <- err
+		}()
 	}
 	// The init is executed through a descriptor: the sandbox's user
 	// (nobody, for root) need not be able to traverse the binary's
@@ -309,35 +349,52 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	}
 	defer selfF.Close()
 	outLimit := lim.Output
-	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
-	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/6",
-		Args:       []string{InitArg0},
-		Env:        []string{},
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-			// Become uid 0 of the new namespace explicitly: without it a
-			// root caller's child keeps host uid 0 credentials.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
-			// Root can drop its supplementary groups; others cannot.
-			GidMappingsEnableSetgroups: r.uid == 0,
-			Setsid:                     true,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
-	}
+	var stdin io.Reader
 	if spec.Stdin != nil {
-		cmd.Stdin = spec.Stdin
+		stdin = spec.Stdin
 		if f, ok := spec.Stdin.(*os.File); ok {
 			// Never hand the sandbox the caller's terminal (TIOCSTI and
 			// friends): always a pipe.
-			cmd.Stdin = struct{ io.Reader }{f}
+			stdin = struct{ io.Reader }{f}
+		}
+	}
+	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
+	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
+	newCmd := func() *exec.Cmd {
+		return &exec.Cmd{
+			Path:       "/proc/self/fd/6",
+			Args:       []string{InitArg0},
+			Env:        []string{},
+			Stdout:     stdout,
+			Stderr:     stderr,
+			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+				// Become uid 0 of the new namespace explicitly: without it a
+				// root caller's child keeps host uid 0 credentials.
+				Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
+				// Root can drop its supplementary groups; others cannot.
+				GidMappingsEnableSetgroups: r.uid == 0,
+				Setsid:                     true,
+				Pdeathsig:                  syscall.SIGKILL,
+			},
+			Stdin: stdin,
+		}
+	}
+	tr.mark("pipes, binary opened")
+	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
+	// migrating a running process costs milliseconds (an RCU grace
+	// period), and the init starts inside its limits.
+	cmd := newCmd()
+	cgJoined := false
+	if cg != nil && cg.v2 {
+		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+			cgJoined = true
 		}
 	}
 	start := time.Now()
@@ -345,6 +402,12 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = cmd.Start()
+	if err != nil && cgJoined && (errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.E2BIG)) {
+		// A kernel without clone3's cgroup field: join after the start.
+		cmd, cgJoined = newCmd(), false
+		err = cmd.Start()
+	}
+	tr.mark("clone, id maps, exec (cmd.Start)")
 	cfgR.Close()
 	stW.Close()
 	if fdSock != nil {
@@ -360,12 +423,13 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		}
 		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Self, err)
 	}
-	if cg != nil {
+	if cg != nil && !cgJoined {
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
+		tr.mark("cgroup joined")
 	}
 	// The timer and cancellation kill PID 1, which takes the whole PID
 	// namespace with it.
@@ -393,19 +457,26 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
 		}
+		tr.mark("idmapped trees sent")
 	}
-	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
+	if err := <-cfgWritten; err != nil {
+		_ = cmd.Process.Kill()
+	} else if _, err := cfgW.Write([]byte{initRelease}); err != nil {
 		_ = cmd.Process.Kill()
 	}
 	cfgW.Close()
+	tr.mark("init released")
 	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
+	tr.mark("status read")
 	waitErr := cmd.Wait()
 	close(done)
+	tr.mark("init reaped (pid/net ns gone)")
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
 	var st initStatus
 	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
+	*initMarks = st.Marks
 	select {
 	case <-timedOut:
 		res.Killed = sandbox.LimitTime

@@ -1,7 +1,9 @@
 package native
 
-// initConfig is what the parent sends the sandbox init on fd 3, as JSON.
-// Host paths are already resolved (no symlinks) by the parent.
+// initConfig is what the parent sends the sandbox init on fd 3, as one
+// line of JSON, followed by the byte initRelease once the init is in its
+// cgroup (the init starts the command only after it). Host paths are
+// already resolved (no symlinks) by the parent.
 type initConfig struct {
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
@@ -34,7 +36,13 @@ type initConfig struct {
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
 	Probe bool `json:"probe,omitempty"`
+	// Trace makes the init report when each of its stages ended.
+	Trace bool `json:"trace,omitempty"`
 }
+
+// initRelease follows the configuration on fd 3 when the parent has put
+// the init into its cgroup: the init starts no command before reading it.
+const initRelease = 'G'
 
 type mountSpec struct {
 	Source   string `json:"source"`
@@ -58,4 +66,6 @@ type initStatus struct {
 	TmpFull  bool   `json:"tmp_full,omitempty"`
 	// SetupNanos is the init's own setup time.
 	SetupNanos int64 `json:"setup_ns"`
+	// Marks is the init's trace (initConfig.Trace).
+	Marks []mark `json:"marks,omitempty"`
 }
