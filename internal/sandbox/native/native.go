@@ -8,12 +8,14 @@
 // filter applied, rlimits set, and the command started in a session of its
 // own with a cgroup (memory, pids) where the host allows one.
 //
-// The init is the same binary because Go cannot run code between fork and
-// exec; cmd/fluffy dispatches to InitMain before anything else when argv[0]
-// is InitArg0. Landlock comes from github.com/landlock-lsm/go-landlock; the
-// seccomp program is assembled by the parent (package sandbox, with
-// github.com/elastic/go-seccomp-bpf) and loaded by the init as raw BPF, so
-// the init path needs no filter compiler.
+// The init is package nsinit. Go cannot run code between fork and exec,
+// so it is a program of its own: cmd/fluffy-sandbox-init, a small binary
+// installed beside fluffy (it starts in a fraction of the time the whole
+// fluffy binary takes), or, when that is absent, the fluffy binary itself,
+// which dispatches to InitMain before anything else when argv[0] is
+// InitArg0. The seccomp program is assembled by the parent (package
+// sandbox) and loaded by the init as raw BPF; landlock is applied with raw
+// system calls; so the init needs no library beyond golang.org/x/sys.
 package native
 
 import (
@@ -35,12 +37,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 )
 
 // Options configure a Runtime.
 type Options struct {
-	// Self is the fluffy binary to re-execute as the init; required.
+	// Self is the fluffy binary, re-executed as the init when Init is
+	// empty; required.
 	Self string
+	// Init is the small init binary (cmd/fluffy-sandbox-init). Empty
+	// means the one installed beside Self (InitBinaryName), if any, else
+	// Self itself.
+	Init string
 	// AllowDegraded runs without the facilities the host lacks instead of
 	// refusing (each run's Result.Warnings says what is missing).
 	AllowDegraded bool
@@ -78,8 +86,22 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Init == "" {
+		opts.Init = opts.Self
+		sib := filepath.Join(filepath.Dir(opts.Self), InitBinaryName)
+		if fi, err := os.Stat(sib); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			opts.Init = sib
+		}
+	}
 	return &Runtime{opts: opts, bpf: map[string][]byte{}, uid: os.Getuid(), gid: os.Getgid()}, nil
 }
+
+// InitBinaryName is the file name of the small init binary that New looks
+// for beside the fluffy binary.
+const InitBinaryName = "fluffy-sandbox-init"
+
+// InitPath returns the binary this Runtime starts as the sandbox init.
+func (r *Runtime) InitPath() string { return r.opts.Init }
 
 // nobody is the host uid and gid that root's sandboxes run as.
 const nobody = 65534
@@ -134,18 +156,18 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 
 // Run implements sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	tr := &tracer{on: r.opts.Trace != nil}
-	tr.mark("start")
-	var initMarks []mark
+	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
+	tr.Mark("start")
+	var initMarks []nsinit.Mark
 	res, err := r.run(ctx, spec, tr, &initMarks)
-	if tr.on {
-		tr.mark("cleaned up")
-		writeTrace(r.opts.Trace, tr.marks, initMarks)
+	if tr.On {
+		tr.Mark("cleaned up")
+		writeTrace(r.opts.Trace, tr.Marks, initMarks)
 	}
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMarks *[]mark) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, initMarks *[]nsinit.Mark) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -153,7 +175,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := initConfig{Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.on}
+	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -253,10 +275,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 		if t == "" {
 			t = src
 		}
-		cfg.Mounts = append(cfg.Mounts, mountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
+		cfg.Mounts = append(cfg.Mounts, nsinit.MountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
 	}
 
-	tr.mark("spec, facilities, work dir")
+	tr.Mark("spec, facilities, work dir")
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	var cg *cgroup
@@ -272,24 +294,24 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 			})
 		}
 	}
-	tr.mark("cgroup created")
+	tr.Mark("cgroup created")
 	if lim.CPU > 0 {
 		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_CPU, secs})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: secs})
 	}
 	if lim.FileSize > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_FSIZE, uint64(lim.FileSize)})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(lim.FileSize)})
 	}
 	if lim.OpenFiles > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NOFILE, Value: uint64(lim.OpenFiles)})
 	}
 	if cg == nil {
 		if lim.Memory > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_AS, uint64(lim.Memory)})
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_AS, Value: uint64(lim.Memory)})
 			res.Warnings = append(res.Warnings, "no usable cgroup: memory limited by RLIMIT_AS (address space) per process; exceeding it fails allocations instead of killing")
 		}
 		if lim.Pids > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NPROC, uint64(lim.Pids)})
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(lim.Pids)})
 		}
 	}
 
@@ -343,9 +365,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 	// The init is executed through a descriptor: the sandbox's user
 	// (nobody, for root) need not be able to traverse the binary's
 	// directories (go test builds in 0700 directories).
-	selfF, err := os.Open(r.opts.Self)
+	selfF, err := os.Open(r.opts.Init)
 	if err != nil {
-		return res, fmt.Errorf("%w: open the fluffy binary: %w", sandbox.ErrSetup, err)
+		return res, fmt.Errorf("%w: open the sandbox init binary: %w", sandbox.ErrSetup, err)
 	}
 	defer selfF.Close()
 	outLimit := lim.Output
@@ -363,8 +385,8 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 	newCmd := func() *exec.Cmd {
 		return &exec.Cmd{
 			Path:       "/proc/self/fd/6",
-			Args:       []string{InitArg0},
-			Env:        []string{},
+			Args:       []string{nsinit.Arg0},
+			Env:        []string{"GOMAXPROCS=1"},
 			Stdout:     stdout,
 			Stderr:     stderr,
 			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
@@ -384,7 +406,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 			Stdin: stdin,
 		}
 	}
-	tr.mark("pipes, binary opened")
+	tr.Mark("pipes, binary opened")
 	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
 	// migrating a running process costs milliseconds (an RCU grace
 	// period), and the init starts inside its limits.
@@ -407,7 +429,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 		cmd, cgJoined = newCmd(), false
 		err = cmd.Start()
 	}
-	tr.mark("clone, id maps, exec (cmd.Start)")
+	tr.Mark("clone, id maps, exec (cmd.Start)")
 	cfgR.Close()
 	stW.Close()
 	if fdSock != nil {
@@ -421,7 +443,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 			f.Fix = userNSFix
 			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
 		}
-		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Self, err)
+		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
 	}
 	if cg != nil && !cgJoined {
 		if err := cg.add(cmd.Process.Pid); err != nil {
@@ -429,7 +451,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
-		tr.mark("cgroup joined")
+		tr.Mark("cgroup joined")
 	}
 	// The timer and cancellation kill PID 1, which takes the whole PID
 	// namespace with it.
@@ -457,24 +479,24 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *tracer, initMa
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
 		}
-		tr.mark("idmapped trees sent")
+		tr.Mark("idmapped trees sent")
 	}
 	if err := <-cfgWritten; err != nil {
 		_ = cmd.Process.Kill()
-	} else if _, err := cfgW.Write([]byte{initRelease}); err != nil {
+	} else if _, err := cfgW.Write([]byte{nsinit.Release}); err != nil {
 		_ = cmd.Process.Kill()
 	}
 	cfgW.Close()
-	tr.mark("init released")
+	tr.Mark("init released")
 	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
-	tr.mark("status read")
+	tr.Mark("status read")
 	waitErr := cmd.Wait()
 	close(done)
-	tr.mark("init reaped (pid/net ns gone)")
+	tr.Mark("init reaped (pid/net ns gone)")
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
-	var st initStatus
+	var st nsinit.Status
 	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
 	*initMarks = st.Marks
 	select {

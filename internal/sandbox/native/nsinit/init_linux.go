@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"bufio"
@@ -6,52 +6,51 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
 )
 
-// InitArg0 is argv[0] of the re-executed fluffy binary when it acts as
+// Arg0 is argv[0] of the re-executed fluffy binary when it acts as
 // the sandbox init. main dispatches on it before anything else runs.
-const InitArg0 = "fluffy-sandbox-init"
+const Arg0 = "fluffy-sandbox-init"
 
 // IsInit reports whether this process was started as the sandbox init.
-func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
 
 // InitMain runs the sandbox init: PID 1 of fresh user, mount, PID, network,
 // IPC, UTS and cgroup namespaces, with full capabilities inside its user
-// namespace only. It reads its initConfig from fd 3, builds the minimal
+// namespace only. It reads its Config from fd 3, builds the minimal
 // root and pivots into it, drops every capability, sets no_new_privs,
 // applies landlock, seccomp and rlimits to the thread that will fork the
 // command, starts the command, reaps every process until the command
-// exits, kills what is left and reports an initStatus on fd 4. It returns
+// exits, kills what is left and reports an Status on fd 4. It returns
 // the process exit status (the parent reads the status pipe, not this).
-func InitMain() int {
+func Main() int {
 	// Every restriction below is per thread where the kernel makes it so
 	// (capabilities, seccomp without TSYNC); the command is forked from
 	// this very thread.
 	runtime.LockOSThread()
-	tr := &tracer{on: true}
-	tr.mark("go runtime started")
+	tr := &Tracer{On: true}
+	tr.Mark("go runtime started")
 	start := time.Now()
 	statusFile := os.NewFile(4, "status")
-	st := initStatus{}
+	st := Status{}
 	fail := func(stage string, err error) int {
 		st.Stage, st.Error = stage, err.Error()
-		st.Marks = tr.marks
+		st.Marks = tr.Marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
 	cfgIn := bufio.NewReader(cfgFile)
-	var cfg initConfig
+	var cfg Config
 	line, err := cfgIn.ReadBytes('\n')
 	if err == nil {
 		err = json.Unmarshal(line, &cfg)
@@ -59,20 +58,23 @@ func InitMain() int {
 	if err != nil {
 		return fail("config", err)
 	}
+	if cfg.Protocol != Protocol {
+		return fail("config", fmt.Errorf("this sandbox init speaks protocol %d, fluffy sent %d: install fluffy and fluffy-sandbox-init from the same build", Protocol, cfg.Protocol))
+	}
 	for fd := 3; fd <= 6; fd++ {
 		unix.CloseOnExec(fd)
 	}
 	if !cfg.Trace {
-		tr = &tracer{}
+		tr = &Tracer{}
 	}
-	tr.mark("config read")
+	tr.Mark("config read")
 
 	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
-		st.Marks = tr.marks
+		st.Marks = tr.Marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 0
 	}
@@ -87,26 +89,26 @@ func InitMain() int {
 	if err != nil {
 		return fail("command", err)
 	}
-	tr.mark("hostname, chdir, command lookup")
+	tr.Mark("hostname, chdir, command lookup")
 	if err := dropCapabilities(); err != nil {
 		return fail("capabilities", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail("no_new_privs", err)
 	}
-	tr.mark("capabilities dropped, no_new_privs")
+	tr.Mark("capabilities dropped, no_new_privs")
 	if cfg.Landlock > 0 {
 		if err := applyLandlock(&cfg); err != nil {
 			return fail("landlock", err)
 		}
 	}
-	tr.mark("landlock")
+	tr.Mark("landlock")
 	if len(cfg.Seccomp) > 0 {
 		if err := applySeccomp(cfg.Seccomp); err != nil {
 			return fail("seccomp", err)
 		}
 	}
-	tr.mark("seccomp")
+	tr.Mark("seccomp")
 	var asLimit *unix.Rlimit
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
@@ -121,25 +123,25 @@ func InitMain() int {
 		}
 	}
 	// The parent releases the init once it is in its cgroup.
-	if b, err := cfgIn.ReadByte(); err != nil || b != initRelease {
+	if b, err := cfgIn.ReadByte(); err != nil || b != Release {
 		return fail("release", fmt.Errorf("the parent did not release the sandbox (%v)", err))
 	}
 	cfgFile.Close()
-	tr.mark("released by the parent")
-	cmd := &exec.Cmd{Path: path, Args: cfg.Argv, Env: cfg.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
-	if err := cmd.Start(); err != nil {
+	tr.Mark("released by the parent")
+	// Forked from this thread, which holds every restriction above.
+	cmdPid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
 		return fail("start", err)
 	}
 	st.Started = true
 	if asLimit != nil {
-		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
+		if err := unix.Prlimit(cmdPid, unix.RLIMIT_AS, asLimit, nil); err != nil {
 			_ = unix.Kill(-1, unix.SIGKILL)
 			return fail("rlimits", fmt.Errorf("address space: %w", err))
 		}
 	}
 	st.SetupNanos = int64(time.Since(start))
-	tr.mark("rlimits, command started")
-	cmdPid := cmd.Process.Pid
+	tr.Mark("rlimits, command started")
 	// Reap everything until the command itself ends.
 	for {
 		var ws unix.WaitStatus
@@ -159,7 +161,7 @@ func InitMain() int {
 			break
 		}
 	}
-	tr.mark("command exited")
+	tr.Mark("command exited")
 	// Nothing outlives the command.
 	_ = unix.Kill(-1, unix.SIGKILL)
 	for {
@@ -173,8 +175,8 @@ func InitMain() int {
 	if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
 		st.TmpFull = true
 	}
-	tr.mark("rest killed and reaped")
-	st.Marks = tr.marks
+	tr.Mark("rest killed and reaped")
+	st.Marks = tr.Marks
 	_ = json.NewEncoder(statusFile).Encode(st)
 	return 0
 }
@@ -234,7 +236,7 @@ const (
 
 // setupRoot builds the sandbox's root file system and pivots into it. It
 // returns the stage that failed.
-func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
+func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "mount", fmt.Errorf("make / private: %w", err)
 	}
@@ -258,7 +260,7 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return "mount", fmt.Errorf("root tmpfs: %w", err)
 	}
-	tr.mark("mount: private, scratch root, root tmpfs")
+	tr.Mark("mount: private, scratch root, root tmpfs")
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(oldRoot + d)
 		if err != nil {
@@ -277,20 +279,20 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 		if err := bindMount(oldRoot+d, newRoot+d, false, true); err != nil {
 			return "mount", err
 		}
-		tr.mark("mount: bind " + d)
+		tr.Mark("mount: bind " + d)
 	}
-	tr.mark("mount: system symlinks")
+	tr.Mark("mount: system symlinks")
 	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
 		return "mount", err
 	}
 	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return "mount", fmt.Errorf("proc: %w", err)
 	}
-	tr.mark("mount: proc")
+	tr.Mark("mount: proc")
 	if err := setupDev(); err != nil {
 		return "mount", err
 	}
-	tr.mark("mount: dev")
+	tr.Mark("mount: dev")
 	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 		return "mount", err
 	}
@@ -301,7 +303,7 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return "mount", fmt.Errorf("tmp: %w", err)
 	}
-	tr.mark("mount: tmp")
+	tr.Mark("mount: tmp")
 	// The workspace and extra mounts, parents before children.
 	type m struct {
 		target string
@@ -324,7 +326,7 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 					if err != nil {
 						return fmt.Errorf("receive the idmapped workspace: %w", err)
 					}
-					tr.mark("mount: idmapped trees received")
+					tr.Mark("mount: idmapped trees received")
 					for i, at := range []string{"/lower", "/cs"} {
 						if err := os.Mkdir(at, 0o755); err != nil {
 							return err
@@ -353,7 +355,7 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 		if err := x.do(); err != nil {
 			return x.stage, err
 		}
-		tr.mark("mount: " + x.stage + " " + x.target)
+		tr.Mark("mount: " + x.stage + " " + x.target)
 	}
 	// Into the new root; the host's root goes away entirely.
 	if err := unix.Chdir(newRoot); err != nil {
@@ -368,11 +370,11 @@ func setupRoot(cfg *initConfig, tr *tracer) (string, error) {
 	if err := unix.Chdir("/"); err != nil {
 		return "pivot_root", err
 	}
-	tr.mark("pivot_root, old root detached")
+	tr.Mark("pivot_root, old root detached")
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return "mount", fmt.Errorf("read-only root: %w", err)
 	}
-	tr.mark("mount: root read-only")
+	tr.Mark("mount: root read-only")
 	return "", nil
 }
 
@@ -495,34 +497,6 @@ func dropCapabilities() error {
 		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
-}
-
-// applyLandlock allows reading and executing everything in the (minimal)
-// root and writing only to /tmp, the workspace overlay (whose writes land
-// in the change set), the writable extra mounts and the harmless devices.
-func applyLandlock(cfg *initConfig) error {
-	c := landlock.V11.BestEffort()
-	if !cfg.LandlockNet {
-		c.HandledAccessNet = 0
-	}
-	rw := []string{"/tmp"}
-	if cfg.Workspace != "" && !cfg.WorkspaceRO {
-		rw = append(rw, cfg.Workspace)
-	}
-	for _, m := range cfg.Mounts {
-		if m.Writable {
-			rw = append(rw, m.Target)
-		}
-	}
-	var devs []string
-	for _, d := range devices {
-		devs = append(devs, "/dev/"+d)
-	}
-	return c.Restrict(
-		landlock.RODirs("/"),
-		landlock.RWDirs(rw...),
-		landlock.RWFiles(devs...),
-	)
 }
 
 func applySeccomp(prog []byte) error {

@@ -1,10 +1,14 @@
-package native
+package nsinit
 
-// initConfig is what the parent sends the sandbox init on fd 3, as one
-// line of JSON, followed by the byte initRelease once the init is in its
+// Config is what the parent sends the sandbox init on fd 3, as one
+// line of JSON, followed by the byte Release once the init is in its
 // cgroup (the init starts the command only after it). Host paths are
 // already resolved (no symlinks) by the parent.
-type initConfig struct {
+type Config struct {
+	// Protocol is the parent's Protocol: an init built from other sources
+	// refuses to run (a stale fluffy-sandbox-init beside a new fluffy).
+	Protocol int `json:"protocol"`
+
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
@@ -21,7 +25,7 @@ type initConfig struct {
 	// (degraded: overlay unavailable).
 	WorkspaceRO bool `json:"workspace_ro,omitempty"`
 
-	Mounts  []mountSpec `json:"mounts,omitempty"`
+	Mounts  []MountSpec `json:"mounts,omitempty"`
 	TmpSize int64       `json:"tmp_size"`
 
 	// Seccomp is the raw BPF program; empty means none (degraded).
@@ -31,7 +35,7 @@ type initConfig struct {
 	// LandlockNet restricts TCP bind/connect too (network none).
 	LandlockNet bool `json:"landlock_net"`
 
-	Rlimits []rlimit `json:"rlimits,omitempty"`
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
 
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
@@ -40,24 +44,27 @@ type initConfig struct {
 	Trace bool `json:"trace,omitempty"`
 }
 
-// initRelease follows the configuration on fd 3 when the parent has put
-// the init into its cgroup: the init starts no command before reading it.
-const initRelease = 'G'
+// Protocol is the version of Config and Status; it changes with them.
+const Protocol = 1
 
-type mountSpec struct {
+// Release follows the configuration on fd 3 when the parent has put
+// the init into its cgroup: the init starts no command before reading it.
+const Release = 'G'
+
+type MountSpec struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	Writable bool   `json:"writable"`
 }
 
-type rlimit struct {
+type Rlimit struct {
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
 }
 
-// initStatus is what the init reports on fd 4 when it ends, as one JSON
+// Status is what the init reports on fd 4 when it ends, as one JSON
 // object. Stage names the step that failed when Error is set.
-type initStatus struct {
+type Status struct {
 	Stage    string `json:"stage,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Started  bool   `json:"started"`
@@ -66,6 +73,6 @@ type initStatus struct {
 	TmpFull  bool   `json:"tmp_full,omitempty"`
 	// SetupNanos is the init's own setup time.
 	SetupNanos int64 `json:"setup_ns"`
-	// Marks is the init's trace (initConfig.Trace).
-	Marks []mark `json:"marks,omitempty"`
+	// Marks is the init's trace (Config.Trace).
+	Marks []Mark `json:"marks,omitempty"`
 }
