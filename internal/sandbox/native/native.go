@@ -419,6 +419,14 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		}
 	}
+	var primed chan struct{}
+	if cg != nil && !cgJoined {
+		primed = make(chan struct{})
+		go func() {
+			defer close(primed)
+			cg.prime(r.cgl)
+		}()
+	}
 	start := time.Now()
 	wall := lim.Wall
 	runCtx, cancel := context.WithCancel(ctx)
@@ -446,6 +454,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
 	}
 	if cg != nil && !cgJoined {
+		if primed != nil {
+			<-primed
+			tr.Mark("cgroup lock primed")
+		}
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
