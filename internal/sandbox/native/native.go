@@ -158,16 +158,21 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
 	tr.Mark("start")
-	var initMarks []nsinit.Mark
-	res, err := r.run(ctx, spec, tr, &initMarks)
+	var st nsinit.Status
+	var before unix.Rusage
+	if tr.On {
+		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
+	}
+	res, err := r.run(ctx, spec, tr, &st)
 	if tr.On {
 		tr.Mark("cleaned up")
-		writeTrace(r.opts.Trace, tr.Marks, initMarks)
+		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
+		writeCPU(r.opts.Trace, &before, st.CommandCPU)
 	}
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, initMarks *[]nsinit.Mark) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -510,7 +515,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 
 	var st nsinit.Status
 	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
-	*initMarks = st.Marks
+	*stOut = st
 	select {
 	case <-timedOut:
 		res.Killed = sandbox.LimitTime

@@ -177,6 +177,12 @@ func Main() int {
 	}
 	tr.Mark("rest killed and reaped")
 	st.Marks = tr.Marks
+	if tr.On {
+		var ru unix.Rusage
+		if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+			st.CommandCPU = [2]int64{ru.Utime.Nano(), ru.Stime.Nano()}
+		}
+	}
 	_ = json.NewEncoder(statusFile).Encode(st)
 	return 0
 }

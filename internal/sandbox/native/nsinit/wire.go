@@ -75,4 +75,7 @@ type Status struct {
 	SetupNanos int64 `json:"setup_ns"`
 	// Marks is the init's trace (Config.Trace).
 	Marks []Mark `json:"marks,omitempty"`
+	// CommandCPU is the CPU time (user, system; ns) of everything the init
+	// reaped: the command and its descendants (traced runs only).
+	CommandCPU [2]int64 `json:"command_cpu,omitempty"`
 }
