@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,31 @@ func newHost(t *testing.T, base string) *host {
 // snapshot is what must not change on the host.
 type snapshot struct {
 	files  map[string]string
-	mounts int
+	mounts map[string]int
+}
+
+// foreignMounts are where container runtimes and tracing tools on a
+// shared host mount and unmount at any time; the mount check ignores them.
+var foreignMounts = []string{"/var/lib/docker", "/var/lib/containers", "/run/docker", "/run/containerd", "/run/containers", "/run/netns", "/run/user/", "/sys/kernel/tracing", "/sys/kernel/debug", "/proc/sys/fs/binfmt_misc"}
+
+// hostMounts reads this process's mount table as a multiset of "mount
+// point, type, source", without the foreign mounts.
+func hostMounts() map[string]int {
+	m := map[string]int{}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
+			continue
+		}
+		mp := f[4]
+		if slices.ContainsFunc(foreignMounts, func(p string) bool { return mp == strings.TrimSuffix(p, "/") || strings.HasPrefix(mp, strings.TrimSuffix(p, "/")+"/") }) {
+			continue
+		}
+		m[mp+" "+f[sep+1]+" "+f[sep+2]]++
+	}
+	return m
 }
 
 func (h *host) snapshot(t *testing.T) snapshot {
@@ -111,8 +136,7 @@ func (h *host) snapshot(t *testing.T) snapshot {
 		s.files[p] = v
 		return nil
 	})
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	s.mounts = bytes.Count(mi, []byte("\n"))
+	s.mounts = hostMounts()
 	return s
 }
 
@@ -129,8 +153,15 @@ func (h *host) assertUnchanged(t *testing.T, before snapshot) {
 			t.Errorf("host changed: new file %s", p)
 		}
 	}
-	if after.mounts != before.mounts {
-		t.Errorf("host mount table changed: %d -> %d mounts", before.mounts, after.mounts)
+	for m, n := range after.mounts {
+		if before.mounts[m] != n {
+			t.Errorf("host mount table changed: %s mounted %d times, before %d", m, n, before.mounts[m])
+		}
+	}
+	for m, n := range before.mounts {
+		if _, ok := after.mounts[m]; !ok {
+			t.Errorf("host mount table changed: %s (mounted %d times before) is gone", m, n)
+		}
 	}
 }
 
