@@ -344,8 +344,18 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 					}
 					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
 				}
+				// volatile: the overlay does not sync its upper layer,
+				// neither on the command's fsync nor when it is unmounted
+				// as the sandbox ends (a journal commit of the change
+				// set's file system, milliseconds at every run). The
+				// change set reaches the disk by the normal write-back,
+				// like any file nobody syncs. Kernels before 5.10 lack it.
 				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-				if err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+				err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+				if err == unix.EINVAL {
+					err = unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+				}
+				if err != nil {
 					return fmt.Errorf("overlay at %s: %w", ws, err)
 				}
 				return nil
