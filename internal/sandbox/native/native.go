@@ -19,6 +19,7 @@
 package native
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -163,7 +164,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st)
+	res, err := r.run(ctx, spec, tr, &st, nil)
 	if tr.On {
 		tr.Mark("cleaned up")
 		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
@@ -172,7 +173,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -180,7 +181,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On}
+	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On, Serve: hook != nil}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -345,6 +346,19 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer fdSock.Close()
 		cfg.LowerFD = true
 	}
+	// A pre-warmed instance receives its commands, with their stdio,
+	// over a socket (fd 7).
+	var execSock *os.File
+	execSockParent := -1
+	if hook != nil {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		execSock, execSockParent = os.NewFile(uintptr(pair[1]), "execsock"), pair[0]
+		defer execSock.Close()
+		defer unix.Close(execSockParent)
+	}
 	cfgJSON, err := json.Marshal(&cfg)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
@@ -394,7 +408,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			Env:        []string{"GOMAXPROCS=1"},
 			Stdout:     stdout,
 			Stderr:     stderr,
-			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
+			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock},
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
@@ -505,6 +519,25 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	cfgW.Close()
 	tr.Mark("init released")
+	if hook != nil {
+		execSock.Close()
+		// Serve until Close (or the context, or the init's death); then
+		// kill the whole sandbox.
+		conn := &instConn{sock: execSockParent, status: bufio.NewReader(stR), output: lim.Output}
+		select {
+		case hook.ready <- conn:
+			select {
+			case <-hook.done:
+			case <-runCtx.Done():
+			}
+		case <-runCtx.Done():
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		close(done)
+		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+		return res, nil
+	}
 	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
 	tr.Mark("status read")
 	waitErr := cmd.Wait()

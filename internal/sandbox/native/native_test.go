@@ -100,15 +100,7 @@ func TestSuite(t *testing.T) {
 	}
 	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
 	// Nothing left behind: no cgroup of ours.
-	for _, d := range []string{rt.cgl.v1Memory, rt.cgl.v1Pids, rt.cgl.v2} {
-		if d == "" {
-			continue
-		}
-		left, _ := filepath.Glob(filepath.Join(d, "fluffy-sandbox-*"))
-		if len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-	}
+	assertNoCgroups(t, rt)
 }
 
 const unprivUser = "fluffy-sbxtest"
@@ -160,7 +152,7 @@ func TestSuiteUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
-		bin, "-test.run=^TestSuite$|^TestBasics$", "-test.count=1")
+		bin, "-test.run=^TestSuite$|^TestBasics$|^TestInstance", "-test.count=1")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir, "FLUFFY_SBXTEST_INIT=" + initBin}
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()

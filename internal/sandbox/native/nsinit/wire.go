@@ -40,6 +40,12 @@ type Config struct {
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
 	Probe bool `json:"probe,omitempty"`
+	// Serve makes the init a pre-warmed instance: instead of Argv it runs
+	// the ExecRequests it receives on fd 7, one at a time, each with the
+	// three descriptors (stdin, stdout, stderr) sent with it, and reports
+	// a Status line on fd 4 after each; everything but the init is killed
+	// between commands. It ends when the parent closes fd 7's peer.
+	Serve bool `json:"serve,omitempty"`
 	// Trace makes the init report when each of its stages ended.
 	Trace bool `json:"trace,omitempty"`
 }
@@ -78,4 +84,11 @@ type Status struct {
 	// CommandCPU is the CPU time (user, system; ns) of everything the init
 	// reaped: the command and its descendants (traced runs only).
 	CommandCPU [2]int64 `json:"command_cpu,omitempty"`
+}
+
+// ExecRequest is one command for a serving init (Config.Serve), sent as a
+// SOCK_SEQPACKET message on fd 7 with the command's stdin, stdout and
+// stderr as SCM_RIGHTS.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
 }
