@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,18 +36,20 @@ type serveHook struct {
 // instConn is the parent's end of a serving init: the exec socket and the
 // status pipe.
 type instConn struct {
-	sock   int
+	// sock is an *os.File so that a send racing with Close never writes
+	// to a reused descriptor number.
+	sock   *os.File
 	status *bufio.Reader
 	output int64
 }
 
 // instance is a pre-warmed native sandbox.
 type instance struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // one Exec at a time
 	conn   *instConn
 	hook   *serveHook
 	wall   time.Duration
-	closed bool
+	closed atomic.Bool
 	once   sync.Once
 	runErr chan error
 	err    error
@@ -104,7 +107,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.closed {
+	if in.closed.Load() {
 		return res, ErrClosed
 	}
 	start := time.Now()
@@ -131,8 +134,20 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	if err != nil {
 		return res, err
 	}
-	if err := unix.Sendmsg(in.conn.sock, req, unix.UnixRights(int(theirs[0].Fd()), int(theirs[1].Fd()), int(theirs[2].Fd())), nil, 0); err != nil {
-		in.closeLocked()
+	rc, err := in.conn.sock.SyscallConn()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	var sendErr error
+	err = rc.Write(func(fd uintptr) bool {
+		sendErr = unix.Sendmsg(int(fd), req, unix.UnixRights(int(theirs[0].Fd()), int(theirs[1].Fd()), int(theirs[2].Fd())), nil, 0)
+		return true
+	})
+	if err == nil {
+		err = sendErr
+	}
+	if err != nil {
+		in.shutdown()
 		return res, fmt.Errorf("%w: send the command to the sandbox: %w", ErrClosed, err)
 	}
 	for _, f := range theirs {
@@ -167,7 +182,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	select {
 	case l = <-got:
 	case <-timer:
-		in.closeLocked()
+		in.shutdown()
 		wg.Wait()
 		res.Killed, res.Hit = sandbox.LimitTime, []sandbox.Limit{sandbox.LimitTime}
 		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
@@ -175,7 +190,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
 	case <-ctx.Done():
-		in.closeLocked()
+		in.shutdown()
 		wg.Wait()
 		return res, fmt.Errorf("sandbox: %w", ctx.Err())
 	}
@@ -184,7 +199,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 	var st nsinit.Status
 	if l.err != nil || json.Unmarshal(l.b, &st) != nil {
-		in.closeLocked()
+		in.shutdown()
 		return res, fmt.Errorf("%w: the sandbox init ended (%v)", ErrClosed, l.err)
 	}
 	if st.Error != "" {
@@ -204,17 +219,16 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 }
 
 // Close implements sandbox.Instance: it kills every process of the
-// sandbox and removes what the sandbox used on the host.
+// sandbox (a running Exec returns ErrClosed) and removes what the sandbox
+// used on the host. It is safe to call more than once and concurrently.
 func (in *instance) Close() error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.closeLocked()
+	in.shutdown()
 	return in.err
 }
 
-func (in *instance) closeLocked() {
+func (in *instance) shutdown() {
 	in.once.Do(func() {
-		in.closed = true
+		in.closed.Store(true)
 		close(in.hook.done)
 		in.err = <-in.runErr
 	})

@@ -111,6 +111,36 @@ func TestInstanceTimeout(t *testing.T) {
 	assertNoCgroups(t, rt)
 }
 
+func TestInstanceCloseDuringExec(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	in, err := rt.Start(context.Background(), sandbox.Spec{Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := in.Exec(context.Background(), []string{"sleep", "30"})
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := in.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("exec during close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec still running 10 s after Close")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	assertNoCgroups(t, rt)
+}
+
 func assertNoCgroups(t *testing.T, rt *Runtime) {
 	t.Helper()
 	for _, d := range []string{rt.cgl.v1Memory, rt.cgl.v1Pids, rt.cgl.v2} {

@@ -348,16 +348,15 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	// A pre-warmed instance receives its commands, with their stdio,
 	// over a socket (fd 7).
-	var execSock *os.File
-	execSockParent := -1
+	var execSock, execSockParent *os.File
 	if hook != nil {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
-		execSock, execSockParent = os.NewFile(uintptr(pair[1]), "execsock"), pair[0]
+		execSock, execSockParent = os.NewFile(uintptr(pair[1]), "execsock"), os.NewFile(uintptr(pair[0]), "execsock")
 		defer execSock.Close()
-		defer unix.Close(execSockParent)
+		defer execSockParent.Close()
 	}
 	cfgJSON, err := json.Marshal(&cfg)
 	if err != nil {
