@@ -450,8 +450,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = cmd.Start()
-	if err != nil && cgJoined && (errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.E2BIG)) {
-		// A kernel without clone3's cgroup field: join after the start.
+	if err != nil && cgJoined {
+		// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
+		// cgroup the clone may not enter directly (delegation rules):
+		// join after the start instead, as on cgroup v1.
 		cmd, cgJoined = newCmd(), false
 		err = cmd.Start()
 	}
