@@ -11,6 +11,9 @@ declare -A want=(
 	[bwrap]=bubblewrap     # bench/sandbox.sh compares the native sandbox with it
 	[hyperfine]=hyperfine  # bench/sandbox.sh
 	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
+	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
+	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
+	[python3]=python3      # the stand-alone audit export verifier (docs/audit_verify.py) runs in the tests
 )
 
 missing=()

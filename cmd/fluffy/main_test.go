@@ -33,5 +33,6 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		RequireExplicitExec: false,
+		Cmds:                scriptCmds,
 	})
 }

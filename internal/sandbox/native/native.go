@@ -284,6 +284,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		cfg.Mounts = append(cfg.Mounts, nsinit.MountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
 	}
 
+	proxyF, err := r.proxySocket(&cfg, spec)
+	if err != nil {
+		return res, err
+	}
+	if proxyF != nil {
+		defer proxyF.Close()
+	}
 	tr.Mark("spec, facilities, work dir")
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
@@ -407,7 +414,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			Env:        []string{"GOMAXPROCS=1"},
 			Stdout:     stdout,
 			Stderr:     stderr,
-			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock},
+			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock, proxyF},
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,

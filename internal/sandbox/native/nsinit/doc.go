@@ -6,7 +6,8 @@
 // sends a Config and reads a Status.
 //
 // It is kept apart, and its imports few (the standard library and
-// golang.org/x/sys/unix), because it starts at every sandboxed command:
+// golang.org/x/sys/unix, plus internal/netproxy/forward for network mode
+// proxy, which uses only net and x/sys), because it starts at every sandboxed command:
 // cmd/fluffy-sandbox-init is a small binary of its own, built and
 // installed beside fluffy, and the fluffy binary still dispatches to Main
 // when it is re-executed under the name Arg0 (the fallback when the small

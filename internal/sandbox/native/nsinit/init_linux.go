@@ -61,7 +61,7 @@ func Main() int {
 	if cfg.Protocol != Protocol {
 		return fail("config", fmt.Errorf("this sandbox init speaks protocol %d, fluffy sent %d: install fluffy and fluffy-sandbox-init from the same build", Protocol, cfg.Protocol))
 	}
-	for fd := 3; fd <= 7; fd++ {
+	for fd := 3; fd <= ProxyFD; fd++ {
 		unix.CloseOnExec(fd)
 	}
 	if !cfg.Trace {
@@ -77,6 +77,15 @@ func Main() int {
 		st.Marks = tr.Marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 0
+	}
+	if cfg.ProxySocket != "" {
+		// The forwarder runs in this process for the command's lifetime;
+		// it is listening before the command starts.
+		stop, err := startForwarder(&cfg)
+		if err != nil {
+			return fail("network", err)
+		}
+		defer stop()
 	}
 	_ = unix.Sethostname([]byte("sandbox"))
 	_ = unix.Setdomainname([]byte("sandbox"))
@@ -377,6 +386,11 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 			return x.stage, err
 		}
 		tr.Mark("mount: " + x.stage + " " + x.target)
+	}
+	if cfg.ProxyFD {
+		if err := attachProxySocket(newRoot + cfg.ProxySocket); err != nil {
+			return "mount", err
+		}
 	}
 	// Into the new root; the host's root goes away entirely.
 	if err := unix.Chdir(newRoot); err != nil {

@@ -37,6 +37,15 @@ type Config struct {
 
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 
+	// ProxySocket (the egress proxy's socket, inside) and ProxyListen
+	// are set for network mode proxy: the init brings loopback up and
+	// forwards ProxyListen to the socket while the command runs.
+	ProxySocket string `json:"proxy_socket,omitempty"`
+	ProxyListen string `json:"proxy_listen,omitempty"`
+	// ProxyFD says the socket comes as a detached mount on ProxyFD
+	// (root callers) rather than as a bind of its host path.
+	ProxyFD bool `json:"proxy_fd,omitempty"`
+
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
 	Probe bool `json:"probe,omitempty"`
@@ -51,7 +60,11 @@ type Config struct {
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 1
+const Protocol = 2
+
+// ProxyFD is the init's descriptor for the egress proxy's socket as a
+// detached mount (network mode proxy, root callers; Config.ProxyFD).
+const ProxyFD = 8
 
 // Release follows the configuration on fd 3 when the parent has put
 // the init into its cgroup: the init starts no command before reading it.
