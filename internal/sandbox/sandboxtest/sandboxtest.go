@@ -267,7 +267,9 @@ func Run(t *testing.T, opts Options) {
 					t.Errorf("capabilities, no_new_privs or seccomp missing: %q %q", r.Stdout, r.Stderr)
 				}
 			}},
-		{Name: "fork-bomb", Script: `b(){ b|b& }; b; wait`, Setup: func(s *sandbox.Spec) { s.Limits.Pids = 64; s.Limits.Wall = 3 * time.Second },
+		// The shell stays a second: its own job ends at once (each b
+		// backgrounds the next), and the sandbox ends with the command.
+		{Name: "fork-bomb", Script: `b(){ b|b& }; b; sleep 1; wait`, Setup: func(s *sandbox.Spec) { s.Limits.Pids = 64; s.Limits.Wall = 3 * time.Second },
 			Check: func(t *testing.T, h *host, r sandbox.Result) {
 				if opts.MemoryKills && !r.HitLimit(sandbox.LimitPids) {
 					t.Errorf("fork bomb: limits hit %v, want pids", r.Hit)
