@@ -47,7 +47,7 @@ func Register(reg *tool.Registry, o Options) error {
 		o.MaxMatches = 200
 	}
 	b := &builtins{o: o}
-	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.write, b.edit, b.shell, b.testRun}
+	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun}
 	for _, f := range mk {
 		t, err := f()
 		if err != nil {

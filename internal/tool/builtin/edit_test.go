@@ -70,3 +70,45 @@ func TestReplaceOnceLargeInputs(t *testing.T) {
 		t.Fatal("replaced nothing without an error")
 	}
 }
+
+func TestGlobMatch(t *testing.T) {
+	for _, c := range []struct {
+		pat, name string
+		want      bool
+	}{
+		{"**/*.go", "a.go", true},
+		{"**/*.go", "x/y/a.go", true},
+		{"**/*.go", "x/y/a.txt", false},
+		{"cmd/*/main.go", "cmd/fluffy/main.go", true},
+		{"cmd/*/main.go", "cmd/a/b/main.go", false},
+		{"x/**", "x/a/b", true},
+		{"x/**/z", "x/z", true},
+		{"*.md", "docs/a.md", false},
+	} {
+		if got, err := globMatch(c.pat, c.name); err != nil || got != c.want {
+			t.Errorf("globMatch(%q, %q) = %v, %v; want %v", c.pat, c.name, got, err, c.want)
+		}
+	}
+	if _, err := globMatch("[", "x"); err == nil {
+		t.Error("bad pattern accepted")
+	}
+	// Many "**" against a deep path that does not match: memoized, fast.
+	pat := strings.Repeat("**/a/", 40) + "b"
+	name := strings.Repeat("a/", 100) + "c"
+	if ok, err := globMatch(pat, name); ok || err != nil {
+		t.Errorf("pathological glob = %v, %v", ok, err)
+	}
+}
+
+// FuzzGlobMatch: model-supplied patterns never panic; "**"-heavy patterns
+// are bounded by the path's depth.
+func FuzzGlobMatch(f *testing.F) {
+	f.Add("**/*.go", "a/b/c.go")
+	f.Add("**/**/x/**", "x")
+	f.Fuzz(func(t *testing.T, pat, name string) {
+		if len(pat) > 200 || len(name) > 200 {
+			return
+		}
+		_, _ = globMatch(pat, name)
+	})
+}

@@ -383,6 +383,13 @@ func TestWritesGoToTheChangeSet(t *testing.T) {
 	if !strings.Contains(res.Content, "pkg/calc.go:3:") {
 		t.Errorf("grep: %s", res.Content)
 	}
+	res, err = e.r.Call(ctx, tc("fs.write", map[string]any{"path": "cmd/tool/main.go", "content": "package main\n"}))
+	must(t, err)
+	res, err = e.r.Call(ctx, tc("search.glob", map[string]any{"pattern": "**/*.go"}))
+	must(t, err)
+	if res.Content != "cmd/tool/main.go\npkg/calc.go\n" {
+		t.Errorf("glob: %q", res.Content)
+	}
 	if _, err := e.cs.Apply(ctx); err != nil {
 		t.Fatal(err)
 	}
