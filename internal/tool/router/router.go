@@ -244,6 +244,7 @@ type call struct {
 	stateDec *tdd.Decision
 	polDec   *policy.Decision
 	approval string // how approval was given, when needed
+	recorded bool   // the request and the gates' decisions are in the log
 }
 
 // Call runs one call through every gate. See the package doc.
@@ -314,12 +315,20 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
-			// 5. Approval.
-			if ref, ok, err := r.approve(ctx, cl, c.Args); err != nil || !ok {
-				if err != nil {
-					return agent.Result{}, err
+			// 5. Approval: the request and both decisions are recorded
+			// before anyone is asked, so the log reads in order.
+			cl.fast = false
+			r.takePlanned(cl)
+			if err := r.recordGates(ctx, cl, c.Args); err != nil {
+				return agent.Result{}, err
+			}
+			if cl.approval == "" {
+				if ref, ok, err := r.ask(ctx, cl); err != nil || !ok {
+					if err != nil {
+						return agent.Result{}, err
+					}
+					return r.refuse(ctx, cl, ref, c.Args)
 				}
-				return r.refuse(ctx, cl, ref, c.Args)
 			}
 		default:
 			return r.refuse(ctx, cl, Refusal{Gate: GatePolicy, Rule: pd.Rule, Reason: pd.Reason, Subject: pd.Subject, Instead: policyInstead(pd, op)}, c.Args)
@@ -335,7 +344,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 6. Execute.
 	started := time.Now()
 	if !cl.fast {
-		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template}); err != nil {
+		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}); err != nil {
 			return agent.Result{}, err
 		}
 	}
@@ -449,6 +458,10 @@ const maxRecordedArgs = 4 << 10
 
 // recordGates writes the request and every decision made so far.
 func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
+	if cl.recorded {
+		return nil
+	}
+	cl.recorded = true
 	req := map[string]any{"call": cl.id, "tool": cl.name, "args_sha256": argsHash(raw), "args_bytes": len(raw)}
 	if len(raw) <= maxRecordedArgs && json.Valid(raw) {
 		req["args"] = json.RawMessage(raw)
@@ -520,19 +533,21 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 // gate.
 const KindToolRefused audit.Kind = "tool.refused"
 
-// approve handles a policy "approve": a step approved earlier by a plan
-// (request_approval), or a question to the person now.
-func (r *Router) approve(ctx context.Context, cl *call, raw []byte) (Refusal, bool, error) {
-	pd := cl.polDec
+// takePlanned uses one approval left by a request_approval plan for an
+// operation with this signature, if any.
+func (r *Router) takePlanned(cl *call) {
 	sig := cl.op.Signature()
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if n := r.planned[sig]; n > 0 {
 		r.planned[sig] = n - 1
-		r.mu.Unlock()
 		cl.approval = "approved in an earlier plan"
-		return Refusal{}, true, nil
 	}
-	r.mu.Unlock()
+}
+
+// ask puts a policy "approve" to the person now.
+func (r *Router) ask(ctx context.Context, cl *call) (Refusal, bool, error) {
+	pd := cl.polDec
 	if r.o.Approver == nil {
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "this needs a person's approval (" + pd.Reason + ") and no one can be asked in this session",
 			Instead: "do without it, or stop and tell the user what you need"}, false, nil
@@ -552,7 +567,6 @@ func (r *Router) approve(ctx context.Context, cl *call, raw []byte) (Refusal, bo
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: reason, Instead: "choose another approach, or explain why you need it with request_approval"}, false, nil
 	}
 	cl.approval = "approved by a person, request " + req.ID
-	_ = raw
 	return Refusal{}, true, nil
 }
 
