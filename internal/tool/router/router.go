@@ -788,3 +788,12 @@ func changedSince(upper string, before map[string]fileStamp) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Exclusive runs fn while no call runs (waiting for the running ones):
+// the kernel applies or discards the change set through it, since a
+// sandbox may have the upper directory mounted during a call.
+func (r *Router) Exclusive(fn func() error) error {
+	r.order.Lock()
+	defer r.order.Unlock()
+	return fn()
+}

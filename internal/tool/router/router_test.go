@@ -363,7 +363,7 @@ func TestWritesGoToTheChangeSet(t *testing.T) {
 	if res.Content != "cmd/tool/main.go\npkg/calc.go\n" {
 		t.Errorf("glob: %q", res.Content)
 	}
-	if _, err := e.cs.Apply(ctx); err != nil {
+	if err := e.r.Exclusive(func() error { _, err := e.cs.Apply(ctx); return err }); err != nil {
 		t.Fatal(err)
 	}
 	real, _ = os.ReadFile(filepath.Join(e.ws, "pkg/calc.go"))
