@@ -32,7 +32,7 @@ func (b *builtins) glob() (*tool.Tool, error) {
 			if _, err := globMatch(in.Pattern, "x"); err != nil {
 				return err
 			}
-			return b.onePath(in.Path, op)
+			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GlobIn) (tool.Result, error) {
 			rel, err := b.rel(orDot(in.Path))

@@ -295,7 +295,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		op.Paths = paths
 	}
 	if err != nil {
-		return r.refuse(ctx, cl, Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}, c.Args)
+		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
+		if errors.Is(err, tool.ErrOutsideWorkspace) {
+			ref.Rule, ref.Instead = "outside-workspace", "read files of the workspace "+r.o.Resolver.Workspace()
+		}
+		return r.refuse(ctx, cl, ref, c.Args)
 	}
 	cl.op = op
 	cl.fast = t.Execution().Class == tool.FastPath && t.Name() != RequestApprovalName

@@ -209,6 +209,7 @@ func (e *env) last() uint64 {
 
 func TestPipeline(t *testing.T) {
 	e := newEnv(t, setup{approver: true, sandbox: true})
+	must(t, os.Symlink("/etc", filepath.Join(e.ws, "etc-link")))
 	ctx := t.Context()
 	for _, c := range []struct {
 		name     string
@@ -229,6 +230,14 @@ func TestPipeline(t *testing.T) {
 		{
 			name: "bad arguments", call: tc("fs.read", map[string]any{"path": 3}), isError: true,
 			contains: []string{"refused by the decode gate (rule invalid-arguments)", "path"}, kinds: []string{"tool.request", "tool.refused"},
+		},
+		{
+			name: "read outside the workspace: refused before anyone is asked", call: tc("fs.read", map[string]any{"path": "/etc/passwd"}), isError: true,
+			contains: []string{"refused by the normalize gate (rule outside-workspace)", "/etc/passwd"}, kinds: []string{"tool.request", "tool.refused"},
+		},
+		{
+			name: "a symlink in the workspace does not lead a read out", call: tc("search.grep", map[string]any{"pattern": "root", "path": "etc-link"}), isError: true,
+			contains: []string{"refused by the normalize gate (rule outside-workspace)", "resolves to /etc"}, kinds: []string{"tool.request", "tool.refused"},
 		},
 		{
 			name: "TDD refuses a source write before a failing test", call: tc("fs.write", map[string]any{"path": "pkg/calc.go", "content": "package pkg\n"}), isError: true,
