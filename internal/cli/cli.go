@@ -181,6 +181,7 @@ recorded in a tamper-evident audit log.`,
 		newConfigCmd(a),
 		newDoctorCmd(a),
 		newSandboxCmd(a),
+		newImageCmd(a),
 	)
 	return root
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -38,7 +37,7 @@ capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
 'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
 what it wrote. See docs/sandbox.md.`,
 	}
-	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a))
+	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a))
 	return cmd
 }
 
@@ -52,6 +51,7 @@ type sandboxRunFlags struct {
 	env           []string
 	allowDegraded bool
 	quiet         bool
+	runtime       string
 }
 
 func newSandboxRunCmd(a *App) *cobra.Command {
@@ -95,6 +95,7 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512MiB (default from sandbox.memory)")
 	fl.StringArrayVar(&f.env, "env", nil, "set KEY=VALUE inside, or pass your KEY through (repeatable)")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
+	fl.StringVar(&f.runtime, "runtime", "", "sandbox backend: native, docker, podman (default from sandbox.runtime)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
 	fl.SetInterspersed(false)
 	return cmd
@@ -193,10 +194,18 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
 
-	rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()})
-	if err != nil {
-		return err
+	runtime := f.runtime
+	if runtime == "" {
+		runtime = c.Runtime
 	}
+	rt, release, err := newSandboxRuntime(cmd.Context(), a, runtime, tpl.Name, c.Image, f.allowDegraded || c.AllowDegraded)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return err
+		}
+		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
+	}
+	defer release()
 	run := sandbox.Observe(rt, a.ExecObserver)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {
