@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"time"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
@@ -33,5 +37,29 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		RequireExplicitExec: false,
+		Condition:           dockerCondition,
 	})
+}
+
+// dockerCondition answers [docker]: a container engine answers and we are
+// root (the workspace overlay is mounted on the host). In CI, which
+// installs and starts dockerd, a missing engine fails the script instead.
+func dockerCondition(cond string) (bool, error) {
+	if cond != "docker" {
+		return false, fmt.Errorf("unknown condition %q", cond)
+	}
+	if os.Geteuid() != 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			return false, fmt.Errorf("CI starts dockerd, but: %w", err)
+		}
+		return false, nil
+	}
+	rt.Close()
+	return true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,11 @@ func EnsureBaseImage(ctx context.Context, cli *client.Client, opts BaseOptions) 
 		return BuildResult{}, &sandbox.UnavailableError{Missing: []sandbox.Facility{{Name: "busybox", Required: true,
 			Detail: "no static busybox to build the base image from", Fix: "apt-get install busybox-static"}}}
 	}
+	if dynamic, err := isDynamic(bb); err != nil || dynamic {
+		return BuildResult{}, &sandbox.UnavailableError{Missing: []sandbox.Facility{{Name: "busybox", Required: true,
+			Detail: fmt.Sprintf("%s is not a statically linked executable (%v): it cannot run in an image FROM scratch", bb, err),
+			Fix:    "apt-get install busybox-static (it replaces the dynamic busybox package)"}}}
+	}
 	out, err := exec.CommandContext(ctx, bb, "--list").Output()
 	if err != nil {
 		return BuildResult{}, fmt.Errorf("docker: %s --list: %w", bb, err)
@@ -94,6 +100,21 @@ func EnsureBaseImage(ctx context.Context, cli *client.Client, opts BaseOptions) 
 	}
 	ctxTar.file("Dockerfile", []byte("FROM scratch\nCOPY rootfs/ /\nCMD [\"/bin/sh\"]\n"), 0o644)
 	return buildTar(ctx, cli, tag, ctxTar)
+}
+
+// isDynamic reports whether the ELF file p asks for a program interpreter.
+func isDynamic(p string) (bool, error) {
+	f, err := elf.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, pr := range f.Progs {
+		if pr.Type == elf.PT_INTERP {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // BuildDir builds the Dockerfile in dir (a skill's image) into tag, unless
