@@ -29,6 +29,8 @@ package docker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +47,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
@@ -84,6 +87,46 @@ type Runtime struct {
 	opts  Options
 	owner string
 	log   *slog.Logger
+	// podman: Podman's compatible API reads "seccomp=" as a file path
+	// where Docker's takes the profile itself.
+	podman bool
+	// engineLimits are the engine's nofile and nproc limits (Podman on a
+	// local socket only).
+	engineLimits []container.Ulimit
+}
+
+// Podman reports whether the engine is Podman.
+func (r *Runtime) Podman() bool { return r.podman }
+
+// seccompOpt returns the security option carrying the profile.
+func (r *Runtime) seccompOpt(profile []byte) (string, error) {
+	if !r.podman {
+		return "seccomp=" + string(profile), nil
+	}
+	sum := sha256.Sum256(profile)
+	p := filepath.Join(r.opts.StateDir, "seccomp-"+hex.EncodeToString(sum[:8])+".json")
+	if _, err := os.Stat(p); err == nil {
+		return "seccomp=" + p, nil
+	}
+	if err := os.MkdirAll(r.opts.StateDir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(r.opts.StateDir, ".seccomp-")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Write(profile)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return "seccomp=" + p, nil
 }
 
 var (
@@ -124,7 +167,16 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &Runtime{cli: cli, opts: opts, owner: owner, log: log}, nil
+	r := &Runtime{cli: cli, opts: opts, owner: owner, log: log}
+	if v, err := cli.ServerVersion(pctx, client.ServerVersionOptions{}); err == nil {
+		for _, c := range v.Components {
+			r.podman = r.podman || strings.Contains(c.Name, "Podman")
+		}
+	}
+	if r.podman {
+		r.engineLimits = peerLimits(cli.DaemonHost())
+	}
+	return r, nil
 }
 
 func newClient(host string) (*client.Client, error) {
@@ -195,6 +247,10 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
+	secOpt, err := r.seccompOpt(seccompJSON)
+	if err != nil {
+		return nil, fmt.Errorf("%w: seccomp profile: %w", sandbox.ErrSetup, err)
+	}
 	inst := &Instance{r: r, spec: spec}
 	labels := map[string]string{LabelManaged: "1", LabelSession: r.opts.Session, LabelTemplate: r.opts.Template, LabelOwner: r.owner}
 	var mounts []mount.Mount
@@ -226,13 +282,21 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		NetworkMode:    "none",
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + string(seccompJSON)},
+		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
 		Mounts:         mounts,
 		Init:           ptr(true),
 		IpcMode:        "private",
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		LogConfig:      container.LogConfig{Type: "none"},
+	}
+	if r.podman {
+		// Podman's compatible API mounts writable tmpfs on /run and
+		// /var/tmp of a read-only container (its --read-only-tmpfs,
+		// which the Docker API cannot turn off): cover them read-only.
+		for _, p := range []string{"/run", "/var/tmp"} {
+			hc.Tmpfs[p] = "ro,nosuid,nodev,noexec,size=64k"
+		}
 	}
 	lim := spec.Limits
 	if lim.Pids > 0 {
@@ -254,6 +318,15 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	if lim.OpenFiles > 0 {
 		n := int64(lim.OpenFiles)
 		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nofile", Soft: n, Hard: n})
+	}
+	// Podman asks runc for rlimits above its own hard limits, which
+	// fails without CAP_SYS_RESOURCE (a VM, a nested engine): name nofile
+	// and nproc explicitly, at the engine's own hard limits.
+	for _, rl := range r.engineLimits {
+		if rl.Name == "nofile" && lim.OpenFiles > 0 {
+			continue
+		}
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: rl.Name, Soft: rl.Soft, Hard: rl.Hard})
 	}
 	cfg := &container.Config{
 		Image:           r.opts.Image,
@@ -444,11 +517,28 @@ func (in *Instance) Close() error {
 				err = fmt.Errorf("docker: removing container %s: %w", shortID(in.id), e)
 			}
 		}
+		if in.r.podman {
+			waitUnmounted(in.id, 10*time.Second)
+		}
 		if e := in.ws.release(); e != nil && err == nil {
 			err = e
 		}
 	})
 	return err
+}
+
+// waitUnmounted waits until no host mount names the container id: Podman
+// unmounts a removed container's storage asynchronously (its cleanup
+// process), after the API call returned.
+func waitUnmounted(id string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil || !bytes.Contains(b, []byte(id)) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // capped keeps the first max bytes written and passes them on live.
@@ -505,6 +595,56 @@ func shortID(id string) string {
 func isNotFound(err error) bool {
 	var nf interface{ NotFound() }
 	return errors.As(err, &nf) || strings.Contains(strings.ToLower(err.Error()), "no such container")
+}
+
+// peerLimits reads the nofile and nproc hard limits of the process
+// serving a local unix socket (SO_PEERCRED, then /proc/pid/limits).
+func peerLimits(host string) []container.Ulimit {
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil
+	}
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil || cred.Pid <= 0 {
+		return nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cred.Pid))
+	if err != nil {
+		return nil
+	}
+	var out []container.Ulimit
+	for _, line := range strings.Split(string(b), "\n") {
+		var name string
+		switch {
+		case strings.HasPrefix(line, "Max open files"):
+			name = "nofile"
+		case strings.HasPrefix(line, "Max processes"):
+			name = "nproc"
+		default:
+			continue
+		}
+		f := strings.Fields(line[len("Max processes"):])
+		if name == "nofile" {
+			f = strings.Fields(line[len("Max open files"):])
+		}
+		if len(f) < 2 {
+			continue
+		}
+		soft, err1 := strconv.ParseInt(f[0], 10, 64)
+		hard, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 == nil && err2 == nil {
+			out = append(out, container.Ulimit{Name: name, Soft: soft, Hard: hard})
+		}
+	}
+	return out
 }
 
 // ownerLabel identifies a process across pid reuse: "pid:starttime".
