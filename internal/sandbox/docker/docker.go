@@ -180,7 +180,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 }
 
 func newClient(host string) (*client.Client, error) {
-	ops := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	ops := []client.Opt{client.FromEnv}
 	if host != "" {
 		ops = append(ops, client.WithHost(host))
 	}
@@ -218,15 +218,18 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 
 // Instance is a running container.
 type Instance struct {
-	r      *Runtime
-	spec   sandbox.Spec
-	id     string
-	pid    int
-	ws     *overlay
-	cg     cgroupPaths
-	closed sync.Once
-	dead   bool
-	mu     sync.Mutex
+	r    *Runtime
+	spec sandbox.Spec
+	id   string
+	pid  int
+	ws   *overlay
+	cg   cgroupPaths
+	// hostMounts are strings naming the engine's host mounts for the
+	// container (its id, rootfs, network namespace file).
+	hostMounts []string
+	closed     sync.Once
+	dead       bool
+	mu         sync.Mutex
 }
 
 var _ sandbox.Instance = (*Instance)(nil)
@@ -354,6 +357,15 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		return nil, fmt.Errorf("%w: the container did not start: %v", sandbox.ErrSetup, err)
 	}
 	inst.pid = info.Container.State.Pid
+	// The host mounts the engine made for this container, to wait for
+	// their removal in Close.
+	inst.hostMounts = []string{inst.id}
+	if gd := info.Container.GraphDriver; gd != nil && gd.Data["MergedDir"] != "" {
+		inst.hostMounts = append(inst.hostMounts, gd.Data["MergedDir"])
+	}
+	if ns := info.Container.NetworkSettings; ns != nil && ns.SandboxKey != "" {
+		inst.hostMounts = append(inst.hostMounts, ns.SandboxKey)
+	}
 	inst.cg = findCgroups(inst.pid)
 	r.log.Debug("container started", "id", shortID(inst.id), "pid", inst.pid, "workspace", spec.Workspace)
 	return inst, nil
@@ -517,9 +529,11 @@ func (in *Instance) Close() error {
 				err = fmt.Errorf("docker: removing container %s: %w", shortID(in.id), e)
 			}
 		}
-		if in.r.podman {
-			waitUnmounted(in.id, 10*time.Second)
-		}
+		// Engines may unmount a removed container's rootfs and network
+		// namespace after the API call returned (Podman's cleanup
+		// process does): Close returns once they are gone, so that
+		// "closed" means "nothing left on the host".
+		waitUnmounted(in.hostMounts, 10*time.Second)
 		if e := in.ws.release(); e != nil && err == nil {
 			err = e
 		}
@@ -527,14 +541,23 @@ func (in *Instance) Close() error {
 	return err
 }
 
-// waitUnmounted waits until no host mount names the container id: Podman
-// unmounts a removed container's storage asynchronously (its cleanup
-// process), after the API call returned.
-func waitUnmounted(id string, limit time.Duration) {
+// waitUnmounted waits, at most limit, until no line of the host's mount
+// table contains any of names.
+func waitUnmounted(names []string, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		b, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil || !bytes.Contains(b, []byte(id)) {
+		if err != nil {
+			return
+		}
+		found := false
+		for _, n := range names {
+			if n != "" && bytes.Contains(b, []byte(n)) {
+				found = true
+				break
+			}
+		}
+		if !found {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
