@@ -259,7 +259,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	var mounts []mount.Mount
 	user := "65534:65534"
 	if spec.Workspace != "" {
-		ov, err := mountOverlay(r.opts.StateDir, spec.Workspace, spec.ChangeSet)
+		ov, err := mountOverlay(r.opts.StateDir, r.owner, spec.Workspace, spec.ChangeSet)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,9 @@ type GCOptions struct {
 	All bool
 	// DryRun lists without removing.
 	DryRun bool
+	// StateDir is where the workspace overlays are mounted; empty means
+	// /run/fluffy/docker.
+	StateDir string
 }
 
 // Orphan is a container GC found.
@@ -25,7 +28,9 @@ type Orphan struct {
 
 // GC removes the containers labelled by fluffy whose owning process is
 // gone (a crashed or killed fluffy), with their anonymous volumes, and
-// unmounts their workspace overlays. It returns what it removed.
+// unmounts their workspace overlays, and then the overlays of dead owners
+// that no container refers to any more. It returns the containers it
+// removed.
 func GC(ctx context.Context, cli *client.Client, opts GCOptions) ([]Orphan, error) {
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=1")})
 	if err != nil {
@@ -50,6 +55,13 @@ func GC(ctx context.Context, cli *client.Client, opts GCOptions) ([]Orphan, erro
 			if err := releaseMount(o.Mount, c.Labels[LabelWork]); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if !opts.DryRun {
+		// Overlays whose container is already gone (a crash between
+		// mounting and creating, or between removing and unmounting).
+		if _, err := gcMounts(orDefault(opts.StateDir, "/run/fluffy/docker")); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return out, errors.Join(errs...)

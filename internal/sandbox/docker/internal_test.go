@@ -135,11 +135,52 @@ func TestMountOverlayRefusals(t *testing.T) {
 		{"missing workspace", filepath.Join(base, "nope"), filepath.Join(base, "cs")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ov, err := mountOverlay(filepath.Join(base, "state"), c.ws, c.cs)
+			ov, err := mountOverlay(filepath.Join(base, "state"), "1:2", c.ws, c.cs)
 			if err == nil {
 				ov.release()
 				t.Fatal("mounted")
 			}
 		})
+	}
+}
+
+// A mount left by a dead owner is released; a live owner's is kept.
+func TestGCMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting an overlay needs root")
+	}
+	base := t.TempDir()
+	state := filepath.Join(base, "state")
+	ws := filepath.Join(base, "ws")
+	os.MkdirAll(ws, 0o755)
+	self, err := ownerLabel(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := mountOverlay(state, self, ws, filepath.Join(base, "cs1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.release()
+	dead, err := mountOverlay(state, "999999999:1", ws, filepath.Join(base, "cs2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gcMounts(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != dead.merged {
+		t.Fatalf("gcMounts = %v, want [%s]", got, dead.merged)
+	}
+	if _, err := os.Stat(dead.merged); !os.IsNotExist(err) {
+		t.Errorf("dead mount point still there: %v", err)
+	}
+	if _, err := os.Stat(dead.work); !os.IsNotExist(err) {
+		t.Errorf("dead work dir still there: %v", err)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if !bytes.Contains(mi, []byte(live.merged)) || bytes.Contains(mi, []byte(dead.merged)) {
+		t.Errorf("mount table: live mounted %v, dead mounted %v", bytes.Contains(mi, []byte(live.merged)), bytes.Contains(mi, []byte(dead.merged)))
 	}
 }

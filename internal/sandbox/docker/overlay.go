@@ -21,7 +21,7 @@ type overlay struct {
 // mountOverlay mounts lowerdir=ws, upperdir=cs on a new directory under
 // stateDir. The work directory sits next to the change set (overlay wants
 // it on the same filesystem as the upper layer).
-func mountOverlay(stateDir, ws, cs string) (*overlay, error) {
+func mountOverlay(stateDir, owner, ws, cs string) (*overlay, error) {
 	ws, err := filepath.EvalSymlinks(ws)
 	if err != nil {
 		return nil, fmt.Errorf("%w: workspace: %w", sandbox.ErrInvalidSpec, err)
@@ -41,7 +41,9 @@ func mountOverlay(stateDir, ws, cs string) (*overlay, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: state directory: %w", sandbox.ErrSetup, err)
 	}
-	merged, err := os.MkdirTemp(stateDir, "ws-")
+	// The owner in the name lets GC find the mounts of a crashed fluffy
+	// even when no container refers to them any more.
+	merged, err := os.MkdirTemp(stateDir, "ws-"+strings.ReplaceAll(owner, ":", "-")+"-")
 	if err != nil {
 		return nil, fmt.Errorf("%w: mount point: %w", sandbox.ErrSetup, err)
 	}
@@ -51,6 +53,10 @@ func mountOverlay(stateDir, ws, cs string) (*overlay, error) {
 		return nil, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
 	}
 	ov := &overlay{merged: merged, work: work}
+	if err := os.WriteFile(merged+".work", []byte(work), 0o600); err != nil {
+		ov.release()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
 	for _, p := range []string{ws, cs, work} {
 		if strings.ContainsAny(p, ",:\\\n") {
 			ov.release()
@@ -87,6 +93,7 @@ func releaseMount(merged, work string) error {
 		if err := os.Remove(merged); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+		_ = os.Remove(merged + ".work")
 	}
 	if work != "" && strings.Contains(filepath.Base(work), ".fluffy-work-") {
 		// The kernel leaves an inner "work" directory with mode 0.
@@ -170,4 +177,36 @@ func keyed(file, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// gcMounts releases the overlay mounts under stateDir whose owner process
+// is gone (a fluffy that crashed between mounting and removing).
+func gcMounts(stateDir string) ([]string, error) {
+	ents, err := os.ReadDir(stateDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []string
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, "ws-") {
+			continue
+		}
+		f := strings.SplitN(strings.TrimPrefix(name, "ws-"), "-", 3)
+		if len(f) != 3 || ownerAlive(f[0]+":"+f[1]) {
+			continue
+		}
+		merged := filepath.Join(stateDir, name)
+		work, _ := os.ReadFile(merged + ".work")
+		if err := releaseMount(merged, string(work)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, merged)
+	}
+	return out, errors.Join(errs...)
 }
