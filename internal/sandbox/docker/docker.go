@@ -685,14 +685,27 @@ func procStart(pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := string(b)
+	st, ok := parseStatStart(string(b))
+	if !ok {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return st, nil
+}
+
+// parseStatStart returns the start time field of a /proc/pid/stat line.
+// The command name (field 2) is chosen by the process and may hold spaces
+// and parentheses: fields are counted after its last ')'.
+func parseStatStart(s string) (string, bool) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+		return "", false
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+		return "", false
 	}
-	return f[19], nil
+	if _, err := strconv.ParseUint(f[19], 10, 64); err != nil {
+		return "", false
+	}
+	return f[19], true
 }
