@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
 )
 
 // TestMain lets testscript run this test binary as the "fluffy" command, so
@@ -34,6 +36,16 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
 			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+			// Sandbox scripts change the host's mount table (containers)
+			// and cgroups: hold the lock the sandbox suites take while
+			// they watch those.
+			if n, ok := env.T().(interface{ Name() string }); ok && strings.Contains(n.Name(), "sandbox") {
+				release, err := sandboxtest.AcquireHostLock()
+				if err != nil {
+					return err
+				}
+				env.Defer(release)
+			}
 			return nil
 		},
 		RequireExplicitExec: false,

@@ -47,6 +47,9 @@ func engine(t testing.TB) *docker.Runtime {
 		t.Skipf("no container engine reachable (outside CI, so skipping): %v", err)
 	}
 	t.Cleanup(func() { rt.Close() })
+	// Containers change the host's mount table: not while another
+	// package runs the adversarial suite (which watches it).
+	sandboxtest.LockHost(t)
 	setupOnce.Do(func() {
 		files, err := probeLibs()
 		if err != nil {
