@@ -13,6 +13,9 @@ declare -A want=(
 	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
 	[dockerd]=docker.io    # the container sandbox backend's tests (internal/sandbox/docker)
 	[busybox]=busybox-static # fluffy's base image is busybox FROM scratch (no registry)
+	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
+	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
+	[python3]=python3      # the stand-alone audit export verifier (docs/audit_verify.py) runs in the tests
 )
 
 missing=()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
@@ -23,6 +24,9 @@ func run() int {
 	// anything else (signal handling, configuration, cobra).
 	if native.IsInit() {
 		return native.InitMain()
+	}
+	if len(os.Args) > 1 && os.Args[1] == netproxy.ForwardCommand {
+		return netproxy.ForwardMain(os.Args[2:])
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

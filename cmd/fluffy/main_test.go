@@ -50,6 +50,7 @@ func TestScripts(t *testing.T) {
 		},
 		RequireExplicitExec: false,
 		Condition:           dockerCondition,
+		Cmds:                scriptCmds,
 	})
 }
 

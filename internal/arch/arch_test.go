@@ -116,8 +116,11 @@ var boundaries = []struct {
 	{"internal/llm", []string{"internal/sandbox", "internal/tool", "internal/policy", "internal/kernel"}, "model providers know nothing of execution"},
 	{"internal/audit", []string{"internal/sandbox", "internal/policy", "internal/kernel", "internal/agent"}, "the audit log stands alone; the kernel wires it"},
 	{"internal/store", []string{"internal/"}, "the store is a leaf every other package may use"},
+	{"internal/ipc", []string{"internal/"}, "the wire protocol knows nothing of the parts it connects"},
 	{"internal/config", []string{"internal/sandbox", "internal/kernel", "internal/policy", "internal/audit"}, "configuration is read by others, never the other way round"},
 	{"internal/sandbox", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/policy"}, "sandboxes execute; they do not decide"},
+	{"internal/changeset", []string{"internal/"}, "change sets are a leaf: the kernel, the tools and the CLI use them"},
+	{"internal/tool", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend"},
 }
 
 func TestImportBoundaries(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
@@ -36,6 +37,9 @@ type App struct {
 	// ExecObserver, when set, is told about every sandboxed execution
 	// (the audit log's exec.start / exec.end); optional.
 	ExecObserver sandbox.Observer
+	// EgressRecorder, when set, receives every egress proxy record of
+	// sandboxes run with network mode proxy; optional.
+	EgressRecorder netproxy.Recorder
 
 	// Global flags.
 	sets       []string
@@ -179,8 +183,14 @@ recorded in a tamper-evident audit log.`,
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
+		newModelsCmd(a),
 		newDoctorCmd(a),
 		newSandboxCmd(a),
+		newTDDCmd(a),
+		newKernelCmd(a), newStatusCmd(a),
+		newPolicyCmd(a),
+		newAuditCmd(a),
+		newChangesCmd(a),
 		newImageCmd(a),
 	)
 	return root

@@ -52,6 +52,9 @@ type sandboxRunFlags struct {
 	allowDegraded bool
 	quiet         bool
 	runtime       string
+	net           string
+	allowHosts    []string
+	egressLog     string
 }
 
 func newSandboxRunCmd(a *App) *cobra.Command {
@@ -71,6 +74,11 @@ Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
 value of KEY).
 
+There is no network. With --net proxy the command reaches exactly the hosts
+given with --allow-host (and in net.allow / net.templates of your own
+configuration) through fluffy's audited egress proxy; anything else gets a
+403 naming the rule, reported here. See docs/network.md.
+
 Exit status: the command's own; 128+N when signal N ended it;
   123  a resource limit (memory, CPU time, file size) killed it
   124  the timeout killed it
@@ -80,7 +88,8 @@ Exit status: the command's own; 128+N when signal N ended it;
 		Example: `  fluffy sandbox run -- /bin/true
   fluffy sandbox run --changeset /tmp/cs -- sh -c 'echo hi > hello.txt'
   fluffy sandbox diff --changeset /tmp/cs
-  fluffy sandbox run --timeout 5s --memory 256MiB -- make test`,
+  fluffy sandbox run --timeout 5s --memory 256MiB -- make test
+  fluffy sandbox run --net proxy --allow-host pypi.org --allow-host files.pythonhosted.org -- pip download requests`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSandbox(cmd, a, &f, args)
@@ -97,6 +106,9 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
 	fl.StringVar(&f.runtime, "runtime", "", "sandbox backend: native, docker, podman (default from sandbox.runtime)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
+	fl.StringVar(&f.net, "net", "", "network: none, or proxy (only allow-listed hosts, through the audited egress proxy; see docs/network.md) (default from the template)")
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "with --net proxy, allow HOST, HOST:PORT, *.DOMAIN[:PORT] or IP:PORT (repeatable)")
+	fl.StringVar(&f.egressLog, "egress-log", "", "with --net proxy, append one JSON line per request to this file")
 	fl.SetInterspersed(false)
 	return cmd
 }
@@ -193,6 +205,43 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
+	// Every execution is recorded in the audit log before it starts and
+	// before its result is used; so is every egress request.
+	observer := a.ExecObserver
+	if observer == nil {
+		rec, err := openSandboxAudit(cmd.Context(), a, tpl.Name)
+		if err != nil {
+			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
+		}
+		defer rec.close()
+		observer = rec
+		if a.EgressRecorder == nil {
+			a.EgressRecorder = rec
+		}
+	}
+	switch f.net {
+	case "":
+	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):
+		spec.Network = sandbox.Network(f.net)
+	default:
+		return fmt.Errorf("%w: --net %q: want none or proxy", errUsage, f.net)
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		if spec.Seccomp == "standard" {
+			// The forwarder is reached over TCP on loopback.
+			spec.Seccomp = "standard-net"
+		}
+		eg, err := startEgress(a, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
+		if err != nil {
+			return err
+		}
+		defer eg.close()
+		spec.ProxySocket = eg.socket
+		// The proxy variables first: a later --env of the same name wins.
+		spec.Env = append(append(spec.Env[:3:3], eg.env...), spec.Env[3:]...)
+	} else if len(f.allowHosts) > 0 || f.egressLog != "" {
+		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
+	}
 
 	runtime := f.runtime
 	if runtime == "" {
@@ -206,7 +255,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 	}
 	defer release()
-	run := sandbox.Observe(rt, a.ExecObserver)
+	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {
 		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {

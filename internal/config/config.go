@@ -13,8 +13,11 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -38,12 +41,26 @@ type Config struct {
 	TDD     TDD     `yaml:"tdd"`
 	// Approval configures asking a person.
 	Approval Approval `yaml:"approval"`
+	Kernel   Kernel   `yaml:"kernel"`
+	Net      Net      `yaml:"net"`
+
+	LLM   LLM   `yaml:"llm"`
+	Agent Agent `yaml:"agent"`
 }
 
 // Approval configures asking a person.
 type Approval struct {
 	// Timeout denies what is still open when it elapses.
 	Timeout units.Duration `yaml:"timeout" scope:"user"`
+}
+
+// Kernel configures the kernel process the CLI starts on demand.
+type Kernel struct {
+	// IdleTimeout is how long a kernel started for a one-shot command
+	// keeps running without any client before it exits.
+	IdleTimeout units.Duration `yaml:"idle_timeout"`
+	// StartTimeout bounds the wait for a starting kernel's first pong.
+	StartTimeout units.Duration `yaml:"start_timeout"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -93,8 +110,115 @@ type Policy struct {
 }
 
 // TDD configures the coding agent's test-first discipline.
+//
+// The pattern and budget keys loosen the discipline, so only the user sets
+// them: a repository must not declare its source files exempt.
 type TDD struct {
 	Mode string `yaml:"mode" enum:"strict,explore,debug" scope:"user"`
+	// TestPatterns are added to the built-in test-file globs (Go, Python,
+	// JS/TS, Rust, Java/Kotlin), e.g. "spec/**".
+	TestPatterns []string `yaml:"test_patterns" scope:"user"`
+	// ExemptPatterns are added to the built-in exempt globs (docs,
+	// Markdown, config, generated files).
+	ExemptPatterns []string `yaml:"exempt_patterns" scope:"user"`
+	// DebtBudget is explore mode's tech-debt budget in percentage points:
+	// how far the coverage of a file changed without a test may fall
+	// below its baseline before done.
+	DebtBudget int `yaml:"debt_budget" scope:"user"`
+}
+
+// Net configures sandbox egress through the audited proxy
+// (docs/network.md). Every key loosens or bounds what a sandbox may reach,
+// so none may be set by a project file.
+type Net struct {
+	// Allow holds allow-list rules (host, host:port, *.domain, IP:port)
+	// given to every sandbox run with the proxy.
+	Allow []string `yaml:"allow" scope:"user"`
+	// Templates maps a sandbox template name to its own allow-list rules.
+	Templates map[string][]string `yaml:"templates" scope:"user"`
+	// AllowAddrs lists non-public address ranges (CIDR, e.g. 10.20.0.0/16)
+	// that allow-listed names may resolve to. Empty: names never reach
+	// loopback, private or link-local addresses.
+	AllowAddrs []string `yaml:"allow_addrs" scope:"user"`
+	// MaxUpload and MaxDownload cap the bytes of one request or tunnel.
+	MaxUpload   units.Size `yaml:"max_upload" scope:"user"`
+	MaxDownload units.Size `yaml:"max_download" scope:"user"`
+	// MaxDuration bounds one request or tunnel; IdleTimeout ends a tunnel
+	// that moved nothing for that long.
+	MaxDuration units.Duration `yaml:"max_duration" scope:"user"`
+	IdleTimeout units.Duration `yaml:"idle_timeout" scope:"user"`
+	// MaxConns bounds one sandbox's concurrent connections to the proxy.
+	MaxConns int `yaml:"max_conns" scope:"user"`
+	// HeaderTimeout cuts off a client that has not sent a request's
+	// headers; ConnectTimeout bounds connecting upstream;
+	// ResponseTimeout bounds waiting for an upstream's response headers.
+	HeaderTimeout   units.Duration `yaml:"header_timeout" scope:"user"`
+	ConnectTimeout  units.Duration `yaml:"connect_timeout" scope:"user"`
+	ResponseTimeout units.Duration `yaml:"response_timeout" scope:"user"`
+}
+
+// LLM configures the model providers (see docs/models.md).
+type LLM struct {
+	// BaseURLs overrides a provider's address, by provider name. User
+	// only: a project must not be able to send the user's key elsewhere.
+	BaseURLs BaseURLs `yaml:"base_urls" scope:"user"`
+	// Prices, in US dollars per million tokens, by "provider/name"; they
+	// feed cost accounting and agent.max_cost.
+	Prices Prices `yaml:"prices" scope:"user"`
+	// RetryAttempts bounds the tries of one model call, first included.
+	RetryAttempts int `yaml:"retry_attempts"`
+	// RetryBudget bounds the time spent waiting between retries of one call.
+	RetryBudget units.Duration `yaml:"retry_budget"`
+}
+
+// BaseURLs maps provider names to addresses.
+type BaseURLs map[string]string
+
+func (b BaseURLs) String() string {
+	if len(b) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(b))
+	for k := range b {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + b[k]
+	}
+	return strings.Join(keys, ", ")
+}
+
+// Prices maps "provider/name" to a price.
+type Prices map[string]Price
+
+func (p Prices) String() string {
+	return fmt.Sprintf("%d models (fluffy models lists them)", len(p))
+}
+
+// Price is what a model charges, in US dollars per million tokens.
+type Price struct {
+	Input      float64 `yaml:"input"`
+	Output     float64 `yaml:"output"`
+	CacheRead  float64 `yaml:"cache_read"`
+	CacheWrite float64 `yaml:"cache_write"`
+}
+
+// Agent configures the agent loop's limits and context budget.
+type Agent struct {
+	// MaxTurns bounds the model calls of one run.
+	MaxTurns int `yaml:"max_turns"`
+	// MaxTokens bounds the tokens (in + out) of one run; 0 is no limit.
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxCost bounds the cost of one run in US dollars; 0 is no limit.
+	MaxCost float64 `yaml:"max_cost" scope:"user"`
+	// MaxTime bounds the wall time of one run.
+	MaxTime units.Duration `yaml:"max_time"`
+	// ContextTokens is the context window budget: older turns are
+	// summarized and dropped beyond it.
+	ContextTokens int `yaml:"context_tokens"`
+	// ToolResultLimit truncates each tool result sent to the model.
+	ToolResultLimit units.Size `yaml:"tool_result_limit"`
 }
 
 // Default returns the built-in defaults for a process with the given
@@ -123,9 +247,41 @@ func Default(env Env) Config {
 			WarnSize:        1 << 30,
 		},
 		Policy:   Policy{Default: "approve"},
-		TDD:      TDD{Mode: "strict"},
+		TDD:      TDD{Mode: "strict", DebtBudget: 5},
 		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
-	}
+		Net: Net{
+			MaxUpload:       64 << 20,
+			MaxDownload:     1 << 30,
+			MaxDuration:     units.Duration(10 * 60e9),
+			IdleTimeout:     units.Duration(60e9),
+			MaxConns:        256,
+			HeaderTimeout:   units.Duration(10e9),
+			ConnectTimeout:  units.Duration(10e9),
+			ResponseTimeout: units.Duration(60e9),
+		},
+		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
+
+		LLM: LLM{
+			// Published list prices when written (November 2026); set
+			// llm.prices in your user file to correct or extend them.
+			Prices: Prices{
+				"anthropic/claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75},
+				"anthropic/claude-opus-4-1":   {Input: 15, Output: 75, CacheRead: 1.5, CacheWrite: 18.75},
+				"anthropic/claude-haiku-4-5":  {Input: 1, Output: 5, CacheRead: 0.1, CacheWrite: 1.25},
+				"openai/gpt-5":                {Input: 1.25, Output: 10, CacheRead: 0.125},
+				"openai/gpt-5-mini":           {Input: 0.25, Output: 2, CacheRead: 0.025},
+				"gemini/gemini-2.5-pro":       {Input: 1.25, Output: 10, CacheRead: 0.31},
+				"gemini/gemini-2.5-flash":     {Input: 0.3, Output: 2.5, CacheRead: 0.075},
+			},
+			RetryAttempts: 4,
+			RetryBudget:   units.Duration(120e9),
+		},
+		Agent: Agent{
+			MaxTurns:        50,
+			MaxTime:         units.Duration(30 * 60e9),
+			ContextTokens:   150000,
+			ToolResultLimit: 32 << 10,
+		}}
 }
 
 // Env is the process environment as a lookup function (os.LookupEnv in

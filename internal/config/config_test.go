@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -186,7 +187,7 @@ func TestEmptyAndMissingFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Config != Default(mapEnv(map[string]string{"HOME": "/h"})) {
+	if !reflect.DeepEqual(l.Config, Default(mapEnv(map[string]string{"HOME": "/h"}))) {
 		t.Error("empty files changed the configuration")
 	}
 	if _, err := Load(Options{Env: mapEnv(map[string]string{"HOME": "/h"}), UserFile: filepath.Join(dir, "missing.yaml")}); err != nil {

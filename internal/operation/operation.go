@@ -62,6 +62,25 @@ type Command struct {
 	// (a variable or substitution in command position, eval, source):
 	// such a command is never allowed without a person.
 	Dynamic bool `json:"dynamic,omitempty"`
+	// Unresolved says why Dynamic is set, for messages.
+	Unresolved string `json:"unresolved,omitempty"`
+	// Env holds the NAME=value assignments that apply to this command
+	// only (a shell prefix such as X=1 cmd, or the env wrapper).
+	Env []string `json:"env,omitempty"`
+	// Writes are the targets of the command's output redirections
+	// (>, >>, &>, ...): files the command line writes. The shell parser
+	// fills them as written; normalization makes them canonical absolute
+	// paths.
+	Writes []string `json:"writes,omitempty"`
+	// Dir is the directory the command runs in when an earlier cd of the
+	// same command line changed it: relative to the line's starting
+	// directory, or absolute; "" when unchanged. Writes already include
+	// it; relative arguments are relative to it.
+	Dir string `json:"dir,omitempty"`
+	// Wrapper is set when this entry is a wrapper's own part (env X=1,
+	// timeout 10, sh -c, sudo -u u, ...): the wrapped command is another
+	// entry of the same list.
+	Wrapper bool `json:"wrapper,omitempty"`
 }
 
 // Session is what the gates know of the session making the call.

@@ -58,9 +58,17 @@ const (
 	// NetworkNone gives the sandbox a network namespace with no
 	// interfaces but an unconfigured loopback.
 	NetworkNone Network = "none"
-	// NetworkProxy allows only the kernel's egress proxy. Reserved: it
-	// needs the egress proxy, and backends refuse it until then.
+	// NetworkProxy keeps that namespace (loopback only) and adds the
+	// egress proxy: Spec.ProxySocket is mounted at ProxySocketPath and a
+	// forwarder inside listens on ProxyListen (see internal/netproxy).
+	// The caller runs the proxy and sets the proxy variables in Env.
 	NetworkProxy Network = "proxy"
+)
+
+// Where the egress proxy appears inside a sandbox with NetworkProxy.
+const (
+	ProxySocketPath = "/run/fluffy/egress.sock"
+	ProxyListen     = "127.0.0.1:3128"
 )
 
 // Mount is an extra bind mount of a host path into the sandbox.
@@ -107,6 +115,9 @@ type Spec struct {
 	TmpSize int64
 	// Network is the network mode; empty means NetworkNone.
 	Network Network
+	// ProxySocket is the host path of the egress proxy's unix socket;
+	// required with NetworkProxy, ignored otherwise.
+	ProxySocket string
 	// Seccomp names the seccomp profile (see Profiles); empty means
 	// "standard".
 	Seccomp string
@@ -146,7 +157,9 @@ func (s *Spec) Validate() error {
 	switch s.Network {
 	case "", NetworkNone:
 	case NetworkProxy:
-		return fmt.Errorf("%w: network mode %q needs the egress proxy, which this build does not have yet", ErrInvalidSpec, s.Network)
+		if !strings.HasPrefix(s.ProxySocket, "/") {
+			return fmt.Errorf("%w: network mode %q needs the egress proxy's socket (an absolute path)", ErrInvalidSpec, s.Network)
+		}
 	default:
 		return fmt.Errorf("%w: unknown network mode %q", ErrInvalidSpec, s.Network)
 	}

@@ -25,9 +25,9 @@ type Template struct {
 func Templates() []Template {
 	return []Template{
 		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay", Seccomp: "standard", Network: NetworkNone, Workspace: true},
-		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only through the egress proxy once it exists, none until then", Seccomp: "standard-net", Network: NetworkNone, Workspace: true, Pending: "egress proxy: no network until it exists"},
+		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true},
 		{Name: "policy-sandbox", Description: "policy extensions: strict seccomp, no network, no workspace", Seccomp: "strict", Network: NetworkNone, Workspace: false},
-		{Name: "ai-provider", Description: "provider clients: strict seccomp; network to allow-listed hosts through the egress proxy once it exists, none until then", Seccomp: "strict", Network: NetworkNone, Workspace: false, Pending: "egress proxy: no network until it exists"},
+		{Name: "ai-provider", Description: "provider clients: strict seccomp (AF_UNIX only: they speak to the proxy socket); network to allow-listed hosts through the egress proxy", Seccomp: "strict", Network: NetworkProxy, Workspace: false},
 	}
 }
 

@@ -242,6 +242,11 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	if err := probe.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.Network == sandbox.NetworkProxy {
+		// The egress proxy's socket and in-sandbox forwarder exist for
+		// the native backend only so far.
+		return nil, fmt.Errorf("%w: network mode %q is not supported by the container backend yet; use the native runtime", sandbox.ErrInvalidSpec, spec.Network)
+	}
 	prof, err := sandbox.ProfileByName(orDefault(spec.Seccomp, "standard"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,9 @@ func TestMain(m *testing.M) {
 	if sandboxtest.IsProbe() {
 		os.Exit(sandboxtest.ProbeMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	os.Remove(stateDir())
+	os.Exit(code)
 }
 
 const testImage = "fluffy-test-base:latest"
@@ -39,7 +42,7 @@ func engine(t testing.TB) *docker.Runtime {
 		t.Skip("the docker backend mounts the workspace overlay on the host: run as root")
 	}
 	ctx := context.Background()
-	rt, err := docker.New(ctx, docker.Options{Image: testImage, Session: "test-" + t.Name(), Template: "code-executor"})
+	rt, err := docker.New(ctx, docker.Options{Image: testImage, Session: "test-" + t.Name(), Template: "code-executor", StateDir: stateDir()})
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI installs and starts dockerd (scripts/deps.sh), but: %v", err)
@@ -104,8 +107,11 @@ func probeLibs() ([]string, error) {
 
 func TestAdversarialSuite(t *testing.T) {
 	rt := engine(t)
-	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true})
+	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true, MountDirs: []string{stateDir()}})
 }
+
+// stateDir is this test process's own overlay mount directory.
+func stateDir() string { return "/run/fluffy/docker-test-" + strconv.Itoa(os.Getpid()) }
 
 func run(t *testing.T, rt sandbox.Runtime, spec sandbox.Spec) sandbox.Result {
 	t.Helper()
@@ -295,7 +301,7 @@ func TestPodman(t *testing.T) {
 		t.Skipf("Podman is not serving its Docker-compatible API at %s (start it with `podman system service --time=0 %s`; CI installs Docker only): %v", host, host, err)
 	}
 	ctx := context.Background()
-	rt, err := docker.New(ctx, docker.Options{Host: host, Image: testImage, Session: "test-podman", Template: "code-executor"})
+	rt, err := docker.New(ctx, docker.Options{Host: host, Image: testImage, Session: "test-podman", Template: "code-executor", StateDir: stateDir()})
 	if err != nil {
 		t.Fatalf("Podman's socket exists but: %v", err)
 	}
@@ -315,6 +321,6 @@ func TestPodman(t *testing.T) {
 				"as containers come and go (its cleanup process), so the host mount count the suite compares flips 22<->23 " +
 				"between cases, whatever the sandbox does; every escape check passed on this machine. FLUFFY_PODMAN_SUITE=1 runs it anyway")
 		}
-		sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true})
+		sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true, MountDirs: []string{stateDir()}})
 	})
 }

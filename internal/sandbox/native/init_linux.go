@@ -1,6 +1,7 @@
 package native
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 )
 
 // InitArg0 is argv[0] of the re-executed fluffy binary when it acts as
@@ -51,7 +54,7 @@ func InitMain() int {
 		return fail("config", err)
 	}
 	cfgFile.Close()
-	for fd := 4; fd <= 6; fd++ {
+	for fd := 4; fd <= proxyFD; fd++ {
 		unix.CloseOnExec(fd)
 	}
 
@@ -62,6 +65,18 @@ func InitMain() int {
 		st.SetupNanos = int64(time.Since(start))
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 0
+	}
+	if cfg.ProxySocket != "" {
+		// The forwarder runs in this process for the command's lifetime;
+		// it is listening before the command starts.
+		if err := netproxy.LoopbackUp(); err != nil {
+			return fail("network", err)
+		}
+		stop, err := netproxy.StartForwarder(context.Background(), cfg.ProxyListen, cfg.ProxySocket)
+		if err != nil {
+			return fail("network", err)
+		}
+		defer stop()
 	}
 	_ = unix.Sethostname([]byte("sandbox"))
 	_ = unix.Setdomainname([]byte("sandbox"))
@@ -318,6 +333,11 @@ func setupRoot(cfg *initConfig) (string, error) {
 	for _, x := range ms {
 		if err := x.do(); err != nil {
 			return x.stage, err
+		}
+	}
+	if cfg.ProxyFD {
+		if err := attachProxySocket(newRoot + cfg.ProxySocket); err != nil {
+			return "mount", err
 		}
 	}
 	// Into the new root; the host's root goes away entirely.

@@ -240,6 +240,14 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		cfg.Mounts = append(cfg.Mounts, mountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
 	}
 
+	proxyF, err := r.proxySocket(&cfg, spec)
+	if err != nil {
+		return res, err
+	}
+	if proxyF != nil {
+		defer proxyF.Close()
+	}
+
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	var cg *cgroup
@@ -317,7 +325,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		Env:        []string{},
 		Stdout:     stdout,
 		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF},
+		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, proxyF},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,

@@ -31,6 +31,15 @@ type initConfig struct {
 
 	Rlimits []rlimit `json:"rlimits,omitempty"`
 
+	// ProxySocket (the egress proxy's socket, inside) and ProxyListen
+	// are set for network mode proxy: the init brings loopback up and
+	// forwards ProxyListen to the socket while the command runs.
+	ProxySocket string `json:"proxy_socket,omitempty"`
+	ProxyListen string `json:"proxy_listen,omitempty"`
+	// ProxyFD says the socket comes as a detached mount on proxyFD
+	// (root callers) rather than as a bind of its host path.
+	ProxyFD bool `json:"proxy_fd,omitempty"`
+
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
 	Probe bool `json:"probe,omitempty"`

@@ -1,0 +1,32 @@
+// Package audit owns fluffy's tamper-evident audit log: an append-only
+// record of every decision and execution, in its own SQLite database
+// (audit.db), that a third party can check without fluffy's code.
+//
+// Each entry is encoded canonically (RFC 8785 JSON) and chained:
+//
+//	chain[n] = SHA-256("fluffy-audit-chain-v1\x00" || chain[n-1] || uint64be(n) || entry[n])
+//
+// with chain[0] = 32 zero bytes. The chain hashes are also the leaves of
+// an RFC 6962 Merkle tree (github.com/transparency-dev/merkle), whose root
+// is signed with Ed25519 in C2SP tlog-checkpoint notes
+// (golang.org/x/mod/sumdb/note) every CheckpointEvery entries,
+// CheckpointAfter, and at Close. The newest checkpoint is also copied to
+// keys/audit.checkpoint, outside the database, so truncating or replacing
+// the database is detected. Every write transaction also signs a head
+// checkpoint, so entries added behind fluffy's back are detected too.
+// docs/audit.md specifies the format.
+//
+// Writing (Log): security-relevant kinds (Kind.Synchronous) are durable
+// before Append returns; the rest are buffered and written in batches.
+// A full buffer makes Append write it itself (backpressure); nothing is
+// dropped. Any write failure returns ErrUnavailable: callers fail closed.
+// One process at a time writes (a flock beside the database).
+//
+// Checking (Reader.Verify, VerifyExport, Log.VerifyAtStart): recomputes
+// the chain and the tree, checks every signature, and names the first
+// damaged sequence number and the kind of damage (DamageError).
+//
+// Retention (Log.Prune) deletes old entries behind a signed anchor
+// checkpoint and records an audit.prune entry, so the remainder still
+// verifies and unrecorded deletion does not.
+package audit

@@ -1,0 +1,206 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Kind names what an entry records. Kinds are dotted lower-case words;
+// Synchronous says which path Append takes for each.
+type Kind string
+
+// The kinds fluffy writes. Others are accepted if they are well formed
+// (see ValidKind) and take the buffered path.
+const (
+	KindToolRequest      Kind = "tool.request"
+	KindGateState        Kind = "gate.state"
+	KindGatePolicy       Kind = "gate.policy"
+	KindApprovalRequest  Kind = "approval.request"
+	KindApprovalDecision Kind = "approval.decision"
+	KindExecStart        Kind = "exec.start"
+	KindExecEnd          Kind = "exec.end"
+	KindSandboxCreate    Kind = "sandbox.create"
+	KindSandboxDestroy   Kind = "sandbox.destroy"
+	KindNetRequest       Kind = "net.request"
+	KindSecretAccess     Kind = "secret.access"
+	KindChangesetApply   Kind = "changeset.apply"
+	KindConfigChange     Kind = "config.change"
+	KindPolicyChange     Kind = "policy.change"
+	KindKernelStart      Kind = "kernel.start"
+	KindKernelStop       Kind = "kernel.stop"
+	KindAuditCheckpoint  Kind = "audit.checkpoint"
+	KindAuditPrune       Kind = "audit.prune"
+	KindOperatorNote     Kind = "operator.note"
+)
+
+// synchronous lists the security-relevant kinds: Append returns only once
+// they are durable on disk.
+var synchronous = map[Kind]bool{
+	KindGateState:        true,
+	KindGatePolicy:       true,
+	KindApprovalRequest:  true,
+	KindApprovalDecision: true,
+	KindSecretAccess:     true,
+	KindChangesetApply:   true,
+	KindConfigChange:     true,
+	KindPolicyChange:     true,
+	KindKernelStart:      true,
+	KindKernelStop:       true,
+	KindAuditPrune:       true,
+	KindOperatorNote:     true,
+}
+
+// Synchronous reports whether entries of this kind are written durably
+// before Append returns (gate decisions, approvals, secret access,
+// change-set applies, configuration and policy changes, kernel start and
+// stop, pruning). Other kinds are buffered.
+func (k Kind) Synchronous() bool { return synchronous[k] }
+
+// ValidKind reports whether k is well formed: 1 to 64 bytes of a-z, 0-9,
+// '.', '_' and '-', starting with a letter.
+func ValidKind(k Kind) bool {
+	if len(k) == 0 || len(k) > 64 || k[0] < 'a' || k[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// TimeFormat is the entry time's layout: UTC, always nine fractional
+// digits, so times sort as strings.
+const TimeFormat = "2006-01-02T15:04:05.000000000Z"
+
+// Entry is one record of the log.
+type Entry struct {
+	// Seq is the sequence number, from 1, without gaps. Append assigns it.
+	Seq uint64
+	// Time is when the event happened; Append fills a zero Time with now.
+	// Stored in UTC with nanoseconds.
+	Time time.Time
+	// Session is the agent session, "" for events outside one.
+	Session string
+	Kind    Kind
+	// Actor is who caused the event: "agent", "user:alice", "kernel",
+	// "cli", a sub-agent id...
+	Actor string
+	// Payload is a JSON object: a json.RawMessage or []byte holding JSON
+	// text, or any value encoding/json marshals to an object. Nil means {}.
+	// It is stored canonicalized (RFC 8785).
+	Payload any
+}
+
+// wireEntry is the JSON shape of an entry. Canonical encoding sorts the
+// members, so field order here does not matter.
+type wireEntry struct {
+	Actor   string          `json:"actor"`
+	Kind    Kind            `json:"kind"`
+	Payload json.RawMessage `json:"payload"`
+	Seq     uint64          `json:"seq"`
+	Session string          `json:"session"`
+	Time    string          `json:"time"`
+}
+
+// maxSeq keeps sequence numbers exact in every JSON implementation (2^53-1).
+const maxSeq = 1<<53 - 1
+
+// payloadJSON returns the canonical JSON object of a payload.
+func payloadJSON(p any) ([]byte, error) {
+	var raw []byte
+	switch v := p.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case rawPayload:
+		return v, nil
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("audit: payload: %w", err)
+		}
+	}
+	c, err := Canonicalize(raw)
+	if err != nil {
+		return nil, fmt.Errorf("audit: payload: %w", err)
+	}
+	if len(c) == 0 || c[0] != '{' {
+		return nil, fmt.Errorf("audit: payload: %w: must be a JSON object", ErrNotCanonical)
+	}
+	return c, nil
+}
+
+// Encode returns the canonical bytes of e: the RFC 8785 form of
+// {"actor","kind","payload","seq","session","time"}. These bytes are what
+// the hash chain covers and what an export holds, one entry per line.
+func (e Entry) Encode() ([]byte, error) {
+	if !ValidKind(e.Kind) {
+		return nil, fmt.Errorf("audit: invalid kind %q", e.Kind)
+	}
+	if e.Seq == 0 || e.Seq > maxSeq {
+		return nil, fmt.Errorf("audit: sequence number %d out of range", e.Seq)
+	}
+	p, err := payloadJSON(e.Payload)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(p)+len(e.Actor)+len(e.Session)+128)
+	b = append(b, `{"actor":`...)
+	b = appendString(b, e.Actor)
+	b = append(b, `,"kind":`...)
+	b = appendString(b, string(e.Kind))
+	b = append(b, `,"payload":`...)
+	b = append(b, p...)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"session":`...)
+	b = appendString(b, e.Session)
+	b = append(b, `,"time":`...)
+	b = append(b, '"')
+	b = e.Time.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"', '}'), nil
+}
+
+// ParseEntry decodes the canonical bytes of an entry strictly: they must
+// be exactly what Encode produces (canonical JSON, all six members and no
+// others, valid kind, time and sequence number). The Payload of the result
+// is a json.RawMessage.
+func ParseEntry(b []byte) (Entry, error) {
+	c, err := Canonicalize(b)
+	if err != nil {
+		return Entry{}, fmt.Errorf("audit: entry: %w", err)
+	}
+	if !bytes.Equal(c, b) {
+		return Entry{}, fmt.Errorf("audit: entry: %w: bytes differ from their canonical form", ErrNotCanonical)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var w wireEntry
+	if err := dec.Decode(&w); err != nil {
+		return Entry{}, fmt.Errorf("audit: entry: %w: %v", ErrNotCanonical, err)
+	}
+	t, err := time.Parse(TimeFormat, w.Time)
+	if err != nil {
+		return Entry{}, fmt.Errorf("audit: entry: %w: time %q", ErrNotCanonical, w.Time)
+	}
+	e := Entry{Seq: w.Seq, Time: t, Session: w.Session, Kind: w.Kind, Actor: w.Actor, Payload: w.Payload}
+	// Encode checks the rest (kind, seq, payload is an object) and must
+	// give the same bytes back, which also proves all members were present.
+	again, err := e.Encode()
+	if err != nil {
+		return Entry{}, err
+	}
+	if !bytes.Equal(again, b) {
+		return Entry{}, fmt.Errorf("audit: entry: %w: not in entry form", ErrNotCanonical)
+	}
+	return e, nil
+}

@@ -1,0 +1,573 @@
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/transparency-dev/merkle/compact"
+
+	"github.com/fluffy-agent/fluffy/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the schema migrations of audit.db.
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	return sub
+}
+
+// Errors callers branch on.
+var (
+	// ErrUnavailable is wrapped by every Append error caused by the log
+	// being unwritable (disk full, database locked too long, I/O error):
+	// the entry was not recorded and the action it describes must not
+	// proceed.
+	ErrUnavailable = errors.New("audit log unavailable")
+	// ErrLocked is returned by Open when another process has the log open
+	// for writing.
+	ErrLocked = errors.New("audit log is open for writing by another process")
+	// ErrForeignLog is returned when audit.db belongs to another key (its
+	// origin is not the signing key's name).
+	ErrForeignLog = errors.New("audit log belongs to another key")
+	// ErrClosed is returned by Append after Close.
+	ErrClosed = errors.New("audit log closed")
+	// ErrNoLog is returned when there is no audit.db to read.
+	ErrNoLog = errors.New("no audit log")
+)
+
+// Options configures Open. Path and KeyDir are required.
+type Options struct {
+	// Path is the audit database file (datadir AuditDB).
+	Path string
+	// KeyDir holds the signing key and the copy of the newest checkpoint
+	// (datadir Keys). The key is created there on first use.
+	KeyDir string
+	// FlushEntries: buffered entries are written once this many are
+	// pending. Default 100.
+	FlushEntries int
+	// FlushInterval: buffered entries are written at least this often.
+	// Default 500ms.
+	FlushInterval time.Duration
+	// MaxPending bounds the buffer: an Append that finds this many
+	// entries pending writes them itself before returning (backpressure),
+	// and fails if it cannot. Default max(8 × FlushEntries, 10,000).
+	MaxPending int
+	// CheckpointEvery: a checkpoint is signed once this many entries were
+	// written since the last one. Default 1000.
+	CheckpointEvery int
+	// CheckpointAfter: a checkpoint is signed when entries older than this
+	// are not yet covered by one. Default 60s.
+	CheckpointAfter time.Duration
+	// BusyTimeout is how long a write waits for a lock held by another
+	// connection (another process's reader checkpointing the WAL, a
+	// sqlite3 shell) before failing. Default 5s.
+	BusyTimeout time.Duration
+	// WarnSize: Open logs a warning when the database is larger, or when
+	// free disk runs low (see Stats.Warnings). 0 disables the size check.
+	WarnSize int64
+	// LockWait is how long Open waits for another process that holds the
+	// writer's lock (a short-lived fluffy command appending its entries).
+	// Zero fails at once with ErrLocked.
+	LockWait time.Duration
+	// Logger receives warnings (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.FlushEntries <= 0 {
+		o.FlushEntries = 100
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 500 * time.Millisecond
+	}
+	if o.MaxPending < o.FlushEntries {
+		o.MaxPending = max(8*o.FlushEntries, 10_000)
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = 1000
+	}
+	if o.CheckpointAfter <= 0 {
+		o.CheckpointAfter = 60 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Log is the audit log open for writing. One process at a time may hold
+// it (a lock file beside the database enforces this). Its methods are
+// safe for concurrent use.
+//
+// Ordering: entries get their sequence numbers in the order Append is
+// called, and are written in that order; a synchronous entry is written
+// together with every buffered entry before it, so a durable entry never
+// follows a gap.
+type Log struct {
+	opts Options
+	db   *store.DB
+	key  Key
+	lock *os.File
+
+	flushNow chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	// wmu serializes writes to the database; taken before mu.
+	wmu sync.Mutex
+	// mu guards the fields below. It is never held during a write, except
+	// by Prune.
+	mu      sync.Mutex
+	durable uint64         // sequence number of the newest written entry
+	size    uint64         // sequence number of the newest entry (written or pending)
+	chain   []byte         // its chain hash
+	rng     *compact.Range // compact Merkle range [0, size)
+	pending []row          // entries not yet written, in order
+	cpSize  uint64         // tree size of the newest checkpoint
+	cpTime  time.Time      // when it was made
+	anchor  uint64
+	closed  bool
+}
+
+// row is an entry as stored.
+type row struct {
+	seq  uint64
+	body []byte
+	hash []byte
+}
+
+// Open opens the log for writing, creating the database and the signing
+// key when absent. It refuses a log signed by another key and a log
+// another process has open; it does not verify the log (see Verify).
+func Open(ctx context.Context, opts Options) (*Log, error) {
+	opts.defaults()
+	if opts.Path == "" || opts.KeyDir == "" {
+		return nil, errors.New("audit: Options.Path and Options.KeyDir are required")
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	lock, err := lockFile(ctx, opts.Path+".lock", opts.LockWait)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{opts: opts, lock: lock, flushNow: make(chan struct{}, 1)}
+	if err := l.open(ctx); err != nil {
+		if l.db != nil {
+			l.db.Close()
+		}
+		lock.Close()
+		return nil, err
+	}
+	if st, err := l.Reader().Stats(ctx); err == nil {
+		for _, w := range st.Warnings(opts.WarnSize, 0) {
+			opts.Logger.Warn("audit: " + w)
+		}
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel, l.done = cancel, make(chan struct{})
+	go l.flusher(bg)
+	return l, nil
+}
+
+func (l *Log) open(ctx context.Context) error {
+	var err error
+	if l.key, err = LoadOrCreateKey(l.opts.KeyDir); err != nil {
+		return err
+	}
+	if l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout}); err != nil {
+		l.db = nil
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
+		return err
+	}); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	r := &Reader{db: l.db}
+	origin, err := r.Origin(ctx)
+	if err != nil {
+		return err
+	}
+	if origin != l.key.Name() {
+		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, origin, l.opts.KeyDir, l.key.Name())
+	}
+	if l.anchor, err = r.metaUint(ctx, "anchor"); err != nil {
+		return err
+	}
+	// Resume from the newest checkpoint: its compact range and chain hash,
+	// then the entries after it.
+	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
+	cps, err := r.storedCheckpoints(ctx)
+	if err != nil {
+		return err
+	}
+	var signed uint64 // the newest signed size: head or periodic
+	for i := len(cps) - 1; i >= 0; i-- {
+		cp, err := ParseCheckpoint(cps[i].note, l.key.Verifier)
+		if err != nil {
+			return fmt.Errorf("audit: checkpoint at size %d in %s: %w (run 'fluffy audit verify')", cps[i].size, l.opts.Path, err)
+		}
+		signed = max(signed, cp.Size)
+		if cps[i].rng == nil {
+			continue // the head: no compact range to resume from
+		}
+		if l.rng, err = newRange(cp.Size, cps[i].rng); err != nil {
+			return err
+		}
+		l.size, l.chain, l.cpSize = cp.Size, cp.Chain, cp.Size
+		break
+	}
+	err = r.rows(ctx, l.size+1, func(rw row) error {
+		if rw.seq != l.size+1 {
+			return fmt.Errorf("audit: %s: entry %d follows %d (run 'fluffy audit verify')", l.opts.Path, rw.seq, l.size)
+		}
+		l.size, l.chain = rw.seq, rw.hash
+		return l.rng.Append(leafHash(rw.hash), nil)
+	})
+	if err != nil {
+		return err
+	}
+	// Every write transaction signs the head, so entries beyond it were
+	// not written by fluffy: refuse to adopt (and later sign) them.
+	if l.size > signed {
+		return fmt.Errorf("audit: refusing to write: %w", damage(signed+1, DamageUnsigned, "entries %d..%d in %s are covered by no signed checkpoint: they were added outside fluffy", signed+1, l.size, l.opts.Path))
+	}
+	l.durable = l.size
+	// A database behind the checkpoint copy under keys/ lost entries (an
+	// older copy put back, a lost WAL): continuing would overwrite that
+	// evidence with a new chain, so refuse.
+	trusted, err := TrustedCheckpoints(l.opts.KeyDir)
+	if err != nil {
+		return err
+	}
+	for _, msg := range trusted {
+		cp, err := ParseCheckpoint(msg, l.key.Verifier)
+		if err != nil {
+			return fmt.Errorf("audit: %s: %w", filepath.Join(l.opts.KeyDir, CheckpointFile), err)
+		}
+		if cp.Size > l.size {
+			return fmt.Errorf("audit: refusing to write: %w (move %s and %s aside to start a new log)",
+				damage(l.size+1, DamageTruncated, "%s ends at %d but the checkpoint kept in %s covers %d entries", l.opts.Path, l.size, l.opts.KeyDir, cp.Size),
+				l.opts.Path, filepath.Join(l.opts.KeyDir, CheckpointFile))
+		}
+	}
+	return nil
+}
+
+func openDB(ctx context.Context, path string) (*store.DB, error) {
+	db, err := store.Open(ctx, path, store.Options{Migrations: Migrations()})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return db, nil
+}
+
+// lockFile takes an exclusive flock on path, waiting up to wait for a
+// holder to let go, and writes our pid into it. The lock dies with the
+// process, so a kill -9 never leaves a stale lock.
+func lockFile(ctx context.Context, path string, wait time.Duration) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: lock: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, strings.TrimSpace(string(b)), path)
+		}
+		return nil, fmt.Errorf("audit: lock %s: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// Key returns the signing key's public half and name.
+func (l *Log) Key() Key { return l.key }
+
+// Reader returns a reader over the same database.
+func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
+
+// Append records e and returns its sequence number. Synchronous kinds
+// (Kind.Synchronous) are durable on disk when Append returns nil, together
+// with every entry appended before them (group commit). Other kinds are
+// queued and written within FlushInterval or once FlushEntries are
+// pending. When MaxPending entries are queued, Append first writes the
+// queue itself (backpressure), and fails if it cannot.
+//
+// An error wrapping ErrUnavailable means the entry is not known to be
+// recorded: the caller must treat the action as not allowed. (A
+// synchronous entry whose write failed stays queued and may still reach
+// the disk on a later write; nothing already queued is ever dropped.)
+func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
+	if !ValidKind(e.Kind) {
+		return 0, fmt.Errorf("audit: invalid kind %q", e.Kind)
+	}
+	p, err := payloadJSON(e.Payload)
+	if err != nil {
+		return 0, err
+	}
+	e.Payload = rawPayload(p)
+	if e.Time.IsZero() {
+		e.Time = l.opts.Now()
+	}
+	l.mu.Lock()
+	for len(l.pending) >= l.opts.MaxPending && !l.closed {
+		l.mu.Unlock()
+		if err := l.flush(ctx, 0, false); err != nil {
+			return 0, fmt.Errorf("%w: %s entry not recorded: %d entries queued and they cannot be written: %w", ErrUnavailable, e.Kind, l.opts.MaxPending, err)
+		}
+		l.mu.Lock()
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+	}
+	e.Seq = l.size + 1
+	body, err := e.Encode()
+	if err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	hash := chainHash(l.chain, e.Seq, body)
+	if err := l.rng.Append(leafHash(hash), nil); err != nil {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("audit: %w", err)
+	}
+	l.size, l.chain = e.Seq, hash
+	l.pending = append(l.pending, row{seq: e.Seq, body: body, hash: hash})
+	n := len(l.pending)
+	l.mu.Unlock()
+	if e.Kind.Synchronous() {
+		if err := l.flush(ctx, e.Seq, false); err != nil {
+			return 0, fmt.Errorf("%w: %s entry %d not confirmed durable: %w", ErrUnavailable, e.Kind, e.Seq, err)
+		}
+		return e.Seq, nil
+	}
+	if n >= l.opts.FlushEntries {
+		select {
+		case l.flushNow <- struct{}{}:
+		default:
+		}
+	}
+	return e.Seq, nil
+}
+
+// rawPayload marks a payload as already canonical.
+type rawPayload []byte
+
+// Flush writes every queued entry and returns once they are durable.
+func (l *Log) Flush(ctx context.Context) error {
+	if err := l.flush(ctx, 0, false); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Checkpoint writes every queued entry and signs a checkpoint at the
+// current size (unless the newest checkpoint already covers it).
+func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) {
+	if err := l.flush(ctx, 0, true); err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return l.Reader().NewestCheckpoint(ctx, l.key.Verifier)
+}
+
+// Close stops the background writer, writes what is queued, signs a final
+// checkpoint and closes the database. Appends after Close fail.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	<-l.done
+	err := l.flush(context.Background(), 0, true)
+	if cerr := l.db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("audit: close: %w", cerr)
+	}
+	l.lock.Close()
+	return err
+}
+
+// flusher writes buffered entries every FlushInterval, when signalled,
+// and signs time-based checkpoints. It owns ctx; Close cancels it.
+func (l *Log) flusher(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-l.flushNow:
+		}
+		if err := l.flush(ctx, 0, false); err != nil && ctx.Err() == nil {
+			l.mu.Lock()
+			n := len(l.pending)
+			l.mu.Unlock()
+			l.opts.Logger.Error("audit: writing queued entries failed; they stay queued, and appends fail once the queue is full", "pending", n, "err", err)
+		}
+	}
+}
+
+// flush writes the queue. With upTo > 0 it returns at once when entry
+// upTo is already durable (another caller's write took it along). On
+// error the entries stay queued, in order.
+func (l *Log) flush(ctx context.Context, upTo uint64, forceCheckpoint bool) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return l.flushHeld(ctx, upTo, forceCheckpoint)
+}
+
+// flushHeld is flush with wmu held.
+func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) error {
+	now := l.opts.Now()
+	l.mu.Lock()
+	if upTo > 0 && l.durable >= upTo {
+		l.mu.Unlock()
+		return nil
+	}
+	batch := l.pending
+	l.pending = nil
+	cp, packed, err := l.dueCheckpoint(now, forceCheckpoint)
+	var head *Checkpoint
+	if err == nil && len(batch) > 0 {
+		head, err = l.signHead()
+	}
+	l.mu.Unlock()
+	if err == nil && (len(batch) > 0 || cp != nil) {
+		err = l.commit(ctx, batch, cp, packed, head, nil)
+	}
+	l.mu.Lock()
+	if err != nil {
+		l.pending = append(batch, l.pending...)
+		l.mu.Unlock()
+		return err
+	}
+	if len(batch) > 0 {
+		l.durable = batch[len(batch)-1].seq
+	}
+	l.mu.Unlock()
+	l.checkpointed(cp, now)
+	return nil
+}
+
+// dueCheckpoint signs a checkpoint at the current size when one is due
+// (or forced and the newest does not cover the current size). mu held.
+func (l *Log) dueCheckpoint(now time.Time, force bool) (*Checkpoint, []byte, error) {
+	due := l.size > l.cpSize && (force ||
+		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
+		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
+	if !due {
+		return nil, nil, nil
+	}
+	cp, err := signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &cp, packRange(l.rng), nil
+}
+
+// signHead signs the current state, which the next commit makes the
+// head. mu held.
+func (l *Log) signHead() (*Checkpoint, error) {
+	cp, err := signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain)
+	if err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
+// checkpointed records a written checkpoint and keeps its copy outside
+// the database: what reveals a truncated or replaced database. The
+// database already has the checkpoint, so failing here weakens that check
+// but loses nothing.
+func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
+	if cp == nil {
+		return
+	}
+	l.mu.Lock()
+	if cp.Size > l.cpSize {
+		l.cpSize, l.cpTime = cp.Size, now
+	}
+	l.mu.Unlock()
+	if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
+		l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
+	}
+}
+
+// commit writes entries, a checkpoint and whatever extra does in one
+// transaction. wmu held.
+func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, head *Checkpoint, extra func(*sql.Tx) error) error {
+	// A write, once started, completes: cancelling the caller's context
+	// must not leave it half done (and an uncancellable context spares the
+	// driver a watcher goroutine per statement).
+	ctx = context.WithoutCancel(ctx)
+	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+		if len(batch) > 0 {
+			st, err := tx.PrepareContext(ctx, `INSERT INTO entries (seq, body, hash) VALUES (?, ?, ?)`)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for _, r := range batch {
+				if _, err := st.ExecContext(ctx, int64(r.seq), string(r.body), r.hash); err != nil {
+					return fmt.Errorf("insert entry %d: %w", r.seq, err)
+				}
+			}
+		}
+		if cp != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
+				int64(cp.Size), string(cp.Note), packed); err != nil {
+				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
+			}
+		}
+		if head != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO head (id, note) VALUES (1, ?)`, string(head.Note)); err != nil {
+				return fmt.Errorf("update head: %w", err)
+			}
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: write %s: %w", l.opts.Path, err)
+	}
+	return nil
+}

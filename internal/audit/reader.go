@@ -1,0 +1,297 @@
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reader reads an audit database: entries, checkpoints, statistics,
+// verification, proofs and exports. It never appends, so it may be used
+// while a Log has the database open in another process.
+type Reader struct {
+	db interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		Close() error
+	}
+	path string
+}
+
+// OpenReader opens an existing audit database for reading. It returns an
+// error wrapping ErrNoLog when path does not exist.
+func OpenReader(ctx context.Context, path string) (*Reader, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s does not exist", ErrNoLog, path)
+	}
+	db, err := openDB(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{db: db, path: path}, nil
+}
+
+// Close closes the database.
+func (r *Reader) Close() error { return r.db.Close() }
+
+// Origin is the log's name, recorded when it was created.
+func (r *Reader) Origin(ctx context.Context) (string, error) {
+	var s string
+	err := r.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'origin'`).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("audit: read origin: %w", err)
+	}
+	return s, nil
+}
+
+func (r *Reader) metaUint(ctx context.Context, key string) (uint64, error) {
+	var s string
+	err := r.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("audit: read %s: %w", key, err)
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("audit: meta %s = %q: %w", key, s, err)
+	}
+	return v, nil
+}
+
+type storedCheckpoint struct {
+	size uint64
+	note []byte
+	rng  []byte // nil for the head
+}
+
+// storedCheckpoints returns the checkpoints in ascending order of size:
+// the periodic ones (with their compact ranges) and, when it is newer,
+// the head.
+func (r *Reader) storedCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
+	cps, err := r.periodicCheckpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var note string
+	err = r.db.QueryRowContext(ctx, `SELECT note FROM head WHERE id = 1`).Scan(&note)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cps, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: read head: %w", err)
+	}
+	// The size is the second line; the note is verified by the caller.
+	_, rest, _ := strings.Cut(note, "\n")
+	line, _, _ := strings.Cut(rest, "\n")
+	size, err := strconv.ParseUint(line, 10, 64)
+	if err != nil {
+		return nil, damage(1, DamageCheckpoint, "the head checkpoint is malformed: tree size %q", line)
+	}
+	if n := len(cps); n == 0 || cps[n-1].size < size {
+		cps = append(cps, storedCheckpoint{size: size, note: []byte(note)})
+	}
+	return cps, nil
+}
+
+func (r *Reader) periodicCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
+	rows, err := r.db.QueryContext(ctx, `SELECT size, note, range FROM checkpoints ORDER BY size`)
+	if err != nil {
+		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []storedCheckpoint
+	for rows.Next() {
+		var c storedCheckpoint
+		var size int64
+		var note string
+		if err := rows.Scan(&size, &note, &c.rng); err != nil {
+			return nil, fmt.Errorf("audit: read checkpoints: %w", err)
+		}
+		c.size, c.note = uint64(size), []byte(note)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// rows calls fn for each stored entry with seq >= from, in order.
+func (r *Reader) rows(ctx context.Context, from uint64, fn func(row) error) error {
+	rows, err := r.db.QueryContext(ctx, `SELECT seq, body, hash FROM entries WHERE seq >= ? ORDER BY seq`, int64(from))
+	if err != nil {
+		return fmt.Errorf("audit: read entries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var body sql.RawBytes
+		var hash []byte
+		if err := rows.Scan(&seq, &body, &hash); err != nil {
+			return fmt.Errorf("audit: read entries: %w", err)
+		}
+		if err := fn(row{seq: uint64(seq), body: body, hash: hash}); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: read entries: %w", err)
+	}
+	return nil
+}
+
+// rowsPrefetch is rows with the database reads in a goroutine of their
+// own, a batch ahead of fn, so reading and hashing use two cores. fn runs
+// in the caller's goroutine; the row's slices are valid during the call.
+func (r *Reader) rowsPrefetch(ctx context.Context, from uint64, fn func(row) error) error {
+	const batchSize = 1024
+	type batch struct {
+		rows  []row
+		arena []byte
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan batch, 4)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(ch)
+		b := batch{arena: make([]byte, 0, batchSize*320)}
+		send := func() bool {
+			select {
+			case ch <- b:
+				b = batch{arena: make([]byte, 0, cap(b.arena))}
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		rows, err := r.db.QueryContext(ctx, `SELECT seq, hash, body FROM entries WHERE seq >= ? ORDER BY seq`, int64(from))
+		if err != nil {
+			errc <- fmt.Errorf("audit: read entries: %w", err)
+			return
+		}
+		defer rows.Close()
+		err = func() error {
+			for rows.Next() {
+				var seq int64
+				var hash, body sql.RawBytes
+				if err := rows.Scan(&seq, &hash, &body); err != nil {
+					return fmt.Errorf("audit: read entries: %w", err)
+				}
+				// Copy out of the driver's buffers. Should the arena grow,
+				// earlier rows keep pointing at the old array, which stays
+				// valid.
+				off := len(b.arena)
+				b.arena = append(append(b.arena, hash...), body...)
+				mid, end := off+len(hash), len(b.arena)
+				b.rows = append(b.rows, row{seq: uint64(seq), hash: b.arena[off:mid:mid], body: b.arena[mid:end:end]})
+				if len(b.rows) == batchSize && !send() {
+					return ctx.Err()
+				}
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("audit: read entries: %w", err)
+			}
+			return nil
+		}()
+		if err == nil && len(b.rows) > 0 {
+			send()
+		}
+		errc <- err
+	}()
+	for b := range ch {
+		for _, rw := range b.rows {
+			if err := fn(rw); err != nil {
+				cancel()
+				for range ch {
+				}
+				<-errc
+				return err
+			}
+		}
+	}
+	return <-errc
+}
+
+// Filter selects entries for Entries. Zero fields match everything.
+type Filter struct {
+	After   uint64 // only entries with a larger sequence number
+	Session string
+	Kind    Kind
+	Since   time.Time
+	Limit   int // at most this many (0: no limit)
+	// Last, with Limit, returns the newest Limit entries (still in
+	// ascending order) instead of the oldest.
+	Last bool
+}
+
+// Entries calls fn with each entry matching f, in ascending order. An
+// entry whose stored bytes do not parse is an error.
+func (r *Reader) Entries(ctx context.Context, f Filter, fn func(Entry) error) error {
+	q := `SELECT seq, body FROM entries WHERE seq > ?`
+	args := []any{int64(f.After)}
+	if f.Session != "" {
+		q += ` AND json_extract(body, '$.session') = ?`
+		args = append(args, f.Session)
+	}
+	if f.Kind != "" {
+		q += ` AND json_extract(body, '$.kind') = ?`
+		args = append(args, string(f.Kind))
+	}
+	if !f.Since.IsZero() {
+		q += ` AND json_extract(body, '$.time') >= ?`
+		args = append(args, f.Since.UTC().Format(TimeFormat))
+	}
+	order := "ASC"
+	if f.Last {
+		order = "DESC"
+	}
+	q += ` ORDER BY seq ` + order
+	if f.Limit > 0 {
+		q += ` LIMIT ` + strconv.Itoa(f.Limit)
+	}
+	if f.Last {
+		q = `SELECT seq, body FROM (` + q + `) ORDER BY seq ASC`
+	}
+	rows, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("audit: read entries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var body string
+		if err := rows.Scan(&seq, &body); err != nil {
+			return fmt.Errorf("audit: read entries: %w", err)
+		}
+		e, err := ParseEntry([]byte(body))
+		if err != nil {
+			return fmt.Errorf("audit: entry %d: %w", seq, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// NewestCheckpoint returns the newest stored checkpoint, verified with vkey.
+func (r *Reader) NewestCheckpoint(ctx context.Context, vkey string) (Checkpoint, error) {
+	cps, err := r.storedCheckpoints(ctx)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if len(cps) == 0 {
+		return Checkpoint{}, fmt.Errorf("audit: no checkpoint yet")
+	}
+	return ParseCheckpoint(cps[len(cps)-1].note, vkey)
+}

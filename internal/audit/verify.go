@@ -1,0 +1,390 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+)
+
+// Damage names a kind of damage Verify can find.
+type Damage string
+
+// The kinds of damage.
+const (
+	DamageEditedEntry Damage = "edited entry" // an entry's bytes changed, its stored hash did not
+	DamageEditedHash  Damage = "edited hash"  // a stored hash changed, the entry did not
+	DamageEdited      Damage = "edited entry and hash"
+	DamageMissing     Damage = "deleted entry"     // a sequence number is missing
+	DamageReordered   Damage = "reordered entries" // an entry sits at another entry's position
+	DamageTruncated   Damage = "truncated log"     // the log ends before a signed checkpoint
+	DamageRewritten   Damage = "rewritten chain"   // chain consistent but not what a checkpoint signed
+	DamageForeign     Damage = "foreign log"       // another log (other key) replaced this one
+	DamageCheckpoint  Damage = "bad checkpoint"    // a checkpoint's signature or contents are wrong
+	DamageAnchor      Damage = "bad anchor"        // the retention anchor is not as pruning leaves it
+	DamageUnsigned    Damage = "unsigned entries"  // entries no checkpoint signs: added outside fluffy
+)
+
+// ErrDamaged is matched (errors.Is) by every *DamageError.
+var ErrDamaged = errors.New("audit log damaged")
+
+// DamageError reports the first damage Verify found.
+type DamageError struct {
+	// Seq is the first sequence number affected.
+	Seq    uint64
+	Damage Damage
+	Detail string
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("audit log damaged at seq %d: %s: %s", e.Seq, e.Damage, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrDamaged) true.
+func (e *DamageError) Is(target error) bool { return target == ErrDamaged }
+
+func damage(seq uint64, d Damage, format string, args ...any) error {
+	return &DamageError{Seq: seq, Damage: d, Detail: fmt.Sprintf(format, args...)}
+}
+
+// VerifyOptions configures Verify.
+type VerifyOptions struct {
+	// Verifier is the note verifier string of the log's key (required).
+	// Pass one kept away from the data directory to detect a replaced
+	// database and key together.
+	Verifier string
+	// Full checks every entry from the retention anchor. Otherwise the
+	// check starts at the newest checkpoint a previous verification
+	// passed (and no later than From or any trusted checkpoint).
+	Full bool
+	// From, when not 0, makes the check start no later than entry From.
+	From uint64
+	// Trusted are signed checkpoints kept outside the database (the copy
+	// under keys/, a file a user kept): the log must contain them.
+	Trusted [][]byte
+	// StateDir, when set, is where the incremental check keeps its
+	// progress (the keys/ directory: outside the database, so editing the
+	// database cannot make the next check skip entries). The newest
+	// verified checkpoint's size is recorded there after a check passes.
+	StateDir string
+}
+
+// VerifiedFile, in VerifyOptions.StateDir, holds the tree size of the
+// newest checkpoint a verification passed.
+const VerifiedFile = "audit.verified"
+
+func readVerified(dir string) (uint64, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, VerifiedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("audit: %w", err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("audit: %s: %w", filepath.Join(dir, VerifiedFile), err)
+	}
+	return v, nil
+}
+
+// Report describes a verification that passed.
+type Report struct {
+	Origin string
+	// From and To are the first and last entries checked (From > To when
+	// there was nothing new to check).
+	From, To uint64
+	// Size is the log's size (its newest entry).
+	Size uint64
+	// Checkpoints is how many checkpoint signatures were verified.
+	Checkpoints int
+	// Newest is the newest signed checkpoint (Size 0 when none).
+	Newest Checkpoint
+	// Anchor is the retention anchor (0 when nothing was pruned).
+	Anchor uint64
+	// Unchecked lists trusted checkpoints that predate what remains of the
+	// log (pruned since), which could not be compared.
+	Unchecked []uint64
+}
+
+// source is what verification reads: a database or an export.
+type source interface {
+	origin(ctx context.Context) (string, error)
+	anchorSize(ctx context.Context) (uint64, error)
+	checkpoints(ctx context.Context) ([]storedCheckpoint, error)
+	// rows calls fn for entries with seq >= from in order; row.hash is
+	// nil when the source does not store hashes.
+	rows(ctx context.Context, from uint64, fn func(row) error) error
+	// row returns entry seq, if present.
+	row(ctx context.Context, seq uint64) (row, bool, error)
+}
+
+// Verify checks the log read by r. It returns a *DamageError naming the
+// first damaged sequence number and the kind of damage, or another error
+// when the log could not be read.
+func (r *Reader) Verify(ctx context.Context, opts VerifyOptions) (Report, error) {
+	return verify(ctx, dbSource{r}, opts)
+}
+
+func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error) {
+	var rep Report
+	v, err := note.NewVerifier(opts.Verifier)
+	if err != nil {
+		return rep, fmt.Errorf("audit: verifier key %q: %w", opts.Verifier, err)
+	}
+	if rep.Origin, err = src.origin(ctx); err != nil {
+		return rep, err
+	}
+	if rep.Anchor, err = src.anchorSize(ctx); err != nil {
+		return rep, err
+	}
+	if rep.Origin == "" {
+		// A database without an origin was never written by a Log (or was
+		// recreated, e.g. after losing its WAL): it must be empty, and the
+		// trusted checkpoints below decide whether that is damage.
+		rep.Origin = v.Name()
+	}
+	if rep.Origin != v.Name() {
+		return rep, damage(rep.Anchor+1, DamageForeign, "the log is %q but the key is %q: the database (or the key) was replaced", rep.Origin, v.Name())
+	}
+
+	// Every stored checkpoint must carry a valid signature.
+	stored, err := src.checkpoints(ctx)
+	if err != nil {
+		return rep, err
+	}
+	cps := map[uint64]Checkpoint{}
+	ranges := map[uint64][]byte{}
+	var sizes []uint64
+	for _, sc := range stored {
+		cp, err := ParseCheckpoint(sc.note, opts.Verifier)
+		if err != nil {
+			return rep, damage(sc.size, DamageCheckpoint, "checkpoint at size %d: %v", sc.size, err)
+		}
+		if cp.Size != sc.size {
+			return rep, damage(sc.size, DamageCheckpoint, "checkpoint stored at size %d says size %d", sc.size, cp.Size)
+		}
+		cps[cp.Size], ranges[cp.Size] = cp, sc.rng
+		sizes = append(sizes, cp.Size)
+		rep.Checkpoints++
+		rep.Newest = cp
+	}
+	// Checkpoints kept outside the database.
+	trusted := map[uint64]Checkpoint{}
+	minTrusted := uint64(1<<64 - 1)
+	for _, msg := range opts.Trusted {
+		cp, err := ParseCheckpoint(msg, opts.Verifier)
+		if err != nil {
+			origin := checkpointOrigin(msg)
+			if origin != v.Name() {
+				return rep, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database is from log %q, the key is %q", origin, v.Name())
+			}
+			return rep, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database does not verify with the key: %v", err)
+		}
+		rep.Checkpoints++
+		if cp.Size < rep.Anchor {
+			rep.Unchecked = append(rep.Unchecked, cp.Size)
+			continue
+		}
+		trusted[cp.Size] = cp
+		minTrusted = min(minTrusted, cp.Size)
+	}
+	if rep.Anchor > 0 {
+		if _, ok := cps[rep.Anchor]; !ok {
+			return rep, damage(rep.Anchor+1, DamageAnchor, "retention anchor at size %d has no signed checkpoint", rep.Anchor)
+		}
+	}
+
+	// Where to start.
+	start := rep.Anchor
+	if !opts.Full {
+		limit, err := readVerified(opts.StateDir)
+		if err != nil {
+			return rep, err
+		}
+		if opts.From > 0 {
+			limit = min(limit, opts.From-1)
+		}
+		limit = min(limit, minTrusted)
+		for _, s := range sizes {
+			if s >= rep.Anchor && s <= limit && ranges[s] != nil {
+				start = s
+			}
+		}
+	}
+	chain, rng := zeroHash, rangeFactory.NewEmptyRange(0)
+	if start > 0 {
+		cp := cps[start]
+		if rng, err = newRange(start, ranges[start]); err != nil {
+			return rep, damage(start, DamageCheckpoint, "checkpoint at size %d: %v", start, err)
+		}
+		if !bytes.Equal(rootOf(rng), cp.Root) {
+			return rep, damage(start, DamageCheckpoint, "checkpoint at size %d: stored compact range does not give the signed root", start)
+		}
+		chain = cp.Chain
+	}
+
+	// Walk the entries.
+	rep.From = start + 1
+	next := start + 1
+	lastGood := start // size of the last checkpoint that matched
+	pruneSeen := rep.Anchor == 0 || start > rep.Anchor
+	pruneMark := []byte(`"kind":"` + string(KindAuditPrune) + `"`)
+	checkAt := func(size uint64, cp Checkpoint, what string) error {
+		if !bytes.Equal(rootOf(rng), cp.Root) || !bytes.Equal(chain, cp.Chain) {
+			return damage(lastGood+1, DamageRewritten, "entries %d..%d do not match the %s at size %d (the chain was recomputed after an edit, or entries were reordered)", lastGood+1, size, what, size)
+		}
+		lastGood = size
+		return nil
+	}
+	ch := newChainer()
+	err = src.rows(ctx, next, func(rw row) error {
+		if rw.seq != next {
+			if rw.seq < next {
+				return damage(rw.seq, DamageReordered, "entry %d appears after entry %d", rw.seq, next-1)
+			}
+			if rw.seq == next+1 {
+				return damage(next, DamageMissing, "entry %d is missing (the log jumps from %d to %d)", next, next-1, rw.seq)
+			}
+			return damage(next, DamageMissing, "entries %d..%d are missing", next, rw.seq-1)
+		}
+		h := ch.sum(chain, rw.seq, rw.body)
+		if rw.hash != nil && !bytes.Equal(h, rw.hash) {
+			return classify(ctx, src, rw, h, cps)
+		}
+		if rw.hash == nil {
+			// No stored hash to compare (an export): check the entry's
+			// own sequence number to name reordering precisely.
+			if e, err := ParseEntry(rw.body); err != nil {
+				return damage(rw.seq, DamageEditedEntry, "entry %d is not in canonical form: %v", rw.seq, err)
+			} else if e.Seq != rw.seq {
+				return damage(rw.seq, DamageReordered, "position %d holds entry %d", rw.seq, e.Seq)
+			}
+		}
+		chain = h
+		if err := rng.Append(leafHash(h), nil); err != nil {
+			return err
+		}
+		if !pruneSeen && bytes.Contains(rw.body, pruneMark) {
+			if e, err := ParseEntry(rw.body); err == nil {
+				var p struct {
+					Anchor uint64 `json:"anchor"`
+				}
+				if json.Unmarshal(e.Payload.(json.RawMessage), &p) == nil && p.Anchor == rep.Anchor {
+					pruneSeen = true
+				}
+			}
+		}
+		if cp, ok := cps[rw.seq]; ok {
+			if err := checkAt(rw.seq, cp, "signed checkpoint"); err != nil {
+				return err
+			}
+		}
+		if cp, ok := trusted[rw.seq]; ok {
+			if err := checkAt(rw.seq, cp, "checkpoint kept outside the database"); err != nil {
+				return err
+			}
+		}
+		next++
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	last := next - 1
+	rep.To, rep.Size = last, last
+	for _, s := range sizes {
+		if s > last {
+			return rep, damage(last+1, DamageTruncated, "the log ends at %d but a signed checkpoint covers %d entries (%d..%d deleted or lost)", last, s, last+1, s)
+		}
+	}
+	for s := range trusted {
+		if s > last {
+			return rep, damage(last+1, DamageTruncated, "the log ends at %d but the checkpoint kept outside the database covers %d entries (%d..%d deleted or lost, or an older copy of the database was put back)", last, s, last+1, s)
+		}
+	}
+	newest := max(rep.Newest.Size, rep.Anchor)
+	for s := range trusted {
+		newest = max(newest, s)
+	}
+	if last > newest {
+		return rep, damage(newest+1, DamageUnsigned, "entries %d..%d are covered by no signed checkpoint (fluffy signs every write): they were added outside fluffy", newest+1, last)
+	}
+	if !pruneSeen {
+		return rep, damage(rep.Anchor+1, DamageAnchor, "no %s entry records the retention anchor at size %d (entries were deleted without pruning)", KindAuditPrune, rep.Anchor)
+	}
+	if opts.StateDir != "" && rep.Newest.Size > 0 {
+		if err := writeFileAtomic(filepath.Join(opts.StateDir, VerifiedFile), []byte(strconv.FormatUint(rep.Newest.Size, 10)+"\n"), 0o600); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// classify names the damage at rw, whose recomputed chain hash h differs
+// from the stored one, by looking at the entry's own sequence number and
+// at which of the two hashes the next entry (or a checkpoint) continues.
+func classify(ctx context.Context, src source, rw row, h []byte, cps map[uint64]Checkpoint) error {
+	e, perr := ParseEntry(rw.body)
+	if perr == nil && e.Seq != rw.seq {
+		return damage(rw.seq, DamageReordered, "position %d holds entry %d", rw.seq, e.Seq)
+	}
+	nx, ok, err := src.row(ctx, rw.seq+1)
+	if err != nil {
+		return err
+	}
+	var contStored, contComputed bool
+	if ok && nx.hash != nil {
+		contStored = bytes.Equal(chainHash(rw.hash, nx.seq, nx.body), nx.hash)
+		contComputed = bytes.Equal(chainHash(h, nx.seq, nx.body), nx.hash)
+	} else if cp, ok := cps[rw.seq]; ok {
+		contStored, contComputed = bytes.Equal(cp.Chain, rw.hash), bytes.Equal(cp.Chain, h)
+	}
+	switch {
+	case contComputed:
+		return damage(rw.seq, DamageEditedHash, "the stored hash of entry %d was changed; the entry itself is intact", rw.seq)
+	case contStored:
+		detail := "the entry's bytes were changed after it was hashed"
+		if perr != nil {
+			detail += " (" + perr.Error() + ")"
+		}
+		return damage(rw.seq, DamageEditedEntry, "entry %d: %s", rw.seq, detail)
+	default:
+		return damage(rw.seq, DamageEdited, "entry %d and its stored hash both differ from what the chain gives", rw.seq)
+	}
+}
+
+// dbSource reads a database.
+type dbSource struct{ r *Reader }
+
+func (s dbSource) origin(ctx context.Context) (string, error) { return s.r.Origin(ctx) }
+func (s dbSource) anchorSize(ctx context.Context) (uint64, error) {
+	return s.r.metaUint(ctx, "anchor")
+}
+func (s dbSource) checkpoints(ctx context.Context) ([]storedCheckpoint, error) {
+	return s.r.storedCheckpoints(ctx)
+}
+func (s dbSource) rows(ctx context.Context, from uint64, fn func(row) error) error {
+	return s.r.rowsPrefetch(ctx, from, fn)
+}
+func (s dbSource) row(ctx context.Context, seq uint64) (row, bool, error) {
+	var rw row
+	var body string
+	err := s.r.db.QueryRowContext(ctx, `SELECT body, hash FROM entries WHERE seq = ?`, int64(seq)).Scan(&body, &rw.hash)
+	if err != nil {
+		return rw, false, nil //nolint:nilerr // absent or unreadable: classify without it
+	}
+	rw.seq, rw.body = seq, []byte(body)
+	return rw, true, nil
+}

@@ -1,0 +1,77 @@
+package changeset
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Links is the merged view as a symlink reader over absolute paths, for
+// resolving the paths a model writes (tool.Resolver's LinkFS): paths in
+// the workspace are looked up through the change set, so a symlink the
+// session created is followed and one it deleted is not; other paths go to
+// the real file system.
+type Links struct{ cs *ChangeSet }
+
+// Links returns the change set's symlink reader.
+func (cs *ChangeSet) Links() Links { return Links{cs} }
+
+func (l Links) rel(name string) (string, bool) {
+	ws := l.cs.workspace
+	if name == ws {
+		return ".", true
+	}
+	if strings.HasPrefix(name, ws+"/") {
+		return filepath.ToSlash(strings.TrimPrefix(name, ws+"/")), true
+	}
+	return "", false
+}
+
+// Lstat returns the entry at the absolute path name without following a
+// final symlink.
+func (l Links) Lstat(name string) (fs.FileInfo, error) {
+	rel, ok := l.rel(name)
+	if !ok {
+		return os.Lstat(name)
+	}
+	e, err := l.cs.Stat(rel)
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	}
+	return entryInfo{e}, nil
+}
+
+// Readlink returns the target of the symlink at the absolute path name.
+func (l Links) Readlink(name string) (string, error) {
+	rel, ok := l.rel(name)
+	if !ok {
+		return os.Readlink(name)
+	}
+	e, err := l.cs.Stat(rel)
+	if err != nil || e.Kind != KindSymlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+	}
+	return e.Target, nil
+}
+
+// entryInfo is an Entry as an fs.FileInfo.
+type entryInfo struct{ e Entry }
+
+func (i entryInfo) Name() string       { return filepath.Base(i.e.Path) }
+func (i entryInfo) Size() int64        { return i.e.Size }
+func (i entryInfo) ModTime() time.Time { return time.Time{} }
+func (i entryInfo) IsDir() bool        { return i.e.Kind == KindDir }
+func (i entryInfo) Sys() any           { return i.e }
+func (i entryInfo) Mode() fs.FileMode {
+	switch i.e.Kind {
+	case KindDir:
+		return fs.ModeDir | i.e.Mode
+	case KindSymlink:
+		return fs.ModeSymlink | i.e.Mode
+	case KindOther:
+		return fs.ModeIrregular | i.e.Mode
+	}
+	return i.e.Mode
+}

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+)
+
+// changesFlags are shared by the changes subcommands.
+type changesFlags struct {
+	dir       string
+	workspace string
+}
+
+func (f *changesFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.dir, "changeset", "", "change set directory (from 'fluffy changes begin'), or a bare overlay upper directory with --workspace")
+	cmd.Flags().StringVar(&f.workspace, "workspace", "", "workspace (the overlay lower layer); recorded in a change set, required for a bare upper")
+	_ = cmd.MarkFlagRequired("changeset")
+}
+
+func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
+	dir := f.dir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(a.Cwd, dir)
+	}
+	ws := f.workspace
+	if ws != "" && !filepath.IsAbs(ws) {
+		ws = filepath.Join(a.Cwd, ws)
+	}
+	if fileExists(filepath.Join(dir, "changeset.json")) {
+		cs, err := changeset.Open(dir, ws)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		return cs, nil
+	}
+	if ws == "" {
+		return nil, fmt.Errorf("%w: %s is not a change set: pass --workspace to read it as a bare overlay upper directory", errUsage, f.dir)
+	}
+	cs, err := changeset.OpenUpper(dir, ws)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return cs, nil
+}
+
+func newChangesCmd(a *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "changes",
+		Short: "Review, apply or discard a change set (an overlay upper directory over a workspace)",
+		Long: `A change set holds a session's writes as an overlay upper directory over the
+workspace. Nothing reaches the real tree until 'fluffy changes apply', which
+is all-or-nothing and refuses when a file changed in the workspace since the
+change set began. FILES select paths (a directory selects everything below).`,
+	}
+	cmd.AddCommand(newChangesBeginCmd(a), newChangesLsCmd(a), newChangesDiffCmd(a), newChangesApplyCmd(a), newChangesDiscardCmd(a))
+	return cmd
+}
+
+func newChangesBeginCmd(a *App) *cobra.Command {
+	var f changesFlags
+	cmd := &cobra.Command{
+		Use:   "begin --changeset DIR [--workspace DIR]",
+		Short: "Create a change set over a workspace (default: the current directory) and record its base",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws := f.workspace
+			if ws == "" {
+				ws = a.Cwd
+			} else if !filepath.IsAbs(ws) {
+				ws = filepath.Join(a.Cwd, ws)
+			}
+			dir := f.dir
+			if !filepath.IsAbs(dir) {
+				dir = filepath.Join(a.Cwd, dir)
+			}
+			cs, err := changeset.Begin(cmd.Context(), ws, dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.Stdout, "workspace %s\nupperdir  %s\nworkdir   %s\n", cs.Workspace(), cs.UpperDir(), cs.WorkDir())
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newChangesLsCmd(a *App) *cobra.Command {
+	var f changesFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls --changeset DIR [FILES...]",
+		Short: "List changed paths: A added, M modified, D deleted",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := f.open(a)
+			if err != nil {
+				return err
+			}
+			ch, err := cs.Changes(cmd.Context(), args...)
+			if err != nil {
+				return wrapPathErr(err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				if ch == nil {
+					ch = []changeset.Change{}
+				}
+				return enc.Encode(ch)
+			}
+			for _, c := range ch {
+				fmt.Fprintln(a.Stdout, changeLine(c))
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func changeLine(c changeset.Change) string {
+	letter := map[changeset.Op]string{changeset.Added: "A", changeset.Modified: "M", changeset.Deleted: "D"}[c.Op]
+	s := fmt.Sprintf("%s %-7s %s", letter, c.Kind, c.Path)
+	switch {
+	case c.Kind == changeset.KindSymlink && c.Op != changeset.Deleted:
+		s += " -> " + c.NewTarget
+	case c.Op == changeset.Modified && c.OldMode != c.NewMode:
+		s += fmt.Sprintf(" (mode %04o -> %04o)", c.OldMode.Perm(), c.NewMode.Perm())
+	}
+	return s
+}
+
+func newChangesDiffCmd(a *App) *cobra.Command {
+	var f changesFlags
+	cmd := &cobra.Command{
+		Use:   "diff --changeset DIR [FILES...]",
+		Short: "Show the change set as a unified diff",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := f.open(a)
+			if err != nil {
+				return err
+			}
+			d, err := cs.Diff(cmd.Context(), args...)
+			if err != nil {
+				return wrapPathErr(err)
+			}
+			fmt.Fprint(a.Stdout, d)
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newChangesApplyCmd(a *App) *cobra.Command {
+	var f changesFlags
+	cmd := &cobra.Command{
+		Use:   "apply --changeset DIR [FILES...]",
+		Short: "Apply the change set (or the selected paths) to the workspace, all or nothing",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := f.open(a)
+			if err != nil {
+				return err
+			}
+			applied, err := cs.Apply(cmd.Context(), args...)
+			var ce *changeset.ConflictError
+			if errors.As(err, &ce) {
+				return fmt.Errorf("%w\nreview with 'fluffy changes diff', then apply the other paths by naming them, or discard the conflicting ones", err)
+			}
+			if err != nil {
+				return wrapPathErr(err)
+			}
+			for _, c := range applied {
+				fmt.Fprintln(a.Stdout, changeLine(c))
+			}
+			fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(applied), cs.Workspace())
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newChangesDiscardCmd(a *App) *cobra.Command {
+	var f changesFlags
+	cmd := &cobra.Command{
+		Use:   "discard --changeset DIR [FILES...]",
+		Short: "Drop the change set's changes (or those at the selected paths)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, err := f.open(a)
+			if err != nil {
+				return err
+			}
+			if err := cs.Discard(cmd.Context(), args...); err != nil {
+				return wrapPathErr(err)
+			}
+			fmt.Fprintln(a.Stdout, "discarded")
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+// wrapPathErr makes an invalid path a usage error.
+func wrapPathErr(err error) error {
+	if errors.Is(err, changeset.ErrBadPath) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return err
+}

@@ -1,0 +1,405 @@
+// Package netproxy owns sandbox egress: an HTTP proxy (absolute-form
+// requests, and CONNECT tunnels for HTTPS) that lets one sandbox reach
+// exactly the hosts on its allow-list, and audits every request.
+//
+// A Proxy serves one sandbox. It reads each request itself, matches the
+// destination against the AllowList (exact names, *.domain wildcards, IP
+// literals, ports), resolves names with its own Resolver, and refuses
+// loopback, private, link-local (cloud metadata), and other non-public
+// addresses unless an IP-literal rule names that exact address. The check
+// is made again in the dialer's Control hook on the address actually being
+// connected, so neither DNS rebinding nor a redirect inside the proxy can
+// reach an address the check did not see. Byte and time limits bound every
+// request and tunnel; a denied request gets a 403 whose body names the rule.
+//
+// Every request, allowed or not, produces one Record for the Recorder when
+// it ends. Auditing fails closed: once the Recorder returns an error the
+// proxy refuses every later request (503) until it is rebuilt.
+//
+// Forward (the sandbox side) accepts TCP connections on loopback inside the
+// sandbox's network namespace and splices each to the proxy's unix socket;
+// the fluffy binary runs it under the hidden ForwardCommand.
+package netproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+)
+
+// Resolver looks host names up. *net.Resolver satisfies it. It must
+// return every address it knows of (the proxy checks each one) and an
+// error when there is none.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Recorder receives one Record per request when the request ends, allowed
+// or refused. An error means the record was not stored: the proxy then
+// refuses every later request, since egress it cannot audit is egress it
+// must not allow. RecordEgress must be safe for concurrent use.
+type Recorder interface {
+	RecordEgress(ctx context.Context, r Record) error
+}
+
+// Decision is the proxy's verdict on one request.
+type Decision string
+
+// Decisions.
+const (
+	Allowed Decision = "allow"
+	Denied  Decision = "deny"
+)
+
+// Record is the audit view of one request or tunnel.
+type Record struct {
+	Time    time.Time // when the request arrived
+	Sandbox string
+	Session string
+	// Method is the HTTP method, or "CONNECT" for a tunnel.
+	Method string
+	Host   string // as requested (canonical name or IP literal)
+	Port   int
+	// Addr is the address actually connected to, "" when none was.
+	Addr     string
+	Decision Decision
+	// Rule is the allow-list rule that let the request through, or for a
+	// denial the name of the check that refused it (see DeniedError).
+	Rule string
+	// Reason explains a denial in words; empty when allowed.
+	Reason string
+	// Status is the HTTP status sent to the client (200 for an
+	// established tunnel).
+	Status int
+	// BytesUp and BytesDown count body (or tunnel) bytes from the sandbox
+	// to the upstream and back.
+	BytesUp, BytesDown int64
+	Duration           time.Duration
+	// Err describes how an allowed request failed or was cut short (a
+	// limit, a timeout, an upstream error); empty when it completed.
+	Err string
+}
+
+// DeniedError is a refusal by a proxy check. Rule names the check:
+// "not-allowed" (no allow-list rule matches), "address:<class>" (the
+// destination resolves only to refused addresses), "bad-request",
+// "origin-form", "host-mismatch", "scheme", "limit:upload",
+// "limit:download", "audit".
+type DeniedError struct {
+	Rule   string
+	Reason string
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("netproxy: refused by %s: %s", e.Rule, e.Reason)
+}
+
+// Limits bound what one sandbox can do through the proxy. Zero fields take
+// the DefaultLimits value.
+type Limits struct {
+	// MaxUpload caps the bytes sent upstream per request or tunnel.
+	MaxUpload int64
+	// MaxDownload caps the bytes received per request or tunnel.
+	MaxDownload int64
+	// MaxHeaderBytes caps a request's line and headers.
+	MaxHeaderBytes int
+	// HeaderTimeout is how long a client has to send a request's headers
+	// (slow clients are cut off).
+	HeaderTimeout time.Duration
+	// DialTimeout bounds connecting upstream.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds waiting for an upstream's response
+	// headers (slow upstreams are cut off with 504).
+	ResponseHeaderTimeout time.Duration
+	// IdleTimeout ends a tunnel or a kept-alive client connection that
+	// moved no bytes for this long.
+	IdleTimeout time.Duration
+	// MaxDuration bounds one request or tunnel from start to end.
+	MaxDuration time.Duration
+	// MaxConns bounds concurrent client connections; more wait in the
+	// listener's backlog.
+	MaxConns int
+}
+
+// DefaultLimits are the limits used for zero Limits fields.
+var DefaultLimits = Limits{
+	MaxUpload:             64 << 20,
+	MaxDownload:           1 << 30,
+	MaxHeaderBytes:        32 << 10,
+	HeaderTimeout:         10 * time.Second,
+	DialTimeout:           10 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+	IdleTimeout:           60 * time.Second,
+	MaxDuration:           10 * time.Minute,
+	MaxConns:              256,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxUpload > 0 {
+		d.MaxUpload = l.MaxUpload
+	}
+	if l.MaxDownload > 0 {
+		d.MaxDownload = l.MaxDownload
+	}
+	if l.MaxHeaderBytes > 0 {
+		d.MaxHeaderBytes = l.MaxHeaderBytes
+	}
+	if l.HeaderTimeout > 0 {
+		d.HeaderTimeout = l.HeaderTimeout
+	}
+	if l.DialTimeout > 0 {
+		d.DialTimeout = l.DialTimeout
+	}
+	if l.ResponseHeaderTimeout > 0 {
+		d.ResponseHeaderTimeout = l.ResponseHeaderTimeout
+	}
+	if l.IdleTimeout > 0 {
+		d.IdleTimeout = l.IdleTimeout
+	}
+	if l.MaxDuration > 0 {
+		d.MaxDuration = l.MaxDuration
+	}
+	if l.MaxConns > 0 {
+		d.MaxConns = l.MaxConns
+	}
+	return d
+}
+
+// Options configure a Proxy.
+type Options struct {
+	// Sandbox and Session identify whose traffic this is, for the audit.
+	Sandbox string
+	Session string
+	// Allow is the allow-list; the zero value allows nothing.
+	Allow AllowList
+	// Recorder receives the audit records; required.
+	Recorder Recorder
+	// AllowAddrs are non-public address ranges an allowed name may
+	// resolve to (a company network, say). Empty by default: names never
+	// reach loopback, private or link-local addresses.
+	AllowAddrs []netip.Prefix
+	// Resolver looks names up; nil uses net.DefaultResolver.
+	Resolver Resolver
+	Limits   Limits
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Proxy is one sandbox's egress proxy. Serve it on one or more listeners;
+// Close ends everything it started.
+type Proxy struct {
+	opts      Options
+	lim       Limits
+	resolver  Resolver
+	log       *slog.Logger
+	transport *http.Transport
+	sem       chan struct{} // one token per served client connection
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // Serve loops and connection handlers
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	auditErr  error // first Recorder failure; latches refusal
+}
+
+// New builds a proxy. It starts nothing until Serve.
+func New(opts Options) (*Proxy, error) {
+	if opts.Recorder == nil {
+		return nil, errors.New("netproxy: Options.Recorder is required")
+	}
+	p := &Proxy{
+		opts:      opts,
+		lim:       opts.Limits.withDefaults(),
+		resolver:  opts.Resolver,
+		log:       opts.Logger,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+	}
+	if p.resolver == nil {
+		p.resolver = net.DefaultResolver
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.log = p.log.With("sandbox", opts.Sandbox)
+	p.sem = make(chan struct{}, p.lim.MaxConns)
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.transport = &http.Transport{
+		// Never honour the host's own proxy settings.
+		Proxy:                  nil,
+		DialContext:            p.transportDial,
+		ResponseHeaderTimeout:  p.lim.ResponseHeaderTimeout,
+		DisableCompression:     true,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        p.lim.IdleTimeout,
+		MaxResponseHeaderBytes: int64(p.lim.MaxHeaderBytes),
+		ForceAttemptHTTP2:      false,
+	}
+	return p, nil
+}
+
+// ErrClosed is returned by Serve once Close has been called.
+var ErrClosed = errors.New("netproxy: proxy closed")
+
+// Serve accepts client connections on ln until ln fails or Close is
+// called, then returns (ErrClosed after Close). It closes ln.
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	p.listeners[ln] = struct{}{}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.listeners, ln)
+		p.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.ctx.Done():
+			return ErrClosed
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			<-p.sem
+			if p.ctx.Err() != nil {
+				return ErrClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("netproxy: accept: %w", err)
+			}
+			// Anything else (EMFILE, ECONNABORTED...) passes: wait a
+			// little, longer each time, and go on serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Warn("egress proxy accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-p.ctx.Done():
+				return ErrClosed
+			}
+			continue
+		}
+		backoff = 0
+		if !p.track(c) {
+			<-p.sem
+			c.Close()
+			return ErrClosed
+		}
+		go func() {
+			defer p.wg.Done()
+			defer func() { <-p.sem }()
+			defer p.untrack(c)
+			p.serveConn(c)
+		}()
+	}
+}
+
+// track registers an accepted connection (and its handler in wg); false
+// when the proxy is closing.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// Close stops every listener, cuts every connection and waits for their
+// handlers to return.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.cancel()
+	for ln := range p.listeners {
+		ln.Close()
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.transport.CloseIdleConnections()
+	return nil
+}
+
+// ListenUnix creates a unix socket at path for Serve, replacing a stale
+// socket there, with mode 0666 so a sandbox's mapped user can connect
+// (guard access with the directory's permissions).
+func ListenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("netproxy: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("netproxy: listen: %w", err)
+	}
+	return ln, nil
+}
+
+// auditFailure returns the latched Recorder failure, if any.
+func (p *Proxy) auditFailure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.auditErr
+}
+
+func (p *Proxy) record(r Record) {
+	r.Sandbox = p.opts.Sandbox
+	r.Session = p.opts.Session
+	r.Duration = time.Since(r.Time)
+	// The record is written even while closing: a request that ran must
+	// be audited.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
+	defer cancel()
+	if err := p.opts.Recorder.RecordEgress(ctx, r); err != nil {
+		p.mu.Lock()
+		if p.auditErr == nil {
+			p.auditErr = err
+		}
+		p.mu.Unlock()
+		p.log.Error("egress audit failed: refusing all further requests", "err", err)
+		return
+	}
+	p.log.Debug("egress", "method", r.Method, "host", r.Host, "port", r.Port,
+		"decision", r.Decision, "rule", r.Rule, "status", r.Status,
+		"up", r.BytesUp, "down", r.BytesDown)
+}

@@ -1,0 +1,179 @@
+package tool
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/fluffy-agent/fluffy/internal/operation"
+)
+
+// Path errors; the model sees them as tool results.
+var (
+	ErrPathInvalid = errors.New("invalid path")
+	ErrPathLoop    = errors.New("too many levels of symbolic links")
+)
+
+// Limits of the paths a model may write, those of Linux.
+const (
+	maxPathBytes = 4096 // PATH_MAX
+	maxNameBytes = 255  // NAME_MAX
+	maxLinks     = 40   // the kernel's MAXSYMLINKS
+)
+
+// LinkFS is what the Resolver reads symlinks through: the real file
+// system by default, or a session's merged change-set view. Both methods
+// take absolute paths and must not follow a final symlink.
+type LinkFS interface {
+	Lstat(name string) (fs.FileInfo, error)
+	Readlink(name string) (string, error)
+}
+
+type osLinks struct{}
+
+func (osLinks) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
+func (osLinks) Readlink(name string) (string, error)   { return os.Readlink(name) }
+
+// Resolver turns the paths a model writes into canonical
+// operation.Paths: absolute, cleaned, symlinks resolved as far as the
+// path exists, and the inside-workspace flag computed on the resolved
+// form. It never opens a file. Safe for concurrent use.
+type Resolver struct {
+	workspace string
+	cwd       string
+	fs        LinkFS
+}
+
+// ResolverOptions configure a Resolver.
+type ResolverOptions struct {
+	// Workspace is the workspace root; required. It is canonicalized.
+	Workspace string
+	// Cwd is where relative paths start; default the workspace.
+	Cwd string
+	// FS reads symlinks; default the real file system.
+	FS LinkFS
+}
+
+// NewResolver returns a Resolver for a workspace.
+func NewResolver(o ResolverOptions) (*Resolver, error) {
+	if o.Workspace == "" {
+		return nil, errors.New("tool: resolver needs a workspace")
+	}
+	ws, err := filepath.Abs(o.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("tool: workspace: %w", err)
+	}
+	if ws, err = filepath.EvalSymlinks(ws); err != nil {
+		return nil, fmt.Errorf("tool: workspace: %w", err)
+	}
+	r := &Resolver{workspace: ws, cwd: ws, fs: o.FS}
+	if r.fs == nil {
+		r.fs = osLinks{}
+	}
+	if o.Cwd != "" {
+		p, err := r.Resolve(o.Cwd)
+		if err != nil {
+			return nil, fmt.Errorf("tool: cwd: %w", err)
+		}
+		r.cwd = p.Abs
+	}
+	return r, nil
+}
+
+// Workspace returns the canonical workspace root.
+func (r *Resolver) Workspace() string { return r.workspace }
+
+// Resolve canonicalizes raw. Components that exist are resolved through
+// their symlinks (a ".." after a symlink climbs from the link's target, as
+// the kernel does); the part that does not exist yet is cleaned
+// lexically.
+func (r *Resolver) Resolve(raw string) (operation.Path, error) {
+	bad := func(why string) (operation.Path, error) {
+		return operation.Path{}, fmt.Errorf("%w %q: %s", ErrPathInvalid, truncate(raw, 80), why)
+	}
+	switch {
+	case raw == "":
+		return bad("empty")
+	case strings.IndexByte(raw, 0) >= 0:
+		return bad("contains a NUL byte")
+	case len(raw) > maxPathBytes:
+		return bad(fmt.Sprintf("longer than %d bytes", maxPathBytes))
+	}
+	// Start from a directory known to be canonical: the working directory
+	// for a relative path, the workspace when an absolute path is in it,
+	// the root otherwise.
+	resolved, rest := "/", raw
+	switch {
+	case !filepath.IsAbs(raw):
+		resolved = r.cwd
+	case strings.HasPrefix(raw, r.workspace+"/"):
+		resolved, rest = r.workspace, raw[len(r.workspace):]
+	}
+	todo := strings.Split(rest, "/")
+	for _, c := range todo {
+		if len(c) > maxNameBytes {
+			return bad(fmt.Sprintf("a component is longer than %d bytes", maxNameBytes))
+		}
+	}
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, c)
+		fi, err := r.fs.Lstat(next)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			// Fail closed: an unreadable directory could hide a symlink.
+			return operation.Path{}, fmt.Errorf("%w %q: %v", ErrPathInvalid, truncate(raw, 80), err)
+		}
+		if err != nil {
+			// Nothing exists from here on: clean the rest lexically.
+			resolved = filepath.Clean(next + "/" + strings.Join(todo, "/"))
+			break
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			if !fi.IsDir() && len(todo) > 0 && strings.Trim(strings.Join(todo, "/"), "/") != "" {
+				resolved = filepath.Clean(next + "/" + strings.Join(todo, "/"))
+				break
+			}
+			continue
+		}
+		links++
+		if links > maxLinks {
+			return operation.Path{}, fmt.Errorf("%w: %q", ErrPathLoop, truncate(raw, 80))
+		}
+		target, err := r.fs.Readlink(next)
+		if err != nil {
+			return operation.Path{}, fmt.Errorf("%w %q: %v", ErrPathInvalid, truncate(raw, 80), err)
+		}
+		if filepath.IsAbs(target) {
+			resolved = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return operation.Path{Abs: resolved, Raw: raw, InWorkspace: r.inside(resolved)}, nil
+}
+
+func (r *Resolver) inside(p string) bool {
+	return p == r.workspace || strings.HasPrefix(p, r.workspace+"/") || r.workspace == "/"
+}
+
+// Rel returns p relative to the workspace, for an inside path.
+func (r *Resolver) Rel(p operation.Path) (string, bool) {
+	if !p.InWorkspace {
+		return "", false
+	}
+	rel, err := filepath.Rel(r.workspace, p.Abs)
+	return filepath.ToSlash(rel), err == nil
+}
