@@ -73,6 +73,8 @@ type Log struct {
 type Sandbox struct {
 	// Runtime chooses the backend.
 	Runtime string `yaml:"runtime" enum:"native,docker,podman"`
+	// Image is the container image of the docker and podman runtimes.
+	Image string `yaml:"image"`
 	// Template is the template used when a caller names none.
 	Template string `yaml:"template"`
 	// AllowDegraded runs sandboxes with whatever protection the host
@@ -228,6 +230,7 @@ func Default(env Env) Config {
 		Model: "replay/demo",
 		Sandbox: Sandbox{
 			Runtime:     "native",
+			Image:       "fluffy-base:latest",
 			Template:    "code-executor",
 			Timeout:     units.Duration(10 * 60e9),
 			Memory:      2 << 30,
