@@ -39,7 +39,7 @@ func startKernel(t *testing.T, timeout time.Duration, extra Notifier) *kernelFix
 	w := NewWatchers()
 	var n Notifier = w
 	if extra != nil {
-		n = Fanout{w, extra}
+		n = Fanout{extra, w} // the terminal first: the test reads it after the event
 	}
 	j := &journal{}
 	b, err := NewBroker(Options{Evaluator: testPolicy, Notifier: n, Recorder: j, Timeout: timeout})
@@ -129,8 +129,8 @@ func nextView(t *testing.T, c *ipc.Client) View {
 // terminal watching approvals sees two requests from two sessions at
 // once, and a second client answers each by id over the real socket.
 func TestAnswerFromSecondClient(t *testing.T) {
-	var term bytes.Buffer
-	k := startKernel(t, time.Minute, &Terminal{W: &syncWriter{w: &term}})
+	term := &syncWriter{w: &bytes.Buffer{}}
+	k := startKernel(t, time.Minute, &Terminal{W: term})
 	ctx := t.Context()
 	watcher, session, answerer := k.dial(t), k.dial(t), k.dial(t)
 	var w WatchResult
@@ -235,6 +235,12 @@ func TestAnswerParamsLimits(t *testing.T) {
 type syncWriter struct {
 	mu sync.Mutex
 	w  *bytes.Buffer
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
