@@ -22,6 +22,10 @@ const (
 	// MethodWatch makes the calling connection receive TopicRequest
 	// events for every request shown from now on: result WatchResult.
 	MethodWatch = "approval.watch"
+	// MethodAsk submits a plan and waits for its decisions: params
+	// AskParams, result Request. Cancelling the call (or disconnecting)
+	// denies what is still open.
+	MethodAsk = "approval.ask"
 	// TopicRequest is the event a watching connection receives: data
 	// View.
 	TopicRequest = "approval.request"
@@ -69,6 +73,16 @@ type AnswerResult struct {
 	// Prompt is the question again when steps are still open.
 	Prompt string `json:"prompt,omitempty"`
 }
+
+// AskParams are approval.ask's params: a plan of at most maxSteps steps
+// for one session. A step's operation may leave its session empty.
+type AskParams struct {
+	Session string `json:"session"`
+	Summary string `json:"summary,omitempty"`
+	Steps   []Step `json:"steps"`
+}
+
+const maxSteps = 100
 
 // WatchResult is approval.watch's result.
 type WatchResult struct {
@@ -137,6 +151,30 @@ func Register(mux *ipc.Mux, b *Broker, w *Watchers) error {
 	}); err != nil {
 		return err
 	}
+	if err := mux.Handle(MethodAsk, func(ctx context.Context, r *ipc.Request) (any, error) {
+		var p AskParams
+		if err := r.Bind(&p); err != nil {
+			return nil, err
+		}
+		switch {
+		case p.Session == "" || len(p.Session) > 128 || hasControl(p.Session):
+			return nil, ipc.Errorf(ipc.CodeInvalidParams, "approval.ask needs a session id (at most 128 printable bytes)")
+		case len(p.Steps) == 0 || len(p.Steps) > maxSteps:
+			return nil, ipc.Errorf(ipc.CodeInvalidParams, "a plan has 1 to %d steps, this one has %d", maxSteps, len(p.Steps))
+		}
+		for i := range p.Steps {
+			op := &p.Steps[i].Op
+			if op.Session.ID == "" {
+				op.Session.ID = p.Session
+			}
+			if op.Session.ID != p.Session {
+				return nil, ipc.Errorf(ipc.CodeInvalidParams, "step %d belongs to session %q, the plan to %q", i+1, op.Session.ID, p.Session)
+			}
+		}
+		return b.Ask(ctx, p.Session, p.Summary, p.Steps)
+	}); err != nil {
+		return err
+	}
 	if w == nil {
 		return nil
 	}
@@ -156,9 +194,12 @@ func hasControl(s string) bool {
 }
 
 // Watchers is a Notifier that pushes each request to the connections that
-// called approval.watch. A request nobody watches is an error, so the
-// broker does not wait for an answer no one was asked for.
+// called approval.watch. With Required, a request nobody watches is an
+// error, so the broker does not wait for an answer no one was asked for;
+// without it the request waits in approval.list for a terminal to ask.
 type Watchers struct {
+	Required bool
+
 	mu    sync.Mutex // guards peers
 	peers map[uint64]*ipc.Peer
 }
@@ -199,7 +240,7 @@ func (w *Watchers) Notify(_ context.Context, req Request) error {
 		}
 		n++
 	}
-	if n == 0 {
+	if n == 0 && w.Required {
 		return ErrNobodyWatching
 	}
 	return nil

@@ -30,6 +30,10 @@ type kernelFixture struct {
 }
 
 func startKernel(t *testing.T, timeout time.Duration, extra Notifier) *kernelFixture {
+	return startKernelWith(t, timeout, extra, true)
+}
+
+func startKernelWith(t *testing.T, timeout time.Duration, extra Notifier, required bool) *kernelFixture {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "appr")
 	if err != nil {
@@ -37,6 +41,7 @@ func startKernel(t *testing.T, timeout time.Duration, extra Notifier) *kernelFix
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	w := NewWatchers()
+	w.Required = required
 	var n Notifier = w
 	if extra != nil {
 		n = Fanout{extra, w} // the terminal first: the test reads it after the event
@@ -201,6 +206,33 @@ func TestNobodyWatching(t *testing.T) {
 	}
 	if p := k.broker.Pending(""); len(p) != 0 {
 		t.Fatalf("left pending: %v", p)
+	}
+}
+
+// TestUnwatchedRequestWaitsInList: when watching is optional, a request
+// nobody was shown waits in approval.list and is answered by id.
+func TestUnwatchedRequestWaitsInList(t *testing.T) {
+	k := startKernelWith(t, time.Minute, nil, false)
+	ch := asyncAsk(t.Context(), k.dial(t), "s", "rm x;ls")
+	c := k.dial(t)
+	var list ListResult
+	for range 200 {
+		if err := c.Call(t.Context(), MethodList, nil, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Requests) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(list.Requests) != 1 {
+		t.Fatalf("list: %+v", list)
+	}
+	if err := c.Call(t.Context(), MethodAnswer, AnswerParams{ID: list.Requests[0].ID, Answer: "/approve"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-ch; r.err != nil || r.req.Summary != "AA" {
+		t.Fatalf("%+v", r)
 	}
 }
 

@@ -191,6 +191,7 @@ recorded in a tamper-evident audit log.`,
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newChangesCmd(a),
+		newApproveCmd(a), newApprovalsCmd(a),
 	)
 	return root
 }

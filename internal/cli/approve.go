@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+)
+
+// serveApprovals gives the kernel its approval broker and registers
+// approval.list, approval.answer, approval.ask and approval.watch on mux.
+// The broker evaluates steps with the policy files as they are at asking
+// time, records in the audit log (opened for each record, so the kernel
+// does not hold the log's writer lock while idle) and shows requests to
+// the terminals running "fluffy approvals --watch"; unwatched requests
+// wait in "fluffy approvals".
+func (a *App) serveApprovals(mux *ipc.Mux) (*approval.Broker, error) {
+	l, err := a.Config()
+	if err != nil {
+		return nil, err
+	}
+	w := approval.NewWatchers()
+	b, err := approval.NewBroker(approval.Options{
+		Evaluator: approval.PolicyEvaluator{Engine: policyNow{a}},
+		Notifier:  w,
+		Recorder:  approval.AuditRecorder{Log: auditOnDemand{a}},
+		Timeout:   l.Config.Approval.Timeout.Std(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, approval.Register(mux, b, w)
+}
+
+// policyNow loads the policy files at each evaluation. A policy that does
+// not load makes every step blocked, with the error as the reason.
+type policyNow struct{ a *App }
+
+func (p policyNow) Explain(ctx context.Context, op operation.Operation) policy.Decision {
+	e, _, err := p.a.policyEngine()
+	if err != nil {
+		return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
+	}
+	return e.Explain(ctx, op)
+}
+
+// auditOnDemand opens the audit log for one append.
+type auditOnDemand struct{ a *App }
+
+func (d auditOnDemand) Append(ctx context.Context, e audit.Entry) (uint64, error) {
+	l, err := openAuditLog(ctx, d.a)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := l.Append(ctx, e)
+	if cerr := l.Close(); err == nil && cerr != nil {
+		return seq, cerr
+	}
+	return seq, err
+}
+
+func newApprovalsCmd(a *App) *cobra.Command {
+	var (
+		session string
+		asJSON  bool
+		ids     bool
+		watch   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the approval requests waiting for an answer (or watch for new ones)",
+		Long: `approvals lists the open approval requests of every session (or --session),
+each with its id and its question. Answer one with: fluffy approve ID ANSWER...
+
+With --watch it stays connected and prints each request as it is asked
+(this terminal becomes an approval channel) until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if watch {
+				return a.watchApprovals(ctx, c)
+			}
+			var res approval.ListResult
+			if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &res); err != nil {
+				return fmt.Errorf("list approvals: %w", err)
+			}
+			switch {
+			case asJSON:
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			case ids:
+				for _, r := range res.Requests {
+					fmt.Fprintln(a.Stdout, r.ID)
+				}
+				return nil
+			case len(res.Requests) == 0:
+				fmt.Fprintln(a.Stdout, "no pending approvals")
+				return nil
+			}
+			for i, r := range res.Requests {
+				if i > 0 {
+					fmt.Fprintln(a.Stdout)
+				}
+				fmt.Fprint(a.Stdout, r.Prompt)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only this session's requests")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.Flags().BoolVar(&ids, "ids", false, "print only the request ids")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print requests as they are asked, until interrupted")
+	cmd.AddCommand(newApprovalsAskCmd(a))
+	return cmd
+}
+
+func (a *App) watchApprovals(ctx context.Context, c *ipc.Client) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := c.Call(ctx, approval.MethodWatch, nil, nil); err != nil {
+		return fmt.Errorf("watch approvals: %w", err)
+	}
+	term := &approval.Terminal{W: a.Stdout}
+	fmt.Fprintln(a.Stdout, "watching for approval requests (Ctrl-C to stop)")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.Done():
+			return fmt.Errorf("the kernel closed the connection: %w", c.Err())
+		case ev := <-c.Events():
+			if ev.Topic != approval.TopicRequest {
+				continue
+			}
+			var v approval.View
+			if err := json.Unmarshal(ev.Data, &v); err != nil {
+				return fmt.Errorf("approval event: %w", err)
+			}
+			if err := term.Notify(ctx, v.Request); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func newApprovalsAskCmd(a *App) *cobra.Command {
+	var (
+		session, summary string
+		shells           []string
+	)
+	cmd := &cobra.Command{
+		Use:   "ask --session ID --shell 'CMD' [--shell 'CMD']...",
+		Short: "Submit a plan of shell commands for approval and wait for the decisions",
+		Long: `ask submits a plan, one step per --shell command line (tool shell.exec, in
+the current workspace), to the kernel as a session's request_approval does,
+waits until a person answers (fluffy approve) or the request times out, and
+prints each step's decision. Exit status 0 when every step was approved, 1
+otherwise.`,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if session == "" || len(shells) == 0 {
+				return fmt.Errorf("%w: give --session and at least one --shell", errUsage)
+			}
+			var steps []approval.Step
+			for _, s := range shells {
+				op, err := a.buildOperation(opSpec{tool: "shell.exec", shell: s})
+				if err != nil {
+					return err
+				}
+				op.Session.ID = session
+				steps = append(steps, approval.Step{Op: op, Preview: s})
+			}
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var req approval.Request
+			if err := c.Call(ctx, approval.MethodAsk, approval.AskParams{Session: session, Summary: summary, Steps: steps}, &req); err != nil {
+				return fmt.Errorf("ask for approval: %w", err)
+			}
+			all := true
+			for _, it := range req.Items {
+				d := string(it.Decision.Verdict)
+				if it.Decision.Scope == approval.ScopeSession {
+					d += " for session"
+				}
+				if it.Decision.Reason != "" {
+					d += ": " + it.Decision.Reason
+				}
+				fmt.Fprintf(a.Stdout, "%d. %s\n", it.N, d)
+				all = all && it.Decision.Verdict == approval.Approved
+			}
+			if !all {
+				return &ExitError{Code: ExitFailure}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "the session asking")
+	cmd.Flags().StringVar(&summary, "summary", "", "one line saying what the plan is for")
+	cmd.Flags().StringArrayVar(&shells, "shell", nil, "a step: a shell command line (repeatable)")
+	return cmd
+}
+
+func newApproveCmd(a *App) *cobra.Command {
+	var who string
+	cmd := &cobra.Command{
+		Use:   "approve ID ANSWER...",
+		Short: "Answer an approval request by id, from any terminal",
+		Long: `approve answers request ID (see fluffy approvals) with the approval answer
+language, for example:
+
+  fluffy approve k3x9qa /approve
+  fluffy approve k3x9qa /approve 1-3 only
+  fluffy approve k3x9qa /approve 2 for session
+  fluffy approve k3x9qa /deny 2 too broad
+
+The leading / may be left out (fluffy approve k3x9qa deny 2 too broad).
+A malformed answer is explained and changes nothing (exit 2); an unknown or
+already answered id exits 1. Steps the answer leaves open are asked again.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			answer := strings.Join(args[1:], " ")
+			if !strings.HasPrefix(answer, "/") {
+				answer = "/" + answer
+			}
+			if who == "" {
+				who, _ = a.Getenv("USER")
+			}
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var res approval.AnswerResult
+			err = c.Call(ctx, approval.MethodAnswer, approval.AnswerParams{ID: args[0], Answer: answer, Who: who}, &res)
+			var ie *ipc.Error
+			switch {
+			case errors.As(err, &ie) && ie.Code == approval.CodeUnknownRequest:
+				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("no open approval request %q (fluffy approvals lists them)", args[0])}
+			case errors.As(err, &ie) && (ie.Code == approval.CodeBadAnswer || ie.Code == ipc.CodeInvalidParams):
+				return &ExitError{Code: ExitUsage, Msg: ie.Message}
+			case err != nil:
+				return fmt.Errorf("answer approval %s: %w", args[0], err)
+			}
+			if res.Open {
+				fmt.Fprintf(a.Stdout, "answer recorded; request %s still has open steps:\n\n%s", res.ID, res.Prompt)
+				return nil
+			}
+			fmt.Fprintf(a.Stdout, "answer recorded; request %s is decided\n", res.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&who, "who", "", "who is answering, for the audit log (default $USER)")
+	return cmd
+}
+
