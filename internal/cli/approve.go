@@ -275,4 +275,3 @@ already answered id exits 1. Steps the answer leaves open are asked again.`,
 	cmd.Flags().StringVar(&who, "who", "", "who is answering, for the audit log (default $USER)")
 	return cmd
 }
-
