@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 )
@@ -30,9 +34,22 @@ func (a *App) serveApprovals(mux *ipc.Mux) (*approval.Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	pn := &policyNow{a: a}
+	if m := l.Config.Approval.ClassifierModel; m != "" {
+		p, name, err := catalog.Open(context.Background(), m, catalog.Options{
+			Env: a.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
+			Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: a.Logger()},
+		})
+		if err != nil {
+			// classify rules then fail closed; say why once.
+			a.Logger().Warn("approval.classifier_model unusable; classify rules will fail closed", "model", m, "err", err)
+		} else if pn.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: p, Model: name, Log: auditOnDemand{a}}); err != nil {
+			return nil, err
+		}
+	}
 	w := approval.NewWatchers()
 	b, err := approval.NewBroker(approval.Options{
-		Evaluator: approval.PolicyEvaluator{Engine: policyNow{a}},
+		Evaluator: approval.PolicyEvaluator{Engine: pn},
 		Notifier:  w,
 		Recorder:  approval.AuditRecorder{Log: auditOnDemand{a}},
 		Timeout:   l.Config.Approval.Timeout.Std(),
@@ -43,12 +60,45 @@ func (a *App) serveApprovals(mux *ipc.Mux) (*approval.Broker, error) {
 	return b, approval.Register(mux, b, w)
 }
 
-// policyNow loads the policy files at each evaluation. A policy that does
-// not load makes every step blocked, with the error as the reason.
-type policyNow struct{ a *App }
+// policyNow evaluates with the policy files as they are now: it reads
+// them at each evaluation and compiles them again when they changed. A
+// policy that does not load makes every step blocked, with the error as
+// the reason. The engine (and its per-session classifier cache) is kept
+// while the files do not change.
+type policyNow struct {
+	a          *App
+	classifier policy.Classifier
 
-func (p policyNow) Explain(ctx context.Context, op operation.Operation) policy.Decision {
-	e, _, err := p.a.policyEngine()
+	mu     sync.Mutex // guards engine and hashes
+	engine *policy.Engine
+	hashes map[string]string
+}
+
+func (p *policyNow) current() (*policy.Engine, error) {
+	opts, err := p.a.policyOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Classifier = p.classifier
+	srcs, hashes, err := p.a.policyFiles().Read()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.engine != nil && maps.Equal(hashes, p.hashes) {
+		return p.engine, nil
+	}
+	e, err := policy.Compile(opts, srcs...)
+	if err != nil {
+		return nil, err
+	}
+	p.engine, p.hashes = e, hashes
+	return e, nil
+}
+
+func (p *policyNow) Explain(ctx context.Context, op operation.Operation) policy.Decision {
+	e, err := p.current()
 	if err != nil {
 		return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
 	}
