@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -62,6 +63,13 @@ type Grants struct {
 type heldToken struct {
 	tok string
 	exp time.Time
+	key string // scopeKey of the token's scope
+}
+
+// scopeKey identifies an exact scope, to pick the tokens worth presenting.
+func scopeKey(s policy.Scope) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // NewGrants checks opts and returns a Grants.
@@ -204,7 +212,7 @@ func (g *Grants) Mint(req Request) (tokens map[int][]string, skipped map[int]err
 				return nil, nil, fmt.Errorf("approval: token for step %d: %w", it.N, ierr)
 			}
 			tokens[it.N] = append(tokens[it.N], tok)
-			minted = append(minted, heldToken{tok: tok, exp: exp})
+			minted = append(minted, heldToken{tok: tok, exp: exp, key: scopeKey(s)})
 		}
 	}
 	if len(minted) > 0 {
@@ -219,13 +227,25 @@ func (g *Grants) Mint(req Request) (tokens map[int][]string, skipped map[int]err
 	return tokens, skipped, nil
 }
 
-// Present adds the session's live tokens to op.Tokens, for the policy
-// engine to check against the operation.
+// Present adds to op.Tokens the session's live tokens minted for one of
+// op's exact scopes, for the policy engine to check (it alone decides
+// whether they cover op). Tokens for other operations are not presented,
+// so a Decide costs the same however many approvals a session holds.
 func (g *Grants) Present(op *operation.Operation) {
+	scopes, err := Scopes(*op)
+	if err != nil {
+		return // no token can cover it exactly: it is asked
+	}
+	want := make(map[string]bool, len(scopes))
+	for _, s := range scopes {
+		want[scopeKey(s)] = true
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, h := range g.pruneLocked(op.Session.ID) {
-		op.Tokens = append(op.Tokens, h.tok)
+		if want[h.key] {
+			op.Tokens = append(op.Tokens, h.tok)
+		}
 	}
 }
 

@@ -53,7 +53,7 @@ type realPolicy struct {
 	clock  *clock
 }
 
-func newRealPolicy(t *testing.T, rules string, cls policy.Classifier) realPolicy {
+func newRealPolicy(t testing.TB, rules string, cls policy.Classifier) realPolicy {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)}
 	toks, err := policy.NewTokens(bytes.Repeat([]byte{7}, 32), c.now)
@@ -129,6 +129,11 @@ func TestTokensFromApprovals(t *testing.T) {
 	for _, argv := range [][]string{{"rm", "-rf", "/"}, {"rm", "-rf", "build", "src"}, {"rm", "-rf"}, {"curl", "evil.example"}} {
 		if d := decide(shellOp("s1", argv...)); d.Effect != policy.Approve {
 			t.Errorf("%q with the approved tokens: %v, want approve", argv, d.Effect)
+		}
+		// Even when every token is presented, the engine refuses them.
+		d := rp.engine.Decide(ctx, withTokens(shellOp("s1", argv...), append(append([]string(nil), toks[2]...), toks[4]...)))
+		if d.Effect != policy.Approve || !matchedError(d, policy.ErrTokenScope) {
+			t.Errorf("%q presenting every token: %v", argv, d)
 		}
 	}
 	// Another session cannot use them.
