@@ -109,11 +109,11 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 	base := policy.Scope{Session: op.Session.ID, Tool: op.Tool, Action: op.Action}
 	var out []policy.Scope
 	addPath := func(action operation.Action, p string) error {
-		if !filepath.IsAbs(p) || strings.ContainsAny(p, "*?") {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "*?\x00") {
 			return fmt.Errorf("%w: path %q", ErrNotExact, p)
 		}
 		s := base
-		s.Action, s.Path = action, filepath.Clean(p)
+		s.Action, s.Path = action, p
 		out = append(out, s)
 		return nil
 	}
@@ -123,7 +123,7 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 		}
 	}
 	for _, h := range op.Hosts {
-		if h.Name == "" || strings.ContainsAny(h.Name, "*?:") {
+		if h.Name == "" || strings.ContainsAny(h.Name, "*?:\x00") {
 			return nil, fmt.Errorf("%w: host %q", ErrNotExact, h.Name)
 		}
 		s := base
@@ -151,7 +151,7 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 			return nil, fmt.Errorf("%w: command %q is not known statically", ErrNotExact, c.Argv)
 		}
 		for _, a := range c.Argv {
-			if a == "..." || strings.ContainsAny(a, "*?") {
+			if a == "..." || strings.ContainsAny(a, "*?\x00") {
 				return nil, fmt.Errorf("%w: argument %q", ErrNotExact, a)
 			}
 		}
@@ -164,6 +164,8 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 					return nil, fmt.Errorf("%w: relative redirection %q without a workspace", ErrNotExact, w)
 				}
 				w = filepath.Join(ws, w)
+			} else {
+				w = filepath.Clean(w)
 			}
 			if err := addPath(operation.Write, w); err != nil {
 				return nil, err

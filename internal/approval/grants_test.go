@@ -306,3 +306,46 @@ func TestAuditRecorder(t *testing.T) {
 	default:
 	}
 }
+
+// FuzzScopes: operations come from the agent. Whatever Scopes accepts is
+// an exact scope the token authority issues: no pattern character and no
+// "..." reach a token.
+func FuzzScopes(f *testing.F) {
+	f.Add("rm -rf build", "/w/a.txt", "example.com", 443)
+	f.Add("echo x > out.log", "/w/*", "*.example.com", 0)
+	f.Add("sudo -u root env X=1 rm ...", "/w/../x", "a:b", 80)
+	toks, err := policy.NewTokens(bytes.Repeat([]byte{3}, 32), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, line, path, host string, port int) {
+		op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, CommandLine: line,
+			Session: operation.Session{ID: "s", Workspace: "/w"}}
+		if path != "" {
+			op.Paths = []operation.Path{{Abs: path}}
+		}
+		if host != "" {
+			op.Hosts = []operation.Host{{Name: host, Port: port & 0xffff}}
+		}
+		scopes, err := Scopes(op)
+		if err != nil {
+			if !errors.Is(err, ErrNotExact) {
+				t.Fatalf("error %v is not ErrNotExact", err)
+			}
+			return
+		}
+		for _, s := range scopes {
+			if strings.ContainsAny(s.Path+s.Host+strings.Join(s.Argv, " "), "*?") {
+				t.Fatalf("pattern character in scope %+v", s)
+			}
+			for _, a := range s.Argv {
+				if a == "..." {
+					t.Fatalf("spread in scope %+v", s)
+				}
+			}
+			if _, err := toks.Issue(s, time.Minute, 1); err != nil {
+				t.Fatalf("scope %+v not issuable: %v", s, err)
+			}
+		}
+	})
+}
