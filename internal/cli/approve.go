@@ -126,6 +126,7 @@ func newApprovalsCmd(a *App) *cobra.Command {
 		asJSON  bool
 		ids     bool
 		watch   bool
+		count   int
 	)
 	cmd := &cobra.Command{
 		Use:   "approvals",
@@ -144,7 +145,7 @@ With --watch it stays connected and prints each request as it is asked
 			}
 			defer c.Close()
 			if watch {
-				return a.watchApprovals(ctx, c)
+				return a.watchApprovals(ctx, c, session, count)
 			}
 			var res approval.ListResult
 			if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &res); err != nil {
@@ -176,20 +177,45 @@ With --watch it stays connected and prints each request as it is asked
 	cmd.Flags().StringVar(&session, "session", "", "only this session's requests")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	cmd.Flags().BoolVar(&ids, "ids", false, "print only the request ids")
-	cmd.Flags().BoolVar(&watch, "watch", false, "print requests as they are asked, until interrupted")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print the open requests, then each one as it is asked, until interrupted")
+	cmd.Flags().IntVar(&count, "count", 0, "with --watch, stop after showing this many requests")
 	cmd.AddCommand(newApprovalsAskCmd(a))
 	return cmd
 }
 
-func (a *App) watchApprovals(ctx context.Context, c *ipc.Client) error {
+// watchApprovals makes this terminal an approval channel: it prints the
+// requests already open, then each one as it is asked (or asked again
+// after a partial answer), until interrupted or count requests were shown.
+func (a *App) watchApprovals(ctx context.Context, c *ipc.Client, session string, count int) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Watch first, then list: a request asked in between is shown twice
+	// at worst (and deduplicated), never missed.
 	if err := c.Call(ctx, approval.MethodWatch, nil, nil); err != nil {
 		return fmt.Errorf("watch approvals: %w", err)
 	}
+	var open approval.ListResult
+	if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &open); err != nil {
+		return fmt.Errorf("list approvals: %w", err)
+	}
 	term := &approval.Terminal{W: a.Stdout}
 	fmt.Fprintln(a.Stdout, "watching for approval requests (Ctrl-C to stop)")
-	for {
+	shown := map[string]string{} // id -> last prompt shown
+	n := 0
+	show := func(v approval.View) error {
+		if (session != "" && v.Session != session) || shown[v.ID] == v.Prompt {
+			return nil
+		}
+		shown[v.ID] = v.Prompt
+		n++
+		return term.Notify(ctx, v.Request)
+	}
+	for _, v := range open.Requests {
+		if err := show(v); err != nil {
+			return err
+		}
+	}
+	for count <= 0 || n < count {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -203,11 +229,12 @@ func (a *App) watchApprovals(ctx context.Context, c *ipc.Client) error {
 			if err := json.Unmarshal(ev.Data, &v); err != nil {
 				return fmt.Errorf("approval event: %w", err)
 			}
-			if err := term.Notify(ctx, v.Request); err != nil {
+			if err := show(v); err != nil {
 				return err
 			}
 		}
 	}
+	return nil
 }
 
 func newApprovalsAskCmd(a *App) *cobra.Command {
