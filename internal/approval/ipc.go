@@ -57,8 +57,9 @@ type ListResult struct {
 	Requests []View `json:"requests"`
 }
 
-// AnswerParams are approval.answer's params. Who names the person
-// ("" becomes "uid:N" of the caller); the channel is always "ipc".
+// AnswerParams are approval.answer's params. Who names the person; the
+// recorded answerer is "Who (uid:N)" with the uid the socket verified, or
+// "uid:N" alone. The channel is always "ipc".
 type AnswerParams struct {
 	ID     string `json:"id"`
 	Answer string `json:"answer"`
@@ -127,9 +128,12 @@ func Register(mux *ipc.Mux, b *Broker, w *Watchers) error {
 		case len(p.Who) > maxWhoLen || !utf8.ValidString(p.Who) || hasControl(p.Who):
 			return nil, ipc.Errorf(ipc.CodeInvalidParams, "who must be at most %d printable bytes", maxWhoLen)
 		}
-		who := Who{Name: p.Who, Channel: "ipc"}
-		if who.Name == "" {
-			who.Name = "uid:" + strconv.FormatUint(uint64(r.Peer.Cred.UID), 10)
+		// The name is the answerer's claim; the uid is what the socket
+		// verified (SO_PEERCRED). Both are recorded.
+		uid := "uid:" + strconv.FormatUint(uint64(r.Peer.Cred.UID), 10)
+		who := Who{Name: uid, Channel: "ipc"}
+		if p.Who != "" {
+			who.Name = p.Who + " (" + uid + ")"
 		}
 		err := b.Answer(ctx, p.ID, p.Answer, who)
 		var se *SyntaxError

@@ -187,7 +187,7 @@ func TestAnswerFromSecondClient(t *testing.T) {
 		t.Fatalf("session results: %+v %+v", ra, rb)
 	}
 	kinds := strings.Join(k.rec.kinds(), ",")
-	if !strings.Contains(kinds, "approval.decision/alice") || !strings.Contains(kinds, "approval.decision/uid:") {
+	if !strings.Contains(kinds, "approval.decision/alice (uid:") || !strings.Contains(kinds, "approval.decision/uid:") {
 		t.Fatalf("recorded: %s", kinds)
 	}
 	// Answered requests are gone.
