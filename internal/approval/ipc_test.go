@@ -280,3 +280,64 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+type failNotifier struct{ err error }
+
+func (f failNotifier) Notify(context.Context, Request) error { return f.err }
+
+func TestFanout(t *testing.T) {
+	boom, gone := errors.New("boom"), errors.New("gone")
+	ok := newInbox()
+	cases := []struct {
+		name string
+		f    Fanout
+		want []error
+	}{
+		{"one shows it", Fanout{failNotifier{boom}, ok}, nil},
+		{"none does", Fanout{failNotifier{boom}, failNotifier{gone}}, []error{boom, gone}},
+		{"empty", Fanout{}, []error{}},
+	}
+	for _, c := range cases {
+		err := c.f.Notify(t.Context(), Request{ID: "x"})
+		switch {
+		case c.want == nil && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != nil && err == nil:
+			t.Errorf("%s: no error", c.name)
+		}
+		for _, w := range c.want {
+			if !errors.Is(err, w) {
+				t.Errorf("%s: %v does not wrap %v", c.name, err, w)
+			}
+		}
+	}
+}
+
+// TestTerminalPromptsWhole: two sessions printing on one terminal at once
+// never interleave their prompts.
+func TestTerminalPromptsWhole(t *testing.T) {
+	w := &syncWriter{w: &bytes.Buffer{}}
+	term := &Terminal{W: w}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := Request{ID: "id" + strings.Repeat("x", i), Session: "s", Items: []Item{{N: 1, Step: cmd("rm", "x"), Eval: Evaluation{Effect: EffectApprove, Rule: "r"}, Decision: Decision{Verdict: Pending}}}}
+			if err := term.Notify(t.Context(), r); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	blocks := strings.Split(strings.TrimPrefix(w.String(), "\n"), "\nApproval ")
+	if len(blocks) != 20 {
+		t.Fatalf("%d prompt blocks", len(blocks))
+	}
+	for _, b := range blocks {
+		id := strings.Fields(strings.TrimPrefix(b, "Approval "))[0]
+		if !strings.Contains(b, "fluffy approve "+id+" /approve") || strings.Count(b, "Needs your approval") != 1 {
+			t.Fatalf("interleaved block:\n%s", b)
+		}
+	}
+}
