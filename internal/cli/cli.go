@@ -192,6 +192,7 @@ recorded in a tamper-evident audit log.`,
 		newAuditCmd(a),
 		newChangesCmd(a),
 		newImageCmd(a),
+		newApproveCmd(a), newApprovalsCmd(a),
 	)
 	return root
 }
