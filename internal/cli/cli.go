@@ -191,6 +191,8 @@ recorded in a tamper-evident audit log.`,
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newChangesCmd(a),
+		newImageCmd(a),
+		newApproveCmd(a), newApprovalsCmd(a),
 	)
 	return root
 }

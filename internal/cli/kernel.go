@@ -237,6 +237,9 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	}); err != nil {
 		return err
 	}
+	if _, err := a.serveApprovals(mux); err != nil {
+		return err
+	}
 	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: refused,
 		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
 	if err != nil {
