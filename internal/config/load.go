@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/fluffy-agent/fluffy/internal/spell"
+
 	"bytes"
 	"encoding"
 	"errors"
@@ -497,7 +499,7 @@ func UnknownEnv(environ []string) []error {
 		}
 		best, dist := "", 4
 		for e := range byEnv {
-			if d := levenshtein(name, e); d < dist || d == dist && e < best {
+			if d := spell.Distance(name, e); d < dist || d == dist && e < best {
 				best, dist = e, d
 			}
 		}
@@ -576,7 +578,7 @@ func suggest(name string, keys map[string]Key) string {
 	}
 	best, dist := "", max(3, 1+len(name)/3)
 	for k := range keys {
-		if d := levenshtein(name, k); d < dist || d == dist && k < best {
+		if d := spell.Distance(name, k); d < dist || d == dist && k < best {
 			best, dist = k, d
 		}
 	}
@@ -584,26 +586,6 @@ func suggest(name string, keys map[string]Key) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s?)", best)
-}
-
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // unitError drops the units sentinel's generic prefix: the key is already

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/fluffy-agent/fluffy/internal/spell"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -207,34 +209,11 @@ func (l *loader) mapping(n *yaml.Node, keys map[string]func(k, v *yaml.Node)) {
 func closest(s string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
-		if d := editDistance(s, k); d < bestD {
+		if d := spell.Distance(s, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func (l *loader) scalar(n *yaml.Node, key string) (string, bool) {

@@ -1,6 +1,8 @@
 package tool
 
 import (
+	"github.com/fluffy-agent/fluffy/internal/spell"
+
 	"errors"
 	"fmt"
 	"sort"
@@ -81,7 +83,7 @@ func (r *Registry) nearest(name string, n int) []string {
 	}
 	var cs []cand
 	for k := range r.byName {
-		d := min(distance(name, k), distance(name, WireName(k)))
+		d := min(spell.Distance(name, k), spell.Distance(name, WireName(k)))
 		if d <= max(2, len(k)/3) {
 			cs = append(cs, cand{k, d})
 		}
@@ -97,30 +99,6 @@ func (r *Registry) nearest(name string, n int) []string {
 		out = append(out, cs[i].name)
 	}
 	return out
-}
-
-// distance is the Levenshtein distance, bounded to short names.
-func distance(a, b string) int {
-	if len(a) > 128 || len(b) > 128 {
-		return 1 << 20
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func truncate(s string, n int) string {
