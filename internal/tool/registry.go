@@ -1,13 +1,13 @@
 package tool
 
 import (
-	"github.com/fluffy-agent/fluffy/internal/spell"
-
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/fluffy-agent/fluffy/internal/spell"
 )
 
 // ErrUnknownTool: the model called a tool the registry does not hold.
