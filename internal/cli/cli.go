@@ -191,7 +191,9 @@ recorded in a tamper-evident audit log.`,
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newChangesCmd(a),
+		newSessionCmd(a),
 	)
+	setupTaskCmd(a, root)
 	return root
 }
 

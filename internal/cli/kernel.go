@@ -249,6 +249,16 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if err != nil {
 		return err
 	}
+	stopKernel, err := a.startSessions(ctx, mux, log, func(topic string, data any) {
+		if _, err := srv.Publish(topic, data); err != nil {
+			log.Warn("publish", "topic", topic, "err", err)
+		}
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopKernel()
 	log.Info("kernel serving", "socket", sock, "pid", os.Getpid(), "version", bi.Version, "idle_timeout", idle)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
