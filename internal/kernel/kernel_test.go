@@ -123,7 +123,9 @@ func (w *writeTools) Call(ctx context.Context, c llm.ToolCall) (agent.Result, er
 func start(t testing.TB, e *env, models kernel.ModelOpener, ready func()) *kernel.Kernel {
 	t.Helper()
 	k, err := kernel.Start(context.Background(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: models,
-		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &writeTools{env: env, ready: ready}, nil }})
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			return &writeTools{env: env, ready: ready}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
