@@ -123,6 +123,10 @@ func setupTaskCmd(a *App, root *cobra.Command) {
 		if len(args) == 0 {
 			return cmd.Help()
 		}
+		// One word is a mistyped command far more often than a task.
+		if len(args) == 1 && !strings.ContainsAny(strings.TrimSpace(args[0]), " \t\n") {
+			return fmt.Errorf("unknown command %q for \"fluffy\" (a task is a sentence: fluffy \"fix the failing test\")", args[0])
+		}
 		if f.yes && f.noApply {
 			return fmt.Errorf("%w: --yes and --no-apply exclude each other", errUsage)
 		}
@@ -223,7 +227,7 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 		select {
 		case ev, ok := <-c.Events():
 			if !ok {
-				return kernel.RunResult{}, fmt.Errorf("the kernel connection ended: %w", c.Err())
+				return kernel.RunResult{}, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel stopped during session %s (%v)\nfix: the session is resumable: fluffy session resume %s (kernel.log in the data directory says why it stopped)", id, c.Err(), id)}
 			}
 			var e kernel.Event
 			if err := json.Unmarshal(ev.Data, &e); err != nil {
