@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -23,7 +24,34 @@ const (
 	FastPath Class = "fast"
 	// Sandbox tools run in an L2 sandbox made from a named template.
 	Sandbox Class = "sandbox"
+	// Kernel tools write, inside the kernel, into the session's change
+	// set only (fs.write, fs.edit): never the real tree, which changes
+	// only when a person applies the change set.
+	Kernel Class = "kernel"
 )
+
+// Command is what a sandbox tool asks its sandbox to run.
+type Command struct {
+	Argv []string
+	// Dir is the working directory inside the sandbox; "" means the
+	// workspace.
+	Dir string
+	// Env is added to the router's base environment (KEY=value).
+	Env []string
+	// Timeout bounds the wall time; 0 means the router's default.
+	Timeout time.Duration
+	// Collect turns the captured output into the tool's result; nil
+	// means stdout then stderr, IsError on a non-zero exit.
+	Collect func(out CommandOutput) (Result, error)
+}
+
+// CommandOutput is what a sandboxed command produced.
+type CommandOutput struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+	// Limits names the limits the command hit ("time", "memory", ...).
+	Limits []string
+}
 
 // Execution says where a tool runs.
 type Execution struct {
@@ -88,9 +116,13 @@ type Definition[In any] struct {
 	// from the decoded input; required. op already carries the tool, the
 	// action, the tags and the session.
 	Normalize func(ctx context.Context, r *Resolver, in *In, op *operation.Operation) error
-	// Run executes a call on the fast path; required for FastPath tools,
-	// nil for Sandbox tools (the router hands those to the sandbox).
+	// Run executes a call on the fast path or in the kernel; required
+	// for FastPath and Kernel tools, nil for Sandbox tools (the router
+	// hands those to the sandbox).
 	Run func(ctx context.Context, in *In) (Result, error)
+	// Command builds a Sandbox tool's command; required for Sandbox
+	// tools, nil for the others.
+	Command func(ctx context.Context, in *In) (Command, error)
 }
 
 // Tool is a registered tool with its input type erased. Immutable, safe
@@ -106,6 +138,7 @@ type Tool struct {
 	inType            reflect.Type
 	normalize         func(context.Context, *Resolver, any, *operation.Operation) error
 	run               func(context.Context, any) (Result, error)
+	command           func(context.Context, any) (Command, error)
 }
 
 // New checks a definition and derives its schema.
@@ -146,12 +179,28 @@ func New[In any](d Definition[In]) (*Tool, error) {
 		if d.Run == nil {
 			return bad("a fast-path tool needs Run")
 		}
+		if d.Command != nil {
+			return bad("a fast-path tool has no sandbox command")
+		}
 	case Sandbox:
 		if d.Execution.Template == "" {
 			return bad("a sandbox tool needs a template name")
 		}
 		if d.Run != nil {
 			return bad("a sandbox tool runs in its sandbox, not through Run")
+		}
+		if d.Command == nil {
+			return bad("a sandbox tool needs Command")
+		}
+	case Kernel:
+		if d.Action != operation.Write {
+			return bad("a kernel tool writes into the change set (action write), not %s", d.Action)
+		}
+		if d.Execution.Template != "" {
+			return bad("a kernel tool has no sandbox template")
+		}
+		if d.Run == nil {
+			return bad("a kernel tool needs Run")
 		}
 	default:
 		return bad("unknown execution class %q", d.Execution.Class)
@@ -198,6 +247,9 @@ func New[In any](d Definition[In]) (*Tool, error) {
 	if d.Run != nil {
 		t.run = func(ctx context.Context, in any) (Result, error) { return d.Run(ctx, in.(*In)) }
 	}
+	if d.Command != nil {
+		t.command = func(ctx context.Context, in any) (Command, error) { return d.Command(ctx, in.(*In)) }
+	}
 	return t, nil
 }
 
@@ -241,8 +293,8 @@ func (t *Tool) Normalize(ctx context.Context, r *Resolver, args Args, sess opera
 	return op, nil
 }
 
-// Run executes a fast-path call. The router calls it only after every
-// gate allowed the call.
+// Run executes a fast-path or kernel call. The router calls it only
+// after every gate allowed the call.
 func (t *Tool) Run(ctx context.Context, args Args) (Result, error) {
 	if t.run == nil {
 		return Result{}, fmt.Errorf("tool: %s runs in a sandbox (template %s), not on the fast path", t.name, t.exec.Template)
@@ -251,4 +303,16 @@ func (t *Tool) Run(ctx context.Context, args Args) (Result, error) {
 		return Result{}, fmt.Errorf("tool: arguments decoded for %s given to %s", args.tool.name, t.name)
 	}
 	return t.run(ctx, args.in)
+}
+
+// Command builds a sandbox call's command. The router calls it only after
+// every gate allowed the call.
+func (t *Tool) Command(ctx context.Context, args Args) (Command, error) {
+	if t.command == nil {
+		return Command{}, fmt.Errorf("tool: %s does not run in a sandbox", t.name)
+	}
+	if args.tool != t {
+		return Command{}, fmt.Errorf("tool: arguments decoded for %s given to %s", args.tool.name, t.name)
+	}
+	return t.command(ctx, args.in)
 }

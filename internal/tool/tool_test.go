@@ -75,10 +75,17 @@ func TestNewRefusesBadDefinitions(t *testing.T) {
 		"fast path template":   func(d *Definition[readIn]) { d.Execution.Template = "default" },
 		"sandbox, no template": func(d *Definition[readIn]) { d.Execution = Execution{Class: Sandbox}; d.Run = nil },
 		"sandbox with Run":     func(d *Definition[readIn]) { d.Execution = Execution{Class: Sandbox, Template: "t"} },
-		"unknown class":        func(d *Definition[readIn]) { d.Execution.Class = "cloud" },
-		"no normalize":         func(d *Definition[readIn]) { d.Normalize = nil },
-		"bad tag":              func(d *Definition[readIn]) { d.Tags = []string{"Has Space"} },
-		"refine fails":         func(d *Definition[readIn]) { d.Refine = func(*jsonschema.Schema) error { return errors.New("no") } },
+		"sandbox, no Command":  func(d *Definition[readIn]) { d.Execution = Execution{Class: Sandbox, Template: "t"}; d.Run = nil },
+		"kernel, read action":  func(d *Definition[readIn]) { d.Execution = Execution{Class: Kernel} },
+		"kernel, no Run": func(d *Definition[readIn]) {
+			d.Execution = Execution{Class: Kernel}
+			d.Action = operation.Write
+			d.Run = nil
+		},
+		"unknown class": func(d *Definition[readIn]) { d.Execution.Class = "cloud" },
+		"no normalize":  func(d *Definition[readIn]) { d.Normalize = nil },
+		"bad tag":       func(d *Definition[readIn]) { d.Tags = []string{"Has Space"} },
+		"refine fails":  func(d *Definition[readIn]) { d.Refine = func(*jsonschema.Schema) error { return errors.New("no") } },
 	}
 	for name, mut := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -208,8 +215,7 @@ func TestRegistry(t *testing.T) {
 	w.Name = "fs.write"
 	w.Action = operation.Write
 	w.Tags = []string{TagWrites}
-	w.Execution = Execution{Class: Sandbox, Template: "workspace-write"}
-	w.Run = nil
+	w.Execution = Execution{Class: Kernel}
 	must(t, reg.Register(mustTool(t, w)))
 	for _, name := range []string{"fs.read", "fs__read"} {
 		if got, err := reg.Lookup(name); err != nil || got != read {
@@ -230,8 +236,8 @@ func TestRegistry(t *testing.T) {
 	wt, _ := reg.Lookup("fs.write")
 	args, err := wt.Decode([]byte(`{"path":"x"}`))
 	must(t, err)
-	if _, err := wt.Run(t.Context(), args); err == nil {
-		t.Error("a sandbox tool ran on the fast path")
+	if _, err := wt.Command(t.Context(), args); err == nil {
+		t.Error("a kernel tool gave a sandbox command")
 	}
 }
 
@@ -281,6 +287,7 @@ func TestGivenSchema(t *testing.T) {
 		Execution: Execution{Class: Sandbox, Template: "mcp"},
 		Schema:    &schema,
 		Normalize: func(context.Context, *Resolver, *map[string]any, *operation.Operation) error { return nil },
+		Command:   func(context.Context, *map[string]any) (Command, error) { return Command{Argv: []string{"mcp"}}, nil },
 	}
 	tl := mustTool(t, d)
 	args, err := tl.Decode([]byte(`{"query":"cats","limit":3}`))

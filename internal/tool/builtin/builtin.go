@@ -1,0 +1,351 @@
+// Package builtin owns fluffy's built-in tools: fs.read, fs.list,
+// fs.exists and search.grep (fast path, reading the session's change set's
+// merged view, so the model sees its own pending edits), fs.write and
+// fs.edit (kernel writes into the change set's upper layer, never the real
+// tree), and shell.exec and test.run (in a sandbox from the code-executor
+// template; test.run parses the runner's output for the TDD machine).
+//
+// Register adds them to a registry for one session; the router
+// (internal/tool/router) runs them through the gates.
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+)
+
+// Options configure the built-in tools of one session. ChangeSet and
+// Resolver are required; the Resolver must read links through the change
+// set (changeset.Links) so paths mean what the merged view shows.
+type Options struct {
+	ChangeSet *changeset.ChangeSet
+	Resolver  *tool.Resolver
+	// MaxReadBytes caps fs.read (default 256 KiB).
+	MaxReadBytes int
+	// MaxMatches caps search.grep (default 200).
+	MaxMatches int
+}
+
+// Register builds the built-in tools and adds them to reg.
+func Register(reg *tool.Registry, o Options) error {
+	if o.ChangeSet == nil || o.Resolver == nil {
+		return errors.New("builtin: ChangeSet and Resolver are required")
+	}
+	if o.MaxReadBytes <= 0 {
+		o.MaxReadBytes = 256 << 10
+	}
+	if o.MaxMatches <= 0 {
+		o.MaxMatches = 200
+	}
+	b := &builtins{o: o}
+	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.write, b.edit, b.shell, b.testRun}
+	for _, f := range mk {
+		t, err := f()
+		if err != nil {
+			return err
+		}
+		if err := reg.Register(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type builtins struct{ o Options }
+
+// rel resolves raw and returns its workspace-relative form ("." for the
+// root); paths outside the workspace are refused here (the policy gate has
+// already judged them; these tools only reach the workspace's view).
+func (b *builtins) rel(raw string) (string, error) {
+	p, err := b.o.Resolver.Resolve(raw)
+	if err != nil {
+		return "", err
+	}
+	r, ok := b.o.Resolver.Rel(p)
+	if !ok {
+		return "", fmt.Errorf("%s is outside the workspace: this tool reads and writes the workspace only", raw)
+	}
+	if r == "" {
+		r = "."
+	}
+	return r, nil
+}
+
+// onePath is the Normalize of tools that name one path.
+func (b *builtins) onePath(raw string, op *operation.Operation) error {
+	if raw == "" {
+		raw = "."
+	}
+	p, err := b.o.Resolver.Resolve(raw)
+	if err != nil {
+		return err
+	}
+	op.Paths = append(op.Paths, p)
+	return nil
+}
+
+// PathIn names one path.
+type PathIn struct {
+	Path string `json:"path" jsonschema:"a path relative to the workspace root (or absolute inside it)"`
+}
+
+// ReadIn is fs.read's input.
+type ReadIn struct {
+	Path      string `json:"path" jsonschema:"the file to read, relative to the workspace root"`
+	StartLine int    `json:"start_line,omitempty" jsonschema:"first line to show (1-based); default 1"`
+	EndLine   int    `json:"end_line,omitempty" jsonschema:"last line to show (inclusive); default the end"`
+}
+
+func (b *builtins) read() (*tool.Tool, error) {
+	return tool.New(tool.Definition[ReadIn]{
+		Name:        "fs.read",
+		Description: "Read a text file of the workspace (with your pending edits), optionally a line range. Lines are numbered. Large files are cut; binary files are summarised.",
+		Action:      operation.Read,
+		Tags:        []string{tool.TagReads},
+		Execution:   tool.Execution{Class: tool.FastPath},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *ReadIn, op *operation.Operation) error {
+			return b.onePath(in.Path, op)
+		},
+		Run: func(_ context.Context, in *ReadIn) (tool.Result, error) {
+			rel, err := b.rel(in.Path)
+			if err != nil {
+				return errResult(err), nil
+			}
+			data, err := b.o.ChangeSet.ReadFile(rel)
+			if err != nil {
+				return errResult(err), nil
+			}
+			return tool.Result{Output: numbered(data, in.StartLine, in.EndLine, b.o.MaxReadBytes)}, nil
+		},
+	})
+}
+
+func errResult(err error) tool.Result {
+	return tool.Result{Output: []byte(err.Error()), IsError: true}
+}
+
+// numbered returns lines [start, end] with their numbers, at most max
+// bytes (then a note). Binary content is returned as is: the sanitizer
+// summarises it.
+func numbered(data []byte, start, end, max int) []byte {
+	if isBinary(data) {
+		return data
+	}
+	if start < 1 {
+		start = 1
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if n := len(lines); n > 0 && lines[n-1] == "" {
+		lines = lines[:n-1]
+	}
+	if end <= 0 || end > len(lines) {
+		end = len(lines)
+	}
+	var sb strings.Builder
+	for i := start; i <= end; i++ {
+		l := fmt.Sprintf("%6d\t%s", i, strings.TrimSuffix(lines[i-1], "\n"))
+		if sb.Len()+len(l) > max {
+			fmt.Fprintf(&sb, "[fs.read: stopped at line %d of %d (size cap %d bytes); read on with start_line=%d]\n", i, len(lines), max, i)
+			break
+		}
+		sb.WriteString(l)
+		sb.WriteByte('\n')
+	}
+	if start > len(lines) && len(lines) > 0 {
+		fmt.Fprintf(&sb, "[fs.read: the file has %d lines]\n", len(lines))
+	}
+	return []byte(sb.String())
+}
+
+func isBinary(b []byte) bool {
+	n := min(len(b), 8000)
+	for _, c := range b[:n] {
+		if c == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *builtins) list() (*tool.Tool, error) {
+	return tool.New(tool.Definition[PathIn]{
+		Name:        "fs.list",
+		Description: "List a directory of the workspace (with your pending edits): one entry per line, directories end with /.",
+		Action:      operation.Read,
+		Tags:        []string{tool.TagReads},
+		Execution:   tool.Execution{Class: tool.FastPath},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
+			return b.onePath(in.Path, op)
+		},
+		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+			rel, err := b.rel(orDot(in.Path))
+			if err != nil {
+				return errResult(err), nil
+			}
+			ents, err := b.o.ChangeSet.ReadDir(rel)
+			if err != nil {
+				return errResult(err), nil
+			}
+			var sb strings.Builder
+			for _, e := range ents {
+				sb.WriteString(path.Base(e.Path))
+				switch e.Kind {
+				case changeset.KindDir:
+					sb.WriteByte('/')
+				case changeset.KindSymlink:
+					sb.WriteString(" -> " + e.Target)
+				}
+				sb.WriteByte('\n')
+			}
+			return tool.Result{Output: []byte(sb.String())}, nil
+		},
+	})
+}
+
+func orDot(p string) string {
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+func (b *builtins) exists() (*tool.Tool, error) {
+	return tool.New(tool.Definition[PathIn]{
+		Name:        "fs.exists",
+		Description: "Say whether a path exists in the workspace (with your pending edits), and what it is.",
+		Action:      operation.Read,
+		Tags:        []string{tool.TagReads},
+		Execution:   tool.Execution{Class: tool.FastPath},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
+			return b.onePath(in.Path, op)
+		},
+		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+			rel, err := b.rel(in.Path)
+			if err != nil {
+				return errResult(err), nil
+			}
+			e, err := b.o.ChangeSet.Stat(rel)
+			if errors.Is(err, fs.ErrNotExist) {
+				return tool.Result{Output: []byte("no: " + in.Path + " does not exist")}, nil
+			}
+			if err != nil {
+				return errResult(err), nil
+			}
+			return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a %s of %d bytes", in.Path, e.Kind, e.Size)}, nil
+		},
+	})
+}
+
+// GrepIn is search.grep's input.
+type GrepIn struct {
+	Pattern    string `json:"pattern" jsonschema:"a Go (RE2) regular expression"`
+	Path       string `json:"path,omitempty" jsonschema:"directory or file to search; default the workspace root"`
+	Glob       string `json:"glob,omitempty" jsonschema:"only files whose name matches this glob, e.g. *.go"`
+	MaxMatches int    `json:"max_matches,omitempty" jsonschema:"stop after this many matching lines"`
+}
+
+func (b *builtins) grep() (*tool.Tool, error) {
+	return tool.New(tool.Definition[GrepIn]{
+		Name:        "search.grep",
+		Description: "Search the workspace's files (with your pending edits) for a regular expression; prints path:line:text. Skips .git and binary files.",
+		Action:      operation.Read,
+		Tags:        []string{tool.TagReads},
+		Execution:   tool.Execution{Class: tool.FastPath},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *GrepIn, op *operation.Operation) error {
+			return b.onePath(in.Path, op)
+		},
+		Run: func(ctx context.Context, in *GrepIn) (tool.Result, error) {
+			re, err := regexp.Compile(in.Pattern)
+			if err != nil {
+				return errResult(fmt.Errorf("bad pattern: %w", err)), nil
+			}
+			if in.Glob != "" {
+				if _, err := path.Match(in.Glob, ""); err != nil {
+					return errResult(fmt.Errorf("bad glob: %w", err)), nil
+				}
+			}
+			rel, err := b.rel(orDot(in.Path))
+			if err != nil {
+				return errResult(err), nil
+			}
+			limit := in.MaxMatches
+			if limit <= 0 || limit > b.o.MaxMatches {
+				limit = b.o.MaxMatches
+			}
+			g := &grepper{cs: b.o.ChangeSet, re: re, glob: in.Glob, limit: limit}
+			if err := g.walk(ctx, rel); err != nil && !errors.Is(err, errEnough) {
+				return errResult(err), nil
+			}
+			if g.n == 0 {
+				g.out.WriteString("no matches\n")
+			} else if g.n >= limit {
+				fmt.Fprintf(&g.out, "[search.grep: stopped after %d matches]\n", limit)
+			}
+			return tool.Result{Output: []byte(g.out.String())}, nil
+		},
+	})
+}
+
+var errEnough = errors.New("enough matches")
+
+type grepper struct {
+	cs    *changeset.ChangeSet
+	re    *regexp.Regexp
+	glob  string
+	limit int
+	n     int
+	out   strings.Builder
+}
+
+func (g *grepper) walk(ctx context.Context, rel string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e, err := g.cs.Stat(rel)
+	if err != nil {
+		return err
+	}
+	switch e.Kind {
+	case changeset.KindDir:
+		ents, err := g.cs.ReadDir(rel)
+		if err != nil {
+			return err
+		}
+		for _, c := range ents {
+			if path.Base(c.Path) == ".git" {
+				continue
+			}
+			if err := g.walk(ctx, c.Path); err != nil {
+				return err
+			}
+		}
+	case changeset.KindFile:
+		if g.glob != "" {
+			if ok, _ := path.Match(g.glob, path.Base(rel)); !ok {
+				return nil
+			}
+		}
+		data, err := g.cs.ReadFile(rel)
+		if err != nil || isBinary(data) {
+			return nil
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if g.re.MatchString(line) {
+				fmt.Fprintf(&g.out, "%s:%d:%s\n", rel, i+1, line)
+				if g.n++; g.n >= g.limit {
+					return errEnough
+				}
+			}
+		}
+	}
+	return nil
+}

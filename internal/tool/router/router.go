@@ -1,0 +1,644 @@
+// Package router owns the gate pipeline every tool call takes ("the life
+// of a tool call" in DESIGN.md), in this order, every time: decode →
+// normalize → state gate (the session's TDD machine) → policy gate →
+// approval → execute (fast path in the kernel, kernel writes into the
+// change set, or a sandbox from a named template) → sanitize → record →
+// feed back (test results move the TDD machine).
+//
+// A Router implements agent.Tools, so the kernel plugs it into the agent
+// loop. A refused call is not a runtime error: the model gets a tool result
+// naming the gate, the rule, the reason and what it may do instead. Only a
+// failure of the runtime itself (the audit log cannot be written, the TDD
+// journal cannot be stored) is an error, and then the call is refused too:
+// the router fails closed.
+//
+// Every decision and the execution are appended to the audit log before
+// the result is returned. Calls that write, execute or are refused or
+// approved are recorded as one entry per step (tool.request, gate.state,
+// gate.policy, approval, exec.start, exec.end) and flushed to disk before
+// the result is returned; a fast-path read allowed by both gates is
+// recorded as one buffered tool.read entry carrying the same decisions,
+// enqueued in the log's order before the result is returned (the budget
+// of the fast path is 100 µs; an fsync is not).
+//
+// Read-only calls may run concurrently (CallAll runs the read-only calls
+// of one model turn in parallel); a call that writes or executes waits for
+// every call before it and runs alone.
+package router
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+)
+
+// StateGate is the session's TDD machine as the router uses it
+// (*tdd.Session implements it). Errors from Wrote and TestRun are runtime
+// failures: the journal could not store the transition.
+type StateGate interface {
+	Status() tdd.Status
+	Allowed(op operation.Operation) tdd.Decision
+	Wrote(ctx context.Context, op operation.Operation) (tdd.Transition, error)
+	TestRun(ctx context.Context, res *testrun.Result) (tdd.Transition, error)
+}
+
+// PolicyGate decides operations (*policy.Engine implements it). It never
+// fails: an error inside a rule is a block.
+type PolicyGate interface {
+	Decide(ctx context.Context, op operation.Operation) policy.Decision
+}
+
+// Approver asks a person about a plan of steps (*approval.Broker
+// implements it). It returns once every step is decided; an error means
+// the question could not be asked or recorded, and the steps count as
+// denied.
+type Approver interface {
+	Ask(ctx context.Context, session, summary string, steps []approval.Step) (approval.Request, error)
+}
+
+// Recorder is the audit log (*audit.Log implements it). Append enqueues
+// or writes one entry; Flush makes every entry appended so far durable.
+// Any error makes the router refuse the call.
+type Recorder interface {
+	Append(ctx context.Context, e audit.Entry) (uint64, error)
+	Flush(ctx context.Context) error
+}
+
+// Options configure a Router. Registry, Resolver, State, Policy and Audit
+// are required; ChangeSet is required for kernel and sandbox tools (the
+// tool is refused without it), Runtime for sandbox tools, Approver for
+// calls the policy sends to a person (without one they are refused).
+type Options struct {
+	Registry *tool.Registry
+	Resolver *tool.Resolver
+	State    StateGate
+	Policy   PolicyGate
+	Approver Approver
+	Audit    Recorder
+	// Runtime runs sandbox tools.
+	Runtime sandbox.Runtime
+	// ChangeSet is the session's change set: its upper directory and
+	// workspace are handed to sandboxes.
+	ChangeSet ChangeSet
+	// Session identifies the session (ID and Workspace); Mode and State
+	// are filled from State at every call.
+	Session operation.Session
+	// Actor is the audit actor of the calls ("agent" when empty).
+	Actor string
+	// Sanitizer cleans every result; nil means tool.NewSanitizer with
+	// defaults.
+	Sanitizer *tool.Sanitizer
+	// Env is the base environment of sandboxed commands; nil means a
+	// minimal PATH, HOME=/tmp, LANG=C.UTF-8.
+	Env []string
+	// Timeout bounds a sandboxed command when the tool gives none;
+	// default 2 minutes.
+	Timeout time.Duration
+	// Limits are the sandbox limits (Wall is set from the timeout;
+	// Output defaults to 4 MiB).
+	Limits sandbox.Limits
+	Logger *slog.Logger
+}
+
+// ChangeSet is what the router needs of the session's change set
+// (*changeset.ChangeSet implements it).
+type ChangeSet interface {
+	Workspace() string
+	UpperDir() string
+}
+
+// ErrAudit wraps a failure to record a call in the audit log: the call
+// was refused.
+var ErrAudit = errors.New("router: the audit log could not record the call")
+
+// ErrState wraps a failure to store a TDD transition.
+var ErrState = errors.New("router: the TDD journal could not store the transition")
+
+// Router runs tool calls through the gates. Safe for concurrent use.
+type Router struct {
+	o     Options
+	order sync.RWMutex // read-only calls hold it shared, the others exclusive
+
+	mu      sync.Mutex     // guards planned
+	planned map[string]int // operation signature → approvals left from request_approval plans
+}
+
+var _ agent.Tools = (*Router)(nil)
+
+// New checks o and returns a Router. It registers request_approval in
+// o.Registry when an Approver is given.
+func New(o Options) (*Router, error) {
+	if o.Registry == nil || o.Resolver == nil || o.State == nil || o.Policy == nil || o.Audit == nil {
+		return nil, errors.New("router: Registry, Resolver, State, Policy and Audit are required")
+	}
+	if o.Session.ID == "" {
+		return nil, errors.New("router: Session.ID is required")
+	}
+	if o.Session.Workspace == "" {
+		o.Session.Workspace = o.Resolver.Workspace()
+	}
+	if o.Actor == "" {
+		o.Actor = "agent"
+	}
+	if o.Sanitizer == nil {
+		o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{})
+	}
+	if o.Env == nil {
+		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.Limits.Output <= 0 {
+		o.Limits.Output = 4 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{o: o, planned: map[string]int{}}
+	if o.Approver != nil {
+		if _, err := o.Registry.Lookup(RequestApprovalName); err != nil {
+			t, err := r.requestApprovalTool()
+			if err != nil {
+				return nil, err
+			}
+			if err := o.Registry.Register(t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// Definitions lists the registered tools for the model (wire names).
+func (r *Router) Definitions() []llm.Tool {
+	var out []llm.Tool
+	for _, t := range r.o.Registry.List() {
+		out = append(out, llm.Tool{Name: tool.WireName(t.Name()), Description: t.Description(), Schema: t.InputSchema()})
+	}
+	return out
+}
+
+// readOnly reports whether a call may run concurrently with other
+// read-only calls: a known fast-path tool.
+func (r *Router) readOnly(name string) bool {
+	t, err := r.o.Registry.Lookup(name)
+	return err == nil && t.Execution().Class == tool.FastPath
+}
+
+// CallAll runs the calls of one model turn: consecutive read-only calls
+// concurrently, every other call alone and in order. Results are in the
+// calls' order; errs[i] is Call's error for calls[i].
+func (r *Router) CallAll(ctx context.Context, calls []llm.ToolCall) ([]agent.Result, []error) {
+	res := make([]agent.Result, len(calls))
+	errs := make([]error, len(calls))
+	for i := 0; i < len(calls); {
+		if !r.readOnly(calls[i].Name) {
+			res[i], errs[i] = r.Call(ctx, calls[i])
+			i++
+			continue
+		}
+		j := i
+		var wg sync.WaitGroup
+		for ; j < len(calls) && r.readOnly(calls[j].Name); j++ {
+			wg.Add(1)
+			go func(k int) {
+				defer wg.Done()
+				res[k], errs[k] = r.Call(ctx, calls[k])
+			}(j)
+		}
+		wg.Wait()
+		i = j
+	}
+	return res, errs
+}
+
+// call is one call's progress through the gates.
+type call struct {
+	id, name string
+	t        *tool.Tool
+	op       *operation.Operation
+	fast     bool // recorded as one buffered tool.read entry
+	stateDec *tdd.Decision
+	polDec   *policy.Decision
+	approval string // how approval was given, when needed
+}
+
+// Call runs one call through every gate. See the package doc.
+func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
+	if r.readOnly(c.Name) {
+		r.order.RLock()
+		defer r.order.RUnlock()
+	} else {
+		r.order.Lock()
+		defer r.order.Unlock()
+	}
+	res, err := r.call(ctx, c)
+	if err != nil {
+		r.o.Logger.Error("tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
+		return agent.Result{Content: "refused: the runtime could not process this call (" + runtimeCause(err) + "); it did not complete", IsError: true, Decision: "refused: runtime"}, err
+	}
+	return res, nil
+}
+
+func runtimeCause(err error) string {
+	switch {
+	case errors.Is(err, ErrAudit):
+		return "the audit log could not record it"
+	case errors.Is(err, ErrState):
+		return "the TDD journal could not record it"
+	}
+	return "internal error"
+}
+
+func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
+	cl := &call{id: c.ID, name: c.Name}
+	// 1. Decode.
+	t, err := r.o.Registry.Lookup(c.Name)
+	if err != nil {
+		return r.refuse(ctx, cl, Refusal{Gate: GateDecode, Rule: "unknown-tool", Reason: err.Error(), Instead: "call one of the listed tools"}, c.Args)
+	}
+	cl.t, cl.name = t, t.Name()
+	args, err := t.Decode(c.Args)
+	if err != nil {
+		return r.refuse(ctx, cl, Refusal{Gate: GateDecode, Rule: "invalid-arguments", Reason: err.Error(), Instead: "call " + t.Name() + " again with arguments that match its input schema"}, c.Args)
+	}
+	// 2. Normalize.
+	st := r.o.State.Status()
+	sess := r.o.Session
+	sess.Mode, sess.State = string(st.Mode), string(st.State)
+	op, err := t.Normalize(ctx, r.o.Resolver, args, sess)
+	if err == nil && (op.CommandLine != "" || len(op.Argv) > 0) {
+		paths := op.Paths
+		op.Paths = nil
+		err = policy.Normalize(op, r.o.Resolver.Workspace())
+		op.Paths = paths
+	}
+	if err != nil {
+		return r.refuse(ctx, cl, Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}, c.Args)
+	}
+	cl.op = op
+	cl.fast = t.Execution().Class == tool.FastPath && t.Name() != RequestApprovalName
+	// 3. State gate.
+	sd := r.o.State.Allowed(*op)
+	cl.stateDec = &sd
+	// 4. Policy gate (decided even after a state refusal? no: gates run in
+	// order and the first refusal ends the call).
+	if !sd.Allow {
+		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(st)}, c.Args)
+	}
+	if t.Name() != RequestApprovalName {
+		pd := r.o.Policy.Decide(ctx, *op)
+		cl.polDec = &pd
+		switch pd.Effect {
+		case policy.Allow:
+		case policy.Approve:
+			// 5. Approval.
+			if ref, ok, err := r.approve(ctx, cl, c.Args); err != nil || !ok {
+				if err != nil {
+					return agent.Result{}, err
+				}
+				return r.refuse(ctx, cl, ref, c.Args)
+			}
+		default:
+			return r.refuse(ctx, cl, Refusal{Gate: GatePolicy, Rule: pd.Rule, Reason: pd.Reason, Subject: pd.Subject, Instead: policyInstead(pd, op)}, c.Args)
+		}
+	} else {
+		cl.polDec = &policy.Decision{Effect: policy.Allow, Rule: "request-approval", Reason: "asking a person is always allowed; each step is judged by the policy inside the request"}
+	}
+	if !cl.fast {
+		if err := r.recordGates(ctx, cl, c.Args); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	// 6. Execute.
+	started := time.Now()
+	if !cl.fast {
+		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template}); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	out, execErr := r.execute(ctx, cl, args)
+	dur := time.Since(started)
+	// 7. Sanitize.
+	var s tool.Sanitized
+	if execErr != nil {
+		s = r.o.Sanitizer.Sanitize([]byte(execErr.Error()))
+		out.IsError = true
+	} else {
+		s = r.o.Sanitizer.Sanitize(out.Output)
+	}
+	// 9 (before 8, so the record holds the transition). Feed back.
+	var fed string
+	if execErr == nil {
+		var err error
+		if fed, err = r.feedBack(ctx, cl, out); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	// 8. Record.
+	sum := sha256.Sum256([]byte(s.Text))
+	end := map[string]any{
+		"call": cl.id, "tool": cl.name, "is_error": out.IsError, "duration_us": dur.Microseconds(),
+		"output_bytes": s.InputBytes, "shown_bytes": len(s.Text), "shown_sha256": hex.EncodeToString(sum[:]),
+		"cut_bytes": s.CutBytes, "redactions": s.Redactions, "stripped": s.Stripped, "binary": s.Binary,
+	}
+	if execErr != nil {
+		end["error"] = s.Text
+	}
+	if fed != "" {
+		end["tdd"] = fed
+	}
+	if cl.fast {
+		end["op"] = cl.op
+		end["gate_state"] = cl.stateDec
+		end["gate_policy"] = policySummary(cl.polDec)
+		end["args_sha256"] = argsHash(c.Args)
+		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: end}); err != nil {
+			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
+		}
+	} else {
+		if err := r.append(ctx, audit.KindExecEnd, end); err != nil {
+			return agent.Result{}, err
+		}
+		if err := r.o.Audit.Flush(ctx); err != nil {
+			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
+		}
+	}
+	text := s.Text
+	if fed != "" {
+		text += "\n[tdd: " + fed + "]"
+	}
+	return agent.Result{Content: text, IsError: out.IsError, Decision: decisionString(cl)}, nil
+}
+
+// KindToolRead is the audit kind of a fast-path read allowed by both
+// gates: one buffered entry with the operation, both decisions and the
+// outcome.
+const KindToolRead audit.Kind = "tool.read"
+
+func (r *Router) append(ctx context.Context, kind audit.Kind, payload any) error {
+	if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: kind, Actor: r.o.Actor, Payload: payload}); err != nil {
+		return fmt.Errorf("%w: %w", ErrAudit, err)
+	}
+	return nil
+}
+
+// argsHash identifies the raw arguments without storing them (they may
+// be large); the request entry keeps them when small.
+func argsHash(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+const maxRecordedArgs = 4 << 10
+
+// recordGates writes the request and every decision made so far.
+func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
+	req := map[string]any{"call": cl.id, "tool": cl.name, "args_sha256": argsHash(raw), "args_bytes": len(raw)}
+	if len(raw) <= maxRecordedArgs && json.Valid(raw) {
+		req["args"] = json.RawMessage(raw)
+	}
+	if cl.op != nil {
+		req["op"] = cl.op
+	}
+	if err := r.append(ctx, audit.KindToolRequest, req); err != nil {
+		return err
+	}
+	if cl.stateDec != nil {
+		if err := r.append(ctx, audit.KindGateState, map[string]any{"call": cl.id, "tool": cl.name, "decision": cl.stateDec}); err != nil {
+			return err
+		}
+	}
+	if cl.polDec != nil {
+		p := policySummary(cl.polDec)
+		p["call"], p["tool"] = cl.id, cl.name
+		if cl.approval != "" {
+			p["approval"] = cl.approval
+		}
+		if err := r.append(ctx, audit.KindGatePolicy, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func policySummary(d *policy.Decision) map[string]any {
+	if d == nil {
+		return nil
+	}
+	return map[string]any{"effect": d.Effect.String(), "rule": d.Rule, "layer": d.Layer, "reason": d.Reason, "subject": d.Subject, "token": d.Token}
+}
+
+func decisionString(cl *call) string {
+	if cl.polDec == nil {
+		return "allow"
+	}
+	s := cl.polDec.Effect.String() + ": rule " + cl.polDec.Rule
+	if cl.approval != "" {
+		s += " (" + cl.approval + ")"
+	}
+	return s
+}
+
+// refuse records the refusal (every decision made, then the refusal
+// itself, flushed) and returns it as the model's tool result.
+func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) (agent.Result, error) {
+	if err := r.recordGates(ctx, cl, raw); err != nil {
+		return agent.Result{}, err
+	}
+	if ref.Gate == GateDecode || ref.Gate == GateNormalize || ref.Gate == GateApproval {
+		// The state and policy gates recorded their own refusals above;
+		// these gates have no entry of their own kind.
+		if err := r.append(ctx, KindToolRefused, map[string]any{"call": cl.id, "tool": cl.name, "refusal": ref}); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	if err := r.o.Audit.Flush(ctx); err != nil {
+		return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
+	}
+	text := ref.Text()
+	s := r.o.Sanitizer.Sanitize([]byte(text))
+	return agent.Result{Content: s.Text, IsError: true, Decision: "refused by the " + string(ref.Gate) + " gate: rule " + ref.Rule}, nil
+}
+
+// KindToolRefused records a refusal by the decode, normalize or approval
+// gate.
+const KindToolRefused audit.Kind = "tool.refused"
+
+// approve handles a policy "approve": a step approved earlier by a plan
+// (request_approval), or a question to the person now.
+func (r *Router) approve(ctx context.Context, cl *call, raw []byte) (Refusal, bool, error) {
+	pd := cl.polDec
+	sig := cl.op.Signature()
+	r.mu.Lock()
+	if n := r.planned[sig]; n > 0 {
+		r.planned[sig] = n - 1
+		r.mu.Unlock()
+		cl.approval = "approved in an earlier plan"
+		return Refusal{}, true, nil
+	}
+	r.mu.Unlock()
+	if r.o.Approver == nil {
+		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "this needs a person's approval (" + pd.Reason + ") and no one can be asked in this session",
+			Instead: "do without it, or stop and tell the user what you need"}, false, nil
+	}
+	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, fmt.Sprintf("%s wants to run %s", r.o.Actor, cl.name), []approval.Step{{Op: *cl.op, Note: pd.Reason, Preview: preview(cl.op)}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Refusal{}, false, ctx.Err()
+		}
+		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "the approval could not be asked: " + err.Error(), Instead: "try again later"}, false, nil
+	}
+	if len(req.Items) != 1 || req.Items[0].Decision.Verdict != approval.Approved {
+		reason := "a person denied it"
+		if len(req.Items) == 1 && req.Items[0].Decision.Reason != "" {
+			reason += ": " + req.Items[0].Decision.Reason
+		}
+		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: reason, Instead: "choose another approach, or explain why you need it with request_approval"}, false, nil
+	}
+	cl.approval = "approved by a person, request " + req.ID
+	_ = raw
+	return Refusal{}, true, nil
+}
+
+func preview(op *operation.Operation) string {
+	switch {
+	case op.CommandLine != "":
+		return op.CommandLine
+	case len(op.Argv) > 0:
+		return strings.Join(op.Argv, " ")
+	case len(op.Paths) > 0:
+		var ps []string
+		for _, p := range op.Paths {
+			ps = append(ps, p.Abs)
+		}
+		return string(op.Action) + " " + strings.Join(ps, ", ")
+	}
+	return string(op.Action)
+}
+
+// execute runs an allowed call in its class.
+func (r *Router) execute(ctx context.Context, cl *call, args tool.Args) (tool.Result, error) {
+	t := cl.t
+	if t.Name() == RequestApprovalName {
+		return r.runPlan(ctx, args)
+	}
+	switch t.Execution().Class {
+	case tool.FastPath, tool.Kernel:
+		return t.Run(ctx, args)
+	case tool.Sandbox:
+		return r.sandboxed(ctx, t, args)
+	}
+	return tool.Result{}, fmt.Errorf("unknown execution class %q", t.Execution().Class)
+}
+
+func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (tool.Result, error) {
+	if r.o.Runtime == nil || r.o.ChangeSet == nil {
+		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
+	}
+	tpl, err := sandbox.TemplateByName(t.Execution().Template)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	cmd, err := t.Command(ctx, args)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	timeout := cmd.Timeout
+	if timeout <= 0 {
+		timeout = r.o.Timeout
+	}
+	limits := r.o.Limits
+	limits.Wall = timeout
+	spec := sandbox.Spec{
+		Argv: cmd.Argv, Env: append(append([]string(nil), r.o.Env...), cmd.Env...), Dir: cmd.Dir,
+		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
+	}
+	tpl.Apply(&spec)
+	res, err := r.o.Runtime.Run(ctx, spec)
+	if err != nil {
+		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
+	}
+	out := tool.CommandOutput{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}
+	for _, h := range res.Hit {
+		out.Limits = append(out.Limits, string(h))
+	}
+	if cmd.Collect != nil {
+		return cmd.Collect(out)
+	}
+	return DefaultCollect(out), nil
+}
+
+// DefaultCollect shows stdout, then stderr, then the exit status and any
+// limit hit; a non-zero exit is an error result.
+func DefaultCollect(out tool.CommandOutput) tool.Result {
+	var b strings.Builder
+	b.Write(out.Stdout)
+	if len(out.Stderr) > 0 {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("[stderr]\n")
+		b.Write(out.Stderr)
+	}
+	if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "[exit status %d", out.ExitCode)
+	if len(out.Limits) > 0 {
+		fmt.Fprintf(&b, "; limit reached: %s", strings.Join(out.Limits, ", "))
+	}
+	b.WriteString("]")
+	return tool.Result{Output: []byte(b.String()), IsError: out.ExitCode != 0 || len(out.Limits) > 0}
+}
+
+// feedBack moves the TDD machine: a kernel write is recorded as written,
+// a parsed test run as run. It returns a one-line summary for the model.
+func (r *Router) feedBack(ctx context.Context, cl *call, out tool.Result) (string, error) {
+	switch {
+	case cl.t.Execution().Class == tool.Kernel && !out.IsError:
+		tr, err := r.o.State.Wrote(ctx, *cl.op)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrState, err)
+		}
+		return transitionLine(tr), nil
+	case out.Data != nil:
+		res, ok := out.Data.(*testrun.Result)
+		if !ok || res == nil {
+			return "", nil
+		}
+		tr, err := r.o.State.TestRun(ctx, res)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrState, err)
+		}
+		return transitionLine(tr), nil
+	}
+	return "", nil
+}
+
+func transitionLine(tr tdd.Transition) string {
+	s := fmt.Sprintf("%s → %s", tr.From, tr.To)
+	if next := tr.Status.Next(); next != "" {
+		s += "; next: " + next
+	}
+	return s
+}

@@ -1,0 +1,484 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
+)
+
+func TestMain(m *testing.M) {
+	if native.IsInit() {
+		os.Exit(native.InitMain())
+	}
+	os.Exit(m.Run())
+}
+
+// extraRules is a user policy for the tests: printf and sh are allowed
+// commands, curl is blocked, everything else falls to the defaults.
+const extraRules = `version: 1
+rules:
+  - id: test.printf
+    effect: allow
+    match:
+      action: exec
+      argv:
+        - [printf, ...]
+        - [cat, ...]
+  - id: test.no-curl
+    effect: block
+    message: no network tools
+    match:
+      action: exec
+      argv:
+        - [curl, ...]
+`
+
+type env struct {
+	t      testing.TB
+	ws     string
+	home   string
+	cs     *changeset.ChangeSet
+	log    *audit.Log
+	tdd    *tdd.Session
+	broker *approval.Broker
+	r      *router.Router
+	// answer is what the "person" types to the next approval request.
+	answer  string
+	asked   int
+	mu      sync.Mutex
+	secrets []string
+}
+
+type notifier struct{ e *env }
+
+func (n notifier) Notify(ctx context.Context, req approval.Request) error {
+	n.e.mu.Lock()
+	n.e.asked++
+	ans := n.e.answer
+	n.e.mu.Unlock()
+	go func() {
+		_ = n.e.broker.Answer(context.WithoutCancel(ctx), req.ID, ans, approval.Who{Name: "ana", Channel: "test"})
+	}()
+	return nil
+}
+
+type setup struct {
+	mode     tdd.Mode
+	sandbox  bool
+	approver bool
+	audit    *audit.Log // use this log instead of a fresh one
+}
+
+func newEnv(t testing.TB, s setup) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("change sets and the native sandbox need root here")
+	}
+	ctx := context.Background()
+	base := t.TempDir()
+	e := &env{t: t, ws: filepath.Join(base, "ws"), home: filepath.Join(base, "home"), answer: "/approve"}
+	must(t, os.MkdirAll(filepath.Join(e.ws, "pkg"), 0o755))
+	must(t, os.MkdirAll(e.home, 0o700))
+	must(t, os.WriteFile(filepath.Join(e.ws, "go.mod"), []byte("module example.com/m\n\ngo 1.22\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(e.ws, "pkg", "calc.go"), []byte("package pkg\n\nfunc Add(a, b int) int { return a - b }\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(e.ws, "README.md"), []byte("hello\nworld\n"), 0o644))
+	var err error
+	e.cs, err = changeset.Begin(ctx, e.ws, filepath.Join(base, "cs"))
+	must(t, err)
+	res, err := tool.NewResolver(tool.ResolverOptions{Workspace: e.ws, FS: e.cs.Links()})
+	must(t, err)
+	e.ws = res.Workspace()
+	reg := tool.NewRegistry()
+	must(t, builtin.Register(reg, builtin.Options{ChangeSet: e.cs, Resolver: res}))
+
+	db, err := store.OpenMain(ctx, e.home)
+	must(t, err)
+	t.Cleanup(func() { db.Close() })
+	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
+	must(t, err)
+	m, err := tdd.New(tdd.Options{})
+	must(t, err)
+	if s.mode == "" {
+		s.mode = tdd.Strict
+	}
+	e.tdd, err = tdd.Resume(ctx, j, m, "s1", s.mode)
+	must(t, err)
+
+	eng, err := policy.Compile(policy.Options{Protected: policy.Protected{Paths: []string{e.home}}},
+		policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: []byte(extraRules)})
+	must(t, err)
+
+	e.log = s.audit
+	if e.log == nil {
+		e.log, err = audit.Open(ctx, audit.Options{Path: filepath.Join(e.home, "audit.db"), KeyDir: filepath.Join(e.home, "keys")})
+		must(t, err)
+		t.Cleanup(func() { e.log.Close() })
+	}
+	o := router.Options{
+		Registry: reg, Resolver: res, State: e.tdd, Policy: eng, Audit: e.log, ChangeSet: e.cs,
+		Session:   operation.Session{ID: "s1", Workspace: e.ws},
+		Sanitizer: tool.NewSanitizer(tool.SanitizerOptions{Secrets: func() []string { return e.secrets }}),
+		Timeout:   30 * time.Second,
+	}
+	if s.approver {
+		e.broker, err = approval.NewBroker(approval.Options{Evaluator: router.PolicyEvaluator{Policy: eng}, Notifier: notifier{e}, Recorder: router.ApprovalRecorder{Audit: e.log}, Timeout: 20 * time.Second})
+		must(t, err)
+		o.Approver = e.broker
+	}
+	if s.sandbox {
+		self, err := os.Executable()
+		must(t, err)
+		o.Runtime, err = native.New(native.Options{Self: self})
+		must(t, err)
+	}
+	e.r, err = router.New(o)
+	must(t, err)
+	return e
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var callN int
+
+func tc(name string, args any) llm.ToolCall {
+	raw, _ := json.Marshal(args)
+	callN++
+	return llm.ToolCall{ID: "c" + string(rune('a'+callN%26)), Name: name, Args: raw}
+}
+
+// kinds returns the kinds of the audit entries after seq from.
+func (e *env) entries(from uint64) []audit.Entry {
+	e.t.Helper()
+	must(e.t, e.log.Flush(context.Background()))
+	var out []audit.Entry
+	err := e.log.Reader().Entries(context.Background(), audit.Filter{}, func(en audit.Entry) error {
+		if en.Seq > from {
+			out = append(out, en)
+		}
+		return nil
+	})
+	must(e.t, err)
+	return out
+}
+
+func kinds(es []audit.Entry) []string {
+	var out []string
+	for _, en := range es {
+		if en.Kind == audit.KindAuditCheckpoint {
+			continue
+		}
+		out = append(out, string(en.Kind))
+	}
+	return out
+}
+
+func (e *env) last() uint64 {
+	es := e.entries(0)
+	if len(es) == 0 {
+		return 0
+	}
+	return es[len(es)-1].Seq
+}
+
+func TestPipeline(t *testing.T) {
+	e := newEnv(t, setup{approver: true, sandbox: true})
+	ctx := t.Context()
+	for _, c := range []struct {
+		name     string
+		call     llm.ToolCall
+		answer   string
+		isError  bool
+		contains []string
+		kinds    []string
+	}{
+		{
+			name: "fast-path read allowed", call: tc("fs.read", map[string]any{"path": "README.md"}),
+			contains: []string{"     1\thello", "     2\tworld"}, kinds: []string{"tool.read"},
+		},
+		{
+			name: "unknown tool", call: tc("fs.raed", map[string]any{"path": "x"}), isError: true,
+			contains: []string{"refused by the decode gate (rule unknown-tool)", "did you mean fs.read"}, kinds: []string{"tool.request", "tool.refused"},
+		},
+		{
+			name: "bad arguments", call: tc("fs.read", map[string]any{"path": 3}), isError: true,
+			contains: []string{"refused by the decode gate (rule invalid-arguments)", "path"}, kinds: []string{"tool.request", "tool.refused"},
+		},
+		{
+			name: "TDD refuses a source write before a failing test", call: tc("fs.write", map[string]any{"path": "pkg/calc.go", "content": "package pkg\n"}), isError: true,
+			contains: []string{"refused by the state gate (rule need_failing_test)", "write a failing test first", "instead:"}, kinds: []string{"tool.request", "gate.state"},
+		},
+		{
+			name: "policy blocks a protected write", call: tc("fs.write", map[string]any{"path": "pkg/calc_test.go", "content": "x"}),
+			contains: []string{"wrote pkg/calc_test.go", "[tdd: idle → writing_test"}, kinds: []string{"tool.request", "gate.state", "gate.policy", "exec.start", "exec.end"},
+		},
+		{
+			name: "policy block: write outside the workspace", call: tc("fs.write", map[string]any{"path": "/etc/fluffy-test", "content": "x"}), isError: true,
+			contains: []string{"refused by the policy gate (rule builtin.write-outside-workspace)", "instead: write inside the workspace"}, kinds: []string{"tool.request", "gate.state", "gate.policy"},
+		},
+		{
+			name: "policy block: a user rule", call: tc("shell.exec", map[string]any{"command": "curl http://example.com"}), isError: true,
+			contains: []string{"refused by the policy gate (rule test.no-curl)", "no network tools"}, kinds: []string{"tool.request", "gate.state", "gate.policy"},
+		},
+		{
+			name: "approval denied", call: tc("shell.exec", map[string]any{"command": "ls -la"}), answer: "/deny too broad", isError: true,
+			contains: []string{"refused by the approval gate (rule fallback)", "a person denied it: too broad"}, kinds: []string{"tool.request", "approval.request", "approval.decision", "gate.state", "gate.policy", "tool.refused"},
+		},
+		{
+			name: "approval approved, runs in the sandbox", call: tc("shell.exec", map[string]any{"command": "echo sandboxed; id -u"}), answer: "/approve",
+			contains: []string{"sandboxed\n0\n", "[exit status 0]"}, kinds: []string{"tool.request", "approval.request", "approval.decision", "gate.state", "gate.policy", "exec.start", "exec.end"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e.mu.Lock()
+			e.answer = c.answer
+			e.mu.Unlock()
+			from := e.last()
+			res, err := e.r.Call(ctx, c.call)
+			if err != nil {
+				t.Fatalf("Call: %v", err)
+			}
+			if res.IsError != c.isError {
+				t.Errorf("IsError = %v, want %v; content:\n%s", res.IsError, c.isError, res.Content)
+			}
+			for _, s := range c.contains {
+				if !strings.Contains(res.Content, s) {
+					t.Errorf("content lacks %q:\n%s", s, res.Content)
+				}
+			}
+			got := kinds(e.entries(from))
+			// The tool.request entry is buffered and the approval entries
+			// synchronous, so what was asked is in the log before the
+			// request entry is written: compare as sets, then the order of
+			// the router's own entries.
+			if !sameSet(got, c.kinds) {
+				t.Errorf("audit kinds = %v, want %v", got, c.kinds)
+			}
+			var own []string
+			for _, k := range got {
+				if !strings.HasPrefix(k, "approval.") {
+					own = append(own, k)
+				}
+			}
+			var want []string
+			for _, k := range c.kinds {
+				if !strings.HasPrefix(k, "approval.") {
+					want = append(want, k)
+				}
+			}
+			if !slices.Equal(own, want) {
+				t.Errorf("router audit order = %v, want %v", own, want)
+			}
+		})
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// The audit log is written before the result: a closed log refuses
+// every call, and the call did not run.
+func TestAuditFailureRefuses(t *testing.T) {
+	e := newEnv(t, setup{})
+	must(t, e.log.Close())
+	res, err := e.r.Call(t.Context(), tc("fs.write", map[string]any{"path": "pkg/calc_test.go", "content": "package pkg\n"}))
+	if !errors.Is(err, router.ErrAudit) {
+		t.Fatalf("err = %v, want ErrAudit", err)
+	}
+	if !res.IsError || !strings.Contains(res.Content, "refused") {
+		t.Errorf("result = %+v", res)
+	}
+	if _, err := e.cs.Stat("pkg/calc_test.go"); err == nil {
+		t.Error("the write happened although it could not be audited")
+	}
+	res, err = e.r.Call(t.Context(), tc("fs.read", map[string]any{"path": "README.md"}))
+	if !errors.Is(err, router.ErrAudit) || strings.Contains(res.Content, "hello") {
+		t.Errorf("read with a broken audit log: %+v, %v", res, err)
+	}
+}
+
+func TestSanitizing(t *testing.T) {
+	e := newEnv(t, setup{sandbox: true})
+	// The secret comes from the command's output (a file the model has
+	// not seen), as a credential injected into a sandbox would.
+	e.secrets = []string{"hunter2-SECRET"}
+	must(t, os.WriteFile(filepath.Join(e.ws, "out.txt"), []byte("\x1b[31mred\x1b[0m \x1b]0;title\x07ok hunter2-SECRET\n"), 0o644))
+	res, err := e.r.Call(t.Context(), tc("shell.exec", map[string]any{"command": "cat out.txt"}))
+	must(t, err)
+	if strings.ContainsAny(res.Content, "\x1b\x07") {
+		t.Errorf("control sequences survived: %q", res.Content)
+	}
+	if strings.Contains(res.Content, "hunter2") || !strings.Contains(res.Content, "[REDACTED]") {
+		t.Errorf("secret not redacted: %q", res.Content)
+	}
+	if !strings.Contains(res.Content, "red ok") {
+		t.Errorf("text lost: %q", res.Content)
+	}
+	// The secret is not in the audit log either (only the sanitized
+	// output's hash is).
+	for _, en := range e.entries(0) {
+		b, _ := json.Marshal(en.Payload)
+		if strings.Contains(string(b), "hunter2") {
+			t.Errorf("secret in audit entry %s: %s", en.Kind, b)
+		}
+	}
+}
+
+// Reads see the change set; writes reach the real tree only through
+// apply.
+func TestWritesGoToTheChangeSet(t *testing.T) {
+	e := newEnv(t, setup{mode: tdd.Explore})
+	ctx := t.Context()
+	res, err := e.r.Call(ctx, tc("fs.edit", map[string]any{"path": "pkg/calc.go", "old": "a - b", "new": "a + b"}))
+	must(t, err)
+	if res.IsError {
+		t.Fatalf("edit: %s", res.Content)
+	}
+	real, _ := os.ReadFile(filepath.Join(e.ws, "pkg/calc.go"))
+	if strings.Contains(string(real), "a + b") {
+		t.Fatal("the edit reached the real tree")
+	}
+	res, err = e.r.Call(ctx, tc("fs.read", map[string]any{"path": "pkg/calc.go", "start_line": 3}))
+	must(t, err)
+	if !strings.Contains(res.Content, "return a + b") || strings.Contains(res.Content, "package") {
+		t.Errorf("read through the change set: %q", res.Content)
+	}
+	res, err = e.r.Call(ctx, tc("fs.edit", map[string]any{"path": "pkg/calc.go", "old": "return a * b", "new": "x"}))
+	must(t, err)
+	if !res.IsError || !strings.Contains(res.Content, "nearest match is at line 3") {
+		t.Errorf("edit without a match: %s", res.Content)
+	}
+	res, err = e.r.Call(ctx, tc("search.grep", map[string]any{"pattern": `a \+ b`}))
+	must(t, err)
+	if !strings.Contains(res.Content, "pkg/calc.go:3:") {
+		t.Errorf("grep: %s", res.Content)
+	}
+	if _, err := e.cs.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	real, _ = os.ReadFile(filepath.Join(e.ws, "pkg/calc.go"))
+	if !strings.Contains(string(real), "a + b") {
+		t.Error("apply did not bring the edit to the real tree")
+	}
+}
+
+// Read-only calls of one turn run in parallel; writes wait for them and
+// run in order.
+func TestCallAllOrdering(t *testing.T) {
+	e := newEnv(t, setup{mode: tdd.Explore})
+	calls := []llm.ToolCall{
+		tc("fs.read", map[string]any{"path": "README.md"}),
+		tc("fs.list", map[string]any{"path": "."}),
+		tc("fs.exists", map[string]any{"path": "go.mod"}),
+		tc("fs.write", map[string]any{"path": "notes.txt", "content": "one"}),
+		tc("fs.read", map[string]any{"path": "notes.txt"}),
+		tc("fs.edit", map[string]any{"path": "notes.txt", "old": "one", "new": "two"}),
+		tc("fs.read", map[string]any{"path": "notes.txt"}),
+	}
+	res, errs := e.r.CallAll(t.Context(), calls)
+	for i, err := range errs {
+		must(t, err)
+		if res[i].IsError {
+			t.Errorf("call %d (%s): %s", i, calls[i].Name, res[i].Content)
+		}
+	}
+	if !strings.Contains(res[4].Content, "one") || !strings.Contains(res[6].Content, "two") {
+		t.Errorf("reads after writes saw %q and %q", res[4].Content, res[6].Content)
+	}
+	if !strings.Contains(res[1].Content, "README.md") || !strings.Contains(res[2].Content, "yes") {
+		t.Errorf("parallel reads: %q %q", res[1].Content, res[2].Content)
+	}
+	// The audit log has the write's entries after every read before it
+	// and before every read after it.
+	var seq []string
+	for _, en := range e.entries(0) {
+		switch en.Kind {
+		case router.KindToolRead:
+			seq = append(seq, "r")
+		case audit.KindExecEnd:
+			seq = append(seq, "w")
+		}
+	}
+	if got := strings.Join(seq, ""); got != "rrrwrwr" {
+		t.Errorf("audit order = %s, want rrrwrwr", got)
+	}
+}
+
+// Parallel read-only calls really overlap: many concurrent reads from
+// several goroutines complete, with -race, and the router holds no
+// exclusive lock for them.
+func TestParallelReads(t *testing.T) {
+	e := newEnv(t, setup{})
+	var calls []llm.ToolCall
+	for range 16 {
+		calls = append(calls, tc("fs.read", map[string]any{"path": "README.md"}))
+	}
+	res, errs := e.r.CallAll(t.Context(), calls)
+	for i := range calls {
+		if errs[i] != nil || !strings.Contains(res[i].Content, "hello") {
+			t.Errorf("call %d: %+v %v", i, res[i], errs[i])
+		}
+	}
+}
+
+// A plan approved once through request_approval covers its steps: each
+// runs once without asking again.
+func TestRequestApproval(t *testing.T) {
+	e := newEnv(t, setup{approver: true, sandbox: true})
+	ctx := t.Context()
+	res, err := e.r.Call(ctx, tc("request_approval", map[string]any{
+		"summary": "list files",
+		"steps":   []any{map[string]any{"tool": "shell.exec", "args": map[string]any{"command": "ls"}, "note": "see the files"}},
+	}))
+	must(t, err)
+	if res.IsError || !strings.Contains(res.Content, "step 1 (shell.exec): approved") {
+		t.Fatalf("plan: %s", res.Content)
+	}
+	asked := e.asked
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls"}))
+	must(t, err)
+	if res.IsError || !strings.Contains(res.Content, "go.mod") {
+		t.Errorf("approved step: %s", res.Content)
+	}
+	if e.asked != asked {
+		t.Error("the person was asked again for an approved step")
+	}
+	if !strings.Contains(res.Decision, "approved in an earlier plan") {
+		t.Errorf("decision = %q", res.Decision)
+	}
+	// Once only: the next identical call asks again.
+	e.answer = "/deny enough"
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls"}))
+	must(t, err)
+	if !res.IsError || e.asked != asked+1 {
+		t.Errorf("second call: asked %d, %s", e.asked-asked, res.Content)
+	}
+}
