@@ -21,8 +21,14 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
 )
 
 // instructions is fluffy's own part of every session's system prompt.
@@ -78,9 +84,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		// The tool router plugs in here; until then sessions get no tools
-		// and every call is refused (fail closed).
-		Tools: func(context.Context, kernel.Env) (agent.Tools, error) { return kernel.NoTools{}, nil },
+		Tools:  a.sessionTools(log),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
@@ -106,6 +110,46 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		}
 		db.Close()
 	}, nil
+}
+
+// sessionTools builds each session's tool router: the built-in tools over
+// the session's change set, the TDD machine as the state gate, the policy
+// of the session's workspace, and the native sandbox for shell.exec and
+// test.run (when this host cannot run it, those calls are refused).
+func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
+	l, _ := a.Config()
+	var rt sandbox.Runtime
+	if r, err := native.New(native.Options{Self: a.Self, AllowDegraded: l.Config.Sandbox.AllowDegraded, Logger: log}); err != nil {
+		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
+	} else {
+		rt = r
+	}
+	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
+		if err != nil {
+			return nil, err
+		}
+		reg := tool.NewRegistry()
+		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res}); err != nil {
+			return nil, err
+		}
+		// The policy is the one of the session's workspace.
+		wa := *a
+		wa.Cwd = env.Workspace
+		eng, _, err := wa.policyEngine()
+		if err != nil {
+			return nil, err
+		}
+		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
+			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session)}
+		if env.TDD != nil {
+			o.State = env.TDD
+		}
+		if rt != nil {
+			o.Runtime = rt
+		}
+		return router.New(o)
+	}
 }
 
 // taskFlags are the root command's flags for `fluffy "<task>"`.
