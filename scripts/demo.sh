@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fluffy=$PWD/bin/fluffy
 demo=$(mktemp -d /tmp/fluffy-demo.XXXXXX)
-trap 'rm -rf "$demo"' EXIT
+trap '$fluffy kernel stop >/dev/null 2>&1 || true; rm -rf "$demo"' EXIT
 export FLUFFY_HOME="$demo/home"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -35,3 +35,10 @@ cat greeting.txt; ls
 
 step "fluffy sandbox diff: what the command wrote, held in the change set"
 $fluffy sandbox diff --workspace "$demo/repo" --changeset "$demo/changes" || true
+
+step "fluffy \"<task>\": a session on the scripted replay/demo model, every tool call through the gates"
+printf 'A scratch repository for the fluffy demo.\n' > README.md
+$fluffy --no-apply -m replay/demo "look at this project and tell me what it is"
+
+step "fluffy audit log: what the session did, in the tamper-evident log"
+$fluffy audit log -n 6

@@ -124,6 +124,13 @@ func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
 	} else {
 		rt = r
 	}
+	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
+	// the user's PATH; nothing else of the environment goes in.
+	path, _ := a.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	sandboxEnv := []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off"}
 	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
@@ -147,6 +154,7 @@ func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
 		}
 		if rt != nil {
 			o.Runtime = rt
+			o.Env = sandboxEnv
 		}
 		return router.New(o)
 	}

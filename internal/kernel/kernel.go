@@ -150,7 +150,8 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 		return nil, err
 	}
 	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: map[string]any{
-		"pid": os.Getpid(), "interrupted_sessions": interrupted, "verified": rep,
+		"pid": os.Getpid(), "interrupted_sessions": interrupted,
+		"verified": map[string]any{"from": rep.From, "to": rep.To, "checkpoints": rep.Checkpoints},
 	}}); err != nil {
 		return nil, fmt.Errorf("kernel: audit kernel.start: %w", err)
 	}

@@ -249,6 +249,11 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 	if err := k.setStatus(sctx, id, status, res.Reason, msg); err != nil {
 		k.log.Error("save session status", "session", id, "err", err)
 	}
+	// The run's buffered audit entries (fast-path reads) are durable
+	// before the client hears the run ended.
+	if err := k.o.Audit.Flush(sctx); err != nil {
+		k.log.Error("flush the audit log", "session", id, "err", err)
+	}
 	em.emit(Event{Type: TypeDone, Result: &res})
 	return res, nil
 }
@@ -433,8 +438,10 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	if err := k.setStatus(ctx, p.ID, StatusClosed, info.StopReason, ""); err != nil {
 		return res, err
 	}
-	_, err = k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: "session.close", Actor: "user", Payload: map[string]any{"applied": len(res.Applied), "discarded": res.Discarded}})
-	return res, err
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: "session.close", Actor: "user", Payload: map[string]any{"applied": len(res.Applied), "discarded": res.Discarded}}); err != nil {
+		return res, err
+	}
+	return res, k.o.Audit.Flush(ctx)
 }
 
 // Diff returns the session's change set as a unified diff and its list
