@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
@@ -76,6 +77,16 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	if err != nil {
 		return fail(err)
 	}
+	policyEng, _, err := a.policyEngine()
+	if err != nil {
+		return fail(err)
+	}
+	notify := &kernelNotifier{}
+	broker, err := approval.NewBroker(approval.Options{Evaluator: router.PolicyEvaluator{Policy: policyEng}, Notifier: notify,
+		Recorder: router.ApprovalRecorder{Audit: al}})
+	if err != nil {
+		return fail(err)
+	}
 	ag := l.Config.Agent
 	copts := catalog.Options{Env: a.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
 		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
@@ -84,11 +95,11 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: a.sessionTools(log),
+		Tools: a.sessionTools(log, broker),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
-		Instructions: instructions, Publish: publish, Logger: log,
+		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker,
 	})
 	if errors.Is(err, kernel.ErrAuditDamaged) {
 		return fail(&ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log", err)})
@@ -96,6 +107,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	if err != nil {
 		return fail(err)
 	}
+	notify.k = k
 	if err := k.Register(mux); err != nil {
 		return fail(err)
 	}
@@ -116,7 +128,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 // the session's change set, the TDD machine as the state gate, the policy
 // of the session's workspace, and the native sandbox for shell.exec and
 // test.run (when this host cannot run it, those calls are refused).
-func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
+func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.ToolsFactory {
 	l, _ := a.Config()
 	var rt sandbox.Runtime
 	if r, err := native.New(native.Options{Self: a.Self, AllowDegraded: l.Config.Sandbox.AllowDegraded, Logger: log}); err != nil {
@@ -148,7 +160,8 @@ func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
 			return nil, err
 		}
 		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
-			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session)}
+			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
+			Approver: approver}
 		if env.TDD != nil {
 			o.State = env.TDD
 		}
@@ -158,6 +171,17 @@ func (a *App) sessionTools(log *slog.Logger) kernel.ToolsFactory {
 		}
 		return router.New(o)
 	}
+}
+
+// kernelNotifier shows approval requests through the kernel, which exists
+// only after the broker does.
+type kernelNotifier struct{ k *kernel.Kernel }
+
+func (n *kernelNotifier) Notify(ctx context.Context, req approval.Request) error {
+	if n.k == nil {
+		return errors.New("the kernel is not ready")
+	}
+	return n.k.Notify(ctx, req)
 }
 
 // taskFlags are the root command's flags for `fluffy "<task>"`.
@@ -233,11 +257,12 @@ func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
 	if !f.asJSON {
 		fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", info.ID, info.Model, info.Workspace)
 	}
-	res, err := a.runAttached(ctx, c, info.ID, f.asJSON)
+	in := bufio.NewReader(a.Stdin)
+	res, err := a.runAttached(ctx, c, info.ID, f.asJSON, in)
 	if err != nil {
 		return err
 	}
-	return a.finishSession(ctx, c, info.ID, res, f)
+	return a.finishSession(ctx, c, info.ID, res, f, in)
 }
 
 // reportInterrupted tells the user about sessions a dead kernel left.
@@ -256,7 +281,7 @@ func (a *App) reportInterrupted(ctx context.Context, c *ipc.Client) error {
 
 // runAttached subscribes to the session's events, runs it, and renders
 // the events until the run ends.
-func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON bool) (kernel.RunResult, error) {
+func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON bool, in *bufio.Reader) (kernel.RunResult, error) {
 	if err := c.Subscribe(ctx, kernel.Topic(id)); err != nil {
 		return kernel.RunResult{}, fmt.Errorf("attach to the session: %w", err)
 	}
@@ -286,6 +311,11 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 				return kernel.RunResult{}, fmt.Errorf("decode an event: %w", err)
 			}
 			r.render(e)
+			if e.Type == kernel.TypeApproval && e.Approval != nil {
+				if err := a.answerApproval(ctx, c, e, in); err != nil {
+					return kernel.RunResult{}, err
+				}
+			}
 			if e.Type == kernel.TypeDone && e.Result != nil {
 				return *e.Result, nil
 			}
@@ -304,6 +334,30 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 			grace = time.After(2 * time.Second)
 		case <-grace:
 			return *final, nil
+		}
+	}
+}
+
+// answerApproval reads answers from stdin until the kernel accepts one;
+// end of input denies.
+func (a *App) answerApproval(ctx context.Context, c *ipc.Client, e kernel.Event, in *bufio.Reader) error {
+	for {
+		fmt.Fprint(a.Stderr, "answer (/approve, /deny [reason]): ")
+		line, err := in.ReadString('\n')
+		answer := strings.TrimSpace(line)
+		if answer == "" && err != nil {
+			answer = "/deny no answer (input closed)"
+		}
+		if answer == "" {
+			continue
+		}
+		cerr := c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: e.Approval.ID, Answer: answer}, nil)
+		if cerr == nil {
+			return nil
+		}
+		fmt.Fprintf(a.Stderr, "fluffy: %v\n", cerr)
+		if err != nil {
+			return fmt.Errorf("answer the approval: %w", cerr)
 		}
 	}
 }
@@ -364,6 +418,9 @@ func (r *renderer) render(e kernel.Event) {
 				fmt.Fprintf(r.w, "  fix: %s\n", f.Fix)
 			}
 		}
+	case kernel.TypeApproval:
+		endText()
+		fmt.Fprintf(r.w, "? approval needed\n%s\n", e.Text)
 	case kernel.TypeDone:
 		endText()
 	}
@@ -378,7 +435,7 @@ func oneLine(s string, max int) string {
 }
 
 // finishSession shows the change set and applies, keeps or discards it.
-func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res kernel.RunResult, f taskFlags) error {
+func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res kernel.RunResult, f taskFlags, in *bufio.Reader) error {
 	var d kernel.DiffResult
 	if err := c.Call(ctx, kernel.MethodDiff, kernel.IDParams{ID: id}, &d); err != nil {
 		return fmt.Errorf("read the change set: %w", err)
@@ -406,7 +463,7 @@ func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res k
 	apply := f.yes
 	if !f.yes && !f.noApply {
 		fmt.Fprint(a.Stderr, "apply these changes to the working tree? [y]es / [n]o, keep them pending / [d]iscard: ")
-		line, _ := bufio.NewReader(a.Stdin).ReadString('\n')
+		line, _ := in.ReadString('\n')
 		switch strings.ToLower(strings.TrimSpace(line)) {
 		case "y", "yes":
 			apply = true
@@ -508,11 +565,12 @@ func newSessionCmd(a *App) *cobra.Command {
 		Use: "resume ID", Short: "Continue a paused or interrupted session", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
-				res, err := a.runAttached(cmd.Context(), c, args[0], rf.asJSON)
+				in := bufio.NewReader(a.Stdin)
+				res, err := a.runAttached(cmd.Context(), c, args[0], rf.asJSON, in)
 				if err != nil {
 					return err
 				}
-				return a.finishSession(cmd.Context(), c, args[0], res, rf)
+				return a.finishSession(cmd.Context(), c, args[0], res, rf, in)
 			})
 		},
 	}

@@ -1,10 +1,13 @@
 package kernel
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 )
 
@@ -16,6 +19,9 @@ type Type string
 const (
 	TypeError Type = "error" // Fault: what failed, its class and the fix
 	TypeDone  Type = "done"  // Result: how the run ended; the last event of a run
+	// TypeApproval: the run waits for a person; Approval is the request
+	// and Text its prompt. Answer with session.approve.
+	TypeApproval Type = "approval"
 )
 
 // Event is one thing that happened in a session, pushed to attached
@@ -27,6 +33,9 @@ type Event struct {
 	Agent   *agent.Event `json:"agent,omitempty"`
 	Fault   *Fault       `json:"fault,omitempty"`
 	Result  *RunResult   `json:"result,omitempty"`
+	// Approval and Text describe a TypeApproval event.
+	Approval *approval.Request `json:"approval,omitempty"`
+	Text     string            `json:"text,omitempty"`
 }
 
 // Topic is the IPC topic of a session's events.
@@ -89,4 +98,24 @@ func (e *emitter) emit(ev Event) {
 	if e.k.o.Publish != nil {
 		e.k.o.Publish(Topic(e.id), ev)
 	}
+}
+
+// Notify implements approval.Notifier: the request goes to the session's
+// attached clients as a TypeApproval event. The answer comes back through
+// session.approve (Answer).
+func (k *Kernel) Notify(_ context.Context, req approval.Request) error {
+	k.mu.Lock()
+	r := k.running[req.Session]
+	k.mu.Unlock()
+	if r == nil || r.em == nil {
+		return fmt.Errorf("kernel: session %s is not running: nobody to ask", req.Session)
+	}
+	r.em.emit(Event{Type: TypeApproval, Approval: &req, Text: req.Prompt()})
+	return nil
+}
+
+// Answerer takes a person's answer to an approval request
+// (*approval.Broker implements it).
+type Answerer interface {
+	Answer(ctx context.Context, id, text string, who approval.Who) error
 }

@@ -3,7 +3,9 @@ package kernel
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 )
@@ -20,7 +22,17 @@ const (
 	MethodList   = "session.list"   // ListParams → []Info
 	MethodDiff   = "session.diff"   // IDParams → DiffResult
 	MethodClose  = "session.close"  // CloseParams → CloseResult
+	// MethodApprove answers an approval request (ApproveParams → {}).
+	MethodApprove = "session.approve"
 )
+
+// ApproveParams answer an approval request in the approval language
+// ("/approve", "/deny 2 too broad"; see approval.Help).
+type ApproveParams struct {
+	Request string `json:"request"`
+	Answer  string `json:"answer"`
+	Name    string `json:"name,omitempty"` // who answers (default: the peer's uid)
+}
 
 // IDParams name a session.
 type IDParams struct {
@@ -92,6 +104,23 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 				ch = []changeset.Change{}
 			}
 			return DiffResult{Diff: d, Changes: ch}, wireError(err)
+		},
+		MethodApprove: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p ApproveParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			if k.o.Approvals == nil {
+				return nil, ipc.Errorf(ipc.CodeUnavailable, "this kernel takes no approvals")
+			}
+			who := approval.Who{Name: p.Name, Channel: "ipc"}
+			if who.Name == "" {
+				who.Name = fmt.Sprintf("uid:%d", r.Peer.Cred.UID)
+			}
+			if err := k.o.Approvals.Answer(ctx, p.Request, p.Answer, who); err != nil {
+				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+			}
+			return struct{}{}, nil
 		},
 		MethodClose: func(ctx context.Context, r *ipc.Request) (any, error) {
 			var p CloseParams

@@ -91,6 +91,9 @@ type Options struct {
 	Tools   ToolsFactory
 	// TDD, when set, gives every session a TDD machine.
 	TDD *TDDOptions
+	// Approvals answers approval requests (session.approve); nil refuses
+	// answers.
+	Approvals Answerer
 	// Limits bound each run of a session.
 	Limits agent.Limits
 	// Instructions is fluffy's own part of the system prompt.
@@ -113,6 +116,7 @@ type Kernel struct {
 
 // run is a session's run in progress.
 type run struct {
+	em     *emitter
 	cancel context.CancelFunc
 	done   chan struct{}
 }

@@ -214,7 +214,8 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 		return RunResult{}, fmt.Errorf("%w: %s", ErrBusy, id)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &run{cancel: cancel, done: make(chan struct{})}
+	em := &emitter{k: k, id: id, on: onEvent}
+	r := &run{em: em, cancel: cancel, done: make(chan struct{})}
 	k.mu.Lock()
 	if _, busy := k.running[id]; busy {
 		k.mu.Unlock()
@@ -233,7 +234,6 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 	if err := k.setStatus(ctx, id, StatusRunning, "", ""); err != nil {
 		return RunResult{}, err
 	}
-	em := &emitter{k: k, id: id, on: onEvent}
 	res := k.runSession(ctx, info, em)
 	// Persist the end even when ctx was cancelled.
 	sctx := context.WithoutCancel(ctx)
