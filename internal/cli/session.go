@@ -100,6 +100,10 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker,
+		Price: func(model string) llm.Price {
+			p := l.Config.LLM.Prices[model]
+			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
+		},
 	})
 	if errors.Is(err, kernel.ErrAuditDamaged) {
 		return fail(&ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log", err)})
@@ -409,7 +413,11 @@ func (r *renderer) render(e kernel.Event) {
 	case kernel.Type(agent.EventStop):
 		endText()
 		u := e.Agent.Usage
-		fmt.Fprintf(r.w, "· stopped: %s after %d turn(s), %d tokens in, %d out\n", e.Agent.Reason, e.Agent.Turn, u.InputTokens, u.OutputTokens)
+		cost := ""
+		if e.Agent.Cost > 0 {
+			cost = fmt.Sprintf(", $%.4f", e.Agent.Cost)
+		}
+		fmt.Fprintf(r.w, "· stopped: %s after %d turn(s), %d tokens in, %d out%s\n", e.Agent.Reason, e.Agent.Turn, u.InputTokens, u.OutputTokens, cost)
 	case kernel.TypeError:
 		endText()
 		if f := e.Fault; f != nil {

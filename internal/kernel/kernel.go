@@ -94,6 +94,9 @@ type Options struct {
 	// Approvals answers approval requests (session.approve); nil refuses
 	// answers.
 	Approvals Answerer
+	// Price returns a model's price ("provider/name") for cost accounting
+	// and Limits.MaxCost; nil prices every model at zero.
+	Price func(model string) llm.Price
 	// Limits bound each run of a session.
 	Limits agent.Limits
 	// Instructions is fluffy's own part of the system prompt.

@@ -311,7 +311,11 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 			saveErr.CompareAndSwap(nil, &err)
 		}
 	}
-	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: k.o.Limits,
+	var price llm.Price
+	if k.o.Price != nil {
+		price = k.o.Price(info.Model)
+	}
+	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: k.o.Limits, Price: price,
 		Logger: k.log.With("session", info.ID), OnEvent: func(ev agent.Event) {
 			switch ev.Type {
 			case agent.EventTurnStart:
