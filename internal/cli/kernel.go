@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
 	"github.com/fluffy-agent/fluffy/internal/buildinfo"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
@@ -95,13 +96,22 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 	return c, err
 }
 
-// refusals counts refused peers for the status; ipc logs each one. The
-// kernel issue routes them to the audit log as well.
-type refusals struct{ n atomic.Int64 }
+// refusals counts refused peers for the status and, once the kernel has
+// opened it, records each one in the audit log (ipc also logs them).
+type refusals struct {
+	n     atomic.Int64
+	audit atomic.Pointer[audit.Log]
+}
 
-func (r *refusals) RecordRefusal(context.Context, ipc.Refusal) error {
+func (r *refusals) RecordRefusal(ctx context.Context, f ipc.Refusal) error {
 	r.n.Add(1)
-	return nil
+	l := r.audit.Load()
+	if l == nil {
+		return nil
+	}
+	_, err := l.Append(ctx, audit.Entry{Kind: "ipc.refused", Actor: "kernel", Time: f.Time, Payload: map[string]any{
+		"pid": f.Peer.PID, "uid": f.Peer.UID, "gid": f.Peer.GID, "want_uid": f.Want, "reason": f.Reason}})
+	return err
 }
 
 func newKernelCmd(a *App) *cobra.Command {
@@ -249,7 +259,7 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if err != nil {
 		return err
 	}
-	stopKernel, err := a.startSessions(ctx, mux, log, func(topic string, data any) {
+	stopKernel, err := a.startSessions(ctx, mux, log, refused, func(topic string, data any) {
 		if _, err := srv.Publish(topic, data); err != nil {
 			log.Warn("publish", "topic", topic, "err", err)
 		}

@@ -41,7 +41,7 @@ When a call is refused, read the reason and adapt.`
 // startSessions opens what the kernel's sessions run on (fluffy.db, the
 // audit log, verified, the TDD machine) and registers the session methods
 // on mux. The returned func stops the sessions and closes everything.
-func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger, publish func(string, any)) (func(), error) {
+func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger, refused *refusals, publish func(string, any)) (func(), error) {
 	l, err := a.Config()
 	if err != nil {
 		return nil, err
@@ -112,10 +112,12 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		return fail(err)
 	}
 	notify.k = k
+	refused.audit.Store(al)
 	if err := k.Register(mux); err != nil {
 		return fail(err)
 	}
 	return func() {
+		refused.audit.Store(nil)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := k.Stop(sctx, "kernel exit"); err != nil {
@@ -308,7 +310,7 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 		select {
 		case ev, ok := <-c.Events():
 			if !ok {
-				return kernel.RunResult{}, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel stopped during session %s (%v)\nfix: the session is resumable: fluffy session resume %s (kernel.log in the data directory says why it stopped)", id, c.Err(), id)}
+				return kernel.RunResult{}, lostKernel(id, c.Err())
 			}
 			var e kernel.Event
 			if err := json.Unmarshal(ev.Data, &e); err != nil {
@@ -329,6 +331,11 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 					fmt.Fprintf(a.Stderr, "\nfluffy: cancelled; session %s is paused and resumable (fluffy session resume %s)\n", id, id)
 					return kernel.RunResult{}, &ExitError{Code: 130}
 				}
+				select {
+				case <-c.Done():
+					return kernel.RunResult{}, lostKernel(id, ans.err)
+				default:
+				}
 				return kernel.RunResult{}, fmt.Errorf("run the session: %w", ans.err)
 			}
 			// The answer can overtake the last events: drain until the
@@ -340,6 +347,11 @@ func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON 
 			return *final, nil
 		}
 	}
+}
+
+// lostKernel is the error when the kernel goes away during a run.
+func lostKernel(id string, err error) error {
+	return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel stopped during session %s (%v)\nfix: the session is resumable: fluffy session resume %s (kernel.log in the data directory says why it stopped)", id, err, id)}
 }
 
 // answerApproval reads answers from stdin until the kernel accepts one;
