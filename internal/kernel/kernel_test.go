@@ -19,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/replay"
@@ -443,5 +444,101 @@ func TestKill9Recovery(t *testing.T) {
 	}
 	if kinds := auditKinds(t, e); strings.Count(kinds, "kernel.start") != 2 {
 		t.Errorf("audit: %s", kinds)
+	}
+}
+
+// TestIPC drives the session methods over a real socket: create, attach
+// (subscribe), run with the events pushed, diff, close; an unknown
+// session is invalid_params.
+func TestIPC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	mux := ipc.NewMux()
+	var srv *ipc.Server
+	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
+		Tools:   func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &writeTools{env: env}, nil },
+		Publish: func(topic string, data any) { _, _ = srv.Publish(topic, data) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Register(mux); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "kipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := ipc.Listen(filepath.Join(dir, "k.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Shutdown(context.Background())
+	c, err := ipc.Dial(ctx, filepath.Join(dir, "k.sock"), ipc.ClientOptions{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	var info kernel.Info
+	if err := c.Call(ctx, kernel.MethodCreate, kernel.CreateParams{Workspace: e.ws, Task: "add hello.go", Model: "replay/x"}, &info); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(ctx, kernel.Topic(info.ID)); err != nil {
+		t.Fatal(err)
+	}
+	var res kernel.RunResult
+	if err := c.Call(ctx, kernel.MethodRun, kernel.IDParams{ID: info.ID}, &res); err != nil || res.Reason != "done" {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	var types []string
+	for done := false; !done; {
+		select {
+		case ev := <-c.Events():
+			var ke kernel.Event
+			if err := json.Unmarshal(ev.Data, &ke); err != nil {
+				t.Fatal(err)
+			}
+			if ke.Session != info.ID {
+				t.Errorf("event of session %q", ke.Session)
+			}
+			types = append(types, string(ke.Type))
+			done = ke.Type == kernel.TypeDone
+		case <-ctx.Done():
+			t.Fatalf("no done event; got %v", types)
+		}
+	}
+	if got := strings.Join(types, " "); !strings.Contains(got, "tool_call") || !strings.Contains(got, "tool_result") {
+		t.Errorf("events: %s", got)
+	}
+	var d kernel.DiffResult
+	if err := c.Call(ctx, kernel.MethodDiff, kernel.IDParams{ID: info.ID}, &d); err != nil || len(d.Changes) != 1 {
+		t.Fatalf("diff: %+v %v", d, err)
+	}
+	var list []kernel.Info
+	if err := c.Call(ctx, kernel.MethodList, kernel.ListParams{}, &list); err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	var cr kernel.CloseResult
+	if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: info.ID}, &cr); err != nil || !cr.Discarded {
+		t.Fatalf("close: %+v %v", cr, err)
+	}
+	var ie *ipc.Error
+	err = c.Call(ctx, kernel.MethodRun, kernel.IDParams{ID: info.ID}, &res)
+	if !errors.As(err, &ie) || ie.Code != ipc.CodeUnavailable {
+		t.Errorf("run of a closed session: %v", err)
+	}
+	err = c.Call(ctx, kernel.MethodGet, kernel.IDParams{ID: "snosuch"}, &info)
+	if !errors.As(err, &ie) || ie.Code != ipc.CodeInvalidParams {
+		t.Errorf("unknown session: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws, "hello.go")); !os.IsNotExist(err) {
+		t.Errorf("discarded change reached the workspace: %v", err)
 	}
 }
