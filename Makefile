@@ -14,11 +14,12 @@ export CGO_ENABLED := 0
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/fluffy (static, CGO_ENABLED=0)
+build: ## build bin/fluffy and the sandbox init beside it (static, CGO_ENABLED=0)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/fluffy
+	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(BIN))fluffy-sandbox-init ./cmd/fluffy-sandbox-init
 
-install: ## install fluffy into $GOBIN
-	$(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/fluffy
+install: ## install fluffy and the sandbox init into $GOBIN
+	$(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/fluffy ./cmd/fluffy-sandbox-init
 
 deps: ## install what the tests need on Debian (idempotent)
 	bash scripts/deps.sh

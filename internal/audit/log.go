@@ -79,6 +79,10 @@ type Options struct {
 	// WarnSize: Open logs a warning when the database is larger, or when
 	// free disk runs low (see Stats.Warnings). 0 disables the size check.
 	WarnSize int64
+	// LockWait is how long Open waits for another process that holds the
+	// writer's lock (a short-lived fluffy command appending its entries).
+	// Zero fails at once with ErrLocked.
+	LockWait time.Duration
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -161,7 +165,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	lock, err := lockFile(opts.Path + ".lock")
+	lock, err := lockFile(ctx, opts.Path+".lock", opts.LockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -278,15 +282,23 @@ func openDB(ctx context.Context, path string) (*store.DB, error) {
 	return db, nil
 }
 
-// lockFile takes an exclusive, non-blocking flock on path and writes our
-// pid into it. The lock dies with the process, so a kill -9 never leaves
-// a stale lock.
-func lockFile(path string) (*os.File, error) {
+// lockFile takes an exclusive flock on path, waiting up to wait for a
+// holder to let go, and writes our pid into it. The lock dies with the
+// process, so a kill -9 never leaves a stale lock.
+func lockFile(ctx context.Context, path string, wait time.Duration) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	deadline := time.Now().Add(wait)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
 		b, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {

@@ -339,3 +339,31 @@ func TestNoGoroutineLeak(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLockWait: a second writer waits for the first to close when asked
+// to, and fails at once (ErrLocked) when not.
+func TestLockWait(t *testing.T) {
+	first, opts := testLog(t, Options{})
+	if _, err := Open(t.Context(), opts); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second writer without LockWait: %v, want ErrLocked", err)
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		first.Close()
+		close(released)
+	}()
+	waiting := opts
+	waiting.LockWait = 10 * time.Second
+	second, err := Open(t.Context(), waiting)
+	if err != nil {
+		t.Fatalf("second writer with LockWait: %v", err)
+	}
+	defer second.Close()
+	select {
+	case <-released:
+	default:
+		t.Fatal("the second writer got the lock while the first still held it")
+	}
+	appendN(t, second, 1, KindExecStart)
+}

@@ -46,6 +46,12 @@ func auditPaths(a *App) (db, keys string, err error) {
 
 // openAuditLog opens the log for writing with the configured settings.
 func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
+	return openAuditLogWait(ctx, a, 0)
+}
+
+// openAuditLogWait opens the log for writing, waiting up to wait for
+// another process holding the writer's lock.
+func openAuditLogWait(ctx context.Context, a *App, wait time.Duration) (*audit.Log, error) {
 	l, err := a.Config()
 	if err != nil {
 		return nil, err
@@ -59,7 +65,7 @@ func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
 		Path: db, KeyDir: keys,
 		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
 		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
-		WarnSize: int64(c.WarnSize), Logger: a.Logger(),
+		WarnSize: int64(c.WarnSize), Logger: a.Logger(), LockWait: wait,
 	})
 }
 

@@ -3,14 +3,19 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
 func newDoctorCmd(a *App) *cobra.Command {
@@ -36,6 +41,11 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 				Getenv:  a.Getenv,
 				Facilities: func(ctx context.Context) []sandbox.Facility {
 					return native.Detect(ctx, native.DetectOptions{Self: a.Self})
+				},
+				Extra: []func(context.Context) doctor.Check{
+					func(ctx context.Context) doctor.Check {
+						return auditCheck(ctx, l.Config.Home, int64(l.Config.Audit.WarnSize))
+					},
 				},
 			})
 			if asJSON {
@@ -67,4 +77,31 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+// auditCheck reports the audit log's size, entries and newest checkpoint,
+// with the warnings the log itself defines (size past audit.warn_size, free
+// disk running low). It reads only; a missing log is not a problem.
+func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
+	c := doctor.Check{Name: "audit log"}
+	d, err := datadir.New(home)
+	if err != nil {
+		c.Status, c.Detail = doctor.Fail, err.Error()
+		return c
+	}
+	s, err := audit.ReadStats(ctx, d.Path(datadir.AuditDB), d.Path(datadir.Keys))
+	switch {
+	case errors.Is(err, audit.ErrNoLog):
+		c.Status, c.Detail = doctor.OK, "nothing recorded yet"
+		return c
+	case err != nil:
+		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "run 'fluffy audit verify' to see what is wrong"
+		return c
+	}
+	c.Status = doctor.OK
+	c.Detail = fmt.Sprintf("%d entries, %s, newest checkpoint at %d", s.Entries, units.Size(s.Bytes), s.Checkpoint)
+	if w := s.Warnings(warnSize, 0); len(w) > 0 {
+		c.Status, c.Fix = doctor.Warn, strings.Join(w, "; ")
+	}
+	return c
 }

@@ -52,6 +52,7 @@ type sandboxRunFlags struct {
 	env           []string
 	allowDegraded bool
 	quiet         bool
+	trace         bool
 	net           string
 	allowHosts    []string
 	egressLog     string
@@ -105,6 +106,7 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl.StringArrayVar(&f.env, "env", nil, "set KEY=VALUE inside, or pass your KEY through (repeatable)")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
+	fl.BoolVar(&f.trace, "trace", false, "print the time each stage of the sandbox set-up and teardown took (to stderr)")
 	fl.StringVar(&f.net, "net", "", "network: none, or proxy (only allow-listed hosts, through the audited egress proxy; see docs/network.md) (default from the template)")
 	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "with --net proxy, allow HOST, HOST:PORT, *.DOMAIN[:PORT] or IP:PORT (repeatable)")
 	fl.StringVar(&f.egressLog, "egress-log", "", "with --net proxy, append one JSON line per request to this file")
@@ -204,6 +206,20 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
+	// Every execution is recorded in the audit log before it starts and
+	// before its result is used; so is every egress request.
+	observer := a.ExecObserver
+	if observer == nil {
+		rec, err := openSandboxAudit(cmd.Context(), a, tpl.Name)
+		if err != nil {
+			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
+		}
+		defer rec.close()
+		observer = rec
+		if a.EgressRecorder == nil {
+			a.EgressRecorder = rec
+		}
+	}
 	switch f.net {
 	case "":
 	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):
@@ -228,11 +244,15 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
 	}
 
-	rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()})
+	nopts := native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()}
+	if f.trace {
+		nopts.Trace = a.Stderr
+	}
+	rt, err := native.New(nopts)
 	if err != nil {
 		return err
 	}
-	run := sandbox.Observe(rt, a.ExecObserver)
+	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {
 		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {

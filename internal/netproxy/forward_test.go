@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/netproxy/forward"
 )
 
 // TestMain lets the test binary play the fluffy binary's forwarder role.
@@ -74,7 +76,7 @@ func TestForward(t *testing.T) {
 	done := make(chan error, 1)
 	var d net.Dialer
 	go func() {
-		done <- Forward(ctx, ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+		done <- forward.Forward(ctx, ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
 	}()
 	c := proxyClient(t, ln.Addr().String())
 	for range 3 {

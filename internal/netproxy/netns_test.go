@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/netproxy/forward"
 )
 
 const netnsChild = "__netproxy-test-netns"
@@ -28,10 +30,10 @@ func netnsChildMain(args []string) int {
 		return 1
 	}
 	// Before loopback is up nothing can listen on 127.0.0.1.
-	if err := LoopbackUp(); err != nil {
+	if err := forward.LoopbackUp(); err != nil {
 		return fail("loopback: %v", err)
 	}
-	stop, err := StartForwarder(context.Background(), DefaultListen, sock)
+	stop, err := forward.Start(context.Background(), DefaultListen, sock)
 	if err != nil {
 		return fail("forwarder: %v", err)
 	}

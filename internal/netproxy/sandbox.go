@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultListen is where the in-sandbox forwarder listens: the sandbox has
@@ -39,48 +36,6 @@ func ClientEnv(listen, socket string, al AllowList) []string {
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 		"FLUFFY_EGRESS_SOCKET=" + socket,
 	}
-}
-
-// LoopbackUp brings the loopback interface of the calling thread's network
-// namespace up (a new namespace starts with it down). It needs
-// CAP_NET_ADMIN in that namespace.
-func LoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("netproxy: loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("netproxy: loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("netproxy: loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("netproxy: loopback up: %w", err)
-	}
-	return nil
-}
-
-// StartForwarder listens on listen inside the current network namespace
-// and forwards every connection to the proxy's unix socket at socket, in
-// the background, until ctx ends. It returns once listening, so a command
-// started afterwards finds the port open.
-func StartForwarder(ctx context.Context, listen, socket string) (stop func(), err error) {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, fmt.Errorf("netproxy: forwarder: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var d net.Dialer
-	go func() {
-		defer close(done)
-		Forward(ctx, ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", socket) })
-	}()
-	return func() { cancel(); <-done }, nil
 }
 
 // JSONRecorder is a Recorder that writes each record as one JSON line to

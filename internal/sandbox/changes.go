@@ -220,13 +220,13 @@ func WriteDiff(w io.Writer, lower, upper string, changes []Change) error {
 		var old, new []byte
 		var err error
 		if c.Kind != Added {
-			old, err = contentOf(filepath.Join(lower, c.Path), c.Type)
+			old, err = contentOf(filepath.Join(lower, c.Path))
 			if err != nil {
 				return err
 			}
 		}
 		if c.Kind != Deleted {
-			new, err = contentOf(filepath.Join(upper, c.Path), c.Type)
+			new, err = contentOf(filepath.Join(upper, c.Path))
 			if err != nil {
 				return err
 			}
@@ -259,7 +259,16 @@ func WriteDiff(w io.Writer, lower, upper string, changes []Change) error {
 	return nil
 }
 
-func contentOf(p, typ string) ([]byte, error) {
+// contentOf returns what a diff shows of p: a regular file's bytes, a
+// symlink's target, nothing for anything else. The type is p's own, not
+// the change's (a file in the workspace may be a symlink in the change
+// set), and no link is followed.
+func contentOf(p string) ([]byte, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	typ := typeOf(fi)
 	if typ == "symlink" {
 		t, err := os.Readlink(p)
 		if err != nil {

@@ -16,6 +16,9 @@ import (
 var (
 	ErrPathInvalid = errors.New("invalid path")
 	ErrPathLoop    = errors.New("too many levels of symbolic links")
+	// ErrOutsideWorkspace: a tool that works only in the workspace was
+	// given a path that resolves outside it.
+	ErrOutsideWorkspace = errors.New("outside the workspace")
 )
 
 // Limits of the paths a model may write, those of Linux.

@@ -147,6 +147,19 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 	return cg, nil
 }
 
+// prime moves this process into the memory cgroup it is already in: a
+// no-op, except that the kernel switches its cgroup migration lock into
+// writer mode, which waits for an RCU grace period (milliseconds on a
+// busy host). Done while the init is being created, it spares the real
+// move of the init (add) that wait: the lock stays in writer mode for a
+// grace period after each writer. Errors do not matter (add reports).
+func (c *cgroup) prime(l cgroupLayout) {
+	if c.v2 || l.v1Memory == "" {
+		return
+	}
+	_ = os.WriteFile(l.v1Memory+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0)
+}
+
 func (c *cgroup) add(pid int) error {
 	for _, d := range c.dirs {
 		if err := os.WriteFile(d+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {

@@ -147,7 +147,31 @@ func Detect(ctx context.Context, opts DetectOptions) []sandbox.Facility {
 			facs[i] = ov
 		}
 	}
-	return facs
+	return append(facs, initFacility(opts.Self))
+}
+
+// initFacility says which program runs as the sandbox init: the small
+// binary beside fluffy, or (slower to start, same protection) fluffy
+// itself.
+func initFacility(self string) sandbox.Facility {
+	f := sandbox.Facility{Name: "sandbox-init"}
+	if self == "" {
+		f.Detail = "not checked: no fluffy binary given"
+		return f
+	}
+	rt, err := New(Options{Self: self})
+	if err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	if p := rt.InitPath(); p != self {
+		f.Available = true
+		f.Detail = "the small init " + p
+		return f
+	}
+	f.Detail = "fluffy re-executes itself as the sandbox init (slower to start, same protection)"
+	f.Fix = "install " + InitBinaryName + " beside fluffy (make install, or go install ./cmd/fluffy-sandbox-init)"
+	return f
 }
 
 func probeOverlay(ctx context.Context, opts DetectOptions) error {

@@ -8,15 +8,18 @@
 // filter applied, rlimits set, and the command started in a session of its
 // own with a cgroup (memory, pids) where the host allows one.
 //
-// The init is the same binary because Go cannot run code between fork and
-// exec; cmd/fluffy dispatches to InitMain before anything else when argv[0]
-// is InitArg0. Landlock comes from github.com/landlock-lsm/go-landlock; the
-// seccomp program is assembled by the parent (package sandbox, with
-// github.com/elastic/go-seccomp-bpf) and loaded by the init as raw BPF, so
-// the init path needs no filter compiler.
+// The init is package nsinit. Go cannot run code between fork and exec,
+// so it is a program of its own: cmd/fluffy-sandbox-init, a small binary
+// installed beside fluffy (it starts in a fraction of the time the whole
+// fluffy binary takes), or, when that is absent, the fluffy binary itself,
+// which dispatches to InitMain before anything else when argv[0] is
+// InitArg0. The seccomp program is assembled by the parent (package
+// sandbox) and loaded by the init as raw BPF; landlock is applied with raw
+// system calls; so the init needs no library beyond golang.org/x/sys.
 package native
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -35,12 +38,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 )
 
 // Options configure a Runtime.
 type Options struct {
-	// Self is the fluffy binary to re-execute as the init; required.
+	// Self is the fluffy binary, re-executed as the init when Init is
+	// empty; required.
 	Self string
+	// Init is the small init binary (cmd/fluffy-sandbox-init). Empty
+	// means the one installed beside Self (InitBinaryName), if any, else
+	// Self itself.
+	Init string
 	// AllowDegraded runs without the facilities the host lacks instead of
 	// refusing (each run's Result.Warnings says what is missing).
 	AllowDegraded bool
@@ -49,6 +58,10 @@ type Options struct {
 	// Facilities, when set, replaces host detection (tests use it to
 	// pretend a facility is missing).
 	Facilities func() []sandbox.Facility
+	// Trace, when set, receives after each run a table of the time every
+	// stage took, in the parent and in the init (fluffy sandbox run
+	// --trace writes it to stderr).
+	Trace io.Writer
 }
 
 // Runtime is the native backend. It is safe for concurrent use.
@@ -74,8 +87,22 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Init == "" {
+		opts.Init = opts.Self
+		sib := filepath.Join(filepath.Dir(opts.Self), InitBinaryName)
+		if fi, err := os.Stat(sib); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			opts.Init = sib
+		}
+	}
 	return &Runtime{opts: opts, bpf: map[string][]byte{}, uid: os.Getuid(), gid: os.Getgid()}, nil
 }
+
+// InitBinaryName is the file name of the small init binary that New looks
+// for beside the fluffy binary.
+const InitBinaryName = "fluffy-sandbox-init"
+
+// InitPath returns the binary this Runtime starts as the sandbox init.
+func (r *Runtime) InitPath() string { return r.opts.Init }
 
 // nobody is the host uid and gid that root's sandboxes run as.
 const nobody = 65534
@@ -129,7 +156,24 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 }
 
 // Run implements sandbox.Runtime.
-func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Result, err error) {
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
+	tr.Mark("start")
+	var st nsinit.Status
+	var before unix.Rusage
+	if tr.On {
+		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
+	}
+	res, err := r.run(ctx, spec, tr, &st, nil)
+	if tr.On {
+		tr.Mark("cleaned up")
+		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
+		writeCPU(r.opts.Trace, &before, st.CommandCPU)
+	}
+	return res, err
+}
+
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -137,7 +181,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := initConfig{Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir}
+	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On, Serve: hook != nil}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -237,7 +281,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		if t == "" {
 			t = src
 		}
-		cfg.Mounts = append(cfg.Mounts, mountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
+		cfg.Mounts = append(cfg.Mounts, nsinit.MountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
 	}
 
 	proxyF, err := r.proxySocket(&cfg, spec)
@@ -247,7 +291,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 	if proxyF != nil {
 		defer proxyF.Close()
 	}
-
+	tr.Mark("spec, facilities, work dir")
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	var cg *cgroup
@@ -263,38 +307,38 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 			})
 		}
 	}
+	tr.Mark("cgroup created")
 	if lim.CPU > 0 {
 		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_CPU, secs})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: secs})
 	}
 	if lim.FileSize > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_FSIZE, uint64(lim.FileSize)})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(lim.FileSize)})
 	}
 	if lim.OpenFiles > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)})
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NOFILE, Value: uint64(lim.OpenFiles)})
 	}
 	if cg == nil {
 		if lim.Memory > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_AS, uint64(lim.Memory)})
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_AS, Value: uint64(lim.Memory)})
 			res.Warnings = append(res.Warnings, "no usable cgroup: memory limited by RLIMIT_AS (address space) per process; exceeding it fails allocations instead of killing")
 		}
 		if lim.Pids > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, rlimit{unix.RLIMIT_NPROC, uint64(lim.Pids)})
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(lim.Pids)})
 		}
 	}
 
-	// The init.
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	defer cfgW.Close()
+	// The init. Its configuration is written before it starts (when the
+	// pipe holds it), so the init reads it as soon as its runtime is up
+	// and builds its root while this process joins it to the cgroup and
+	// sends the idmapped trees; a release byte that follows says the init
+	// may start the command.
 	stR, stW, err := os.Pipe()
 	if err != nil {
-		cfgR.Close()
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
 	defer stR.Close()
+	defer stW.Close() // (closed early once the init holds it)
 	// Root's sandboxes are host uid nobody: an idmapped clone of the
 	// workspace makes its root-owned files the sandbox root's.
 	var fdSock *os.File
@@ -306,53 +350,121 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 		}
 		fdSock, fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
 		defer unix.Close(fdSockParent)
+		defer fdSock.Close()
 		cfg.LowerFD = true
+	}
+	// A pre-warmed instance receives its commands, with their stdio,
+	// over a socket (fd 7).
+	var execSock, execSockParent *os.File
+	if hook != nil {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		execSock, execSockParent = os.NewFile(uintptr(pair[1]), "execsock"), os.NewFile(uintptr(pair[0]), "execsock")
+		defer execSock.Close()
+		defer execSockParent.Close()
+	}
+	cfgJSON, err := json.Marshal(&cfg)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	cfgJSON = append(cfgJSON, '\n')
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	defer cfgW.Close()
+	defer cfgR.Close()
+	cfgWritten := make(chan error, 1)
+	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgJSON) {
+		_, err := cfgW.Write(cfgJSON)
+		cfgWritten <- err
+	} else {
+		// Too big for the pipe: written while the init reads.
+		go func() {
+			_, err := cfgW.Write(cfgJSON)
+			cfgWritten <- err
+		}()
 	}
 	// The init is executed through a descriptor: the sandbox's user
 	// (nobody, for root) need not be able to traverse the binary's
 	// directories (go test builds in 0700 directories).
-	selfF, err := os.Open(r.opts.Self)
+	selfF, err := os.Open(r.opts.Init)
 	if err != nil {
-		return res, fmt.Errorf("%w: open the fluffy binary: %w", sandbox.ErrSetup, err)
+		return res, fmt.Errorf("%w: open the sandbox init binary: %w", sandbox.ErrSetup, err)
 	}
 	defer selfF.Close()
 	outLimit := lim.Output
-	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
-	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/6",
-		Args:       []string{InitArg0},
-		Env:        []string{},
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, proxyF},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-			// Become uid 0 of the new namespace explicitly: without it a
-			// root caller's child keeps host uid 0 credentials.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
-			// Root can drop its supplementary groups; others cannot.
-			GidMappingsEnableSetgroups: r.uid == 0,
-			Setsid:                     true,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
-	}
+	var stdin io.Reader
 	if spec.Stdin != nil {
-		cmd.Stdin = spec.Stdin
+		stdin = spec.Stdin
 		if f, ok := spec.Stdin.(*os.File); ok {
 			// Never hand the sandbox the caller's terminal (TIOCSTI and
 			// friends): always a pipe.
-			cmd.Stdin = struct{ io.Reader }{f}
+			stdin = struct{ io.Reader }{f}
 		}
+	}
+	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
+	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
+	newCmd := func() *exec.Cmd {
+		return &exec.Cmd{
+			Path:       "/proc/self/fd/6",
+			Args:       []string{nsinit.Arg0},
+			Env:        []string{"GOMAXPROCS=1"},
+			Stdout:     stdout,
+			Stderr:     stderr,
+			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock, proxyF},
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+				// Become uid 0 of the new namespace explicitly: without it a
+				// root caller's child keeps host uid 0 credentials.
+				Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
+				// Root can drop its supplementary groups; others cannot.
+				GidMappingsEnableSetgroups: r.uid == 0,
+				Setsid:                     true,
+				Pdeathsig:                  syscall.SIGKILL,
+			},
+			Stdin: stdin,
+		}
+	}
+	tr.Mark("pipes, binary opened")
+	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
+	// migrating a running process costs milliseconds (an RCU grace
+	// period), and the init starts inside its limits.
+	cmd := newCmd()
+	cgJoined := false
+	if cg != nil && cg.v2 {
+		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+			cgJoined = true
+		}
+	}
+	var primed chan struct{}
+	if cg != nil && !cgJoined {
+		primed = make(chan struct{})
+		go func() {
+			defer close(primed)
+			cg.prime(r.cgl)
+		}()
 	}
 	start := time.Now()
 	wall := lim.Wall
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = cmd.Start()
+	if err != nil && cgJoined {
+		// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
+		// cgroup the clone may not enter directly (delegation rules):
+		// join after the start instead, as on cgroup v1.
+		cmd, cgJoined = newCmd(), false
+		err = cmd.Start()
+	}
+	tr.Mark("clone, id maps, exec (cmd.Start)")
 	cfgR.Close()
 	stW.Close()
 	if fdSock != nil {
@@ -366,14 +478,19 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 			f.Fix = userNSFix
 			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
 		}
-		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Self, err)
+		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
 	}
-	if cg != nil {
+	if cg != nil && !cgJoined {
+		if primed != nil {
+			<-primed
+			tr.Mark("cgroup lock primed")
+		}
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
+		tr.Mark("cgroup joined")
 	}
 	// The timer and cancellation kill PID 1, which takes the whole PID
 	// namespace with it.
@@ -401,19 +518,45 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (res sandbox.Resul
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
 		}
+		tr.Mark("idmapped trees sent")
 	}
-	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
+	if err := <-cfgWritten; err != nil {
+		_ = cmd.Process.Kill()
+	} else if _, err := cfgW.Write([]byte{nsinit.Release}); err != nil {
 		_ = cmd.Process.Kill()
 	}
 	cfgW.Close()
+	tr.Mark("init released")
+	if hook != nil {
+		execSock.Close()
+		// Serve until Close (or the context, or the init's death); then
+		// kill the whole sandbox.
+		conn := &instConn{sock: execSockParent, status: bufio.NewReader(stR), output: lim.Output}
+		select {
+		case hook.ready <- conn:
+			select {
+			case <-hook.done:
+			case <-runCtx.Done():
+			}
+		case <-runCtx.Done():
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		close(done)
+		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+		return res, nil
+	}
 	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
+	tr.Mark("status read")
 	waitErr := cmd.Wait()
 	close(done)
+	tr.Mark("init reaped (pid/net ns gone)")
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
-	var st initStatus
+	var st nsinit.Status
 	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
+	*stOut = st
 	select {
 	case <-timedOut:
 		res.Killed = sandbox.LimitTime

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +28,48 @@ func TestMain(m *testing.M) {
 	if sandboxtest.IsProbe() {
 		os.Exit(sandboxtest.ProbeMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if smallInitDir != "" {
+		os.RemoveAll(smallInitDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	smallInitOnce sync.Once
+	smallInitDir  string
+	smallInitPath string
+	smallInitErr  error
+)
+
+// smallInit returns cmd/fluffy-sandbox-init built for this test run (the
+// init production uses; the test binary itself re-executed is the
+// fallback, which TestBasics covers).
+func smallInit(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("FLUFFY_SBXTEST_INIT"); p != "" {
+		return p
+	}
+	smallInitOnce.Do(func() {
+		goCmd, err := exec.LookPath("go")
+		if err != nil {
+			smallInitErr = err
+			return
+		}
+		if smallInitDir, smallInitErr = os.MkdirTemp("", "fluffy-init-"); smallInitErr != nil {
+			return
+		}
+		smallInitPath = filepath.Join(smallInitDir, InitBinaryName)
+		cmd := exec.Command(goCmd, "build", "-o", smallInitPath, "github.com/fluffy-agent/fluffy/cmd/fluffy-sandbox-init")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			smallInitErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if smallInitErr != nil {
+		t.Skipf("cannot build the sandbox init binary: %v", smallInitErr)
+	}
+	return smallInitPath
 }
 
 func newRuntime(t testing.TB, opts Options) *Runtime {
@@ -47,20 +91,16 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 }
 
 // TestSuite runs the adversarial suite as the current user (root in CI;
-// TestSuiteUnprivileged reruns it as an ordinary user).
+// TestSuiteUnprivileged reruns it as an ordinary user), with the small
+// init binary.
 func TestSuite(t *testing.T) {
-	rt := newRuntime(t, Options{})
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	if rt.InitPath() == rt.opts.Self {
+		t.Fatal("the suite runs the test binary as the init, not the small init")
+	}
 	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
 	// Nothing left behind: no cgroup of ours.
-	for _, d := range []string{rt.cgl.v1Memory, rt.cgl.v1Pids, rt.cgl.v2} {
-		if d == "" {
-			continue
-		}
-		left, _ := filepath.Glob(filepath.Join(d, "fluffy-sandbox-*"))
-		if len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-	}
+	assertNoCgroups(t, rt)
 }
 
 const unprivUser = "fluffy-sbxtest"
@@ -100,12 +140,20 @@ func TestSuiteUnprivileged(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	ib, err := os.ReadFile(smallInit(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	initBin := filepath.Join(dir, InitBinaryName+".test")
+	if err := os.WriteFile(initBin, ib, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
-		bin, "-test.run=^TestSuite$|^TestBasics$|^TestEgressProxy$", "-test.count=1")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir}
+		bin, "-test.run=^TestSuite$|^TestBasics$|^TestInstance|^TestEgressProxy$", "-test.count=1")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir, "FLUFFY_SBXTEST_INIT=" + initBin}
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("PASS")) {
@@ -128,8 +176,13 @@ func run(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.Result {
 	return res
 }
 
+// TestBasics runs the test binary itself as the init: the fallback when
+// no small init is installed beside fluffy.
 func TestBasics(t *testing.T) {
 	rt := newRuntime(t, Options{})
+	if rt.InitPath() != rt.opts.Self {
+		t.Fatalf("init %s, want the test binary", rt.InitPath())
+	}
 	sh := func(s string) []string { return []string{"/bin/sh", "-c", s} }
 	t.Run("exit code", func(t *testing.T) {
 		if r := run(t, rt, sandbox.Spec{Argv: sh("exit 7")}); r.ExitCode != 7 || r.Signal != 0 {
@@ -244,15 +297,54 @@ func TestDetect(t *testing.T) {
 	}
 }
 
+// BenchmarkRunTrue runs /bin/true with the small init binary (what
+// fluffy uses when installed); BenchmarkRunTrueSelfInit re-executes the
+// (large) test binary instead.
 func BenchmarkRunTrue(b *testing.B) {
-	rt := newRuntime(b, Options{})
+	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
+}
+
+func BenchmarkRunTrueSelfInit(b *testing.B) {
+	benchRunTrue(b, newRuntime(b, Options{}))
+}
+
+func benchRunTrue(b *testing.B, rt *Runtime) {
 	spec := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 256}}
 	if os.Getenv("FLUFFY_BENCH_NOCGROUP") == "1" {
 		spec.Limits = sandbox.Limits{}
 	}
+	benchMedian(b, func() error {
+		_, err := rt.Run(context.Background(), spec)
+		return err
+	})
+}
+
+// BenchmarkBwrapTrue is the reference: bubblewrap with every namespace
+// unshared running /bin/true, as bench/sandbox.sh runs it.
+func BenchmarkBwrapTrue(b *testing.B) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		b.Skip("bwrap (bubblewrap) is not installed")
+	}
+	args := strings.Fields("--unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true")
+	benchMedian(b, func() error { return exec.Command(bwrap, args...).Run() })
+}
+
+// benchMedian runs op b.N times and reports, besides the mean, the median
+// and the minimum: on a shared, loaded machine the mean follows the
+// neighbours' load more than the code.
+func benchMedian(b *testing.B, op func() error) {
+	var ds []time.Duration
 	for b.Loop() {
-		if _, err := rt.Run(context.Background(), spec); err != nil {
+		t := time.Now()
+		if err := op(); err != nil {
 			b.Fatal(err)
 		}
+		ds = append(ds, time.Since(t))
+	}
+	slices.Sort(ds)
+	if len(ds) > 0 {
+		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+		b.ReportMetric(float64(ds[0].Microseconds())/1000, "min-ms")
 	}
 }

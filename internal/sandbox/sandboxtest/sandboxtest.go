@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -39,11 +40,19 @@ type Options struct {
 	// BaseDir is where the suite creates its host files; it must not be
 	// mounted into the sandbox by the backend. Empty means /var/tmp.
 	BaseDir string
+	// MountDirs are host directories where the backend itself mounts
+	// (beyond the case's own directory, always checked); a mount left
+	// there after a run is a leak. Keep them specific to this test
+	// process: mounts elsewhere (a Docker engine's, other tests') change
+	// on their own and are not judged.
+	MountDirs []string
 }
 
 // host is the host-side fixture of one case.
 type host struct {
 	base, ws, cs, outside, home, datadir, probe string
+	// mountDirs are where leaked mounts are looked for.
+	mountDirs []string
 }
 
 func newHost(t *testing.T, base string) *host {
@@ -85,8 +94,10 @@ func newHost(t *testing.T, base string) *host {
 
 // snapshot is what must not change on the host.
 type snapshot struct {
-	files  map[string]string
-	mounts int
+	files map[string]string
+	// mounts holds the host mount points that a sandbox could leak:
+	// those under the case's directory and the backend's MountDirs.
+	mounts map[string]int
 }
 
 func (h *host) snapshot(t *testing.T) snapshot {
@@ -112,7 +123,19 @@ func (h *host) snapshot(t *testing.T) snapshot {
 		return nil
 	})
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	s.mounts = bytes.Count(mi, []byte("\n"))
+	s.mounts = map[string]int{}
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		for _, d := range append([]string{h.base}, h.mountDirs...) {
+			if mp := f[4]; mp == d || strings.HasPrefix(mp, d+"/") {
+				s.mounts[mp]++
+				break
+			}
+		}
+	}
 	return s
 }
 
@@ -129,8 +152,15 @@ func (h *host) assertUnchanged(t *testing.T, before snapshot) {
 			t.Errorf("host changed: new file %s", p)
 		}
 	}
-	if after.mounts != before.mounts {
-		t.Errorf("host mount table changed: %d -> %d mounts", before.mounts, after.mounts)
+	for mp, n := range after.mounts {
+		if before.mounts[mp] != n {
+			t.Errorf("host mount table changed: %s mounted %d times, was %d", mp, n, before.mounts[mp])
+		}
+	}
+	for mp, n := range before.mounts {
+		if _, ok := after.mounts[mp]; !ok {
+			t.Errorf("host mount table changed: %s (mounted %d times) is gone", mp, n)
+		}
 	}
 }
 
@@ -185,6 +215,10 @@ func Run(t *testing.T, opts Options) {
 	hostHome, _ := os.UserHomeDir()
 	t.Setenv("FLUFFY_SBXTEST_API_KEY", "sk-host-secret-123")
 
+	// A marker unique to this run, so that sleeping processes of another
+	// suite running at the same time (another backend, another package)
+	// are not counted as ours.
+	marker := strconv.Itoa(1_000_000 + rand.IntN(8_000_000))
 	cases := []Case{
 		{Name: "write-host-tmp", Script: `echo pwned > "$OUTSIDE"`, Check: func(t *testing.T, h *host, r sandbox.Result) { failed(t, r) }},
 		{Name: "write-home", Script: `echo pwned > "$HOSTHOME/fluffy-escape" || exit 1; echo pwned > /root/fluffy-escape`, Check: func(t *testing.T, h *host, r sandbox.Result) {
@@ -233,7 +267,9 @@ func Run(t *testing.T, opts Options) {
 					t.Errorf("capabilities, no_new_privs or seccomp missing: %q %q", r.Stdout, r.Stderr)
 				}
 			}},
-		{Name: "fork-bomb", Script: `b(){ b|b& }; b; wait`, Setup: func(s *sandbox.Spec) { s.Limits.Pids = 64; s.Limits.Wall = 3 * time.Second },
+		// The shell stays a second: its own job ends at once (each b
+		// backgrounds the next), and the sandbox ends with the command.
+		{Name: "fork-bomb", Script: `b(){ b|b& }; b; sleep 1; wait`, Setup: func(s *sandbox.Spec) { s.Limits.Pids = 64; s.Limits.Wall = 3 * time.Second },
 			Check: func(t *testing.T, h *host, r sandbox.Result) {
 				if opts.MemoryKills && !r.HitLimit(sandbox.LimitPids) {
 					t.Errorf("fork bomb: limits hit %v, want pids", r.Hit)
@@ -256,12 +292,12 @@ func Run(t *testing.T, opts Options) {
 					t.Errorf("fill /tmp: limits hit %v, want tmp", r.Hit)
 				}
 			}},
-		{Name: "timeout-grandchildren", Script: `trap "" TERM; (trap "" TERM; sleep 987654 & sleep 987654) & sleep 987654`, Setup: func(s *sandbox.Spec) { s.Limits.Wall = 500 * time.Millisecond },
+		{Name: "timeout-grandchildren", Script: fmt.Sprintf(`trap "" TERM; (trap "" TERM; sleep %[1]s & sleep %[1]s) & sleep %[1]s`, marker), Setup: func(s *sandbox.Spec) { s.Limits.Wall = 500 * time.Millisecond },
 			Check: func(t *testing.T, h *host, r sandbox.Result) {
 				if r.Killed != sandbox.LimitTime {
 					t.Errorf("killed %q, want time", r.Killed)
 				}
-				if n := countProcs("987654"); n > 0 {
+				if n := countProcs(marker); n > 0 {
 					t.Errorf("%d sandboxed processes survived the timeout", n)
 				}
 			}},
@@ -272,6 +308,7 @@ func Run(t *testing.T, opts Options) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			h := newHost(t, opts.BaseDir)
+			h.mountDirs = opts.MountDirs
 			before := h.snapshot(t)
 			spec := sandbox.Spec{
 				Env:       []string{"PATH=/usr/bin:/bin", "OUTSIDE=" + h.outside, "HOSTHOME=" + hostHome, "FAKEHOME=" + h.home, "DATADIR=" + h.datadir},

@@ -47,7 +47,7 @@ func Register(reg *tool.Registry, o Options) error {
 		o.MaxMatches = 200
 	}
 	b := &builtins{o: o}
-	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.write, b.edit, b.shell, b.testRun}
+	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun}
 	for _, f := range mk {
 		t, err := f()
 		if err != nil {
@@ -93,6 +93,20 @@ func (b *builtins) onePath(raw string, op *operation.Operation) error {
 	return nil
 }
 
+// insidePath is onePath for the read tools: the path must resolve
+// inside the workspace. The fast-path tools read only the workspace's
+// merged view, so such a call is refused at normalization, before anyone
+// is asked to approve it (tool.ErrOutsideWorkspace).
+func (b *builtins) insidePath(raw string, op *operation.Operation) error {
+	if err := b.onePath(raw, op); err != nil {
+		return err
+	}
+	if p := op.Paths[len(op.Paths)-1]; !p.InWorkspace {
+		return fmt.Errorf("%q resolves to %s, %w: the fs and search tools read the workspace only (a command through shell.exec can read elsewhere, with a person's approval)", raw, p.Abs, tool.ErrOutsideWorkspace)
+	}
+	return nil
+}
+
 // PathIn names one path.
 type PathIn struct {
 	Path string `json:"path" jsonschema:"a path relative to the workspace root (or absolute inside it)"`
@@ -113,7 +127,7 @@ func (b *builtins) read() (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *ReadIn, op *operation.Operation) error {
-			return b.onePath(in.Path, op)
+			return b.insidePath(in.Path, op)
 		},
 		Run: func(_ context.Context, in *ReadIn) (tool.Result, error) {
 			rel, err := b.rel(in.Path)
@@ -184,7 +198,7 @@ func (b *builtins) list() (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
-			return b.onePath(in.Path, op)
+			return b.insidePath(in.Path, op)
 		},
 		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
 			rel, err := b.rel(orDot(in.Path))
@@ -226,7 +240,7 @@ func (b *builtins) exists() (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
-			return b.onePath(in.Path, op)
+			return b.insidePath(in.Path, op)
 		},
 		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
 			rel, err := b.rel(in.Path)
@@ -261,7 +275,7 @@ func (b *builtins) grep() (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *GrepIn, op *operation.Operation) error {
-			return b.onePath(in.Path, op)
+			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GrepIn) (tool.Result, error) {
 			re, err := regexp.Compile(in.Pattern)

@@ -88,6 +88,7 @@ var runners = map[string]runner{
 		exec: func(a []string) []string {
 			return []string{"/bin/sh", "-c", `pytest -q --junitxml=/tmp/fluffy-junit.xml -p no:cacheprovider "$@" >&2; s=$?; cat /tmp/fluffy-junit.xml 2>/dev/null; exit $s`, "pytest"}
 		},
+		env:    []string{"PYTHONDONTWRITEBYTECODE=1"},
 		format: testrun.JUnitXML,
 	},
 	"jest": {

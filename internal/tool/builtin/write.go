@@ -124,6 +124,10 @@ func replaceOnce(s, old, new string) (string, error) {
 func nearest(s, old string) (int, string) {
 	lines := strings.Split(s, "\n")
 	want := strings.Split(old, "\n")
+	// Fuzzy scoring costs up to 128×128 per line pair: only for small
+	// searches; large ones score equal lines only, so a model cannot make
+	// the kernel spin.
+	fuzzy := len(lines)*len(want) <= 2000
 	best, bestScore := 0, 0
 	for i := range lines {
 		score := 0
@@ -134,7 +138,7 @@ func nearest(s, old string) (int, string) {
 			a, b := strings.TrimSpace(lines[i+j]), strings.TrimSpace(w)
 			if a == b && a != "" {
 				score += 2 + len(a)
-			} else {
+			} else if fuzzy {
 				score += overlap(a, b)
 			}
 		}
@@ -149,10 +153,10 @@ func nearest(s, old string) (int, string) {
 	return best + 1, strings.Join(lines[best:end], "\n")
 }
 
-// overlap is the longest prefix of b found anywhere in a (bounded work:
-// lines are short; longer ones are cut at 512 bytes).
+// overlap is the longest prefix of b found anywhere in a (each cut at
+// 128 bytes to bound the work).
 func overlap(a, b string) int {
-	a, b = a[:min(len(a), 512)], b[:min(len(b), 512)]
+	a, b = a[:min(len(a), 128)], b[:min(len(b), 128)]
 	best := 0
 	for i := range len(a) {
 		if n := commonPrefix(a[i:], b); n > best {

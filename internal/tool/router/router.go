@@ -33,7 +33,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +110,7 @@ type Options struct {
 	// defaults.
 	Sanitizer *tool.Sanitizer
 	// Env is the base environment of sandboxed commands; nil means a
-	// minimal PATH, HOME=/tmp, LANG=C.UTF-8.
+	// minimal PATH (with /usr/local/go/bin), HOME=/tmp, LANG=C.UTF-8.
 	Env []string
 	// Timeout bounds a sandboxed command when the tool gives none;
 	// default 2 minutes.
@@ -137,8 +140,9 @@ type Router struct {
 	o     Options
 	order sync.RWMutex // read-only calls hold it shared, the others exclusive
 
-	mu      sync.Mutex     // guards planned
+	mu      sync.Mutex     // guards the fields below
 	planned map[string]int // operation signature → approvals left from request_approval plans
+	written []string       // workspace-relative files the last sandboxed command wrote
 }
 
 var _ agent.Tools = (*Router)(nil)
@@ -162,7 +166,7 @@ func New(o Options) (*Router, error) {
 		o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{})
 	}
 	if o.Env == nil {
-		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
@@ -240,6 +244,7 @@ type call struct {
 	stateDec *tdd.Decision
 	polDec   *policy.Decision
 	approval string // how approval was given, when needed
+	recorded bool   // the request and the gates' decisions are in the log
 }
 
 // Call runs one call through every gate. See the package doc.
@@ -282,10 +287,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		return r.refuse(ctx, cl, Refusal{Gate: GateDecode, Rule: "invalid-arguments", Reason: err.Error(), Instead: "call " + t.Name() + " again with arguments that match its input schema"}, c.Args)
 	}
 	// 2. Normalize.
-	st := r.o.State.Status()
-	sess := r.o.Session
-	sess.Mode, sess.State = string(st.Mode), string(st.State)
-	op, err := t.Normalize(ctx, r.o.Resolver, args, sess)
+	op, err := t.Normalize(ctx, r.o.Resolver, args, r.o.Session)
 	if err == nil && (op.CommandLine != "" || len(op.Argv) > 0) {
 		paths := op.Paths
 		op.Paths = nil
@@ -293,30 +295,44 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		op.Paths = paths
 	}
 	if err != nil {
-		return r.refuse(ctx, cl, Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}, c.Args)
+		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
+		if errors.Is(err, tool.ErrOutsideWorkspace) {
+			ref.Rule, ref.Instead = "outside-workspace", "read files of the workspace "+r.o.Resolver.Workspace()
+		}
+		return r.refuse(ctx, cl, ref, c.Args)
 	}
 	cl.op = op
 	cl.fast = t.Execution().Class == tool.FastPath && t.Name() != RequestApprovalName
 	// 3. State gate.
+	// The machine judges on its own status; the decision names the mode
+	// and state it judged in, which the policy gate then sees.
 	sd := r.o.State.Allowed(*op)
 	cl.stateDec = &sd
-	// 4. Policy gate (decided even after a state refusal? no: gates run in
-	// order and the first refusal ends the call).
+	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
-		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(st)}, c.Args)
+		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
 	}
+	// 4. Policy gate.
 	if t.Name() != RequestApprovalName {
 		pd := r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &pd
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
-			// 5. Approval.
-			if ref, ok, err := r.approve(ctx, cl, c.Args); err != nil || !ok {
-				if err != nil {
-					return agent.Result{}, err
+			// 5. Approval: the request and both decisions are recorded
+			// before anyone is asked, so the log reads in order.
+			cl.fast = false
+			r.takePlanned(cl)
+			if err := r.recordGates(ctx, cl, c.Args); err != nil {
+				return agent.Result{}, err
+			}
+			if cl.approval == "" {
+				if ref, ok, err := r.ask(ctx, cl); err != nil || !ok {
+					if err != nil {
+						return agent.Result{}, err
+					}
+					return r.refuse(ctx, cl, ref, c.Args)
 				}
-				return r.refuse(ctx, cl, ref, c.Args)
 			}
 		default:
 			return r.refuse(ctx, cl, Refusal{Gate: GatePolicy, Rule: pd.Rule, Reason: pd.Reason, Subject: pd.Subject, Instead: policyInstead(pd, op)}, c.Args)
@@ -332,7 +348,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 6. Execute.
 	started := time.Now()
 	if !cl.fast {
-		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template}); err != nil {
+		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}); err != nil {
 			return agent.Result{}, err
 		}
 	}
@@ -368,11 +384,19 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		end["tdd"] = fed
 	}
 	if cl.fast {
-		end["op"] = cl.op
-		end["gate_state"] = cl.stateDec
-		end["gate_policy"] = policySummary(cl.polDec)
-		end["args_sha256"] = argsHash(c.Args)
-		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: end}); err != nil {
+		rec := readRecord{
+			Call: cl.id, Tool: cl.name, ArgsSHA256: argsHash(c.Args),
+			State: gateRecord{Effect: "allow", Rule: string(cl.stateDec.Code)}, Policy: gateRecord{Effect: cl.polDec.Effect.String(), Rule: cl.polDec.Rule},
+			IsError: out.IsError, DurationUS: dur.Microseconds(), OutputBytes: s.InputBytes, ShownBytes: len(s.Text),
+			ShownSHA256: hex.EncodeToString(sum[:]), CutBytes: s.CutBytes, Redactions: s.Redactions, Stripped: s.Stripped, Binary: s.Binary,
+		}
+		for _, p := range cl.op.Paths {
+			rec.Paths = append(rec.Paths, p.Abs)
+		}
+		if execErr != nil {
+			rec.Error = s.Text
+		}
+		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: rec}); err != nil {
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	} else {
@@ -388,6 +412,31 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		text += "\n[tdd: " + fed + "]"
 	}
 	return agent.Result{Content: text, IsError: out.IsError, Decision: decisionString(cl)}, nil
+}
+
+// readRecord is the payload of a tool.read entry.
+type readRecord struct {
+	Call        string     `json:"call"`
+	Tool        string     `json:"tool"`
+	ArgsSHA256  string     `json:"args_sha256"`
+	Paths       []string   `json:"paths,omitempty"`
+	State       gateRecord `json:"gate_state"`
+	Policy      gateRecord `json:"gate_policy"`
+	IsError     bool       `json:"is_error,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	DurationUS  int64      `json:"duration_us"`
+	OutputBytes int64      `json:"output_bytes"`
+	ShownBytes  int        `json:"shown_bytes"`
+	ShownSHA256 string     `json:"shown_sha256"`
+	CutBytes    int64      `json:"cut_bytes,omitempty"`
+	Redactions  int        `json:"redactions,omitempty"`
+	Stripped    int        `json:"stripped,omitempty"`
+	Binary      bool       `json:"binary,omitempty"`
+}
+
+type gateRecord struct {
+	Effect string `json:"effect"`
+	Rule   string `json:"rule"`
 }
 
 // KindToolRead is the audit kind of a fast-path read allowed by both
@@ -413,6 +462,10 @@ const maxRecordedArgs = 4 << 10
 
 // recordGates writes the request and every decision made so far.
 func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
+	if cl.recorded {
+		return nil
+	}
+	cl.recorded = true
 	req := map[string]any{"call": cl.id, "tool": cl.name, "args_sha256": argsHash(raw), "args_bytes": len(raw)}
 	if len(raw) <= maxRecordedArgs && json.Valid(raw) {
 		req["args"] = json.RawMessage(raw)
@@ -484,19 +537,21 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 // gate.
 const KindToolRefused audit.Kind = "tool.refused"
 
-// approve handles a policy "approve": a step approved earlier by a plan
-// (request_approval), or a question to the person now.
-func (r *Router) approve(ctx context.Context, cl *call, raw []byte) (Refusal, bool, error) {
-	pd := cl.polDec
+// takePlanned uses one approval left by a request_approval plan for an
+// operation with this signature, if any.
+func (r *Router) takePlanned(cl *call) {
 	sig := cl.op.Signature()
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if n := r.planned[sig]; n > 0 {
 		r.planned[sig] = n - 1
-		r.mu.Unlock()
 		cl.approval = "approved in an earlier plan"
-		return Refusal{}, true, nil
 	}
-	r.mu.Unlock()
+}
+
+// ask puts a policy "approve" to the person now.
+func (r *Router) ask(ctx context.Context, cl *call) (Refusal, bool, error) {
+	pd := cl.polDec
 	if r.o.Approver == nil {
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "this needs a person's approval (" + pd.Reason + ") and no one can be asked in this session",
 			Instead: "do without it, or stop and tell the user what you need"}, false, nil
@@ -516,7 +571,6 @@ func (r *Router) approve(ctx context.Context, cl *call, raw []byte) (Refusal, bo
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: reason, Instead: "choose another approach, or explain why you need it with request_approval"}, false, nil
 	}
 	cl.approval = "approved by a person, request " + req.ID
-	_ = raw
 	return Refusal{}, true, nil
 }
 
@@ -574,7 +628,14 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (t
 		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
 	}
 	tpl.Apply(&spec)
+	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	res, err := r.o.Runtime.Run(ctx, spec)
+	written := changedSince(r.o.ChangeSet.UpperDir(), before)
+	if err == nil && len(written) > 0 {
+		r.mu.Lock()
+		r.written = written
+		r.mu.Unlock()
+	}
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
 	}
@@ -614,6 +675,51 @@ func DefaultCollect(out tool.CommandOutput) tool.Result {
 // feedBack moves the TDD machine: a kernel write is recorded as written,
 // a parsed test run as run. It returns a one-line summary for the model.
 func (r *Router) feedBack(ctx context.Context, cl *call, out tool.Result) (string, error) {
+	var line string
+	if cl.t.Execution().Class == tool.Sandbox {
+		r.mu.Lock()
+		written := r.written
+		r.written = nil
+		r.mu.Unlock()
+		if len(written) > 0 {
+			l, err := r.commandWrote(ctx, cl, written)
+			if err != nil {
+				return "", err
+			}
+			line = l
+		}
+	}
+	more, err := r.feedResult(ctx, cl, out)
+	if line != "" && more != "" {
+		return line + "; " + more, err
+	}
+	return line + more, err
+}
+
+// commandWrote reports the files a sandboxed command wrote to the TDD
+// machine as a write. A write the machine refuses is not stored: the
+// model is told, and the files stay in the change set for the person to
+// see (they never reach the real tree without review).
+func (r *Router) commandWrote(ctx context.Context, cl *call, written []string) (string, error) {
+	op := operation.Operation{Tool: cl.name, Action: operation.Write, Session: cl.op.Session, Tags: cl.op.Tags}
+	for _, rel := range written {
+		op.Paths = append(op.Paths, operation.Path{Abs: filepath.Join(r.o.ChangeSet.Workspace(), rel), Raw: rel, InWorkspace: true})
+	}
+	tr, err := r.o.State.Wrote(ctx, op)
+	var te *tdd.Error
+	if errors.As(err, &te) {
+		if aerr := r.append(ctx, audit.KindGateState, map[string]any{"call": cl.id, "tool": cl.name, "after_exec": true, "written": written, "allow": false, "code": te.Code, "reason": te.Reason}); aerr != nil {
+			return "", aerr
+		}
+		return fmt.Sprintf("the command wrote %s, which the TDD machine refuses (%s): %s; these changes stay unapplied in the change set, do not rely on them", strings.Join(written, ", "), te.Code, te.Reason), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return "the command wrote " + strings.Join(written, ", ") + ": " + transitionLine(tr), nil
+}
+
+func (r *Router) feedResult(ctx context.Context, cl *call, out tool.Result) (string, error) {
 	switch {
 	case cl.t.Execution().Class == tool.Kernel && !out.IsError:
 		tr, err := r.o.State.Wrote(ctx, *cl.op)
@@ -641,4 +747,57 @@ func transitionLine(tr tdd.Transition) string {
 		s += "; next: " + next
 	}
 	return s
+}
+
+type fileStamp struct {
+	size  int64
+	mtime int64
+	mode  fs.FileMode
+}
+
+// snapshotUpper records the stamp of every non-directory entry of the
+// change set's upper directory (only what the session changed, so small).
+func snapshotUpper(upper string) map[string]fileStamp {
+	m := map[string]fileStamp{}
+	_ = filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(upper, p)
+		m[filepath.ToSlash(rel)] = fileStamp{fi.Size(), fi.ModTime().UnixNano(), fi.Mode()}
+		return nil
+	})
+	return m
+}
+
+// changedSince lists the entries of upper that are new or different
+// since before, or gone (sorted).
+func changedSince(upper string, before map[string]fileStamp) []string {
+	after := snapshotUpper(upper)
+	var out []string
+	for p, st := range after {
+		if b, ok := before[p]; !ok || b != st {
+			out = append(out, p)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Exclusive runs fn while no call runs (waiting for the running ones):
+// the kernel applies or discards the change set through it, since a
+// sandbox may have the upper directory mounted during a call.
+func (r *Router) Exclusive(fn func() error) error {
+	r.order.Lock()
+	defer r.order.Unlock()
+	return fn()
 }

@@ -1,78 +1,87 @@
-package native
+package nsinit
 
 import (
-	"context"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/sys/unix"
-
-	"github.com/fluffy-agent/fluffy/internal/netproxy"
 )
 
-// InitArg0 is argv[0] of the re-executed fluffy binary when it acts as
+// Arg0 is argv[0] of the re-executed fluffy binary when it acts as
 // the sandbox init. main dispatches on it before anything else runs.
-const InitArg0 = "fluffy-sandbox-init"
+const Arg0 = "fluffy-sandbox-init"
 
 // IsInit reports whether this process was started as the sandbox init.
-func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == Arg0 }
 
 // InitMain runs the sandbox init: PID 1 of fresh user, mount, PID, network,
 // IPC, UTS and cgroup namespaces, with full capabilities inside its user
-// namespace only. It reads its initConfig from fd 3, builds the minimal
+// namespace only. It reads its Config from fd 3, builds the minimal
 // root and pivots into it, drops every capability, sets no_new_privs,
 // applies landlock, seccomp and rlimits to the thread that will fork the
 // command, starts the command, reaps every process until the command
-// exits, kills what is left and reports an initStatus on fd 4. It returns
+// exits, kills what is left and reports an Status on fd 4. It returns
 // the process exit status (the parent reads the status pipe, not this).
-func InitMain() int {
+func Main() int {
 	// Every restriction below is per thread where the kernel makes it so
 	// (capabilities, seccomp without TSYNC); the command is forked from
 	// this very thread.
 	runtime.LockOSThread()
+	tr := &Tracer{On: true}
+	tr.Mark("go runtime started")
 	start := time.Now()
 	statusFile := os.NewFile(4, "status")
-	st := initStatus{}
+	st := Status{}
 	fail := func(stage string, err error) int {
 		st.Stage, st.Error = stage, err.Error()
+		st.Marks = tr.Marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
-	var cfg initConfig
-	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
+	cfgIn := bufio.NewReader(cfgFile)
+	var cfg Config
+	line, err := cfgIn.ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &cfg)
+	}
+	if err != nil {
 		return fail("config", err)
 	}
-	cfgFile.Close()
-	for fd := 4; fd <= proxyFD; fd++ {
+	if cfg.Protocol != Protocol {
+		return fail("config", fmt.Errorf("this sandbox init speaks protocol %d, fluffy sent %d: install fluffy and fluffy-sandbox-init from the same build", Protocol, cfg.Protocol))
+	}
+	for fd := 3; fd <= ProxyFD; fd++ {
 		unix.CloseOnExec(fd)
 	}
+	if !cfg.Trace {
+		tr = &Tracer{}
+	}
+	tr.Mark("config read")
 
-	if stage, err := setupRoot(&cfg); err != nil {
+	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
+		st.Marks = tr.Marks
 		_ = json.NewEncoder(statusFile).Encode(st)
 		return 0
 	}
 	if cfg.ProxySocket != "" {
 		// The forwarder runs in this process for the command's lifetime;
 		// it is listening before the command starts.
-		if err := netproxy.LoopbackUp(); err != nil {
-			return fail("network", err)
-		}
-		stop, err := netproxy.StartForwarder(context.Background(), cfg.ProxyListen, cfg.ProxySocket)
+		stop, err := startForwarder(&cfg)
 		if err != nil {
 			return fail("network", err)
 		}
@@ -85,26 +94,32 @@ func InitMain() int {
 			return fail("chdir", fmt.Errorf("working directory %s: %w", cfg.Dir, err))
 		}
 	}
-	path, err := lookPath(cfg.Argv[0], cfg.Env)
-	if err != nil {
-		return fail("command", err)
+	var path string
+	if !cfg.Serve {
+		if path, err = lookPath(cfg.Argv[0], cfg.Env); err != nil {
+			return fail("command", err)
+		}
 	}
+	tr.Mark("hostname, chdir, command lookup")
 	if err := dropCapabilities(); err != nil {
 		return fail("capabilities", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail("no_new_privs", err)
 	}
+	tr.Mark("capabilities dropped, no_new_privs")
 	if cfg.Landlock > 0 {
 		if err := applyLandlock(&cfg); err != nil {
 			return fail("landlock", err)
 		}
 	}
+	tr.Mark("landlock")
 	if len(cfg.Seccomp) > 0 {
 		if err := applySeccomp(cfg.Seccomp); err != nil {
 			return fail("seccomp", err)
 		}
 	}
+	tr.Mark("seccomp")
 	var asLimit *unix.Rlimit
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
@@ -118,19 +133,29 @@ func InitMain() int {
 			return fail("rlimits", fmt.Errorf("resource %d: %w", rl.Resource, err))
 		}
 	}
-	cmd := &exec.Cmd{Path: path, Args: cfg.Argv, Env: cfg.Env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
-	if err := cmd.Start(); err != nil {
+	// The parent releases the init once it is in its cgroup.
+	if b, err := cfgIn.ReadByte(); err != nil || b != Release {
+		return fail("release", fmt.Errorf("the parent did not release the sandbox (%v)", err))
+	}
+	cfgFile.Close()
+	tr.Mark("released by the parent")
+	if cfg.Serve {
+		return serve(&cfg, statusFile, asLimit)
+	}
+	// Forked from this thread, which holds every restriction above.
+	cmdPid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
 		return fail("start", err)
 	}
 	st.Started = true
 	if asLimit != nil {
-		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
+		if err := unix.Prlimit(cmdPid, unix.RLIMIT_AS, asLimit, nil); err != nil {
 			_ = unix.Kill(-1, unix.SIGKILL)
 			return fail("rlimits", fmt.Errorf("address space: %w", err))
 		}
 	}
 	st.SetupNanos = int64(time.Since(start))
-	cmdPid := cmd.Process.Pid
+	tr.Mark("rlimits, command started")
 	// Reap everything until the command itself ends.
 	for {
 		var ws unix.WaitStatus
@@ -150,6 +175,7 @@ func InitMain() int {
 			break
 		}
 	}
+	tr.Mark("command exited")
 	// Nothing outlives the command.
 	_ = unix.Kill(-1, unix.SIGKILL)
 	for {
@@ -162,6 +188,14 @@ func InitMain() int {
 	var sfs unix.Statfs_t
 	if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
 		st.TmpFull = true
+	}
+	tr.Mark("rest killed and reaped")
+	st.Marks = tr.Marks
+	if tr.On {
+		var ru unix.Rusage
+		if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) == nil {
+			st.CommandCPU = [2]int64{ru.Utime.Nano(), ru.Stime.Nano()}
+		}
 	}
 	_ = json.NewEncoder(statusFile).Encode(st)
 	return 0
@@ -222,7 +256,7 @@ const (
 
 // setupRoot builds the sandbox's root file system and pivots into it. It
 // returns the stage that failed.
-func setupRoot(cfg *initConfig) (string, error) {
+func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "mount", fmt.Errorf("make / private: %w", err)
 	}
@@ -246,6 +280,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return "mount", fmt.Errorf("root tmpfs: %w", err)
 	}
+	tr.Mark("mount: private, scratch root, root tmpfs")
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(oldRoot + d)
 		if err != nil {
@@ -264,16 +299,20 @@ func setupRoot(cfg *initConfig) (string, error) {
 		if err := bindMount(oldRoot+d, newRoot+d, false, true); err != nil {
 			return "mount", err
 		}
+		tr.Mark("mount: bind " + d)
 	}
+	tr.Mark("mount: system symlinks")
 	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
 		return "mount", err
 	}
 	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return "mount", fmt.Errorf("proc: %w", err)
 	}
+	tr.Mark("mount: proc")
 	if err := setupDev(); err != nil {
 		return "mount", err
 	}
+	tr.Mark("mount: dev")
 	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 		return "mount", err
 	}
@@ -284,6 +323,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return "mount", fmt.Errorf("tmp: %w", err)
 	}
+	tr.Mark("mount: tmp")
 	// The workspace and extra mounts, parents before children.
 	type m struct {
 		target string
@@ -306,6 +346,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 					if err != nil {
 						return fmt.Errorf("receive the idmapped workspace: %w", err)
 					}
+					tr.Mark("mount: idmapped trees received")
 					for i, at := range []string{"/lower", "/cs"} {
 						if err := os.Mkdir(at, 0o755); err != nil {
 							return err
@@ -317,8 +358,18 @@ func setupRoot(cfg *initConfig) (string, error) {
 					}
 					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
 				}
+				// volatile: the overlay does not sync its upper layer,
+				// neither on the command's fsync nor when it is unmounted
+				// as the sandbox ends (a journal commit of the change
+				// set's file system, milliseconds at every run). The
+				// change set reaches the disk by the normal write-back,
+				// like any file nobody syncs. Kernels before 5.10 lack it.
 				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-				if err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+				err := unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+				if err == unix.EINVAL {
+					err = unix.Mount("overlay", newRoot+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+				}
+				if err != nil {
 					return fmt.Errorf("overlay at %s: %w", ws, err)
 				}
 				return nil
@@ -334,6 +385,7 @@ func setupRoot(cfg *initConfig) (string, error) {
 		if err := x.do(); err != nil {
 			return x.stage, err
 		}
+		tr.Mark("mount: " + x.stage + " " + x.target)
 	}
 	if cfg.ProxyFD {
 		if err := attachProxySocket(newRoot + cfg.ProxySocket); err != nil {
@@ -353,9 +405,11 @@ func setupRoot(cfg *initConfig) (string, error) {
 	if err := unix.Chdir("/"); err != nil {
 		return "pivot_root", err
 	}
+	tr.Mark("pivot_root, old root detached")
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return "mount", fmt.Errorf("read-only root: %w", err)
 	}
+	tr.Mark("mount: root read-only")
 	return "", nil
 }
 
@@ -480,34 +534,6 @@ func dropCapabilities() error {
 	return nil
 }
 
-// applyLandlock allows reading and executing everything in the (minimal)
-// root and writing only to /tmp, the workspace overlay (whose writes land
-// in the change set), the writable extra mounts and the harmless devices.
-func applyLandlock(cfg *initConfig) error {
-	c := landlock.V11.BestEffort()
-	if !cfg.LandlockNet {
-		c.HandledAccessNet = 0
-	}
-	rw := []string{"/tmp"}
-	if cfg.Workspace != "" && !cfg.WorkspaceRO {
-		rw = append(rw, cfg.Workspace)
-	}
-	for _, m := range cfg.Mounts {
-		if m.Writable {
-			rw = append(rw, m.Target)
-		}
-	}
-	var devs []string
-	for _, d := range devices {
-		devs = append(devs, "/dev/"+d)
-	}
-	return c.Restrict(
-		landlock.RODirs("/"),
-		landlock.RWDirs(rw...),
-		landlock.RWFiles(devs...),
-	)
-}
-
 func applySeccomp(prog []byte) error {
 	if len(prog)%8 != 0 || len(prog) == 0 {
 		return fmt.Errorf("malformed filter of %d bytes", len(prog))
@@ -529,4 +555,108 @@ func applySeccomp(prog []byte) error {
 	}
 	runtime.KeepAlive(filter)
 	return nil
+}
+
+// execSock is the descriptor a serving init receives its commands on.
+const execSock = 7
+
+// serve runs the commands the parent sends, one at a time, from this
+// (restricted) thread, and reports a Status line after each. Between
+// commands every other process of the sandbox is killed. It returns when
+// the parent closes the socket.
+func serve(cfg *Config, statusFile *os.File, asLimit *unix.Rlimit) int {
+	buf := make([]byte, 1<<20)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	enc := json.NewEncoder(statusFile)
+	for {
+		n, oobn, flags, _, err := unix.Recvmsg(execSock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		var fds []int
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for i := range msgs {
+				if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+					fds = append(fds, f...)
+				}
+			}
+		}
+		st := runOne(cfg, buf[:n], flags, fds, asLimit)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		killAll()
+		var sfs unix.Statfs_t
+		if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
+			st.TmpFull = true
+		}
+		if err := enc.Encode(st); err != nil {
+			break
+		}
+	}
+	killAll()
+	return 0
+}
+
+// runOne runs one ExecRequest with the descriptors sent with it as its
+// stdin, stdout and stderr, and waits for it.
+func runOne(cfg *Config, msg []byte, flags int, fds []int, asLimit *unix.Rlimit) Status {
+	var st Status
+	var req ExecRequest
+	switch {
+	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != 3:
+		st.Stage, st.Error = "request", fmt.Sprintf("malformed request (%d descriptors, flags %#x)", len(fds), flags)
+		return st
+	case json.Unmarshal(msg, &req) != nil || len(req.Argv) == 0:
+		st.Stage, st.Error = "request", "malformed request"
+		return st
+	}
+	path, err := lookPath(req.Argv[0], cfg.Env)
+	if err != nil {
+		st.Stage, st.Error = "command", err.Error()
+		return st
+	}
+	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}})
+	if err != nil {
+		st.Stage, st.Error = "start", err.Error()
+		return st
+	}
+	st.Started = true
+	if asLimit != nil {
+		if err := unix.Prlimit(pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	for {
+		var ws unix.WaitStatus
+		p, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			st.Stage, st.Error = "wait", err.Error()
+			return st
+		}
+		if p == pid {
+			if ws.Signaled() {
+				st.ExitCode, st.Signal = -1, int(ws.Signal())
+			} else {
+				st.ExitCode = ws.ExitStatus()
+			}
+			return st
+		}
+	}
+}
+
+// killAll kills every process of the sandbox but the init, and reaps them.
+func killAll() {
+	_ = unix.Kill(-1, unix.SIGKILL)
+	for {
+		if _, err := unix.Wait4(-1, nil, 0, nil); err != unix.EINTR && err != nil {
+			return
+		}
+	}
 }

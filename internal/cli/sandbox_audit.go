@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// auditRecorder writes what one CLI command's sandbox does into the audit
+// log: exec.start before the command starts, exec.end before its result is
+// used (flushed, so it is on disk), and one net.request per egress request.
+// An error from any of them refuses the execution (sandbox.Observe) or the
+// request (the proxy fails closed).
+type auditRecorder struct {
+	log      *audit.Log
+	template string
+}
+
+var (
+	_ sandbox.Observer  = (*auditRecorder)(nil)
+	_ netproxy.Recorder = (*auditRecorder)(nil)
+)
+
+// openSandboxAudit opens the audit log for a short-lived command, waiting
+// a while for another fluffy command that holds the writer's lock.
+func openSandboxAudit(ctx context.Context, a *App, template string) (*auditRecorder, error) {
+	log, err := openAuditLogWait(ctx, a, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("cannot record the execution in the audit log, so it does not run: %w", err)
+	}
+	return &auditRecorder{log: log, template: template}, nil
+}
+
+func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
+	_, err := r.log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: map[string]any{
+		"template":  r.template,
+		"argv":      spec.Argv,
+		"dir":       spec.Dir,
+		"workspace": spec.Workspace,
+		"changeset": spec.ChangeSet,
+		"network":   string(spec.Network),
+		"seccomp":   spec.Seccomp,
+		"limits": map[string]any{
+			"wall_ms": spec.Limits.Wall.Milliseconds(), "memory": spec.Limits.Memory, "pids": spec.Limits.Pids,
+			"cpu_ms": spec.Limits.CPU.Milliseconds(), "file_size": spec.Limits.FileSize, "open_files": spec.Limits.OpenFiles,
+			"output": spec.Limits.Output, "tmp": spec.TmpSize,
+		},
+	}})
+	if err != nil {
+		return err
+	}
+	// exec.start is a buffered kind; the execution must not begin before
+	// its record is durable.
+	return r.log.Flush(ctx)
+}
+
+func (r *auditRecorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.Result, runErr error) error {
+	hit := make([]string, 0, len(res.Hit))
+	for _, h := range res.Hit {
+		hit = append(hit, string(h))
+	}
+	p := map[string]any{
+		"template":    r.template,
+		"argv":        spec.Argv,
+		"exit_code":   res.ExitCode,
+		"signal":      res.Signal,
+		"killed":      string(res.Killed),
+		"limits_hit":  hit,
+		"duration_ms": res.Duration.Milliseconds(),
+		"warnings":    res.Warnings,
+	}
+	if runErr != nil {
+		p["error"] = runErr.Error()
+	}
+	// The context may be cancelled (Ctrl-C); the record must still land.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := r.log.Append(ctx, audit.Entry{Kind: audit.KindExecEnd, Actor: "cli", Payload: p}); err != nil {
+		return err
+	}
+	return r.log.Flush(ctx)
+}
+
+func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
+	_, err := r.log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
+		"sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
+		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
+		"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
+	}})
+	return err
+}
+
+func (r *auditRecorder) close() error { return r.log.Close() }

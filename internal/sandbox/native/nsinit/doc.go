@@ -1,0 +1,15 @@
+// Package nsinit is the native sandbox's init: the program that runs as
+// PID 1 of the sandbox's fresh user, mount, PID, network, IPC, UTS and
+// cgroup namespaces, builds the minimal root, drops every privilege,
+// applies landlock, seccomp and rlimits, runs the command and reaps
+// everything (see Main). The parent side lives in package native, which
+// sends a Config and reads a Status.
+//
+// It is kept apart, and its imports few (the standard library and
+// golang.org/x/sys/unix, plus internal/netproxy/forward for network mode
+// proxy, which uses only net and x/sys), because it starts at every sandboxed command:
+// cmd/fluffy-sandbox-init is a small binary of its own, built and
+// installed beside fluffy, and the fluffy binary still dispatches to Main
+// when it is re-executed under the name Arg0 (the fallback when the small
+// binary is absent, and what test binaries use).
+package nsinit

@@ -1,0 +1,107 @@
+package nsinit
+
+// Config is what the parent sends the sandbox init on fd 3, as one
+// line of JSON, followed by the byte Release once the init is in its
+// cgroup (the init starts the command only after it). Host paths are
+// already resolved (no symlinks) by the parent.
+type Config struct {
+	// Protocol is the parent's Protocol: an init built from other sources
+	// refuses to run (a stale fluffy-sandbox-init beside a new fluffy).
+	Protocol int `json:"protocol"`
+
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+
+	// Workspace overlay: lower (host path = inside path), upper, work.
+	Workspace string `json:"workspace,omitempty"`
+	Upper     string `json:"upper,omitempty"`
+	Work      string `json:"work,omitempty"`
+	// LowerFD says the parent sends an idmapped clone of the workspace
+	// over the socket on fd 5 (root callers: host uid 0 files appear owned
+	// by the sandbox's uid 0).
+	LowerFD bool `json:"lower_fd,omitempty"`
+	// WorkspaceRO mounts the workspace read-only without overlay
+	// (degraded: overlay unavailable).
+	WorkspaceRO bool `json:"workspace_ro,omitempty"`
+
+	Mounts  []MountSpec `json:"mounts,omitempty"`
+	TmpSize int64       `json:"tmp_size"`
+
+	// Seccomp is the raw BPF program; empty means none (degraded).
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// Landlock is the ABI to use; 0 means none (degraded).
+	Landlock int `json:"landlock"`
+	// LandlockNet restricts TCP bind/connect too (network none).
+	LandlockNet bool `json:"landlock_net"`
+
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+
+	// ProxySocket (the egress proxy's socket, inside) and ProxyListen
+	// are set for network mode proxy: the init brings loopback up and
+	// forwards ProxyListen to the socket while the command runs.
+	ProxySocket string `json:"proxy_socket,omitempty"`
+	ProxyListen string `json:"proxy_listen,omitempty"`
+	// ProxyFD says the socket comes as a detached mount on ProxyFD
+	// (root callers) rather than as a bind of its host path.
+	ProxyFD bool `json:"proxy_fd,omitempty"`
+
+	// Probe makes the init report what it could set up and exit, without
+	// running a command (facility detection).
+	Probe bool `json:"probe,omitempty"`
+	// Serve makes the init a pre-warmed instance: instead of Argv it runs
+	// the ExecRequests it receives on fd 7, one at a time, each with the
+	// three descriptors (stdin, stdout, stderr) sent with it, and reports
+	// a Status line on fd 4 after each; everything but the init is killed
+	// between commands. It ends when the parent closes fd 7's peer.
+	Serve bool `json:"serve,omitempty"`
+	// Trace makes the init report when each of its stages ended.
+	Trace bool `json:"trace,omitempty"`
+}
+
+// Protocol is the version of Config and Status; it changes with them.
+const Protocol = 2
+
+// ProxyFD is the init's descriptor for the egress proxy's socket as a
+// detached mount (network mode proxy, root callers; Config.ProxyFD).
+const ProxyFD = 8
+
+// Release follows the configuration on fd 3 when the parent has put
+// the init into its cgroup: the init starts no command before reading it.
+const Release = 'G'
+
+type MountSpec struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	Writable bool   `json:"writable"`
+}
+
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Value    uint64 `json:"value"`
+}
+
+// Status is what the init reports on fd 4 when it ends, as one JSON
+// object. Stage names the step that failed when Error is set.
+type Status struct {
+	Stage    string `json:"stage,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Started  bool   `json:"started"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal"`
+	TmpFull  bool   `json:"tmp_full,omitempty"`
+	// SetupNanos is the init's own setup time.
+	SetupNanos int64 `json:"setup_ns"`
+	// Marks is the init's trace (Config.Trace).
+	Marks []Mark `json:"marks,omitempty"`
+	// CommandCPU is the CPU time (user, system; ns) of everything the init
+	// reaped: the command and its descendants (traced runs only).
+	CommandCPU [2]int64 `json:"command_cpu,omitempty"`
+}
+
+// ExecRequest is one command for a serving init (Config.Serve), sent as a
+// SOCK_SEQPACKET message on fd 7 with the command's stdin, stdout and
+// stderr as SCM_RIGHTS.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+}

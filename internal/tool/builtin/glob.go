@@ -1,0 +1,140 @@
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+)
+
+// GlobIn is search.glob's input.
+type GlobIn struct {
+	Pattern string `json:"pattern" jsonschema:"a glob over workspace-relative paths: * and ? within a name, ** for any number of directories, e.g. **/*_test.go"`
+	Path    string `json:"path,omitempty" jsonschema:"directory to search from; default the workspace root"`
+}
+
+// maxGlobResults caps search.glob's list.
+const maxGlobResults = 1000
+
+func (b *builtins) glob() (*tool.Tool, error) {
+	return tool.New(tool.Definition[GlobIn]{
+		Name:        "search.glob",
+		Description: "List the workspace's files (with your pending edits) whose path matches a glob such as **/*.go or cmd/*/main.go. Skips .git.",
+		Action:      operation.Read,
+		Tags:        []string{tool.TagReads},
+		Execution:   tool.Execution{Class: tool.FastPath},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *GlobIn, op *operation.Operation) error {
+			if _, err := globMatch(in.Pattern, "x"); err != nil {
+				return err
+			}
+			return b.insidePath(in.Path, op)
+		},
+		Run: func(ctx context.Context, in *GlobIn) (tool.Result, error) {
+			rel, err := b.rel(orDot(in.Path))
+			if err != nil {
+				return errResult(err), nil
+			}
+			var out []string
+			err = walk(ctx, b.o.ChangeSet, rel, func(p string, e changeset.Entry) error {
+				if e.Kind == changeset.KindDir {
+					return nil
+				}
+				sub := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
+				if rel == "." {
+					sub = p
+				}
+				if ok, _ := globMatch(in.Pattern, sub); ok {
+					out = append(out, p)
+					if len(out) >= maxGlobResults {
+						return errEnough
+					}
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errEnough) {
+				return errResult(err), nil
+			}
+			if len(out) == 0 {
+				return tool.Result{Output: []byte("no files match\n")}, nil
+			}
+			s := strings.Join(out, "\n") + "\n"
+			if len(out) >= maxGlobResults {
+				s += fmt.Sprintf("[search.glob: stopped after %d files]\n", maxGlobResults)
+			}
+			return tool.Result{Output: []byte(s)}, nil
+		},
+	})
+}
+
+// walk visits the merged view under rel (entries in name order), skipping
+// .git directories.
+func walk(ctx context.Context, cs *changeset.ChangeSet, rel string, fn func(string, changeset.Entry) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ents, err := cs.ReadDir(rel)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if path.Base(e.Path) == ".git" {
+			continue
+		}
+		if err := fn(e.Path, e); err != nil {
+			return err
+		}
+		if e.Kind == changeset.KindDir {
+			if err := walk(ctx, cs, e.Path, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// globMatch matches a slash-separated path against pattern, where a
+// "**" segment matches any number of segments (also none). It runs in
+// O(pattern segments × path segments): results are memoized, so a
+// pattern full of "**" cannot make it explode.
+func globMatch(pattern, name string) (bool, error) {
+	if pattern == "" {
+		return false, errors.New("the glob pattern is empty")
+	}
+	pat := strings.Split(pattern, "/")
+	for _, p := range pat {
+		if p != "**" {
+			if _, err := path.Match(p, ""); err != nil {
+				return false, fmt.Errorf("bad glob %q: %w", pattern, err)
+			}
+		}
+	}
+	segs := strings.Split(name, "/")
+	memo := make(map[[2]int]bool)
+	var match func(i, j int) bool
+	match = func(i, j int) bool {
+		k := [2]int{i, j}
+		if v, ok := memo[k]; ok {
+			return v
+		}
+		var r bool
+		switch {
+		case i == len(pat):
+			r = j == len(segs)
+		case pat[i] == "**":
+			r = match(i+1, j) || (j < len(segs) && match(i, j+1))
+		case j == len(segs):
+			r = false
+		default:
+			ok, _ := path.Match(pat[i], segs[j])
+			r = ok && match(i+1, j+1)
+		}
+		memo[k] = r
+		return r
+	}
+	return match(0, 0), nil
+}
