@@ -2,7 +2,7 @@
 # The demo on the embedded default. It grows with fluffy: today it checks the
 # machine, then runs an untrusted-looking command in the native sandbox
 # against a scratch repository and shows that its writes landed in a change
-# set, not in the repository.
+# set, not in the repository, and that it was recorded in the audit log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fluffy=$PWD/bin/fluffy
@@ -36,9 +36,14 @@ cat greeting.txt; ls
 step "fluffy sandbox diff: what the command wrote, held in the change set"
 $fluffy sandbox diff --workspace "$demo/repo" --changeset "$demo/changes" || true
 
+step "fluffy audit: the run is in the tamper-evident log, and the log verifies"
+$fluffy audit log
+$fluffy audit verify
+
 step "fluffy \"<task>\": a session on the scripted replay/demo model, every tool call through the gates"
 printf 'A scratch repository for the fluffy demo.\n' > README.md
 $fluffy --no-apply -m replay/demo "look at this project and tell me what it is"
 
 step "fluffy audit log: what the session did, in the tamper-evident log"
 $fluffy audit log -n 6
+$fluffy audit verify

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
 )
 
 // TestMain lets testscript run this test binary as the "fluffy" command, so
@@ -30,9 +36,43 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
 			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+			// Sandbox scripts change the host's mount table (containers)
+			// and cgroups: hold the lock the sandbox suites take while
+			// they watch those.
+			if n, ok := env.T().(interface{ Name() string }); ok && strings.Contains(n.Name(), "sandbox") {
+				release, err := sandboxtest.AcquireHostLock()
+				if err != nil {
+					return err
+				}
+				env.Defer(release)
+			}
 			return nil
 		},
 		RequireExplicitExec: false,
+		Condition:           dockerCondition,
 		Cmds:                scriptCmds,
 	})
+}
+
+// dockerCondition answers [docker]: a container engine answers and we are
+// root (the workspace overlay is mounted on the host). In CI, which
+// installs and starts dockerd, a missing engine fails the script instead.
+func dockerCondition(cond string) (bool, error) {
+	if cond != "docker" {
+		return false, fmt.Errorf("unknown condition %q", cond)
+	}
+	if os.Geteuid() != 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			return false, fmt.Errorf("CI starts dockerd, but: %w", err)
+		}
+		return false, nil
+	}
+	rt.Close()
+	return true, nil
 }

@@ -311,7 +311,7 @@ func (b *Broker) Pending(session string) []Request {
 	defer b.mu.Unlock()
 	var out []Request
 	for _, p := range b.pending {
-		if session == "" || p.req.Session == session {
+		if (session == "" || p.req.Session == session) && p.req.Open() {
 			out = append(out, cloneRequest(p.req))
 		}
 	}

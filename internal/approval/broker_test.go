@@ -81,7 +81,7 @@ func cmd(argv ...string) Step {
 	return Step{Op: operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: argv}, Preview: strings.Join(argv, " ")}
 }
 
-var policy = tableEvaluator{
+var testPolicy = tableEvaluator{
 	"ls":   {Effect: EffectAllow, Rule: "read-only", Reason: "lists files"},
 	"curl": {Effect: EffectApprove, Rule: "net", Reason: "network access"},
 	"rm":   {Effect: EffectApprove, Rule: "destructive", Reason: "deletes files"},
@@ -91,7 +91,7 @@ var policy = tableEvaluator{
 func newBroker(t *testing.T, timeout time.Duration) (*Broker, *inbox, *journal) {
 	t.Helper()
 	n, j := newInbox(), &journal{}
-	b, err := NewBroker(Options{Evaluator: policy, Notifier: n, Recorder: j, Timeout: timeout})
+	b, err := NewBroker(Options{Evaluator: testPolicy, Notifier: n, Recorder: j, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

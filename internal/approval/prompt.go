@@ -71,6 +71,9 @@ func describe(it Item) string {
 	if len(it.Op.Argv) > 0 {
 		parts = append(parts, fmt.Sprintf("argv %q", it.Op.Argv))
 	}
+	if it.Op.CommandLine != "" {
+		parts = append(parts, fmt.Sprintf("command %q", it.Op.CommandLine))
+	}
 	for _, p := range it.Op.Paths {
 		parts = append(parts, p.Abs)
 	}

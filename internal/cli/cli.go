@@ -192,6 +192,8 @@ recorded in a tamper-evident audit log.`,
 		newAuditCmd(a),
 		newChangesCmd(a),
 		newSessionCmd(a),
+		newImageCmd(a),
+		newApproveCmd(a), newApprovalsCmd(a),
 	)
 	setupTaskCmd(a, root)
 	return root

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
@@ -37,11 +40,64 @@ func egressRules(c config.Net, template string, flags []string) []string {
 	return append(rules, flags...)
 }
 
+// aiProviderTemplate is the template for model-provider clients: its
+// network reaches the configured model's endpoint and nothing else.
+const aiProviderTemplate = "ai-provider"
+
+// modelEndpointRule returns the allow-list rule (host:port) for the
+// endpoint of model ("provider/name"), as the provider would be reached:
+// configured base URL, then the provider's environment variable, then its
+// default. Providers with no network address (replay) give "".
+func modelEndpointRule(model string, baseURLs map[string]string, env func(string) (string, bool)) (string, error) {
+	provider, _, err := catalog.Split(model)
+	if err != nil {
+		return "", err
+	}
+	info, ok := catalog.Lookup(provider)
+	if !ok {
+		return "", nil
+	}
+	addr := info.Address(catalog.Options{Env: env, BaseURLs: baseURLs})
+	if addr == "" {
+		return "", nil
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("model %s: base URL %q is not a URL with a host", model, addr)
+	}
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		default:
+			return "", fmt.Errorf("model %s: base URL %q: scheme must be http or https", model, addr)
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
 // startEgress starts a proxy on a fresh unix socket for one sandbox.
 // Records go to the app's EgressRecorder when set, to logPath as JSON
 // lines when given, and every refusal is reported on stderr.
 func startEgress(a *App, c config.Net, template string, allowHosts []string, logPath string) (*egress, error) {
-	al, err := netproxy.ParseAllowList(egressRules(c, template, allowHosts))
+	rules := egressRules(c, template, allowHosts)
+	if template == aiProviderTemplate {
+		l, err := a.Config()
+		if err != nil {
+			return nil, err
+		}
+		rule, err := modelEndpointRule(l.Config.Model, l.Config.LLM.BaseURLs, a.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("%w: template %s: %w", errUsage, template, err)
+		}
+		if rule != "" {
+			rules = append(rules, rule)
+		}
+	}
+	al, err := netproxy.ParseAllowList(rules)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}

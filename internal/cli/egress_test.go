@@ -45,3 +45,39 @@ func TestCLIRecorder(t *testing.T) {
 		t.Errorf("%d JSON lines", n)
 	}
 }
+
+func TestModelEndpointRule(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	none := env(nil)
+	tests := []struct {
+		model    string
+		baseURLs map[string]string
+		env      func(string) (string, bool)
+		want     string
+		wantErr  string
+	}{
+		{model: "openai/gpt-5", env: none, want: "api.openai.com:443"},
+		{model: "anthropic/claude-sonnet-4-5", env: none, want: "api.anthropic.com:443"},
+		{model: "ollama/qwen3", env: none, want: "127.0.0.1:11434"},
+		{model: "ollama/qwen3", env: env(map[string]string{"OLLAMA_HOST": "gpu-box:8080"}), want: "gpu-box:8080"},
+		{model: "openai/gpt-5", baseURLs: map[string]string{"openai": "http://10.1.2.3:8000/v1"}, env: none, want: "10.1.2.3:8000"},
+		{model: "replay/demo", env: none, want: ""},
+		{model: "openai-compat/x", env: none, want: ""},
+		{model: "openai/gpt-5", baseURLs: map[string]string{"openai": "ftp://x/"}, env: none, wantErr: "scheme must be http or https"},
+		{model: "nonsense", env: none, wantErr: "want provider/name"},
+	}
+	for _, tt := range tests {
+		got, err := modelEndpointRule(tt.model, tt.baseURLs, tt.env)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tt.model, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%s %v: %q, %v; want %q", tt.model, tt.baseURLs, got, err, tt.want)
+		}
+	}
+}

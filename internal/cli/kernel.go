@@ -247,6 +247,14 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	}); err != nil {
 		return err
 	}
+	// One broker for the approval.* methods ("fluffy approve", "fluffy
+	// approvals --watch") and the sessions' inline approvals; it records
+	// through the kernel's audit log once the sessions hold it.
+	notify := &kernelNotifier{}
+	broker, err := a.serveApprovals(mux, refused, notify)
+	if err != nil {
+		return err
+	}
 	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: refused,
 		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
 	if err != nil {
@@ -259,7 +267,7 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if err != nil {
 		return err
 	}
-	stopKernel, err := a.startSessions(ctx, mux, log, refused, func(topic string, data any) {
+	stopKernel, err := a.startSessions(ctx, mux, log, refused, broker, notify, func(topic string, data any) {
 		if _, err := srv.Publish(topic, data); err != nil {
 			log.Warn("publish", "topic", topic, "err", err)
 		}

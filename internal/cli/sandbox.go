@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -38,7 +38,7 @@ capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
 'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
 what it wrote. See docs/sandbox.md.`,
 	}
-	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a))
+	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a))
 	return cmd
 }
 
@@ -53,6 +53,7 @@ type sandboxRunFlags struct {
 	allowDegraded bool
 	quiet         bool
 	trace         bool
+	runtime       string
 	net           string
 	allowHosts    []string
 	egressLog     string
@@ -105,6 +106,7 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512MiB (default from sandbox.memory)")
 	fl.StringArrayVar(&f.env, "env", nil, "set KEY=VALUE inside, or pass your KEY through (repeatable)")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when the host lacks a protection, saying which (config sandbox.allow_degraded)")
+	fl.StringVar(&f.runtime, "runtime", "", "sandbox backend: native, docker, podman (default from sandbox.runtime)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print no warnings about weaker limits")
 	fl.BoolVar(&f.trace, "trace", false, "print the time each stage of the sandbox set-up and teardown took (to stderr)")
 	fl.StringVar(&f.net, "net", "", "network: none, or proxy (only allow-listed hosts, through the audited egress proxy; see docs/network.md) (default from the template)")
@@ -244,14 +246,22 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
 	}
 
-	nopts := native.Options{Self: a.Self, AllowDegraded: f.allowDegraded || c.AllowDegraded, Logger: a.Logger()}
+	runtime := f.runtime
+	if runtime == "" {
+		runtime = c.Runtime
+	}
+	var trace io.Writer
 	if f.trace {
-		nopts.Trace = a.Stderr
+		trace = a.Stderr
 	}
-	rt, err := native.New(nopts)
+	rt, release, err := newSandboxRuntime(cmd.Context(), a, runtime, tpl.Name, c.Image, f.allowDegraded || c.AllowDegraded, trace)
 	if err != nil {
-		return err
+		if errors.Is(err, errUsage) {
+			return err
+		}
+		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 	}
+	defer release()
 	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {

@@ -41,7 +41,7 @@ When a call is refused, read the reason and adapt.`
 // startSessions opens what the kernel's sessions run on (fluffy.db, the
 // audit log, verified, the TDD machine) and registers the session methods
 // on mux. The returned func stops the sessions and closes everything.
-func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger, refused *refusals, publish func(string, any)) (func(), error) {
+func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger, refused *refusals, broker *approval.Broker, notify *kernelNotifier, publish func(string, any)) (func(), error) {
 	l, err := a.Config()
 	if err != nil {
 		return nil, err
@@ -74,16 +74,6 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		return fail(fmt.Errorf("%w: %w", errUsage, err))
 	}
 	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
-	if err != nil {
-		return fail(err)
-	}
-	policyEng, _, err := a.policyEngine()
-	if err != nil {
-		return fail(err)
-	}
-	notify := &kernelNotifier{}
-	broker, err := approval.NewBroker(approval.Options{Evaluator: router.PolicyEvaluator{Policy: policyEng}, Notifier: notify,
-		Recorder: router.ApprovalRecorder{Audit: al}})
 	if err != nil {
 		return fail(err)
 	}

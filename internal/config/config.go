@@ -52,6 +52,16 @@ type Config struct {
 type Approval struct {
 	// Timeout denies what is still open when it elapses.
 	Timeout units.Duration `yaml:"timeout" scope:"user"`
+	// TokenTTL is how long the capability token of an approved step
+	// lives; tokens also end with their session.
+	TokenTTL units.Duration `yaml:"token_ttl" scope:"user"`
+	// TokenUses is how many times a step approved once may run on its
+	// token.
+	TokenUses int `yaml:"token_uses" scope:"user"`
+	// ClassifierModel is the cheap model that judges classify rules
+	// ("provider/model" as fluffy models lists it); empty: classify
+	// rules fail closed.
+	ClassifierModel string `yaml:"classifier_model" scope:"user"`
 }
 
 // Kernel configures the kernel process the CLI starts on demand.
@@ -73,6 +83,8 @@ type Log struct {
 type Sandbox struct {
 	// Runtime chooses the backend.
 	Runtime string `yaml:"runtime" enum:"native,docker,podman"`
+	// Image is the container image of the docker and podman runtimes.
+	Image string `yaml:"image"`
 	// Template is the template used when a caller names none.
 	Template string `yaml:"template"`
 	// AllowDegraded runs sandboxes with whatever protection the host
@@ -228,6 +240,7 @@ func Default(env Env) Config {
 		Model: "replay/demo",
 		Sandbox: Sandbox{
 			Runtime:     "native",
+			Image:       "fluffy-base:latest",
 			Template:    "code-executor",
 			Timeout:     units.Duration(10 * 60e9),
 			Memory:      2 << 30,
@@ -245,7 +258,7 @@ func Default(env Env) Config {
 		},
 		Policy:   Policy{Default: "approve"},
 		TDD:      TDD{Mode: "strict", DebtBudget: 5},
-		Approval: Approval{Timeout: units.Duration(10 * 60e9)},
+		Approval: Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
 		Net: Net{
 			MaxUpload:       64 << 20,
 			MaxDownload:     1 << 30,

@@ -142,6 +142,7 @@ func TestLoadErrors(t *testing.T) {
 		{name: "project may not loosen", project: "sandbox:\n  allow_degraded: true\n", want: []string{"project.yaml:2:3", "may only be set by the user"}},
 		{name: "project may not move home", project: "home: /tmp/evil\n", want: []string{"home: may only be set by the user"}},
 		{name: "env wrong type", env: map[string]string{"FLUFFY_SANDBOX_PIDS": "lots"}, want: []string{"FLUFFY_SANDBOX_PIDS: sandbox.pids: expected a whole number"}},
+		{name: "env float", env: map[string]string{"FLUFFY_AGENT_MAX_COST": "cheap"}, want: []string{"FLUFFY_AGENT_MAX_COST: agent.max_cost: expected a number, got \"cheap\""}},
 		{name: "env bad enum", env: map[string]string{"FLUFFY_TDD_MODE": "yolo"}, want: []string{"FLUFFY_TDD_MODE: tdd.mode", `"yolo" is not one of strict, explore, debug`}},
 		{name: "relative home", env: map[string]string{"FLUFFY_HOME": "rel/dir"}, want: []string{"home: must be an absolute path"}},
 		{name: "flag unknown", flags: []string{"sandbox.runtim=docker"}, want: []string{"--set sandbox.runtim=docker", "did you mean sandbox.runtime?"}},
@@ -277,4 +278,18 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("invalid value accepted")
 		}
 	})
+}
+
+func TestFloatFromEnvAndFlags(t *testing.T) {
+	l, err := Load(Options{Env: mapEnv(map[string]string{"HOME": "/h", "FLUFFY_AGENT_MAX_COST": "2.5"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Config.Agent.MaxCost != 2.5 || l.Origins["agent.max_cost"].Layer != LayerEnv {
+		t.Errorf("max_cost = %v from %v", l.Config.Agent.MaxCost, l.Origins["agent.max_cost"])
+	}
+	l, err = Load(Options{Env: mapEnv(map[string]string{"HOME": "/h"}), Flags: []string{"agent.max_cost=0.75"}})
+	if err != nil || l.Config.Agent.MaxCost != 0.75 {
+		t.Errorf("flag: %v, %v", l, err)
+	}
 }

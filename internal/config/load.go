@@ -245,6 +245,8 @@ func expected(t reflect.Type) string {
 		return "a boolean (true or false)"
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		return "a whole number"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
 	case reflect.String:
 		return "a string"
 	case reflect.Slice:
@@ -434,6 +436,12 @@ func setString(target reflect.Value, k Key, s string) error {
 			return fmt.Errorf("expected %s, got %q", expected(k.typ), s)
 		}
 		v.Elem().SetInt(n)
+	case k.typ.Kind() == reflect.Float64 || k.typ.Kind() == reflect.Float32:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f != f {
+			return fmt.Errorf("expected %s, got %q", expected(k.typ), s)
+		}
+		v.Elem().SetFloat(f)
 	case k.typ.Kind() == reflect.Slice && k.typ.Elem().Kind() == reflect.String:
 		var items []string
 		for _, p := range strings.Split(s, ",") {

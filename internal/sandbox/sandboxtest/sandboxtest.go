@@ -193,8 +193,10 @@ func notContains(t *testing.T, res sandbox.Result, secrets ...string) {
 	}
 }
 
-// Run runs every case against opts.Runtime.
+// Run runs every case against opts.Runtime, holding the host lock (see
+// LockHost).
 func Run(t *testing.T, opts Options) {
+	LockHost(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,363 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+)
+
+// serveApprovals gives the kernel its approval broker and registers
+// approval.list, approval.answer, approval.ask and approval.watch on mux.
+// The broker evaluates steps with the policy files as they are at asking
+// time, records in the audit log (opened for each record, so the kernel
+// does not hold the log's writer lock while idle) and shows requests to
+// the terminals running "fluffy approvals --watch"; unwatched requests
+// wait in "fluffy approvals".
+func (a *App) serveApprovals(mux *ipc.Mux, held *refusals, extra approval.Notifier) (*approval.Broker, error) {
+	l, err := a.Config()
+	if err != nil {
+		return nil, err
+	}
+	pn := &policyNow{a: a}
+	if m := l.Config.Approval.ClassifierModel; m != "" {
+		p, name, err := catalog.Open(context.Background(), m, catalog.Options{
+			Env: a.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
+			Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: a.Logger()},
+		})
+		if err != nil {
+			// classify rules then fail closed; say why once.
+			a.Logger().Warn("approval.classifier_model unusable; classify rules will fail closed", "model", m, "err", err)
+		} else if pn.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: p, Model: name, Log: auditOnDemand{a: a, held: held}}); err != nil {
+			return nil, err
+		}
+	}
+	w := approval.NewWatchers()
+	b, err := approval.NewBroker(approval.Options{
+		Evaluator: approval.PolicyEvaluator{Engine: pn},
+		Notifier:  approval.Fanout{w, extra},
+		Recorder:  approval.AuditRecorder{Log: auditOnDemand{a: a, held: held}},
+		Timeout:   l.Config.Approval.Timeout.Std(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, approval.Register(mux, b, w)
+}
+
+// policyNow evaluates with the policy files as they are now: it reads
+// them at each evaluation and compiles them again when they changed. A
+// policy that does not load makes every step blocked, with the error as
+// the reason. The engine (and its per-session classifier cache) is kept
+// while the files do not change.
+type policyNow struct {
+	a          *App
+	classifier policy.Classifier
+
+	mu     sync.Mutex // guards engine and hashes
+	engine *policy.Engine
+	hashes map[string]string
+}
+
+func (p *policyNow) current() (*policy.Engine, error) {
+	opts, err := p.a.policyOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Classifier = p.classifier
+	srcs, hashes, err := p.a.policyFiles().Read()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.engine != nil && maps.Equal(hashes, p.hashes) {
+		return p.engine, nil
+	}
+	e, err := policy.Compile(opts, srcs...)
+	if err != nil {
+		return nil, err
+	}
+	p.engine, p.hashes = e, hashes
+	return e, nil
+}
+
+func (p *policyNow) Explain(ctx context.Context, op operation.Operation) policy.Decision {
+	e, err := p.current()
+	if err != nil {
+		return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
+	}
+	return e.Explain(ctx, op)
+}
+
+// auditOnDemand opens the audit log for one append.
+type auditOnDemand struct {
+	a *App
+	// held, when set, holds the kernel's open audit log, used while open.
+	held *refusals
+}
+
+func (d auditOnDemand) Append(ctx context.Context, e audit.Entry) (uint64, error) {
+	if d.held != nil {
+		if l := d.held.audit.Load(); l != nil {
+			return l.Append(ctx, e)
+		}
+	}
+	l, err := openAuditLog(ctx, d.a)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := l.Append(ctx, e)
+	if cerr := l.Close(); err == nil && cerr != nil {
+		return seq, cerr
+	}
+	return seq, err
+}
+
+func newApprovalsCmd(a *App) *cobra.Command {
+	var (
+		session string
+		asJSON  bool
+		ids     bool
+		watch   bool
+		count   int
+	)
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the approval requests waiting for an answer (or watch for new ones)",
+		Long: `approvals lists the open approval requests of every session (or --session),
+each with its id and its question. Answer one with: fluffy approve ID ANSWER...
+
+With --watch it stays connected and prints each request as it is asked
+(this terminal becomes an approval channel) until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if watch {
+				return a.watchApprovals(ctx, c, session, count)
+			}
+			var res approval.ListResult
+			if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &res); err != nil {
+				return fmt.Errorf("list approvals: %w", err)
+			}
+			switch {
+			case asJSON:
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			case ids:
+				for _, r := range res.Requests {
+					fmt.Fprintln(a.Stdout, r.ID)
+				}
+				return nil
+			case len(res.Requests) == 0:
+				fmt.Fprintln(a.Stdout, "no pending approvals")
+				return nil
+			}
+			for i, r := range res.Requests {
+				if i > 0 {
+					fmt.Fprintln(a.Stdout)
+				}
+				fmt.Fprint(a.Stdout, r.Prompt)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only this session's requests")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.Flags().BoolVar(&ids, "ids", false, "print only the request ids")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print the open requests, then each one as it is asked, until interrupted")
+	cmd.Flags().IntVar(&count, "count", 0, "with --watch, stop after showing this many requests")
+	cmd.AddCommand(newApprovalsAskCmd(a))
+	return cmd
+}
+
+// watchApprovals makes this terminal an approval channel: it prints the
+// requests already open, then each one as it is asked (or asked again
+// after a partial answer), until interrupted or count requests were shown.
+func (a *App) watchApprovals(ctx context.Context, c *ipc.Client, session string, count int) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// Watch first, then list: a request asked in between is shown twice
+	// at worst (and deduplicated), never missed.
+	if err := c.Call(ctx, approval.MethodWatch, nil, nil); err != nil {
+		return fmt.Errorf("watch approvals: %w", err)
+	}
+	var open approval.ListResult
+	if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &open); err != nil {
+		return fmt.Errorf("list approvals: %w", err)
+	}
+	term := &approval.Terminal{W: a.Stdout}
+	fmt.Fprintln(a.Stdout, "watching for approval requests (Ctrl-C to stop)")
+	shown := map[string]string{} // id -> last prompt shown
+	n := 0
+	show := func(v approval.View) error {
+		if (session != "" && v.Session != session) || shown[v.ID] == v.Prompt {
+			return nil
+		}
+		shown[v.ID] = v.Prompt
+		n++
+		return term.Notify(ctx, v.Request)
+	}
+	for _, v := range open.Requests {
+		if err := show(v); err != nil {
+			return err
+		}
+	}
+	for count <= 0 || n < count {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.Done():
+			return fmt.Errorf("the kernel closed the connection: %w", c.Err())
+		case ev := <-c.Events():
+			if ev.Topic != approval.TopicRequest {
+				continue
+			}
+			var v approval.View
+			if err := json.Unmarshal(ev.Data, &v); err != nil {
+				return fmt.Errorf("approval event: %w", err)
+			}
+			if err := show(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func newApprovalsAskCmd(a *App) *cobra.Command {
+	var (
+		session, summary string
+		shells           []string
+	)
+	cmd := &cobra.Command{
+		Use:   "ask --session ID --shell 'CMD' [--shell 'CMD']...",
+		Short: "Submit a plan of shell commands for approval and wait for the decisions",
+		Long: `ask submits a plan, one step per --shell command line (tool shell.exec, in
+the current workspace), to the kernel as a session's request_approval does,
+waits until a person answers (fluffy approve) or the request times out, and
+prints each step's decision. Exit status 0 when every step was approved, 1
+otherwise.`,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if session == "" || len(shells) == 0 {
+				return fmt.Errorf("%w: give --session and at least one --shell", errUsage)
+			}
+			var steps []approval.Step
+			for _, s := range shells {
+				op, err := a.buildOperation(opSpec{tool: "shell.exec", shell: s})
+				if err != nil {
+					return err
+				}
+				op.Session.ID = session
+				steps = append(steps, approval.Step{Op: op, Preview: s})
+			}
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var req approval.Request
+			if err := c.Call(ctx, approval.MethodAsk, approval.AskParams{Session: session, Summary: summary, Steps: steps}, &req); err != nil {
+				return fmt.Errorf("ask for approval: %w", err)
+			}
+			all := true
+			for _, it := range req.Items {
+				d := string(it.Decision.Verdict)
+				if it.Decision.Scope == approval.ScopeSession {
+					d += " for session"
+				}
+				if it.Decision.Reason != "" {
+					d += ": " + it.Decision.Reason
+				}
+				fmt.Fprintf(a.Stdout, "%d. %s\n", it.N, d)
+				all = all && it.Decision.Verdict == approval.Approved
+			}
+			if !all {
+				return &ExitError{Code: ExitFailure}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "the session asking")
+	cmd.Flags().StringVar(&summary, "summary", "", "one line saying what the plan is for")
+	cmd.Flags().StringArrayVar(&shells, "shell", nil, "a step: a shell command line (repeatable)")
+	return cmd
+}
+
+func newApproveCmd(a *App) *cobra.Command {
+	var who string
+	cmd := &cobra.Command{
+		Use:   "approve ID ANSWER...",
+		Short: "Answer an approval request by id, from any terminal",
+		Long: `approve answers request ID (see fluffy approvals) with the approval answer
+language, for example:
+
+  fluffy approve k3x9qa /approve
+  fluffy approve k3x9qa /approve 1-3 only
+  fluffy approve k3x9qa /approve 2 for session
+  fluffy approve k3x9qa /deny 2 too broad
+
+The leading / may be left out (fluffy approve k3x9qa deny 2 too broad).
+A malformed answer is explained and changes nothing (exit 2); an unknown or
+already answered id exits 1. Steps the answer leaves open are asked again.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			answer := strings.Join(args[1:], " ")
+			if !strings.HasPrefix(answer, "/") {
+				answer = "/" + answer
+			}
+			if who == "" {
+				who, _ = a.Getenv("USER")
+			}
+			ctx := cmd.Context()
+			c, err := a.connectKernel(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var res approval.AnswerResult
+			err = c.Call(ctx, approval.MethodAnswer, approval.AnswerParams{ID: args[0], Answer: answer, Who: who}, &res)
+			var ie *ipc.Error
+			switch {
+			case errors.As(err, &ie) && ie.Code == approval.CodeUnknownRequest:
+				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("no open approval request %q (fluffy approvals lists them)", args[0])}
+			case errors.As(err, &ie) && (ie.Code == approval.CodeBadAnswer || ie.Code == ipc.CodeInvalidParams):
+				return &ExitError{Code: ExitUsage, Msg: ie.Message}
+			case err != nil:
+				return fmt.Errorf("answer approval %s: %w", args[0], err)
+			}
+			if res.Open {
+				fmt.Fprintf(a.Stdout, "answer recorded; request %s still has open steps:\n\n%s", res.ID, res.Prompt)
+				return nil
+			}
+			fmt.Fprintf(a.Stdout, "answer recorded; request %s is decided\n", res.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&who, "who", "", "who is answering, for the audit log (default $USER)")
+	return cmd
+}

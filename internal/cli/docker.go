@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+)
+
+// podmanSocket is where `podman system service` listens as root.
+const podmanSocket = "unix:///run/podman/podman.sock"
+
+// engineHost is the container engine address for runtime docker or podman:
+// DOCKER_HOST from the app's environment, else the engine's own default.
+func engineHost(a *App, runtime string) string {
+	if h, ok := a.Getenv("DOCKER_HOST"); ok && h != "" {
+		return h
+	}
+	if runtime == "podman" {
+		return podmanSocket
+	}
+	return ""
+}
+
+// newSandboxRuntime returns the backend named by runtime and a function
+// releasing it. For the container backends it removes orphaned containers
+// first and builds the base image when it is missing or stale.
+func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
+	switch runtime {
+	case "", "native":
+		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
+		return rt, func() {}, err
+	case "docker", "podman":
+		rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, runtime), Image: image, Template: template,
+			Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: a.Logger()})
+		if err != nil {
+			return nil, nil, err
+		}
+		if removed, err := docker.GC(ctx, rt.Client(), docker.GCOptions{}); err != nil {
+			a.Logger().Warn("removing orphaned sandbox containers", "err", err)
+		} else if len(removed) > 0 {
+			a.Logger().Info("removed orphaned sandbox containers", "count", len(removed))
+		}
+		if image == "" || image == docker.BaseImage {
+			if _, err := docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{}); err != nil {
+				rt.Close()
+				return nil, nil, fmt.Errorf("%w: base image: %w", sandbox.ErrSetup, err)
+			}
+		}
+		return rt, func() { rt.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("%w: unknown sandbox runtime %q (have native, docker, podman)", errUsage, runtime)
+}
+
+func newSandboxGCCmd(a *App) *cobra.Command {
+	var all, dryRun bool
+	var runtime string
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove sandbox containers left behind by a fluffy that is gone",
+		Long: `Remove the containers fluffy labelled (dev.fluffy.managed=1) whose owning
+fluffy process no longer runs, with their anonymous volumes and the
+workspace overlays mounted for them. Every fluffy using a container runtime
+does this when it starts; run it by hand after a crash. --all removes
+every fluffy container, even those of running sessions.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := a.Config()
+			if err != nil {
+				return err
+			}
+			if runtime == "" {
+				runtime = l.Config.Sandbox.Runtime
+			}
+			if runtime == "native" {
+				runtime = "docker"
+			}
+			rt, err := docker.New(cmd.Context(), docker.Options{Host: engineHost(a, runtime)})
+			if err != nil {
+				return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox gc: " + err.Error()}
+			}
+			defer rt.Close()
+			removed, err := docker.GC(cmd.Context(), rt.Client(), docker.GCOptions{All: all, DryRun: dryRun})
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			for _, o := range removed {
+				fmt.Fprintf(a.Stdout, "%s %.12s session=%s template=%s owner=%s\n", verb, o.ID, o.Session, o.Template, o.Owner)
+			}
+			if len(removed) == 0 {
+				fmt.Fprintln(a.Stdout, "no orphaned sandbox containers")
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "remove every fluffy container, not only orphans")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed")
+	cmd.Flags().StringVar(&runtime, "runtime", "", "docker or podman (default from sandbox.runtime, else docker)")
+	return cmd
+}
+
+func newImageCmd(a *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build the container images sandboxes run in",
+	}
+	var tag, runtime string
+	build := &cobra.Command{
+		Use:   "build base | build DIR --tag TAG",
+		Short: "Build the base image, or a skill image from DIR/Dockerfile",
+		Long: `'fluffy image build base' builds fluffy-base:latest locally, without a
+registry: busybox-static and its applets FROM scratch (see
+docs/containers.md). 'fluffy image build DIR --tag TAG' builds DIR's
+Dockerfile. Both skip the build when an image with the same tag was built
+from the same content (label dev.fluffy.content: a hash of the Dockerfile
+and every file of the context).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runtime == "" {
+				runtime = "docker"
+				if l, err := a.Config(); err == nil && l.Config.Sandbox.Runtime == "podman" {
+					runtime = "podman"
+				}
+			}
+			rt, err := docker.New(cmd.Context(), docker.Options{Host: engineHost(a, runtime)})
+			if err != nil {
+				return &ExitError{Code: ExitSandboxSetup, Msg: "image build: " + err.Error()}
+			}
+			defer rt.Close()
+			var res docker.BuildResult
+			if args[0] == "base" {
+				res, err = docker.EnsureBaseImage(cmd.Context(), rt.Client(), docker.BaseOptions{Tag: tag})
+			} else {
+				if tag == "" {
+					return fmt.Errorf("%w: --tag is required for a directory", errUsage)
+				}
+				dir := args[0]
+				if !filepath.IsAbs(dir) {
+					dir = filepath.Join(a.Cwd, dir)
+				}
+				res, err = docker.BuildDir(cmd.Context(), rt.Client(), dir, tag)
+			}
+			if err != nil {
+				return err
+			}
+			state := "built"
+			if res.Cached {
+				state = "up to date"
+			}
+			fmt.Fprintf(a.Stdout, "%s %s (content %.16s)\n", res.Tag, state, res.Content)
+			a.Logger().Debug("image build", slog.String("tag", res.Tag), slog.Bool("cached", res.Cached))
+			return nil
+		},
+	}
+	build.Flags().StringVar(&tag, "tag", "", "image tag (default fluffy-base:latest for base)")
+	build.Flags().StringVar(&runtime, "runtime", "", "docker or podman (default from sandbox.runtime, else docker)")
+	cmd.AddCommand(build)
+	return cmd
+}

@@ -1,0 +1,716 @@
+// Package docker is the container backend of the sandbox: it implements
+// sandbox.Runtime and sandbox.Starter on a Docker Engine (or Podman's
+// Docker-compatible API) through the official client,
+// github.com/moby/moby/client (DOCKER_HOST honoured, the local socket by
+// default).
+//
+// Every sandbox is a container started from a locally built image
+// (EnsureBaseImage: busybox FROM scratch, no registry needed) with a
+// read-only root filesystem, all capabilities dropped, no-new-privileges,
+// the seccomp profile of the spec exported from the same Go definition the
+// native backend assembles to BPF (sandbox.Profile.DockerJSON), network
+// none, pids/memory/CPU limits, rlimits and a size-limited tmpfs /tmp. Its
+// keep-alive process is the engine's init (tini) running sleep; commands
+// run in it with exec, so one container can serve many commands (Start,
+// Pool) and Run is Start + one Exec + Close.
+//
+// The workspace is shown through the session's change set: the kernel side
+// (this process, as root, in the engine's mount namespace) mounts an
+// overlay with the workspace as the lower layer and the change set as the
+// upper layer on a private directory, and bind-mounts the merged directory
+// into the container at the workspace's path. The container sees the
+// merged view; its writes land in the change set. See docs/containers.md.
+//
+// Every container carries labels (LabelManaged, LabelSession,
+// LabelTemplate, LabelOwner, LabelMount): GC removes those whose owning
+// process is gone, with their overlay mounts.
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// Labels set on every container fluffy creates.
+const (
+	LabelManaged  = "dev.fluffy.managed"  // "1"
+	LabelSession  = "dev.fluffy.session"  // the session id
+	LabelTemplate = "dev.fluffy.template" // the template name
+	LabelOwner    = "dev.fluffy.owner"    // "pid:starttime" of the creating process
+	LabelMount    = "dev.fluffy.mount"    // the host overlay mount point, when a workspace is shown
+	LabelWork     = "dev.fluffy.work"     // the overlay work directory
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Host is the engine address ("unix:///run/podman/podman.sock");
+	// empty means DOCKER_HOST, else the local Docker socket.
+	Host string
+	// Image is the image sandboxes start from; empty means BaseImage.
+	Image string
+	// Session and Template label every container.
+	Session, Template string
+	// CPUs is the CPU quota of one container (1.5 = one and a half
+	// cores); 0 means none.
+	CPUs float64
+	// StateDir holds the overlay mount points; empty means
+	// /run/fluffy/docker.
+	StateDir string
+	// Logger receives debug records; nil discards them.
+	Logger *slog.Logger
+}
+
+// Runtime runs sandboxes as containers.
+type Runtime struct {
+	cli   *client.Client
+	opts  Options
+	owner string
+	log   *slog.Logger
+	// podman: Podman's compatible API reads "seccomp=" as a file path
+	// where Docker's takes the profile itself.
+	podman bool
+	// engineLimits are the engine's nofile and nproc limits (Podman on a
+	// local socket only).
+	engineLimits []container.Ulimit
+}
+
+// Podman reports whether the engine is Podman.
+func (r *Runtime) Podman() bool { return r.podman }
+
+// seccompOpt returns the security option carrying the profile.
+func (r *Runtime) seccompOpt(profile []byte) (string, error) {
+	if !r.podman {
+		return "seccomp=" + string(profile), nil
+	}
+	sum := sha256.Sum256(profile)
+	p := filepath.Join(r.opts.StateDir, "seccomp-"+hex.EncodeToString(sum[:8])+".json")
+	if _, err := os.Stat(p); err == nil {
+		return "seccomp=" + p, nil
+	}
+	if err := os.MkdirAll(r.opts.StateDir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(r.opts.StateDir, ".seccomp-")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Write(profile)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return "seccomp=" + p, nil
+}
+
+var (
+	_ sandbox.Runtime = (*Runtime)(nil)
+	_ sandbox.Starter = (*Runtime)(nil)
+)
+
+// New connects to the engine and checks that it answers. An engine that
+// cannot be reached is reported as *sandbox.UnavailableError.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	cli, err := newClient(opts.Host)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, &sandbox.UnavailableError{Missing: []sandbox.Facility{{Name: "container-engine", Required: true,
+			Detail: fmt.Sprintf("no container engine answers at %s: %v", cli.DaemonHost(), err),
+			Fix:    "install docker.io and start dockerd (or run `podman system service` and set DOCKER_HOST to its socket)"}}}
+	}
+	if opts.Image == "" {
+		opts.Image = BaseImage
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/fluffy/docker"
+	}
+	if opts.Template == "" {
+		opts.Template = "code-executor"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	owner, err := ownerLabel(os.Getpid())
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	r := &Runtime{cli: cli, opts: opts, owner: owner, log: log}
+	if v, err := cli.ServerVersion(pctx, client.ServerVersionOptions{}); err == nil {
+		for _, c := range v.Components {
+			r.podman = r.podman || strings.Contains(c.Name, "Podman")
+		}
+	}
+	if r.podman {
+		r.engineLimits = peerLimits(cli.DaemonHost())
+	}
+	return r, nil
+}
+
+func newClient(host string) (*client.Client, error) {
+	ops := []client.Opt{client.FromEnv}
+	if host != "" {
+		ops = append(ops, client.WithHost(host))
+	}
+	cli, err := client.New(ops...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker client: %w", sandbox.ErrSetup, err)
+	}
+	return cli, nil
+}
+
+// Client returns the engine client (for image builds and GC).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close releases the client connection.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// Run starts a container for spec, runs spec.Argv in it and removes it.
+func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	t0 := time.Now()
+	inst, err := r.start(ctx, spec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer inst.Close()
+	res, err := inst.exec(ctx, spec.Argv, spec.Stdin)
+	res.Setup += time.Since(t0) - res.Duration - res.Setup
+	return res, err
+}
+
+// Start creates and starts a container for spec (whose Argv is ignored)
+// and returns it ready for Exec.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return r.start(ctx, spec)
+}
+
+// Instance is a running container.
+type Instance struct {
+	r    *Runtime
+	spec sandbox.Spec
+	id   string
+	pid  int
+	ws   *overlay
+	cg   cgroupPaths
+	// hostMounts are strings naming the engine's host mounts for the
+	// container (its id, rootfs, network namespace file).
+	hostMounts []string
+	closed     sync.Once
+	dead       bool
+	mu         sync.Mutex
+}
+
+var _ sandbox.Instance = (*Instance)(nil)
+
+func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, error) {
+	probe := spec
+	if len(probe.Argv) == 0 {
+		probe.Argv = []string{"true"}
+	}
+	if err := probe.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		// The egress proxy's socket and in-sandbox forwarder exist for
+		// the native backend only so far.
+		return nil, fmt.Errorf("%w: network mode %q is not supported by the container backend yet; use the native runtime", sandbox.ErrInvalidSpec, spec.Network)
+	}
+	prof, err := sandbox.ProfileByName(orDefault(spec.Seccomp, "standard"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)
+	}
+	seccompJSON, err := prof.DockerJSON("")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	secOpt, err := r.seccompOpt(seccompJSON)
+	if err != nil {
+		return nil, fmt.Errorf("%w: seccomp profile: %w", sandbox.ErrSetup, err)
+	}
+	inst := &Instance{r: r, spec: spec}
+	labels := map[string]string{LabelManaged: "1", LabelSession: r.opts.Session, LabelTemplate: r.opts.Template, LabelOwner: r.owner}
+	var mounts []mount.Mount
+	user := "65534:65534"
+	if spec.Workspace != "" {
+		ov, err := mountOverlay(r.opts.StateDir, r.owner, spec.Workspace, spec.ChangeSet)
+		if err != nil {
+			return nil, err
+		}
+		inst.ws = ov
+		labels[LabelMount], labels[LabelWork] = ov.merged, ov.work
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: ov.merged, Target: spec.Workspace,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
+		var st syscall.Stat_t
+		if err := syscall.Stat(spec.Workspace, &st); err == nil {
+			user = fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+		}
+	}
+	for _, m := range spec.Mounts {
+		tgt := orDefault(m.Target, m.Source)
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: tgt, ReadOnly: !m.Writable,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
+	}
+	tmpSize := spec.TmpSize
+	if tmpSize <= 0 {
+		tmpSize = 64 << 20
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
+		Mounts:         mounts,
+		Init:           ptr(true),
+		IpcMode:        "private",
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		LogConfig:      container.LogConfig{Type: "none"},
+	}
+	if r.podman {
+		// Podman's compatible API mounts writable tmpfs on /run and
+		// /var/tmp of a read-only container (its --read-only-tmpfs,
+		// which the Docker API cannot turn off): cover them read-only.
+		for _, p := range []string{"/run", "/var/tmp"} {
+			hc.Tmpfs[p] = "ro,nosuid,nodev,noexec,size=64k"
+		}
+	}
+	lim := spec.Limits
+	if lim.Pids > 0 {
+		hc.PidsLimit = ptr(int64(lim.Pids) + 2) // + the init and its sleep
+	}
+	if lim.Memory > 0 {
+		hc.Memory, hc.MemorySwap = lim.Memory, lim.Memory
+	}
+	if r.opts.CPUs > 0 {
+		hc.NanoCPUs = int64(r.opts.CPUs * 1e9)
+	}
+	if lim.CPU > 0 {
+		s := int64((lim.CPU + time.Second - 1) / time.Second)
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "cpu", Soft: s, Hard: s})
+	}
+	if lim.FileSize > 0 {
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "fsize", Soft: lim.FileSize, Hard: lim.FileSize})
+	}
+	if lim.OpenFiles > 0 {
+		n := int64(lim.OpenFiles)
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nofile", Soft: n, Hard: n})
+	}
+	// Podman asks runc for rlimits above its own hard limits, which
+	// fails without CAP_SYS_RESOURCE (a VM, a nested engine): name nofile
+	// and nproc explicitly, at the engine's own hard limits.
+	for _, rl := range r.engineLimits {
+		if rl.Name == "nofile" && lim.OpenFiles > 0 {
+			continue
+		}
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: rl.Name, Soft: rl.Soft, Hard: rl.Hard})
+	}
+	cfg := &container.Config{
+		Image:           r.opts.Image,
+		Cmd:             []string{"sleep", "2147483647"},
+		Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		User:            user,
+		WorkingDir:      "/",
+		Labels:          labels,
+		NetworkDisabled: true,
+		StopSignal:      "SIGKILL",
+	}
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc})
+	if err != nil {
+		inst.ws.release()
+		return nil, fmt.Errorf("%w: creating the container: %w", sandbox.ErrSetup, err)
+	}
+	inst.id = created.ID
+	if _, err := r.cli.ContainerStart(ctx, inst.id, client.ContainerStartOptions{}); err != nil {
+		inst.Close()
+		return nil, fmt.Errorf("%w: starting the container: %w", sandbox.ErrSetup, err)
+	}
+	info, err := r.cli.ContainerInspect(ctx, inst.id, client.ContainerInspectOptions{})
+	if err != nil || info.Container.State == nil || info.Container.State.Pid == 0 {
+		inst.Close()
+		return nil, fmt.Errorf("%w: the container did not start: %v", sandbox.ErrSetup, err)
+	}
+	inst.pid = info.Container.State.Pid
+	// The host mounts the engine made for this container, to wait for
+	// their removal in Close.
+	inst.hostMounts = []string{inst.id}
+	if gd := info.Container.GraphDriver; gd != nil && gd.Data["MergedDir"] != "" {
+		inst.hostMounts = append(inst.hostMounts, gd.Data["MergedDir"])
+	}
+	if ns := info.Container.NetworkSettings; ns != nil && ns.SandboxKey != "" {
+		inst.hostMounts = append(inst.hostMounts, ns.SandboxKey)
+	}
+	inst.cg = findCgroups(inst.pid)
+	r.log.Debug("container started", "id", shortID(inst.id), "pid", inst.pid, "workspace", spec.Workspace)
+	return inst, nil
+}
+
+// ID is the container's id.
+func (in *Instance) ID() string { return in.id }
+
+// Exec runs argv in the container with the spec's environment, directory
+// and output limit. When the wall-clock limit elapses the whole container
+// is killed (the engine cannot kill one exec'd process tree) and the
+// instance is unusable afterwards.
+func (in *Instance) Exec(ctx context.Context, argv []string) (sandbox.Result, error) {
+	return in.exec(ctx, argv, nil)
+}
+
+func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (sandbox.Result, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var res sandbox.Result
+	if in.dead {
+		return res, fmt.Errorf("%w: the container was killed by an earlier limit", sandbox.ErrSetup)
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		return res, fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
+	}
+	t0 := time.Now()
+	spec := in.spec
+	dir := spec.Dir
+	if dir == "" {
+		dir = orDefault(spec.Workspace, "/")
+	}
+	before := in.cg.events()
+	runCtx := ctx
+	var cancel context.CancelFunc
+	if spec.Limits.Wall > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, spec.Limits.Wall)
+		defer cancel()
+	}
+	ex, err := in.r.cli.ExecCreate(runCtx, in.id, client.ExecCreateOptions{
+		Cmd: argv, Env: spec.Env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
+	})
+	if err != nil {
+		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
+	}
+	att, err := in.r.cli.ExecAttach(runCtx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
+	}
+	defer att.Close()
+	res.Setup = time.Since(t0)
+	start := time.Now()
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(att.Conn, stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+	limit := spec.Limits.Output
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	stdout := &capped{max: limit, live: spec.Stdout}
+	stderr := &capped{max: limit, live: spec.Stderr}
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		done <- err
+	}()
+	var copyErr error
+	select {
+	case copyErr = <-done:
+	case <-runCtx.Done():
+	}
+	if runCtx.Err() != nil && copyErr == nil {
+		select {
+		case copyErr = <-done:
+		default:
+		}
+	}
+	if runCtx.Err() != nil {
+		// Time is up (or the caller cancelled): kill everything.
+		in.dead = true
+		kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = in.r.cli.ContainerKill(kctx, in.id, client.ContainerKillOptions{Signal: "SIGKILL"})
+		kcancel()
+		att.Close()
+		<-done
+		res.Duration = time.Since(start)
+		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+		if ctx.Err() == nil {
+			res.Killed = sandbox.LimitTime
+			res.Hit = append(res.Hit, sandbox.LimitTime)
+		}
+		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+		return res, nil
+	}
+	res.Duration = time.Since(start)
+	_ = copyErr
+	ins, err := in.r.cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil {
+		return res, fmt.Errorf("%w: exec status: %w", sandbox.ErrSetup, err)
+	}
+	res.ExitCode = ins.ExitCode
+	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {
+		// The engine reports a process a signal ended as 128+signal.
+		res.Signal, res.ExitCode = ins.ExitCode-128, -1
+	}
+	if ins.ExitCode == 126 || ins.ExitCode == 127 {
+		if msg := stdout.String() + stderr.String(); strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory") && strings.Contains(msg, "OCI runtime exec failed") {
+			return res, fmt.Errorf("%w: command not found: %s", sandbox.ErrInvalidSpec, argv[0])
+		}
+	}
+	after := in.cg.events()
+	if after.oomKills > before.oomKills {
+		res.Hit = append(res.Hit, sandbox.LimitMemory)
+		if res.Signal == int(syscall.SIGKILL) {
+			res.Killed = sandbox.LimitMemory
+		}
+	}
+	if after.pidsMax > before.pidsMax {
+		res.Hit = append(res.Hit, sandbox.LimitPids)
+	}
+	switch syscall.Signal(res.Signal) {
+	case syscall.SIGXCPU:
+		res.Killed = sandbox.LimitCPU
+		res.Hit = append(res.Hit, sandbox.LimitCPU)
+	case syscall.SIGXFSZ:
+		res.Killed = sandbox.LimitFileSize
+		res.Hit = append(res.Hit, sandbox.LimitFileSize)
+	}
+	if in.tmpFull() {
+		res.Hit = append(res.Hit, sandbox.LimitTmp)
+	}
+	if stdout.cut || stderr.cut {
+		res.Hit = append(res.Hit, sandbox.LimitOutput)
+	}
+	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+	return res, nil
+}
+
+// tmpFull reports whether the container's /tmp has no space left, read
+// from the host through the init's root.
+func (in *Instance) tmpFull() bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(fmt.Sprintf("/proc/%d/root/tmp", in.pid), &st); err != nil {
+		return false
+	}
+	return st.Bavail == 0
+}
+
+// Close kills and removes the container and unmounts the workspace
+// overlay. It is safe to call more than once.
+func (in *Instance) Close() error {
+	var err error
+	in.closed.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if in.id != "" {
+			if _, e := in.r.cli.ContainerRemove(ctx, in.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); e != nil && !isNotFound(e) {
+				err = fmt.Errorf("docker: removing container %s: %w", shortID(in.id), e)
+			}
+		}
+		// Engines may unmount a removed container's rootfs and network
+		// namespace after the API call returned (Podman's cleanup
+		// process does): Close returns once they are gone, so that
+		// "closed" means "nothing left on the host".
+		waitUnmounted(in.hostMounts, 10*time.Second)
+		if e := in.ws.release(); e != nil && err == nil {
+			err = e
+		}
+	})
+	return err
+}
+
+// waitUnmounted waits, at most limit, until no line of the host's mount
+// table contains any of names.
+func waitUnmounted(names []string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return
+		}
+		found := false
+		for _, n := range names {
+			if n != "" && bytes.Contains(b, []byte(n)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// capped keeps the first max bytes written and passes them on live.
+type capped struct {
+	buf  bytes.Buffer
+	max  int64
+	cut  bool
+	live io.Writer
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	n := len(p)
+	room := c.max - int64(c.buf.Len())
+	if int64(len(p)) > room {
+		p = p[:max(room, 0)]
+		c.cut = true
+	}
+	c.buf.Write(p)
+	if c.live != nil && len(p) > 0 {
+		_, _ = c.live.Write(p)
+	}
+	return n, nil
+}
+
+func (c *capped) String() string { return c.buf.String() }
+
+func (c *capped) bytes() []byte {
+	b := bytes.Clone(c.buf.Bytes())
+	if c.cut {
+		b = append(b, sandbox.TruncationMarker...)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func isNotFound(err error) bool {
+	var nf interface{ NotFound() }
+	return errors.As(err, &nf) || strings.Contains(strings.ToLower(err.Error()), "no such container")
+}
+
+// peerLimits reads the nofile and nproc hard limits of the process
+// serving a local unix socket (SO_PEERCRED, then /proc/pid/limits).
+func peerLimits(host string) []container.Ulimit {
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil
+	}
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil || cred.Pid <= 0 {
+		return nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cred.Pid))
+	if err != nil {
+		return nil
+	}
+	var out []container.Ulimit
+	for _, line := range strings.Split(string(b), "\n") {
+		var name string
+		switch {
+		case strings.HasPrefix(line, "Max open files"):
+			name = "nofile"
+		case strings.HasPrefix(line, "Max processes"):
+			name = "nproc"
+		default:
+			continue
+		}
+		f := strings.Fields(line[len("Max processes"):])
+		if name == "nofile" {
+			f = strings.Fields(line[len("Max open files"):])
+		}
+		if len(f) < 2 {
+			continue
+		}
+		soft, err1 := strconv.ParseInt(f[0], 10, 64)
+		hard, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 == nil && err2 == nil {
+			out = append(out, container.Ulimit{Name: name, Soft: soft, Hard: hard})
+		}
+	}
+	return out
+}
+
+// ownerLabel identifies a process across pid reuse: "pid:starttime".
+func ownerLabel(pid int) (string, error) {
+	st, err := procStart(pid)
+	if err != nil {
+		return "", fmt.Errorf("%w: reading own start time: %w", sandbox.ErrSetup, err)
+	}
+	return strconv.Itoa(pid) + ":" + st, nil
+}
+
+// procStart returns field 22 of /proc/pid/stat (start time in ticks).
+func procStart(pid int) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", err
+	}
+	st, ok := parseStatStart(string(b))
+	if !ok {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return st, nil
+}
+
+// parseStatStart returns the start time field of a /proc/pid/stat line.
+// The command name (field 2) is chosen by the process and may hold spaces
+// and parentheses: fields are counted after its last ')'.
+func parseStatStart(s string) (string, bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(f[19], 10, 64); err != nil {
+		return "", false
+	}
+	return f[19], true
+}

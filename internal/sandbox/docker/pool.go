@@ -1,0 +1,210 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Starter starts the containers (a *Runtime); required.
+	Starter sandbox.Starter
+	// Spec is the session's sandbox (workspace, change set, template
+	// settings, limits, environment); its Argv is ignored. Containers of
+	// a pool are never shared with another session.
+	Spec sandbox.Spec
+	// Size is how many idle containers Warm prepares; 0 means 1.
+	Size int
+	// Max bounds the containers alive at once (idle and busy); 0 means
+	// Size+1. Exec waits for a free slot beyond it.
+	Max int
+	// IdleTimeout closes containers idle longer than this; 0 means 5
+	// minutes.
+	IdleTimeout time.Duration
+}
+
+// Pool keeps pre-warmed containers for one session: Warm starts them
+// ahead of need, Exec runs a command in an idle one (starting one when
+// none is idle, within Max), and containers idle longer than IdleTimeout
+// are destroyed. Call Warm again when the next message arrives.
+type Pool struct {
+	opts   PoolOptions
+	slots  chan struct{} // one token per live container
+	mu     sync.Mutex
+	idle   []pooled
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type pooled struct {
+	inst  sandbox.Instance
+	since time.Time
+}
+
+// NewPool returns a pool and starts its idle reaper; it starts no
+// container until Warm or Exec.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	if opts.Starter == nil {
+		return nil, errors.New("docker: pool: no Starter")
+	}
+	if opts.Size <= 0 {
+		opts.Size = 1
+	}
+	if opts.Max <= 0 {
+		opts.Max = opts.Size + 1
+	}
+	if opts.Size > opts.Max {
+		opts.Size = opts.Max
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 5 * time.Minute
+	}
+	p := &Pool{opts: opts, slots: make(chan struct{}, opts.Max), stop: make(chan struct{})}
+	p.wg.Add(1)
+	go p.reaper()
+	return p, nil
+}
+
+// Warm starts containers until Size are idle (within Max). It returns
+// the first start error.
+func (p *Pool) Warm(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.closed || len(p.idle) >= p.opts.Size {
+			p.mu.Unlock()
+			return nil
+		}
+		p.mu.Unlock()
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			return nil // at Max: the busy ones come back idle
+		}
+		inst, err := p.opts.Starter.Start(ctx, p.opts.Spec)
+		if err != nil {
+			<-p.slots
+			return err
+		}
+		p.put(inst)
+	}
+}
+
+// Idle returns the number of idle containers.
+func (p *Pool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// Exec runs argv in an idle container, or in a new one when none is idle.
+// A container the command's wall-clock limit killed is discarded.
+func (p *Pool) Exec(ctx context.Context, argv []string) (sandbox.Result, error) {
+	inst, err := p.get(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	res, err := inst.Exec(ctx, argv)
+	if err != nil || res.Killed == sandbox.LimitTime || ctx.Err() != nil {
+		p.discard(inst)
+		return res, err
+	}
+	p.put(inst)
+	return res, nil
+}
+
+func (p *Pool) get(ctx context.Context) (sandbox.Instance, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%w: the pool is closed", sandbox.ErrSetup)
+	}
+	if n := len(p.idle); n > 0 {
+		it := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return it.inst, nil
+	}
+	p.mu.Unlock()
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a free container: %w", sandbox.ErrSetup, ctx.Err())
+	}
+	inst, err := p.opts.Starter.Start(ctx, p.opts.Spec)
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (p *Pool) put(inst sandbox.Instance) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(inst)
+		return
+	}
+	p.idle = append(p.idle, pooled{inst: inst, since: time.Now()})
+	p.mu.Unlock()
+}
+
+func (p *Pool) discard(inst sandbox.Instance) {
+	_ = inst.Close()
+	<-p.slots
+}
+
+func (p *Pool) reaper() {
+	defer p.wg.Done()
+	tick := time.NewTicker(max(p.opts.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-tick.C:
+			p.mu.Lock()
+			var keep, old []pooled
+			for _, it := range p.idle {
+				if now.Sub(it.since) > p.opts.IdleTimeout {
+					old = append(old, it)
+				} else {
+					keep = append(keep, it)
+				}
+			}
+			p.idle = keep
+			p.mu.Unlock()
+			for _, it := range old {
+				p.discard(it.inst)
+			}
+		}
+	}
+}
+
+// Close destroys every idle container and stops the reaper; busy ones are
+// destroyed when their command returns.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	var errs []error
+	for _, it := range idle {
+		errs = append(errs, it.inst.Close())
+		<-p.slots
+	}
+	return errors.Join(errs...)
+}

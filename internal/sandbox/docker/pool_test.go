@@ -1,0 +1,143 @@
+package docker_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+)
+
+func countContainers(t *testing.T, session string) int {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.fluffy.session="+session).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(out)))
+}
+
+func TestPool(t *testing.T) {
+	rt := engine(t)
+	session := "test-" + t.Name()
+	ctx := context.Background()
+	p, err := docker.NewPool(docker.PoolOptions{Starter: rt, Spec: sandbox.Spec{Env: []string{"PATH=/bin"}, Limits: sandbox.Limits{Wall: 10 * time.Second}},
+		Size: 2, Max: 3, IdleTimeout: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Idle() != 2 || countContainers(t, session) != 2 {
+		t.Fatalf("after Warm: %d idle, %d containers; want 2", p.Idle(), countContainers(t, session))
+	}
+	// State persists within a container of the session.
+	res, err := p.Exec(ctx, []string{"sh", "-c", "echo hi"})
+	if err != nil || string(res.Stdout) != "hi\n" {
+		t.Fatalf("exec: %v %q", err, res.Stdout)
+	}
+	// Concurrency: 5 commands at once never exceed Max containers.
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := p.Exec(ctx, []string{"sleep", "0.3"}); err != nil || r.ExitCode != 0 {
+				t.Errorf("exec: %v %+v", err, r)
+			}
+		}()
+	}
+	time.Sleep(150 * time.Millisecond)
+	if n := countContainers(t, session); n > 3 {
+		t.Errorf("%d containers alive, Max is 3", n)
+	}
+	wg.Wait()
+	// Idle ones go after the timeout.
+	deadline := time.Now().Add(10 * time.Second)
+	for (p.Idle() > 0 || countContainers(t, session) > 0) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.Idle() != 0 || countContainers(t, session) != 0 {
+		t.Fatalf("after the idle timeout: %d idle, %d containers", p.Idle(), countContainers(t, session))
+	}
+	// Pre-warm again on the next message.
+	if err := p.Warm(ctx); err != nil || p.Idle() != 2 {
+		t.Fatalf("re-warm: %v, %d idle", err, p.Idle())
+	}
+	p.Close()
+	if n := countContainers(t, session); n != 0 {
+		t.Errorf("%d containers left after Close", n)
+	}
+}
+
+func TestInstanceTimeoutKills(t *testing.T) {
+	rt := engine(t)
+	ctx := context.Background()
+	inst, err := rt.Start(ctx, sandbox.Spec{Env: []string{"PATH=/bin"}, Limits: sandbox.Limits{Wall: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	res, err := inst.Exec(ctx, []string{"sleep", "60"})
+	if err != nil || res.Killed != sandbox.LimitTime {
+		t.Fatalf("res %+v err %v, want killed by time", res, err)
+	}
+	if _, err := inst.Exec(ctx, []string{"true"}); err == nil {
+		t.Fatal("exec in a killed container succeeded")
+	}
+}
+
+// BenchmarkContainer compares, in one run: a one-shot Run (create, start,
+// exec, remove), the first command in a pre-warmed container (Pool.Exec
+// right after Warm) and repeated exec in a warm container.
+func BenchmarkContainer(b *testing.B) {
+	rt := engine(b)
+	ctx := context.Background()
+	spec := sandbox.Spec{Env: []string{"PATH=/bin"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 256}}
+	b.Run("cold-run", func(b *testing.B) {
+		s := spec
+		s.Argv = []string{"true"}
+		for b.Loop() {
+			if _, err := rt.Run(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prewarmed-first-command", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			p, err := docker.NewPool(docker.PoolOptions{Starter: rt, Spec: spec, Size: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Warm(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if _, err := p.Exec(ctx, []string{"true"}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			p.Close()
+			b.StartTimer()
+		}
+	})
+	b.Run("warm-exec", func(b *testing.B) {
+		inst, err := rt.Start(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer inst.Close()
+		for b.Loop() {
+			if _, err := inst.Exec(ctx, []string{"true"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
