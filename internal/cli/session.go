@@ -235,8 +235,14 @@ func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
 	if model == "" {
 		model = l.Config.Model
 	}
-	if _, _, err := catalog.Split(model); err != nil {
+	prov, name, err := catalog.Split(model)
+	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	// A replay script path is the client's, not the kernel's: the kernel
+	// may run in another directory.
+	if prov == "replay" && strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		model = "replay/" + filepath.Join(a.Cwd, name)
 	}
 	c, err := a.connectKernel(ctx)
 	if err != nil {
