@@ -185,6 +185,11 @@ func TestSessionRunDiffApply(t *testing.T) {
 	if info.Turns != 2 || info.StopReason != "done" {
 		t.Errorf("after run: %+v", info)
 	}
+	// Running a finished session again asks no model and changes nothing.
+	again, err := k.Run(ctx, info.ID, nil)
+	if err != nil || again.Reason != "done" || again.Text != "done" {
+		t.Fatalf("second run: %+v %v", again, err)
+	}
 	cr, err := k.Close(ctx, kernel.CloseParams{ID: info.ID, Apply: true})
 	if err != nil || len(cr.Applied) != 1 {
 		t.Fatalf("close: %+v %v", cr, err)

@@ -302,6 +302,11 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("system prompt: %v", err)})
 	}
 	completeTurn(st)
+	// A finished conversation has nothing to resume: the model would be
+	// asked to answer its own last message.
+	if msgs := st.Agent.Messages; len(msgs) > 1 && msgs[len(msgs)-1].Role == llm.RoleAssistant {
+		return RunResult{Reason: string(agent.ReasonDone), Text: lastText(msgs[len(msgs)-1])}
+	}
 	// Persisting happens inside the loop's event callback: at every turn
 	// boundary (consistent conversation) and after every tool result (so
 	// a result is never produced twice).
@@ -344,6 +349,16 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 		return fault(classify(err))
 	}
 	return RunResult{Reason: string(out.Reason), Text: out.Text}
+}
+
+func lastText(m llm.Message) string {
+	var t string
+	for _, b := range m.Content {
+		if b.Type == llm.BlockText {
+			t += b.Text
+		}
+	}
+	return t
 }
 
 // completeTurn makes a conversation saved in the middle of a turn
