@@ -16,6 +16,7 @@ declare -A want=(
 	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
 	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
 	[python3]=python3      # the stand-alone audit export verifier (docs/audit_verify.py) runs in the tests
+	[rg]=ripgrep           # internal/tool/builtin: BenchmarkGrep compares search.grep with ripgrep
 )
 
 missing=()

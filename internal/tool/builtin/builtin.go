@@ -295,8 +295,8 @@ func (b *builtins) grep() (*tool.Tool, error) {
 			if limit <= 0 || limit > b.o.MaxMatches {
 				limit = b.o.MaxMatches
 			}
-			g := &grepper{cs: b.o.ChangeSet, re: re, glob: in.Glob, limit: limit}
-			if err := g.walk(ctx, rel); err != nil && !errors.Is(err, errEnough) {
+			g := &grepper{cs: b.o.ChangeSet, re: re, filter: prefilter(in.Pattern), glob: in.Glob, limit: limit}
+			if err := g.search(ctx, rel); err != nil && !errors.Is(err, errEnough) {
 				return errResult(err), nil
 			}
 			if g.n == 0 {
@@ -312,52 +312,63 @@ func (b *builtins) grep() (*tool.Tool, error) {
 var errEnough = errors.New("enough matches")
 
 type grepper struct {
-	cs    *changeset.ChangeSet
-	re    *regexp.Regexp
-	glob  string
-	limit int
-	n     int
-	out   strings.Builder
+	cs     *changeset.ChangeSet
+	re     *regexp.Regexp
+	filter *regexp.Regexp // whole-file prefilter, nil when none is safe
+	glob   string
+	limit  int
+	n      int
+	out    strings.Builder
 }
 
-func (g *grepper) walk(ctx context.Context, rel string) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// prefilter returns a multi-line form of the pattern that matches a whole
+// file whenever the pattern matches one of its lines (so files without a
+// match are skipped in one pass), or nil when the pattern uses \A or \z,
+// whose meaning differs between a line and a file, or sets its own flags
+// ((?-m) would undo the multi-line mode).
+func prefilter(pattern string) *regexp.Regexp {
+	if strings.Contains(pattern, `\A`) || strings.Contains(pattern, `\z`) || strings.Contains(pattern, "(?") {
+		return nil
 	}
+	re, err := regexp.Compile("(?m:" + pattern + ")")
+	if err != nil {
+		return nil
+	}
+	return re
+}
+
+func (g *grepper) search(ctx context.Context, rel string) error {
 	e, err := g.cs.Stat(rel)
 	if err != nil {
 		return err
 	}
-	switch e.Kind {
-	case changeset.KindDir:
-		ents, err := g.cs.ReadDir(rel)
-		if err != nil {
-			return err
-		}
-		for _, c := range ents {
-			if path.Base(c.Path) == ".git" {
-				continue
-			}
-			if err := g.walk(ctx, c.Path); err != nil {
-				return err
-			}
-		}
-	case changeset.KindFile:
-		if g.glob != "" {
-			if ok, _ := path.Match(g.glob, path.Base(rel)); !ok {
-				return nil
-			}
-		}
-		data, err := g.cs.ReadFile(rel)
-		if err != nil || isBinary(data) {
+	if e.Kind != changeset.KindDir {
+		return g.file(rel, e)
+	}
+	return walk(ctx, g.cs, rel, g.file)
+}
+
+func (g *grepper) file(rel string, e changeset.Entry) error {
+	if e.Kind != changeset.KindFile {
+		return nil
+	}
+	if g.glob != "" {
+		if ok, _ := path.Match(g.glob, path.Base(rel)); !ok {
 			return nil
 		}
-		for i, line := range strings.Split(string(data), "\n") {
-			if g.re.MatchString(line) {
-				fmt.Fprintf(&g.out, "%s:%d:%s\n", rel, i+1, line)
-				if g.n++; g.n >= g.limit {
-					return errEnough
-				}
+	}
+	data, err := g.cs.ReadFile(rel)
+	if err != nil || isBinary(data) {
+		return nil
+	}
+	if g.filter != nil && !g.filter.Match(data) {
+		return nil
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if g.re.MatchString(line) {
+			fmt.Fprintf(&g.out, "%s:%d:%s\n", rel, i+1, line)
+			if g.n++; g.n >= g.limit {
+				return errEnough
 			}
 		}
 	}

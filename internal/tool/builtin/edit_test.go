@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -110,5 +111,37 @@ func FuzzGlobMatch(f *testing.F) {
 			return
 		}
 		_, _ = globMatch(pat, name)
+	})
+}
+
+// The whole-file prefilter never skips a file that has a matching line.
+func TestPrefilter(t *testing.T) {
+	text := "package x\n\nfunc A() {}\nvar b = 1\n"
+	for _, pat := range []string{`^func`, `1$`, `^$`, `\Apackage`, `\Afunc`, `b = \d`, `(?i)FUNC`, `(?-m)^func`, `(?s:.)^func`} {
+		re := regexp.MustCompile(pat)
+		lineMatch := false
+		for _, l := range strings.Split(text, "\n") {
+			lineMatch = lineMatch || re.MatchString(l)
+		}
+		if f := prefilter(pat); f != nil && lineMatch && !f.MatchString(text) {
+			t.Errorf("prefilter(%q) skips a file with a matching line", pat)
+		}
+	}
+}
+
+func FuzzPrefilter(f *testing.F) {
+	f.Add(`^func`, "package x\nfunc A() {}\n")
+	f.Fuzz(func(t *testing.T, pat, text string) {
+		re, err := regexp.Compile(pat)
+		if err != nil || len(text) > 1000 {
+			return
+		}
+		lineMatch := false
+		for _, l := range strings.Split(text, "\n") {
+			lineMatch = lineMatch || re.MatchString(l)
+		}
+		if p := prefilter(pat); p != nil && lineMatch && !p.MatchString(text) {
+			t.Fatalf("prefilter(%q) skips %q", pat, text)
+		}
 	})
 }
