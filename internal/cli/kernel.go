@@ -100,7 +100,7 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 // opened it, records each one in the audit log (ipc also logs them).
 type refusals struct {
 	n     atomic.Int64
-	audit atomic.Pointer[audit.Log]
+	audit atomic.Pointer[sharedAudit]
 }
 
 func (r *refusals) RecordRefusal(ctx context.Context, f ipc.Refusal) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
@@ -54,8 +55,10 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("open fluffy.db: %w", err)
 	}
-	al, err := openAuditLog(ctx, a)
-	if err != nil {
+	// The kernel holds the audit log's writer lock only while it writes
+	// (then for 2s more), so other commands can write between sessions.
+	al := newSharedAudit(a, 2*time.Second)
+	if err := al.use(ctx, func(*audit.Log) error { return nil }); err != nil {
 		db.Close()
 		return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel cannot open the audit log: %v", err)}
 	}

@@ -67,7 +67,16 @@ type Env struct {
 	ChangeSet *changeset.ChangeSet
 	// TDD is the session's TDD machine (nil when Options.TDD is nil).
 	TDD   *tdd.Session
-	Audit *audit.Log
+	Audit AuditLog
+}
+
+// AuditLog is the audit log as the kernel uses it (*audit.Log implements
+// it; so does a log the caller opens only while it is being written, so
+// that other fluffy commands can write between sessions).
+type AuditLog interface {
+	Append(ctx context.Context, e audit.Entry) (uint64, error)
+	Flush(ctx context.Context) error
+	VerifyAtStart(ctx context.Context) (audit.Report, error)
 }
 
 // ToolsFactory builds the tools of one session: the tool router, which
@@ -85,7 +94,7 @@ type TDDOptions struct {
 // required.
 type Options struct {
 	DB      *store.DB // fluffy.db with the main migrations
-	Audit   *audit.Log
+	Audit   AuditLog
 	DataDir datadir.Dir
 	Models  ModelOpener
 	Tools   ToolsFactory
