@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
-	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
@@ -161,47 +160,9 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 	return tool.Result{Output: []byte(b.String())}, nil
 }
 
-// PolicyEvaluator adapts the policy gate to approval.Evaluator, so the
-// broker pre-evaluates plan steps with the same engine.
-type PolicyEvaluator struct{ Policy PolicyGate }
-
-var _ approval.Evaluator = PolicyEvaluator{}
-
-// Evaluate implements approval.Evaluator.
-func (e PolicyEvaluator) Evaluate(ctx context.Context, op operation.Operation) (approval.Evaluation, error) {
-	d := e.Policy.Decide(ctx, op)
-	var eff approval.Effect
-	switch d.Effect {
-	case policy.Allow:
-		eff = approval.EffectAllow
-	case policy.Approve:
-		eff = approval.EffectApprove
-	default:
-		eff = approval.EffectBlock
-	}
-	return approval.Evaluation{Effect: eff, Rule: d.Rule, Reason: d.Reason}, nil
-}
-
 func jsonMarshal(v map[string]any) ([]byte, error) {
 	if v == nil {
 		return []byte("{}"), nil
 	}
 	return json.Marshal(v)
-}
-
-// ApprovalRecorder adapts the audit log to approval.Recorder: the
-// broker's requests and decisions become approval.request and
-// approval.decision entries (synchronous kinds).
-type ApprovalRecorder struct{ Audit Recorder }
-
-var _ approval.Recorder = ApprovalRecorder{}
-
-// Record implements approval.Recorder.
-func (a ApprovalRecorder) Record(ctx context.Context, ev approval.Event) error {
-	kind := audit.KindApprovalRequest
-	if ev.Kind == string(audit.KindApprovalDecision) {
-		kind = audit.KindApprovalDecision
-	}
-	_, err := a.Audit.Append(ctx, audit.Entry{Session: ev.Session, Kind: kind, Actor: ev.Who.Channel + ":" + ev.Who.Name, Payload: ev})
-	return err
 }

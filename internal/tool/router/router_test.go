@@ -143,7 +143,7 @@ func newEnv(t testing.TB, s setup) *env {
 		Timeout:   30 * time.Second,
 	}
 	if s.approver {
-		e.broker, err = approval.NewBroker(approval.Options{Evaluator: router.PolicyEvaluator{Policy: eng}, Notifier: notifier{e}, Recorder: router.ApprovalRecorder{Audit: e.log}, Timeout: 20 * time.Second})
+		e.broker, err = approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: eng}, Notifier: notifier{e}, Recorder: approval.AuditRecorder{Log: e.log}, Timeout: 20 * time.Second})
 		must(t, err)
 		o.Approver = e.broker
 	}
