@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fluffy=$PWD/bin/fluffy
 demo=$(mktemp -d /tmp/fluffy-demo.XXXXXX)
-trap 'rm -rf "$demo"' EXIT
+trap '$fluffy kernel stop >/dev/null 2>&1 || true; rm -rf "$demo"' EXIT
 export FLUFFY_HOME="$demo/home"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -38,4 +38,12 @@ $fluffy sandbox diff --workspace "$demo/repo" --changeset "$demo/changes" || tru
 
 step "fluffy audit: the run is in the tamper-evident log, and the log verifies"
 $fluffy audit log
+$fluffy audit verify
+
+step "fluffy \"<task>\": a session on the scripted replay/demo model, every tool call through the gates"
+printf 'A scratch repository for the fluffy demo.\n' > README.md
+$fluffy --no-apply -m replay/demo "look at this project and tell me what it is"
+
+step "fluffy audit log: what the session did, in the tamper-evident log"
+$fluffy audit log -n 6
 $fluffy audit verify

@@ -29,7 +29,7 @@ import (
 // does not hold the log's writer lock while idle) and shows requests to
 // the terminals running "fluffy approvals --watch"; unwatched requests
 // wait in "fluffy approvals".
-func (a *App) serveApprovals(mux *ipc.Mux) (*approval.Broker, error) {
+func (a *App) serveApprovals(mux *ipc.Mux, held *refusals, extra approval.Notifier) (*approval.Broker, error) {
 	l, err := a.Config()
 	if err != nil {
 		return nil, err
@@ -43,15 +43,15 @@ func (a *App) serveApprovals(mux *ipc.Mux) (*approval.Broker, error) {
 		if err != nil {
 			// classify rules then fail closed; say why once.
 			a.Logger().Warn("approval.classifier_model unusable; classify rules will fail closed", "model", m, "err", err)
-		} else if pn.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: p, Model: name, Log: auditOnDemand{a}}); err != nil {
+		} else if pn.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: p, Model: name, Log: auditOnDemand{a: a, held: held}}); err != nil {
 			return nil, err
 		}
 	}
 	w := approval.NewWatchers()
 	b, err := approval.NewBroker(approval.Options{
 		Evaluator: approval.PolicyEvaluator{Engine: pn},
-		Notifier:  w,
-		Recorder:  approval.AuditRecorder{Log: auditOnDemand{a}},
+		Notifier:  approval.Fanout{w, extra},
+		Recorder:  approval.AuditRecorder{Log: auditOnDemand{a: a, held: held}},
 		Timeout:   l.Config.Approval.Timeout.Std(),
 	})
 	if err != nil {
@@ -106,9 +106,18 @@ func (p *policyNow) Explain(ctx context.Context, op operation.Operation) policy.
 }
 
 // auditOnDemand opens the audit log for one append.
-type auditOnDemand struct{ a *App }
+type auditOnDemand struct {
+	a *App
+	// held, when set, holds the kernel's open audit log, used while open.
+	held *refusals
+}
 
 func (d auditOnDemand) Append(ctx context.Context, e audit.Entry) (uint64, error) {
+	if d.held != nil {
+		if l := d.held.audit.Load(); l != nil {
+			return l.Append(ctx, e)
+		}
+	}
 	l, err := openAuditLog(ctx, d.a)
 	if err != nil {
 		return 0, err

@@ -191,9 +191,11 @@ recorded in a tamper-evident audit log.`,
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newChangesCmd(a),
+		newSessionCmd(a),
 		newImageCmd(a),
 		newApproveCmd(a), newApprovalsCmd(a),
 	)
+	setupTaskCmd(a, root)
 	return root
 }
 

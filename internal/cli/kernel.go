@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
 	"github.com/fluffy-agent/fluffy/internal/buildinfo"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
@@ -95,13 +96,22 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 	return c, err
 }
 
-// refusals counts refused peers for the status; ipc logs each one. The
-// kernel issue routes them to the audit log as well.
-type refusals struct{ n atomic.Int64 }
+// refusals counts refused peers for the status and, once the kernel has
+// opened it, records each one in the audit log (ipc also logs them).
+type refusals struct {
+	n     atomic.Int64
+	audit atomic.Pointer[sharedAudit]
+}
 
-func (r *refusals) RecordRefusal(context.Context, ipc.Refusal) error {
+func (r *refusals) RecordRefusal(ctx context.Context, f ipc.Refusal) error {
 	r.n.Add(1)
-	return nil
+	l := r.audit.Load()
+	if l == nil {
+		return nil
+	}
+	_, err := l.Append(ctx, audit.Entry{Kind: "ipc.refused", Actor: "kernel", Time: f.Time, Payload: map[string]any{
+		"pid": f.Peer.PID, "uid": f.Peer.UID, "gid": f.Peer.GID, "want_uid": f.Want, "reason": f.Reason}})
+	return err
 }
 
 func newKernelCmd(a *App) *cobra.Command {
@@ -237,7 +247,12 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := a.serveApprovals(mux); err != nil {
+	// One broker for the approval.* methods ("fluffy approve", "fluffy
+	// approvals --watch") and the sessions' inline approvals; it records
+	// through the kernel's audit log once the sessions hold it.
+	notify := &kernelNotifier{}
+	broker, err := a.serveApprovals(mux, refused, notify)
+	if err != nil {
 		return err
 	}
 	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: refused,
@@ -252,6 +267,16 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if err != nil {
 		return err
 	}
+	stopKernel, err := a.startSessions(ctx, mux, log, refused, broker, notify, func(topic string, data any) {
+		if _, err := srv.Publish(topic, data); err != nil {
+			log.Warn("publish", "topic", topic, "err", err)
+		}
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopKernel()
 	log.Info("kernel serving", "socket", sock, "pid", os.Getpid(), "version", bi.Version, "idle_timeout", idle)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

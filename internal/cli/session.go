@@ -1,0 +1,629 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
+)
+
+// instructions is fluffy's own part of every session's system prompt.
+const instructions = `You are fluffy, a coding agent. Work in small steps through the tools you are given.
+Every tool call passes fluffy's gates (test-first state machine, policy, approval) and runs in a sandbox;
+your writes land in a change set the user reviews before anything reaches the working tree.
+When a call is refused, read the reason and adapt.`
+
+// startSessions opens what the kernel's sessions run on (fluffy.db, the
+// audit log, verified, the TDD machine) and registers the session methods
+// on mux. The returned func stops the sessions and closes everything.
+func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger, refused *refusals, broker *approval.Broker, notify *kernelNotifier, publish func(string, any)) (func(), error) {
+	l, err := a.Config()
+	if err != nil {
+		return nil, err
+	}
+	d, err := a.DataDir()
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.OpenMain(ctx, d.Root)
+	if err != nil {
+		return nil, fmt.Errorf("open fluffy.db: %w", err)
+	}
+	// The kernel holds the audit log's writer lock only while it writes
+	// (then for 2s more), so other commands can write between sessions.
+	al := newSharedAudit(a, 2*time.Second)
+	if err := al.use(ctx, func(*audit.Log) error { return nil }); err != nil {
+		db.Close()
+		return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel cannot open the audit log: %v", err)}
+	}
+	fail := func(err error) (func(), error) {
+		al.Close()
+		db.Close()
+		return nil, err
+	}
+	c := l.Config.TDD
+	m, err := tdd.New(tdd.Options{TestPatterns: c.TestPatterns, ExemptPatterns: c.ExemptPatterns, BudgetPercent: c.DebtBudget})
+	if err != nil {
+		return fail(fmt.Errorf("%w: invalid configuration: tdd: %w", errUsage, err))
+	}
+	mode, err := tdd.ParseMode(c.Mode)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", errUsage, err))
+	}
+	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
+	if err != nil {
+		return fail(err)
+	}
+	ag := l.Config.Agent
+	copts := catalog.Options{Env: a.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
+		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
+	k, err := kernel.Start(ctx, kernel.Options{
+		DB: db, Audit: al, DataDir: d,
+		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
+			return catalog.Open(ctx, model, copts)
+		},
+		Tools: a.sessionTools(log, broker),
+		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
+		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
+			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
+		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker,
+		Price: func(model string) llm.Price {
+			p := l.Config.LLM.Prices[model]
+			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
+		},
+	})
+	if errors.Is(err, kernel.ErrAuditDamaged) {
+		return fail(&ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log", err)})
+	}
+	if err != nil {
+		return fail(err)
+	}
+	notify.k = k
+	refused.audit.Store(al)
+	if err := k.Register(mux); err != nil {
+		return fail(err)
+	}
+	return func() {
+		refused.audit.Store(nil)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := k.Stop(sctx, "kernel exit"); err != nil {
+			log.Error("stop sessions", "err", err)
+		}
+		if err := al.Close(); err != nil {
+			log.Error("close the audit log", "err", err)
+		}
+		db.Close()
+	}, nil
+}
+
+// sessionTools builds each session's tool router: the built-in tools over
+// the session's change set, the TDD machine as the state gate, the policy
+// of the session's workspace, and the native sandbox for shell.exec and
+// test.run (when this host cannot run it, those calls are refused).
+func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.ToolsFactory {
+	l, _ := a.Config()
+	var rt sandbox.Runtime
+	if r, err := native.New(native.Options{Self: a.Self, AllowDegraded: l.Config.Sandbox.AllowDegraded, Logger: log}); err != nil {
+		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
+	} else {
+		rt = r
+	}
+	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
+	// the user's PATH; nothing else of the environment goes in.
+	path, _ := a.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	sandboxEnv := []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off"}
+	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
+		if err != nil {
+			return nil, err
+		}
+		reg := tool.NewRegistry()
+		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res}); err != nil {
+			return nil, err
+		}
+		// The policy is the one of the session's workspace.
+		wa := *a
+		wa.Cwd = env.Workspace
+		eng, _, err := wa.policyEngine()
+		if err != nil {
+			return nil, err
+		}
+		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
+			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
+			Approver: approver}
+		if env.TDD != nil {
+			o.State = env.TDD
+		}
+		if rt != nil {
+			o.Runtime = rt
+			o.Env = sandboxEnv
+		}
+		return router.New(o)
+	}
+}
+
+// kernelNotifier shows approval requests through the kernel, which exists
+// only after the broker does.
+type kernelNotifier struct{ k *kernel.Kernel }
+
+func (n *kernelNotifier) Notify(ctx context.Context, req approval.Request) error {
+	if n.k == nil {
+		return errors.New("the kernel is not ready")
+	}
+	return n.k.Notify(ctx, req)
+}
+
+// taskFlags are the root command's flags for `fluffy "<task>"`.
+type taskFlags struct {
+	yes, noApply, asJSON bool
+	model                string
+}
+
+// setupTaskCmd makes the root command run a task: fluffy "<task>".
+func setupTaskCmd(a *App, root *cobra.Command) {
+	var f taskFlags
+	root.Use = `fluffy ["<task>"]`
+	root.Args = cobra.ArbitraryArgs
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		// One word is a mistyped command far more often than a task.
+		if len(args) == 1 && !strings.ContainsAny(strings.TrimSpace(args[0]), " \t\n") {
+			return fmt.Errorf("unknown command %q for \"fluffy\" (a task is a sentence: fluffy \"fix the failing test\")", args[0])
+		}
+		if f.yes && f.noApply {
+			return fmt.Errorf("%w: --yes and --no-apply exclude each other", errUsage)
+		}
+		return a.runTask(cmd.Context(), strings.Join(args, " "), f)
+	}
+	fl := root.Flags()
+	fl.BoolVarP(&f.yes, "yes", "y", false, "apply the change set at the end without asking")
+	fl.BoolVar(&f.noApply, "no-apply", false, "keep the change set pending at the end (apply later with 'fluffy session close --apply')")
+	fl.BoolVar(&f.asJSON, "json", false, "print the session's events as JSON lines (for scripts)")
+	fl.StringVarP(&f.model, "model", "m", "", "model, as provider/name (default: the model configuration key)")
+}
+
+// repoRoot is the repository holding dir: the nearest ancestor with .git,
+// else dir itself.
+func repoRoot(dir string) string {
+	for d := dir; ; {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			return dir
+		}
+		d = p
+	}
+}
+
+func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
+	l, err := a.Config()
+	if err != nil {
+		return err
+	}
+	model := f.model
+	if model == "" {
+		model = l.Config.Model
+	}
+	prov, name, err := catalog.Split(model)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	// A replay script path is the client's, not the kernel's: the kernel
+	// may run in another directory.
+	if prov == "replay" && strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		model = "replay/" + filepath.Join(a.Cwd, name)
+	}
+	c, err := a.connectKernel(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := a.reportInterrupted(ctx, c); err != nil {
+		return err
+	}
+	var info kernel.Info
+	if err := c.Call(ctx, kernel.MethodCreate, kernel.CreateParams{Workspace: repoRoot(a.Cwd), Task: task, Model: model}, &info); err != nil {
+		return fmt.Errorf("create the session: %w", err)
+	}
+	if !f.asJSON {
+		fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", info.ID, info.Model, info.Workspace)
+	}
+	in := bufio.NewReader(a.Stdin)
+	res, err := a.runAttached(ctx, c, info.ID, f.asJSON, in)
+	if err != nil {
+		return err
+	}
+	return a.finishSession(ctx, c, info.ID, res, f, in)
+}
+
+// reportInterrupted tells the user about sessions a dead kernel left.
+func (a *App) reportInterrupted(ctx context.Context, c *ipc.Client) error {
+	var list []kernel.Info
+	if err := c.Call(ctx, kernel.MethodList, kernel.ListParams{}, &list); err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	for _, s := range list {
+		if s.Interrupted {
+			fmt.Fprintf(a.Stderr, "fluffy: session %s was interrupted (the kernel stopped while it ran); its change set is intact.\n  resume it: fluffy session resume %s · review it: fluffy session diff %s\n", s.ID, s.ID, s.ID)
+		}
+	}
+	return nil
+}
+
+// runAttached subscribes to the session's events, runs it, and renders
+// the events until the run ends.
+func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON bool, in *bufio.Reader) (kernel.RunResult, error) {
+	if err := c.Subscribe(ctx, kernel.Topic(id)); err != nil {
+		return kernel.RunResult{}, fmt.Errorf("attach to the session: %w", err)
+	}
+	type answer struct {
+		res kernel.RunResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var res kernel.RunResult
+		err := c.Call(ctx, kernel.MethodRun, kernel.IDParams{ID: id}, &res)
+		done <- answer{res, err}
+	}()
+	r := &renderer{w: a.Stdout, asJSON: asJSON}
+	var (
+		final *kernel.RunResult
+		grace <-chan time.Time
+	)
+	for {
+		select {
+		case ev, ok := <-c.Events():
+			if !ok {
+				return kernel.RunResult{}, lostKernel(id, c.Err())
+			}
+			var e kernel.Event
+			if err := json.Unmarshal(ev.Data, &e); err != nil {
+				return kernel.RunResult{}, fmt.Errorf("decode an event: %w", err)
+			}
+			r.render(e)
+			if e.Type == kernel.TypeApproval && e.Approval != nil {
+				if err := a.answerApproval(ctx, c, e, in); err != nil {
+					return kernel.RunResult{}, err
+				}
+			}
+			if e.Type == kernel.TypeDone && e.Result != nil {
+				return *e.Result, nil
+			}
+		case ans := <-done:
+			if ans.err != nil {
+				if ctx.Err() != nil {
+					fmt.Fprintf(a.Stderr, "\nfluffy: cancelled; session %s is paused and resumable (fluffy session resume %s)\n", id, id)
+					return kernel.RunResult{}, &ExitError{Code: 130}
+				}
+				select {
+				case <-c.Done():
+					return kernel.RunResult{}, lostKernel(id, ans.err)
+				default:
+				}
+				return kernel.RunResult{}, fmt.Errorf("run the session: %w", ans.err)
+			}
+			// The answer can overtake the last events: drain until the
+			// done event, or give up after a grace period.
+			done = nil
+			final = &ans.res
+			grace = time.After(2 * time.Second)
+		case <-grace:
+			return *final, nil
+		}
+	}
+}
+
+// lostKernel is the error when the kernel goes away during a run.
+func lostKernel(id string, err error) error {
+	return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel stopped during session %s (%v)\nfix: the session is resumable: fluffy session resume %s (kernel.log in the data directory says why it stopped)", id, err, id)}
+}
+
+// answerApproval reads answers from stdin until the kernel accepts one;
+// end of input denies.
+func (a *App) answerApproval(ctx context.Context, c *ipc.Client, e kernel.Event, in *bufio.Reader) error {
+	for {
+		fmt.Fprint(a.Stderr, "answer (/approve, /deny [reason]): ")
+		line, err := in.ReadString('\n')
+		answer := strings.TrimSpace(line)
+		if answer == "" && err != nil {
+			answer = "/deny no answer (input closed)"
+		}
+		if answer == "" {
+			continue
+		}
+		cerr := c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: e.Approval.ID, Answer: answer}, nil)
+		if cerr == nil {
+			return nil
+		}
+		fmt.Fprintf(a.Stderr, "fluffy: %v\n", cerr)
+		if err != nil {
+			return fmt.Errorf("answer the approval: %w", cerr)
+		}
+	}
+}
+
+// renderer prints events readably (or as JSON lines).
+type renderer struct {
+	w      io.Writer
+	asJSON bool
+	inText bool
+}
+
+func (r *renderer) render(e kernel.Event) {
+	if r.asJSON {
+		b, _ := json.Marshal(e)
+		fmt.Fprintf(r.w, "%s\n", b)
+		return
+	}
+	endText := func() {
+		if r.inText {
+			fmt.Fprintln(r.w)
+			r.inText = false
+		}
+	}
+	switch e.Type {
+	case kernel.Type(agent.EventText):
+		fmt.Fprint(r.w, e.Agent.Text)
+		r.inText = true
+	case kernel.Type(agent.EventToolCall):
+		endText()
+		if c := e.Agent.Call; c != nil {
+			fmt.Fprintf(r.w, "→ %s %s\n", c.Name, oneLine(string(c.Args), 120))
+		}
+	case kernel.Type(agent.EventToolResult):
+		endText()
+		if res := e.Agent.Result; res != nil {
+			mark := "✓"
+			if res.IsError {
+				mark = "✗"
+			}
+			dec := ""
+			if res.Decision != "" {
+				dec = " [" + res.Decision + "]"
+			}
+			fmt.Fprintf(r.w, "  %s %s%s: %s\n", mark, e.Agent.Call.Name, dec, oneLine(res.Content, 160))
+		}
+	case kernel.Type(agent.EventContext):
+		endText()
+		fmt.Fprintf(r.w, "· %s\n", e.Agent.Text)
+	case kernel.Type(agent.EventStop):
+		endText()
+		u := e.Agent.Usage
+		cost := ""
+		if e.Agent.Cost > 0 {
+			cost = fmt.Sprintf(", $%.4f", e.Agent.Cost)
+		}
+		fmt.Fprintf(r.w, "· stopped: %s after %d turn(s), %d tokens in, %d out%s\n", e.Agent.Reason, e.Agent.Turn, u.InputTokens, u.OutputTokens, cost)
+	case kernel.TypeError:
+		endText()
+		if f := e.Fault; f != nil {
+			fmt.Fprintf(r.w, "! %s error: %s\n", f.Class, f.Message)
+			if f.Fix != "" {
+				fmt.Fprintf(r.w, "  fix: %s\n", f.Fix)
+			}
+		}
+	case kernel.TypeApproval:
+		endText()
+		fmt.Fprintf(r.w, "? approval needed\n%s\n", e.Text)
+	case kernel.TypeDone:
+		endText()
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}
+
+// finishSession shows the change set and applies, keeps or discards it.
+func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res kernel.RunResult, f taskFlags, in *bufio.Reader) error {
+	var d kernel.DiffResult
+	if err := c.Call(ctx, kernel.MethodDiff, kernel.IDParams{ID: id}, &d); err != nil {
+		return fmt.Errorf("read the change set: %w", err)
+	}
+	out := a.Stdout
+	if f.asJSON {
+		out = a.Stderr
+	}
+	if len(d.Changes) == 0 {
+		fmt.Fprintln(out, "no changes")
+		if res.Fault == nil {
+			var cr kernel.CloseResult
+			if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id}, &cr); err != nil {
+				return fmt.Errorf("close the session: %w", err)
+			}
+		}
+		return runExit(res)
+	}
+	fmt.Fprintf(out, "\n%d change(s):\n", len(d.Changes))
+	for _, ch := range d.Changes {
+		fmt.Fprintf(out, "  %-8s %s\n", ch.Op, ch.Path)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprint(out, d.Diff)
+	apply := f.yes
+	if !f.yes && !f.noApply {
+		fmt.Fprint(a.Stderr, "apply these changes to the working tree? [y]es / [n]o, keep them pending / [d]iscard: ")
+		line, _ := in.ReadString('\n')
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			apply = true
+		case "d", "discard":
+			var cr kernel.CloseResult
+			if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id}, &cr); err != nil {
+				return fmt.Errorf("discard: %w", err)
+			}
+			fmt.Fprintln(out, "discarded")
+			return runExit(res)
+		}
+	}
+	if !apply {
+		fmt.Fprintf(out, "kept pending: apply with 'fluffy session close --apply %s', discard with 'fluffy session close %s'\n", id, id)
+		return runExit(res)
+	}
+	var cr kernel.CloseResult
+	if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id, Apply: true}, &cr); err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	fmt.Fprintf(out, "applied %d change(s)\n", len(cr.Applied))
+	return runExit(res)
+}
+
+// runExit maps how the run ended to the exit status.
+func runExit(res kernel.RunResult) error {
+	if res.Fault != nil {
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("%s error: %s", res.Fault.Class, res.Fault.Message)}
+	}
+	return nil
+}
+
+func newSessionCmd(a *App) *cobra.Command {
+	cmd := &cobra.Command{Use: "session", Short: "List, inspect, resume and close sessions"}
+	var all, asJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Short: "List sessions (open ones; --all for closed too)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.connectKernel(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var list []kernel.Info
+			if err := c.Call(cmd.Context(), kernel.MethodList, kernel.ListParams{All: all}, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tMODEL\tTURNS\tTASK")
+			for _, s := range list {
+				st := string(s.Status)
+				if s.Interrupted {
+					st += " (interrupted, resumable)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.ID, st, s.Model, s.Turns, oneLine(s.Task, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&all, "all", false, "include closed sessions")
+	ls.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	show := &cobra.Command{
+		Use: "show ID", Short: "Show a session", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
+				var i kernel.Info
+				if err := c.Call(cmd.Context(), kernel.MethodGet, kernel.IDParams{ID: args[0]}, &i); err != nil {
+					return err
+				}
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(i)
+			})
+		},
+	}
+	diff := &cobra.Command{
+		Use: "diff ID", Short: "Show a session's pending change set", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
+				var d kernel.DiffResult
+				if err := c.Call(cmd.Context(), kernel.MethodDiff, kernel.IDParams{ID: args[0]}, &d); err != nil {
+					return err
+				}
+				if len(d.Changes) == 0 {
+					fmt.Fprintln(a.Stdout, "no changes")
+				}
+				fmt.Fprint(a.Stdout, d.Diff)
+				return nil
+			})
+		},
+	}
+	var rf taskFlags
+	resume := &cobra.Command{
+		Use: "resume ID", Short: "Continue a paused or interrupted session", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
+				in := bufio.NewReader(a.Stdin)
+				res, err := a.runAttached(cmd.Context(), c, args[0], rf.asJSON, in)
+				if err != nil {
+					return err
+				}
+				return a.finishSession(cmd.Context(), c, args[0], res, rf, in)
+			})
+		},
+	}
+	resume.Flags().BoolVarP(&rf.yes, "yes", "y", false, "apply the change set at the end without asking")
+	resume.Flags().BoolVar(&rf.noApply, "no-apply", false, "keep the change set pending at the end")
+	resume.Flags().BoolVar(&rf.asJSON, "json", false, "print events as JSON lines")
+	var apply bool
+	closeCmd := &cobra.Command{
+		Use: "close ID", Short: "Close a session: discard its change set, or --apply it", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
+				var cr kernel.CloseResult
+				if err := c.Call(cmd.Context(), kernel.MethodClose, kernel.CloseParams{ID: args[0], Apply: apply}, &cr); err != nil {
+					return err
+				}
+				if apply {
+					fmt.Fprintf(a.Stdout, "applied %d change(s); session %s closed\n", len(cr.Applied), args[0])
+				} else {
+					fmt.Fprintf(a.Stdout, "discarded the change set; session %s closed\n", args[0])
+				}
+				return nil
+			})
+		},
+	}
+	closeCmd.Flags().BoolVar(&apply, "apply", false, "apply the change set to the working tree")
+	cmd.AddCommand(ls, show, diff, resume, closeCmd)
+	return cmd
+}
+
+func (a *App) withKernel(ctx context.Context, fn func(*ipc.Client) error) error {
+	c, err := a.connectKernel(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}

@@ -1,0 +1,121 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+)
+
+// Type is the kind of a session event. The agent loop's event types pass
+// through unchanged; the kernel adds error and done.
+type Type string
+
+// Kernel event types (see agent.EventType for the loop's).
+const (
+	TypeError Type = "error" // Fault: what failed, its class and the fix
+	TypeDone  Type = "done"  // Result: how the run ended; the last event of a run
+	// TypeApproval: the run waits for a person; Approval is the request
+	// and Text its prompt. Answer with session.approve.
+	TypeApproval Type = "approval"
+)
+
+// Event is one thing that happened in a session, pushed to attached
+// clients on topic Topic(session).
+type Event struct {
+	Session string       `json:"session"`
+	Seq     uint64       `json:"seq"` // per run, from 1
+	Type    Type         `json:"type"`
+	Agent   *agent.Event `json:"agent,omitempty"`
+	Fault   *Fault       `json:"fault,omitempty"`
+	Result  *RunResult   `json:"result,omitempty"`
+	// Approval and Text describe a TypeApproval event.
+	Approval *approval.Request `json:"approval,omitempty"`
+	Text     string            `json:"text,omitempty"`
+}
+
+// Topic is the IPC topic of a session's events.
+func Topic(session string) string { return "session." + session }
+
+// FaultClass routes an error.
+type FaultClass string
+
+// Fault classes. Tool errors have no class here: a refused or failed tool
+// call is a result the model sees and acts on, and the run continues.
+const (
+	// FaultModel: the model provider failed after its retries; the
+	// session is paused and resumable.
+	FaultModel FaultClass = "model"
+	// FaultRuntime: fluffy itself could not go on (the router could not
+	// process a call, the audit log or the database failed, a bug); the
+	// session fails closed.
+	FaultRuntime FaultClass = "runtime"
+)
+
+// Fault is an error as a user reads it: what failed, and what to do.
+type Fault struct {
+	Class   FaultClass `json:"class"`
+	Message string     `json:"message"`
+	Fix     string     `json:"fix,omitempty"`
+}
+
+// classify routes an error returned by the agent loop.
+func classify(err error) *Fault {
+	if errors.Is(err, agent.ErrRuntime) {
+		return &Fault{Class: FaultRuntime, Message: err.Error(),
+			Fix: "the tool runtime failed and the session stopped (fail closed); check kernel.log and fluffy doctor, then close the session"}
+	}
+	var le *llm.Error
+	if errors.As(err, &le) {
+		fix := "resume the session when the provider answers again (fluffy session resume)"
+		if le.Status == 401 || le.Status == 403 {
+			fix = "check the provider's API key (fluffy models), then resume the session"
+		}
+		return &Fault{Class: FaultModel, Message: err.Error(), Fix: fix}
+	}
+	// Anything else came out of the provider's stream (the loop wraps tool
+	// runtime failures as ErrRuntime): a model error, resumable.
+	return &Fault{Class: FaultModel, Message: err.Error(), Fix: "resume the session (fluffy session resume) once the cause is fixed"}
+}
+
+// emitter numbers a run's events and delivers them.
+type emitter struct {
+	k   *Kernel
+	id  string
+	on  func(Event)
+	seq atomic.Uint64
+}
+
+func (e *emitter) emit(ev Event) {
+	ev.Session, ev.Seq = e.id, e.seq.Add(1)
+	if e.on != nil {
+		e.on(ev)
+	}
+	if e.k.o.Publish != nil {
+		e.k.o.Publish(Topic(e.id), ev)
+	}
+}
+
+// Notify implements approval.Notifier: the request goes to the session's
+// attached clients as a TypeApproval event. The answer comes back through
+// session.approve (Answer).
+func (k *Kernel) Notify(_ context.Context, req approval.Request) error {
+	k.mu.Lock()
+	r := k.running[req.Session]
+	k.mu.Unlock()
+	if r == nil || r.em == nil {
+		return fmt.Errorf("kernel: session %s is not running: nobody to ask", req.Session)
+	}
+	r.em.emit(Event{Type: TypeApproval, Approval: &req, Text: req.Prompt()})
+	return nil
+}
+
+// Answerer takes a person's answer to an approval request
+// (*approval.Broker implements it).
+type Answerer interface {
+	Answer(ctx context.Context, id, text string, who approval.Who) error
+}

@@ -1,0 +1,156 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+)
+
+// IPC methods. A client attaches to a session by subscribing to
+// Topic(id) ("session.<id>"); session.run streams the run's events there
+// and answers with the RunResult when the run ends. Cancelling the
+// session.run request (or disconnecting) pauses the session, resumable.
+const (
+	MethodCreate = "session.create" // CreateParams → Info
+	MethodRun    = "session.run"    // IDParams → RunResult
+	MethodCancel = "session.cancel" // IDParams → {"cancelled": bool}
+	MethodGet    = "session.get"    // IDParams → Info
+	MethodList   = "session.list"   // ListParams → []Info
+	MethodDiff   = "session.diff"   // IDParams → DiffResult
+	MethodClose  = "session.close"  // CloseParams → CloseResult
+	// MethodApprove answers an approval request (ApproveParams → {}).
+	MethodApprove = "session.approve"
+)
+
+// ApproveParams answer an approval request in the approval language
+// ("/approve", "/deny 2 too broad"; see approval.Help).
+type ApproveParams struct {
+	Request string `json:"request"`
+	Answer  string `json:"answer"`
+	Name    string `json:"name,omitempty"` // who answers (default: the peer's uid)
+}
+
+// IDParams name a session.
+type IDParams struct {
+	ID string `json:"id"`
+}
+
+// ListParams select sessions.
+type ListParams struct {
+	All bool `json:"all,omitempty"`
+}
+
+// DiffResult is a session's pending change set.
+type DiffResult struct {
+	Diff    string             `json:"diff"`
+	Changes []changeset.Change `json:"changes"`
+}
+
+// Register adds the session methods to mux.
+func (k *Kernel) Register(mux *ipc.Mux) error {
+	handlers := map[string]ipc.Handler{
+		MethodCreate: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p CreateParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			i, err := k.Create(ctx, p)
+			return i, wireError(err)
+		},
+		MethodRun: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p IDParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			res, err := k.Run(ctx, p.ID, nil)
+			return res, wireError(err)
+		},
+		MethodCancel: func(_ context.Context, r *ipc.Request) (any, error) {
+			var p IDParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			return map[string]bool{"cancelled": k.Cancel(p.ID)}, nil
+		},
+		MethodGet: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p IDParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			i, err := k.Get(ctx, p.ID)
+			return i, wireError(err)
+		},
+		MethodList: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p ListParams
+			if len(r.Params) > 0 {
+				if err := r.Bind(&p); err != nil {
+					return nil, err
+				}
+			}
+			l, err := k.List(ctx, p.All)
+			return l, wireError(err)
+		},
+		MethodDiff: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p IDParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			d, ch, err := k.Diff(ctx, p.ID)
+			if ch == nil {
+				ch = []changeset.Change{}
+			}
+			return DiffResult{Diff: d, Changes: ch}, wireError(err)
+		},
+		MethodApprove: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p ApproveParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			if k.o.Approvals == nil {
+				return nil, ipc.Errorf(ipc.CodeUnavailable, "this kernel takes no approvals")
+			}
+			who := approval.Who{Name: p.Name, Channel: "ipc"}
+			if who.Name == "" {
+				who.Name = fmt.Sprintf("uid:%d", r.Peer.Cred.UID)
+			}
+			if err := k.o.Approvals.Answer(ctx, p.Request, p.Answer, who); err != nil {
+				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+			}
+			return struct{}{}, nil
+		},
+		MethodClose: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p CloseParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			res, err := k.Close(ctx, p)
+			return res, wireError(err)
+		},
+	}
+	for name, h := range handlers {
+		if err := mux.Handle(name, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wireError gives the errors a client branches on a stable code.
+func wireError(err error) error {
+	var ce *changeset.ConflictError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed):
+		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
+	case errors.As(err, &ce):
+		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
+	}
+	return err
+}

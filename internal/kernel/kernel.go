@@ -1,0 +1,256 @@
+// Package kernel is fluffy's one wiring package: it owns sessions and connects
+// the parts a session runs on — the model (llm), the agent loop, the tool
+// router (through agent.Tools), the session's change set and TDD machine, and
+// the audit log — and serves them to clients over IPC.
+//
+// A session is created over a workspace with a task and a model. Its writes
+// land in a change set under the data directory's changesets/; the real tree
+// changes only when the user applies it at close. The session row in
+// fluffy.db holds the conversation, saved at every turn boundary and after
+// every tool result, so a kernel that dies (kill -9) leaves each running
+// session resumable: the next kernel marks it interrupted at start, and a
+// resumed session never runs a tool call twice (a call whose result was not
+// saved is answered "interrupted" instead of being run again).
+//
+// Errors are routed by class (see Fault): a model error (the provider failed
+// after its own retries) pauses the session, which stays resumable; a tool
+// error is not an error at all — the refusal or failure goes back to the model
+// as the call's result; a runtime fault (the router could not process a call,
+// the audit log cannot be written, a panic) fails the session closed.
+//
+// At start the kernel verifies the audit log (incremental VerifyAtStart) and
+// refuses to start on any damage; kernel.start and kernel.stop are audited.
+package kernel
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrAuditDamaged: the audit log failed its start check; the kernel
+	// does not start.
+	ErrAuditDamaged = errors.New("kernel: the audit log failed verification")
+	// ErrNotFound: no session with that id.
+	ErrNotFound = errors.New("kernel: no such session")
+	// ErrBusy: the session is already running.
+	ErrBusy = errors.New("kernel: session is running")
+	// ErrClosed: the session was closed.
+	ErrClosed = errors.New("kernel: session is closed")
+)
+
+// ModelOpener opens a model by its "provider/name" string; it returns the
+// provider and the model name to send.
+type ModelOpener func(ctx context.Context, model string) (llm.Provider, string, error)
+
+// Env is what a session's tools work on.
+type Env struct {
+	Session   string
+	Workspace string
+	ChangeSet *changeset.ChangeSet
+	// TDD is the session's TDD machine (nil when Options.TDD is nil).
+	TDD   *tdd.Session
+	Audit AuditLog
+}
+
+// AuditLog is the audit log as the kernel uses it (*audit.Log implements
+// it; so does a log the caller opens only while it is being written, so
+// that other fluffy commands can write between sessions).
+type AuditLog interface {
+	Append(ctx context.Context, e audit.Entry) (uint64, error)
+	Flush(ctx context.Context) error
+	VerifyAtStart(ctx context.Context) (audit.Report, error)
+}
+
+// ToolsFactory builds the tools of one session: the tool router, which
+// implements agent.Tools and applies every gate.
+type ToolsFactory func(ctx context.Context, env Env) (agent.Tools, error)
+
+// TDDOptions configure the sessions' TDD machines.
+type TDDOptions struct {
+	Machine *tdd.Machine
+	Journal *tdd.Journal
+	Mode    tdd.Mode
+}
+
+// Options configure a Kernel. DB, Audit, DataDir, Models and Tools are
+// required.
+type Options struct {
+	DB      *store.DB // fluffy.db with the main migrations
+	Audit   AuditLog
+	DataDir datadir.Dir
+	Models  ModelOpener
+	Tools   ToolsFactory
+	// TDD, when set, gives every session a TDD machine.
+	TDD *TDDOptions
+	// Approvals answers approval requests (session.approve); nil refuses
+	// answers.
+	Approvals Answerer
+	// Price returns a model's price ("provider/name") for cost accounting
+	// and Limits.MaxCost; nil prices every model at zero.
+	Price func(model string) llm.Price
+	// Limits bound each run of a session.
+	Limits agent.Limits
+	// Instructions is fluffy's own part of the system prompt.
+	Instructions string
+	// Publish pushes an event to the clients subscribed to topic (the IPC
+	// server's Publish); nil drops events.
+	Publish func(topic string, data any)
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Kernel owns the sessions of one data directory.
+type Kernel struct {
+	o       Options
+	log     *slog.Logger
+	mu      sync.Mutex
+	running map[string]*run // by session id
+	started time.Time
+}
+
+// run is a session's run in progress.
+type run struct {
+	em     *emitter
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start verifies the audit log, records kernel.start, and marks the
+// sessions a previous kernel left running as interrupted. On audit damage
+// it returns an error wrapping ErrAuditDamaged and the kernel must not
+// serve.
+func Start(ctx context.Context, o Options) (*Kernel, error) {
+	switch {
+	case o.DB == nil:
+		return nil, errors.New("kernel: Options.DB is required")
+	case o.Audit == nil:
+		return nil, errors.New("kernel: Options.Audit is required")
+	case o.DataDir.Root == "":
+		return nil, errors.New("kernel: Options.DataDir is required")
+	case o.Models == nil:
+		return nil, errors.New("kernel: Options.Models is required")
+	case o.Tools == nil:
+		return nil, errors.New("kernel: Options.Tools is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, started: o.Now()}
+	rep, err := o.Audit.VerifyAtStart(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAuditDamaged, err)
+	}
+	interrupted, err := k.recover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: map[string]any{
+		"pid": os.Getpid(), "interrupted_sessions": interrupted,
+		"verified": map[string]any{"from": rep.From, "to": rep.To, "checkpoints": rep.Checkpoints},
+	}}); err != nil {
+		return nil, fmt.Errorf("kernel: audit kernel.start: %w", err)
+	}
+	k.log.Info("kernel started", "interrupted_sessions", len(interrupted))
+	return k, nil
+}
+
+// recover marks sessions left running by a dead kernel as interrupted:
+// paused and resumable, their change sets untouched.
+func (k *Kernel) recover(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := k.o.DB.Tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions WHERE status = 'running'`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sessions SET status = 'paused', interrupted = 1, stop_reason = 'interrupted',
+			error = 'the kernel stopped while the session was running', updated_at = ? WHERE status = 'running'`, k.o.Now().UnixNano())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kernel: recover sessions: %w", err)
+	}
+	if ids == nil {
+		ids = []string{}
+	}
+	return ids, nil
+}
+
+// Stop cancels running sessions (they stay resumable), waits for them up
+// to ctx's deadline, and records kernel.stop. It does not close the DB or
+// the audit log, which the caller owns.
+func (k *Kernel) Stop(ctx context.Context, cause string) error {
+	k.mu.Lock()
+	runs := make([]*run, 0, len(k.running))
+	for _, r := range k.running {
+		r.cancel()
+		runs = append(runs, r)
+	}
+	k.mu.Unlock()
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		}
+	}
+	_, err := k.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: map[string]any{
+		"pid": os.Getpid(), "cause": cause, "uptime_ms": k.o.Now().Sub(k.started).Milliseconds(),
+	}})
+	return err
+}
+
+// newID returns a session id: "s" and 12 hex digits (a valid IPC topic
+// segment, so events go to "session.<id>").
+func newID() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "s" + hex.EncodeToString(b[:]), nil
+}
+
+// NoTools is the tool set of a kernel built without a tool router: it
+// offers the model no tools and refuses any call it makes anyway, so a
+// session can still talk but never acts (fail closed).
+type NoTools struct{}
+
+// Definitions lists no tools.
+func (NoTools) Definitions() []llm.Tool { return nil }
+
+// Call refuses the call; the model sees the refusal.
+func (NoTools) Call(_ context.Context, c llm.ToolCall) (agent.Result, error) {
+	return agent.Result{Content: fmt.Sprintf("refused: no tool %q is available in this session (no tool router is configured)", c.Name),
+		IsError: true, Decision: "deny: no tool router"}, nil
+}
