@@ -105,10 +105,17 @@ func (a *App) policyOptions() (policy.Options, error) {
 }
 
 func (a *App) policyEngine() (*policy.Engine, policy.Files, error) {
+	return a.policyEngineTokens(nil)
+}
+
+// policyEngineTokens builds the effective policy engine validating toks
+// (nil: presented tokens are ignored).
+func (a *App) policyEngineTokens(toks *policy.Tokens) (*policy.Engine, policy.Files, error) {
 	opts, err := a.policyOptions()
 	if err != nil {
 		return nil, policy.Files{}, err
 	}
+	opts.Tokens = toks
 	files := a.policyFiles()
 	e, err := policy.Load(opts, files)
 	if err != nil {

@@ -142,6 +142,13 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
 	sandboxEnv := []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off"}
+	// Approved plan steps become capability tokens, signed with the
+	// kernel's token key; without a key they are honoured once by their
+	// exact operation signature.
+	toks, grants, err := a.approvalTokens()
+	if err != nil {
+		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
+	}
 	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
@@ -154,13 +161,16 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		// The policy is the one of the session's workspace.
 		wa := *a
 		wa.Cwd = env.Workspace
-		eng, _, err := wa.policyEngine()
+		eng, _, err := wa.policyEngineTokens(toks)
 		if err != nil {
 			return nil, err
 		}
 		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
 			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
 			Approver: approver}
+		if grants != nil {
+			o.Grants = grants
+		}
 		if env.TDD != nil {
 			o.State = env.TDD
 		}

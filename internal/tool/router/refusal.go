@@ -144,6 +144,21 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "approval request %s:\n", req.ID)
+	// Approved steps become tokens when the router has Grants; a step
+	// that cannot be scoped exactly falls back to the one-time approval
+	// by signature. If no token can be issued at all, nothing is honoured
+	// and each step is asked again when it runs.
+	var skipped map[int]error
+	tokens := false
+	if r.o.Grants != nil {
+		var err error
+		if _, skipped, err = r.o.Grants.Mint(req); err != nil {
+			r.o.Logger.Warn("approved steps got no tokens; they will be asked again", "err", err)
+			skipped = nil
+		} else {
+			tokens = true
+		}
+	}
 	r.mu.Lock()
 	for _, it := range req.Items {
 		fmt.Fprintf(&b, "step %d (%s): %s", it.N, it.Op.Tool, it.Decision.Verdict)
@@ -151,7 +166,10 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 			fmt.Fprintf(&b, " — %s", it.Decision.Reason)
 		}
 		b.WriteByte('\n')
-		if it.Decision.Verdict == approval.Approved && it.Eval.Effect == approval.EffectApprove {
+		if it.Decision.Verdict != approval.Approved || it.Eval.Effect != approval.EffectApprove {
+			continue
+		}
+		if _, noToken := skipped[it.N]; r.o.Grants == nil || (tokens && noToken) {
 			r.planned[it.Op.Signature()]++
 		}
 	}

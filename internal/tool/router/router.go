@@ -77,6 +77,15 @@ type Approver interface {
 	Ask(ctx context.Context, session, summary string, steps []approval.Step) (approval.Request, error)
 }
 
+// Grants turns a person's approvals into capability tokens and presents
+// them with later operations (*approval.Grants implements it). The policy
+// engine must validate the same tokens (policy.Options.Tokens): it alone
+// decides whether a token covers an operation.
+type Grants interface {
+	Mint(req approval.Request) (tokens map[int][]string, skipped map[int]error, err error)
+	Present(op *operation.Operation)
+}
+
 // Recorder is the audit log (*audit.Log implements it). Append enqueues
 // or writes one entry; Flush makes every entry appended so far durable.
 // Any error makes the router refuse the call.
@@ -95,7 +104,13 @@ type Options struct {
 	State    StateGate
 	Policy   PolicyGate
 	Approver Approver
-	Audit    Recorder
+	// Grants, optional, makes the approved steps of a request_approval
+	// plan capability tokens scoped to each step's exact operation: they
+	// expire (approval.token_ttl) and run as often as approval.token_uses
+	// says. Without it an approved step is honoured once by its exact
+	// operation signature.
+	Grants Grants
+	Audit  Recorder
 	// Runtime runs sandbox tools.
 	Runtime sandbox.Runtime
 	// ChangeSet is the session's change set: its upper directory and
@@ -314,6 +329,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	// 4. Policy gate.
 	if t.Name() != RequestApprovalName {
+		if r.o.Grants != nil {
+			r.o.Grants.Present(op)
+		}
 		pd := r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &pd
 		switch pd.Effect {

@@ -87,6 +87,7 @@ type setup struct {
 	mode     tdd.Mode
 	sandbox  bool
 	approver bool
+	tokens   bool       // approved plan steps become capability tokens
 	audit    *audit.Log // use this log instead of a fresh one
 }
 
@@ -126,7 +127,16 @@ func newEnv(t testing.TB, s setup) *env {
 	e.tdd, err = tdd.Resume(ctx, j, m, "s1", s.mode)
 	must(t, err)
 
-	eng, err := policy.Compile(policy.Options{Protected: policy.Protected{Paths: []string{e.home}}},
+	popts := policy.Options{Protected: policy.Protected{Paths: []string{e.home}}}
+	var grants *approval.Grants
+	if s.tokens {
+		toks, err := policy.NewTokens([]byte("a test key of at least 32 bytes!!"), time.Now)
+		must(t, err)
+		popts.Tokens = toks
+		grants, err = approval.NewGrants(approval.GrantOptions{Issuer: toks, Uses: 1})
+		must(t, err)
+	}
+	eng, err := policy.Compile(popts,
 		policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: []byte(extraRules)})
 	must(t, err)
 
@@ -146,6 +156,9 @@ func newEnv(t testing.TB, s setup) *env {
 		e.broker, err = approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: eng}, Notifier: notifier{e}, Recorder: approval.AuditRecorder{Log: e.log}, Timeout: 20 * time.Second})
 		must(t, err)
 		o.Approver = e.broker
+	}
+	if grants != nil {
+		o.Grants = grants
 	}
 	if s.sandbox {
 		self, err := os.Executable()
@@ -471,6 +484,45 @@ func TestRequestApproval(t *testing.T) {
 	must(t, err)
 	if !res.IsError || e.asked != asked+1 {
 		t.Errorf("second call: asked %d, %s", e.asked-asked, res.Content)
+	}
+}
+
+// With Grants, an approved plan step becomes a capability token scoped to
+// the exact operation: the policy engine allows that operation once
+// without asking; the same call again, or another argv, is asked.
+func TestRequestApprovalTokens(t *testing.T) {
+	e := newEnv(t, setup{approver: true, sandbox: true, tokens: true})
+	ctx := t.Context()
+	res, err := e.r.Call(ctx, tc("request_approval", map[string]any{
+		"summary": "list files",
+		"steps":   []any{map[string]any{"tool": "shell.exec", "args": map[string]any{"command": "ls"}, "note": "see the files"}},
+	}))
+	must(t, err)
+	if res.IsError || !strings.Contains(res.Content, "step 1 (shell.exec): approved") {
+		t.Fatalf("plan: %s", res.Content)
+	}
+	asked := e.asked
+	e.answer = "/deny not approved"
+	// Another argv is not covered by the token.
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls -la"}))
+	must(t, err)
+	if !res.IsError || e.asked != asked+1 {
+		t.Fatalf("other argv: asked %d times, %s", e.asked-asked, res.Content)
+	}
+	// The approved operation runs on its token, without asking.
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls"}))
+	must(t, err)
+	if res.IsError || !strings.Contains(res.Content, "go.mod") || e.asked != asked+1 {
+		t.Fatalf("approved step: asked %d times, %s", e.asked-asked, res.Content)
+	}
+	if strings.Contains(res.Decision, "approved in an earlier plan") {
+		t.Errorf("the step ran on the signature fallback, not on its token: %q", res.Decision)
+	}
+	// The token was single-use: the same call is asked again.
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls"}))
+	must(t, err)
+	if !res.IsError || e.asked != asked+2 {
+		t.Errorf("second call: asked %d times, %s", e.asked-asked, res.Content)
 	}
 }
 
