@@ -56,9 +56,35 @@ var zeroHash = make([]byte, HashSize)
 var hasher = rfc6962.New(crypto.SHA256)
 
 // leafHash is the RFC 6962 leaf hash of an entry: SHA-256(0x00 || chain hash).
-func leafHash(chain []byte) []byte { return hasher.HashLeaf(chain) }
+// It gives what hasher.HashLeaf gives, without allocating a hash state
+// for the usual HashSize-byte input.
+func leafHash(chain []byte) []byte {
+	if len(chain) != HashSize {
+		return hasher.HashLeaf(chain)
+	}
+	var b [1 + HashSize]byte
+	b[0] = rfc6962.RFC6962LeafHashPrefix
+	copy(b[1:], chain)
+	s := sha256.Sum256(b[:])
+	return s[:]
+}
 
-var rangeFactory = compact.RangeFactory{Hash: hasher.HashChildren}
+// hashChildren is the RFC 6962 node hash SHA-256(0x01 || l || r): what
+// hasher.HashChildren gives, without allocating a hash state for the usual
+// HashSize-byte inputs.
+func hashChildren(l, r []byte) []byte {
+	if len(l) != HashSize || len(r) != HashSize {
+		return hasher.HashChildren(l, r)
+	}
+	var b [1 + 2*HashSize]byte
+	b[0] = rfc6962.RFC6962NodeHashPrefix
+	copy(b[1:], l)
+	copy(b[1+HashSize:], r)
+	s := sha256.Sum256(b[:])
+	return s[:]
+}
+
+var rangeFactory = compact.RangeFactory{Hash: hashChildren}
 
 // newRange returns the compact Merkle range [0, size) from its stored node
 // hashes (concatenated, HashSize bytes each).

@@ -149,77 +149,178 @@ func (r *Reader) rows(ctx context.Context, from uint64, fn func(row) error) erro
 	return nil
 }
 
-// rowsPrefetch is rows with the database reads in a goroutine of their
-// own, a batch ahead of fn, so reading and hashing use two cores. fn runs
-// in the caller's goroutine; the row's slices are valid during the call.
+// rowsPrefetch is rows with the database reads in goroutines of their
+// own, ahead of fn, so reading and hashing use several cores. fn runs in
+// the caller's goroutine, for exactly the rows rows would give, in the
+// same order; the row's slices are valid during the call.
+//
+// A long log is read in chunks of consecutive sequence numbers
+// ([from, from+n), [from+n, from+2n), ..., and the last one open-ended),
+// alternately by two readers on two connections; fn is given chunk after
+// chunk in order. The chunks partition every value seq >= from can take
+// (an edited database included), so their concatenation is what the one
+// query "seq >= from ORDER BY seq" gives.
 func (r *Reader) rowsPrefetch(ctx context.Context, from uint64, fn func(row) error) error {
-	const batchSize = 1024
-	type batch struct {
-		rows  []row
-		arena []byte
+	const (
+		maxChunks = 256
+		readers   = 2
+	)
+	batchSize, minChunk := prefetchBatch, prefetchChunk
+	// Chunk bounds: chunk i is [lo[i], lo[i+1]), the last has no upper
+	// bound. A short log, or one whose highest seq is unreadable, is one
+	// chunk.
+	lo := []int64{int64(from)}
+	var hi sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, `SELECT max(seq) FROM entries`).Scan(&hi); err == nil && hi.Valid && hi.Int64 > int64(from) {
+		if span := uint64(hi.Int64) - from + 1; span >= readers*uint64(minChunk) {
+			n := max(uint64(minChunk), span/maxChunks+1)
+			for a := from + n; a <= uint64(hi.Int64); a += n {
+				lo = append(lo, int64(a))
+			}
+		}
 	}
+
+	type batch = rowBatch
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := make(chan batch, 4)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(ch)
-		b := batch{arena: make([]byte, 0, batchSize*320)}
-		send := func() bool {
-			select {
-			case ch <- b:
-				b = batch{arena: make([]byte, 0, cap(b.arena))}
-				return true
-			case <-ctx.Done():
-				return false
-			}
+	// Each reader can read a whole chunk ahead while fn works through the
+	// other's.
+	perChunk := minChunk/batchSize + 2
+	nr := min(readers, len(lo))
+	chans := make([]chan *batch, nr)
+	errs := make([]chan error, nr)
+	// Batches fn is done with come back through free, so the readers
+	// reuse their buffers instead of allocating new ones.
+	free := make(chan *batch, nr*(perChunk+2))
+	newBatch := func() *batch {
+		select {
+		case b := <-free:
+			b.rows, b.arena, b.last = b.rows[:0], b.arena[:0], false
+			return b
+		default:
+			return &batch{rows: make([]row, 0, batchSize), arena: make([]byte, 0, batchSize*320)}
 		}
-		rows, err := r.db.QueryContext(ctx, `SELECT seq, hash, body FROM entries WHERE seq >= ? ORDER BY seq`, int64(from))
-		if err != nil {
-			errc <- fmt.Errorf("audit: read entries: %w", err)
-			return
-		}
-		defer rows.Close()
-		err = func() error {
-			for rows.Next() {
-				var seq int64
-				var hash, body sql.RawBytes
-				if err := rows.Scan(&seq, &hash, &body); err != nil {
-					return fmt.Errorf("audit: read entries: %w", err)
+	}
+	for p := range nr {
+		ch, errc := make(chan *batch, perChunk), make(chan error, 1)
+		chans[p], errs[p] = ch, errc
+		go func() {
+			defer close(ch)
+			errc <- func() error {
+				for i := p; i < len(lo); i += nr {
+					if err := r.readChunk(ctx, lo, i, batchSize, newBatch, func(b *batch) bool {
+						select {
+						case ch <- b:
+							return true
+						case <-ctx.Done():
+							return false
+						}
+					}); err != nil {
+						return err
+					}
 				}
-				// Copy out of the driver's buffers. Should the arena grow,
-				// earlier rows keep pointing at the old array, which stays
-				// valid.
-				off := len(b.arena)
-				b.arena = append(append(b.arena, hash...), body...)
-				mid, end := off+len(hash), len(b.arena)
-				b.rows = append(b.rows, row{seq: uint64(seq), hash: b.arena[off:mid:mid], body: b.arena[mid:end:end]})
-				if len(b.rows) == batchSize && !send() {
-					return ctx.Err()
-				}
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("audit: read entries: %w", err)
-			}
-			return nil
+				return nil
+			}()
 		}()
-		if err == nil && len(b.rows) > 0 {
-			send()
+	}
+	// stop ends the readers and returns the first error among want and
+	// theirs.
+	stop := func(want error) error {
+		cancel()
+		for p := range nr {
+			for range chans[p] {
+			}
+			if err := <-errs[p]; want == nil {
+				want = err
+			}
 		}
-		errc <- err
-	}()
-	for b := range ch {
-		for _, rw := range b.rows {
-			if err := fn(rw); err != nil {
-				cancel()
-				for range ch {
+		return want
+	}
+	for i := range lo {
+		p := i % nr
+		for done := false; !done; {
+			b, ok := <-chans[p]
+			if !ok {
+				// The reader stopped before the chunk's end: its error.
+				err := <-errs[p]
+				errs[p] <- err
+				if err == nil {
+					err = fmt.Errorf("audit: read entries: reader stopped early")
 				}
-				<-errc
-				return err
+				return stop(err)
+			}
+			for _, rw := range b.rows {
+				if err := fn(rw); err != nil {
+					return stop(err)
+				}
+			}
+			done = b.last
+			// fn is done with the batch's rows: hand it back for reuse.
+			select {
+			case free <- b:
+			default:
 			}
 		}
 	}
-	return <-errc
+	return stop(nil)
+}
+
+// The sizes rowsPrefetch reads in (variables for tests): rows per batch
+// and the least number of sequence numbers per chunk.
+var prefetchBatch, prefetchChunk = 1024, 16 * 1024
+
+// rowBatch is rows read by rowsPrefetch, their slices in arena.
+type rowBatch struct {
+	rows  []row
+	arena []byte
+	last  bool // the last batch of its chunk
+}
+
+// readChunk reads chunk i of rowsPrefetch (seq in [lo[i], lo[i+1]), or
+// seq >= lo[i] for the last) into batches and sends them, the last one
+// (possibly empty) marked; it returns early when send returns false.
+func (r *Reader) readChunk(ctx context.Context, lo []int64, i, batchSize int, newBatch func() *rowBatch, send func(*rowBatch) bool) error {
+	q, args := `SELECT seq, hash, body FROM entries WHERE seq >= ? ORDER BY seq`, []any{lo[i]}
+	if i+1 < len(lo) {
+		q, args = `SELECT seq, hash, body FROM entries WHERE seq >= ? AND seq < ? ORDER BY seq`, []any{lo[i], lo[i+1]}
+	}
+	rows, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("audit: read entries: %w", err)
+	}
+	defer rows.Close()
+	b := newBatch()
+	// Scan reuses these buffers (or points them at the driver's).
+	var seq int64
+	var hash, body sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&seq, &hash, &body); err != nil {
+			return fmt.Errorf("audit: read entries: %w", err)
+		}
+		// Copy out of the scan buffers. Should the arena grow, earlier
+		// rows keep pointing at the old array, which stays valid until
+		// the batch is reused. hash is never nil here, so a NULL or empty
+		// stored hash compares unequal instead of reading as "no stored
+		// hash".
+		off := len(b.arena)
+		b.arena = append(append(b.arena, hash...), body...)
+		mid, end := off+len(hash), len(b.arena)
+		b.rows = append(b.rows, row{seq: uint64(seq), hash: b.arena[off:mid:mid], body: b.arena[mid:end:end]})
+		if len(b.rows) == batchSize {
+			if !send(b) {
+				return ctx.Err()
+			}
+			b = newBatch()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: read entries: %w", err)
+	}
+	b.last = true
+	if !send(b) {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Filter selects entries for Entries. Zero fields match everything.
