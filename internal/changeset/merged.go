@@ -117,13 +117,7 @@ func statDir(root, rel string, wantXattr bool) (map[string]node, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path.Join(root, rel), Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path.Join(root, rel))
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	names, err := namesAt(dfd, root, rel)
 	if err != nil {
 		return nil, err
 	}

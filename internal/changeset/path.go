@@ -276,18 +276,24 @@ func readNames(root, rel string) ([]string, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
+	names, err := namesAt(dfd, root, rel)
+	if err != nil {
+		return nil, err
+	}
+	sortStrings(names)
+	return names, nil
+}
+
+// namesAt lists the names in the directory open as dfd (root/rel, for
+// errors), through a descriptor of its own so dfd stays usable.
+func namesAt(dfd int, root, rel string) ([]string, error) {
 	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path.Join(root, rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), path.Join(root, rel))
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	sortStrings(names)
-	return names, nil
+	return f.Readdirnames(-1)
 }
 
 // unixPerm converts an fs.FileMode's permission bits to mode_t bits.
