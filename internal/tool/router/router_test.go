@@ -89,6 +89,8 @@ type setup struct {
 	approver bool
 	tokens   bool       // approved plan steps become capability tokens
 	audit    *audit.Log // use this log instead of a fresh one
+	// userPolicy replaces extraRules as the user's policy file.
+	userPolicy []byte
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -127,7 +129,7 @@ func newEnv(t testing.TB, s setup) *env {
 	e.tdd, err = tdd.Resume(ctx, j, m, "s1", s.mode)
 	must(t, err)
 
-	popts := policy.Options{Protected: policy.Protected{Paths: []string{e.home}}}
+	popts := policy.Options{Home: e.home, Protected: policy.Protected{Paths: []string{e.home}}}
 	var grants *approval.Grants
 	if s.tokens {
 		toks, err := policy.NewTokens([]byte("a test key of at least 32 bytes!!"), time.Now)
@@ -136,8 +138,12 @@ func newEnv(t testing.TB, s setup) *env {
 		grants, err = approval.NewGrants(approval.GrantOptions{Issuer: toks, Uses: 1})
 		must(t, err)
 	}
+	userRules := []byte(extraRules)
+	if s.userPolicy != nil {
+		userRules = s.userPolicy
+	}
 	eng, err := policy.Compile(popts,
-		policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: []byte(extraRules)})
+		policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: userRules})
 	must(t, err)
 
 	e.log = s.audit
