@@ -92,8 +92,9 @@ type Entry struct {
 	// "cli", a sub-agent id...
 	Actor string
 	// Payload is a JSON object: a json.RawMessage or []byte holding JSON
-	// text, or any value encoding/json marshals to an object. Nil means {}.
-	// It is stored canonicalized (RFC 8785).
+	// text, an *Object (already canonical: taken as it is), or any value
+	// encoding/json marshals to an object. Nil means {}. It is stored
+	// canonicalized (RFC 8785).
 	Payload any
 }
 
@@ -119,6 +120,11 @@ func payloadJSON(p any) ([]byte, error) {
 		return []byte("{}"), nil
 	case rawPayload:
 		return v, nil
+	case *Object:
+		if v.err != nil {
+			return nil, fmt.Errorf("audit: payload: %w", v.err)
+		}
+		return v.Bytes(), nil
 	case json.RawMessage:
 		raw = v
 	case []byte:

@@ -141,6 +141,8 @@ type Log struct {
 	chain   []byte         // its chain hash
 	rng     *compact.Range // compact Merkle range [0, size)
 	pending []row          // entries not yet written, in order
+	spare   []row          // an empty array for the next queue, or nil
+	chainer *chainer       // Append's hash state
 	cpSize  uint64         // tree size of the newest checkpoint
 	cpTime  time.Time      // when it was made
 	anchor  uint64
@@ -169,7 +171,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{opts: opts, lock: lock, flushNow: make(chan struct{}, 1)}
+	l := &Log{opts: opts, lock: lock, flushNow: make(chan struct{}, 1), chainer: newChainer()}
 	if err := l.open(ctx); err != nil {
 		if l.db != nil {
 			l.db.Close()
@@ -358,7 +360,7 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 		l.mu.Unlock()
 		return 0, err
 	}
-	hash := chainHash(l.chain, e.Seq, body)
+	hash := l.chainer.sum(l.chain, e.Seq, body)
 	if err := l.rng.Append(leafHash(hash), nil); err != nil {
 		l.mu.Unlock()
 		return 0, fmt.Errorf("audit: %w", err)
@@ -453,7 +455,10 @@ func (l *Log) flush(ctx context.Context, upTo uint64, forceCheckpoint bool) erro
 	return l.flushHeld(ctx, upTo, forceCheckpoint)
 }
 
-// flushHeld is flush with wmu held.
+// flushHeld is flush with wmu held. mu is held only to take the queue
+// and a snapshot of the tree (size, root, chain hash): the Ed25519
+// signatures and the SQLite transaction run without it, so Append never
+// waits for them.
 func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) error {
 	now := l.opts.Now()
 	l.mu.Lock()
@@ -462,13 +467,32 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 		return nil
 	}
 	batch := l.pending
-	l.pending = nil
-	cp, packed, err := l.dueCheckpoint(now, forceCheckpoint)
-	var head *Checkpoint
-	if err == nil && len(batch) > 0 {
-		head, err = l.signHead()
+	l.pending, l.spare = l.spare, nil
+	due := l.checkpointDue(now, forceCheckpoint)
+	var st treeState
+	var packed []byte
+	if due || len(batch) > 0 {
+		st = treeState{size: l.size, root: rootOf(l.rng), chain: l.chain}
+	}
+	if due {
+		packed = packRange(l.rng)
 	}
 	l.mu.Unlock()
+	var cp, head *Checkpoint
+	var err error
+	if due || len(batch) > 0 {
+		// The head and a due checkpoint describe the same state: one
+		// signature serves both (Ed25519 signatures are deterministic).
+		var c Checkpoint
+		if c, err = signCheckpoint(l.key.Signer, st.size, st.root, st.chain); err == nil {
+			if due {
+				cp = &c
+			}
+			if len(batch) > 0 {
+				head = &c
+			}
+		}
+	}
 	if err == nil && (len(batch) > 0 || cp != nil) {
 		err = l.commit(ctx, batch, cp, packed, head, nil)
 	}
@@ -480,19 +504,36 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 	}
 	if len(batch) > 0 {
 		l.durable = batch[len(batch)-1].seq
+		// Keep the written batch's array for the next queue (double
+		// buffering), without holding on to its entries.
+		clear(batch)
+		if l.spare == nil && cap(batch) <= 2*l.opts.MaxPending {
+			l.spare = batch[:0]
+		}
 	}
 	l.mu.Unlock()
 	l.checkpointed(cp, now)
 	return nil
 }
 
+// treeState is the log's state a checkpoint signs.
+type treeState struct {
+	size        uint64
+	root, chain []byte
+}
+
+// checkpointDue reports whether a checkpoint is due at the current size
+// (or forced and the newest does not cover it). mu held.
+func (l *Log) checkpointDue(now time.Time, force bool) bool {
+	return l.size > l.cpSize && (force ||
+		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
+		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
+}
+
 // dueCheckpoint signs a checkpoint at the current size when one is due
 // (or forced and the newest does not cover the current size). mu held.
 func (l *Log) dueCheckpoint(now time.Time, force bool) (*Checkpoint, []byte, error) {
-	due := l.size > l.cpSize && (force ||
-		l.size-l.cpSize >= uint64(l.opts.CheckpointEvery) ||
-		now.Sub(l.cpTime) >= l.opts.CheckpointAfter)
-	if !due {
+	if !l.checkpointDue(now, force) {
 		return nil, nil, nil
 	}
 	cp, err := signCheckpoint(l.key.Signer, l.size, rootOf(l.rng), l.chain)

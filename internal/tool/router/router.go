@@ -390,34 +390,25 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	// 8. Record.
 	sum := sha256.Sum256([]byte(s.Text))
-	end := map[string]any{
-		"call": cl.id, "tool": cl.name, "is_error": out.IsError, "duration_us": dur.Microseconds(),
-		"output_bytes": s.InputBytes, "shown_bytes": len(s.Text), "shown_sha256": hex.EncodeToString(sum[:]),
-		"cut_bytes": s.CutBytes, "redactions": s.Redactions, "stripped": s.Stripped, "binary": s.Binary,
-	}
-	if execErr != nil {
-		end["error"] = s.Text
-	}
-	if fed != "" {
-		end["tdd"] = fed
-	}
 	if cl.fast {
-		rec := readRecord{
-			Call: cl.id, Tool: cl.name, ArgsSHA256: argsHash(c.Args),
-			State: gateRecord{Effect: "allow", Rule: string(cl.stateDec.Code)}, Policy: gateRecord{Effect: cl.polDec.Effect.String(), Rule: cl.polDec.Rule},
-			IsError: out.IsError, DurationUS: dur.Microseconds(), OutputBytes: s.InputBytes, ShownBytes: len(s.Text),
-			ShownSHA256: hex.EncodeToString(sum[:]), CutBytes: s.CutBytes, Redactions: s.Redactions, Stripped: s.Stripped, Binary: s.Binary,
-		}
-		for _, p := range cl.op.Paths {
-			rec.Paths = append(rec.Paths, p.Abs)
-		}
-		if execErr != nil {
-			rec.Error = s.Text
-		}
-		if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: rec}); err != nil {
+		o := r.readRecord(cl, c.Args, out.IsError, execErr != nil, dur, &s, sum[:])
+		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: o})
+		readRecordPool.Put(o)
+		if err != nil {
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	} else {
+		end := map[string]any{
+			"call": cl.id, "tool": cl.name, "is_error": out.IsError, "duration_us": dur.Microseconds(),
+			"output_bytes": s.InputBytes, "shown_bytes": len(s.Text), "shown_sha256": hex.EncodeToString(sum[:]),
+			"cut_bytes": s.CutBytes, "redactions": s.Redactions, "stripped": s.Stripped, "binary": s.Binary,
+		}
+		if execErr != nil {
+			end["error"] = s.Text
+		}
+		if fed != "" {
+			end["tdd"] = fed
+		}
 		if err := r.append(ctx, audit.KindExecEnd, end); err != nil {
 			return agent.Result{}, err
 		}
@@ -432,29 +423,67 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	return agent.Result{Content: text, IsError: out.IsError, Decision: decisionString(cl)}, nil
 }
 
-// readRecord is the payload of a tool.read entry.
-type readRecord struct {
-	Call        string     `json:"call"`
-	Tool        string     `json:"tool"`
-	ArgsSHA256  string     `json:"args_sha256"`
-	Paths       []string   `json:"paths,omitempty"`
-	State       gateRecord `json:"gate_state"`
-	Policy      gateRecord `json:"gate_policy"`
-	IsError     bool       `json:"is_error,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	DurationUS  int64      `json:"duration_us"`
-	OutputBytes int64      `json:"output_bytes"`
-	ShownBytes  int        `json:"shown_bytes"`
-	ShownSHA256 string     `json:"shown_sha256"`
-	CutBytes    int64      `json:"cut_bytes,omitempty"`
-	Redactions  int        `json:"redactions,omitempty"`
-	Stripped    int        `json:"stripped,omitempty"`
-	Binary      bool       `json:"binary,omitempty"`
-}
+// readRecordPool holds the builders of tool.read payloads: the audit log
+// copies a payload before Append returns, so a builder is reused at once.
+var readRecordPool = sync.Pool{New: func() any { return new(audit.Object) }}
 
-type gateRecord struct {
-	Effect string `json:"effect"`
-	Rule   string `json:"rule"`
+// readRecord builds the payload of a tool.read entry, already canonical
+// (audit.Object: no JSON marshal and re-parse on the fast path). Members
+// in byte order:
+//
+//	args_sha256, binary?, call, cut_bytes?, duration_us, error?,
+//	gate_policy {effect, rule}, gate_state {effect, rule}, is_error?,
+//	output_bytes, paths?, redactions?, shown_bytes, shown_sha256,
+//	stripped?, tool
+//
+// (? = omitted when zero or empty). The caller puts the builder back in
+// readRecordPool after Append.
+func (r *Router) readRecord(cl *call, raw []byte, isError, failed bool, dur time.Duration, s *tool.Sanitized, shownSum []byte) *audit.Object {
+	o := readRecordPool.Get().(*audit.Object)
+	o.Reset()
+	argsSum := sha256.Sum256(raw)
+	o.Hex("args_sha256", argsSum[:])
+	if s.Binary {
+		o.Bool("binary", true)
+	}
+	o.String("call", cl.id)
+	if s.CutBytes != 0 {
+		o.Int("cut_bytes", s.CutBytes)
+	}
+	o.Int("duration_us", dur.Microseconds())
+	if failed && s.Text != "" {
+		o.String("error", s.Text)
+	}
+	var pol, st audit.Object
+	pol.String("effect", cl.polDec.Effect.String())
+	pol.String("rule", cl.polDec.Rule)
+	o.Object("gate_policy", &pol)
+	st.String("effect", "allow")
+	st.String("rule", string(cl.stateDec.Code))
+	o.Object("gate_state", &st)
+	if isError {
+		o.Bool("is_error", true)
+	}
+	o.Int("output_bytes", s.InputBytes)
+	if len(cl.op.Paths) == 1 {
+		o.Strings("paths", []string{cl.op.Paths[0].Abs})
+	} else if len(cl.op.Paths) > 1 {
+		ps := make([]string, len(cl.op.Paths))
+		for i, p := range cl.op.Paths {
+			ps[i] = p.Abs
+		}
+		o.Strings("paths", ps)
+	}
+	if s.Redactions != 0 {
+		o.Int("redactions", int64(s.Redactions))
+	}
+	o.Int("shown_bytes", int64(len(s.Text)))
+	o.Hex("shown_sha256", shownSum)
+	if s.Stripped != 0 {
+		o.Int("stripped", int64(s.Stripped))
+	}
+	o.String("tool", cl.name)
+	return o
 }
 
 // KindToolRead is the audit kind of a fast-path read allowed by both
