@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -183,9 +184,18 @@ func (p *parser) object(depth int) error {
 		for i := range ms {
 			ms[i].units = utf16.Encode([]rune(ms[i].key))
 		}
-		sort.Slice(ms, func(i, j int) bool { return lessUnits(ms[i].units, ms[j].units) })
+		slices.SortFunc(ms, func(a, b member) int {
+			switch {
+			case lessUnits(a.units, b.units):
+				return -1
+			case lessUnits(b.units, a.units):
+				return 1
+			}
+			return 0
+		})
 	} else {
-		sort.Slice(ms, func(i, j int) bool { return ms[i].key < ms[j].key })
+		// slices.SortFunc, unlike sort.Slice, does not allocate.
+		slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.key, b.key) })
 	}
 	out := append(outer, '{')
 	for i, m := range ms {

@@ -43,6 +43,42 @@ func (l Links) Lstat(name string) (fs.FileInfo, error) {
 	return entryInfo{e}, nil
 }
 
+// LstatStep is Lstat(filepath.Join(dir, name)) (tool.StepLinkFS): with
+// the state a previous step returned for dir, it looks only name up in
+// the merged directory instead of walking again from the root. The state
+// is the merged node of the entry, valid only for the caller's walk.
+func (l Links) LstatStep(dir string, dirState any, name string) (fs.FileInfo, any, error) {
+	full := filepath.Join(dir, name)
+	rel, ok := l.rel(full)
+	dirRel, dirOK := l.rel(dir)
+	if !ok || !dirOK {
+		fi, err := l.Lstat(full)
+		return fi, nil, err
+	}
+	notExist := func() (fs.FileInfo, any, error) {
+		return nil, nil, &fs.PathError{Op: "lstat", Path: full, Err: fs.ErrNotExist}
+	}
+	rel, err := CheckPath(rel)
+	if err != nil {
+		return notExist()
+	}
+	parent, ok := dirState.(mnode)
+	if !ok {
+		if parent, err = l.cs.lookup(dirRel); err != nil {
+			return notExist()
+		}
+	}
+	// As lookup: nothing exists below a non-directory or a symlink.
+	if parent.kind != KindDir {
+		return notExist()
+	}
+	m, err := l.cs.child(parent, rel)
+	if err != nil || m.kind == KindNone {
+		return notExist()
+	}
+	return entryInfo{m.entry(rel)}, m, nil
+}
+
 // Readlink returns the target of the symlink at the absolute path name.
 func (l Links) Readlink(name string) (string, error) {
 	rel, ok := l.rel(name)

@@ -36,6 +36,17 @@ type LinkFS interface {
 	Readlink(name string) (string, error)
 }
 
+// StepLinkFS is an optional extension of LinkFS for file systems where a
+// lookup walks from the root (a change set's merged view): LstatStep is
+// Lstat(filepath.Join(dir, name)) given what the previous step returned
+// for dir (dirState, or nil when unknown), so the Resolver walks each
+// component once instead of re-walking every prefix. It must answer
+// exactly as Lstat would; the state is only reused within one Resolve.
+type StepLinkFS interface {
+	LinkFS
+	LstatStep(dir string, dirState any, name string) (fs.FileInfo, any, error)
+}
+
 type osLinks struct{}
 
 func (osLinks) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
@@ -123,6 +134,8 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 		}
 	}
 	links := 0
+	step, _ := r.fs.(StepLinkFS)
+	var state any // step's state for resolved, nil when unknown
 	for len(todo) > 0 {
 		c := todo[0]
 		todo = todo[1:]
@@ -131,10 +144,18 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 			continue
 		case "..":
 			resolved = filepath.Dir(resolved)
+			state = nil
 			continue
 		}
 		next := filepath.Join(resolved, c)
-		fi, err := r.fs.Lstat(next)
+		var fi fs.FileInfo
+		var err error
+		var nextState any
+		if step != nil {
+			fi, nextState, err = step.LstatStep(resolved, state, c)
+		} else {
+			fi, err = r.fs.Lstat(next)
+		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			// Fail closed: an unreadable directory could hide a symlink.
 			return operation.Path{}, fmt.Errorf("%w %q: %v", ErrPathInvalid, truncate(raw, 80), err)
@@ -145,7 +166,7 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 			break
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
-			resolved = next
+			resolved, state = next, nextState
 			if !fi.IsDir() && len(todo) > 0 && strings.Trim(strings.Join(todo, "/"), "/") != "" {
 				resolved = filepath.Clean(next + "/" + strings.Join(todo, "/"))
 				break
@@ -161,7 +182,7 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 			return operation.Path{}, fmt.Errorf("%w %q: %v", ErrPathInvalid, truncate(raw, 80), err)
 		}
 		if filepath.IsAbs(target) {
-			resolved = "/"
+			resolved, state = "/", nil
 		}
 		todo = append(strings.Split(target, "/"), todo...)
 	}
