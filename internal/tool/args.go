@@ -114,7 +114,20 @@ func validate(rs *jsonschema.Resolved, s *jsonschema.Schema, v any) (probs []Pro
 // strictParse decodes one JSON value, refusing duplicate keys, trailing
 // data and nesting deeper than maxArgsDepth. Numbers become float64, as
 // the validator expects.
+//
+// A single-pass parser (fastParse) does the work; whatever it does not
+// accept goes to the token-by-token parser below (tokenParse), which is
+// the reference: it words the error, and FuzzStrictParse checks that both
+// agree on every input.
 func strictParse(raw []byte) (any, error) {
+	if v, ok := fastParse(raw); ok {
+		return v, nil
+	}
+	return tokenParse(raw)
+}
+
+// tokenParse is strictParse through encoding/json's tokenizer.
+func tokenParse(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	v, err := parseValue(dec, 0)
