@@ -22,6 +22,21 @@
 // dropped. Any write failure returns ErrUnavailable: callers fail closed.
 // One process at a time writes (a flock beside the database).
 //
+// Durability of buffered entries: Append assigns the sequence number,
+// chains and hashes the entry into the tree under a short lock and queues
+// it; it never waits for I/O. A background goroutine writes the queue
+// once FlushEntries are pending or every FlushInterval: it takes the
+// queue and a snapshot of the tree under the lock, then signs the head
+// (and any due checkpoint) and runs the SQLite transaction without it,
+// while the next entries queue in a second buffer. A crash (kill -9,
+// power loss) loses only buffered entries not yet written: normally
+// fewer than FlushEntries plus what arrives during one write, and never
+// more than MaxPending, because an Append that finds MaxPending entries
+// unwritten (queued plus the batch in flight) waits for the write and
+// writes the queue itself (backpressure). What was written always
+// verifies: entries 1..n, no gap. Flush (and any synchronous entry)
+// makes everything before it durable.
+//
 // Checking (Reader.Verify, VerifyExport, Log.VerifyAtStart): recomputes
 // the chain and the tree, checks every signature, and names the first
 // damaged sequence number and the kind of damage (DamageError).

@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	case "append":
 		os.Exit(helperAppend(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
+	case "buffered":
+		os.Exit(helperBuffered(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
 	case "hold":
 		os.Exit(helperHold(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
 	}
@@ -57,6 +59,47 @@ func helperAppend(path, keys string) int {
 		}
 		if kind.Synchronous() {
 			fmt.Fprintf(w, "ack %d %d\n", seq, i)
+			w.Flush()
+		}
+	}
+}
+
+// bufferedMaxPending is the queue bound of helperBuffered's log: the
+// most a crash may lose of its buffered entries.
+const bufferedMaxPending = 800
+
+// helperBuffered appends buffered entries only, with the default flush
+// policy (every 100 entries or 500 ms, on the background writer), as the
+// tool router's fast path does (canonical audit.Object payloads). It
+// prints "appended SEQ" after each Append returned and "flushed SEQ"
+// after an explicit Flush (every 1,000 entries).
+func helperBuffered(path, keys string) int {
+	ctx := context.Background()
+	l, err := audit.Open(ctx, audit.Options{Path: path, KeyDir: keys, MaxPending: bufferedMaxPending})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	w := bufio.NewWriter(os.Stdout)
+	var o audit.Object
+	for i := 1; ; i++ {
+		o.Reset()
+		o.Int("i", int64(i))
+		o.String("tool", "fs.read")
+		seq, err := l.Append(ctx, audit.Entry{Kind: "tool.read", Actor: "agent", Session: "kill", Payload: &o})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintf(w, "appended %d\n", seq)
+		if i%1000 == 0 {
+			if err := l.Flush(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Fprintf(w, "flushed %d\n", seq)
+		}
+		if i%50 == 0 {
 			w.Flush()
 		}
 	}
@@ -198,6 +241,96 @@ func TestKill9KeepsAcknowledgedEntries(t *testing.T) {
 	}
 	if _, err := verifyDir(t, dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKill9DuringBufferedFlush kills a process appending buffered
+// entries as fast as it can (so the background writer is mid-write most
+// of the time): the log must verify, hold every entry an explicit Flush
+// confirmed, hold entries 1..n without a gap and with their payloads,
+// and lose at most the documented window (MaxPending entries) of what
+// Append had returned.
+func TestKill9DuringBufferedFlush(t *testing.T) {
+	for round := range 3 {
+		dir := t.TempDir()
+		cmd := helper(t, "buffered", dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var appended, flushed uint64
+		sc := bufio.NewScanner(out)
+		target := uint64(2500 + 700*round) // not a multiple of the flush size
+		for appended < target && sc.Scan() {
+			var seq uint64
+			if _, err := fmt.Sscanf(sc.Text(), "appended %d", &seq); err == nil {
+				appended = seq
+			} else if _, err := fmt.Sscanf(sc.Text(), "flushed %d", &seq); err == nil {
+				flushed = seq
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+			var seq uint64
+			if _, err := fmt.Sscanf(sc.Text(), "appended %d", &seq); err == nil {
+				appended = seq
+			} else if _, err := fmt.Sscanf(sc.Text(), "flushed %d", &seq); err == nil {
+				flushed = seq
+			}
+		}
+		cmd.Wait()
+		if appended < target || flushed == 0 {
+			t.Fatalf("helper appended %d, flushed %d", appended, flushed)
+		}
+		rep, err := verifyDir(t, dir)
+		if err != nil {
+			t.Fatalf("round %d: after kill -9 during buffered writes: %v", round, err)
+		}
+		if rep.Size < flushed {
+			t.Fatalf("round %d: log has %d entries, but %d were confirmed by Flush", round, rep.Size, flushed)
+		}
+		if appended > rep.Size+bufferedMaxPending {
+			t.Fatalf("round %d: log has %d entries of %d appended: lost more than MaxPending (%d): queued plus the batch being written", round, rep.Size, appended, bufferedMaxPending)
+		}
+		r, err := audit.OpenReader(t.Context(), filepath.Join(dir, "audit.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		err = r.Entries(t.Context(), audit.Filter{}, func(e audit.Entry) error {
+			if e.Kind != "tool.read" {
+				return nil
+			}
+			n++
+			if want := fmt.Sprintf(`{"i":%d,"tool":"fs.read"}`, n); e.Seq != n || string(e.Payload.(json.RawMessage)) != want {
+				return fmt.Errorf("entry %d: seq %d payload %s, want %s", n, e.Seq, e.Payload, want)
+			}
+			return nil
+		})
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: appended at least %d, flushed %d, survived %d", round, appended, flushed, n)
+		// The log reopens and continues from where the disk is.
+		l, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq, err := l.Append(t.Context(), audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel"}); err != nil || seq != rep.Size+1 {
+			t.Fatalf("append after reopen: seq %d, %v (log had %d)", seq, err, rep.Size)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verifyDir(t, dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

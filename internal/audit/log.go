@@ -62,9 +62,12 @@ type Options struct {
 	// FlushInterval: buffered entries are written at least this often.
 	// Default 500ms.
 	FlushInterval time.Duration
-	// MaxPending bounds the buffer: an Append that finds this many
-	// entries pending writes them itself before returning (backpressure),
-	// and fails if it cannot. Default max(8 × FlushEntries, 10,000).
+	// MaxPending bounds the entries not yet on disk (queued, plus the
+	// batch the background writer is writing): an Append that finds this
+	// many waits for that write and writes the queue itself before
+	// returning (backpressure), and fails if it cannot. It is the most a
+	// crash can lose of buffered entries. Default max(8 × FlushEntries,
+	// 10,000).
 	MaxPending int
 	// CheckpointEvery: a checkpoint is signed once this many entries were
 	// written since the last one. Default 1000.
@@ -135,18 +138,19 @@ type Log struct {
 	wmu sync.Mutex
 	// mu guards the fields below. It is never held during a write, except
 	// by Prune.
-	mu      sync.Mutex
-	durable uint64         // sequence number of the newest written entry
-	size    uint64         // sequence number of the newest entry (written or pending)
-	chain   []byte         // its chain hash
-	rng     *compact.Range // compact Merkle range [0, size)
-	pending []row          // entries not yet written, in order
-	spare   []row          // an empty array for the next queue, or nil
-	chainer *chainer       // Append's hash state
-	cpSize  uint64         // tree size of the newest checkpoint
-	cpTime  time.Time      // when it was made
-	anchor  uint64
-	closed  bool
+	mu       sync.Mutex
+	durable  uint64         // sequence number of the newest written entry
+	size     uint64         // sequence number of the newest entry (written or pending)
+	chain    []byte         // its chain hash
+	rng      *compact.Range // compact Merkle range [0, size)
+	pending  []row          // entries not yet written, in order
+	spare    []row          // an empty array for the next queue, or nil
+	inflight int            // entries of the batch being written
+	chainer  *chainer       // Append's hash state
+	cpSize   uint64         // tree size of the newest checkpoint
+	cpTime   time.Time      // when it was made
+	anchor   uint64
+	closed   bool
 }
 
 // row is an entry as stored.
@@ -343,7 +347,7 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 		e.Time = l.opts.Now()
 	}
 	l.mu.Lock()
-	for len(l.pending) >= l.opts.MaxPending && !l.closed {
+	for len(l.pending)+l.inflight >= l.opts.MaxPending && !l.closed {
 		l.mu.Unlock()
 		if err := l.flush(ctx, 0, false); err != nil {
 			return 0, fmt.Errorf("%w: %s entry not recorded: %d entries queued and they cannot be written: %w", ErrUnavailable, e.Kind, l.opts.MaxPending, err)
@@ -468,6 +472,7 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 	}
 	batch := l.pending
 	l.pending, l.spare = l.spare, nil
+	l.inflight = len(batch)
 	due := l.checkpointDue(now, forceCheckpoint)
 	var st treeState
 	var packed []byte
@@ -497,6 +502,7 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 		err = l.commit(ctx, batch, cp, packed, head, nil)
 	}
 	l.mu.Lock()
+	l.inflight = 0
 	if err != nil {
 		l.pending = append(batch, l.pending...)
 		l.mu.Unlock()
