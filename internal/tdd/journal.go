@@ -323,8 +323,17 @@ func (s *Session) Head() string {
 	return hex.EncodeToString(s.head)
 }
 
-// Allowed is Machine.Allowed on the session's current status.
+// Allowed is Machine.Allowed on the session's current status. Only a
+// write is judged on the whole status; every other action is decided on
+// the mode and state alone (see Machine.Allowed), so the hot read path
+// does not copy the status's lists.
 func (s *Session) Allowed(op operation.Operation) Decision {
+	if op.Action != operation.Write {
+		s.mu.Lock()
+		st := Status{Mode: s.status.Mode, State: s.status.State}
+		s.mu.Unlock()
+		return s.machine.Allowed(st, op)
+	}
 	return s.machine.Allowed(s.Status(), op)
 }
 

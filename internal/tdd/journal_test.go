@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
 
@@ -254,5 +256,41 @@ func TestWroteRefusedIsNotStored(t *testing.T) {
 	}
 	if tr, err := sess.Wrote(ctx, writeOp("/ws", "/ws/calc_test.go")); err != nil || tr.To != WritingTest {
 		t.Fatalf("Wrote(test) = %v, %v", tr.To, err)
+	}
+}
+
+// TestSessionAllowedMatchesMachine: Session.Allowed (which judges
+// non-writes on the mode and state alone) answers exactly as
+// Machine.Allowed on the whole status, for every action, in states with
+// cycle tests, debt and instrumentation recorded.
+func TestSessionAllowedMatchesMachine(t *testing.T) {
+	ctx := context.Background()
+	_, j := openJournal(t, t.TempDir())
+	m := mustMachine(t, Options{})
+	sess, err := Resume(ctx, j, m, "s1", Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := []operation.Operation{
+		{Action: operation.Read}, {Action: operation.Exec, Argv: []string{"go", "test"}}, {Action: operation.Net},
+		{Action: operation.Secret}, {Action: operation.Message}, {Action: "teleport"}, {Action: ""},
+		{Action: operation.Write}, writeOp("/ws", "/ws/calc.go"), writeOp("/ws", "/ws/calc_test.go"),
+	}
+	for i := range ops {
+		ops[i].Session.Workspace = "/ws"
+	}
+	steps := append(append([]Event{}, toGreen...), byUser(Explore), wSrc("other.go"), byUser(Debug), instrument("calc.go"))
+	for i := 0; i <= len(steps); i++ {
+		for _, op := range ops {
+			got, want := sess.Allowed(op), m.Allowed(sess.Status(), op)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("after %d events, %s: Session.Allowed %+v, Machine.Allowed %+v", i, op.Action, got, want)
+			}
+		}
+		if i < len(steps) {
+			if _, err := sess.Apply(ctx, steps[i]); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+		}
 	}
 }
