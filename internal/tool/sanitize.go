@@ -8,6 +8,7 @@ import (
 	"hash"
 	"net/http"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -88,17 +89,42 @@ type Sanitized struct {
 	Stripped int `json:"stripped,omitempty"`
 }
 
+// streamPool recycles Sanitize's streams (a Stream is ~600 bytes before
+// any output): the fast path sanitizes every result.
+var streamPool = sync.Pool{New: func() any { return new(Stream) }}
+
+// maxPooledStream: streams whose buffers grew past this are dropped, not
+// pooled.
+const maxPooledStream = 64 << 10
+
 // Sanitize cleans a complete output.
 func (s *Sanitizer) Sanitize(b []byte) Sanitized {
-	st := s.Stream()
+	st := streamPool.Get().(*Stream)
+	st.init(s)
 	_, _ = st.Write(b)
-	return st.Close()
+	r := st.Close()
+	if st.out.Cap()+cap(st.ring)+cap(st.red.pend)+cap(st.strip.buf)+cap(st.sniff) <= maxPooledStream {
+		st.init(nil)
+		streamPool.Put(st)
+	}
+	return r
 }
 
 // Stream cleans an output written in pieces.
 func (s *Sanitizer) Stream() *Stream {
-	st := &Stream{s: s}
-	if s.secrets != nil {
+	st := &Stream{}
+	st.init(s)
+	return st
+}
+
+// init makes st a new stream of s, keeping only the capacity of its
+// buffers (nothing the result aliases: Close copies the text out).
+func (st *Stream) init(s *Sanitizer) {
+	out := st.out
+	out.Reset()
+	*st = Stream{s: s, out: out, sniff: st.sniff[:0], ring: st.ring[:0],
+		strip: stripper{buf: st.strip.buf[:0]}, red: redactor{pend: st.red.pend[:0]}}
+	if s != nil && s.secrets != nil {
 		seen := map[string]bool{}
 		for _, v := range s.secrets() {
 			// The model sees cleaned text, so look for the cleaned form.
@@ -116,7 +142,6 @@ func (s *Sanitizer) Stream() *Stream {
 			st.red.first[v[0]] = true
 		}
 	}
-	return st
 }
 
 // Stream is one output being cleaned. Write never fails.

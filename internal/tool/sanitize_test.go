@@ -225,3 +225,30 @@ func BenchmarkSanitize(b *testing.B) {
 		s.Sanitize(in)
 	}
 }
+
+// TestSanitizePoolReuse: Sanitize recycles streams; a recycled stream
+// gives what a fresh one gives, whatever the previous output left in it
+// (a cut, a binary sniff, a secret half-matched, an escape sequence cut
+// short), across sanitizers with different secrets and caps.
+func TestSanitizePoolReuse(t *testing.T) {
+	sans := []*Sanitizer{
+		NewSanitizer(SanitizerOptions{}),
+		NewSanitizer(SanitizerOptions{MaxBytes: 40, Secrets: func() []string { return []string{"hunter2", "tok-XYZ"} }}),
+	}
+	inputs := [][]byte{
+		[]byte("plain\n"), []byte("ends in an escape \x1b[3"), []byte("secret hunter2 and tok-XY"),
+		append([]byte("\x00\x01binary"), make([]byte, 600)...), []byte(strings.Repeat("long line é ", 30)),
+		[]byte(""), []byte("tok-XYZ\x1b]0;title\x07 done"), []byte("hunter"),
+	}
+	for round := range 3 {
+		for i, in := range inputs {
+			s := sans[(i+round)%len(sans)]
+			fresh := s.Stream()
+			_, _ = fresh.Write(in)
+			want := fresh.Close()
+			if got := s.Sanitize(in); got != want {
+				t.Fatalf("round %d input %d: Sanitize %+v, fresh stream %+v", round, i, got, want)
+			}
+		}
+	}
+}

@@ -391,9 +391,10 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 8. Record.
 	sum := sha256.Sum256([]byte(s.Text))
 	if cl.fast {
-		o := r.readRecord(cl, c.Args, out.IsError, execErr != nil, dur, &s, sum[:])
-		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: o})
-		readRecordPool.Put(o)
+		rb := readRecordPool.Get().(*recordBuf)
+		r.readRecord(rb, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum[:])
+		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
+		readRecordPool.Put(rb)
 		if err != nil {
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
@@ -425,7 +426,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 
 // readRecordPool holds the builders of tool.read payloads: the audit log
 // copies a payload before Append returns, so a builder is reused at once.
-var readRecordPool = sync.Pool{New: func() any { return new(audit.Object) }}
+var readRecordPool = sync.Pool{New: func() any { return new(recordBuf) }}
+
+// recordBuf is a tool.read payload's builders: the entry and its two
+// nested gate records.
+type recordBuf struct{ o, pol, st audit.Object }
 
 // readRecord builds the payload of a tool.read entry, already canonical
 // (audit.Object: no JSON marshal and re-parse on the fast path). Members
@@ -436,11 +441,12 @@ var readRecordPool = sync.Pool{New: func() any { return new(audit.Object) }}
 //	output_bytes, paths?, redactions?, shown_bytes, shown_sha256,
 //	stripped?, tool
 //
-// (? = omitted when zero or empty). The caller puts the builder back in
-// readRecordPool after Append.
-func (r *Router) readRecord(cl *call, raw []byte, isError, failed bool, dur time.Duration, s *tool.Sanitized, shownSum []byte) *audit.Object {
-	o := readRecordPool.Get().(*audit.Object)
+// (? = omitted when zero or empty) into rb.o.
+func (r *Router) readRecord(rb *recordBuf, cl *call, raw []byte, isError, failed bool, dur time.Duration, s *tool.Sanitized, shownSum []byte) {
+	o, pol, st := &rb.o, &rb.pol, &rb.st
 	o.Reset()
+	pol.Reset()
+	st.Reset()
 	argsSum := sha256.Sum256(raw)
 	o.Hex("args_sha256", argsSum[:])
 	if s.Binary {
@@ -454,13 +460,12 @@ func (r *Router) readRecord(cl *call, raw []byte, isError, failed bool, dur time
 	if failed && s.Text != "" {
 		o.String("error", s.Text)
 	}
-	var pol, st audit.Object
 	pol.String("effect", cl.polDec.Effect.String())
 	pol.String("rule", cl.polDec.Rule)
-	o.Object("gate_policy", &pol)
+	o.Object("gate_policy", pol)
 	st.String("effect", "allow")
 	st.String("rule", string(cl.stateDec.Code))
-	o.Object("gate_state", &st)
+	o.Object("gate_state", st)
 	if isError {
 		o.Bool("is_error", true)
 	}
@@ -483,7 +488,6 @@ func (r *Router) readRecord(cl *call, raw []byte, isError, failed bool, dur time
 		o.Int("stripped", int64(s.Stripped))
 	}
 	o.String("tool", cl.name)
-	return o
 }
 
 // KindToolRead is the audit kind of a fast-path read allowed by both
