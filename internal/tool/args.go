@@ -76,9 +76,15 @@ func (t *Tool) Decode(raw []byte) (Args, error) {
 		return fail(probs...)
 	}
 	in := reflect.New(t.inType)
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(in.Interface()); err != nil {
+	if t.closed {
+		// Validation already refused every member the struct lacks.
+		err = json.Unmarshal(raw, in.Interface())
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(in.Interface())
+	}
+	if err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
 			return fail(Problem{Path: ute.Field, Expected: ute.Type.String(), Got: ute.Value})

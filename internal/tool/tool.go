@@ -135,10 +135,12 @@ type Tool struct {
 	schema            *jsonschema.Schema
 	schemaJSON        json.RawMessage
 	resolved          *jsonschema.Resolved
-	inType            reflect.Type
-	normalize         func(context.Context, *Resolver, any, *operation.Operation) error
-	run               func(context.Context, any) (Result, error)
-	command           func(context.Context, any) (Command, error)
+	// closed: valid arguments cannot hold unknown members (closedSchema).
+	closed    bool
+	inType    reflect.Type
+	normalize func(context.Context, *Resolver, any, *operation.Operation) error
+	run       func(context.Context, any) (Result, error)
+	command   func(context.Context, any) (Command, error)
 }
 
 // New checks a definition and derives its schema.
@@ -240,6 +242,7 @@ func New[In any](d Definition[In]) (*Tool, error) {
 		name: d.Name, description: d.Description, action: d.Action,
 		tags: slices.Clone(d.Tags), exec: d.Execution,
 		schema: schema, schemaJSON: sj, resolved: resolved, inType: inType,
+		closed: inType.Kind() == reflect.Struct && closedSchema(inType, schema),
 		normalize: func(ctx context.Context, r *Resolver, in any, op *operation.Operation) error {
 			return d.Normalize(ctx, r, in.(*In), op)
 		},
