@@ -134,8 +134,11 @@ type Log struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	// wmu serializes writes to the database; taken before mu.
-	wmu sync.Mutex
+	// wmu serializes writes to the database, and guards the two fields
+	// after it; taken before mu.
+	wmu        sync.Mutex
+	inserts    map[int]string // INSERT statements by entry count
+	insertArgs []any          // their arguments, reused
 	// mu guards the fields below. It is never held during a write, except
 	// by Prune.
 	mu       sync.Mutex
@@ -577,6 +580,30 @@ func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
 	}
 }
 
+// insertChunk is the most entries one INSERT statement writes (3
+// parameters each, far below SQLite's limit of 32,766).
+const insertChunk = 128
+
+// insertSQL returns the INSERT statement for n entries. wmu held.
+func (l *Log) insertSQL(n int) string {
+	if q, ok := l.inserts[n]; ok {
+		return q
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO entries (seq, body, hash) VALUES (?, ?, ?)")
+	for range n - 1 {
+		b.WriteString(", (?, ?, ?)")
+	}
+	q := b.String()
+	if l.inserts == nil {
+		l.inserts = map[int]string{}
+	}
+	if len(l.inserts) < 16 {
+		l.inserts[n] = q
+	}
+	return q
+}
+
 // commit writes entries, a checkpoint and whatever extra does in one
 // transaction. wmu held.
 func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, head *Checkpoint, extra func(*sql.Tx) error) error {
@@ -585,17 +612,20 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 	// driver a watcher goroutine per statement).
 	ctx = context.WithoutCancel(ctx)
 	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
-		if len(batch) > 0 {
-			st, err := tx.PrepareContext(ctx, `INSERT INTO entries (seq, body, hash) VALUES (?, ?, ?)`)
-			if err != nil {
-				return err
+		// Rows go in by insertChunk per statement: one statement per
+		// chunk instead of one per entry (the writer's CPU and garbage).
+		for len(batch) > 0 {
+			n := min(len(batch), insertChunk)
+			args := l.insertArgs[:0]
+			for _, r := range batch[:n] {
+				args = append(args, int64(r.seq), string(r.body), r.hash)
 			}
-			defer st.Close()
-			for _, r := range batch {
-				if _, err := st.ExecContext(ctx, int64(r.seq), string(r.body), r.hash); err != nil {
-					return fmt.Errorf("insert entry %d: %w", r.seq, err)
-				}
+			if _, err := tx.ExecContext(ctx, l.insertSQL(n), args...); err != nil {
+				return fmt.Errorf("insert entries %d..%d: %w", batch[0].seq, batch[n-1].seq, err)
 			}
+			clear(args)
+			l.insertArgs = args[:0]
+			batch = batch[n:]
 		}
 		if cp != nil {
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
