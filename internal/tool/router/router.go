@@ -260,6 +260,10 @@ type call struct {
 	polDec   *policy.Decision
 	approval string // how approval was given, when needed
 	recorded bool   // the request and the gates' decisions are in the log
+	// sd and pd hold the decisions stateDec and polDec point to (one
+	// allocation for the call instead of three).
+	sd tdd.Decision
+	pd policy.Decision
 }
 
 // Call runs one call through every gate. See the package doc.
@@ -321,8 +325,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 3. State gate.
 	// The machine judges on its own status; the decision names the mode
 	// and state it judged in, which the policy gate then sees.
-	sd := r.o.State.Allowed(*op)
-	cl.stateDec = &sd
+	cl.sd = r.o.State.Allowed(*op)
+	cl.stateDec = &cl.sd
+	sd := &cl.sd
 	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
 		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
@@ -332,8 +337,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		if r.o.Grants != nil {
 			r.o.Grants.Present(op)
 		}
-		pd := r.o.Policy.Decide(ctx, *op)
-		cl.polDec = &pd
+		cl.pd = r.o.Policy.Decide(ctx, *op)
+		cl.polDec = &cl.pd
+		pd := cl.pd
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
