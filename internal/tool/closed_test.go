@@ -23,8 +23,10 @@ type closedArgs struct {
 	Ptr    *closedInner      `json:"ptr,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Skip   string            `json:"-"`
-	hidden int
+	hidden int               // unexported: never decoded
 }
+
+var _ = closedArgs{hidden: 0}.hidden
 
 type embedded struct{ Path string }
 
