@@ -125,6 +125,9 @@ func payloadJSON(p any) ([]byte, error) {
 			return nil, fmt.Errorf("audit: payload: %w", v.err)
 		}
 		return v.Bytes(), nil
+	case Object:
+		// Passed by value (encoding/json would see no fields and write {}).
+		return payloadJSON(&v)
 	case json.RawMessage:
 		raw = v
 	case []byte:

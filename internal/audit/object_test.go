@@ -133,6 +133,12 @@ func TestObjectAppend(t *testing.T) {
 	if _, err := ParseEntry(ea); err != nil {
 		t.Fatal(err)
 	}
+	// An Object passed by value is the same payload, not {}.
+	c := Entry{Seq: 1, Kind: "tool.read", Actor: "agent", Payload: o}
+	ec, err := c.Encode()
+	if err != nil || string(ec) != string(ea) {
+		t.Fatalf("by value: %s, %v\nwant %s", ec, err, ea)
+	}
 }
 
 // FuzzObject: for any strings and integers, the builder writes exactly
