@@ -52,6 +52,9 @@ type Sanitizer struct {
 	tail    int
 	secrets func() []string
 	label   string
+	// streams recycles Sanitize's streams (a Stream is ~600 bytes before
+	// any output): the fast path sanitizes every result.
+	streams sync.Pool
 }
 
 // NewSanitizer returns a Sanitizer.
@@ -89,23 +92,22 @@ type Sanitized struct {
 	Stripped int `json:"stripped,omitempty"`
 }
 
-// streamPool recycles Sanitize's streams (a Stream is ~600 bytes before
-// any output): the fast path sanitizes every result.
-var streamPool = sync.Pool{New: func() any { return new(Stream) }}
-
 // maxPooledStream: streams whose buffers grew past this are dropped, not
 // pooled.
 const maxPooledStream = 64 << 10
 
 // Sanitize cleans a complete output.
 func (s *Sanitizer) Sanitize(b []byte) Sanitized {
-	st := streamPool.Get().(*Stream)
+	st, _ := s.streams.Get().(*Stream)
+	if st == nil {
+		st = new(Stream)
+	}
 	st.init(s)
 	_, _ = st.Write(b)
 	r := st.Close()
 	if st.out.Cap()+cap(st.ring)+cap(st.red.pend)+cap(st.strip.buf)+cap(st.sniff) <= maxPooledStream {
 		st.init(nil)
-		streamPool.Put(st)
+		s.streams.Put(st)
 	}
 	return r
 }

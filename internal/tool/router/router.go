@@ -155,6 +155,10 @@ type Router struct {
 	o     Options
 	order sync.RWMutex // read-only calls hold it shared, the others exclusive
 
+	// records holds *recordBuf builders of tool.read payloads: the audit
+	// log copies a payload before Append returns, so one is reused at once.
+	records sync.Pool
+
 	mu      sync.Mutex     // guards the fields below
 	planned map[string]int // operation signature → approvals left from request_approval plans
 	written []string       // workspace-relative files the last sandboxed command wrote
@@ -397,10 +401,15 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 8. Record.
 	sum := sha256.Sum256([]byte(s.Text))
 	if cl.fast {
-		rb := readRecordPool.Get().(*recordBuf)
+		rb, _ := r.records.Get().(*recordBuf)
+		if rb == nil {
+			rb = new(recordBuf)
+		}
 		r.readRecord(rb, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum[:])
 		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
-		readRecordPool.Put(rb)
+		if len(s.Text) <= maxPooledRecord {
+			r.records.Put(rb)
+		}
 		if err != nil {
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
@@ -430,9 +439,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	return agent.Result{Content: text, IsError: out.IsError, Decision: decisionString(cl)}, nil
 }
 
-// readRecordPool holds the builders of tool.read payloads: the audit log
-// copies a payload before Append returns, so a builder is reused at once.
-var readRecordPool = sync.Pool{New: func() any { return new(recordBuf) }}
+// maxPooledRecord: builders that held a longer error text are dropped
+// rather than kept in Router.records.
+const maxPooledRecord = 4 << 10
 
 // recordBuf is a tool.read payload's builders: the entry and its two
 // nested gate records.
