@@ -288,7 +288,8 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 	ws := op.Session.Workspace
 	var abuf [4]atom // most operations have one atom: keep them off the heap
 	atoms := e.atoms(op, ws, abuf[:0])
-	matched := make([]Match, 0, 4*len(atoms))
+	// Most atoms match one or two rules; more grow the slice.
+	matched := make([]Match, 0, 2*len(atoms))
 	var rbuf [4]atomResult
 	results := rbuf[:0]
 	for i := range atoms {
