@@ -50,8 +50,14 @@ func (l Links) Lstat(name string) (fs.FileInfo, error) {
 func (l Links) LstatStep(dir string, dirState any, name string) (fs.FileInfo, any, error) {
 	full := filepath.Join(dir, name)
 	rel, ok := l.rel(full)
-	dirRel, dirOK := l.rel(dir)
-	if !ok || !dirOK {
+	// A state is only ever returned for a directory in the workspace, so
+	// with one dir is known to be inside; without one, check it.
+	parent, haveState := dirState.(mnode)
+	var dirRel string
+	if ok && !haveState {
+		dirRel, ok = l.rel(dir)
+	}
+	if !ok {
 		fi, err := l.Lstat(full)
 		return fi, nil, err
 	}
@@ -62,8 +68,7 @@ func (l Links) LstatStep(dir string, dirState any, name string) (fs.FileInfo, an
 	if err != nil {
 		return notExist()
 	}
-	parent, ok := dirState.(mnode)
-	if !ok {
+	if !haveState {
 		if parent, err = l.cs.lookup(dirRel); err != nil {
 			return notExist()
 		}
