@@ -50,8 +50,8 @@ func (l Links) Lstat(name string) (fs.FileInfo, error) {
 func (l Links) LstatStep(dir string, dirState any, name string) (fs.FileInfo, any, error) {
 	full := filepath.Join(dir, name)
 	rel, ok := l.rel(full)
-	// A state is only ever returned for a directory in the workspace, so
-	// with one dir is known to be inside; without one, check it.
+	// A state is only ever returned for an entry in the workspace, so
+	// with one, dir is known to be inside; without one, check it.
 	parent, haveState := dirState.(mnode)
 	var dirRel string
 	if ok && !haveState {
