@@ -124,7 +124,7 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 	switch {
 	case !filepath.IsAbs(raw):
 		resolved = r.cwd
-	case strings.HasPrefix(raw, r.workspace+"/"):
+	case under(raw, r.workspace):
 		resolved, rest = r.workspace, raw[len(r.workspace):]
 	}
 	todo := strings.Split(rest, "/")
@@ -147,7 +147,12 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 			state = nil
 			continue
 		}
-		next := filepath.Join(resolved, c)
+		// resolved is clean and absolute, c one component other than
+		// "", "." and "..": joining them needs no cleaning.
+		next := resolved + "/" + c
+		if resolved == "/" {
+			next = "/" + c
+		}
 		var fi fs.FileInfo
 		var err error
 		var nextState any
@@ -190,7 +195,13 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 }
 
 func (r *Resolver) inside(p string) bool {
-	return p == r.workspace || strings.HasPrefix(p, r.workspace+"/") || r.workspace == "/"
+	return p == r.workspace || under(p, r.workspace) || r.workspace == "/"
+}
+
+// under reports whether p lies below the directory dir (p starts with
+// dir + "/"), without building that string.
+func under(p, dir string) bool {
+	return len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
 }
 
 // Rel returns p relative to the workspace, for an inside path.
