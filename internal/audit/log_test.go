@@ -471,3 +471,85 @@ func TestConcurrentAppendFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBufferedAppendDoesNotWaitForWriter: while the background writer is
+// stuck in its transaction (another connection holds the write lock),
+// buffered appends still return — they never wait for the disk — until
+// MaxPending entries are unwritten; then Append waits (backpressure).
+func TestBufferedAppendDoesNotWaitForWriter(t *testing.T) {
+	l, opts := testLog(t, Options{FlushEntries: 5, MaxPending: 60, FlushInterval: time.Hour, BusyTimeout: time.Minute})
+	ctx := context.Background()
+	appendN(t, l, 1, KindKernelStart) // the database exists, the writer is idle
+	other, err := sql.Open("sqlite", "file:"+opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	// Five entries wake the writer, which takes them and blocks on the lock.
+	appendN(t, l, 5, KindExecStart)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l.mu.Lock()
+		inflight := l.inflight
+		l.mu.Unlock()
+		if inflight > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer never took the batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Up to MaxPending unwritten entries: appends return with the lock
+	// still held.
+	done := make(chan error, 1)
+	go func() {
+		for range 60 - 5 {
+			if _, err := l.Append(ctx, Entry{Kind: KindExecStart, Actor: "agent"}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("buffered appends waited for the blocked writer")
+	}
+	// One more reaches MaxPending: it waits for the writer.
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := l.Append(ctx, Entry{Kind: KindExecStart, Actor: "agent"})
+		blocked <- err
+	}()
+	select {
+	case err := <-blocked:
+		t.Fatalf("append past MaxPending returned while the writer was blocked: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verifyDB(t, opts, true)
+	if err != nil || rep.Size != 62 {
+		t.Fatalf("verify: %+v, %v; want 62 entries", rep, err)
+	}
+}
