@@ -68,6 +68,11 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 	if err != nil {
 		return nil, err
 	}
+	unlock, err := cs.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	all, err := cs.Changes(ctx)
 	if err != nil {
 		return nil, err
