@@ -238,3 +238,19 @@ func (cs *ChangeSet) Explain(c Conflict) string {
 	}
 	return b.String()
 }
+
+// IsBinary reports whether the merged view's file at rel is binary (a NUL
+// in its first 8000 bytes, as git decides).
+func (cs *ChangeSet) IsBinary(rel string) (bool, error) {
+	f, err := cs.Open(rel)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, 8000)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return false, err
+	}
+	return isBinary(buf[:n]), nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -131,6 +132,7 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return res, wireError(err)
 		},
 	}
+	maps.Copy(handlers, k.changesHandlers())
 	for name, h := range handlers {
 		if err := mux.Handle(name, h); err != nil {
 			return err

@@ -1,0 +1,261 @@
+package kernel
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/store"
+)
+
+// Session change sets: list, diff, apply or discard all or some files of
+// a session's change set, with the session named or the latest one of a
+// workspace. The kernel serves these over IPC (changeset.*); when no
+// kernel runs, fluffy changeset uses SessionChanges directly on the data
+// directory. Apply and discard take the change set's file lock, so the
+// two never interleave, and are refused while the session runs (a sandbox
+// may have the change set mounted).
+
+// IPC methods on session change sets (ChangesParams → ChangesResult).
+const (
+	MethodChangesList    = "changeset.list"
+	MethodChangesDiff    = "changeset.diff"
+	MethodChangesApply   = "changeset.apply"
+	MethodChangesDiscard = "changeset.discard"
+)
+
+// KindChangesetDiscard records a discard of (part of) a session's change
+// set.
+const KindChangesetDiscard audit.Kind = "changeset.discard"
+
+// ChangesParams select a session's change set and paths in it.
+type ChangesParams struct {
+	// Session is the session id; empty: the latest open session of
+	// Workspace (or, when none is open, its latest session).
+	Session   string `json:"session,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	// Paths select files (a directory selects everything below); none:
+	// all.
+	Paths []string `json:"paths,omitempty"`
+	// Actor is who asked (recorded in the audit log); default "user".
+	Actor string `json:"actor,omitempty"`
+}
+
+// ChangesResult is what a change set operation did or shows.
+type ChangesResult struct {
+	Session Info               `json:"session"`
+	Changes []changeset.Change `json:"changes"`
+	Diff    string             `json:"diff,omitempty"`
+	// Conflicts are set when apply refused: nothing was written. Each
+	// has its three versions rendered (changeset.Explain).
+	Conflicts []ConflictView `json:"conflicts,omitempty"`
+}
+
+// ConflictView is a refused path with its three versions rendered.
+type ConflictView struct {
+	changeset.Conflict
+	Explain string `json:"explain"`
+}
+
+// SessionChanges works on sessions' change sets in a data directory's
+// fluffy.db. DB and Audit are required. Running, when set, reports
+// whether a session is running in this process (the kernel); without it
+// a session is never considered running (no kernel runs).
+type SessionChanges struct {
+	DB      *store.DB
+	Audit   AuditLog
+	Running func(id string) bool
+}
+
+// Resolve returns the session p names (or the workspace's latest).
+func (s SessionChanges) Resolve(ctx context.Context, p ChangesParams) (Info, error) {
+	if p.Session != "" {
+		i, err := scanInfo(s.DB.QueryRowContext(ctx, selectInfo+` WHERE id = ?`, p.Session))
+		if errors.Is(err, sql.ErrNoRows) {
+			return Info{}, fmt.Errorf("%w: %s", ErrNotFound, p.Session)
+		}
+		return i, err
+	}
+	if p.Workspace == "" {
+		return Info{}, errors.New("kernel: name a session or a workspace")
+	}
+	i, err := scanInfo(s.DB.QueryRowContext(ctx, selectInfo+` WHERE workspace = ? ORDER BY status = 'closed', created_at DESC LIMIT 1`, p.Workspace))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Info{}, fmt.Errorf("%w: no session has worked on %s", ErrNotFound, p.Workspace)
+	}
+	return i, err
+}
+
+func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (Info, *changeset.ChangeSet, error) {
+	info, err := s.Resolve(ctx, p)
+	if err != nil {
+		return Info{}, nil, err
+	}
+	if write {
+		switch {
+		case info.Status == StatusClosed:
+			return info, nil, fmt.Errorf("%w: %s", ErrClosed, info.ID)
+		case s.Running != nil && s.Running(info.ID):
+			return info, nil, fmt.Errorf("%w: %s (its sandboxes may have the change set mounted; wait for it to stop, or cancel it)", ErrBusy, info.ID)
+		}
+	}
+	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	if err != nil {
+		return info, nil, fmt.Errorf("kernel: open the change set of %s: %w", info.ID, err)
+	}
+	// Keep base copies of what sandboxes changed while the real files are
+	// still the base, so a later conflict can show three versions.
+	if _, err := cs.KeepBases(ctx); err != nil {
+		return info, nil, err
+	}
+	return info, cs, nil
+}
+
+// List returns the changes of the selected paths.
+func (s SessionChanges) List(ctx context.Context, p ChangesParams) (ChangesResult, error) {
+	info, cs, err := s.open(ctx, p, false)
+	if err != nil {
+		return ChangesResult{}, err
+	}
+	ch, err := cs.Changes(ctx, p.Paths...)
+	return ChangesResult{Session: info, Changes: nonNil(ch)}, err
+}
+
+// Diff returns the changes of the selected paths and their diff.
+func (s SessionChanges) Diff(ctx context.Context, p ChangesParams) (ChangesResult, error) {
+	r, err := s.List(ctx, p)
+	if err != nil {
+		return r, err
+	}
+	cs, err := changeset.Open(r.Session.ChangeSet, r.Session.Workspace)
+	if err != nil {
+		return r, err
+	}
+	r.Diff, err = cs.Diff(ctx, p.Paths...)
+	return r, err
+}
+
+// Apply applies the selected paths (all when none), all or nothing. When
+// a real file changed since the change set began, nothing is written and
+// the result's Conflicts show each one's three versions (the error is nil:
+// a conflict is an answer, not a failure).
+func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResult, error) {
+	info, cs, err := s.open(ctx, p, true)
+	if err != nil {
+		return ChangesResult{Session: info}, err
+	}
+	res := ChangesResult{Session: info}
+	applied, err := cs.Apply(ctx, p.Paths...)
+	var ce *changeset.ConflictError
+	if errors.As(err, &ce) {
+		for _, c := range ce.Conflicts {
+			res.Conflicts = append(res.Conflicts, ConflictView{Conflict: c, Explain: cs.Explain(c)})
+		}
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Changes = nonNil(applied)
+	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetApply, Actor: actor(p.Actor), Payload: map[string]any{
+		"paths": changedPaths(applied), "selected": nonNilStrings(p.Paths), "workspace": info.Workspace,
+	}}); err != nil {
+		return res, fmt.Errorf("kernel: audit changeset.apply: %w", err)
+	}
+	return res, s.Audit.Flush(ctx)
+}
+
+// Discard drops the selected paths' changes (all when none).
+func (s SessionChanges) Discard(ctx context.Context, p ChangesParams) (ChangesResult, error) {
+	info, cs, err := s.open(ctx, p, true)
+	if err != nil {
+		return ChangesResult{Session: info}, err
+	}
+	ch, err := cs.Changes(ctx, p.Paths...)
+	if err != nil {
+		return ChangesResult{Session: info}, err
+	}
+	if err := cs.Discard(ctx, p.Paths...); err != nil {
+		return ChangesResult{Session: info}, err
+	}
+	res := ChangesResult{Session: info, Changes: nonNil(ch)}
+	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: KindChangesetDiscard, Actor: actor(p.Actor), Payload: map[string]any{
+		"paths": changedPaths(ch), "selected": nonNilStrings(p.Paths),
+	}}); err != nil {
+		return res, fmt.Errorf("kernel: audit changeset.discard: %w", err)
+	}
+	return res, s.Audit.Flush(ctx)
+}
+
+func actor(a string) string {
+	if a == "" {
+		return "user"
+	}
+	return a
+}
+
+func changedPaths(ch []changeset.Change) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, c := range ch {
+		if !seen[c.Path] {
+			seen[c.Path] = true
+			out = append(out, c.Path)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func nonNil(ch []changeset.Change) []changeset.Change {
+	if ch == nil {
+		return []changeset.Change{}
+	}
+	return ch
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// changes is the kernel's SessionChanges: sessions running here are
+// refused apply and discard.
+func (k *Kernel) changes() SessionChanges {
+	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Running: func(id string) bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		_, ok := k.running[id]
+		return ok
+	}}
+}
+
+// changesHandlers are the changeset.* IPC methods.
+func (k *Kernel) changesHandlers() map[string]ipc.Handler {
+	wrap := func(fn func(SessionChanges, context.Context, ChangesParams) (ChangesResult, error)) ipc.Handler {
+		return func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p ChangesParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			res, err := fn(k.changes(), ctx, p)
+			if errors.Is(err, changeset.ErrBadPath) || errors.Is(err, changeset.ErrLocked) {
+				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+			}
+			return res, wireError(err)
+		}
+	}
+	return map[string]ipc.Handler{
+		MethodChangesList:    wrap(SessionChanges.List),
+		MethodChangesDiff:    wrap(SessionChanges.Diff),
+		MethodChangesApply:   wrap(SessionChanges.Apply),
+		MethodChangesDiscard: wrap(SessionChanges.Discard),
+	}
+}
