@@ -281,10 +281,10 @@ func Default(env Env) Config {
 			RetentionDays:   0,
 			WarnSize:        1 << 30,
 		},
-		Policy:   Policy{Default: "approve"},
-		TDD:      TDD{Mode: "strict", DebtBudget: 5},
+		Policy:    Policy{Default: "approve"},
+		TDD:       TDD{Mode: "strict", DebtBudget: 5},
 		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
-		Approval: Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
+		Approval:  Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
 		Net: Net{
 			MaxUpload:       64 << 20,
 			MaxDownload:     1 << 30,
