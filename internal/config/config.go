@@ -281,10 +281,9 @@ func Default(env Env) Config {
 			RetentionDays:   0,
 			WarnSize:        1 << 30,
 		},
-		Policy:    Policy{Default: "approve"},
-		TDD:       TDD{Mode: "strict", DebtBudget: 5},
-		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
-		Approval:  Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
+		Policy:   Policy{Default: "approve"},
+		TDD:      TDD{Mode: "strict", DebtBudget: 5},
+		Approval: Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
 		Net: Net{
 			MaxUpload:       64 << 20,
 			MaxDownload:     1 << 30,
@@ -317,7 +316,10 @@ func Default(env Env) Config {
 			MaxTime:         units.Duration(30 * 60e9),
 			ContextTokens:   150000,
 			ToolResultLimit: 32 << 10,
-		}}
+		},
+
+		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
+	}
 }
 
 // Env is the process environment as a lookup function (os.LookupEnv in
