@@ -11,17 +11,30 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 )
 
-// changesFlags are shared by the changes subcommands.
+// changesFlags are shared by the changeset subcommands.
 type changesFlags struct {
 	dir       string
 	workspace string
+	session   string
 }
 
-func (f *changesFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.dir, "changeset", "", "change set directory (from 'fluffy changes begin'), or a bare overlay upper directory with --workspace")
-	cmd.Flags().StringVar(&f.workspace, "workspace", "", "workspace (the overlay lower layer); recorded in a change set, required for a bare upper")
-	_ = cmd.MarkFlagRequired("changeset")
+// add adds the flags; withSession for the commands that also work on a
+// session's change set.
+func (f *changesFlags) add(cmd *cobra.Command, withSession bool) {
+	cmd.Flags().StringVar(&f.dir, "changeset", "", "change set directory (from 'fluffy changeset begin'), or a bare overlay upper directory with --workspace")
+	if !withSession {
+		cmd.Flags().StringVar(&f.workspace, "workspace", "", "workspace (the overlay lower layer); default the current directory")
+		_ = cmd.MarkFlagRequired("changeset")
+		return
+	}
+	cmd.Flags().StringVar(&f.workspace, "workspace", "", "with --changeset: the workspace (required for a bare upper); otherwise: the repository whose latest session to use (default: the one holding the current directory)")
+	cmd.Flags().StringVar(&f.session, "session", "", "the session whose change set to use (default: the latest session of this repository)")
+	cmd.MarkFlagsMutuallyExclusive("changeset", "session")
 }
+
+// standalone reports whether the command works on a change set directory
+// rather than a session's.
+func (f *changesFlags) standalone() bool { return f.dir != "" }
 
 func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 	dir := f.dir
@@ -51,12 +64,21 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 
 func newChangesCmd(a *App) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "changes",
-		Short: "Review, apply or discard a change set (an overlay upper directory over a workspace)",
+		Use:     "changeset",
+		Aliases: []string{"changes"},
+		Short:   "Review, apply or discard a session's change set (or a change set directory)",
 		Long: `A change set holds a session's writes as an overlay upper directory over the
-workspace. Nothing reaches the real tree until 'fluffy changes apply', which
-is all-or-nothing and refuses when a file changed in the workspace since the
-change set began. FILES select paths (a directory selects everything below).`,
+workspace. Nothing reaches the real tree until 'fluffy changeset apply', which
+is all-or-nothing and refuses, showing the three versions (base, change set,
+current file), when a file changed in the workspace since the change set
+began. FILES select paths (a directory selects everything below).
+
+Without --changeset the commands work on a session's change set: --session ID,
+or by default the latest session of the repository holding the current
+directory. The running kernel does the work when there is one (apply and
+discard are refused while the session runs); otherwise the command works on
+the data directory itself. --changeset DIR works on a change set directory
+made by 'fluffy changeset begin' (or a bare upper with --workspace).`,
 	}
 	cmd.AddCommand(newChangesBeginCmd(a), newChangesLsCmd(a), newChangesDiffCmd(a), newChangesApplyCmd(a), newChangesDiscardCmd(a))
 	return cmd
@@ -87,7 +109,7 @@ func newChangesBeginCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, false)
 	return cmd
 }
 
@@ -95,9 +117,12 @@ func newChangesLsCmd(a *App) *cobra.Command {
 	var f changesFlags
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls --changeset DIR [FILES...]",
+		Use:   "ls [--session ID | --changeset DIR] [FILES...]",
 		Short: "List changed paths: A added, M modified, D deleted",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !f.standalone() {
+				return a.runSessionChanges(cmd.Context(), "ls", &f, args, asJSON)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -120,7 +145,7 @@ func newChangesLsCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
 }
@@ -140,9 +165,12 @@ func changeLine(c changeset.Change) string {
 func newChangesDiffCmd(a *App) *cobra.Command {
 	var f changesFlags
 	cmd := &cobra.Command{
-		Use:   "diff --changeset DIR [FILES...]",
+		Use:   "diff [--session ID | --changeset DIR] [FILES...]",
 		Short: "Show the change set as a unified diff",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !f.standalone() {
+				return a.runSessionChanges(cmd.Context(), "diff", &f, args, false)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -155,16 +183,19 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	return cmd
 }
 
 func newChangesApplyCmd(a *App) *cobra.Command {
 	var f changesFlags
 	cmd := &cobra.Command{
-		Use:   "apply --changeset DIR [FILES...]",
+		Use:   "apply [--session ID | --changeset DIR] [FILES...]",
 		Short: "Apply the change set (or the selected paths) to the workspace, all or nothing",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !f.standalone() {
+				return a.runSessionChanges(cmd.Context(), "apply", &f, args, false)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -172,7 +203,10 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			applied, err := cs.Apply(cmd.Context(), args...)
 			var ce *changeset.ConflictError
 			if errors.As(err, &ce) {
-				return fmt.Errorf("%w\nreview with 'fluffy changes diff', then apply the other paths by naming them, or discard the conflicting ones", err)
+				for _, c := range ce.Conflicts {
+					fmt.Fprintln(a.Stderr, cs.Explain(c))
+				}
+				return fmt.Errorf("%w\nreview with 'fluffy changeset diff', then apply the other paths by naming them, or discard the conflicting ones", err)
 			}
 			if err != nil {
 				return wrapPathErr(err)
@@ -184,16 +218,19 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	return cmd
 }
 
 func newChangesDiscardCmd(a *App) *cobra.Command {
 	var f changesFlags
 	cmd := &cobra.Command{
-		Use:   "discard --changeset DIR [FILES...]",
+		Use:   "discard [--session ID | --changeset DIR] [FILES...]",
 		Short: "Drop the change set's changes (or those at the selected paths)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !f.standalone() {
+				return a.runSessionChanges(cmd.Context(), "discard", &f, args, false)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -205,7 +242,7 @@ func newChangesDiscardCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	return cmd
 }
 
