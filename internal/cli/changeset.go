@@ -96,11 +96,7 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 				ws = filepath.Join(a.Cwd, ws)
 			}
 		}
-		ws = repoRoot(ws)
-		if r, err := filepath.EvalSymlinks(ws); err == nil {
-			ws = r
-		}
-		p.Workspace = ws
+		p.Workspace = repoRoot(ws)
 	}
 	method := map[string]string{"ls": kernel.MethodChangesList, "diff": kernel.MethodChangesDiff, "apply": kernel.MethodChangesApply, "discard": kernel.MethodChangesDiscard}[verb]
 	res, err := a.sessionChanges(ctx, method, p)

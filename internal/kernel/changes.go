@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -84,7 +85,13 @@ func (s SessionChanges) Resolve(ctx context.Context, p ChangesParams) (Info, err
 	if p.Workspace == "" {
 		return Info{}, errors.New("kernel: name a session or a workspace")
 	}
-	i, err := scanInfo(s.DB.QueryRowContext(ctx, selectInfo+` WHERE workspace = ? ORDER BY status = 'closed', created_at DESC LIMIT 1`, p.Workspace))
+	// Sessions record the workspace as the client gave it; match it with
+	// its symlinks resolved too.
+	resolved := p.Workspace
+	if r, err := filepath.EvalSymlinks(p.Workspace); err == nil {
+		resolved = r
+	}
+	i, err := scanInfo(s.DB.QueryRowContext(ctx, selectInfo+` WHERE workspace IN (?, ?) ORDER BY status = 'closed', created_at DESC LIMIT 1`, p.Workspace, resolved))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Info{}, fmt.Errorf("%w: no session has worked on %s", ErrNotFound, p.Workspace)
 	}
