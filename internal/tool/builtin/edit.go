@@ -260,6 +260,9 @@ func applyHunks(path, content string, hunks []*gitdiff.TextFragment) (string, er
 
 // locate finds old in lines at or after from, preferring want.
 func locate(path string, lines, old []string, want, from int, label string) (int, error) {
+	if want >= from && want+len(old) <= len(lines) && equalAt(lines, want, old) {
+		return want, nil
+	}
 	var at []int
 	for i := from; i+len(old) <= len(lines); i++ {
 		if equalAt(lines, i, old) {
