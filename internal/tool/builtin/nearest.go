@@ -120,7 +120,35 @@ func similarity(a, b string) float64 {
 	ta, tb = ta[:min(len(ta), refineBytes)], tb[:min(len(tb), refineBytes)]
 	longer := max(len(ta), len(tb))
 	s := 1 - float64(levenshtein(ta, tb))/float64(longer)
+	// A fragment of a line (an old text that is not whole lines) scores
+	// by how well it matches somewhere inside the line.
+	short, long := ta, tb
+	if len(short) > len(long) {
+		short, long = long, short
+	}
+	if len(short) > 0 {
+		s = max(s, (1-float64(substringDistance(short, long))/float64(len(short)))*0.9)
+	}
 	return min(s*0.85, 0.85)
+}
+
+// substringDistance is the edit distance from p to the closest substring
+// of t (Sellers' algorithm).
+func substringDistance(p, t string) int {
+	prev := make([]int, len(t)+1) // row 0: a match may start anywhere
+	cur := make([]int, len(t)+1)
+	for i := 1; i <= len(p); i++ {
+		cur[0] = i
+		for j := 1; j <= len(t); j++ {
+			cost := 1
+			if p[i-1] == t[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return slices.Min(prev)
 }
 
 // levenshtein is the byte edit distance of a and b.
