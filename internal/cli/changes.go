@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,11 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 		cs, err := changeset.Open(dir, ws)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		// Keep base copies of what a sandbox changed while the real files
+		// are still the base: a later conflict shows three versions.
+		if _, err := cs.KeepBases(context.Background()); err != nil {
+			return nil, err
 		}
 		return cs, nil
 	}
@@ -203,9 +209,6 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			applied, err := cs.Apply(cmd.Context(), args...)
 			var ce *changeset.ConflictError
 			if errors.As(err, &ce) {
-				for _, c := range ce.Conflicts {
-					fmt.Fprintln(a.Stderr, cs.Explain(c))
-				}
 				return fmt.Errorf("%w\nreview with 'fluffy changeset diff', then apply the other paths by naming them, or discard the conflicting ones", err)
 			}
 			if err != nil {

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -192,6 +193,14 @@ func testsGreen(s *tdd.Status) (bool, string) {
 	return true, fmt.Sprintf("the last test run passed (%d tests) after the last write", s.LastRun.Passed)
 }
 
+func conflictPaths(ce *changeset.ConflictError) []string {
+	out := make([]string, len(ce.Conflicts))
+	for i, c := range ce.Conflicts {
+		out[i] = c.Path
+	}
+	return out
+}
+
 func joinFirst(s []string, n int) string {
 	if len(s) <= n {
 		return strings.Join(s, ", ")
@@ -256,6 +265,10 @@ func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult) *AutoA
 	applied, err := cs.Apply(ctx)
 	if err != nil {
 		r.Error = err.Error()
+		var ce *changeset.ConflictError
+		if errors.As(err, &ce) {
+			r.Error = fmt.Sprintf("%d path(s) changed in the workspace since the change set began (%s); review with fluffy changeset diff", len(ce.Conflicts), joinFirst(conflictPaths(ce), 5))
+		}
 		if _, aerr := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: KindAutoApply, Actor: "kernel", Payload: map[string]any{
 			"decision": "failed", "error": r.Error}}); aerr != nil {
 			return fail(aerr)

@@ -160,8 +160,8 @@ func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResu
 	applied, err := cs.Apply(ctx, p.Paths...)
 	var ce *changeset.ConflictError
 	if errors.As(err, &ce) {
-		for _, c := range ce.Conflicts {
-			res.Conflicts = append(res.Conflicts, ConflictView{Conflict: c, Explain: cs.Explain(c)})
+		for i, c := range ce.Conflicts {
+			res.Conflicts = append(res.Conflicts, ConflictView{Conflict: c, Explain: ce.Versions[i]})
 		}
 		return res, nil
 	}
