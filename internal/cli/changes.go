@@ -30,12 +30,16 @@ func (f *changesFlags) add(cmd *cobra.Command, withSession bool) {
 	}
 	cmd.Flags().StringVar(&f.workspace, "workspace", "", "with --changeset: the workspace (required for a bare upper); otherwise: the repository whose latest session to use (default: the one holding the current directory)")
 	cmd.Flags().StringVar(&f.session, "session", "", "the session whose change set to use (default: the latest session of this repository)")
-	cmd.MarkFlagsMutuallyExclusive("changeset", "session")
 }
 
 // standalone reports whether the command works on a change set directory
-// rather than a session's.
-func (f *changesFlags) standalone() bool { return f.dir != "" }
+// rather than a session's; naming both is a usage error.
+func (f *changesFlags) standalone() (bool, error) {
+	if f.dir != "" && f.session != "" {
+		return false, fmt.Errorf("%w: --changeset and --session exclude each other", errUsage)
+	}
+	return f.dir != "", nil
+}
 
 func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 	dir := f.dir
@@ -126,7 +130,10 @@ func newChangesLsCmd(a *App) *cobra.Command {
 		Use:   "ls [--session ID | --changeset DIR] [FILES...]",
 		Short: "List changed paths: A added, M modified, D deleted",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !f.standalone() {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
 				return a.runSessionChanges(cmd.Context(), "ls", &f, args, asJSON)
 			}
 			cs, err := f.open(a)
@@ -174,7 +181,10 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 		Use:   "diff [--session ID | --changeset DIR] [FILES...]",
 		Short: "Show the change set as a unified diff",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !f.standalone() {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
 				return a.runSessionChanges(cmd.Context(), "diff", &f, args, false)
 			}
 			cs, err := f.open(a)
@@ -199,7 +209,10 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 		Use:   "apply [--session ID | --changeset DIR] [FILES...]",
 		Short: "Apply the change set (or the selected paths) to the workspace, all or nothing",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !f.standalone() {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
 				return a.runSessionChanges(cmd.Context(), "apply", &f, args, false)
 			}
 			cs, err := f.open(a)
@@ -231,7 +244,10 @@ func newChangesDiscardCmd(a *App) *cobra.Command {
 		Use:   "discard [--session ID | --changeset DIR] [FILES...]",
 		Short: "Drop the change set's changes (or those at the selected paths)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !f.standalone() {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
 				return a.runSessionChanges(cmd.Context(), "discard", &f, args, false)
 			}
 			cs, err := f.open(a)
