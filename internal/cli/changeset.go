@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -29,6 +31,19 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 	c, err := a.dialRunning(ctx)
 	if err != nil {
 		return res, err
+	}
+	if c == nil {
+		// No kernel: hold the lock commands take to start one, so none
+		// starts (and runs this session) while we work; one may have
+		// started just before.
+		unlock, err := a.holdKernelStart(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer unlock()
+		if c, err = a.dialRunning(ctx); err != nil {
+			return res, err
+		}
 	}
 	if c != nil {
 		defer c.Close()
@@ -63,6 +78,35 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 		return res, fmt.Errorf("unknown method %s", method)
 	}
 	return res, sessionErr(err)
+}
+
+// holdKernelStart takes the lock fluffy commands take before they start a
+// kernel (beside its socket; see internal/bootstrap), waiting up to 5s.
+func (a *App) holdKernelStart(ctx context.Context) (func(), error) {
+	sock, err := a.kernelSocket()
+	if err != nil {
+		return nil, err
+	}
+	path := sock + ".lock"
+	if err := ipc.EnsureDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) || ctx.Err() != nil {
+			f.Close()
+			return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("another fluffy command is starting the kernel (%s is locked); run the command again", path)}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // sessionErr makes the errors a person can fix exit 1 with the message
