@@ -211,7 +211,19 @@ func joinFirst(s []string, n int) string {
 // autoApply evaluates the criteria at the end of a run and applies the
 // change set when they hold. It returns nil when auto-apply is off or
 // there is nothing to apply.
+//
+// First, after every run, it keeps base copies of the files the run's
+// sandboxes changed while the real files are still the base, so that a
+// later conflict can show three versions.
 func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult) *AutoApplyReport {
+	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	if err != nil {
+		k.log.Error("open the change set", "session", info.ID, "err", err)
+		return nil
+	}
+	if _, err := cs.KeepBases(ctx); err != nil {
+		k.log.Warn("keep base copies", "session", info.ID, "err", err)
+	}
 	o := k.o.AutoApply
 	if o == nil || !o.Enabled || res.Fault != nil || res.Reason != string(agent.ReasonDone) {
 		return nil
@@ -219,10 +231,6 @@ func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult) *AutoA
 	fail := func(err error) *AutoApplyReport {
 		k.log.Error("auto-apply", "session", info.ID, "err", err)
 		return &AutoApplyReport{Error: err.Error()}
-	}
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
-	if err != nil {
-		return fail(err)
 	}
 	changes, err := cs.Changes(ctx)
 	if err != nil {
@@ -258,9 +266,6 @@ func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult) *AutoA
 	}
 	if !r.Met() {
 		return r
-	}
-	if _, err := cs.KeepBases(ctx); err != nil {
-		return fail(err)
 	}
 	applied, err := cs.Apply(ctx)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 type tddTools struct{ env kernel.Env }
 
 func (w *tddTools) Definitions() []llm.Tool {
-	return []llm.Tool{{Name: "write"}, {Name: "remove"}, {Name: "test"}}
+	return []llm.Tool{{Name: "write"}, {Name: "remove"}, {Name: "test"}, {Name: "sbx"}}
 }
 
 func (w *tddTools) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
@@ -55,6 +55,12 @@ func (w *tddTools) Call(ctx context.Context, c llm.ToolCall) (agent.Result, erro
 		}
 		if _, err := w.env.TDD.Wrote(ctx, op); err != nil {
 			return agent.Result{}, err
+		}
+		return agent.Result{Content: "ok"}, nil
+	case "sbx":
+		// As a sandboxed command writes: straight into the upper layer.
+		if err := os.WriteFile(filepath.Join(w.env.ChangeSet.UpperDir(), a.Path), []byte(a.Content), 0o644); err != nil {
+			return agent.Result{Content: err.Error(), IsError: true}, nil
 		}
 		return agent.Result{Content: "ok"}, nil
 	case "test":
@@ -221,5 +227,36 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After a run, the kernel keeps base copies of what the run's sandboxes
+// wrote, so a conflict found later still shows the three versions.
+func TestRunKeepsBases(t *testing.T) {
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	e := openEnv(t, t.TempDir(), ws)
+	defer e.close()
+	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir,
+		Models: scriptModels(script("sbx", `{"path": "README.md", "content": "hello from the sandbox\n"}`)),
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &tddTools{env: env}, nil }})
+	must(t, err)
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
+	must(t, err)
+	if _, err := k.Run(ctx, info.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello, edited by hand\n"), 0o644))
+	sc := kernel.SessionChanges{DB: e.db, Audit: e.audit}
+	r, err := sc.Apply(ctx, kernel.ChangesParams{Session: info.ID})
+	must(t, err)
+	if len(r.Conflicts) != 1 {
+		t.Fatalf("conflicts = %+v", r.Conflicts)
+	}
+	x := r.Conflicts[0].Explain
+	for _, want := range []string{"content kept", "-hello\n+hello, edited by hand", "-hello\n+hello from the sandbox"} {
+		if !strings.Contains(x, want) {
+			t.Errorf("explain lacks %q:\n%s", want, x)
+		}
 	}
 }
