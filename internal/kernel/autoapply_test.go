@@ -239,7 +239,7 @@ func TestRunKeepsBases(t *testing.T) {
 	defer e.close()
 	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir,
 		Models: scriptModels(script("sbx", `{"path": "README.md", "content": "hello from the sandbox\n"}`)),
-		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &tddTools{env: env}, nil }})
+		Tools:  func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &tddTools{env: env}, nil }})
 	must(t, err)
 	info, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
 	must(t, err)
