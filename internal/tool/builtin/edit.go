@@ -146,10 +146,13 @@ func stripSide(name string) string {
 }
 
 // text is a file split into lines without their newlines; final says
-// whether the last line ended with one.
+// whether the last line ended with one, crlf whether every line ends with
+// "\r\n" (a Windows file: diffs match its lines without the "\r", and
+// the result keeps "\r\n").
 type text struct {
 	lines []string
 	final bool
+	crlf  bool
 }
 
 func splitText(s string) text {
@@ -158,6 +161,18 @@ func splitText(s string) text {
 	}
 	t := text{final: strings.HasSuffix(s, "\n")}
 	t.lines = strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	t.crlf = t.final
+	for _, l := range t.lines {
+		if !strings.HasSuffix(l, "\r") {
+			t.crlf = false
+			break
+		}
+	}
+	if t.crlf {
+		for i, l := range t.lines {
+			t.lines[i] = strings.TrimSuffix(l, "\r")
+		}
+	}
 	return t
 }
 
@@ -165,9 +180,13 @@ func (t text) String() string {
 	if len(t.lines) == 0 {
 		return ""
 	}
-	s := strings.Join(t.lines, "\n")
+	nl := "\n"
+	if t.crlf {
+		nl = "\r\n"
+	}
+	s := strings.Join(t.lines, nl)
 	if t.final {
-		s += "\n"
+		s += nl
 	}
 	return s
 }
@@ -211,6 +230,10 @@ func applyHunks(path, content string, hunks []*gitdiff.TextFragment) (string, er
 	final := t.final
 	for i, h := range hunks {
 		old, new, oldNoNL, newNoNL := hunkSides(h)
+		if t.crlf {
+			trimCR(old)
+			trimCR(new)
+		}
 		label := fmt.Sprintf("hunk %d of %d (%s)", i+1, len(hunks), strings.TrimSpace(h.Header()))
 		want := int(h.OldPosition) - 1 + offset
 		if len(old) == 0 {
@@ -255,7 +278,13 @@ func applyHunks(path, content string, hunks []*gitdiff.TextFragment) (string, er
 	if len(out) == 0 {
 		return "", nil
 	}
-	return text{lines: out, final: final}.String(), nil
+	return text{lines: out, final: final, crlf: t.crlf}.String(), nil
+}
+
+func trimCR(lines []string) {
+	for i, l := range lines {
+		lines[i] = strings.TrimSuffix(l, "\r")
+	}
 }
 
 // locate finds old in lines at or after from, preferring want.
