@@ -474,9 +474,6 @@ func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res k
 	if f.asJSON {
 		out = a.Stderr
 	}
-	if res.AutoApply != nil {
-		fmt.Fprintln(out, res.AutoApply.Summary())
-	}
 	if len(d.Changes) == 0 {
 		fmt.Fprintln(out, "no changes")
 		if res.Fault == nil {

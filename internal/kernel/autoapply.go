@@ -209,13 +209,25 @@ func joinFirst(s []string, n int) string {
 }
 
 // autoApply evaluates the criteria at the end of a run and applies the
-// change set when they hold. It returns nil when auto-apply is off or
-// there is nothing to apply.
+// change set when they hold; the summary goes to the session's clients as
+// a context event. It returns nil when auto-apply is off or there is
+// nothing to apply.
 //
 // First, after every run, it keeps base copies of the files the run's
 // sandboxes changed while the real files are still the base, so that a
 // later conflict can show three versions.
-func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult) *AutoApplyReport {
+func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult, em *emitter) *AutoApplyReport {
+	r := k.evalAutoApply(ctx, info, res)
+	if r != nil {
+		// Clients show context events as a line of their own ("· ..."):
+		// the user hears what happened with the change set.
+		em.emit(Event{Type: Type(agent.EventContext), Agent: &agent.Event{Type: agent.EventContext, Text: r.Summary()}})
+	}
+	return r
+}
+
+// evalAutoApply is autoApply without the event.
+func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *AutoApplyReport {
 	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
 	if err != nil {
 		k.log.Error("open the change set", "session", info.ID, "err", err)

@@ -64,13 +64,15 @@ type ConflictView struct {
 }
 
 // SessionChanges works on sessions' change sets in a data directory's
-// fluffy.db. DB and Audit are required. Running, when set, reports
-// whether a session is running in this process (the kernel); without it
-// a session is never considered running (no kernel runs).
+// fluffy.db. DB and Audit are required. Reserve, when set, keeps the
+// session from running while its change set is applied or discarded (the
+// kernel's sessions): it fails with ErrBusy when the session runs, and
+// the returned func ends the reservation. Without it no session is
+// considered running (no kernel runs).
 type SessionChanges struct {
 	DB      *store.DB
 	Audit   AuditLog
-	Running func(id string) bool
+	Reserve func(id string) (func(), error)
 }
 
 // Resolve returns the session p names (or the workspace's latest).
@@ -98,34 +100,39 @@ func (s SessionChanges) Resolve(ctx context.Context, p ChangesParams) (Info, err
 	return i, err
 }
 
-func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (Info, *changeset.ChangeSet, error) {
+// open resolves the session and opens its change set; with write, the
+// session is reserved until release is called.
+func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (_ Info, _ *changeset.ChangeSet, release func(), err error) {
+	release = func() {}
 	info, err := s.Resolve(ctx, p)
 	if err != nil {
-		return Info{}, nil, err
+		return Info{}, nil, release, err
 	}
 	if write {
-		switch {
-		case info.Status == StatusClosed:
-			return info, nil, fmt.Errorf("%w: %s", ErrClosed, info.ID)
-		case s.Running != nil && s.Running(info.ID):
-			return info, nil, fmt.Errorf("%w: %s (its sandboxes may have the change set mounted; wait for it to stop, or cancel it)", ErrBusy, info.ID)
+		if info.Status == StatusClosed {
+			return info, nil, release, fmt.Errorf("%w: %s", ErrClosed, info.ID)
+		}
+		if s.Reserve != nil {
+			if release, err = s.Reserve(info.ID); err != nil {
+				return info, nil, func() {}, err
+			}
 		}
 	}
 	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
 	if err != nil {
-		return info, nil, fmt.Errorf("kernel: open the change set of %s: %w", info.ID, err)
+		return info, nil, release, fmt.Errorf("kernel: open the change set of %s: %w", info.ID, err)
 	}
 	// Keep base copies of what sandboxes changed while the real files are
 	// still the base, so a later conflict can show three versions.
 	if _, err := cs.KeepBases(ctx); err != nil {
-		return info, nil, err
+		return info, nil, release, err
 	}
-	return info, cs, nil
+	return info, cs, release, nil
 }
 
 // List returns the changes of the selected paths.
 func (s SessionChanges) List(ctx context.Context, p ChangesParams) (ChangesResult, error) {
-	info, cs, err := s.open(ctx, p, false)
+	info, cs, _, err := s.open(ctx, p, false)
 	if err != nil {
 		return ChangesResult{}, err
 	}
@@ -152,7 +159,8 @@ func (s SessionChanges) Diff(ctx context.Context, p ChangesParams) (ChangesResul
 // the result's Conflicts show each one's three versions (the error is nil:
 // a conflict is an answer, not a failure).
 func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResult, error) {
-	info, cs, err := s.open(ctx, p, true)
+	info, cs, release, err := s.open(ctx, p, true)
+	defer release()
 	if err != nil {
 		return ChangesResult{Session: info}, err
 	}
@@ -179,7 +187,8 @@ func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResu
 
 // Discard drops the selected paths' changes (all when none).
 func (s SessionChanges) Discard(ctx context.Context, p ChangesParams) (ChangesResult, error) {
-	info, cs, err := s.open(ctx, p, true)
+	info, cs, release, err := s.open(ctx, p, true)
+	defer release()
 	if err != nil {
 		return ChangesResult{Session: info}, err
 	}
@@ -233,15 +242,40 @@ func nonNilStrings(s []string) []string {
 	return s
 }
 
-// changes is the kernel's SessionChanges: sessions running here are
-// refused apply and discard.
+// changes is the kernel's SessionChanges: a session running here is
+// refused apply and discard, and none starts while they work.
 func (k *Kernel) changes() SessionChanges {
-	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Running: func(id string) bool {
+	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Reserve: k.reserveChanges}
+}
+
+// reserveChanges marks the session as busy (Run refuses it with ErrBusy)
+// until the returned func is called; it fails when the session runs.
+func (k *Kernel) reserveChanges(id string) (func(), error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, busy := k.running[id]; busy {
+		return nil, fmt.Errorf("%w: %s (its sandboxes may have the change set mounted; wait for the run to stop, or cancel it)", ErrBusy, id)
+	}
+	r := &run{cancel: func() {}, done: make(chan struct{})}
+	k.running[id] = r
+	return func() {
 		k.mu.Lock()
-		defer k.mu.Unlock()
-		_, ok := k.running[id]
-		return ok
-	}}
+		if k.running[id] == r {
+			delete(k.running, id)
+		}
+		k.mu.Unlock()
+		close(r.done)
+	}, nil
+}
+
+// registerChanges adds the changeset.* IPC methods to mux.
+func (k *Kernel) registerChanges(mux *ipc.Mux) error {
+	for name, h := range k.changesHandlers() {
+		if err := mux.Handle(name, h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // changesHandlers are the changeset.* IPC methods.

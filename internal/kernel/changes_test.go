@@ -34,7 +34,12 @@ func TestSessionChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := map[string]bool{}
-	sc := kernel.SessionChanges{DB: e.db, Audit: e.audit, Running: func(id string) bool { return running[id] }}
+	sc := kernel.SessionChanges{DB: e.db, Audit: e.audit, Reserve: func(id string) (func(), error) {
+		if running[id] {
+			return nil, kernel.ErrBusy
+		}
+		return func() {}, nil
+	}}
 
 	// The workspace's latest session is the default.
 	r, err := sc.List(ctx, kernel.ChangesParams{Workspace: ws})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -132,13 +131,12 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return res, wireError(err)
 		},
 	}
-	maps.Copy(handlers, k.changesHandlers())
 	for name, h := range handlers {
 		if err := mux.Handle(name, h); err != nil {
 			return err
 		}
 	}
-	return nil
+	return k.registerChanges(mux)
 }
 
 // wireError gives the errors a client branches on a stable code.

@@ -252,7 +252,7 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 	if err := k.setStatus(sctx, id, status, res.Reason, msg); err != nil {
 		k.log.Error("save session status", "session", id, "err", err)
 	}
-	res.AutoApply = k.autoApply(sctx, info, res)
+	res.AutoApply = k.autoApply(sctx, info, res, em)
 	// The run's buffered audit entries (fast-path reads) are durable
 	// before the client hears the run ended.
 	if err := k.o.Audit.Flush(sctx); err != nil {
