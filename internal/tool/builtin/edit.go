@@ -53,6 +53,7 @@ var diffLineNo = regexp.MustCompile(`^gitdiff: line (\d+): `)
 // no ---/+++ header) is about defaultPath. Renames, copies, binary
 // patches and mode changes are refused: fs.edit edits text.
 func parsePatch(diff, defaultPath string) ([]filePatch, error) {
+	diff = recountHunks(diff)
 	body := diff
 	shift := 0
 	if !hasFileHeader(diff) {
@@ -79,9 +80,6 @@ func parsePatch(diff, defaultPath string) ([]filePatch, error) {
 		if m := diffLineNo.FindStringSubmatch(msg); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			msg = fmt.Sprintf("line %d of the diff: %s", n-shift, msg[len(m[0]):])
-		}
-		if strings.Contains(msg, "miscounts lines") {
-			msg += " (in \"@@ -A,B +C,D @@\", B counts the hunk's context and removed lines, D its context and added lines)"
 		}
 		return nil, fmt.Errorf("the diff does not parse: %s", msg)
 	}
@@ -122,6 +120,131 @@ func parsePatch(diff, defaultPath string) ([]filePatch, error) {
 		out = append(out, filePatch{Path: name, New: f.IsNew, Delete: f.IsDelete, Hunks: f.TextFragments})
 	}
 	return out, nil
+}
+
+var hunkHeader = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$`)
+
+// bareHunk marks a hunk whose header had no line numbers ("@@" alone).
+const bareHunk = " (no line numbers)"
+
+// recountHunks rewrites every hunk header's line counts from the hunk's
+// own lines, and gives a header without line numbers ("@@", "@@ @@")
+// the position 1 (0 when the hunk has no old lines): models count lines
+// badly, and a hunk is located by its content anyway. Trailing blank
+// lines after the last hunk are dropped. The line count is unchanged, so
+// parse errors still name the model's lines.
+func recountHunks(diff string) string {
+	lines := strings.Split(strings.TrimRight(diff, "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if !strings.HasPrefix(l, "@@") {
+			continue
+		}
+		oldStart, newStart, rest, bare := "", "", "", false
+		if m := hunkHeader.FindStringSubmatch(l); m != nil {
+			if countsHold(m[2], m[4], lines[i+1:]) {
+				continue // a correct header stays as written
+			}
+			oldStart, newStart, rest = m[1], m[3], m[5]
+		} else if strings.HasPrefix(l, "@@ -") {
+			continue // a malformed header with numbers: the parser explains
+		} else {
+			bare = true
+		}
+		nOld, nNew, keep := 0, 0, false
+	body:
+		for j := i + 1; j < len(lines); j++ {
+			b := lines[j]
+			switch {
+			case strings.HasPrefix(b, "@@"), strings.HasPrefix(b, "diff --git "),
+				strings.HasPrefix(b, "--- ") && j+1 < len(lines) && strings.HasPrefix(lines[j+1], "+++ "):
+				break body
+			case b == "" || b[0] == ' ':
+				nOld++
+				nNew++
+			case b[0] == '-':
+				nOld++
+			case b[0] == '+':
+				nNew++
+			case b[0] == '\\':
+			default:
+				if strayLine(lines[j+1:]) {
+					// A bad line inside the hunk, not its end: leave
+					// the header for the parser to report the line.
+					keep = true
+				}
+				break body
+			}
+		}
+		if keep && !bare {
+			continue
+		}
+		if bare {
+			oldStart, newStart, rest = "1", "1", bareHunk
+			if nOld == 0 {
+				oldStart = "0"
+			}
+			if nNew == 0 {
+				newStart = "0"
+			}
+		}
+		lines[i] = fmt.Sprintf("@@ -%s,%d +%s,%d @@%s", oldStart, nOld, newStart, nNew, rest)
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// countsHold reports whether a header's counts (empty means 1) walk
+// exactly over hunk lines.
+func countsHold(oldN, newN string, rest []string) bool {
+	count := func(s string) int {
+		if s == "" {
+			return 1
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	o, n := count(oldN), count(newN)
+	if o < 0 || n < 0 {
+		return false
+	}
+	for _, l := range rest {
+		if o == 0 && n == 0 {
+			return true
+		}
+		switch {
+		case l == "" || l[0] == ' ':
+			o--
+			n--
+		case l[0] == '-':
+			o--
+		case l[0] == '+':
+			n--
+		case l[0] == '\\':
+		default:
+			return false
+		}
+		if o < 0 || n < 0 {
+			return false
+		}
+	}
+	return o == 0 && n == 0
+}
+
+// strayLine reports whether hunk lines follow (before the next header):
+// the line before them was a bad line inside a hunk.
+func strayLine(rest []string) bool {
+	for _, l := range rest {
+		switch {
+		case strings.HasPrefix(l, "@@"), strings.HasPrefix(l, "diff --git "), strings.HasPrefix(l, "--- "):
+			return false
+		case l != "" && (l[0] == '+' || l[0] == '-' || l[0] == ' '):
+			return true
+		}
+	}
+	return false
 }
 
 // hasFileHeader reports whether diff has a "diff --git" or a "--- "/"+++ "
@@ -236,6 +359,9 @@ func applyHunks(path, content string, hunks []*gitdiff.TextFragment) (string, er
 		}
 		label := fmt.Sprintf("hunk %d of %d (%s)", i+1, len(hunks), strings.TrimSpace(h.Header()))
 		want := int(h.OldPosition) - 1 + offset
+		if len(old) == 0 && strings.HasSuffix(h.Comment, strings.TrimSpace(bareHunk)) && len(t.lines) > 0 {
+			return "", &EditError{Path: path, Msg: fmt.Sprintf("%s has no context or removed lines and no line numbers: nothing says where to insert; add context lines", label)}
+		}
 		if len(old) == 0 {
 			// Pure insertion: after line OldPosition.
 			want = int(h.OldPosition) + offset
