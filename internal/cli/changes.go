@@ -205,6 +205,7 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 
 func newChangesApplyCmd(a *App) *cobra.Command {
 	var f changesFlags
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "apply [--session ID | --changeset DIR] [FILES...]",
 		Short: "Apply the change set (or the selected paths) to the workspace, all or nothing",
@@ -213,7 +214,7 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.runSessionChanges(cmd.Context(), "apply", &f, args, false)
+				return a.runSessionChanges(cmd.Context(), "apply", &f, args, asJSON)
 			}
 			cs, err := f.open(a)
 			if err != nil {
@@ -235,6 +236,7 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 		},
 	}
 	f.add(cmd, true)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "with a session: print the result (applied changes, or the conflicts with their three versions) as JSON")
 	return cmd
 }
 
