@@ -97,7 +97,11 @@ func parsePatch(diff, defaultPath string) ([]filePatch, error) {
 		if f.IsDelete || name == "" {
 			name = f.OldName
 		}
-		name = stripSide(name)
+		if !strings.Contains(body, "diff --git a/"+name+" ") {
+			// Traditional headers keep git's a/ and b/ (the parser strips
+			// them from "diff --git" headers only).
+			name = stripSide(name)
+		}
 		switch {
 		case name == "":
 			return nil, errors.New("the diff has a file without a name")

@@ -261,3 +261,19 @@ func FuzzParsePatch(f *testing.F) {
 		}
 	})
 }
+
+// A top-level directory named "a" survives git headers (the parser strips
+// a/ and b/ once); traditional headers are stripped the same way.
+func TestEditDiffPrefixes(t *testing.T) {
+	for _, c := range []struct{ diff, want string }{
+		{"diff --git a/a/x.txt b/a/x.txt\n--- a/a/x.txt\n+++ b/a/x.txt\n@@ -1 +1 @@\n-x\n+y\n", "a/x.txt"},
+		{"--- a/a/x.txt\n+++ b/a/x.txt\n@@ -1 +1 @@\n-x\n+y\n", "a/x.txt"},
+		{"--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-x\n+y\n", "x.txt"},
+		{"--- src/x.txt\n+++ src/x.txt\n@@ -1 +1 @@\n-x\n+y\n", "src/x.txt"},
+	} {
+		fps, err := parsePatch(c.diff, "")
+		if err != nil || len(fps) != 1 || fps[0].Path != c.want {
+			t.Errorf("parsePatch(%q) = %+v, %v; want %s", c.diff, fps, err, c.want)
+		}
+	}
+}
