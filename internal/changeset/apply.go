@@ -26,14 +26,23 @@ type Conflict struct {
 }
 
 // ConflictError is returned by Apply, before anything is written, when
-// some destinations changed since the change set began.
-type ConflictError struct{ Conflicts []Conflict }
+// some destinations changed since the change set began. Its message shows
+// each conflict's three versions (Explain).
+type ConflictError struct {
+	Conflicts []Conflict
+	// Versions holds each conflict's Explain text, in order.
+	Versions []string
+}
 
 func (e *ConflictError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "changeset: %d path(s) changed in the workspace since the change set began; nothing was applied:", len(e.Conflicts))
 	for _, c := range e.Conflicts {
 		fmt.Fprintf(&b, "\n  %s: %s", c.Path, c.Reason)
+	}
+	for _, v := range e.Versions {
+		b.WriteString("\n")
+		b.WriteString(strings.TrimSuffix(v, "\n"))
 	}
 	return b.String()
 }
@@ -68,6 +77,11 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 	if err != nil {
 		return nil, err
 	}
+	unlock, err := cs.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	all, err := cs.Changes(ctx)
 	if err != nil {
 		return nil, err
@@ -77,7 +91,11 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 		return nil, err
 	}
 	if conflicts := cs.conflicts(plan); len(conflicts) > 0 {
-		return nil, &ConflictError{Conflicts: conflicts}
+		ce := &ConflictError{Conflicts: conflicts}
+		for _, c := range conflicts {
+			ce.Versions = append(ce.Versions, cs.Explain(c))
+		}
+		return nil, ce
 	}
 	j := newJournal(plan)
 	if err := cs.execute(ctx, j); err != nil {

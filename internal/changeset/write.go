@@ -38,6 +38,9 @@ func (cs *ChangeSet) WriteFile(rel string, data []byte, perm fs.FileMode) error 
 	case KindSymlink:
 		return fmt.Errorf("%w: %s is a symlink", ErrSymlink, rel)
 	}
+	if cur.kind == KindFile && cur.layer == LayerLower {
+		cs.keepBase(rel) // first write: keep what the file was
+	}
 	if perm == 0 {
 		perm = 0o644
 		if cur.kind == KindFile {
@@ -151,6 +154,9 @@ func (cs *ChangeSet) Remove(rel string, recursive bool) error {
 	if m.kind == KindNone {
 		return &fs.PathError{Op: "remove", Path: rel, Err: fs.ErrNotExist}
 	}
+	if m.kind == KindFile && m.layer == LayerLower {
+		cs.keepBase(rel)
+	}
 	if m.kind == KindDir && !recursive {
 		kids, err := cs.children(rel, m)
 		if err != nil {
@@ -190,6 +196,11 @@ func (cs *ChangeSet) Discard(ctx context.Context, paths ...string) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := cs.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	up := osFS{root: cs.upper}
 	if len(s) == 0 {
 		names, err := readNames(cs.upper, ".")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,16 +12,33 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 )
 
-// changesFlags are shared by the changes subcommands.
+// changesFlags are shared by the changeset subcommands.
 type changesFlags struct {
 	dir       string
 	workspace string
+	session   string
 }
 
-func (f *changesFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.dir, "changeset", "", "change set directory (from 'fluffy changes begin'), or a bare overlay upper directory with --workspace")
-	cmd.Flags().StringVar(&f.workspace, "workspace", "", "workspace (the overlay lower layer); recorded in a change set, required for a bare upper")
-	_ = cmd.MarkFlagRequired("changeset")
+// add adds the flags; withSession for the commands that also work on a
+// session's change set.
+func (f *changesFlags) add(cmd *cobra.Command, withSession bool) {
+	cmd.Flags().StringVar(&f.dir, "changeset", "", "change set directory (from 'fluffy changeset begin'), or a bare overlay upper directory with --workspace")
+	if !withSession {
+		cmd.Flags().StringVar(&f.workspace, "workspace", "", "workspace (the overlay lower layer); default the current directory")
+		_ = cmd.MarkFlagRequired("changeset")
+		return
+	}
+	cmd.Flags().StringVar(&f.workspace, "workspace", "", "with --changeset: the workspace (required for a bare upper); otherwise: the repository whose latest session to use (default: the one holding the current directory)")
+	cmd.Flags().StringVar(&f.session, "session", "", "the session whose change set to use (default: the latest session of this repository)")
+}
+
+// standalone reports whether the command works on a change set directory
+// rather than a session's; naming both is a usage error.
+func (f *changesFlags) standalone() (bool, error) {
+	if f.dir != "" && f.session != "" {
+		return false, fmt.Errorf("%w: --changeset and --session exclude each other", errUsage)
+	}
+	return f.dir != "", nil
 }
 
 func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
@@ -37,6 +55,11 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
+		// Keep base copies of what a sandbox changed while the real files
+		// are still the base: a later conflict shows three versions.
+		if _, err := cs.KeepBases(context.Background()); err != nil {
+			return nil, err
+		}
 		return cs, nil
 	}
 	if ws == "" {
@@ -51,12 +74,21 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 
 func newChangesCmd(a *App) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "changes",
-		Short: "Review, apply or discard a change set (an overlay upper directory over a workspace)",
+		Use:     "changeset",
+		Aliases: []string{"changes"},
+		Short:   "Review, apply or discard a session's change set (or a change set directory)",
 		Long: `A change set holds a session's writes as an overlay upper directory over the
-workspace. Nothing reaches the real tree until 'fluffy changes apply', which
-is all-or-nothing and refuses when a file changed in the workspace since the
-change set began. FILES select paths (a directory selects everything below).`,
+workspace. Nothing reaches the real tree until 'fluffy changeset apply', which
+is all-or-nothing and refuses, showing the three versions (base, change set,
+current file), when a file changed in the workspace since the change set
+began. FILES select paths (a directory selects everything below).
+
+Without --changeset the commands work on a session's change set: --session ID,
+or by default the latest session of the repository holding the current
+directory. The running kernel does the work when there is one (apply and
+discard are refused while the session runs); otherwise the command works on
+the data directory itself. --changeset DIR works on a change set directory
+made by 'fluffy changeset begin' (or a bare upper with --workspace).`,
 	}
 	cmd.AddCommand(newChangesBeginCmd(a), newChangesLsCmd(a), newChangesDiffCmd(a), newChangesApplyCmd(a), newChangesDiscardCmd(a))
 	return cmd
@@ -87,7 +119,7 @@ func newChangesBeginCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, false)
 	return cmd
 }
 
@@ -95,9 +127,15 @@ func newChangesLsCmd(a *App) *cobra.Command {
 	var f changesFlags
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls --changeset DIR [FILES...]",
+		Use:   "ls [--session ID | --changeset DIR] [FILES...]",
 		Short: "List changed paths: A added, M modified, D deleted",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
+				return a.runSessionChanges(cmd.Context(), "ls", &f, args, asJSON)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -120,7 +158,7 @@ func newChangesLsCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
 }
@@ -140,9 +178,15 @@ func changeLine(c changeset.Change) string {
 func newChangesDiffCmd(a *App) *cobra.Command {
 	var f changesFlags
 	cmd := &cobra.Command{
-		Use:   "diff --changeset DIR [FILES...]",
+		Use:   "diff [--session ID | --changeset DIR] [FILES...]",
 		Short: "Show the change set as a unified diff",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
+				return a.runSessionChanges(cmd.Context(), "diff", &f, args, false)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -155,16 +199,23 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	return cmd
 }
 
 func newChangesApplyCmd(a *App) *cobra.Command {
 	var f changesFlags
+	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "apply --changeset DIR [FILES...]",
+		Use:   "apply [--session ID | --changeset DIR] [FILES...]",
 		Short: "Apply the change set (or the selected paths) to the workspace, all or nothing",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
+				return a.runSessionChanges(cmd.Context(), "apply", &f, args, asJSON)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -172,7 +223,7 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			applied, err := cs.Apply(cmd.Context(), args...)
 			var ce *changeset.ConflictError
 			if errors.As(err, &ce) {
-				return fmt.Errorf("%w\nreview with 'fluffy changes diff', then apply the other paths by naming them, or discard the conflicting ones", err)
+				return fmt.Errorf("%w\nreview with 'fluffy changeset diff', then apply the other paths by naming them, or discard the conflicting ones", err)
 			}
 			if err != nil {
 				return wrapPathErr(err)
@@ -184,16 +235,23 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "with a session: print the result (applied changes, or the conflicts with their three versions) as JSON")
 	return cmd
 }
 
 func newChangesDiscardCmd(a *App) *cobra.Command {
 	var f changesFlags
 	cmd := &cobra.Command{
-		Use:   "discard --changeset DIR [FILES...]",
+		Use:   "discard [--session ID | --changeset DIR] [FILES...]",
 		Short: "Drop the change set's changes (or those at the selected paths)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if alone, err := f.standalone(); err != nil || !alone {
+				if err != nil {
+					return err
+				}
+				return a.runSessionChanges(cmd.Context(), "discard", &f, args, false)
+			}
 			cs, err := f.open(a)
 			if err != nil {
 				return err
@@ -205,7 +263,7 @@ func newChangesDiscardCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
-	f.add(cmd)
+	f.add(cmd, true)
 	return cmd
 }
 

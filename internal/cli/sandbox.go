@@ -1,18 +1,22 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -280,7 +284,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 	}
 	if tempCS != "" {
-		if ch, err := sandbox.ReadChanges(spec.Workspace, tempCS); err == nil && len(ch) > 0 {
+		if ch, err := upperChanges(cmd.Context(), spec.Workspace, tempCS); err == nil && len(ch) > 0 {
 			fmt.Fprintf(a.Stderr, "fluffy: sandbox: %d change(s) to the workspace were discarded; pass --changeset DIR to keep them\n", len(ch))
 		}
 	}
@@ -307,8 +311,30 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	return nil
 }
 
+// upperChanges lists what an overlay upper directory changes over the
+// workspace (internal/changeset reads it: whiteouts, opaque directories,
+// no symlink followed).
+func upperChanges(ctx context.Context, workspace, upper string) ([]changeset.Change, error) {
+	cs, err := changeset.OpenUpper(upper, workspace)
+	if err != nil {
+		return nil, err
+	}
+	return cs.Changes(ctx)
+}
+
+// quotePath shows a path as is when it is plain printable text, else Go
+// quoted, so a name cannot smuggle control sequences to the terminal.
+func quotePath(p string) string {
+	for _, r := range p {
+		if !unicode.IsPrint(r) || r == '"' || r == '\\' {
+			return strconv.Quote(p)
+		}
+	}
+	return p
+}
+
 func newSandboxDiffCmd(a *App) *cobra.Command {
-	var workspace, changeset string
+	var workspace, changesetDir string
 	var stat, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "diff --changeset DIR [--workspace DIR]",
@@ -318,22 +344,26 @@ set, compared with the workspace (default: the current directory), as a
 unified diff. Nothing is written: the workspace stays as it is.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if changeset == "" {
+			if changesetDir == "" {
 				return fmt.Errorf("%w: --changeset DIR is required", errUsage)
 			}
 			if workspace == "" {
 				workspace = a.Cwd
 			}
-			if fi, err := os.Stat(changeset); err != nil || !fi.IsDir() {
-				return fmt.Errorf("%w: --changeset %s: not a directory", errUsage, changeset)
+			if fi, err := os.Stat(changesetDir); err != nil || !fi.IsDir() {
+				return fmt.Errorf("%w: --changeset %s: not a directory", errUsage, changesetDir)
 			}
-			changes, err := sandbox.ReadChanges(workspace, changeset)
+			cs, err := changeset.OpenUpper(changesetDir, workspace)
+			if err != nil {
+				return err
+			}
+			changes, err := cs.Changes(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				if changes == nil {
-					changes = []sandbox.Change{}
+					changes = []changeset.Change{}
 				}
 				enc := json.NewEncoder(a.Stdout)
 				enc.SetIndent("", "  ")
@@ -341,14 +371,19 @@ unified diff. Nothing is written: the workspace stays as it is.`,
 			}
 			if stat {
 				for _, c := range changes {
-					fmt.Fprintf(a.Stdout, "%-8s %s\n", c.Kind, sandbox.QuotePath(c.Path))
+					fmt.Fprintf(a.Stdout, "%-8s %s\n", c.Op, quotePath(c.Path))
 				}
 				return nil
 			}
-			return sandbox.WriteDiff(a.Stdout, workspace, changeset, changes)
+			d, err := cs.Diff(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(a.Stdout, d)
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&changeset, "changeset", "", "change set directory written by 'fluffy sandbox run --changeset'")
+	cmd.Flags().StringVar(&changesetDir, "changeset", "", "change set directory written by 'fluffy sandbox run --changeset'")
 	cmd.Flags().StringVar(&workspace, "workspace", "", "workspace the change set applies to (default: the current directory)")
 	cmd.Flags().BoolVar(&stat, "stat", false, "list the changed paths only")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "list the changed paths as JSON")

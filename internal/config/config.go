@@ -46,6 +46,31 @@ type Config struct {
 
 	LLM   LLM   `yaml:"llm"`
 	Agent Agent `yaml:"agent"`
+
+	Changeset Changeset `yaml:"changeset"`
+}
+
+// Changeset configures sessions' change sets (docs/changesets.md).
+type Changeset struct {
+	AutoApply AutoApply `yaml:"auto_apply"`
+}
+
+// AutoApply holds the criteria under which the kernel applies a session's
+// change set by itself when the session ends. Every key loosens or bounds
+// what reaches the working tree without a person's review, so none may be
+// set by a project file.
+type AutoApply struct {
+	// Enabled turns auto-apply on; off, every change set waits for review.
+	Enabled bool `yaml:"enabled" scope:"user"`
+	// MaxFiles is the most changed paths a change set may have.
+	MaxFiles int `yaml:"max_files" scope:"user"`
+	// RequireTestsGreen: the session's last test run passed, after its
+	// last write (the TDD machine's record).
+	RequireTestsGreen bool `yaml:"require_tests_green" scope:"user"`
+	// AllowDeletions lets a change set that deletes files apply itself.
+	AllowDeletions bool `yaml:"allow_deletions" scope:"user"`
+	// AllowBinary lets a change set with binary files apply itself.
+	AllowBinary bool `yaml:"allow_binary" scope:"user"`
 }
 
 // Approval configures asking a person.
@@ -291,7 +316,10 @@ func Default(env Env) Config {
 			MaxTime:         units.Duration(30 * 60e9),
 			ContextTokens:   150000,
 			ToolResultLimit: 32 << 10,
-		}}
+		},
+
+		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
+	}
 }
 
 // Env is the process environment as a lookup function (os.LookupEnv in

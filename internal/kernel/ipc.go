@@ -136,7 +136,7 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return err
 		}
 	}
-	return nil
+	return k.registerChanges(mux)
 }
 
 // wireError gives the errors a client branches on a stable code.

@@ -106,6 +106,9 @@ type Options struct {
 	// Price returns a model's price ("provider/name") for cost accounting
 	// and Limits.MaxCost; nil prices every model at zero.
 	Price func(model string) llm.Price
+	// AutoApply, when set and enabled, applies a session's change set at
+	// the end of a run whose criteria hold (autoapply.go).
+	AutoApply *AutoApplyOptions
 	// Limits bound each run of a session.
 	Limits agent.Limits
 	// Instructions is fluffy's own part of the system prompt.

@@ -195,6 +195,9 @@ type RunResult struct {
 	Reason  string `json:"reason"`
 	Text    string `json:"text,omitempty"`
 	Fault   *Fault `json:"fault,omitempty"`
+	// AutoApply is the auto-apply evaluation at the end of the run (nil:
+	// off, or nothing to apply).
+	AutoApply *AutoApplyReport `json:"auto_apply,omitempty"`
 }
 
 // Run runs (or resumes) a session until the model stops, a limit is hit,
@@ -249,6 +252,7 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 	if err := k.setStatus(sctx, id, status, res.Reason, msg); err != nil {
 		k.log.Error("save session status", "session", id, "err", err)
 	}
+	res.AutoApply = k.autoApply(sctx, info, res, em)
 	// The run's buffered audit entries (fast-path reads) are durable
 	// before the client hears the run ended.
 	if err := k.o.Audit.Flush(sctx); err != nil {

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,12 +14,12 @@ func TestReplaceOnce(t *testing.T) {
 		{"once", "a\nb\nc\n", "b", "B", "a\nB\nc\n", ""},
 		{"twice", "x x", "x", "y", "", "occurs 2 times"},
 		{"empty old", "x", "", "y", "", "old text is empty"},
-		{"nearest", "func Add(a, b int) int {\n\treturn a - b\n}\n", "return a * b", "", "", "nearest match is at line 2:\n\treturn a - b"},
-		{"nearest, several lines", "one\ntwo\nthree\nfour\n", "two\nthree!", "", "", "line 2:\ntwo\nthree"},
-		{"nothing alike", "abc", "xyz", "", "", "old text not found"},
+		{"nearest", "func Add(a, b int) int {\n\treturn a - b\n}\n", "return a * b", "", "", "f:2: old text not found"},
+		{"nearest, several lines", "one\ntwo\nthree\nfour\n", "two\nthree!", "", "", "nearest match is at lines 2-3"},
+		{"nothing alike", "abc", "xyz", "", "", "no line of it occurs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := replaceOnce(c.s, c.old, c.new)
+			got, err := replaceOnce("f", c.s, c.old, c.new)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err = %v, want %q", err, c.err)
@@ -39,7 +40,7 @@ func FuzzReplaceOnce(f *testing.F) {
 	f.Add("x x", "x", "y")
 	f.Add("func f() {\n\treturn 1\n}\n", "return 2", "")
 	f.Fuzz(func(t *testing.T, s, old, new string) {
-		got, err := replaceOnce(s, old, new)
+		got, err := replaceOnce("f", s, old, new)
 		if err != nil {
 			return
 		}
@@ -67,7 +68,7 @@ func TestNumbered(t *testing.T) {
 func TestReplaceOnceLargeInputs(t *testing.T) {
 	s := strings.Repeat(strings.Repeat("x", 300)+"\n", 20000)
 	old := strings.Repeat(strings.Repeat("y", 300)+"\n", 200)
-	if _, err := replaceOnce(s, old, ""); err == nil {
+	if _, err := replaceOnce("f", s, old, ""); err == nil {
 		t.Fatal("replaced nothing without an error")
 	}
 }
@@ -145,3 +146,5 @@ func FuzzPrefilter(f *testing.F) {
 		}
 	})
 }
+
+func asEditError(err error, target **EditError) bool { return errors.As(err, target) }

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
@@ -60,25 +62,59 @@ func (b *builtins) put(rel string, data []byte) error {
 	return b.o.ChangeSet.WriteFile(rel, data, perm)
 }
 
-// EditIn is fs.edit's input.
+// EditIn is fs.edit's input: old (and new), or diff.
 type EditIn struct {
-	Path string `json:"path" jsonschema:"the file to edit, relative to the workspace root"`
-	Old  string `json:"old" jsonschema:"the exact text to replace; it must occur exactly once in the file"`
-	New  string `json:"new" jsonschema:"the replacement text"`
+	Path string `json:"path,omitempty" jsonschema:"the file to edit, relative to the workspace root; required with old/new; with diff, optional (the diff's headers name the files)"`
+	Old  string `json:"old,omitempty" jsonschema:"the exact text to replace; it must occur exactly once in the file"`
+	New  string `json:"new,omitempty" jsonschema:"the replacement text (empty deletes old)"`
+	Diff string `json:"diff,omitempty" jsonschema:"instead of old/new: a unified diff (--- a/FILE, +++ b/FILE, @@ hunks; several files allowed, /dev/null creates or deletes one) whose context and removed lines must match the files exactly"`
 }
 
 func (b *builtins) edit() (*tool.Tool, error) {
 	return tool.New(tool.Definition[EditIn]{
-		Name:        "fs.edit",
-		Description: "Replace one exact occurrence of a text in a file of the workspace. The old text must occur exactly once; include surrounding lines to make it unique. The edit goes to your change set.",
-		Action:      operation.Write,
-		Tags:        []string{tool.TagWrites},
-		Execution:   tool.Execution{Class: tool.Kernel},
+		Name: "fs.edit",
+		Description: "Edit files of the workspace, in one of two ways. (1) path, old, new: replace the one exact occurrence of old by new; old must occur exactly once, so include surrounding lines to make it unique. " +
+			"(2) diff: a unified diff (as `diff -u` or `git diff` print it) for one or more files; every hunk's context and removed lines must match the file exactly (line numbers may be a little off). " +
+			"Nothing is written unless every file's edit applies. When an edit does not apply, the error names the file and line and shows the nearest match. The edit goes to your change set.",
+		Action:    operation.Write,
+		Tags:      []string{tool.TagWrites},
+		Execution: tool.Execution{Class: tool.Kernel},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *EditIn, op *operation.Operation) error {
-			op.Size = int64(len(in.New))
-			return b.onePath(in.Path, op)
+			if in.Diff == "" {
+				op.Size = int64(len(in.New))
+				return b.onePath(in.Path, op)
+			}
+			op.Size = int64(len(in.Diff))
+			fps, err := parsePatch(in.Diff, in.Path)
+			if err != nil {
+				// Decided again (and reported) by Run; the path given, if
+				// any, is still judged by the gates.
+				if in.Path != "" {
+					return b.onePath(in.Path, op)
+				}
+				return err
+			}
+			for _, fp := range fps {
+				if err := b.onePath(fp.Path, op); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 		Run: func(_ context.Context, in *EditIn) (tool.Result, error) {
+			if in.Diff != "" {
+				if in.Old != "" || in.New != "" {
+					return errResult(errors.New("give either old/new or diff, not both")), nil
+				}
+				out, err := b.applyDiff(in.Path, in.Diff)
+				if err != nil {
+					return errResult(err), nil
+				}
+				return tool.Result{Output: []byte(out)}, nil
+			}
+			if in.Path == "" {
+				return errResult(errors.New("path is required with old/new")), nil
+			}
 			rel, err := b.rel(in.Path)
 			if err != nil {
 				return errResult(err), nil
@@ -87,9 +123,9 @@ func (b *builtins) edit() (*tool.Tool, error) {
 			if err != nil {
 				return errResult(err), nil
 			}
-			out, err := replaceOnce(string(data), in.Old, in.New)
+			out, err := replaceOnce(rel, string(data), in.Old, in.New)
 			if err != nil {
-				return errResult(fmt.Errorf("%s: %w", rel, err)), nil
+				return errResult(err), nil
 			}
 			if err := b.put(rel, []byte(out)); err != nil {
 				return errResult(err), nil
@@ -99,77 +135,88 @@ func (b *builtins) edit() (*tool.Tool, error) {
 	})
 }
 
-// replaceOnce replaces the single occurrence of old in s. When old occurs
-// zero or several times the error says so and shows the nearest match.
-func replaceOnce(s, old, new string) (string, error) {
-	if old == "" {
-		return "", errors.New("old text is empty")
+// applyDiff applies a unified diff to the change set: every file's hunks
+// are applied in memory first; nothing is written unless all apply.
+func (b *builtins) applyDiff(only, diff string) (string, error) {
+	fps, err := parsePatch(diff, only)
+	if err != nil {
+		return "", err
 	}
-	switch n := strings.Count(s, old); n {
-	case 1:
-		return strings.Replace(s, old, new, 1), nil
-	case 0:
-		line, text := nearest(s, old)
-		if line == 0 {
-			return "", errors.New("old text not found")
+	var onlyRel string
+	if only != "" {
+		if onlyRel, err = b.rel(only); err != nil {
+			return "", err
 		}
-		return "", fmt.Errorf("old text not found; the nearest match is at line %d:\n%s", line, text)
-	default:
-		return "", fmt.Errorf("old text occurs %d times; include more surrounding lines so it occurs once", n)
 	}
-}
-
-// nearest finds the window of lines of s most like old (by shared
-// trimmed lines, then by the first line's prefix).
-func nearest(s, old string) (int, string) {
-	lines := strings.Split(s, "\n")
-	want := strings.Split(old, "\n")
-	// Fuzzy scoring costs up to 128×128 per line pair: only for small
-	// searches; large ones score equal lines only, so a model cannot make
-	// the kernel spin.
-	fuzzy := len(lines)*len(want) <= 2000
-	best, bestScore := 0, 0
-	for i := range lines {
-		score := 0
-		for j, w := range want {
-			if i+j >= len(lines) {
-				break
+	type result struct {
+		rel     string
+		data    []byte
+		delete  bool
+		created bool
+		hunks   int
+	}
+	var res []result
+	for _, fp := range fps {
+		rel, err := b.rel(fp.Path)
+		if err != nil {
+			return "", err
+		}
+		if onlyRel != "" && rel != onlyRel {
+			return "", &EditError{Path: fp.Path, Msg: fmt.Sprintf("the diff edits %s but path names %s: drop path, or diff only that file", rel, onlyRel)}
+		}
+		cur := ""
+		e, serr := b.o.ChangeSet.Stat(rel)
+		switch {
+		case fp.New && serr == nil:
+			return "", &EditError{Path: rel, Msg: "the diff creates this file (--- /dev/null) but it exists: diff against its content, or replace it with fs.write"}
+		case fp.New && !errors.Is(serr, fs.ErrNotExist):
+			return "", serr
+		case !fp.New && serr != nil:
+			return "", &EditError{Path: rel, Msg: fmt.Sprintf("cannot edit: %v (to create a file, use --- /dev/null)", serr)}
+		case !fp.New && e.Kind != changeset.KindFile:
+			return "", &EditError{Path: rel, Msg: fmt.Sprintf("is a %s, not a file", e.Kind)}
+		case !fp.New:
+			data, err := b.o.ChangeSet.ReadFile(rel)
+			if err != nil {
+				return "", err
 			}
-			a, b := strings.TrimSpace(lines[i+j]), strings.TrimSpace(w)
-			if a == b && a != "" {
-				score += 2 + len(a)
-			} else if fuzzy {
-				score += overlap(a, b)
+			if isBinaryText(data) {
+				return "", &EditError{Path: rel, Msg: "is a binary file; fs.edit edits text"}
 			}
+			cur = string(data)
 		}
-		if score > bestScore {
-			best, bestScore = i, score
+		out, err := applyHunks(rel, cur, fp.Hunks)
+		if err != nil {
+			return "", err
+		}
+		if fp.Delete && out != "" {
+			return "", &EditError{Path: rel, Msg: "the diff deletes this file (+++ /dev/null) but its hunks leave lines in it: remove every line"}
+		}
+		res = append(res, result{rel: rel, data: []byte(out), delete: fp.Delete, created: fp.New, hunks: len(fp.Hunks)})
+	}
+	var msg []string
+	for _, r := range res {
+		switch {
+		case r.delete:
+			if err := b.o.ChangeSet.Remove(r.rel, false); err != nil {
+				return "", fmt.Errorf("%s: %w", r.rel, err)
+			}
+			msg = append(msg, "deleted "+r.rel)
+		default:
+			if err := b.put(r.rel, r.data); err != nil {
+				return "", fmt.Errorf("%s: %w", r.rel, err)
+			}
+			verb := "edited"
+			if r.created {
+				verb = "created"
+			}
+			msg = append(msg, fmt.Sprintf("%s %s (%d hunk(s))", verb, r.rel, r.hunks))
 		}
 	}
-	if bestScore == 0 {
-		return 0, ""
-	}
-	end := min(best+len(want), len(lines))
-	return best + 1, strings.Join(lines[best:end], "\n")
+	return strings.Join(msg, "; ") + " in the change set", nil
 }
 
-// overlap is the longest prefix of b found anywhere in a (each cut at
-// 128 bytes to bound the work).
-func overlap(a, b string) int {
-	a, b = a[:min(len(a), 128)], b[:min(len(b), 128)]
-	best := 0
-	for i := range len(a) {
-		if n := commonPrefix(a[i:], b); n > best {
-			best = n
-		}
-	}
-	return best
-}
-
-func commonPrefix(a, b string) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
+// isBinaryText: a NUL in the first 8000 bytes, as git decides.
+func isBinaryText(b []byte) bool {
+	return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0
 }

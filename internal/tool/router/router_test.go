@@ -376,7 +376,7 @@ func TestWritesGoToTheChangeSet(t *testing.T) {
 	}
 	res, err = e.r.Call(ctx, tc("fs.edit", map[string]any{"path": "pkg/calc.go", "old": "return a * b", "new": "x"}))
 	must(t, err)
-	if !res.IsError || !strings.Contains(res.Content, "nearest match is at line 3") {
+	if !res.IsError || !strings.Contains(res.Content, "nearest match is at lines 3-3") {
 		t.Errorf("edit without a match: %s", res.Content)
 	}
 	res, err = e.r.Call(ctx, tc("search.grep", map[string]any{"pattern": `a \+ b`}))

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/store"
+)
+
+// Session change sets from the command line: fluffy changeset ls|diff|
+// apply|discard [--session ID] [FILES...]. The running kernel does the
+// work when there is one (so it can refuse while the session runs);
+// otherwise the command works directly on the data directory, holding the
+// change set's lock while it applies or discards.
+
+// sessionChanges runs a changeset.* method for the session (or the
+// workspace's latest).
+func (a *App) sessionChanges(ctx context.Context, method string, p kernel.ChangesParams) (kernel.ChangesResult, error) {
+	var res kernel.ChangesResult
+	c, err := a.dialRunning(ctx)
+	if err != nil {
+		return res, err
+	}
+	if c == nil {
+		// No kernel: hold the lock commands take to start one, so none
+		// starts (and runs this session) while we work; one may have
+		// started just before.
+		unlock, err := a.holdKernelStart(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer unlock()
+		if c, err = a.dialRunning(ctx); err != nil {
+			return res, err
+		}
+	}
+	if c != nil {
+		defer c.Close()
+		err := c.Call(ctx, method, p, &res)
+		return res, sessionErr(err)
+	}
+	d, err := a.DataDir()
+	if err != nil {
+		return res, err
+	}
+	if !fileExists(d.Path(datadir.StateDB)) {
+		return res, &ExitError{Code: ExitFailure, Msg: "no session has run yet (no fluffy.db in " + d.Root + ")"}
+	}
+	db, err := store.OpenMain(ctx, d.Root)
+	if err != nil {
+		return res, fmt.Errorf("open fluffy.db: %w", err)
+	}
+	defer db.Close()
+	al := newSharedAudit(a, time.Minute)
+	defer al.Close()
+	sc := kernel.SessionChanges{DB: db, Audit: al}
+	switch method {
+	case kernel.MethodChangesList:
+		res, err = sc.List(ctx, p)
+	case kernel.MethodChangesDiff:
+		res, err = sc.Diff(ctx, p)
+	case kernel.MethodChangesApply:
+		res, err = sc.Apply(ctx, p)
+	case kernel.MethodChangesDiscard:
+		res, err = sc.Discard(ctx, p)
+	default:
+		return res, fmt.Errorf("unknown method %s", method)
+	}
+	return res, sessionErr(err)
+}
+
+// holdKernelStart takes the lock fluffy commands take before they start a
+// kernel (beside its socket; see internal/bootstrap), waiting up to 5s.
+func (a *App) holdKernelStart(ctx context.Context) (func(), error) {
+	sock, err := a.kernelSocket()
+	if err != nil {
+		return nil, err
+	}
+	path := sock + ".lock"
+	if err := ipc.EnsureDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) || ctx.Err() != nil {
+			f.Close()
+			return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("another fluffy command is starting the kernel (%s is locked); run the command again", path)}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sessionErr makes the errors a person can fix exit 1 with the message
+// alone; invalid paths are usage errors.
+func sessionErr(err error) error {
+	var ie *ipc.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, changeset.ErrBadPath):
+		return fmt.Errorf("%w: %w", errUsage, err)
+	case errors.Is(err, kernel.ErrNotFound), errors.Is(err, kernel.ErrBusy), errors.Is(err, kernel.ErrClosed), errors.Is(err, changeset.ErrLocked):
+		return &ExitError{Code: ExitFailure, Msg: err.Error()}
+	case errors.As(err, &ie):
+		if strings.Contains(ie.Message, "invalid path") {
+			return fmt.Errorf("%w: %s", errUsage, ie.Message)
+		}
+		return &ExitError{Code: ExitFailure, Msg: ie.Message}
+	}
+	return err
+}
+
+// runSessionChanges is the session mode of the changeset subcommands.
+func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlags, paths []string, asJSON bool) error {
+	p := kernel.ChangesParams{Session: f.session, Paths: paths}
+	if p.Session == "" {
+		ws := a.Cwd
+		if f.workspace != "" {
+			ws = f.workspace
+			if !filepath.IsAbs(ws) {
+				ws = filepath.Join(a.Cwd, ws)
+			}
+		}
+		p.Workspace = repoRoot(ws)
+	}
+	method := map[string]string{"ls": kernel.MethodChangesList, "diff": kernel.MethodChangesDiff, "apply": kernel.MethodChangesApply, "discard": kernel.MethodChangesDiscard}[verb]
+	res, err := a.sessionChanges(ctx, method, p)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+		if len(res.Conflicts) > 0 {
+			return &ExitError{Code: ExitFailure}
+		}
+		return nil
+	}
+	s := res.Session
+	fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", s.ID, s.Status, s.Workspace)
+	switch verb {
+	case "ls":
+		for _, c := range res.Changes {
+			fmt.Fprintln(a.Stdout, changeLine(c))
+		}
+	case "diff":
+		fmt.Fprint(a.Stdout, res.Diff)
+	case "apply":
+		if len(res.Conflicts) > 0 {
+			for _, c := range res.Conflicts {
+				fmt.Fprintln(a.Stderr, c.Explain)
+			}
+			var names []string
+			for _, c := range res.Conflicts {
+				names = append(names, c.Path)
+			}
+			return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("nothing was applied: %d path(s) changed in the workspace since the change set began (%s).\n"+
+				"Apply the other paths by naming them (fluffy changeset apply --session %s PATH...), or discard the conflicting ones (fluffy changeset discard --session %s %s)",
+				len(res.Conflicts), strings.Join(names, ", "), s.ID, s.ID, strings.Join(names, " "))}
+		}
+		for _, c := range res.Changes {
+			fmt.Fprintln(a.Stdout, changeLine(c))
+		}
+		fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(res.Changes), s.Workspace)
+	case "discard":
+		for _, c := range res.Changes {
+			fmt.Fprintln(a.Stdout, changeLine(c))
+		}
+		fmt.Fprintf(a.Stdout, "discarded %d change(s)\n", len(res.Changes))
+	}
+	return nil
+}
+
+// autoApplyOptions are the kernel's auto-apply criteria from config
+// changeset.auto_apply; the policy is the session workspace's.
+func (a *App) autoApplyOptions() *kernel.AutoApplyOptions {
+	l, err := a.Config()
+	if err != nil {
+		return nil
+	}
+	c := l.Config.Changeset.AutoApply
+	return &kernel.AutoApplyOptions{Enabled: c.Enabled, MaxFiles: c.MaxFiles, RequireTestsGreen: c.RequireTestsGreen,
+		AllowDeletions: c.AllowDeletions, AllowBinary: c.AllowBinary,
+		Policy: func(_ context.Context, workspace string) (kernel.PolicyExplainer, error) {
+			wa := *a
+			wa.Cwd = workspace
+			eng, _, err := wa.policyEngineTokens(nil)
+			return eng, err
+		}}
+}
