@@ -444,6 +444,26 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		}
 	}
+	// ended is closed when this run is over: a thread that cloned the
+	// init from inside a v1 cgroup and could not leave it waits for it.
+	ended := make(chan struct{})
+	defer close(ended)
+	start := time.Now()
+	wall := lim.Wall
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cg != nil && !cg.v2 && r.cgl.v1Threads {
+		// cgroup v1: the init is cloned by a thread visiting the cgroup,
+		// so it is born inside (no migration, no RCU grace period).
+		var entered bool
+		entered, err = cg.startInside(r.cgl, cmd.Start, ended)
+		if entered {
+			cgJoined = true
+		} else {
+			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
+			cmd, err = newCmd(), nil
+		}
+	}
 	var primed chan struct{}
 	if cg != nil && !cgJoined {
 		primed = make(chan struct{})
@@ -452,17 +472,15 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cg.prime(r.cgl)
 		}()
 	}
-	start := time.Now()
-	wall := lim.Wall
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	err = cmd.Start()
-	if err != nil && cgJoined {
-		// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
-		// cgroup the clone may not enter directly (delegation rules):
-		// join after the start instead, as on cgroup v1.
-		cmd, cgJoined = newCmd(), false
+	if cmd.Process == nil && err == nil {
 		err = cmd.Start()
+		if err != nil && cgJoined {
+			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
+			// cgroup the clone may not enter directly (delegation rules):
+			// join after the start instead, as on cgroup v1.
+			cmd, cgJoined = newCmd(), false
+			err = cmd.Start()
+		}
 	}
 	tr.Mark("clone, id maps, exec (cmd.Start)")
 	cfgR.Close()
