@@ -1,8 +1,12 @@
 package native
 
 import (
+	"context"
+	"errors"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
@@ -57,6 +61,53 @@ func TestCgroupBornInside(t *testing.T) {
 				t.Errorf("%s: joined after the start, want a path below the namespace root, got %q", c, got[c])
 			}
 		}
+	}
+	assertNoCgroups(t, rt)
+}
+
+// TestRunGated: the command starts only after the gate returns nil; a
+// gate error starts nothing and leaves nothing behind.
+func TestRunGated(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	// Where the sandbox's user (nobody, for root) can write.
+	dir, err := os.MkdirTemp("/var/tmp", "fluffy-gated-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{
+		Argv:   []string{"/bin/sh", "-c", "echo ran > " + dir + "/ran"},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Mounts: []sandbox.Mount{{Source: dir, Writable: true}},
+		Limits: sandbox.Limits{Memory: 256 << 20, Pids: 64},
+	}
+	boom := errors.New("not recorded")
+	_, err = rt.RunGated(context.Background(), spec, func() error {
+		time.Sleep(20 * time.Millisecond) // the init is waiting, not running the command
+		return boom
+	})
+	if !errors.Is(err, boom) || !errors.Is(err, sandbox.ErrSetup) {
+		t.Fatalf("err %v, want the gate's error as a setup error", err)
+	}
+	if _, err := os.Stat(dir + "/ran"); !os.IsNotExist(err) {
+		t.Fatalf("the command ran although the gate refused: %v", err)
+	}
+	calls := 0
+	res, err := rt.RunGated(context.Background(), spec, func() error {
+		calls++
+		if _, err := os.Stat(dir + "/ran"); !os.IsNotExist(err) {
+			t.Errorf("the command ran before the gate returned: %v", err)
+		}
+		return nil
+	})
+	if err != nil || res.ExitCode != 0 || calls != 1 {
+		t.Fatalf("res %+v err %v gate calls %d", res, err, calls)
+	}
+	if _, err := os.Stat(dir + "/ran"); err != nil {
+		t.Fatalf("the command did not run: %v", err)
 	}
 	assertNoCgroups(t, rt)
 }

@@ -155,8 +155,17 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 	return p, nil
 }
 
+var _ sandbox.GatedRunner = (*Runtime)(nil)
+
 // Run implements sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return r.RunGated(ctx, spec, nil)
+}
+
+// RunGated implements sandbox.GatedRunner: gate (when not nil) is called
+// once the init is ready to start the command (root built, restrictions
+// applied, cgroup joined), and the command starts only if it returns nil.
+func (r *Runtime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
 	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
 	tr.Mark("start")
 	var st nsinit.Status
@@ -164,7 +173,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st, nil)
+	res, err := r.run(ctx, spec, tr, &st, nil, gate)
 	if tr.On {
 		tr.Mark("cleaned up")
 		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
@@ -173,7 +182,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -537,6 +546,14 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("idmapped trees sent")
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		tr.Mark("gate passed (e.g. exec.start recorded)")
 	}
 	if err := <-cfgWritten; err != nil {
 		_ = cmd.Process.Kill()
