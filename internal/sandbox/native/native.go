@@ -22,7 +22,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -374,11 +373,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer execSock.Close()
 		defer execSockParent.Close()
 	}
-	cfgJSON, err := json.Marshal(&cfg)
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	cfgJSON = append(cfgJSON, '\n')
+	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
@@ -386,13 +381,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	defer cfgW.Close()
 	defer cfgR.Close()
 	cfgWritten := make(chan error, 1)
-	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgJSON) {
-		_, err := cfgW.Write(cfgJSON)
+	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgMsg) {
+		_, err := cfgW.Write(cfgMsg)
 		cfgWritten <- err
 	} else {
 		// Too big for the pipe: written while the init reads.
 		go func() {
-			_, err := cfgW.Write(cfgJSON)
+			_, err := cfgW.Write(cfgMsg)
 			cfgWritten <- err
 		}()
 	}
@@ -581,7 +576,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
 	}
-	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
+	statusBytes, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
 	tr.Mark("status read")
 	waitErr := cmd.Wait()
 	close(done)
@@ -590,7 +585,11 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
 	var st nsinit.Status
-	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
+	body, stErr := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(statusBytes)))
+	if stErr == nil {
+		st, stErr = nsinit.DecodeStatus(body)
+	}
+	gotStatus := stErr == nil
 	*stOut = st
 	select {
 	case <-timedOut:
@@ -611,7 +610,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			}
 		}
 		if res.Killed == "" {
-			return res, fmt.Errorf("%w: the sandbox init ended without a report (%v); stderr: %s", sandbox.ErrSetup, waitErr, bytes.TrimSpace(res.Stderr))
+			return res, fmt.Errorf("%w: the sandbox init %s ended without a report (%v; from another build of fluffy?); stderr: %s", sandbox.ErrSetup, r.opts.Init, waitErr, bytes.TrimSpace(res.Stderr))
 		}
 	}
 	if gotStatus && st.Error != "" {
