@@ -177,10 +177,12 @@ func (c *cgroup) prime(l cgroupLayout) {
 // "tasks" file moves only the writing thread, which the kernel does
 // without that lock (kernels >= 5.17; older ones take it and are merely
 // as slow as add). The thread then moves back to this process's own
-// cgroups; if it cannot, it is not given back to the Go scheduler (it
-// would run other goroutines inside the sandbox's limits): it waits for
-// ended and exits. It must outlive the init in any case, since the
-// init's parent-death signal follows the thread that cloned it.
+// cgroups and stays locked to its goroutine until ended is closed: the
+// init's parent-death signal follows the thread that cloned it, so no
+// other goroutine may get the chance to end that thread (Go ends a thread
+// whose goroutine exits while locked). If it cannot move back, it is not
+// given back to the Go scheduler at all (it would run other goroutines
+// inside the sandbox's limits): it exits once the run is over.
 //
 // entered reports whether the thread reached the cgroup; when it did
 // not, nothing was started and the caller may fall back to add.
@@ -198,15 +200,16 @@ func (c *cgroup) startInside(l cgroupLayout, start func() error, ended <-chan st
 			return
 		}
 		err := start()
-		if moveThread(l.v1Memory, l.v1Pids) != nil {
-			ch <- result{true, err}
-			if err == nil {
-				<-ended
-			}
-			return
-		}
-		runtime.UnlockOSThread()
+		left := moveThread(l.v1Memory, l.v1Pids) == nil
 		ch <- result{true, err}
+		if err == nil {
+			// The thread stays locked (so no other goroutine can end
+			// it, which would kill the init) until the run is over.
+			<-ended
+		}
+		if left {
+			runtime.UnlockOSThread()
+		}
 	}()
 	r := <-ch
 	return r.entered, r.err
