@@ -11,7 +11,6 @@ import (
 
 // fakeRuntime runs nothing; it records whether the "command" started.
 type fakeRuntime struct {
-	gated    bool
 	setupErr error // returned before the gate
 	started  atomic.Bool
 }
