@@ -226,7 +226,7 @@ func (l *Log) open(ctx context.Context) error {
 	// Resume from the newest checkpoint: its compact range and chain hash,
 	// then the entries after it.
 	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
-	cps, err := r.storedCheckpoints(ctx)
+	cps, err := r.recentCheckpoints(ctx)
 	if err != nil {
 		return err
 	}

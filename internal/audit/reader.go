@@ -80,7 +80,19 @@ type storedCheckpoint struct {
 // the periodic ones (with their compact ranges) and, when it is newer,
 // the head.
 func (r *Reader) storedCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
-	cps, err := r.periodicCheckpoints(ctx)
+	return r.checkpointsSince(ctx, false)
+}
+
+// recentCheckpoints is storedCheckpoints from the newest periodic
+// checkpoint with a compact range on: what a writer resumes from
+// (Log.open), read without scanning every checkpoint of a long log (a
+// short-lived writer such as 'fluffy sandbox run' adds one per run).
+func (r *Reader) recentCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
+	return r.checkpointsSince(ctx, true)
+}
+
+func (r *Reader) checkpointsSince(ctx context.Context, recent bool) ([]storedCheckpoint, error) {
+	cps, err := r.periodicCheckpoints(ctx, recent)
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +117,12 @@ func (r *Reader) storedCheckpoints(ctx context.Context) ([]storedCheckpoint, err
 	return cps, nil
 }
 
-func (r *Reader) periodicCheckpoints(ctx context.Context) ([]storedCheckpoint, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT size, note, range FROM checkpoints ORDER BY size`)
+func (r *Reader) periodicCheckpoints(ctx context.Context, recent bool) ([]storedCheckpoint, error) {
+	q := `SELECT size, note, range FROM checkpoints ORDER BY size`
+	if recent {
+		q = `SELECT size, note, range FROM checkpoints WHERE size >= (SELECT coalesce(max(size), 0) FROM checkpoints WHERE range IS NOT NULL) ORDER BY size`
+	}
+	rows, err := r.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read checkpoints: %w", err)
 	}

@@ -215,11 +215,9 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	// Every execution is recorded in the audit log before it starts and
 	// before its result is used; so is every egress request.
 	observer := a.ExecObserver
+	var rec *auditRecorder
 	if observer == nil {
-		rec, err := openSandboxAudit(cmd.Context(), a, tpl.Name)
-		if err != nil {
-			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
-		}
+		rec = openSandboxAudit(cmd.Context(), a, tpl.Name)
 		defer rec.close()
 		observer = rec
 		if a.EgressRecorder == nil {
@@ -248,6 +246,8 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		spec.Env = append(append(spec.Env[:3:3], eg.env...), spec.Env[3:]...)
 	} else if len(f.allowHosts) > 0 || f.egressLog != "" {
 		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
+	} else if rec != nil {
+		rec.closeAtEnd = true
 	}
 
 	runtime := f.runtime

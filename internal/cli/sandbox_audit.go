@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -12,12 +13,25 @@ import (
 
 // auditRecorder writes what one CLI command's sandbox does into the audit
 // log: exec.start before the command starts, exec.end before its result is
-// used (flushed, so it is on disk), and one net.request per egress request.
-// An error from any of them refuses the execution (sandbox.Observe) or the
-// request (the proxy fails closed).
+// used (on disk), and one net.request per egress request. An error from
+// any of them refuses the execution (sandbox.Observe) or the request (the
+// proxy fails closed).
+//
+// The log is opened by Start, which sandbox.Observe runs while the native
+// sandbox is being set up (the command waits for it): opening the SQLite
+// log, loading the key and the durable exec.start cost the run no time
+// unless they are slower than the sandbox's set-up.
 type auditRecorder struct {
-	log      *audit.Log
+	open     func() (*audit.Log, error)
 	template string
+	// closeAtEnd makes End close the log: the exec.end entry and the final
+	// checkpoint are written in one transaction (no egress can follow).
+	closeAtEnd bool
+
+	mu     sync.Mutex
+	log    *audit.Log
+	err    error
+	closed bool
 }
 
 var (
@@ -25,18 +39,33 @@ var (
 	_ netproxy.Recorder = (*auditRecorder)(nil)
 )
 
-// openSandboxAudit opens the audit log for a short-lived command, waiting
-// a while for another fluffy command that holds the writer's lock.
-func openSandboxAudit(ctx context.Context, a *App, template string) (*auditRecorder, error) {
-	log, err := openAuditLogWait(ctx, a, 5*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("cannot record the execution in the audit log, so it does not run: %w", err)
+// openSandboxAudit returns a recorder for a short-lived command that opens
+// the audit log when first needed, waiting a while for another fluffy
+// command that holds the writer's lock.
+func openSandboxAudit(ctx context.Context, a *App, template string) *auditRecorder {
+	return &auditRecorder{template: template, open: func() (*audit.Log, error) {
+		return openAuditLogWait(ctx, a, 5*time.Second)
+	}}
+}
+
+// get opens the log once; the error, if any, is kept.
+func (r *auditRecorder) get() (*audit.Log, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log == nil && r.err == nil {
+		if r.log, r.err = r.open(); r.err != nil {
+			r.err = fmt.Errorf("cannot record the execution in the audit log, so it does not run: %w", r.err)
+		}
 	}
-	return &auditRecorder{log: log, template: template}, nil
+	return r.log, r.err
 }
 
 func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
-	_, err := r.log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: map[string]any{
+	log, err := r.get()
+	if err != nil {
+		return err
+	}
+	_, err = log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: map[string]any{
 		"template":  r.template,
 		"argv":      spec.Argv,
 		"dir":       spec.Dir,
@@ -55,7 +84,7 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	}
 	// exec.start is a buffered kind; the execution must not begin before
 	// its record is durable.
-	return r.log.Flush(ctx)
+	return log.Flush(ctx)
 }
 
 func (r *auditRecorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.Result, runErr error) error {
@@ -76,16 +105,28 @@ func (r *auditRecorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.
 	if runErr != nil {
 		p["error"] = runErr.Error()
 	}
-	// The context may be cancelled (Ctrl-C); the record must still land.
-	ctx = context.WithoutCancel(ctx)
-	if _, err := r.log.Append(ctx, audit.Entry{Kind: audit.KindExecEnd, Actor: "cli", Payload: p}); err != nil {
+	log, err := r.get()
+	if err != nil {
 		return err
 	}
-	return r.log.Flush(ctx)
+	// The context may be cancelled (Ctrl-C); the record must still land.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := log.Append(ctx, audit.Entry{Kind: audit.KindExecEnd, Actor: "cli", Payload: p}); err != nil {
+		return err
+	}
+	if r.closeAtEnd {
+		// Close writes the entry with the final checkpoint: one commit.
+		return r.close()
+	}
+	return log.Flush(ctx)
 }
 
 func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
-	_, err := r.log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
+	log, err := r.get()
+	if err != nil {
+		return err
+	}
+	_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
 		"sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
 		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
 		"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
@@ -93,4 +134,13 @@ func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) e
 	return err
 }
 
-func (r *auditRecorder) close() error { return r.log.Close() }
+// close closes the log if it was opened; later calls do nothing.
+func (r *auditRecorder) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log == nil || r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.log.Close()
+}

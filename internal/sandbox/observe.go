@@ -6,16 +6,29 @@ import (
 )
 
 // Observer is told about every execution (the audit log's exec.start and
-// exec.end). Start runs before the sandbox is set up: an error refuses the
+// exec.end). Start runs before the command starts: an error refuses the
 // execution (fail closed: an execution that cannot be recorded does not
 // happen). End runs after it, with the Result or the setup error; its
-// error is returned to the caller alongside the Result.
+// error is returned to the caller alongside the Result. End is called
+// only when Start succeeded.
 type Observer interface {
 	Start(ctx context.Context, spec Spec) error
 	End(ctx context.Context, spec Spec, res Result, runErr error) error
 }
 
-// Observe returns a Runtime that reports every Run of rt to o.
+// GatedRunner is implemented by runtimes that can set a sandbox up while
+// something else is still in progress: RunGated calls gate once the
+// sandbox is ready, before the command starts, and starts no command
+// when gate returns an error (Run's result is then that error, wrapped).
+// A runtime may return a setup error without calling gate at all.
+type GatedRunner interface {
+	RunGated(ctx context.Context, spec Spec, gate func() error) (Result, error)
+}
+
+// Observe returns a Runtime that reports every Run of rt to o. When rt is
+// a GatedRunner, o.Start runs while the sandbox is being set up and the
+// command waits for it: recording costs no time unless it is the slower
+// of the two, and still happens before the command starts.
 func Observe(rt Runtime, o Observer) Runtime {
 	if o == nil {
 		return rt
@@ -29,12 +42,40 @@ type observed struct {
 }
 
 func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
-	if err := x.o.Start(ctx, spec); err != nil {
-		return Result{}, fmt.Errorf("%w: refused: recording the execution failed: %w", ErrSetup, err)
+	gr, ok := x.rt.(GatedRunner)
+	if !ok {
+		if err := x.o.Start(ctx, spec); err != nil {
+			return Result{}, refused(err)
+		}
+		return x.end(ctx, spec)(x.rt.Run(ctx, spec))
 	}
-	res, err := x.rt.Run(ctx, spec)
-	if endErr := x.o.End(ctx, spec, res, err); endErr != nil && err == nil {
-		err = fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
+	started := make(chan error, 1)
+	go func() { started <- x.o.Start(ctx, spec) }()
+	var startErr error
+	waited := false
+	gate := func() error {
+		if !waited {
+			startErr, waited = <-started, true
+		}
+		return startErr
 	}
-	return res, err
+	res, err := gr.RunGated(ctx, spec, gate)
+	if gate() != nil {
+		// Nothing ran (or the runtime failed first); nothing was recorded.
+		return res, refused(startErr)
+	}
+	return x.end(ctx, spec)(res, err)
+}
+
+func (x observed) end(ctx context.Context, spec Spec) func(Result, error) (Result, error) {
+	return func(res Result, err error) (Result, error) {
+		if endErr := x.o.End(ctx, spec, res, err); endErr != nil && err == nil {
+			err = fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
+		}
+		return res, err
+	}
+}
+
+func refused(err error) error {
+	return fmt.Errorf("%w: refused: recording the execution failed: %w", ErrSetup, err)
 }

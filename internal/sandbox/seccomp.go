@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/bits"
@@ -9,17 +8,14 @@ import (
 	"slices"
 	"sort"
 	"syscall"
-
-	"github.com/elastic/go-seccomp-bpf/arch"
-	"golang.org/x/net/bpf"
 )
 
 // Seccomp profiles are a blocklist over a default-allow policy: the
 // namespaces, landlock and the dropped capabilities do the confinement; the
 // filter removes kernel attack surface and the calls that would undo the
 // confinement (new namespaces, mounts, ptrace, keyrings, BPF, io_uring,
-// terminal injection). They are data: the native backend assembles them to
-// BPF (Profile.BPF) and a container backend exports the same definition as
+// terminal injection). They are data: assembled to BPF at build time for the
+// native backend (Profile.BPF) and a container backend exports the same definition as
 // Docker/OCI JSON (Profile.DockerJSON).
 
 // ArgOp compares one syscall argument.
@@ -142,134 +138,29 @@ func ProfileByName(name string) (Profile, error) {
 	return Profile{}, fmt.Errorf("unknown seccomp profile %q (have strict, standard, standard-net)", name)
 }
 
-// BPF assembles the profile for the running architecture into a classic
-// BPF program, 8 bytes per instruction in native byte order, ready for
+// BPF returns the profile's classic BPF program for the running
+// architecture, 8 bytes per instruction in native byte order, ready for
 // seccomp(SECCOMP_SET_MODE_FILTER). A syscall made through another
 // architecture's entry point (i386 int 0x80 on x86_64) kills the process;
-// x32 calls fail with ENOSYS. Names unknown on this architecture are
-// skipped (they cannot be called).
+// x32 calls fail with ENOSYS.
 //
-// The syscall table comes from github.com/elastic/go-seccomp-bpf/arch; the
-// program is generated here because that library's assembler (v1.6.0)
-// does not reload the syscall number after an argument check fails, so a
-// call that fails one rule's argument condition skips every later rule
-// (found by the tiocsti-high-bits case of the adversarial suite). Here
-// each rule starts by loading the syscall number again.
-func (p Profile) BPF() ([]byte, error) {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: %w", err)
+// The programs are assembled at build time (go generate; package
+// seccompbpf holds the assembler and the syscall tables) into
+// seccomp_bpf.go, so no fluffy process builds BPF or loads syscall tables
+// at run time; seccompbpf's tests fail when the file no longer matches the
+// definitions above.
+func (p Profile) BPF() ([]byte, error) { return p.BPFFor(runtime.GOARCH) }
+
+// BPFFor is BPF for goarch ("amd64", "arm64").
+func (p Profile) BPFFor(goarch string) ([]byte, error) {
+	prog, ok := seccompPrograms[goarch][p.Name]
+	if !ok {
+		return nil, fmt.Errorf("seccomp: no program for profile %q on %s (run go generate ./internal/sandbox)", p.Name, goarch)
 	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: retKillProcess},
-	}
-	if runtime.GOARCH == "amd64" {
-		prog = append(prog,
-			bpf.LoadAbsolute{Off: 0, Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
-			bpf.RetConstant{Val: retErrno | uint32(syscall.ENOSYS)},
-		)
-	}
-	for _, r := range p.Rules {
-		if r.Errno == 0 {
-			return nil, fmt.Errorf("seccomp: profile %s: rule for %v has no errno", p.Name, r.Names)
-		}
-		for _, n := range r.Names {
-			nr, ok := info.SyscallNames[n]
-			if !ok {
-				continue
-			}
-			block, err := ruleBlock(uint32(nr), r.Args, retErrno|uint32(r.Errno))
-			if err != nil {
-				return nil, fmt.Errorf("seccomp: profile %s: %s: %w", p.Name, n, err)
-			}
-			prog = append(prog, block...)
-		}
-	}
-	prog = append(prog, bpf.RetConstant{Val: retAllow})
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: assemble %s: %w", p.Name, err)
-	}
-	if len(raw) > 4096 {
-		return nil, fmt.Errorf("seccomp: profile %s is %d instructions, over the kernel's 4096", p.Name, len(raw))
-	}
-	out := make([]byte, 0, 8*len(raw))
-	for _, ins := range raw {
-		out = binary.NativeEndian.AppendUint16(out, ins.Op)
-		out = append(out, ins.Jt, ins.Jf)
-		out = binary.NativeEndian.AppendUint32(out, ins.K)
-	}
-	return out, nil
+	return []byte(prog), nil
 }
 
-const (
-	retKillProcess = 0x80000000
-	retErrno       = 0x00050000
-	retAllow       = 0x7fff0000
-)
-
-// ruleBlock compiles "if nr and all args match, return ret" into a
-// self-contained block: every failed test jumps to the instruction after
-// the block, which starts with its own load of the syscall number.
-func ruleBlock(nr uint32, args []Arg, ret uint32) ([]bpf.Instruction, error) {
-	type fail struct {
-		at     int
-		onTrue bool
-	}
-	var ins []bpf.Instruction
-	var fails []fail
-	ins = append(ins, bpf.LoadAbsolute{Off: 0, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr})
-	fails = append(fails, fail{len(ins) - 1, false})
-	for _, a := range args {
-		if a.Index > 5 {
-			return nil, fmt.Errorf("argument index %d", a.Index)
-		}
-		lo, hi := uint32(16+8*a.Index), uint32(16+8*a.Index+4) // little endian
-		vlo, vhi := uint32(a.Value), uint32(a.Value>>32)
-		switch a.Op {
-		case OpEqual:
-			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
-			fails = append(fails, fail{len(ins) - 1, false})
-			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
-			fails = append(fails, fail{len(ins) - 1, false})
-		case OpNotEqual:
-			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2},
-				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
-			fails = append(fails, fail{len(ins) - 1, true})
-		case OpGreater:
-			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vhi, SkipTrue: 3},
-				bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
-			fails = append(fails, fail{len(ins) - 1, false})
-			ins = append(ins, bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: vlo})
-			fails = append(fails, fail{len(ins) - 1, false})
-		case OpBitsSet:
-			ins = append(ins, bpf.LoadAbsolute{Off: hi, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vhi, SkipTrue: 2},
-				bpf.LoadAbsolute{Off: lo, Size: 4}, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: vlo})
-			fails = append(fails, fail{len(ins) - 1, false})
-		default:
-			return nil, fmt.Errorf("unknown op %q", a.Op)
-		}
-	}
-	ins = append(ins, bpf.RetConstant{Val: ret})
-	end := len(ins)
-	for _, f := range fails {
-		skip := end - f.at - 1
-		if skip > 255 {
-			return nil, fmt.Errorf("rule too long")
-		}
-		j := ins[f.at].(bpf.JumpIf)
-		if f.onTrue {
-			j.SkipTrue = uint8(skip)
-		} else {
-			j.SkipFalse = uint8(skip)
-		}
-		ins[f.at] = j
-	}
-	return ins, nil
-}
+//go:generate go run ./seccompbpf/gen -o seccomp_bpf.go
 
 // dockerProfile is the Docker / OCI seccomp JSON format.
 type dockerProfile struct {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // cgroupRoot is where cgroup file systems are mounted.
@@ -24,6 +27,11 @@ type cgroupLayout struct {
 	v1Pids    string
 	reason    string // why none is usable, when so
 	available bool
+	// v1Threads says this process may move its own threads back into
+	// v1Memory and v1Pids (their "tasks" files are writable): a thread
+	// can then visit a sandbox's cgroup to clone the init inside it
+	// (cgroup.startInside).
+	v1Threads bool
 }
 
 func (l cgroupLayout) String() string {
@@ -31,9 +39,11 @@ func (l cgroupLayout) String() string {
 	case !l.available:
 		return l.reason
 	case l.v2 != "":
-		return "cgroup v2 memory+pids under " + l.v2
+		return "cgroup v2 memory+pids under " + l.v2 + " (the init is cloned into it)"
+	case l.v1Threads:
+		return "cgroup v1 memory+pids under " + l.v1Memory + " and " + l.v1Pids + " (the init is cloned inside it)"
 	default:
-		return "cgroup v1 memory+pids under " + l.v1Memory + " and " + l.v1Pids
+		return "cgroup v1 memory+pids under " + l.v1Memory + " and " + l.v1Pids + " (the init is moved in after its start: a few ms more per run)"
 	}
 }
 
@@ -84,7 +94,8 @@ func findCgroups() cgroupLayout {
 		md, pd := filepath.Join(cgroupRoot, "memory", mem), filepath.Join(cgroupRoot, "pids", pids)
 		if _, err := os.Stat(filepath.Join(md, "memory.limit_in_bytes")); err == nil {
 			if writable(md) && writable(pd) {
-				return cgroupLayout{v1Memory: md, v1Pids: pd, available: true}
+				threads := writable(md+"/tasks") && writable(pd+"/tasks")
+				return cgroupLayout{v1Memory: md, v1Pids: pd, available: true, v1Threads: threads}
 			}
 			return cgroupLayout{reason: fmt.Sprintf("cgroup v1 directories %s and %s are not writable by this user (no delegation)", md, pd)}
 		}
@@ -158,6 +169,68 @@ func (c *cgroup) prime(l cgroupLayout) {
 		return
 	}
 	_ = os.WriteFile(l.v1Memory+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0)
+}
+
+// startInside starts cmd from an OS thread that is inside the cgroup (v1)
+// for the moment of the clone, so the init is born in it: nothing is
+// migrated. Moving a process (cgroup.procs, as add does) takes the
+// kernel's global threadgroup lock in writer mode, which waits for an RCU
+// grace period (6-15 ms on this 2-core VM, HZ=250); writing "0" to a v1
+// "tasks" file moves only the writing thread, which the kernel does
+// without that lock (kernels >= 5.17; older ones take it and are merely
+// as slow as add). The thread then moves back to this process's own
+// cgroups and stays locked to its goroutine until ended is closed: the
+// init's parent-death signal follows the thread that cloned it, so no
+// other goroutine may get the chance to end that thread (Go ends a thread
+// whose goroutine exits while locked). If it cannot move back, it is not
+// given back to the Go scheduler at all (it would run other goroutines
+// inside the sandbox's limits): it exits once the run is over.
+//
+// entered reports whether the thread reached the cgroup; when it did
+// not, nothing was started and the caller may fall back to add.
+func (c *cgroup) startInside(l cgroupLayout, start func() error, ended <-chan struct{}) (entered bool, err error) {
+	type result struct {
+		entered bool
+		err     error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Returning while locked ends the thread (Go does not reuse it).
+		if err := moveThread(c.dirs...); err != nil {
+			ch <- result{false, err}
+			return
+		}
+		err := start()
+		left := moveThread(l.v1Memory, l.v1Pids) == nil
+		ch <- result{true, err}
+		if err == nil {
+			// The thread stays locked (so no other goroutine can end
+			// it, which would kill the init) until the run is over.
+			<-ended
+		}
+		if left {
+			runtime.UnlockOSThread()
+		}
+	}()
+	r := <-ch
+	return r.entered, r.err
+}
+
+// moveThread moves the calling thread into each v1 cgroup directory.
+func moveThread(dirs ...string) error {
+	for _, d := range dirs {
+		fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("cgroup: %s/tasks: %w", d, err)
+		}
+		_, err = unix.Write(fd, []byte("0"))
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("cgroup: move a thread into %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 func (c *cgroup) add(pid int) error {

@@ -3,7 +3,6 @@ package native
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +73,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	runErr := make(chan error, 1)
 	go func() {
 		var st nsinit.Status
-		_, err := r.run(context.WithoutCancel(ctx), spec, &nsinit.Tracer{}, &st, hook)
+		_, err := r.run(context.WithoutCancel(ctx), spec, &nsinit.Tracer{}, &st, hook, nil)
 		runErr <- err
 	}()
 	select {
@@ -130,10 +129,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 		}
 	}
 	ours[0].Close()
-	req, err := json.Marshal(nsinit.ExecRequest{Argv: argv})
-	if err != nil {
-		return res, err
-	}
+	req := (&nsinit.ExecRequest{Argv: argv}).AppendBinary(nil)
 	rc, err := in.conn.sock.SyscallConn()
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrClosed, err)
@@ -169,7 +165,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	}
 	got := make(chan line, 1)
 	go func() {
-		b, err := in.conn.status.ReadBytes('\n')
+		b, err := nsinit.ReadFrame(in.conn.status)
 		got <- line{b, err}
 	}()
 	var timer <-chan time.Time
@@ -198,7 +194,10 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 	var st nsinit.Status
-	if l.err != nil || json.Unmarshal(l.b, &st) != nil {
+	if l.err == nil {
+		st, l.err = nsinit.DecodeStatus(l.b)
+	}
+	if l.err != nil {
 		in.shutdown()
 		return res, fmt.Errorf("%w: the sandbox init ended (%v)", ErrClosed, l.err)
 	}

@@ -22,7 +22,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,8 +154,17 @@ func (r *Runtime) seccompProgram(name string) ([]byte, error) {
 	return p, nil
 }
 
+var _ sandbox.GatedRunner = (*Runtime)(nil)
+
 // Run implements sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return r.RunGated(ctx, spec, nil)
+}
+
+// RunGated implements sandbox.GatedRunner: gate (when not nil) is called
+// once the init is ready to start the command (root built, restrictions
+// applied, cgroup joined), and the command starts only if it returns nil.
+func (r *Runtime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
 	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
 	tr.Mark("start")
 	var st nsinit.Status
@@ -164,7 +172,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st, nil)
+	res, err := r.run(ctx, spec, tr, &st, nil, gate)
 	if tr.On {
 		tr.Mark("cleaned up")
 		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
@@ -173,7 +181,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -365,11 +373,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer execSock.Close()
 		defer execSockParent.Close()
 	}
-	cfgJSON, err := json.Marshal(&cfg)
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	cfgJSON = append(cfgJSON, '\n')
+	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
@@ -377,13 +381,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	defer cfgW.Close()
 	defer cfgR.Close()
 	cfgWritten := make(chan error, 1)
-	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgJSON) {
-		_, err := cfgW.Write(cfgJSON)
+	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgMsg) {
+		_, err := cfgW.Write(cfgMsg)
 		cfgWritten <- err
 	} else {
 		// Too big for the pipe: written while the init reads.
 		go func() {
-			_, err := cfgW.Write(cfgJSON)
+			_, err := cfgW.Write(cfgMsg)
 			cfgWritten <- err
 		}()
 	}
@@ -444,6 +448,26 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		}
 	}
+	// ended is closed when this run is over: a thread that cloned the
+	// init from inside a v1 cgroup and could not leave it waits for it.
+	ended := make(chan struct{})
+	defer close(ended)
+	start := time.Now()
+	wall := lim.Wall
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cg != nil && !cg.v2 && r.cgl.v1Threads {
+		// cgroup v1: the init is cloned by a thread visiting the cgroup,
+		// so it is born inside (no migration, no RCU grace period).
+		var entered bool
+		entered, err = cg.startInside(r.cgl, cmd.Start, ended)
+		if entered {
+			cgJoined = true
+		} else {
+			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
+			cmd, err = newCmd(), nil
+		}
+	}
 	var primed chan struct{}
 	if cg != nil && !cgJoined {
 		primed = make(chan struct{})
@@ -452,17 +476,15 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cg.prime(r.cgl)
 		}()
 	}
-	start := time.Now()
-	wall := lim.Wall
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	err = cmd.Start()
-	if err != nil && cgJoined {
-		// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
-		// cgroup the clone may not enter directly (delegation rules):
-		// join after the start instead, as on cgroup v1.
-		cmd, cgJoined = newCmd(), false
+	if cmd.Process == nil && err == nil {
 		err = cmd.Start()
+		if err != nil && cgJoined {
+			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
+			// cgroup the clone may not enter directly (delegation rules):
+			// join after the start instead, as on cgroup v1.
+			cmd, cgJoined = newCmd(), false
+			err = cmd.Start()
+		}
 	}
 	tr.Mark("clone, id maps, exec (cmd.Start)")
 	cfgR.Close()
@@ -520,6 +542,14 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 		tr.Mark("idmapped trees sent")
 	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		tr.Mark("gate passed (e.g. exec.start recorded)")
+	}
 	if err := <-cfgWritten; err != nil {
 		_ = cmd.Process.Kill()
 	} else if _, err := cfgW.Write([]byte{nsinit.Release}); err != nil {
@@ -546,7 +576,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
 	}
-	statusBytes, _ := io.ReadAll(io.LimitReader(stR, 1<<16))
+	statusBytes, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
 	tr.Mark("status read")
 	waitErr := cmd.Wait()
 	close(done)
@@ -555,7 +585,11 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
 	var st nsinit.Status
-	gotStatus := json.Unmarshal(bytes.TrimSpace(statusBytes), &st) == nil
+	body, stErr := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(statusBytes)))
+	if stErr == nil {
+		st, stErr = nsinit.DecodeStatus(body)
+	}
+	gotStatus := stErr == nil
 	*stOut = st
 	select {
 	case <-timedOut:
@@ -576,7 +610,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			}
 		}
 		if res.Killed == "" {
-			return res, fmt.Errorf("%w: the sandbox init ended without a report (%v); stderr: %s", sandbox.ErrSetup, waitErr, bytes.TrimSpace(res.Stderr))
+			return res, fmt.Errorf("%w: the sandbox init %s ended without a report (%v; from another build of fluffy?); stderr: %s", sandbox.ErrSetup, r.opts.Init, waitErr, bytes.TrimSpace(res.Stderr))
 		}
 	}
 	if gotStatus && st.Error != "" {

@@ -2,7 +2,6 @@ package nsinit
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -45,21 +44,18 @@ func Main() int {
 	fail := func(stage string, err error) int {
 		st.Stage, st.Error = stage, err.Error()
 		st.Marks = tr.Marks
-		_ = json.NewEncoder(statusFile).Encode(st)
+		writeStatus(statusFile, &st)
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
 	cfgIn := bufio.NewReader(cfgFile)
 	var cfg Config
-	line, err := cfgIn.ReadBytes('\n')
+	body, err := ReadFrame(cfgIn)
 	if err == nil {
-		err = json.Unmarshal(line, &cfg)
+		cfg, err = DecodeConfig(body)
 	}
 	if err != nil {
 		return fail("config", err)
-	}
-	if cfg.Protocol != Protocol {
-		return fail("config", fmt.Errorf("this sandbox init speaks protocol %d, fluffy sent %d: install fluffy and fluffy-sandbox-init from the same build", Protocol, cfg.Protocol))
 	}
 	for fd := 3; fd <= ProxyFD; fd++ {
 		unix.CloseOnExec(fd)
@@ -75,7 +71,7 @@ func Main() int {
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
 		st.Marks = tr.Marks
-		_ = json.NewEncoder(statusFile).Encode(st)
+		writeStatus(statusFile, &st)
 		return 0
 	}
 	if cfg.ProxySocket != "" {
@@ -197,8 +193,14 @@ func Main() int {
 			st.CommandCPU = [2]int64{ru.Utime.Nano(), ru.Stime.Nano()}
 		}
 	}
-	_ = json.NewEncoder(statusFile).Encode(st)
+	writeStatus(statusFile, &st)
 	return 0
+}
+
+// writeStatus writes one framed Status.
+func writeStatus(f *os.File, st *Status) error {
+	_, err := f.Write(Frame(st.AppendBinary(nil)))
+	return err
 }
 
 // receiveFDs reads n file descriptors sent with SCM_RIGHTS on sock.
@@ -567,7 +569,6 @@ const execSock = 7
 func serve(cfg *Config, statusFile *os.File, asLimit *unix.Rlimit) int {
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(3*4))
-	enc := json.NewEncoder(statusFile)
 	for {
 		n, oobn, flags, _, err := unix.Recvmsg(execSock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
@@ -593,7 +594,7 @@ func serve(cfg *Config, statusFile *os.File, asLimit *unix.Rlimit) int {
 		if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
 			st.TmpFull = true
 		}
-		if err := enc.Encode(st); err != nil {
+		if err := writeStatus(statusFile, &st); err != nil {
 			break
 		}
 	}
@@ -605,12 +606,12 @@ func serve(cfg *Config, statusFile *os.File, asLimit *unix.Rlimit) int {
 // stdin, stdout and stderr, and waits for it.
 func runOne(cfg *Config, msg []byte, flags int, fds []int, asLimit *unix.Rlimit) Status {
 	var st Status
-	var req ExecRequest
-	switch {
-	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != 3:
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != 3 {
 		st.Stage, st.Error = "request", fmt.Sprintf("malformed request (%d descriptors, flags %#x)", len(fds), flags)
 		return st
-	case json.Unmarshal(msg, &req) != nil || len(req.Argv) == 0:
+	}
+	req, err := DecodeExecRequest(msg)
+	if err != nil || len(req.Argv) == 0 {
 		st.Stage, st.Error = "request", "malformed request"
 		return st
 	}

@@ -1,7 +1,7 @@
 package nsinit
 
 // Config is what the parent sends the sandbox init on fd 3, as one
-// line of JSON, followed by the byte Release once the init is in its
+// framed binary message (codec.go), followed by the byte Release once the init is in its
 // cgroup (the init starts the command only after it). Host paths are
 // already resolved (no symlinks) by the parent.
 type Config struct {
@@ -60,7 +60,7 @@ type Config struct {
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 2
+const Protocol = 3
 
 // ProxyFD is the init's descriptor for the egress proxy's socket as a
 // detached mount (network mode proxy, root callers; Config.ProxyFD).
@@ -81,8 +81,8 @@ type Rlimit struct {
 	Value    uint64 `json:"value"`
 }
 
-// Status is what the init reports on fd 4 when it ends, as one JSON
-// object. Stage names the step that failed when Error is set.
+// Status is what the init reports on fd 4 when it ends, as one framed
+// binary message (codec.go). Stage names the step that failed when Error is set.
 type Status struct {
 	Stage    string `json:"stage,omitempty"`
 	Error    string `json:"error,omitempty"`

@@ -1,0 +1,113 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// TestCgroupBornInside checks where the init starts: inside the run's
+// cgroup (v1: cloned by a thread visiting it; v2: CLONE_INTO_CGROUP), so
+// the cgroup namespace's root is the run's own cgroup and the command
+// sees "/" for memory and pids. A process joined after its start (the
+// fallback, forced here by clearing v1Threads) sees its cgroup below the
+// namespace root. Either way the limits apply: sandboxtest's fork bomb and
+// memory hog cases check that.
+func TestCgroupBornInside(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	rt.detect()
+	if !rt.cgl.available {
+		t.Skip("no usable cgroup: " + rt.cgl.reason)
+	}
+	spec := sandbox.Spec{Argv: []string{"cat", "/proc/self/cgroup"}, Limits: sandbox.Limits{Memory: 256 << 20, Pids: 64}}
+	paths := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			for _, c := range strings.Split(parts[1], ",") {
+				if c == "" {
+					c = "unified"
+				}
+				m[c] = parts[2]
+			}
+		}
+		return m
+	}
+	want := []string{"memory", "pids"}
+	if rt.cgl.v2 != "" {
+		want = []string{"unified"}
+	}
+	if rt.cgl.v2 != "" || rt.cgl.v1Threads {
+		got := paths(string(run(t, rt, spec).Stdout))
+		for _, c := range want {
+			if got[c] != "/" {
+				t.Errorf("%s: the init was not born in its cgroup: %q (all: %v)", c, got[c], got)
+			}
+		}
+	}
+	if rt.cgl.v2 == "" {
+		rt.cgl.v1Threads = false // the fallback: migrate after the start
+		got := paths(string(run(t, rt, spec).Stdout))
+		for _, c := range want {
+			if !strings.HasPrefix(got[c], "/fluffy-sandbox-") {
+				t.Errorf("%s: joined after the start, want a path below the namespace root, got %q", c, got[c])
+			}
+		}
+	}
+	assertNoCgroups(t, rt)
+}
+
+// TestRunGated: the command starts only after the gate returns nil; a
+// gate error starts nothing and leaves nothing behind.
+func TestRunGated(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	// Where the sandbox's user (nobody, for root) can write.
+	dir, err := os.MkdirTemp("/var/tmp", "fluffy-gated-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{
+		Argv:   []string{"/bin/sh", "-c", "echo ran > " + dir + "/ran"},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Mounts: []sandbox.Mount{{Source: dir, Writable: true}},
+		Limits: sandbox.Limits{Memory: 256 << 20, Pids: 64},
+	}
+	boom := errors.New("not recorded")
+	_, err = rt.RunGated(context.Background(), spec, func() error {
+		time.Sleep(20 * time.Millisecond) // the init is waiting, not running the command
+		return boom
+	})
+	if !errors.Is(err, boom) || !errors.Is(err, sandbox.ErrSetup) {
+		t.Fatalf("err %v, want the gate's error as a setup error", err)
+	}
+	if _, err := os.Stat(dir + "/ran"); !os.IsNotExist(err) {
+		t.Fatalf("the command ran although the gate refused: %v", err)
+	}
+	calls := 0
+	res, err := rt.RunGated(context.Background(), spec, func() error {
+		calls++
+		if _, err := os.Stat(dir + "/ran"); !os.IsNotExist(err) {
+			t.Errorf("the command ran before the gate returned: %v", err)
+		}
+		return nil
+	})
+	if err != nil || res.ExitCode != 0 || calls != 1 {
+		t.Fatalf("res %+v err %v gate calls %d", res, err, calls)
+	}
+	if _, err := os.Stat(dir + "/ran"); err != nil {
+		t.Fatalf("the command did not run: %v", err)
+	}
+	assertNoCgroups(t, rt)
+}

@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeRuntime runs nothing; it records whether the "command" started.
+type fakeRuntime struct {
+	setupErr error // returned before the gate
+	started  atomic.Bool
+}
+
+func (f *fakeRuntime) Run(ctx context.Context, spec Spec) (Result, error) {
+	if f.setupErr != nil {
+		return Result{}, f.setupErr
+	}
+	f.started.Store(true)
+	return Result{ExitCode: 3}, nil
+}
+
+type gatedFake struct{ *fakeRuntime }
+
+func (g gatedFake) RunGated(ctx context.Context, spec Spec, gate func() error) (Result, error) {
+	if g.setupErr != nil {
+		return Result{}, g.setupErr
+	}
+	if err := gate(); err != nil {
+		return Result{}, err
+	}
+	return g.Run(ctx, spec)
+}
+
+type fakeObserver struct {
+	startErr   error
+	startDelay time.Duration
+	recorded   atomic.Bool // Start finished successfully
+	startedRun atomic.Bool // the command had started when Start returned
+	rt         *fakeRuntime
+	ends       atomic.Int32
+}
+
+func (o *fakeObserver) Start(ctx context.Context, spec Spec) error {
+	time.Sleep(o.startDelay)
+	o.startedRun.Store(o.rt.started.Load())
+	if o.startErr != nil {
+		return o.startErr
+	}
+	o.recorded.Store(true)
+	return nil
+}
+
+func (o *fakeObserver) End(ctx context.Context, spec Spec, res Result, runErr error) error {
+	o.ends.Add(1)
+	return nil
+}
+
+func TestObserve(t *testing.T) {
+	boom := errors.New("audit log unavailable")
+	setup := errors.New("setup failed")
+	for _, tc := range []struct {
+		name       string
+		gated      bool
+		startErr   error
+		setupErr   error
+		wantErr    string
+		wantRun    bool
+		wantEnds   int32
+		startDelay time.Duration
+	}{
+		{name: "plain", wantRun: true, wantEnds: 1},
+		{name: "gated", gated: true, wantRun: true, wantEnds: 1},
+		{name: "gated, slow start: the command waits", gated: true, startDelay: 30 * time.Millisecond, wantRun: true, wantEnds: 1},
+		{name: "plain, start fails", startErr: boom, wantErr: "refused: recording the execution failed: audit log unavailable"},
+		{name: "gated, start fails", gated: true, startErr: boom, wantErr: "refused: recording the execution failed: audit log unavailable"},
+		{name: "gated, setup fails first", gated: true, setupErr: setup, wantErr: "setup failed", wantEnds: 1},
+		{name: "gated, setup and start fail", gated: true, setupErr: setup, startErr: boom, wantErr: "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeRuntime{setupErr: tc.setupErr}
+			var rt Runtime = f
+			if tc.gated {
+				rt = gatedFake{f}
+			}
+			o := &fakeObserver{startErr: tc.startErr, startDelay: tc.startDelay, rt: f}
+			res, err := Observe(rt, o).Run(context.Background(), Spec{Argv: []string{"x"}})
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tc.wantErr)
+			}
+			if tc.startErr != nil && !errors.Is(err, ErrSetup) {
+				t.Errorf("a refusal is not ErrSetup: %v", err)
+			}
+			if f.started.Load() != tc.wantRun {
+				t.Errorf("command started %v, want %v", f.started.Load(), tc.wantRun)
+			}
+			if o.startedRun.Load() {
+				t.Error("the command started before Start returned")
+			}
+			if tc.wantRun && res.ExitCode != 3 {
+				t.Errorf("result %+v", res)
+			}
+			if o.ends.Load() != tc.wantEnds {
+				t.Errorf("End called %d times, want %d", o.ends.Load(), tc.wantEnds)
+			}
+		})
+	}
+}
