@@ -1,0 +1,111 @@
+package gitview
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+)
+
+// StatusOptions narrow Status.
+type StatusOptions struct {
+	// Path, when set, keeps only entries at or below this
+	// workspace-relative path.
+	Path string
+	// Max caps the listed entries (default 500); the rest are counted.
+	Max int
+}
+
+// Status renders the working tree's status in git's short format: a
+// "## branch" line, then one "XY path" line per changed path (X the
+// index against HEAD, Y the working tree against the index, "??"
+// untracked). Ignored files are not listed.
+func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err error) {
+	defer guard(&err)
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if o.Max <= 0 {
+		o.Max = 500
+	}
+	var b strings.Builder
+	if err := r.branchLine(&b); err != nil {
+		return "", err
+	}
+	st, err := r.wt.Status()
+	if err != nil {
+		return "", fmt.Errorf("gitview: status: %w", err)
+	}
+	paths := make([]string, 0, len(st))
+	for p, s := range st {
+		if s.Staging == git.Unmodified && s.Worktree == git.Unmodified {
+			continue
+		}
+		if !under(p, o.Path) {
+			continue
+		}
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	if len(paths) == 0 {
+		if o.Path != "" && o.Path != "." {
+			fmt.Fprintf(&b, "nothing changed under %s\n", o.Path)
+		} else {
+			b.WriteString("nothing to commit, working tree clean\n")
+		}
+		return b.String(), nil
+	}
+	for i, p := range paths {
+		if i == o.Max {
+			fmt.Fprintf(&b, "[git.status: %d more entries not shown; narrow with path]\n", len(paths)-i)
+			break
+		}
+		s := st[p]
+		fmt.Fprintf(&b, "%c%c %s\n", s.Staging, s.Worktree, quotePath(p))
+	}
+	return b.String(), nil
+}
+
+// branchLine writes "## main (abc1234 subject)" or the detached/unborn
+// forms.
+func (r *Repo) branchLine(b *strings.Builder) error {
+	branch, c, err := r.head()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c == nil:
+		fmt.Fprintf(b, "## No commits yet on %s\n", branch)
+	case branch == "":
+		fmt.Fprintf(b, "## HEAD (detached at %s) %s\n", c.Hash.String()[:7], subject(c.Message))
+	default:
+		fmt.Fprintf(b, "## %s (%s %s)\n", branch, c.Hash.String()[:7], subject(c.Message))
+	}
+	return nil
+}
+
+// under reports whether p is dir or below it ("" and "." hold all).
+func under(p, dir string) bool {
+	dir = strings.TrimSuffix(dir, "/")
+	return dir == "" || dir == "." || p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+func subject(msg string) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(msg), "\n")
+	if len(s) > 72 {
+		s = s[:69] + "..."
+	}
+	return s
+}
+
+// quotePath quotes a path the way git does when it holds unusual bytes.
+func quotePath(p string) string {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c == '"' || c == '\\' || c == 0x7f {
+			return fmt.Sprintf("%q", p)
+		}
+	}
+	return p
+}
