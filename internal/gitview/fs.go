@@ -365,11 +365,11 @@ type readFile struct {
 	name string
 }
 
-func (r *readFile) Name() string           { return r.name }
+func (r *readFile) Name() string              { return r.name }
 func (r *readFile) Write([]byte) (int, error) { return 0, billy.ErrReadOnly }
-func (r *readFile) Lock() error            { return nil }
-func (r *readFile) Unlock() error          { return nil }
-func (r *readFile) Truncate(int64) error   { return billy.ErrReadOnly }
+func (r *readFile) Lock() error               { return nil }
+func (r *readFile) Unlock() error             { return nil }
+func (r *readFile) Truncate(int64) error      { return billy.ErrReadOnly }
 
 // memFile is a file opened for writing: its content is kept in memory and
 // written to the change set by Close.

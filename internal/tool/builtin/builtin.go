@@ -33,6 +33,8 @@ type Options struct {
 	MaxReadBytes int
 	// MaxMatches caps search.grep (default 200).
 	MaxMatches int
+	// Git configures git.commit's identity.
+	Git GitOptions
 }
 
 // Register builds the built-in tools and adds them to reg.
@@ -47,7 +49,8 @@ func Register(reg *tool.Registry, o Options) error {
 		o.MaxMatches = 200
 	}
 	b := &builtins{o: o}
-	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun}
+	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun,
+		b.gitStatus, b.gitDiff, b.gitLog, b.gitCommit}
 	for _, f := range mk {
 		t, err := f()
 		if err != nil {
