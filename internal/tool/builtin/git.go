@@ -236,4 +236,3 @@ func (b *builtins) gitCommit() (*tool.Tool, error) {
 		},
 	})
 }
-
