@@ -115,16 +115,12 @@ rules:
 `
 
 func newGitEnv(t *testing.T, userPolicy string) *gitEnv {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("change sets need root here")
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
-	ctx := context.Background()
-	base := t.TempDir()
-	e := &gitEnv{t: t, ws: filepath.Join(base, "ws"), marker: filepath.Join(base, "MARKER"), answer: "/approve"}
+	return newSessionEnv(t, userPolicy, armedRepo)
+}
+
+// armedRepo makes a repository with one commit whose config and hooks
+// name a program that creates e.marker.
+func armedRepo(t *testing.T, e *gitEnv, base string) {
 	realGit(t, base, false, "init", "-q", "-b", "main", e.ws)
 	files := map[string]string{
 		"go.mod":         "module example.com/m\n\ngo 1.22\n",
@@ -146,6 +142,22 @@ func newGitEnv(t *testing.T, userPolicy string) *gitEnv {
 	for _, h := range []string{"pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change", "reference-transaction", "pre-auto-gc", "post-checkout", "fsmonitor-watchman"} {
 		must(t, os.WriteFile(filepath.Join(e.ws, ".git", "hooks", h), []byte("#!/bin/sh\ntouch "+e.marker+"\n"), 0o755))
 	}
+}
+
+// newSessionEnv prepares a workspace with prepare, then a change set and
+// a router with the real gates over it.
+func newSessionEnv(t *testing.T, userPolicy string, prepare func(t *testing.T, e *gitEnv, base string)) *gitEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("change sets need root here")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	ctx := context.Background()
+	base := t.TempDir()
+	e := &gitEnv{t: t, ws: filepath.Join(base, "ws"), marker: filepath.Join(base, "MARKER"), answer: "/approve"}
+	prepare(t, e, base)
 	var err error
 	e.cs, err = changeset.Begin(ctx, e.ws, filepath.Join(base, "cs"))
 	must(t, err)

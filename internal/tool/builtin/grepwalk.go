@@ -98,9 +98,13 @@ func (w *viewWalker) walk(ctx context.Context, rel string, fn func(fileRef) erro
 	}
 	ig := &ignores{}
 	if !w.noIgnore {
-		// Patterns of the directories above rel apply below it; rel
-		// itself is searched even when ignored, since it was named.
+		// Patterns of the directories above rel apply below it. A
+		// named path is searched even when ignored; below an ignored
+		// one only the .gitignore files inside it count.
 		ig = w.rootIgnores(rel)
+		if rel != "." && ig.match(rel, e.Kind == changeset.KindDir) {
+			ig = &ignores{}
+		}
 	}
 	switch e.Kind {
 	case changeset.KindFile:
@@ -271,8 +275,13 @@ func (ig *ignores) with(dir []string, b []byte) *ignores {
 	return &ignores{pats: append(slices.Clip(ig.pats), ps...)}
 }
 
-// parseIgnore parses a .gitignore's lines: blank lines and comments
-// skipped, a trailing CR dropped, "\#" and "\!" escapes kept literal.
+// parseIgnore parses a .gitignore's lines for go-git's matcher, adapting
+// the forms where its semantics differ from git's: blank lines and
+// comments skipped, a trailing CR dropped, "[!...]" made "[^...]" (git's
+// negated class; filepath.Match reads "!" literally), and a trailing
+// "/**" made "/**/*" (git's "dir/**" matches what is inside dir, not dir
+// itself, so a later "!dir/file" can re-include a file). "\#" and "\!"
+// stay escaped: filepath.Match reads them as the literal characters.
 func parseIgnore(b []byte, dir []string) []gitignore.Pattern {
 	var ps []gitignore.Pattern
 	for len(b) > 0 {
@@ -286,18 +295,30 @@ func parseIgnore(b []byte, dir []string) []gitignore.Pattern {
 		if strings.TrimSpace(s) == "" || strings.HasPrefix(s, "#") {
 			continue
 		}
-		if strings.HasPrefix(s, `\#`) || strings.HasPrefix(s, `\!`) {
-			s = s[1:]
-			if s[0] == '!' {
-				// A literal "!" cannot be expressed to go-git's parser,
-				// which reads a leading "!" as a negation; "[!]" is a
-				// bracket expression matching "!" alone.
-				s = "[!]" + s[1:]
-			}
+		s = negatedClasses(s)
+		if t := strings.TrimRight(s, " "); strings.HasSuffix(t, "/**") {
+			s = t + "/*"
 		}
 		ps = append(ps, gitignore.ParsePattern(s, dir))
 	}
 	return ps
+}
+
+// negatedClasses rewrites unescaped "[!" as "[^".
+func negatedClasses(s string) string {
+	if !strings.Contains(s, "[!") {
+		return s
+	}
+	out := []byte(s)
+	for i := 0; i+1 < len(out); i++ {
+		switch {
+		case out[i] == '\\':
+			i++ // skip the escaped byte
+		case out[i] == '[' && out[i+1] == '!':
+			out[i+1] = '^'
+		}
+	}
+	return string(out)
 }
 
 func indexNL(b []byte) int {
