@@ -142,7 +142,7 @@ func TestGitignoreAgreesWithGit(t *testing.T) {
 func TestGitignorePatternFormsAgreeWithGit(t *testing.T) {
 	tree := map[string]string{
 		".gitignore": "a/**/b\n**/deep\nlib/**\n!lib/keep.txt\n*.o\n!important.o\ntrail.txt   \n[!x]y.txt\nfoo?.c\nDIR/\nonly/file\n\\!bang.txt\n",
-		"a/b": "", "a/x/b": "", "a/x/y/b": "", "a/x/y/c": "",
+		"a/b":        "", "a/x/b": "", "a/x/y/b": "", "a/x/y/c": "",
 		"x/deep": "", "deep": "", "deeper": "",
 		"lib/keep.txt": "", "lib/z.txt": "",
 		"k.o": "", "important.o": "", "sub/important.o": "",
