@@ -28,7 +28,6 @@ func BenchmarkGrep(b *testing.B) {
 	if _, err := os.Stat(src); err != nil || os.Geteuid() != 0 {
 		b.Skip("needs GOROOT/src and root (change set)")
 	}
-	const pattern = `func \(\w+ \*Reader\) Read\w*\(`
 	cs, err := changeset.Begin(context.Background(), src, filepath.Join(b.TempDir(), "cs"))
 	if err != nil {
 		b.Fatal(err)
@@ -46,52 +45,60 @@ func BenchmarkGrep(b *testing.B) {
 	counts := map[string]int{}
 	// Each pair searches the same files: .gitignore respected (ripgrep
 	// outside a git repository needs --no-require-git for that), then
-	// every file.
-	for _, c := range []struct {
-		name    string
-		ignored bool
-		rgArgs  []string
-	}{
-		{"gitignore", false, []string{"--no-require-git"}},
-		{"all", true, []string{"--no-ignore"}},
+	// every file; for a pattern with a rare literal, a common one, and
+	// one without a literal.
+	for _, pat := range []struct{ name, re string }{
+		{"rare", `func \(\w+ \*Reader\) Read\w*\(`},
+		{"common", `err != nil`},
+		{"noliteral", `^\s*//\s*[A-Z]{4,}:`},
 	} {
-		raw, _ := json.Marshal(map[string]any{"pattern": pattern, "max_matches": 1 << 30, "include_ignored": c.ignored})
-		b.Run("fluffy-"+c.name, func(b *testing.B) {
-			cpu0 := cpuTime()
-			for range b.N {
-				args, err := grep.Decode(raw)
-				if err != nil {
-					b.Fatal(err)
+		pattern := pat.re
+		for _, c := range []struct {
+			name    string
+			ignored bool
+			rgArgs  []string
+		}{
+			{"gitignore", false, []string{"--no-require-git"}},
+			{"all", true, []string{"--no-ignore"}},
+		} {
+			raw, _ := json.Marshal(map[string]any{"pattern": pattern, "max_matches": 1 << 30, "include_ignored": c.ignored})
+			b.Run(pat.name+"/fluffy-"+c.name, func(b *testing.B) {
+				cpu0 := cpuTime()
+				for range b.N {
+					args, err := grep.Decode(raw)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out, err := grep.Run(context.Background(), args)
+					if err != nil || out.IsError {
+						b.Fatalf("%s %v", out.Output, err)
+					}
+					counts["fluffy-"+c.name] = strings.Count(string(out.Output), "\n")
 				}
-				out, err := grep.Run(context.Background(), args)
-				if err != nil || out.IsError {
-					b.Fatalf("%s %v", out.Output, err)
-				}
-				counts["fluffy-"+c.name] = strings.Count(string(out.Output), "\n")
+				b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			})
+			if rgErr != nil {
+				b.Log("ripgrep not installed (apt-get install ripgrep): no comparison")
+				continue
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-		})
-		if rgErr != nil {
-			b.Log("ripgrep not installed (apt-get install ripgrep): no comparison")
-			continue
-		}
-		b.Run("ripgrep-"+c.name, func(b *testing.B) {
-			var cpu time.Duration
-			for range b.N {
-				args := append([]string{"-n", "--no-heading", "--hidden", "-g", "!.git"}, c.rgArgs...)
-				cmd := exec.Command(rg, append(args, pattern, ".")...)
-				cmd.Dir = src
-				out, err := cmd.Output()
-				if err != nil {
-					b.Fatal(err)
+			b.Run(pat.name+"/ripgrep-"+c.name, func(b *testing.B) {
+				var cpu time.Duration
+				for range b.N {
+					args := append([]string{"-n", "--no-heading", "--hidden", "-g", "!.git"}, c.rgArgs...)
+					cmd := exec.Command(rg, append(args, pattern, ".")...)
+					cmd.Dir = src
+					out, err := cmd.Output()
+					if err != nil {
+						b.Fatal(err)
+					}
+					cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+					counts["ripgrep-"+c.name] = strings.Count(string(out), "\n")
 				}
-				cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-				counts["ripgrep-"+c.name] = strings.Count(string(out), "\n")
+				b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+			})
+			if f, r := counts["fluffy-"+c.name], counts["ripgrep-"+c.name]; rgErr == nil && f != r {
+				b.Errorf("%s %s: matches differ: search.grep %d, ripgrep %d", pat.name, c.name, f, r)
 			}
-			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
-		})
-		if f, r := counts["fluffy-"+c.name], counts["ripgrep-"+c.name]; rgErr == nil && f != r {
-			b.Errorf("%s: matches differ: search.grep %d, ripgrep %d", c.name, f, r)
 		}
 	}
 }
