@@ -276,3 +276,54 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Reading never writes: status, diff and log leave the change set empty.
+func TestReadsDoNotWrite(t *testing.T) {
+	_, cs := newRepo(t)
+	ctx := context.Background()
+	r := open(t, cs)
+	_, err := r.Status(ctx, gitview.StatusOptions{})
+	must(t, err)
+	_, err = r.Diff(ctx, gitview.DiffOptions{Stat: true})
+	must(t, err)
+	_, err = r.Log(ctx, gitview.LogOptions{Path: "pkg", Full: true})
+	must(t, err)
+	ch, err := cs.Changes(ctx)
+	must(t, err)
+	if len(ch) != 0 {
+		t.Errorf("reads changed the change set: %v", ch)
+	}
+}
+
+// FS never maps a name outside its root.
+func FuzzFSPath(f *testing.F) {
+	if os.Geteuid() != 0 {
+		f.Skip("change sets need root here")
+	}
+	base := f.TempDir()
+	ws := filepath.Join(base, "ws")
+	must(f, os.MkdirAll(filepath.Join(ws, ".git"), 0o755))
+	write(f, filepath.Join(base, "outside"), "secret")
+	write(f, filepath.Join(ws, "inside"), "ok")
+	cs, err := changeset.Begin(context.Background(), ws, filepath.Join(base, "cs"))
+	must(f, err)
+	for _, s := range []string{"../outside", "../../ws/inside", "/../outside", "a/../../outside", "..", "inside", "./.git/../inside", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		fsys, err := gitview.NewFS(cs, ".git")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fh, err := fsys.Open(name)
+		if err != nil {
+			return
+		}
+		defer fh.Close()
+		b := make([]byte, 16)
+		n, _ := fh.Read(b)
+		if string(b[:n]) == "secret" {
+			t.Fatalf("%q reached a file outside the workspace", name)
+		}
+	})
+}

@@ -93,7 +93,7 @@ func (r *Repo) Log(ctx context.Context, o LogOptions) (out string, err error) {
 	}
 	if shown == 0 {
 		if filtered {
-			return fmt.Sprintf("no commits touch %s\n", o.Path), nil
+			return fmt.Sprintf("no commits touch %s\n", o.Path) + b.String(), nil
 		}
 		return "no commits\n", nil
 	}

@@ -1,6 +1,9 @@
 // Package builtin owns fluffy's built-in tools: fs.read, fs.list,
-// fs.exists and search.grep (fast path, reading the session's change set's
-// merged view, so the model sees its own pending edits), fs.write and
+// fs.exists, search.grep, search.glob, git.status, git.diff and git.log
+// (fast path, reading the session's change set's merged view, so the model
+// sees its own pending edits; the search tools honour .gitignore; the git
+// tools use internal/gitview and never run git), git.commit (a kernel
+// write of the commit into the change set), fs.write and
 // fs.edit (kernel writes into the change set's upper layer, never the real
 // tree), and shell.exec and test.run (in a sandbox from the code-executor
 // template; test.run parses the runner's output for the TDD machine).
