@@ -2,6 +2,7 @@ package gitview
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-billy/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 )
@@ -31,7 +33,20 @@ import (
 type FS struct {
 	cs   *changeset.ChangeSet
 	root string // workspace-relative, "." for the workspace root
+	// ctx, when set, ends every operation once it is done, so a long
+	// walk of the git library stops when its call is cancelled.
+	ctx context.Context
+	// roots, when set, holds O_PATH descriptors of both layers' roots:
+	// files then report their modification time (from the layer that
+	// holds them), which lets the git library trust the index for
+	// unchanged files instead of hashing every file, as git does. A file
+	// the session wrote has the time it was written in the upper layer,
+	// never earlier than the index it differs from.
+	roots *roots
 }
+
+// roots are the layers' root descriptors.
+type roots struct{ lower, upper int }
 
 var (
 	_ billy.Filesystem = (*FS)(nil)
@@ -51,6 +66,11 @@ func NewFS(cs *changeset.ChangeSet, root string) (*FS, error) {
 // rel maps a billy path (relative to the root; a leading slash means the
 // root) to a workspace-relative one.
 func (f *FS) rel(name string) (string, error) {
+	if f.ctx != nil {
+		if err := f.ctx.Err(); err != nil {
+			return "", err
+		}
+	}
 	if strings.IndexByte(name, 0) >= 0 {
 		return "", &fs.PathError{Op: "open", Path: name, Err: changeset.ErrBadPath}
 	}
@@ -151,14 +171,20 @@ func (f *FS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, erro
 		return nil, err
 	}
 	if flag&writeFlags == 0 {
-		e, real, err := f.resolve(name, rel)
-		if err != nil {
-			return nil, err
+		// One merged lookup for a plain file; a symlink is resolved
+		// within the view first.
+		osf, err := f.cs.Open(rel)
+		if errors.Is(err, changeset.ErrSymlink) {
+			var e changeset.Entry
+			var real string
+			if e, real, err = f.resolve(name, rel); err != nil {
+				return nil, err
+			}
+			if e.Kind == changeset.KindDir {
+				return nil, &fs.PathError{Op: "open", Path: name, Err: errors.New("is a directory")}
+			}
+			osf, err = f.cs.Open(real)
 		}
-		if e.Kind == changeset.KindDir {
-			return nil, &fs.PathError{Op: "open", Path: name, Err: errors.New("is a directory")}
-		}
-		osf, err := f.cs.Open(real)
 		if err != nil {
 			return nil, mapErr("open", name, err)
 		}
@@ -202,7 +228,7 @@ func (f *FS) Stat(name string) (os.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return info{e, path.Base(rel)}, nil
+	return f.info(e, path.Base(rel)), nil
 }
 
 // Lstat returns name's entry without following a final symlink.
@@ -215,7 +241,7 @@ func (f *FS) Lstat(name string) (os.FileInfo, error) {
 	if err != nil {
 		return nil, mapErr("lstat", name, err)
 	}
-	return info{e, path.Base(rel)}, nil
+	return f.info(e, path.Base(rel)), nil
 }
 
 // Readlink returns the target of the symlink name.
@@ -297,7 +323,7 @@ func (f *FS) ReadDir(name string) ([]os.FileInfo, error) {
 	}
 	out := make([]os.FileInfo, 0, len(ents))
 	for _, e := range ents {
-		out = append(out, info{e, path.Base(e.Path)})
+		out = append(out, f.info(e, path.Base(e.Path)))
 	}
 	return out, nil
 }
@@ -317,7 +343,7 @@ func (f *FS) Chroot(p string) (billy.Filesystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FS{cs: f.cs, root: rel}, nil
+	return &FS{cs: f.cs, root: rel, ctx: f.ctx, roots: f.roots}, nil
 }
 
 // Root returns the absolute path the view stands for (never opened
@@ -336,15 +362,40 @@ func (f *FS) put(rel string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
+// info returns e as an os.FileInfo, with the modification time of a
+// file when the FS has the layers' descriptors.
+func (f *FS) info(e changeset.Entry, name string) info {
+	i := info{e: e, name: name}
+	if f.roots == nil || e.Kind != changeset.KindFile {
+		return i
+	}
+	root := f.roots.lower
+	if e.Layer == changeset.LayerUpper {
+		root = f.roots.upper
+	}
+	fd, err := unix.Openat2(root, e.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return i
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		i.mtime = time.Unix(st.Mtim.Unix())
+	}
+	return i
+}
+
 // info is a merged entry as an os.FileInfo.
 type info struct {
-	e    changeset.Entry
-	name string
+	e     changeset.Entry
+	name  string
+	mtime time.Time
 }
 
 func (i info) Name() string       { return i.name }
 func (i info) Size() int64        { return i.e.Size }
-func (i info) ModTime() time.Time { return time.Time{} }
+func (i info) ModTime() time.Time { return i.mtime }
 func (i info) IsDir() bool        { return i.e.Kind == changeset.KindDir }
 func (i info) Sys() any           { return nil }
 func (i info) Mode() fs.FileMode {

@@ -69,10 +69,11 @@ func newRepo(t testing.TB) (string, *changeset.ChangeSet) {
 
 func open(t testing.TB, cs *changeset.ChangeSet) *gitview.Repo {
 	t.Helper()
-	r, err := gitview.Open(cs)
+	r, err := gitview.Open(context.Background(), cs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
 	return r
 }
 
@@ -214,6 +215,14 @@ func TestCommitPaths(t *testing.T) {
 	if !strings.Contains(st, " M README.md\n") || strings.Contains(st, "calc.go") {
 		t.Errorf("status after a path commit:\n%s", st)
 	}
+	// A same-size edit after the commit is seen (the index's stat data
+	// is trusted only for what it describes).
+	must(t, cs.WriteFile("pkg/calc.go", []byte("package pkg // chang3d\n"), 0o644))
+	st, err = open(t, cs).Status(ctx, gitview.StatusOptions{})
+	must(t, err)
+	if !strings.Contains(st, " M pkg/calc.go\n") {
+		t.Errorf("a same-size edit after a commit is not seen:\n%s", st)
+	}
 	for _, bad := range []string{"../x", ".git/config", "/etc"} {
 		if _, err := open(t, cs).Commit(ctx, gitview.CommitOptions{Message: "x", Paths: []string{bad}, Author: "f", Email: "f@x"}); err == nil {
 			t.Errorf("commit of %q accepted", bad)
@@ -244,7 +253,7 @@ func TestOpenRefusals(t *testing.T) {
 			mk(ws)
 			cs, err := changeset.Begin(ctx, ws, filepath.Join(base, "cs"))
 			must(t, err)
-			_, err = gitview.Open(cs)
+			_, err = gitview.Open(context.Background(), cs)
 			if !errors.Is(err, gitview.ErrNoRepository) && !errors.Is(err, gitview.ErrUnsupported) {
 				t.Errorf("Open: %v", err)
 			}

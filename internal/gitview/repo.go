@@ -1,6 +1,7 @@
 package gitview
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 )
@@ -36,16 +39,18 @@ var (
 // written through the change set's merged view. Open one per call; a Repo
 // is not safe for concurrent use.
 type Repo struct {
-	cs *changeset.ChangeSet
-	r  *git.Repository
-	wt *git.Worktree
-	wf *FS
+	roots *roots // the layers' O_PATH descriptors; Close closes them
+	cs    *changeset.ChangeSet
+	r     *git.Repository
+	wt    *git.Worktree
+	wf    *FS
 }
 
 // Open opens the repository at the root of cs's workspace. Object
 // alternates (objects/info/alternates) are never followed: they would
-// name directories outside the view.
-func Open(cs *changeset.ChangeSet) (repo *Repo, err error) {
+// name directories outside the view. Every file operation of the Repo
+// fails once ctx is done, which stops the git library's walks.
+func Open(ctx context.Context, cs *changeset.ChangeSet) (repo *Repo, err error) {
 	defer guard(&err)
 	e, err := cs.Stat(".git")
 	switch {
@@ -66,6 +71,17 @@ func Open(cs *changeset.ChangeSet) (repo *Repo, err error) {
 	if err != nil {
 		return nil, err
 	}
+	dot.ctx, wf.ctx = ctx, ctx
+	rs, err := openRoots(cs)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if repo == nil {
+			rs.close()
+		}
+	}()
+	dot.roots, wf.roots = rs, rs
 	st := filesystem.NewStorageWithOptions(dot, cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: memfs.New()})
 	r, err := git.Open(st, wf)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
@@ -78,7 +94,27 @@ func Open(cs *changeset.ChangeSet) (repo *Repo, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gitview: %w", err)
 	}
-	return &Repo{cs: cs, r: r, wt: wt, wf: wf}, nil
+	return &Repo{roots: rs, cs: cs, r: r, wt: wt, wf: wf}, nil
+}
+
+// Close releases the Repo's descriptors.
+func (r *Repo) Close() error { return r.roots.close() }
+
+func openRoots(cs *changeset.ChangeSet) (*roots, error) {
+	lo, err := unix.Open(cs.Workspace(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("gitview: open %s: %w", cs.Workspace(), err)
+	}
+	up, err := unix.Open(cs.UpperDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(lo)
+		return nil, fmt.Errorf("gitview: open %s: %w", cs.UpperDir(), err)
+	}
+	return &roots{lower: lo, upper: up}, nil
+}
+
+func (r *roots) close() error {
+	return errors.Join(unix.Close(r.lower), unix.Close(r.upper))
 }
 
 // guard turns a panic of the git library (malformed objects, packs or

@@ -52,8 +52,8 @@ type GitCommitIn struct {
 }
 
 // gitRepo opens the session's repository through the change set.
-func (b *builtins) gitRepo() (*gitview.Repo, error) {
-	r, err := gitview.Open(b.o.ChangeSet)
+func (b *builtins) gitRepo(ctx context.Context) (*gitview.Repo, error) {
+	r, err := gitview.Open(ctx, b.o.ChangeSet)
 	if errors.Is(err, gitview.ErrNoRepository) {
 		return nil, errors.New("the workspace is not a git repository (no .git directory at its root)")
 	}
@@ -107,10 +107,11 @@ func (b *builtins) gitStatus() (*tool.Tool, error) {
 			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GitStatusIn) (tool.Result, error) {
-			r, err := b.gitRepo()
+			r, err := b.gitRepo(ctx)
 			if err != nil {
 				return errResult(err), nil
 			}
+			defer r.Close()
 			rel, err := b.rel(orDot(in.Path))
 			if err != nil {
 				return errResult(err), nil
@@ -136,10 +137,11 @@ func (b *builtins) gitDiff() (*tool.Tool, error) {
 			return b.gitPaths(in.Paths, op)
 		},
 		Run: func(ctx context.Context, in *GitDiffIn) (tool.Result, error) {
-			r, err := b.gitRepo()
+			r, err := b.gitRepo(ctx)
 			if err != nil {
 				return errResult(err), nil
 			}
+			defer r.Close()
 			paths, err := b.gitRels(in.Paths)
 			if err != nil {
 				return errResult(err), nil
@@ -166,10 +168,11 @@ func (b *builtins) gitLog() (*tool.Tool, error) {
 			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GitLogIn) (tool.Result, error) {
-			r, err := b.gitRepo()
+			r, err := b.gitRepo(ctx)
 			if err != nil {
 				return errResult(err), nil
 			}
+			defer r.Close()
 			rel, err := b.rel(orDot(in.Path))
 			if err != nil {
 				return errResult(err), nil
@@ -210,10 +213,11 @@ func (b *builtins) gitCommit() (*tool.Tool, error) {
 			return b.onePath(".git", op)
 		},
 		Run: func(ctx context.Context, in *GitCommitIn) (tool.Result, error) {
-			r, err := b.gitRepo()
+			r, err := b.gitRepo(ctx)
 			if err != nil {
 				return errResult(err), nil
 			}
+			defer r.Close()
 			paths, err := b.gitRels(in.Paths)
 			if err != nil {
 				return errResult(err), nil
