@@ -408,3 +408,34 @@ func TestGitCommitThroughRouter(t *testing.T) {
 		})
 	}
 }
+
+// Without a repository the git tools say so as a tool result; refusals
+// by the gates come first.
+func TestGitToolsWithoutRepository(t *testing.T) {
+	e := newSessionEnv(t, "", func(t *testing.T, e *gitEnv, _ string) {
+		must(t, os.MkdirAll(e.ws, 0o755))
+		must(t, os.WriteFile(filepath.Join(e.ws, "README.md"), []byte("hi\n"), 0o644))
+	})
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"git.status", map[string]any{}, "not a git repository"},
+		{"git.diff", map[string]any{}, "not a git repository"},
+		{"git.log", map[string]any{}, "not a git repository"},
+		{"git.commit", map[string]any{"message": "x"}, "not a git repository"},
+		{"git.commit", map[string]any{"message": "  "}, "refused by the normalize gate"},
+		{"git.commit", map[string]any{}, "refused by the decode gate (rule invalid-arguments)"},
+		{"git.diff", map[string]any{"paths": []string{"/etc/passwd"}}, "refused by the normalize gate (rule outside-workspace)"},
+		{"git.commit", map[string]any{"message": "x", "paths": []string{"../outside"}}, "refused by the normalize gate"},
+	} {
+		out, isErr := e.call(c.tool, c.args)
+		if !isErr || !strings.Contains(out, c.want) {
+			t.Errorf("%s %v: error=%v\n%s", c.tool, c.args, isErr, out)
+		}
+	}
+	if ch, _ := e.cs.Changes(t.Context()); len(ch) != 0 {
+		t.Errorf("the refused calls changed the change set: %v", ch)
+	}
+}
