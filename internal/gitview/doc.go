@@ -14,6 +14,10 @@
 // reachable. A panic of the library on malformed repository data is
 // recovered as ErrInternal.
 //
+// go-git v5.19.3 (with go-billy v5.9.2) adds 14 modules to the build
+// (`go mod graph | wc -l`: 781 before, 903 after); its transport, SSH and
+// OpenPGP parts are linked but never used here.
+//
 // Commit writes its objects, the index and the branch's ref through the
 // same view: they land in the change set's upper layer, and the user's real
 // .git changes only when a person applies the change set.
