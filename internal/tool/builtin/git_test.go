@@ -435,6 +435,12 @@ func TestGitToolsWithoutRepository(t *testing.T) {
 			t.Errorf("%s %v: error=%v\n%s", c.tool, c.args, isErr, out)
 		}
 	}
+	// Only the repository as a whole is TDD-exempt (what git.commit
+	// names): a file inside .git written on its own is a source write.
+	out, isErr := e.call("fs.write", map[string]any{"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"})
+	if !isErr || !strings.Contains(out, "refused by the state gate") {
+		t.Errorf("fs.write into .git in strict idle: %s", out)
+	}
 	if ch, _ := e.cs.Changes(t.Context()); len(ch) != 0 {
 		t.Errorf("the refused calls changed the change set: %v", ch)
 	}
