@@ -85,6 +85,9 @@ func TestStatusDiffLogSeePendingEdits(t *testing.T) {
 	must(t, cs.WriteFile("debug.log", []byte("ignored\n"), 0o644))
 	must(t, cs.Remove("docs/guide.md", false))
 	must(t, cs.WriteFile("logo.bin", []byte("PNG\x00\x09"), 0o644))
+	must(t, cs.MkdirAll("newdir/sub"))
+	must(t, cs.WriteFile("newdir/a.go", []byte("package a\n"), 0o644))
+	must(t, cs.WriteFile("newdir/sub/b.go", []byte("package b\n"), 0o644))
 	r := open(t, cs)
 
 	st, err := r.Status(ctx, gitview.StatusOptions{})
@@ -93,13 +96,13 @@ func TestStatusDiffLogSeePendingEdits(t *testing.T) {
 	if !strings.HasPrefix(st, want) || !strings.Contains(st, "add docs)\n") {
 		t.Errorf("status header:\n%s", st)
 	}
-	for _, l := range []string{" M pkg/calc.go", "?? pkg/calc_test.go", " D docs/guide.md", " M logo.bin"} {
+	for _, l := range []string{" M pkg/calc.go", "?? pkg/calc_test.go", " D docs/guide.md", " M logo.bin", "?? newdir/"} {
 		if !strings.Contains(st, l+"\n") {
 			t.Errorf("status lacks %q:\n%s", l, st)
 		}
 	}
-	if strings.Contains(st, "debug.log") {
-		t.Errorf("status shows an ignored file:\n%s", st)
+	if strings.Contains(st, "debug.log") || strings.Contains(st, "newdir/a.go") {
+		t.Errorf("status shows an ignored file or does not collapse an untracked directory:\n%s", st)
 	}
 	st, err = r.Status(ctx, gitview.StatusOptions{Path: "pkg"})
 	must(t, err)

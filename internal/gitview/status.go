@@ -3,6 +3,7 @@ package gitview
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -38,6 +39,11 @@ func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err err
 	if err != nil {
 		return "", fmt.Errorf("gitview: status: %w", err)
 	}
+	tracked, err := r.trackedDirs()
+	if err != nil {
+		return "", err
+	}
+	codes := map[string]string{}
 	paths := make([]string, 0, len(st))
 	for p, s := range st {
 		if s.Staging == git.Unmodified && s.Worktree == git.Unmodified {
@@ -46,6 +52,16 @@ func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err err
 		if !under(p, o.Path) {
 			continue
 		}
+		code := fmt.Sprintf("%c%c", s.Staging, s.Worktree)
+		if s.Worktree == git.Untracked {
+			// As git does, a directory holding nothing tracked is one
+			// "?? dir/" line.
+			p = untrackedTop(p, tracked)
+		}
+		if _, dup := codes[p]; dup {
+			continue
+		}
+		codes[p] = code
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
@@ -62,10 +78,35 @@ func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err err
 			fmt.Fprintf(&b, "[git.status: %d more entries not shown; narrow with path]\n", len(paths)-i)
 			break
 		}
-		s := st[p]
-		fmt.Fprintf(&b, "%c%c %s\n", s.Staging, s.Worktree, quotePath(p))
+		fmt.Fprintf(&b, "%s %s\n", codes[p], quotePath(p))
 	}
 	return b.String(), nil
+}
+
+// trackedDirs returns every directory that holds a file of the index.
+func (r *Repo) trackedDirs() (map[string]bool, error) {
+	idx, err := r.r.Storer.Index()
+	if err != nil {
+		return nil, fmt.Errorf("gitview: index: %w", err)
+	}
+	dirs := map[string]bool{}
+	for _, e := range idx.Entries {
+		for d := path.Dir(e.Name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	return dirs, nil
+}
+
+// untrackedTop returns the highest directory above the untracked file p
+// that holds no tracked file ("dir/"), or p.
+func untrackedTop(p string, tracked map[string]bool) string {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && !tracked[p[:i]] {
+			return p[:i+1]
+		}
+	}
+	return p
 }
 
 // branchLine writes "## main (abc1234 subject)" or the detached/unborn
