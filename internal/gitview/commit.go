@@ -48,6 +48,9 @@ func (r *Repo) Commit(ctx context.Context, o CommitOptions) (out string, err err
 	if o.When.IsZero() {
 		o.When = time.Now()
 	}
+	if err := r.prepareWalk(); err != nil {
+		return "", err
+	}
 	if len(o.Paths) == 0 {
 		if err := r.wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
 			return "", fmt.Errorf("gitview: stage: %w", err)

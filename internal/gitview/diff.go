@@ -149,6 +149,9 @@ func (r *Repo) commitFiles(ctx context.Context, baseTree *object.Tree, o DiffOpt
 // worktreeFiles lists the files whose working-tree (or staged) content
 // differs from base.
 func (r *Repo) worktreeFiles(ctx context.Context, base *object.Commit, baseTree *object.Tree, o DiffOptions) ([]fileDiff, error) {
+	if err := r.prepareWalk(); err != nil {
+		return nil, err
+	}
 	st, err := r.wt.Status()
 	if err != nil {
 		return nil, fmt.Errorf("gitview: status: %w", err)

@@ -43,6 +43,9 @@ type FS struct {
 	// the session wrote has the time it was written in the upper layer,
 	// never earlier than the index it differs from.
 	roots *roots
+	// skipDir, when set, hides directories from ReadDir: ignored ones
+	// that hold nothing tracked, so the git library does not walk them.
+	skipDir func(rel string) bool
 }
 
 // roots are the layers' root descriptors.
@@ -323,6 +326,9 @@ func (f *FS) ReadDir(name string) ([]os.FileInfo, error) {
 	}
 	out := make([]os.FileInfo, 0, len(ents))
 	for _, e := range ents {
+		if f.skipDir != nil && e.Kind == changeset.KindDir && f.skipDir(e.Path) {
+			continue
+		}
 		out = append(out, f.info(e, path.Base(e.Path)))
 	}
 	return out, nil

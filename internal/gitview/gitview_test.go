@@ -3,6 +3,7 @@ package gitview_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,4 +339,34 @@ func FuzzFSPath(f *testing.F) {
 			t.Fatalf("%q reached a file outside the workspace", name)
 		}
 	})
+}
+
+// Status agrees with git's own short status where ignore rules, ignored
+// directories holding tracked files and untracked directories meet.
+func TestStatusAgreesWithGit(t *testing.T) {
+	ws, cs := newRepo(t)
+	write(t, filepath.Join(ws, "vendor/kept.go"), "package v\n")
+	gitCmd(t, ws, "add", "-f", "vendor/kept.go")
+	gitCmd(t, ws, "commit", "-q", "-m", "force-add a file in an ignored dir")
+	write(t, filepath.Join(ws, ".gitignore"), "*.log\nbuild/\nvendor/\nnode_modules\nlib/**\n!lib/keep.txt\n")
+	gitCmd(t, ws, "commit", "-q", "-am", "ignore more")
+	for i := range 50 {
+		write(t, filepath.Join(ws, fmt.Sprintf("node_modules/m%02d/index.js", i)), "x\n")
+	}
+	write(t, filepath.Join(ws, "vendor/other.go"), "package v\n")
+	write(t, filepath.Join(ws, "lib/keep.txt"), "k\n")
+	write(t, filepath.Join(ws, "lib/z.txt"), "z\n")
+	write(t, filepath.Join(ws, "newdir/sub/x.txt"), "x\n")
+	write(t, filepath.Join(ws, "pkg/new.go"), "package pkg\n")
+	write(t, filepath.Join(ws, "vendor/kept.go"), "package v // changed\n")
+	cs2, err := changeset.Begin(context.Background(), ws, filepath.Join(t.TempDir(), "cs"))
+	must(t, err)
+	_ = cs
+	want := gitCmd(t, ws, "status", "--porcelain")
+	got, err := open(t, cs2).Status(context.Background(), gitview.StatusOptions{})
+	must(t, err)
+	_, got, _ = strings.Cut(got, "\n") // the ## line
+	if got != want {
+		t.Errorf("gitview status:\n%s\ngit status --porcelain:\n%s", got, want)
+	}
 }

@@ -97,6 +97,20 @@ func Open(ctx context.Context, cs *changeset.ChangeSet) (repo *Repo, err error) 
 	return &Repo{roots: rs, cs: cs, r: r, wt: wt, wf: wf}, nil
 }
 
+// prepareWalk makes the working tree's view skip ignored directories
+// that hold nothing tracked, before the git library walks it.
+func (r *Repo) prepareWalk() error {
+	if r.wf.skipDir != nil {
+		return nil
+	}
+	skip, err := r.ignoredDirs()
+	if err != nil {
+		return err
+	}
+	r.wf.skipDir = skip
+	return nil
+}
+
 // Close releases the Repo's descriptors.
 func (r *Repo) Close() error { return r.roots.close() }
 

@@ -35,6 +35,9 @@ func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err err
 	if err := r.branchLine(&b); err != nil {
 		return "", err
 	}
+	if err := r.prepareWalk(); err != nil {
+		return "", err
+	}
 	st, err := r.wt.Status()
 	if err != nil {
 		return "", fmt.Errorf("gitview: status: %w", err)
@@ -64,7 +67,17 @@ func (r *Repo) Status(ctx context.Context, o StatusOptions) (out string, err err
 		codes[p] = code
 		paths = append(paths, p)
 	}
-	slices.Sort(paths)
+	// git's order: tracked changes, then untracked entries, each by path.
+	slices.SortFunc(paths, func(a, b string) int {
+		ua, ub := codes[a] == "??", codes[b] == "??"
+		if ua != ub {
+			if ua {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	if len(paths) == 0 {
 		if o.Path != "" && o.Path != "." {
 			fmt.Fprintf(&b, "nothing changed under %s\n", o.Path)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/gitview"
 )
 
 // viewWalker walks the merged view of a change set for the search tools,
@@ -268,66 +269,11 @@ type ignores struct {
 // with returns ig plus the patterns of a .gitignore (content b) of the
 // directory dir.
 func (ig *ignores) with(dir []string, b []byte) *ignores {
-	ps := parseIgnore(b, dir)
+	ps := gitview.IgnorePatterns(b, dir)
 	if len(ps) == 0 {
 		return ig
 	}
 	return &ignores{pats: append(slices.Clip(ig.pats), ps...)}
-}
-
-// parseIgnore parses a .gitignore's lines for go-git's matcher, adapting
-// the forms where its semantics differ from git's: blank lines and
-// comments skipped, a trailing CR dropped, "[!...]" made "[^...]" (git's
-// negated class; filepath.Match reads "!" literally), and a trailing
-// "/**" made "/**/*" (git's "dir/**" matches what is inside dir, not dir
-// itself, so a later "!dir/file" can re-include a file). "\#" and "\!"
-// stay escaped: filepath.Match reads them as the literal characters.
-func parseIgnore(b []byte, dir []string) []gitignore.Pattern {
-	var ps []gitignore.Pattern
-	for len(b) > 0 {
-		var line []byte
-		if i := indexNL(b); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			line, b = b, nil
-		}
-		s := strings.TrimSuffix(string(line), "\r")
-		if strings.TrimSpace(s) == "" || strings.HasPrefix(s, "#") {
-			continue
-		}
-		s = negatedClasses(s)
-		if t := strings.TrimRight(s, " "); strings.HasSuffix(t, "/**") {
-			s = t + "/*"
-		}
-		ps = append(ps, gitignore.ParsePattern(s, dir))
-	}
-	return ps
-}
-
-// negatedClasses rewrites unescaped "[!" as "[^".
-func negatedClasses(s string) string {
-	if !strings.Contains(s, "[!") {
-		return s
-	}
-	out := []byte(s)
-	for i := 0; i+1 < len(out); i++ {
-		switch {
-		case out[i] == '\\':
-			i++ // skip the escaped byte
-		case out[i] == '[' && out[i+1] == '!':
-			out[i+1] = '^'
-		}
-	}
-	return string(out)
-}
-
-func indexNL(b []byte) int {
-	for i, c := range b {
-		if c == '\n' {
-			return i
-		}
-	}
-	return -1
 }
 
 func (ig *ignores) match(rel string, isDir bool) bool {
