@@ -156,7 +156,7 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 			return nil, err
 		}
 		reg := tool.NewRegistry()
-		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res}); err != nil {
+		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
 			return nil, err
 		}
 		// The policy is the one of the session's workspace.

@@ -43,6 +43,7 @@ type Config struct {
 	Approval Approval `yaml:"approval"`
 	Kernel   Kernel   `yaml:"kernel"`
 	Net      Net      `yaml:"net"`
+	Git      Git      `yaml:"git"`
 
 	LLM   LLM   `yaml:"llm"`
 	Agent Agent `yaml:"agent"`
@@ -71,6 +72,14 @@ type AutoApply struct {
 	AllowDeletions bool `yaml:"allow_deletions" scope:"user"`
 	// AllowBinary lets a change set with binary files apply itself.
 	AllowBinary bool `yaml:"allow_binary" scope:"user"`
+}
+
+// Git configures the git tools.
+type Git struct {
+	// AuthorName and AuthorEmail sign the commits git.commit records
+	// (author and committer).
+	AuthorName  string `yaml:"author_name" scope:"user"`
+	AuthorEmail string `yaml:"author_email" scope:"user"`
 }
 
 // Approval configures asking a person.
@@ -283,6 +292,7 @@ func Default(env Env) Config {
 		},
 		Policy:   Policy{Default: "approve"},
 		TDD:      TDD{Mode: "strict", DebtBudget: 5},
+		Git:      Git{AuthorName: "fluffy", AuthorEmail: "fluffy@localhost"},
 		Approval: Approval{Timeout: units.Duration(10 * 60e9), TokenTTL: units.Duration(30 * 60e9), TokenUses: 1},
 		Net: Net{
 			MaxUpload:       64 << 20,

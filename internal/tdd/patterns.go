@@ -67,6 +67,10 @@ func DefaultExemptPatterns() []string {
 		"*.{yaml,yml,toml,ini,cfg,conf,json}", ".gitignore", ".gitattributes", ".editorconfig",
 		"go.mod", "go.sum", "*.lock", "package-lock.json",
 		"*.pb.go", "*_gen.go", "*.gen.*", "zz_generated*", "*_generated.*", "*.min.js",
+		// The repository itself, as git.commit names it: a commit
+		// records changes, it writes no test or source. Files inside
+		// .git (config, hooks) written one by one stay unexempt.
+		".git",
 	}
 }
 

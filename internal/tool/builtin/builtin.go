@@ -1,6 +1,9 @@
 // Package builtin owns fluffy's built-in tools: fs.read, fs.list,
-// fs.exists and search.grep (fast path, reading the session's change set's
-// merged view, so the model sees its own pending edits), fs.write and
+// fs.exists, search.grep, search.glob, git.status, git.diff and git.log
+// (fast path, reading the session's change set's merged view, so the model
+// sees its own pending edits; the search tools honour .gitignore; the git
+// tools use internal/gitview and never run git), git.commit (a kernel
+// write of the commit into the change set), fs.write and
 // fs.edit (kernel writes into the change set's upper layer, never the real
 // tree), and shell.exec and test.run (in a sandbox from the code-executor
 // template; test.run parses the runner's output for the TDD machine).
@@ -15,7 +18,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -33,6 +35,8 @@ type Options struct {
 	MaxReadBytes int
 	// MaxMatches caps search.grep (default 200).
 	MaxMatches int
+	// Git configures git.commit's identity.
+	Git GitOptions
 }
 
 // Register builds the built-in tools and adds them to reg.
@@ -47,7 +51,8 @@ func Register(reg *tool.Registry, o Options) error {
 		o.MaxMatches = 200
 	}
 	b := &builtins{o: o}
-	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun}
+	mk := []func() (*tool.Tool, error){b.read, b.list, b.exists, b.grep, b.glob, b.write, b.edit, b.shell, b.testRun,
+		b.gitStatus, b.gitDiff, b.gitLog, b.gitCommit}
 	for _, f := range mk {
 		t, err := f()
 		if err != nil {
@@ -257,120 +262,4 @@ func (b *builtins) exists() (*tool.Tool, error) {
 			return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a %s of %d bytes", in.Path, e.Kind, e.Size)}, nil
 		},
 	})
-}
-
-// GrepIn is search.grep's input.
-type GrepIn struct {
-	Pattern    string `json:"pattern" jsonschema:"a Go (RE2) regular expression"`
-	Path       string `json:"path,omitempty" jsonschema:"directory or file to search; default the workspace root"`
-	Glob       string `json:"glob,omitempty" jsonschema:"only files whose name matches this glob, e.g. *.go"`
-	MaxMatches int    `json:"max_matches,omitempty" jsonschema:"stop after this many matching lines"`
-}
-
-func (b *builtins) grep() (*tool.Tool, error) {
-	return tool.New(tool.Definition[GrepIn]{
-		Name:        "search.grep",
-		Description: "Search the workspace's files (with your pending edits) for a regular expression; prints path:line:text. Skips .git and binary files.",
-		Action:      operation.Read,
-		Tags:        []string{tool.TagReads},
-		Execution:   tool.Execution{Class: tool.FastPath},
-		Normalize: func(_ context.Context, _ *tool.Resolver, in *GrepIn, op *operation.Operation) error {
-			return b.insidePath(in.Path, op)
-		},
-		Run: func(ctx context.Context, in *GrepIn) (tool.Result, error) {
-			re, err := regexp.Compile(in.Pattern)
-			if err != nil {
-				return errResult(fmt.Errorf("bad pattern: %w", err)), nil
-			}
-			if in.Glob != "" {
-				if _, err := path.Match(in.Glob, ""); err != nil {
-					return errResult(fmt.Errorf("bad glob: %w", err)), nil
-				}
-			}
-			rel, err := b.rel(orDot(in.Path))
-			if err != nil {
-				return errResult(err), nil
-			}
-			limit := in.MaxMatches
-			if limit <= 0 || limit > b.o.MaxMatches {
-				limit = b.o.MaxMatches
-			}
-			g := &grepper{cs: b.o.ChangeSet, re: re, filter: prefilter(in.Pattern), glob: in.Glob, limit: limit}
-			if err := g.search(ctx, rel); err != nil && !errors.Is(err, errEnough) {
-				return errResult(err), nil
-			}
-			if g.n == 0 {
-				g.out.WriteString("no matches\n")
-			} else if g.n >= limit {
-				fmt.Fprintf(&g.out, "[search.grep: stopped after %d matches]\n", limit)
-			}
-			return tool.Result{Output: []byte(g.out.String())}, nil
-		},
-	})
-}
-
-var errEnough = errors.New("enough matches")
-
-type grepper struct {
-	cs     *changeset.ChangeSet
-	re     *regexp.Regexp
-	filter *regexp.Regexp // whole-file prefilter, nil when none is safe
-	glob   string
-	limit  int
-	n      int
-	out    strings.Builder
-}
-
-// prefilter returns a multi-line form of the pattern that matches a whole
-// file whenever the pattern matches one of its lines (so files without a
-// match are skipped in one pass), or nil when the pattern uses \A or \z,
-// whose meaning differs between a line and a file, or sets its own flags
-// ((?-m) would undo the multi-line mode).
-func prefilter(pattern string) *regexp.Regexp {
-	if strings.Contains(pattern, `\A`) || strings.Contains(pattern, `\z`) || strings.Contains(pattern, "(?") {
-		return nil
-	}
-	re, err := regexp.Compile("(?m:" + pattern + ")")
-	if err != nil {
-		return nil
-	}
-	return re
-}
-
-func (g *grepper) search(ctx context.Context, rel string) error {
-	e, err := g.cs.Stat(rel)
-	if err != nil {
-		return err
-	}
-	if e.Kind != changeset.KindDir {
-		return g.file(rel, e)
-	}
-	return walk(ctx, g.cs, rel, g.file)
-}
-
-func (g *grepper) file(rel string, e changeset.Entry) error {
-	if e.Kind != changeset.KindFile {
-		return nil
-	}
-	if g.glob != "" {
-		if ok, _ := path.Match(g.glob, path.Base(rel)); !ok {
-			return nil
-		}
-	}
-	data, err := g.cs.ReadFile(rel)
-	if err != nil || isBinary(data) {
-		return nil
-	}
-	if g.filter != nil && !g.filter.Match(data) {
-		return nil
-	}
-	for i, line := range strings.Split(string(data), "\n") {
-		if g.re.MatchString(line) {
-			fmt.Fprintf(&g.out, "%s:%d:%s\n", rel, i+1, line)
-			if g.n++; g.n >= g.limit {
-				return errEnough
-			}
-		}
-	}
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"path"
 	"strings"
 
-	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
@@ -16,6 +15,8 @@ import (
 type GlobIn struct {
 	Pattern string `json:"pattern" jsonschema:"a glob over workspace-relative paths: * and ? within a name, ** for any number of directories, e.g. **/*_test.go"`
 	Path    string `json:"path,omitempty" jsonschema:"directory to search from; default the workspace root"`
+	// IncludeIgnored lists what .gitignore excludes too.
+	IncludeIgnored bool `json:"include_ignored,omitempty" jsonschema:"also list files .gitignore excludes (build output, dependencies)"`
 }
 
 // maxGlobResults caps search.glob's list.
@@ -24,7 +25,7 @@ const maxGlobResults = 1000
 func (b *builtins) glob() (*tool.Tool, error) {
 	return tool.New(tool.Definition[GlobIn]{
 		Name:        "search.glob",
-		Description: "List the workspace's files (with your pending edits) whose path matches a glob such as **/*.go or cmd/*/main.go. Skips .git.",
+		Description: "List the workspace's files (with your pending edits) whose path matches a glob such as **/*.go or cmd/*/main.go. Skips .git and what .gitignore excludes (include_ignored lists those too).",
 		Action:      operation.Read,
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
@@ -39,17 +40,20 @@ func (b *builtins) glob() (*tool.Tool, error) {
 			if err != nil {
 				return errResult(err), nil
 			}
+			w, err := newViewWalker(b.o.ChangeSet, in.IncludeIgnored)
+			if err != nil {
+				return errResult(err), nil
+			}
+			defer w.Close()
+			w.links = true
 			var out []string
-			err = walk(ctx, b.o.ChangeSet, rel, func(p string, e changeset.Entry) error {
-				if e.Kind == changeset.KindDir {
-					return nil
-				}
-				sub := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
+			err = w.walk(ctx, rel, func(f fileRef) error {
+				sub := strings.TrimPrefix(strings.TrimPrefix(f.rel, rel), "/")
 				if rel == "." {
-					sub = p
+					sub = f.rel
 				}
 				if ok, _ := globMatch(in.Pattern, sub); ok {
-					out = append(out, p)
+					out = append(out, f.rel)
 					if len(out) >= maxGlobResults {
 						return errEnough
 					}
@@ -69,32 +73,6 @@ func (b *builtins) glob() (*tool.Tool, error) {
 			return tool.Result{Output: []byte(s)}, nil
 		},
 	})
-}
-
-// walk visits the merged view under rel (entries in name order), skipping
-// .git directories.
-func walk(ctx context.Context, cs *changeset.ChangeSet, rel string, fn func(string, changeset.Entry) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ents, err := cs.ReadDir(rel)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if path.Base(e.Path) == ".git" {
-			continue
-		}
-		if err := fn(e.Path, e); err != nil {
-			return err
-		}
-		if e.Kind == changeset.KindDir {
-			if err := walk(ctx, cs, e.Path, fn); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // globMatch matches a slash-separated path against pattern, where a
