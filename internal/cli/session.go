@@ -177,6 +177,7 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		if rt != nil {
 			o.Runtime = rt
 			o.Env = sandboxEnv
+			o.CacheDir = a.cacheDir()
 		}
 		return router.New(o)
 	}
