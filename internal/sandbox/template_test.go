@@ -61,4 +61,3 @@ func TestCacheRootPerWorkspace(t *testing.T) {
 		t.Error("the same workspace spelt differently has another cache")
 	}
 }
-
