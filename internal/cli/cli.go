@@ -194,6 +194,7 @@ recorded in a tamper-evident audit log.`,
 		newSessionCmd(a),
 		newImageCmd(a),
 		newApproveCmd(a), newApprovalsCmd(a),
+		newDemoCmd(a),
 	)
 	setupTaskCmd(a, root)
 	return root
