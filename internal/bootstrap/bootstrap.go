@@ -73,6 +73,10 @@ type Options struct {
 	// OnRestart, when set, is called after each restart with the new
 	// kernel's pid and why the old one was replaced.
 	OnRestart func(pid int, cause error)
+	// CheckRuntime, when set, detects the sandbox runtime before a kernel
+	// is launched; its error (a *StartError saying what to fix) stops
+	// the launch.
+	CheckRuntime func(ctx context.Context) error
 }
 
 func (o *Options) defaults() error {
@@ -149,6 +153,11 @@ func Connect(ctx context.Context, o Options) (*ipc.Client, error) {
 	}
 	if err := ipc.RemoveStale(o.Socket); err != nil {
 		return nil, explain(o, err)
+	}
+	if o.CheckRuntime != nil {
+		if err := o.CheckRuntime(ctx); err != nil {
+			return nil, err
+		}
 	}
 	p, err := o.Launcher.Launch(ctx)
 	if err != nil {

@@ -531,3 +531,36 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRuntimeStopsLaunch: when no sandbox runtime is usable the
+// kernel is not launched and the detector's StartError comes back as is;
+// a running kernel is reached without detecting again.
+func TestCheckRuntimeStopsLaunch(t *testing.T) {
+	l := newLauncher(t, "serve")
+	o := l.opts()
+	want := &StartError{What: "no usable sandbox runtime", Err: errors.New("native: user namespaces are disabled"), Fix: "enable them"}
+	checks := 0
+	o.CheckRuntime = func(context.Context) error { checks++; return want }
+	_, err := Connect(t.Context(), o)
+	var se *StartError
+	if !errors.As(err, &se) || se != want || l.launches() != 0 {
+		t.Fatalf("err = %v (launches %d), want the detector's StartError and no launch", err, l.launches())
+	}
+	if !strings.Contains(err.Error(), "\nfix: enable them") {
+		t.Errorf("message %q lacks the fix", err)
+	}
+	o.CheckRuntime = func(context.Context) error { checks++; return nil }
+	c, err := Connect(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c2, err := Connect(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	if checks != 2 || l.launches() != 1 {
+		t.Errorf("%d checks, %d launches; want 2 and 1 (no check when a kernel answers)", checks, l.launches())
+	}
+}
