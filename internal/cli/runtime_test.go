@@ -11,7 +11,9 @@ import (
 
 func TestDetectRuntime(t *testing.T) {
 	ok := func(context.Context) error { return nil }
-	no := func(context.Context) error { return errors.New("user namespaces are disabled (fix: sysctl kernel.unprivileged_userns_clone=1)") }
+	no := func(context.Context) error {
+		return errors.New("user namespaces are disabled (fix: sysctl kernel.unprivileged_userns_clone=1)")
+	}
 	engineOK := func(context.Context, string) error { return nil }
 	engineNo := func(_ context.Context, rt string) error { return errors.New(rt + " engine does not answer") }
 	cases := []struct {
