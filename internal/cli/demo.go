@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -139,7 +140,10 @@ func (a *App) runDemo(ctx context.Context, lang string, keep bool) (err error) {
 	if err := os.MkdirAll(filepath.Join(ws, ".fluffy"), 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "fluffy-demo-")
+	if n := sweepDemoLeftovers(os.TempDir()); n > 0 {
+		say("(removed what %d interrupted demo(s) left in %s)", n, os.TempDir())
+	}
+	tmp, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", demoTmpPrefix, os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -470,6 +474,45 @@ func summarizeAuditLog(s string) string {
 		fmt.Fprintf(&b, "%4s  %-18s %s\n", f[0], f[3], f[4])
 	}
 	return b.String()
+}
+
+// demoTmpPrefix names a demo's temporary directory, with its pid:
+// "fluffy-demo-<pid>-<random>".
+const demoTmpPrefix = "fluffy-demo-"
+
+// sweepDemoLeftovers removes the temporary directories of demos that were
+// killed before they could clean up: the demo's pid no longer runs and no
+// kernel holds the directory's data (its kernel.lock is free). It returns
+// how many it removed.
+func sweepDemoLeftovers(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), demoTmpPrefix)
+		pid, _, ok2 := strings.Cut(rest, "-")
+		p, err := strconv.Atoi(pid)
+		if !ok || !ok2 || err != nil || p <= 0 || !e.IsDir() {
+			continue
+		}
+		if err := syscall.Kill(p, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // that demo still runs
+		}
+		path := filepath.Join(dir, e.Name())
+		if f, err := os.OpenFile(filepath.Join(path, "home", kernel.LockFile), os.O_RDWR, 0); err == nil {
+			busy := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+			f.Close()
+			if busy {
+				continue // its kernel still runs; it exits when idle
+			}
+		}
+		if os.RemoveAll(path) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // stopDemoKernel stops the demo's kernel, if it runs.
