@@ -35,7 +35,7 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-demo: build ## run the demo on the embedded default
+demo: build ## fluffy demo: the red-green flow on a bundled example, scripted model, no API key
 	bash scripts/demo.sh
 
 bench: build ## run the Go benchmarks (see docs/benchmarks.md for the side-by-side ones)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
 			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+			// The host's Go build cache, for scripts that run the real go
+			// on the host (never handed to a sandbox).
+			env.Setenv("HOST_GOCACHE", hostGoCache())
 			// Sandbox scripts change the host's mount table (containers)
 			// and cgroups: hold the lock the sandbox suites take while
 			// they watch those.
@@ -75,4 +79,16 @@ func dockerCondition(cond string) (bool, error) {
 	}
 	rt.Close()
 	return true, nil
+}
+
+// hostGoCache is this user's Go build cache ($GOCACHE, else the default
+// under the user cache directory), or a fresh directory.
+func hostGoCache() string {
+	if c := os.Getenv("GOCACHE"); c != "" && c != "off" {
+		return c
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "go-build")
+	}
+	return filepath.Join(os.TempDir(), "fluffy-test-gocache")
 }

@@ -73,6 +73,10 @@ type Options struct {
 	// OnRestart, when set, is called after each restart with the new
 	// kernel's pid and why the old one was replaced.
 	OnRestart func(pid int, cause error)
+	// CheckRuntime, when set, detects the sandbox runtime before a kernel
+	// is launched; its error (a *StartError saying what to fix) stops
+	// the launch.
+	CheckRuntime func(ctx context.Context) error
 }
 
 func (o *Options) defaults() error {
@@ -150,6 +154,11 @@ func Connect(ctx context.Context, o Options) (*ipc.Client, error) {
 	if err := ipc.RemoveStale(o.Socket); err != nil {
 		return nil, explain(o, err)
 	}
+	if o.CheckRuntime != nil {
+		if err := o.CheckRuntime(ctx); err != nil {
+			return nil, err
+		}
+	}
 	p, err := o.Launcher.Launch(ctx)
 	if err != nil {
 		return nil, &StartError{What: "cannot start the kernel", Err: err,
@@ -160,17 +169,23 @@ func Connect(ctx context.Context, o Options) (*ipc.Client, error) {
 }
 
 // waitReady polls the socket of a freshly launched kernel until it answers,
-// exits, or StartTimeout passes.
+// exits, or StartTimeout passes. A kernel that accepts connections but
+// does not answer a ping yet is still starting (it verifies the audit log
+// before it serves): it gets the whole StartTimeout.
 func waitReady(ctx context.Context, o Options, p Process) (*ipc.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	delay := 2 * time.Millisecond
+	what, fix := "did not answer", "the machine may be overloaded; run the command again, or 'fluffy kernel' in a terminal to watch it start"
 	for {
 		c, err := dialHealthy(ctx, o)
 		if err == nil {
 			return c, nil
 		}
-		if !notListening(err) && !dying(err) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			what = "accepts connections but does not answer"
+			fix = fmt.Sprintf("it is stuck, or still checking a large audit log: raise kernel.start_timeout, or stop it (kill %d) and run the command again", p.Pid())
+		} else if !notListening(err) && !dying(err) {
 			if se := explain(o, err); se != nil {
 				_ = p.Kill()
 				return nil, se
@@ -186,8 +201,8 @@ func waitReady(ctx context.Context, o Options, p Process) (*ipc.Client, error) {
 				Fix: "the lines above say why; run 'fluffy kernel' in a terminal to see it fail in the foreground"}
 		case <-ctx.Done():
 			_ = p.Kill()
-			return nil, &StartError{What: fmt.Sprintf("the kernel (pid %d) did not answer within %v", p.Pid(), o.StartTimeout),
-				Err: context.Cause(ctx), Fix: "the machine may be overloaded; run the command again, or 'fluffy kernel' in a terminal to watch it start"}
+			return nil, &StartError{What: fmt.Sprintf("the kernel (pid %d) %s within %v", p.Pid(), what, o.StartTimeout),
+				Err: context.Cause(ctx), Fix: fix}
 		case <-time.After(delay):
 			delay = min(2*delay, 10*time.Millisecond)
 		}

@@ -64,6 +64,9 @@ func testKernel(sock, mode string) int {
 		fmt.Fprintln(os.Stderr, "kernel:", err)
 		return 1
 	}
+	if mode == "slow" { // listening, but busy (checking its audit log) before it serves
+		time.Sleep(time.Second)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -255,7 +258,7 @@ func TestStartErrors(t *testing.T) {
 			},
 			what: "no permission to reach the kernel socket", fix: "both must be yours"},
 		{name: "hung kernel", mode: "hang",
-			what: "accepts connections but does not answer", fix: "it is stuck: stop it (kill "},
+			what: "accepts connections but does not answer within 1s", fix: "it is stuck, or still checking a large audit log"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,6 +268,7 @@ func TestStartErrors(t *testing.T) {
 			}
 			o := l.opts()
 			o.PingTimeout = 200 * time.Millisecond
+			o.StartTimeout = time.Second // a launched kernel gets it all to answer
 			c, err := Connect(t.Context(), o)
 			if err == nil {
 				c.Close()
@@ -529,5 +533,55 @@ func TestExplain(t *testing.T) {
 				t.Fatalf("explain = %+v, want %q with a fix containing %q, wrapping the cause", se, tc.what, tc.fix)
 			}
 		})
+	}
+}
+
+// TestCheckRuntimeStopsLaunch: when no sandbox runtime is usable the
+// kernel is not launched and the detector's StartError comes back as is;
+// a running kernel is reached without detecting again.
+func TestCheckRuntimeStopsLaunch(t *testing.T) {
+	l := newLauncher(t, "serve")
+	o := l.opts()
+	want := &StartError{What: "no usable sandbox runtime", Err: errors.New("native: user namespaces are disabled"), Fix: "enable them"}
+	checks := 0
+	o.CheckRuntime = func(context.Context) error { checks++; return want }
+	_, err := Connect(t.Context(), o)
+	var se *StartError
+	if !errors.As(err, &se) || se != want || l.launches() != 0 {
+		t.Fatalf("err = %v (launches %d), want the detector's StartError and no launch", err, l.launches())
+	}
+	if !strings.Contains(err.Error(), "\nfix: enable them") {
+		t.Errorf("message %q lacks the fix", err)
+	}
+	o.CheckRuntime = func(context.Context) error { checks++; return nil }
+	c, err := Connect(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c2, err := Connect(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	if checks != 2 || l.launches() != 1 {
+		t.Errorf("%d checks, %d launches; want 2 and 1 (no check when a kernel answers)", checks, l.launches())
+	}
+}
+
+// TestSlowStartingKernel: a launched kernel that listens but answers only
+// after several ping timeouts (a kernel verifying a large audit log) is
+// waited for up to StartTimeout, not killed as hung.
+func TestSlowStartingKernel(t *testing.T) {
+	l := newLauncher(t, "slow")
+	o := l.opts()
+	o.PingTimeout = 200 * time.Millisecond
+	c, err := Connect(t.Context(), o)
+	if err != nil {
+		t.Fatalf("a slow-starting kernel was given up: %v", err)
+	}
+	c.Close()
+	if l.launches() != 1 {
+		t.Errorf("%d launches, want 1", l.launches())
 	}
 }

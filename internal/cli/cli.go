@@ -46,6 +46,7 @@ type App struct {
 	home       string
 	userConfig string
 	logLevel   string
+	debug      bool
 
 	loaded *config.Loaded
 	logger *slog.Logger
@@ -94,6 +95,8 @@ func (a *App) loadOptions() config.Options {
 	}
 	if a.logLevel != "" {
 		flags = append(flags, "log.level="+a.logLevel)
+	} else if a.debug {
+		flags = append(flags, "log.level=debug")
 	}
 	user := a.userConfig
 	if user == "" {
@@ -180,6 +183,7 @@ recorded in a tamper-evident audit log.`,
 	pf.StringVar(&a.userConfig, "config", "", "user configuration file (default $XDG_CONFIG_HOME/fluffy/config.yaml)")
 	pf.StringArrayVar(&a.sets, "set", nil, "set a configuration key for this run, as key=value (repeatable)")
 	pf.StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error")
+	pf.BoolVar(&a.debug, "debug", false, "log at debug level and show internal details of errors (error types, stack traces)")
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
@@ -194,18 +198,26 @@ recorded in a tamper-evident audit log.`,
 		newSessionCmd(a),
 		newImageCmd(a),
 		newApproveCmd(a), newApprovalsCmd(a),
+		newDemoCmd(a),
 	)
 	setupTaskCmd(a, root)
 	return root
 }
 
-// Main runs the CLI and returns the process exit status.
-func Main(ctx context.Context, a *App, args []string) int {
+// Main runs the CLI and returns the process exit status. Errors are
+// printed as one message (what failed, why, what to do); internal
+// details — the chain of error types, and the stack of a panic, which is
+// a bug — only with --debug.
+func Main(ctx context.Context, a *App, args []string) (code int) {
+	defer a.recoverPanic(&code)
 	root := NewRoot(a)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if a.debug {
+		defer printErrorChain(a.Stderr, err)
 	}
 	var ee *ExitError
 	if errors.As(err, &ee) {
@@ -215,7 +227,7 @@ func Main(ctx context.Context, a *App, args []string) int {
 		return ee.Code
 	}
 	msg := err.Error()
-	code := ExitFailure
+	code = ExitFailure
 	if errors.Is(err, errUsage) {
 		msg = strings.TrimPrefix(msg, errUsage.Error()+": ")
 		code = ExitUsage

@@ -35,6 +35,13 @@ func engineHost(a *App, runtime string) string {
 // releasing it. For the container backends it removes orphaned containers
 // first and builds the base image when it is missing or stale.
 func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
+	if runtime == "auto" {
+		r, err := detectRuntime(ctx, runtime, a.hostProbes(allowDegraded))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		runtime = r
+	}
 	switch runtime {
 	case "", "native":
 		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
@@ -81,7 +88,7 @@ every fluffy container, even those of running sessions.`,
 			if runtime == "" {
 				runtime = l.Config.Sandbox.Runtime
 			}
-			if runtime == "native" {
+			if runtime == "native" || runtime == "auto" {
 				runtime = "docker"
 			}
 			rt, err := docker.New(cmd.Context(), docker.Options{Host: engineHost(a, runtime)})

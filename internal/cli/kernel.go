@@ -72,12 +72,20 @@ func (a *App) kernelOptions() (bootstrap.Options, error) {
 	if a.logLevel != "" {
 		args = append(args, "--log-level", a.logLevel)
 	}
+	if a.debug {
+		args = append(args, "--debug")
+	}
 	for _, s := range a.sets {
 		args = append(args, "--set", s)
 	}
 	rd, _ := a.Getenv("XDG_RUNTIME_DIR")
 	o := bootstrap.ForConfig(&l.Config, rd, bootstrap.Exec{Path: a.Self, Args: args, Env: a.Environ, Dir: a.Cwd})
 	o.Logger = a.Logger()
+	sc := l.Config.Sandbox
+	o.CheckRuntime = func(ctx context.Context) error {
+		_, err := detectRuntime(ctx, sc.Runtime, a.hostProbes(sc.AllowDegraded))
+		return err
+	}
 	return o, nil
 }
 

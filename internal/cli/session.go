@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -25,7 +26,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -126,16 +126,13 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 
 // sessionTools builds each session's tool router: the built-in tools over
 // the session's change set, the TDD machine as the state gate, the policy
-// of the session's workspace, and the native sandbox for shell.exec and
-// test.run (when this host cannot run it, those calls are refused).
+// of the session's workspace, and the sandbox runtime sandbox.runtime
+// resolves to for shell.exec and test.run (when none is usable, those
+// calls are refused).
 func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.ToolsFactory {
-	l, _ := a.Config()
-	var rt sandbox.Runtime
-	if r, err := native.New(native.Options{Self: a.Self, AllowDegraded: l.Config.Sandbox.AllowDegraded, Logger: log}); err != nil {
-		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
-	} else {
-		rt = r
-	}
+	// Resolved at the first session, not at kernel start (detection
+	// starts a probe sandbox).
+	runtime := sync.OnceValue(func() sandbox.Runtime { return a.sessionRuntime(context.Background(), log) })
 	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
 	// the user's PATH; nothing else of the environment goes in.
 	path, _ := a.Getenv("PATH")
@@ -175,9 +172,10 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		if env.TDD != nil {
 			o.State = env.TDD
 		}
-		if rt != nil {
+		if rt := runtime(); rt != nil {
 			o.Runtime = rt
 			o.Env = sandboxEnv
+			o.CacheDir = a.cacheDir()
 		}
 		return router.New(o)
 	}

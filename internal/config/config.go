@@ -115,8 +115,9 @@ type Log struct {
 
 // Sandbox configures where and how commands run.
 type Sandbox struct {
-	// Runtime chooses the backend.
-	Runtime string `yaml:"runtime" enum:"native,docker,podman"`
+	// Runtime chooses the backend; auto takes native when the host
+	// offers it, else a container engine that answers.
+	Runtime string `yaml:"runtime" enum:"auto,native,docker,podman"`
 	// Image is the container image of the docker and podman runtimes.
 	Image string `yaml:"image"`
 	// Template is the template used when a caller names none.

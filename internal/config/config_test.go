@@ -134,7 +134,7 @@ func TestLoadErrors(t *testing.T) {
 		{name: "list for scalar", user: "model: [a, b]\n", want: []string{"model: expected a string, got a list"}},
 		{name: "bad size", user: "sandbox:\n  memory: 2G\n", want: []string{"user.yaml:2:11", "sandbox.memory", "ambiguous"}},
 		{name: "bad duration", user: "sandbox:\n  timeout: 30\n", want: []string{"sandbox.timeout", "has no unit"}},
-		{name: "bad enum", user: "sandbox:\n  runtime: lxc\n", want: []string{"user.yaml:2:12", `"lxc" is not one of native, docker, podman`}},
+		{name: "bad enum", user: "sandbox:\n  runtime: lxc\n", want: []string{"user.yaml:2:12", `"lxc" is not one of auto, native, docker, podman`}},
 		{name: "negative", user: "sandbox:\n  pids: -1\n", want: []string{"sandbox.pids: must not be negative"}},
 		{name: "duplicate", user: "model: a\nmodel: b\n", want: []string{"user.yaml:2:1", "set twice"}},
 		{name: "two documents", user: "model: a\n---\nmodel: b\n", want: []string{"more than one YAML document"}},

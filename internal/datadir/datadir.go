@@ -21,6 +21,9 @@ const (
 	Changesets = "changesets"
 	Logs       = "logs"
 	Backups    = "backups"
+	// Cache holds the sandboxes' persistent build caches (created on
+	// first use, one directory per workspace; safe to delete).
+	Cache = "cache"
 )
 
 // Files at the root.

@@ -91,7 +91,7 @@ func Run(ctx context.Context, opts Options) Report {
 	if opts.Timeout == 0 {
 		opts.Timeout = 3 * time.Second
 	}
-	native := opts.Runtime == "" || opts.Runtime == "native"
+	native := opts.Runtime == "" || opts.Runtime == "native" || opts.Runtime == "auto"
 	probes := []func(context.Context) Check{
 		func(context.Context) Check { return checkKernel() },
 		func(ctx context.Context) Check { return checkDocker(ctx, opts, opts.Runtime == "docker") },

@@ -127,6 +127,7 @@ type Kernel struct {
 	mu      sync.Mutex
 	running map[string]*run // by session id
 	started time.Time
+	lock    *os.File // the data directory's kernel.lock, nil when another holds it
 }
 
 // run is a session's run in progress.
@@ -168,14 +169,34 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	swept := k.sweep()
 	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: map[string]any{
-		"pid": os.Getpid(), "interrupted_sessions": interrupted,
+		"pid": os.Getpid(), "interrupted_sessions": interrupted, "orphans_removed": swept.Count(),
 		"verified": map[string]any{"from": rep.From, "to": rep.To, "checkpoints": rep.Checkpoints},
 	}}); err != nil {
 		return nil, fmt.Errorf("kernel: audit kernel.start: %w", err)
 	}
 	k.log.Info("kernel started", "interrupted_sessions", len(interrupted))
 	return k, nil
+}
+
+// sweep takes the data directory's kernel lock and removes what dead
+// kernels' sandboxes left behind (SweepOrphans). Failures are logged: a
+// leftover never stops a start.
+func (k *Kernel) sweep() Swept {
+	lock, err := lockDataDir(k.o.DataDir)
+	if err != nil {
+		k.log.Warn("kernel lock", "err", err)
+	}
+	k.lock = lock
+	s, err := SweepOrphans(SweepOptions{DataDir: k.o.DataDir, OwnsDataDir: lock != nil, Before: k.started})
+	if err != nil {
+		k.log.Warn("orphans of a dead kernel left in place", "err", err)
+	}
+	if s.Count() > 0 || s.Skipped != "" {
+		k.log.Info("orphans of a dead kernel removed", "work_dirs", s.WorkDirs, "cgroups", s.Cgroups, "skipped", s.Skipped)
+	}
+	return s
 }
 
 // recover marks sessions left running by a dead kernel as interrupted:
@@ -231,6 +252,10 @@ func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	_, err := k.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: map[string]any{
 		"pid": os.Getpid(), "cause": cause, "uptime_ms": k.o.Now().Sub(k.started).Milliseconds(),
 	}})
+	if k.lock != nil {
+		k.lock.Close()
+		k.lock = nil
+	}
 	return err
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/replay"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
 
@@ -341,6 +342,12 @@ const blockScript = `{"turn": {"text": "writing", "tool_calls": [{"id": "c1", "n
 
 // TestMain lets the kill -9 test run this binary as a kernel process.
 func TestMain(m *testing.M) {
+	if native.IsInit() { // the orphan test's sandboxes re-execute this binary
+		os.Exit(native.InitMain())
+	}
+	if home := os.Getenv("KERNEL_TEST_SANDBOX_CHILD"); home != "" {
+		os.Exit(sandboxChild(home, os.Getenv("KERNEL_TEST_CHILD_WS")))
+	}
 	if home := os.Getenv("KERNEL_TEST_CHILD_HOME"); home != "" {
 		os.Exit(child(home, os.Getenv("KERNEL_TEST_CHILD_WS")))
 	}

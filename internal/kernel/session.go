@@ -311,6 +311,9 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 	if msgs := st.Agent.Messages; len(msgs) > 1 && msgs[len(msgs)-1].Role == llm.RoleAssistant {
 		return RunResult{Reason: string(agent.ReasonDone), Text: lastText(msgs[len(msgs)-1])}
 	}
+	if f := resumeModel(provider, st); f != nil {
+		return fault(f)
+	}
 	// Persisting happens inside the loop's event callback: at every turn
 	// boundary (consistent conversation) and after every tool result (so
 	// a result is never produced twice).

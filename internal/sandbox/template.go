@@ -1,7 +1,11 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -19,13 +23,34 @@ type Template struct {
 	// Pending names what the template is still waiting for, when part of
 	// its intent needs a facility that does not exist yet.
 	Pending string
+	// Caches are persistent build caches mounted read-write (see
+	// ApplyCaches).
+	Caches []Cache
+}
+
+// Cache is a build cache a template keeps between executions: a directory
+// of fluffy's own (never the user's cache) mounted read-write at Target,
+// with Env pointing the tool at it.
+type Cache struct {
+	Name   string   // directory name under the cache root
+	Target string   // absolute path inside the sandbox
+	Env    []string // "KEY=value" set (replacing any earlier value) when mounted
+}
+
+// GoCaches are the Go toolchain's build and module caches. Offline
+// (GOPROXY=off) and pinned to the installed toolchain (GOTOOLCHAIN=local),
+// so a cached build never comes from the network; -buildvcs=false because
+// the sandbox has no VCS metadata worth stamping.
+var GoCaches = []Cache{
+	{Name: "go-build", Target: "/var/cache/fluffy/go-build", Env: []string{"GOCACHE=/var/cache/fluffy/go-build", "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-mod=mod -buildvcs=false"}},
+	{Name: "go-mod", Target: "/var/cache/fluffy/go-mod", Env: []string{"GOMODCACHE=/var/cache/fluffy/go-mod"}},
 }
 
 // Templates returns the built-in templates.
 func Templates() []Template {
 	return []Template{
-		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay", Seccomp: "standard", Network: NetworkNone, Workspace: true},
-		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true},
+		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent Go build cache", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: GoCaches},
+		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent Go build cache", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: GoCaches},
 		{Name: "policy-sandbox", Description: "policy extensions: strict seccomp, no network, no workspace", Seccomp: "strict", Network: NetworkNone, Workspace: false},
 		{Name: "ai-provider", Description: "provider clients: strict seccomp (AF_UNIX only: they speak to the proxy socket); network to allow-listed hosts through the egress proxy", Seccomp: "strict", Network: NetworkProxy, Workspace: false},
 	}
@@ -51,4 +76,49 @@ func (t Template) Apply(spec *Spec) {
 	if !t.Workspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
+}
+
+// CacheRoot is the directory holding the caches of sandboxes run over
+// workspace: base/<first 16 hex digits of SHA-256(workspace)>. Caches are
+// keyed per workspace, so what one repository's sandboxed code writes to a
+// build cache never reaches a build of another repository.
+func CacheRoot(base, workspace string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(workspace)))
+	return filepath.Join(base, hex.EncodeToString(sum[:8]))
+}
+
+// ApplyCaches creates the template's caches under root (0700) and adds
+// them to spec as writable mounts, with their variables replacing any
+// earlier value in spec.Env. A template without caches changes nothing.
+func (t Template) ApplyCaches(spec *Spec, root string) error {
+	if len(t.Caches) == 0 {
+		return nil
+	}
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("%w: cache root %q is not an absolute path", ErrInvalidSpec, root)
+	}
+	for _, c := range t.Caches {
+		dir := filepath.Join(root, c.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("sandbox cache %s: %w", c.Name, err)
+		}
+		spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: c.Target, Writable: true})
+		for _, e := range c.Env {
+			spec.Env = setEnv(spec.Env, e)
+		}
+	}
+	return nil
+}
+
+// setEnv returns env with kv ("KEY=value") replacing every entry of the
+// same key.
+func setEnv(env []string, kv string) []string {
+	k, _, _ := strings.Cut(kv, "=")
+	out := env[:0:0]
+	for _, e := range env {
+		if ek, _, _ := strings.Cut(e, "="); ek != k {
+			out = append(out, e)
+		}
+	}
+	return append(out, kv)
 }

@@ -253,6 +253,70 @@ func (p *Provider) Remaining() int {
 	return len(p.script.Steps) - p.next
 }
 
+// Resume positions the provider after the model turns already in history,
+// the conversation of a session being resumed, so that the script
+// continues where the session stopped instead of starting over. The
+// position is the number of assistant messages in history (the session
+// persists every turn as it ends); each must be the script's turn at its
+// place, with the same tool call ids in the same order, or Resume fails
+// with a *ResumeError and the position is unchanged: a script edited
+// since the session started is refused rather than replayed out of step.
+// A turn whose response was lost with a crashed kernel is not in history
+// and is played again, as a real model would be asked again.
+func (p *Provider) Resume(history []llm.Message) error {
+	n := 0
+	for _, m := range history {
+		if m.Role != llm.RoleAssistant {
+			continue
+		}
+		if n >= len(p.script.Steps) {
+			return &ResumeError{Script: p.script.Name, Turn: n + 1, Msg: fmt.Sprintf("the conversation has more model turns than the script (%d)", len(p.script.Steps))}
+		}
+		t := p.script.Steps[n].Turn
+		var got []string
+		for _, b := range m.Content {
+			if b.Type == llm.BlockToolCall {
+				got = append(got, b.ID)
+			}
+		}
+		var want []string
+		for _, c := range t.ToolCalls {
+			want = append(want, c.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			return &ResumeError{Script: p.script.Name, Turn: n + 1, Line: t.Line,
+				Msg: fmt.Sprintf("the conversation's tool calls [%s] are not the script's [%s]", strings.Join(got, " "), strings.Join(want, " "))}
+		}
+		n++
+	}
+	p.mu.Lock()
+	p.next = n
+	p.mu.Unlock()
+	return nil
+}
+
+// Position reports how many turns were played (or skipped by Resume).
+func (p *Provider) Position() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next
+}
+
+// ResumeError says why a conversation cannot be resumed on a script.
+type ResumeError struct {
+	Script string
+	Turn   int // the model turn of the conversation, from 1
+	Line   int // the script line of the turn, when known
+	Msg    string
+}
+
+func (e *ResumeError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("replay: cannot resume on %s: turn %d (line %d): %s", e.Script, e.Turn, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("replay: cannot resume on %s: turn %d: %s", e.Script, e.Turn, e.Msg)
+}
+
 // Stream implements llm.Provider.
 func (p *Provider) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event, error] {
 	return func(yield func(llm.Event, error) bool) {

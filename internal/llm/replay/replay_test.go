@@ -168,3 +168,64 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestResume: a resumed conversation continues the script where it
+// stopped; a conversation that does not match the script is refused.
+func TestResume(t *testing.T) {
+	task := llm.Message{Role: llm.RoleUser, Content: []llm.Block{llm.Text("go")}}
+	first := llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{llm.Text("Let me read two files at once."),
+		llm.ToolCall{ID: "a", Name: "read_file"}.Block(), llm.ToolCall{ID: "b", Name: "read_file"}.Block()}}
+	res := llm.Message{Role: llm.RoleUser, Content: []llm.Block{
+		llm.ToolResult("a", "read_file", "module x", false), llm.ToolResult("b", "read_file", "no such file", true)}}
+	history := []llm.Message{task, first, res}
+
+	p := load(t, "testdata/basic.jsonl")
+	if err := p.Resume(history); err != nil {
+		t.Fatal(err)
+	}
+	if p.Position() != 1 {
+		t.Fatalf("position = %d, want 1", p.Position())
+	}
+	// The next request gets the second turn, and the first turn's
+	// expectations are checked against its results.
+	resp, err := llm.Collect(p.Stream(t.Context(), llm.Request{Messages: history}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Text() != "Done." {
+		t.Errorf("after resume: %q, want the second turn", resp.Message.Text())
+	}
+
+	// Resuming with a result that breaks an expectation fails at the
+	// next request, as it would have without the crash.
+	p = load(t, "testdata/basic.jsonl")
+	bad := []llm.Message{task, first, {Role: llm.RoleUser, Content: []llm.Block{
+		llm.ToolResult("a", "read_file", "interrupted", true), llm.ToolResult("b", "read_file", "x", true)}}}
+	if err := p.Resume(bad); err != nil {
+		t.Fatal(err)
+	}
+	var ee *replay.ExpectationError
+	if _, err := llm.Collect(p.Stream(t.Context(), llm.Request{Messages: bad}), nil); !errors.As(err, &ee) {
+		t.Errorf("err = %v, want an ExpectationError", err)
+	}
+
+	// Only the task: the script starts from its first turn.
+	p = load(t, "testdata/basic.jsonl")
+	if err := p.Resume([]llm.Message{task}); err != nil || p.Position() != 0 {
+		t.Errorf("fresh: %v, position %d", err, p.Position())
+	}
+
+	for name, h := range map[string][]llm.Message{
+		"other calls": {task, {Role: llm.RoleAssistant, Content: []llm.Block{llm.ToolCall{ID: "zz", Name: "read_file"}.Block()}}},
+		"too long":    {task, first, res, {Role: llm.RoleAssistant, Content: []llm.Block{llm.Text("Done.")}}, {Role: llm.RoleAssistant, Content: []llm.Block{llm.Text("more")}}},
+	} {
+		p := load(t, "testdata/basic.jsonl")
+		var re *replay.ResumeError
+		if err := p.Resume(h); !errors.As(err, &re) {
+			t.Errorf("%s: err = %v, want a ResumeError", name, err)
+		}
+		if p.Position() != 0 {
+			t.Errorf("%s: position moved to %d on a failed resume", name, p.Position())
+		}
+	}
+}

@@ -535,7 +535,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, cfg.Workspace, filepath.Dir(cfg.Upper)); err != nil {
+		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
@@ -662,13 +662,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	return res, nil
 }
 
-// sendIdmappedTrees clones the workspace mount (read-only) and the
-// change set's parent directory, maps their ids through the sandbox's
-// user namespace (on-disk uid 0 becomes the sandbox's uid 0, which is
-// host nobody) and sends both detached trees to the init. On disk
-// everything stays owned by root; no path needs to be traversable by
-// nobody.
-func sendIdmappedTrees(sock, pid int, ws, csParent string) error {
+// sendIdmappedTrees clones the workspace mount (read-only), the change
+// set's parent directory and the extra mounts (read-only unless
+// writable), maps their ids through the sandbox's user namespace (on-disk
+// uid 0 becomes the sandbox's uid 0, which is host nobody) and sends the
+// detached trees to the init, in that order. On disk everything stays
+// owned by root; no path needs to be traversable by nobody.
+func sendIdmappedTrees(sock, pid int, ws, csParent string, mounts []nsinit.MountSpec) error {
 	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -680,14 +680,18 @@ func sendIdmappedTrees(sock, pid int, ws, csParent string) error {
 			unix.Close(fd)
 		}
 	}()
-	for i, dir := range []string{ws, csParent} {
+	dirs, rw := []string{ws, csParent}, []bool{false, true}
+	for _, m := range mounts {
+		dirs, rw = append(dirs, m.Source), append(rw, m.Writable)
+	}
+	for i, dir := range dirs {
 		tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
 			return fmt.Errorf("open_tree %s: %w", dir, err)
 		}
 		fds = append(fds, tree)
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
-		if i == 0 {
+		if !rw[i] {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {

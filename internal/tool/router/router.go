@@ -133,7 +133,10 @@ type Options struct {
 	// Limits are the sandbox limits (Wall is set from the timeout;
 	// Output defaults to 4 MiB).
 	Limits sandbox.Limits
-	Logger *slog.Logger
+	// CacheDir, when set, holds the templates' persistent build caches
+	// (sandbox.Template.ApplyCaches), one directory per workspace.
+	CacheDir string
+	Logger   *slog.Logger
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -694,6 +697,11 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (t
 		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
 	}
 	tpl.Apply(&spec)
+	if r.o.CacheDir != "" && spec.Workspace != "" {
+		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
+			return tool.Result{}, err
+		}
+	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	res, err := r.o.Runtime.Run(ctx, spec)
 	written := changedSince(r.o.ChangeSet.UpperDir(), before)

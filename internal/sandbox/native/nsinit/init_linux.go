@@ -333,6 +333,43 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 		stage  string
 	}
 	var ms []m
+	// Root's sandboxes receive idmapped clones of the workspace, the
+	// change set's directory and every extra mount: nobody (their host
+	// uid) need not be able to reach the host paths.
+	mountSrc := func(i int) string { return oldRoot + cfg.Mounts[i].Source }
+	if cfg.LowerFD {
+		fds, err := receiveFDs(5, 2+len(cfg.Mounts))
+		if err != nil {
+			return "mount", fmt.Errorf("receive the idmapped workspace: %w", err)
+		}
+		tr.Mark("mount: idmapped trees received")
+		for i, fd := range fds {
+			at := fmt.Sprintf("/m%d", i-2)
+			switch i {
+			case 0:
+				at = "/lower"
+			case 1:
+				at = "/cs"
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return "mount", fmt.Errorf("stat the idmapped %s: %w", at, err)
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				err = os.Mkdir(at, 0o755)
+			} else {
+				err = os.WriteFile(at, nil, 0o644) // a file's mount point
+			}
+			if err != nil {
+				return "mount", err
+			}
+			if err := unix.MoveMount(fd, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return "mount", fmt.Errorf("attach the idmapped %s: %w", at, err)
+			}
+			unix.Close(fd)
+		}
+		mountSrc = func(i int) string { return fmt.Sprintf("/m%d", i) }
+	}
 	if cfg.Workspace != "" {
 		ws := cfg.Workspace
 		if cfg.WorkspaceRO {
@@ -344,20 +381,6 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 				}
 				lower, upper, work := oldRoot+ws, oldRoot+cfg.Upper, oldRoot+cfg.Work
 				if cfg.LowerFD {
-					fds, err := receiveFDs(5, 2)
-					if err != nil {
-						return fmt.Errorf("receive the idmapped workspace: %w", err)
-					}
-					tr.Mark("mount: idmapped trees received")
-					for i, at := range []string{"/lower", "/cs"} {
-						if err := os.Mkdir(at, 0o755); err != nil {
-							return err
-						}
-						if err := unix.MoveMount(fds[i], "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-							return fmt.Errorf("attach the idmapped %s: %w", at, err)
-						}
-						unix.Close(fds[i])
-					}
 					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
 				}
 				// volatile: the overlay does not sync its upper layer,
@@ -378,9 +401,9 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 			}, "overlay"})
 		}
 	}
-	for _, mo := range cfg.Mounts {
-		mo := mo
-		ms = append(ms, m{mo.Target, func() error { return bindMount(oldRoot+mo.Source, newRoot+mo.Target, mo.Writable, false) }, "mount"})
+	for i, mo := range cfg.Mounts {
+		src := mountSrc(i)
+		ms = append(ms, m{mo.Target, func() error { return bindMount(src, newRoot+mo.Target, mo.Writable, false) }, "mount"})
 	}
 	sort.SliceStable(ms, func(i, j int) bool { return strings.Count(ms[i].target, "/") < strings.Count(ms[j].target, "/") })
 	for _, x := range ms {

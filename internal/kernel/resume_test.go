@@ -1,0 +1,84 @@
+package kernel_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+)
+
+const resumeScript = `{"turn": {"text": "one", "tool_calls": [{"id": "c1", "name": "write", "args": {"path": "a.txt", "content": "A"}}]}}
+{"expect": {"id": "c1", "contains": "wrote a.txt"}}
+{"turn": {"text": "two", "tool_calls": [{"id": "c2", "name": "block", "args": {"path": "b.txt", "content": "B"}}]}}
+{"turn": {"text": "three: done"}}
+{"end": {}}
+`
+
+// TestReplayResume: a session on a replay script, interrupted in its
+// second turn, resumes on a fresh provider at the third turn — the
+// script continues, it does not start over (which would write a.txt
+// again and fail the run on call ids used twice).
+func TestReplayResume(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	var k *kernel.Kernel
+	var id string
+	k = start(t, e, scriptModels(resumeScript), func() { k.Cancel(id) })
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "a then b", Model: "replay/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = info.ID
+	res, err := k.Run(ctx, id, nil)
+	if err != nil || res.Fault != nil || res.Reason != "cancelled" {
+		t.Fatalf("first run: %+v %v", res, err)
+	}
+	var texts []string
+	res, err = k.Run(ctx, id, func(ev kernel.Event) {
+		if ev.Agent != nil && ev.Agent.Text != "" {
+			texts = append(texts, ev.Agent.Text)
+		}
+	})
+	if err != nil || res.Fault != nil || res.Reason != "done" {
+		t.Fatalf("resume: %+v %v", res, err)
+	}
+	if got := strings.Join(texts, ""); got != "three: done" {
+		t.Errorf("resumed run said %q, want the script's third turn only", got)
+	}
+	if info, _ = k.Get(ctx, id); info.Turns != 3 {
+		t.Errorf("turns = %d, want 3", info.Turns)
+	}
+}
+
+// TestReplayResumeMismatch: a script that does not match the stored
+// conversation is a model fault; the session stays resumable.
+func TestReplayResumeMismatch(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	var k *kernel.Kernel
+	var id string
+	script := resumeScript
+	k = start(t, e, func(ctx context.Context, m string) (llm.Provider, string, error) {
+		return scriptModels(script)(ctx, m)
+	}, func() { k.Cancel(id) })
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "a then b", Model: "replay/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = info.ID
+	if _, err := k.Run(ctx, id, nil); err != nil {
+		t.Fatal(err)
+	}
+	script = strings.ReplaceAll(resumeScript, `"c2"`, `"x2"`)
+	res, err := k.Run(ctx, id, nil)
+	if err != nil || res.Fault == nil || res.Fault.Class != kernel.FaultModel || !strings.Contains(res.Fault.Message, "cannot resume") {
+		t.Fatalf("mismatched resume: %+v %v", res, err)
+	}
+	if info, _ = k.Get(ctx, id); !info.Resumable() {
+		t.Errorf("after a mismatched resume: %+v", info)
+	}
+}
