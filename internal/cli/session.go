@@ -133,6 +133,7 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 	// Resolved at the first session, not at kernel start (detection
 	// starts a probe sandbox).
 	runtime := sync.OnceValue(func() sandbox.Runtime { return a.sessionRuntime(context.Background(), log) })
+	l, _ := a.Config()
 	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
 	// the user's PATH; nothing else of the environment goes in.
 	path, _ := a.Getenv("PATH")
