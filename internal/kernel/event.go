@@ -22,6 +22,10 @@ const (
 	// TypeApproval: the run waits for a person; Approval is the request
 	// and Text its prompt. Answer with session.approve.
 	TypeApproval Type = "approval"
+	// TypeStats: the session's running totals and TDD state (Stats), at
+	// the start of a run and after every model call and tool result —
+	// what a status line shows.
+	TypeStats Type = "stats"
 )
 
 // Event is one thing that happened in a session, pushed to attached
@@ -36,6 +40,7 @@ type Event struct {
 	// Approval and Text describe a TypeApproval event.
 	Approval *approval.Request `json:"approval,omitempty"`
 	Text     string            `json:"text,omitempty"`
+	Stats    *Stats            `json:"stats,omitempty"`
 }
 
 // Topic is the IPC topic of a session's events.
