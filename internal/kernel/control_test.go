@@ -36,7 +36,9 @@ func (echoModel) Stream(_ context.Context, req llm.Request) iter.Seq2[llm.Event,
 	}
 }
 
-func echoModels(context.Context, string) (llm.Provider, string, error) { return echoModel{}, "echo", nil }
+func echoModels(context.Context, string) (llm.Provider, string, error) {
+	return echoModel{}, "echo", nil
+}
 
 // TestRunMessageTurns: each message is a new turn of the same session;
 // stats events carry the running totals.
@@ -169,7 +171,7 @@ func TestSwitchMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, err := kernel.Start(context.Background(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: echoModels,
-		TDD: &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Strict},
+		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Strict},
 		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &writeTools{env: env}, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +203,3 @@ func TestSwitchMode(t *testing.T) {
 		t.Errorf("audit kinds %v lack tdd.mode", kinds)
 	}
 }
-
