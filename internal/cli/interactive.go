@@ -208,11 +208,15 @@ func (k *console) drawStatus() {
 	if k.bar == nil {
 		return
 	}
-	extra := ""
+	extra := "no session yet"
 	if k.id != "" {
 		extra = k.id
 	}
-	k.bar.Set(statusText(k.r.stats, extra))
+	st := k.r.stats
+	if st.Model == "" {
+		st.Model = k.model
+	}
+	k.bar.Set(statusText(st, extra))
 	k.bar.Start()
 }
 
@@ -249,8 +253,12 @@ func (k *console) interrupt() error {
 		return errDetach
 	}
 	k.lastInt = now
+	echo := "^C " // a terminal echoes it itself
+	if k.caps.TTY {
+		echo = ""
+	}
 	if !k.running {
-		k.printf("%s\n", k.caps.Paint(tui.Yellow, "^C (Ctrl-C again within 2s to leave; the session stays open and resumable)"))
+		k.printf("%s\n", k.caps.Paint(tui.Yellow, echo+"(Ctrl-C again within 2s to leave; the session stays open and resumable)"))
 		return nil
 	}
 	if k.id != "" {
@@ -261,7 +269,7 @@ func (k *console) interrupt() error {
 			_ = k.c.Call(ctx, kernel.MethodCancel, kernel.IDParams{ID: k.id}, nil)
 		}()
 	}
-	k.printf("%s\n", k.caps.Paint(tui.Yellow, "^C cancelling the turn (Ctrl-C again within 2s to detach; the session stays resumable)"))
+	k.printf("%s\n", k.caps.Paint(tui.Yellow, echo+"cancelling the turn (Ctrl-C again within 2s to detach; the session stays resumable)"))
 	return nil
 }
 

@@ -98,6 +98,7 @@ func (a *App) interactive(ctx context.Context, f taskFlags) error {
 	if _, tty := k.in.(*ttyReader); tty {
 		fmt.Fprintf(k.out, "%s · %s · %s\n%s\n", k.caps.Paint(tui.Bold, "fluffy"), model, repoRoot(a.Cwd),
 			k.caps.Paint(tui.Dim, "Type a task. /help lists the commands; Ctrl-D or /quit leaves."))
+		k.drawStatus()
 	}
 	var last kernel.RunResult
 	for {

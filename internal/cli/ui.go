@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
@@ -112,7 +113,11 @@ func (r *renderer) render(e kernel.Event) {
 
 // statusText is the status line: model, tokens, cost, TDD state.
 func statusText(s kernel.Stats, extra string) string {
-	parts := []string{s.Model}
+	model := s.Model
+	if p, ok := strings.CutPrefix(model, "replay/"); ok && strings.Contains(p, "/") {
+		model = "replay/" + filepath.Base(p) // a script file: its name is enough
+	}
+	parts := []string{model}
 	parts = append(parts, fmt.Sprintf("turn %d", s.Turns))
 	parts = append(parts, fmt.Sprintf("tokens %s in / %s out", count(s.Usage.InputTokens), count(s.Usage.OutputTokens)))
 	parts = append(parts, fmt.Sprintf("$%.4f", s.Cost))

@@ -346,7 +346,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 				}
 			}
 			em.emit(Event{Type: Type(ev.Type), Agent: &ev})
-			if ev.Type == agent.EventUsage || ev.Type == agent.EventToolResult {
+			if ev.Type == agent.EventTurnStart || ev.Type == agent.EventUsage || ev.Type == agent.EventToolResult {
 				stats()
 			}
 		}})

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The terminal UI as a person sees it: interactive fluffy runs in a tmux
+// pane (120x40), the test types keys and reads the screen with
+// capture-pane. tmux missing skips the tests, except in CI (CI=true),
+// which installs it (scripts/deps.sh).
+
+// screen is one tmux server with one pane running a command.
+type screen struct {
+	t    *testing.T
+	sock string
+	env  []string
+}
+
+func requireTmux(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI installs tmux (scripts/deps.sh), but:", err)
+		}
+		t.Skip("needs tmux")
+	}
+}
+
+// fluffyEnv is a private data directory and config for the pane. The
+// data directory is removed once the kernel has stopped (see startScreen):
+// a kernel finishing its last writes must not fail the test's own
+// clean-up.
+func fluffyEnv(t *testing.T, dir string) []string {
+	home, err := os.MkdirTemp("", "fluffy-ui-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 50 {
+			if err = os.RemoveAll(home); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("remove the data directory: %v", err)
+	})
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + dir,
+		"FLUFFY_HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"),
+		"XDG_RUNTIME_DIR=",
+		"FLUFFY_KERNEL_IDLE_TIMEOUT=3s",
+		"TERM=xterm-256color",
+		"LANG=C.UTF-8",
+	}
+	return env
+}
+
+// startScreen runs argv in a new detached 120x40 pane with env, in dir.
+// The pane stays when the command ends, so its last screen and exit
+// status can be read.
+func startScreen(t *testing.T, dir string, env []string, argv ...string) *screen {
+	t.Helper()
+	tmp := t.TempDir()
+	s := &screen{t: t, sock: filepath.Join(tmp, "tmux.sock"), env: env}
+	conf := filepath.Join(tmp, "tmux.conf")
+	if err := os.WriteFile(conf, []byte("set -g remain-on-exit on\nset -g status off\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-S", s.sock, "-f", conf, "new-session", "-d", "-x", "120", "-y", "40", "-c", dir}
+	for _, kv := range env {
+		args = append(args, "-e", kv)
+	}
+	s.tmux(append(args, argv...)...)
+	t.Cleanup(func() {
+		exec.Command("tmux", "-S", s.sock, "kill-server").Run()
+		stop := exec.Command("fluffy", "kernel", "stop")
+		stop.Env = env
+		if out, err := stop.CombinedOutput(); err != nil {
+			t.Logf("fluffy kernel stop: %v\n%s", err, out)
+		}
+	})
+	return s
+}
+
+func (s *screen) tmux(args ...string) string {
+	s.t.Helper()
+	cmd := exec.Command("tmux", args...)
+	cmd.Env = s.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		s.t.Fatalf("tmux %v: %v\n%s", args, err, errb.String())
+	}
+	return out.String()
+}
+
+// keys types keys (tmux key names: Enter, C-c, or literal text).
+func (s *screen) keys(keys ...string) {
+	s.t.Helper()
+	s.tmux(append([]string{"-S", s.sock, "send-keys", "-t", "0"}, keys...)...)
+}
+
+// text types literal text.
+func (s *screen) text(text string) {
+	s.t.Helper()
+	s.tmux("-S", s.sock, "send-keys", "-t", "0", "-l", text)
+}
+
+// capture returns the pane's visible screen, one string per row.
+func (s *screen) capture() []string {
+	s.t.Helper()
+	return strings.Split(strings.TrimSuffix(s.tmux("-S", s.sock, "capture-pane", "-p", "-t", "0"), "\n"), "\n")
+}
+
+// waitFor waits until the screen matches re and returns it.
+func (s *screen) waitFor(re string) []string {
+	s.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rows := s.capture()
+		if rx.MatchString(strings.Join(rows, "\n")) {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the screen never showed %q:\n%s", re, strings.Join(rows, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitExit waits until the pane's command has ended and returns its
+// exit status.
+func (s *screen) waitExit() int {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := strings.Fields(s.tmux("-S", s.sock, "list-panes", "-t", "0", "-F", "#{pane_dead} #{pane_dead_status}"))
+		if len(out) == 2 && out[0] == "1" {
+			n, err := strconv.Atoi(out[1])
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			return n
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the command never ended:\n%s", strings.Join(s.capture(), "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// has fails unless the screen holds every pattern.
+func has(t *testing.T, rows []string, patterns ...string) {
+	t.Helper()
+	screen := strings.Join(rows, "\n")
+	for _, p := range patterns {
+		if !regexp.MustCompile(p).MatchString(screen) {
+			t.Errorf("the screen lacks %q:\n%s", p, screen)
+		}
+	}
+}
+
+const uiScript = `{"turn": {"text": "Let me write a file.", "tool_calls": [{"id": "w1", "name": "fs.write", "args": {"path": "hello.txt", "content": "hello from fluffy\n"}}]}}
+{"expect": {"id": "w1", "is_error": false}}
+{"turn": {"text": "Now a command.", "tool_calls": [{"id": "x1", "name": "shell.exec", "args": {"command": "echo hi from the sandbox"}}]}}
+{"expect": {"id": "x1", "contains": "hi from the sandbox"}}
+{"turn": {"text": "All done here."}}
+{"end": {}}
+`
+
+// TestTerminalUI: a task, its streamed text and gate lines, an approval
+// answered y, the status line on the bottom row, /diff, /apply, /quit.
+func TestTerminalUI(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("A small project.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "ui.jsonl")
+	if err := os.WriteFile(script, []byte(uiScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startScreen(t, repo, fluffyEnv(t, dir), "fluffy", "-m", "replay/"+script)
+
+	rows := s.waitFor(`(?m)^fluffy›$`)
+	has(t, rows, `^fluffy · replay/`, `Type a task\. /help lists the commands`)
+	// The status line holds the bottom row from the start.
+	if last := rows[len(rows)-1]; !strings.Contains(last, "replay/") || !strings.Contains(last, "no session yet") {
+		t.Errorf("bottom row before the first task: %q", last)
+	}
+
+	s.text("write a greeting")
+	s.keys("Enter")
+	rows = s.waitFor(`approve\? \[y\]es / \[n\]o`)
+	has(t, rows,
+		`fluffy› write a greeting`,
+		`(?m)^Let me write a file\.$`,
+		`(?m)^→ fs\.write \{"path":"hello.txt","content":"hello from fluffy\\n"\}$`,
+		`(?m)^  ✓ fs\.write \[allow: rule default\.write-workspace\]: wrote hello\.txt`,
+		`(?m)^→ shell\.exec \{"command":"echo hi from the sandbox"\}$`,
+		`(?m)^\? approval needed$`,
+		`Needs your approval:`,
+	)
+	last := rows[len(rows)-1]
+	if !regexp.MustCompile(`^ replay/ui\.jsonl · turn 2 · tokens [0-9,]+ in / [0-9,]+ out · \$0\.0000 · tdd \w+ \(strict\) · s[0-9a-f]{12}`).MatchString(last) {
+		t.Errorf("status line on the bottom row: %q", last)
+	}
+
+	s.keys("y", "Enter")
+	rows = s.waitFor(`(?m)^All done here\.$`)
+	has(t, rows,
+		`(?m)^  ✓ shell\.exec \[approve: rule fallback \(approved by a person, request \w+\)\]: hi from the sandbox`,
+		`(?m)^· stopped: done after 3 turn\(s\)`,
+	)
+	s.waitFor(`(?m)^fluffy›$`)
+	if last := s.capture()[39]; !strings.Contains(last, "turn 3") {
+		t.Errorf("status line after the turn: %q", last)
+	}
+
+	s.text("/diff")
+	s.keys("Enter")
+	rows = s.waitFor(`(?m)^\+hello from fluffy$`)
+	has(t, rows, `(?m)^ hello\.txt \|\s+1 \+$`, `1 file changed, 1 insertion\(\+\), 0 deletions\(-\)`, `(?m)^\+\+\+ b/hello\.txt$`)
+	if _, err := os.Stat(filepath.Join(repo, "hello.txt")); err == nil {
+		t.Fatal("hello.txt reached the working tree before /apply")
+	}
+
+	s.text("/apply")
+	s.keys("Enter")
+	s.waitFor(`applied 1 change\(s\) to the working tree:\n  added +hello\.txt`)
+	if b, err := os.ReadFile(filepath.Join(repo, "hello.txt")); err != nil || string(b) != "hello from fluffy\n" {
+		t.Fatalf("after /apply: %q, %v", b, err)
+	}
+
+	s.text("/status")
+	s.keys("Enter")
+	s.waitFor(`pending changes: 0\naudit: entries [0-9]+\.\.[0-9]+`)
+
+	s.text("/quit")
+	s.keys("Enter")
+	if code := s.waitExit(); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	rows = s.capture()
+	has(t, rows, `(?m)^no changes$`, `(?m)^audit: entries [0-9]+\.\.[0-9]+ \(fluffy audit log --session s[0-9a-f]{12}\)$`)
+	// The bottom row is given back at exit.
+	if last := s.capture()[39]; strings.Contains(last, "tokens") {
+		t.Errorf("status line left behind: %q", last)
+	}
+}
+
+// TestTerminalCtrlC: Ctrl-C once cancels the running turn and the prompt
+// comes back; twice detaches, the session paused and resumable. The
+// model hangs on a connection that is refused and retried.
+func TestTerminalCtrlC(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	env := append(fluffyEnv(t, dir), "OLLAMA_HOST=127.0.0.1:1")
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startScreen(t, ws, env, "fluffy", "-m", "ollama/x", "--set", "llm.retry_attempts=1000", "--set", "llm.retry_budget=10m")
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("wait for a model that never answers")
+	s.keys("Enter")
+	s.waitFor(`session s[0-9a-f]{12} · ollama/x`)
+	s.keys("C-c")
+	rows := s.waitFor(`(?m)· stopped: cancelled after 1 turn\(s\)[^\n]*\nfluffy›$`)
+	has(t, rows, `cancelling the turn \(Ctrl-C again within 2s to detach`)
+
+	s.text("and again")
+	s.keys("Enter")
+	s.waitFor(`fluffy› and again\n`)
+	time.Sleep(300 * time.Millisecond)
+	// Two presses within 2s (signals that arrive together coalesce, so
+	// not at once): the second lands during the cancel or at the prompt
+	// that follows it; either way the client detaches.
+	s.keys("C-c")
+	time.Sleep(200 * time.Millisecond)
+	s.keys("C-c")
+	if code := s.waitExit(); code != 130 {
+		t.Errorf("exit status %d, want 130", code)
+	}
+	rows = s.capture()
+	has(t, rows, `detached: session (s[0-9a-f]{12}) stays open with its change set; resume it: fluffy session resume s`)
+
+	ls := exec.Command("fluffy", "session", "ls")
+	ls.Env = env
+	out, err := ls.CombinedOutput()
+	if err != nil {
+		t.Fatalf("session ls: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`paused +ollama/x +2 +wait for a model`).Match(out) {
+		t.Errorf("session ls after detaching:\n%s", out)
+	}
+}
