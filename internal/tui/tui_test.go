@@ -2,6 +2,7 @@ package tui
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -175,5 +176,22 @@ func TestPaintAndDetect(t *testing.T) {
 	}
 	if Clip("héllo", 3) != "hé…" || OneLine(" a \n b ", 10) != "a b" {
 		t.Error("clip")
+	}
+}
+
+// BenchmarkSplitDiffStat: the end summary's diff stat of a 200-file,
+// 20,000-line diff.
+func BenchmarkSplitDiffStat(b *testing.B) {
+	var d strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&d, "diff --git a/f%d.go b/f%d.go\n--- a/f%d.go\n+++ b/f%d.go\n@@ -1,50 +1,50 @@\n", i, i, i, i)
+		for range 50 {
+			d.WriteString("-old line\n+new line\n")
+		}
+	}
+	diff := d.String()
+	b.SetBytes(int64(len(diff)))
+	for b.Loop() {
+		_ = Stat(Caps{Color: true}, SplitDiff(diff), 120)
 	}
 }
