@@ -604,11 +604,11 @@ review:
 		}
 	}
 	if len(chosen) > 0 {
-		var ar kernel.ApplyResult
-		if err := k.c.Call(ctx, kernel.MethodApply, kernel.PathsParams{ID: k.id, Paths: chosen}, &ar); err != nil {
-			return fmt.Errorf("apply: %w", err)
+		applied, err := k.apply(ctx, chosen)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(out, "applied %d change(s): %s\n", len(ar.Applied), strings.Join(chosen, ", "))
+		fmt.Fprintf(out, "applied %d change(s): %s\n", len(applied), strings.Join(chosen, ", "))
 	}
 	rest, err := k.pending(ctx)
 	if err != nil {
@@ -633,4 +633,28 @@ func (k *console) switchMode(ctx context.Context, mode string) error {
 	}
 	k.drawStatus()
 	return nil
+}
+
+// apply writes the pending changes at or below paths (all when none) to
+// the working tree, all or nothing, and keeps the session open. The one
+// place the client applies part of a change set (session.apply): switch
+// here to another partial-apply API.
+func (k *console) apply(ctx context.Context, paths []string) ([]changeset.Change, error) {
+	var ar kernel.ApplyResult
+	if err := k.c.Call(ctx, kernel.MethodApply, kernel.PathsParams{ID: k.id, Paths: paths}, &ar); err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	return ar.Applied, nil
+}
+
+// discard drops the pending changes at or below paths (all when none) and
+// keeps the session open (session.discard).
+func (k *console) discard(ctx context.Context, paths []string) (int, error) {
+	var res struct {
+		Discarded int `json:"discarded"`
+	}
+	if err := k.c.Call(ctx, kernel.MethodDiscard, kernel.PathsParams{ID: k.id, Paths: paths}, &res); err != nil {
+		return 0, fmt.Errorf("discard: %w", err)
+	}
+	return res.Discarded, nil
 }

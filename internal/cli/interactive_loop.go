@@ -229,29 +229,27 @@ func (k *console) command(ctx context.Context, line string) (quit bool, err erro
 		if err := needSession(); err != nil {
 			return false, err
 		}
-		var ar kernel.ApplyResult
-		if err := k.c.Call(ctx, kernel.MethodApply, kernel.PathsParams{ID: k.id, Paths: strings.Fields(rest)}, &ar); err != nil {
-			return false, fmt.Errorf("apply: %w", err)
+		applied, err := k.apply(ctx, strings.Fields(rest))
+		if err != nil {
+			return false, err
 		}
-		if len(ar.Applied) == 0 {
+		if len(applied) == 0 {
 			k.printf("nothing to apply\n")
 			return false, nil
 		}
-		k.printf("applied %d change(s) to the working tree:\n", len(ar.Applied))
-		for _, ch := range ar.Applied {
+		k.printf("applied %d change(s) to the working tree:\n", len(applied))
+		for _, ch := range applied {
 			k.printf("  %-8s %s\n", ch.Op, ch.Path)
 		}
 	case "/discard":
 		if err := needSession(); err != nil {
 			return false, err
 		}
-		var res struct {
-			Discarded int `json:"discarded"`
+		n, err := k.discard(ctx, strings.Fields(rest))
+		if err != nil {
+			return false, err
 		}
-		if err := k.c.Call(ctx, kernel.MethodDiscard, kernel.PathsParams{ID: k.id, Paths: strings.Fields(rest)}, &res); err != nil {
-			return false, fmt.Errorf("discard: %w", err)
-		}
-		k.printf("discarded %d change(s)\n", res.Discarded)
+		k.printf("discarded %d change(s)\n", n)
 	case "/mode":
 		if rest == "" {
 			mode := k.r.stats.Mode
