@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -307,4 +308,40 @@ func TestTerminalCtrlC(t *testing.T) {
 	if !regexp.MustCompile(`paused +ollama/x +[0-9]+ +wait for a model`).Match(out) {
 		t.Errorf("session ls after detaching:\n%s", out)
 	}
+}
+
+// TestTerminalSIGTERM: a SIGTERM while the line editor waits (raw mode)
+// still leaves at once: the terminal is restored, the session stays open.
+func TestTerminalSIGTERM(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	env := append(fluffyEnv(t, dir), "OLLAMA_HOST=127.0.0.1:1")
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startScreen(t, ws, env, "fluffy", "-m", "ollama/x", "--set", "llm.retry_attempts=1000", "--set", "llm.retry_budget=10m")
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("wait for a model that never answers")
+	s.keys("Enter")
+	s.waitFor(`session s[0-9a-f]{12} · ollama/x`)
+	s.keys("C-c")
+	s.waitFor(`(?m)· stopped: cancelled after [0-9]+ turn\(s\)[^\n]*\nfluffy›$`)
+	// The pane runs sh, which runs fluffy.
+	sh := strings.TrimSpace(s.tmux("-S", s.sock, "list-panes", "-t", "0", "-F", "#{pane_pid}"))
+	out, err := exec.Command("ps", "-o", "pid=", "--ppid", sh).Output()
+	if err != nil {
+		t.Fatalf("ps: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("fluffy's pid from %q: %v", out, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.waitExit(); code != 143 {
+		t.Errorf("exit status %d, want 143", code)
+	}
+	has(t, s.capture(), `fluffy: detached: session s[0-9a-f]{12} stays open with its change set`)
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,8 +30,7 @@ const detachWindow = 2 * time.Second
 var (
 	// errInterrupt: Ctrl-C while a question was asked.
 	errInterrupt = errors.New("interrupted")
-	// errDetach: the user left with the session open (Ctrl-C twice,
-	// SIGTERM).
+	// errDetach: the user left with the session open (Ctrl-C twice).
 	errDetach = errors.New("detached")
 )
 
@@ -79,18 +79,17 @@ func (t *ttyReader) save(line string) { _ = t.rl.SaveToHistory(line) }
 
 func (t *ttyReader) Close() error { return t.rl.Close() }
 
-// pipeReader reads lines from a pipe or file. A signal while it waits is
-// handled: SIGINT interrupts the question, SIGTERM detaches.
+// pipeReader reads lines from a pipe or file. A SIGINT while it waits
+// interrupts the question.
 type pipeReader struct {
 	lines  chan string
 	err    error // set before lines is closed
 	prompt io.Writer
-	sigs   <-chan os.Signal
-	winch  func()
+	sigint <-chan os.Signal
 }
 
-func newPipeReader(in io.Reader, prompt io.Writer, sigs <-chan os.Signal, winch func()) *pipeReader {
-	p := &pipeReader{lines: make(chan string), prompt: prompt, sigs: sigs, winch: winch}
+func newPipeReader(in io.Reader, prompt io.Writer, sigint <-chan os.Signal) *pipeReader {
+	p := &pipeReader{lines: make(chan string), prompt: prompt, sigint: sigint}
 	go func() {
 		br := bufio.NewReader(in)
 		for {
@@ -112,25 +111,17 @@ func (p *pipeReader) ReadLine(prompt string) (string, error) {
 	if prompt != "" {
 		fmt.Fprint(p.prompt, prompt)
 	}
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				if p.err == nil || errors.Is(p.err, io.EOF) {
-					return "", io.EOF
-				}
-				return "", p.err
+	select {
+	case line, ok := <-p.lines:
+		if !ok {
+			if p.err == nil || errors.Is(p.err, io.EOF) {
+				return "", io.EOF
 			}
-			return line, nil
-		case s := <-p.sigs:
-			switch s {
-			case os.Interrupt:
-				return "", errInterrupt
-			case syscall.SIGTERM:
-				return "", errDetach
-			}
-			p.winch()
+			return "", p.err
 		}
+		return line, nil
+	case <-p.sigint:
+		return "", errInterrupt
 	}
 }
 
@@ -153,10 +144,12 @@ type console struct {
 	model string
 	mode  string // a TDD mode asked for before the session exists
 
-	sigs     chan os.Signal
-	running  bool // a turn runs
+	sigs     chan os.Signal // SIGINT
+	running  bool           // a turn runs
 	lastInt  time.Time
 	stopSigs func()
+	// leaveMsg is what a SIGTERM or SIGHUP prints as the client leaves.
+	leaveMsg atomic.Value
 }
 
 // newConsole sets up the terminal side: colours, the status line,
@@ -176,8 +169,19 @@ func (a *App) newConsole(c *ipc.Client, f taskFlags) (*console, error) {
 		k.bar = tui.NewBar(a.Stdout, func() (int, int, error) { return tui.Size(fd) })
 		k.out = k.bar
 	}
-	signal.Notify(k.sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGWINCH)
-	k.stopSigs = func() { signal.Stop(k.sigs) }
+	// SIGINT is handled where the client waits (turn, questions); a
+	// resize, a SIGTERM or a hang-up at any time, by a goroutine of its own.
+	signal.Notify(k.sigs, os.Interrupt)
+	other := make(chan os.Signal, 2)
+	signal.Notify(other, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go k.watch(other, done)
+	k.stopSigs = func() {
+		signal.Stop(k.sigs)
+		signal.Stop(other)
+		close(done)
+	}
+	k.leaveMsg.Store("")
 	if inTTY && k.caps.TTY {
 		history := ""
 		if d, err := a.DataDir(); err == nil {
@@ -190,7 +194,7 @@ func (a *App) newConsole(c *ipc.Client, f taskFlags) (*console, error) {
 		}
 		k.in = t
 	} else {
-		k.in = newPipeReader(a.Stdin, a.Stderr, k.sigs, k.resize)
+		k.in = newPipeReader(a.Stdin, a.Stderr, k.sigs)
 	}
 	k.r = &renderer{w: k.out, caps: k.caps, asJSON: f.asJSON, onStats: k.drawStatus}
 	return k, nil
@@ -226,17 +230,34 @@ func (k *console) printf(format string, a ...any) {
 	fmt.Fprintf(k.out, format, a...)
 }
 
-// signal handles one signal outside of a question; it returns errDetach
-// when the user leaves.
-func (k *console) signal(s os.Signal) error {
-	switch s {
-	case syscall.SIGWINCH:
-		k.resize()
-		return nil
-	case syscall.SIGTERM:
-		return errDetach
+// watch follows resizes, and leaves on SIGTERM or SIGHUP whatever the
+// client is doing (a line editor blocks other signal handling): the
+// terminal is restored, the session stays open (the kernel pauses a run
+// whose client went away) and the process exits.
+func (k *console) watch(sigs <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case s := <-sigs:
+			if s == syscall.SIGWINCH {
+				k.resize()
+				continue
+			}
+			if k.bar != nil {
+				k.bar.Stop()
+			}
+			k.in.Close()
+			if msg, _ := k.leaveMsg.Load().(string); msg != "" {
+				fmt.Fprintln(k.a.Stderr, "fluffy:", msg)
+			}
+			code := 143
+			if s == syscall.SIGHUP {
+				code = 129
+			}
+			os.Exit(code)
+		}
 	}
-	return k.interrupt()
 }
 
 func (k *console) resize() {
@@ -287,6 +308,7 @@ func (k *console) detached() error {
 // attach subscribes to the session's events.
 func (k *console) attach(ctx context.Context, id string) error {
 	k.id = id
+	k.leaveMsg.Store(fmt.Sprintf("detached: session %s stays open with its change set; resume it: fluffy session resume %s", id, id))
 	if err := k.c.Subscribe(ctx, kernel.Topic(id)); err != nil {
 		return fmt.Errorf("attach to the session: %w", err)
 	}
@@ -337,8 +359,8 @@ func (k *console) turn(ctx context.Context, message string) (kernel.RunResult, e
 	)
 	for {
 		select {
-		case s := <-k.sigs:
-			if err := k.signal(s); err != nil {
+		case <-k.sigs:
+			if err := k.interrupt(); err != nil {
 				return kernel.RunResult{}, err
 			}
 		case ev, ok := <-k.c.Events():
