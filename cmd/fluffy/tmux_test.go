@@ -221,10 +221,10 @@ func TestTerminalUI(t *testing.T) {
 	}
 
 	s.keys("y", "Enter")
-	rows = s.waitFor(`(?m)^All done here\.$`)
+	rows = s.waitFor(`(?m)^· stopped: done after 3 turn\(s\)`)
 	has(t, rows,
 		`(?m)^  ✓ shell\.exec \[approve: rule fallback \(approved by a person, request \w+\)\]: hi from the sandbox`,
-		`(?m)^· stopped: done after 3 turn\(s\)`,
+		`(?m)^All done here\.$`,
 	)
 	s.waitFor(`(?m)^fluffy›$`)
 	if last := s.capture()[39]; !strings.Contains(last, "turn 3") {
