@@ -345,3 +345,68 @@ func TestTerminalSIGTERM(t *testing.T) {
 	}
 	has(t, s.capture(), `fluffy: detached: session s[0-9a-f]{12} stays open with its change set`)
 }
+
+// TestTerminalMultiline: a bracketed paste stays one message (its lines
+// shown as ␤ while edited), a trailing backslash continues the line, and
+// both are kept in the history file.
+func TestTerminalMultiline(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "hi.jsonl")
+	if err := os.WriteFile(script, []byte(`{"turn": {"text": "Hello."}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := fluffyEnv(t, dir)
+	s := startScreen(t, ws, env, "fluffy", "-m", "replay/"+script)
+	s.waitFor(`(?m)^fluffy›$`)
+	s.tmux("-S", s.sock, "set-buffer", "first pasted line\nsecond pasted line")
+	s.tmux("-S", s.sock, "paste-buffer", "-p", "-t", "0")
+	s.waitFor(`fluffy› first pasted line␤second pasted line`)
+	s.keys("Enter")
+	s.waitFor(`(?m)^Hello\.$`)
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text(`a message \`)
+	s.keys("Enter")
+	s.waitFor(`(?m)^     … $|(?m)^     …$`)
+	s.text("on two lines")
+	s.keys("Enter")
+	s.waitFor(`(?m)^     … on two lines$`)
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("/quit")
+	s.keys("Enter")
+	if code := s.waitExit(); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+
+	ls := exec.Command("fluffy", "session", "ls", "--all", "--json")
+	ls.Env = env
+	out, err := ls.CombinedOutput()
+	if err != nil {
+		t.Fatalf("session ls: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"task": "first pasted line\nsecond pasted line"`) {
+		t.Errorf("the pasted task is not one message:\n%s", out)
+	}
+	var home string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "FLUFFY_HOME="); ok {
+			home = v
+		}
+	}
+	hist, err := os.ReadFile(filepath.Join(home, "history"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"first pasted line␤second pasted line\n", "a message ␤on two lines\n", "/quit\n"} {
+		if !strings.Contains(string(hist), want) {
+			t.Errorf("history lacks %q:\n%s", want, hist)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(home, "history")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("history file mode: %v, %v", fi.Mode(), err)
+	}
+}
