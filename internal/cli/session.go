@@ -369,7 +369,12 @@ func newSessionCmd(a *App) *cobra.Command {
 				}
 				defer k.close()
 				ctx := context.WithoutCancel(cmd.Context())
-				if err := k.attach(ctx, args[0]); err != nil {
+				var info kernel.Info
+				if err := c.Call(ctx, kernel.MethodGet, kernel.IDParams{ID: args[0]}, &info); err != nil {
+					return err
+				}
+				k.model = info.Model
+				if err := k.attach(ctx, info.ID); err != nil {
 					return err
 				}
 				return k.oneShot(ctx)
