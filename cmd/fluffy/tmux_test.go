@@ -410,3 +410,64 @@ func TestTerminalMultiline(t *testing.T) {
 		t.Errorf("history file mode: %v, %v", fi.Mode(), err)
 	}
 }
+
+// TestTerminalCtrlCTool: Ctrl-C during a sandboxed command stops it (its
+// result says interrupted, the model is not asked again) and the prompt
+// comes back.
+func TestTerminalCtrlCTool(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "sleep.jsonl")
+	if err := os.WriteFile(script, []byte(`{"turn": {"text": "A long command.", "tool_calls": [{"id": "s1", "name": "shell.exec", "args": {"command": "sleep 77"}}]}}
+{"turn": {"text": "Never said."}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startScreen(t, ws, fluffyEnv(t, dir), "fluffy", "-m", "replay/"+script)
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("run something long")
+	s.keys("Enter")
+	s.waitFor(`approve\? \[y\]es`)
+	s.keys("y", "Enter")
+	// Wait until the command runs in its sandbox.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if len(running("sleep\x0077\x00")) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command never started:\n%s", strings.Join(s.capture(), "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.keys("C-c")
+	rows := s.waitFor(`(?m)· stopped: cancelled after 1 turn\(s\)[^\n]*\nfluffy›$`)
+	has(t, rows, `(?m)^  ✗ shell\.exec[^\n]*: (interrupted|the sandbox could not run the command)`)
+	if strings.Contains(strings.Join(rows, "\n"), "Never said.") {
+		t.Error("the model was asked again after the cancel")
+	}
+	if pids := running("sleep\x0077\x00"); len(pids) > 0 {
+		t.Errorf("the sandboxed command still runs: pids %v", pids)
+	}
+	s.text("/quit")
+	s.keys("Enter")
+	if code := s.waitExit(); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+}
+
+// running returns the pids whose /proc/PID/cmdline is cmdline exactly.
+func running(cmdline string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && string(b) == cmdline {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
