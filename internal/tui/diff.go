@@ -86,7 +86,10 @@ func gitPath(rest string) string {
 	if n := (len(rest) - 5) / 2; n > 0 && len(rest) == 2*n+5 && strings.HasPrefix(rest, "a/") {
 		return rest[2 : 2+n]
 	}
-	return strings.TrimPrefix(strings.Fields(rest)[0], "a/")
+	if f := strings.Fields(rest); len(f) > 0 {
+		return strings.TrimPrefix(f[0], "a/")
+	}
+	return rest
 }
 
 // Stat renders a diff stat as git does: one line per file with its
