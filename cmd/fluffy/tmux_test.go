@@ -216,7 +216,7 @@ func TestTerminalUI(t *testing.T) {
 		`Needs your approval:`,
 	)
 	last := rows[len(rows)-1]
-	if !regexp.MustCompile(`^ replay/ui\.jsonl · turn 2 · tokens [0-9,]+ in / [0-9,]+ out · \$0\.0000 · tdd \w+ \(strict\) · s[0-9a-f]{12}`).MatchString(last) {
+	if !regexp.MustCompile(`^ replay/ui\.jsonl · turn 2 · tokens [0-9,]+ in / [0-9,]+ out · \$0\.0000 · tdd \w+ \(strict\) · s[0-9a-f]{12} · working$`).MatchString(last) {
 		t.Errorf("status line on the bottom row: %q", last)
 	}
 
@@ -227,7 +227,7 @@ func TestTerminalUI(t *testing.T) {
 		`(?m)^All done here\.$`,
 	)
 	s.waitFor(`(?m)^fluffy›$`)
-	if last := s.capture()[39]; !strings.Contains(last, "turn 3") {
+	if last := s.capture()[39]; !strings.Contains(last, "turn 3") || !strings.HasSuffix(strings.TrimSpace(last), "· ready") {
 		t.Errorf("status line after the turn: %q", last)
 	}
 

@@ -214,7 +214,10 @@ func (k *console) drawStatus() {
 	}
 	extra := "no session yet"
 	if k.id != "" {
-		extra = k.id
+		extra = k.id + " · ready"
+		if k.running {
+			extra = k.id + " · working"
+		}
 	}
 	st := k.r.stats
 	if st.Model == "" {
@@ -408,6 +411,8 @@ func (k *console) turn(ctx context.Context, message string) (kernel.RunResult, e
 // endOfTurn prints the status line in plain mode (on a terminal it is
 // on the bottom row already).
 func (k *console) endOfTurn() {
+	k.running = false
+	k.drawStatus()
 	if k.bar == nil && !k.f.asJSON && k.r.stats.Model != "" {
 		k.printf("· status: %s\n", statusText(k.r.stats, ""))
 	}
