@@ -17,6 +17,7 @@ import (
 
 	"github.com/ergochat/readline"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
@@ -446,6 +447,10 @@ func (k *console) answerApproval(ctx context.Context, e kernel.Event) error {
 			return nil
 		}
 		k.printf("fluffy: %v\n", cerr)
+		if strings.Contains(cerr.Error(), approval.ErrUnknownRequest.Error()) {
+			// Expired, or answered by another client: nothing to ask.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("answer the approval: %w", cerr)
 		}
