@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -470,4 +471,73 @@ func running(cmdline string) []string {
 		}
 	}
 	return pids
+}
+
+// TestTerminalApprovedElsewhere: while the approval question waits for the
+// keyboard, another terminal approves (fluffy approve) and the run goes on
+// for dozens of turns, more events than the IPC client buffers; the
+// console keeps reading them (else the answer to its own call would queue
+// behind them), and once the person presses Enter it says the request is
+// gone and shows the rest of the run.
+func TestTerminalApprovedElsewhere(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("read me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"turn": {"text": "A command first.", "tool_calls": [{"id": "e1", "name": "shell.exec", "args": {"command": "echo approved elsewhere"}}]}}` + "\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, `{"turn": {"text": "Reading again.", "tool_calls": [{"id": "r%d", "name": "fs.read", "args": {"path": "README.md"}}]}}`+"\n", i)
+	}
+	b.WriteString(`{"turn": {"text": "THE END."}}` + "\n")
+	script := filepath.Join(dir, "long.jsonl")
+	if err := os.WriteFile(script, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := fluffyEnv(t, dir)
+	s := startScreen(t, ws, env, "fluffy", "-m", "replay/"+script, "--set", "agent.max_turns=100")
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("go")
+	s.keys("Enter")
+	rows := s.waitFor(`approve\? \[y\]es`)
+	m := regexp.MustCompile(`Approval (\w+) for session`).FindStringSubmatch(strings.Join(rows, "\n"))
+	if m == nil {
+		t.Fatalf("no approval id on the screen:\n%s", strings.Join(rows, "\n"))
+	}
+	approve := exec.Command("fluffy", "approve", m[1], "/approve")
+	approve.Env = env
+	if out, err := approve.CombinedOutput(); err != nil {
+		t.Fatalf("fluffy approve: %v\n%s", err, out)
+	}
+	// Let the run finish while the question still waits.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ls := exec.Command("fluffy", "session", "ls")
+		ls.Env = env
+		out, _ := ls.CombinedOutput()
+		if strings.Contains(string(out), " paused ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never ended:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.keys("y", "Enter")
+	rows = s.waitFor(`(?m)^· stopped: done after 42 turn\(s\)`)
+	has(t, rows, `(?m)^THE END\.$`)
+	// Scrolled off by now: read the pane's history.
+	hist := strings.Split(s.tmux("-S", s.sock, "capture-pane", "-p", "-t", "0", "-S", "-1000"), "\n")
+	has(t, hist, `y\nfluffy: [^\n]*no pending approval request`, `(?m)^  ✓ shell\.exec \[approve: [^\n]*: approved elsewhere`)
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("/quit")
+	s.keys("Enter")
+	if code := s.waitExit(); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
 }

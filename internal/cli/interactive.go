@@ -145,8 +145,9 @@ type console struct {
 	model string
 	mode  string // a TDD mode asked for before the session exists
 
-	sigs     chan os.Signal // SIGINT
-	running  bool           // a turn runs
+	events   <-chan ipc.Event // the client's events, never left unread (pump)
+	sigs     chan os.Signal   // SIGINT
+	running  bool             // a turn runs
 	lastInt  time.Time
 	stopSigs func()
 	// leaveMsg is what a SIGTERM or SIGHUP prints as the client leaves.
@@ -198,7 +199,42 @@ func (a *App) newConsole(c *ipc.Client, f taskFlags) (*console, error) {
 		k.in = newPipeReader(a.Stdin, a.Stderr, k.sigs)
 	}
 	k.r = &renderer{w: k.out, caps: k.caps, asJSON: f.asJSON, onStats: k.drawStatus}
+	k.events = pump(c.Events())
 	return k, nil
+}
+
+// pump drains in into an unbounded queue and hands the events on in
+// order. A client that stops reading its events also stops reading the
+// answers to its calls, and the kernel drops a peer that falls 256 events
+// behind; while a person takes their time over a question (an approval
+// answered elsewhere meanwhile lets the run stream on), the console must
+// not be that peer. The returned channel is closed after in is closed and
+// everything queued was handed on.
+func pump(in <-chan ipc.Event) <-chan ipc.Event {
+	out := make(chan ipc.Event)
+	go func() {
+		defer close(out)
+		var q []ipc.Event
+		for in != nil || len(q) > 0 {
+			var send chan<- ipc.Event
+			var first ipc.Event
+			if len(q) > 0 {
+				send, first = out, q[0]
+			}
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					in = nil
+					continue
+				}
+				q = append(q, ev)
+			case send <- first:
+				q[0] = ipc.Event{}
+				q = q[1:]
+			}
+		}
+	}()
+	return out
 }
 
 func (k *console) close() {
@@ -367,7 +403,7 @@ func (k *console) turn(ctx context.Context, message string) (kernel.RunResult, e
 			if err := k.interrupt(); err != nil {
 				return kernel.RunResult{}, err
 			}
-		case ev, ok := <-k.c.Events():
+		case ev, ok := <-k.events:
 			if !ok {
 				return kernel.RunResult{}, lostKernel(id, k.c.Err())
 			}

@@ -3,10 +3,12 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/tui"
@@ -106,5 +108,27 @@ func BenchmarkRenderEvent(b *testing.B) {
 		out.Reset()
 		r.render(evs[3])
 		r.render(evs[0])
+	}
+}
+
+// TestPump: events are queued without bound while nobody reads, handed on
+// in order, and the output closes after the input once drained.
+func TestPump(t *testing.T) {
+	in := make(chan ipc.Event)
+	out := pump(in)
+	const n = 2000 // far over the IPC client's buffer
+	for i := range n {
+		in <- ipc.Event{Topic: fmt.Sprint(i)}
+	}
+	close(in)
+	i := 0
+	for ev := range out {
+		if ev.Topic != fmt.Sprint(i) {
+			t.Fatalf("event %d is %q", i, ev.Topic)
+		}
+		i++
+	}
+	if i != n {
+		t.Fatalf("got %d events, want %d", i, n)
 	}
 }
