@@ -541,3 +541,35 @@ func TestTerminalApprovedElsewhere(t *testing.T) {
 		t.Errorf("exit status %d", code)
 	}
 }
+
+// TestTerminalNoColor: colour on a terminal, none with NO_COLOR; the
+// status line stays (reverse video is not colour).
+func TestTerminalNoColor(t *testing.T) {
+	requireTmux(t)
+	for _, noColor := range []string{"", "1"} {
+		dir := t.TempDir()
+		ws := filepath.Join(dir, "ws")
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env := append(fluffyEnv(t, dir), "NO_COLOR="+noColor)
+		s := startScreen(t, ws, env, "fluffy")
+		s.waitFor(`(?m)^fluffy›$`)
+		screen := s.tmux("-S", s.sock, "capture-pane", "-e", "-p", "-t", "0")
+		rows := strings.Split(strings.TrimSuffix(screen, "\n"), "\n")
+		sgr := regexp.MustCompile(`\x1b\[[0-9;]*m`)
+		// Every row but the status line: any attribute is colour.
+		coloured := sgr.MatchString(strings.Join(rows[:len(rows)-1], "\n"))
+		if coloured != (noColor == "") {
+			t.Errorf("NO_COLOR=%q: coloured %v:\n%q", noColor, coloured, screen)
+		}
+		if !regexp.MustCompile(`\x1b\[(0;)?7m`).MatchString(rows[len(rows)-1]) || !strings.Contains(s.capture()[39], "no session yet") {
+			t.Errorf("NO_COLOR=%q: no status line:\n%q", noColor, screen)
+		}
+		s.text("/quit")
+		s.keys("Enter")
+		if code := s.waitExit(); code != 0 {
+			t.Errorf("exit status %d", code)
+		}
+	}
+}
