@@ -203,3 +203,70 @@ func TestSwitchMode(t *testing.T) {
 		t.Errorf("audit kinds %v lack tdd.mode", kinds)
 	}
 }
+
+// burstModel streams its answer as n one-byte deltas at once.
+type burstModel struct{ n int }
+
+func (b burstModel) Stream(context.Context, llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		for range b.n {
+			if !yield(llm.Event{Type: llm.EventText, Text: "x"}, nil) {
+				return
+			}
+		}
+		u := llm.Usage{InputTokens: 1, OutputTokens: 1}
+		for _, ev := range []llm.Event{{Type: llm.EventUsage, Usage: &u}, {Type: llm.EventStop, Stop: llm.StopEnd}} {
+			if !yield(ev, nil) {
+				return
+			}
+		}
+	}
+}
+
+// TestTextDeltasJoined: a burst of thousands of text deltas reaches
+// clients as a few events (each is a frame in a bounded client queue),
+// the whole text, in order before the turn's usage.
+func TestTextDeltasJoined(t *testing.T) {
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	const n = 5000
+	k := start(t, e, func(context.Context, string) (llm.Provider, string, error) { return burstModel{n}, "burst", nil }, nil)
+	ctx := context.Background()
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "t", Model: "burst/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		texts     int
+		text      string
+		usageSeen bool
+		lastSeq   uint64
+	)
+	if _, err := k.Run(ctx, info.ID, func(ev kernel.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Seq != lastSeq+1 {
+			t.Errorf("seq %d after %d", ev.Seq, lastSeq)
+		}
+		lastSeq = ev.Seq
+		switch ev.Type {
+		case kernel.Type(agent.EventText):
+			if usageSeen {
+				t.Error("text after the turn's usage")
+			}
+			texts++
+			text += ev.Agent.Text
+		case kernel.Type(agent.EventUsage):
+			usageSeen = true
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if text != strings.Repeat("x", n) {
+		t.Fatalf("text of %d bytes, want %d", len(text), n)
+	}
+	if texts > 20 {
+		t.Errorf("%d text events for one burst", texts)
+	}
+}
