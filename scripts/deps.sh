@@ -17,6 +17,7 @@ declare -A want=(
 	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
 	[python3]=python3      # the stand-alone audit export verifier (docs/audit_verify.py) runs in the tests
 	[rg]=ripgrep           # internal/tool/builtin: BenchmarkGrep compares search.grep with ripgrep
+	[tmux]=tmux            # cmd/fluffy: the terminal UI screen tests (TestTerminal*)
 )
 
 missing=()

@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -205,8 +203,11 @@ func setupTaskCmd(a *App, root *cobra.Command) {
 	root.Use = `fluffy ["<task>"]`
 	root.Args = cobra.ArbitraryArgs
 	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if f.yes && f.noApply {
+			return fmt.Errorf("%w: --yes and --no-apply exclude each other", errUsage)
+		}
 		if len(args) == 0 {
-			return cmd.Help()
+			return a.interactive(cmd.Context(), f)
 		}
 		// One word is a mistyped command far more often than a task.
 		if len(args) == 1 && !strings.ContainsAny(strings.TrimSpace(args[0]), " \t\n") {
@@ -240,22 +241,9 @@ func repoRoot(dir string) string {
 }
 
 func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
-	l, err := a.Config()
+	model, err := a.resolveModel(f.model)
 	if err != nil {
 		return err
-	}
-	model := f.model
-	if model == "" {
-		model = l.Config.Model
-	}
-	prov, name, err := catalog.Split(model)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	// A replay script path is the client's, not the kernel's: the kernel
-	// may run in another directory.
-	if prov == "replay" && strings.Contains(name, "/") && !filepath.IsAbs(name) {
-		model = "replay/" + filepath.Join(a.Cwd, name)
 	}
 	c, err := a.connectKernel(ctx)
 	if err != nil {
@@ -265,19 +253,18 @@ func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
 	if err := a.reportInterrupted(ctx, c); err != nil {
 		return err
 	}
-	var info kernel.Info
-	if err := c.Call(ctx, kernel.MethodCreate, kernel.CreateParams{Workspace: repoRoot(a.Cwd), Task: task, Model: model}, &info); err != nil {
-		return fmt.Errorf("create the session: %w", err)
-	}
-	if !f.asJSON {
-		fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", info.ID, info.Model, info.Workspace)
-	}
-	in := bufio.NewReader(a.Stdin)
-	res, err := a.runAttached(ctx, c, info.ID, f.asJSON, in)
+	k, err := a.newConsole(c, f)
 	if err != nil {
 		return err
 	}
-	return a.finishSession(ctx, c, info.ID, res, f, in)
+	defer k.close()
+	k.model = model
+	// Ctrl-C is the console's: the session outlives the first one.
+	ctx = context.WithoutCancel(ctx)
+	if err := k.create(ctx, task); err != nil {
+		return err
+	}
+	return k.oneShot(ctx)
 }
 
 // reportInterrupted tells the user about sessions a dead kernel left.
@@ -294,227 +281,9 @@ func (a *App) reportInterrupted(ctx context.Context, c *ipc.Client) error {
 	return nil
 }
 
-// runAttached subscribes to the session's events, runs it, and renders
-// the events until the run ends.
-func (a *App) runAttached(ctx context.Context, c *ipc.Client, id string, asJSON bool, in *bufio.Reader) (kernel.RunResult, error) {
-	if err := c.Subscribe(ctx, kernel.Topic(id)); err != nil {
-		return kernel.RunResult{}, fmt.Errorf("attach to the session: %w", err)
-	}
-	type answer struct {
-		res kernel.RunResult
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		var res kernel.RunResult
-		err := c.Call(ctx, kernel.MethodRun, kernel.IDParams{ID: id}, &res)
-		done <- answer{res, err}
-	}()
-	r := &renderer{w: a.Stdout, asJSON: asJSON}
-	var (
-		final *kernel.RunResult
-		grace <-chan time.Time
-	)
-	for {
-		select {
-		case ev, ok := <-c.Events():
-			if !ok {
-				return kernel.RunResult{}, lostKernel(id, c.Err())
-			}
-			var e kernel.Event
-			if err := json.Unmarshal(ev.Data, &e); err != nil {
-				return kernel.RunResult{}, fmt.Errorf("decode an event: %w", err)
-			}
-			r.render(e)
-			if e.Type == kernel.TypeApproval && e.Approval != nil {
-				if err := a.answerApproval(ctx, c, e, in); err != nil {
-					return kernel.RunResult{}, err
-				}
-			}
-			if e.Type == kernel.TypeDone && e.Result != nil {
-				return *e.Result, nil
-			}
-		case ans := <-done:
-			if ans.err != nil {
-				if ctx.Err() != nil {
-					fmt.Fprintf(a.Stderr, "\nfluffy: cancelled; session %s is paused and resumable (fluffy session resume %s)\n", id, id)
-					return kernel.RunResult{}, &ExitError{Code: 130}
-				}
-				select {
-				case <-c.Done():
-					return kernel.RunResult{}, lostKernel(id, ans.err)
-				default:
-				}
-				return kernel.RunResult{}, fmt.Errorf("run the session: %w", ans.err)
-			}
-			// The answer can overtake the last events: drain until the
-			// done event, or give up after a grace period.
-			done = nil
-			final = &ans.res
-			grace = time.After(2 * time.Second)
-		case <-grace:
-			return *final, nil
-		}
-	}
-}
-
 // lostKernel is the error when the kernel goes away during a run.
 func lostKernel(id string, err error) error {
 	return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel stopped during session %s (%v)\nfix: the session is resumable: fluffy session resume %s (kernel.log in the data directory says why it stopped)", id, err, id)}
-}
-
-// answerApproval reads answers from stdin until the kernel accepts one;
-// end of input denies.
-func (a *App) answerApproval(ctx context.Context, c *ipc.Client, e kernel.Event, in *bufio.Reader) error {
-	for {
-		fmt.Fprint(a.Stderr, "answer (/approve, /deny [reason]): ")
-		line, err := in.ReadString('\n')
-		answer := strings.TrimSpace(line)
-		if answer == "" && err != nil {
-			answer = "/deny no answer (input closed)"
-		}
-		if answer == "" {
-			continue
-		}
-		cerr := c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: e.Approval.ID, Answer: answer}, nil)
-		if cerr == nil {
-			return nil
-		}
-		fmt.Fprintf(a.Stderr, "fluffy: %v\n", cerr)
-		if err != nil {
-			return fmt.Errorf("answer the approval: %w", cerr)
-		}
-	}
-}
-
-// renderer prints events readably (or as JSON lines).
-type renderer struct {
-	w      io.Writer
-	asJSON bool
-	inText bool
-}
-
-func (r *renderer) render(e kernel.Event) {
-	if r.asJSON {
-		b, _ := json.Marshal(e)
-		fmt.Fprintf(r.w, "%s\n", b)
-		return
-	}
-	endText := func() {
-		if r.inText {
-			fmt.Fprintln(r.w)
-			r.inText = false
-		}
-	}
-	switch e.Type {
-	case kernel.Type(agent.EventText):
-		fmt.Fprint(r.w, e.Agent.Text)
-		r.inText = true
-	case kernel.Type(agent.EventToolCall):
-		endText()
-		if c := e.Agent.Call; c != nil {
-			fmt.Fprintf(r.w, "→ %s %s\n", c.Name, oneLine(string(c.Args), 120))
-		}
-	case kernel.Type(agent.EventToolResult):
-		endText()
-		if res := e.Agent.Result; res != nil {
-			mark := "✓"
-			if res.IsError {
-				mark = "✗"
-			}
-			dec := ""
-			if res.Decision != "" {
-				dec = " [" + res.Decision + "]"
-			}
-			fmt.Fprintf(r.w, "  %s %s%s: %s\n", mark, e.Agent.Call.Name, dec, oneLine(res.Content, 160))
-		}
-	case kernel.Type(agent.EventContext):
-		endText()
-		fmt.Fprintf(r.w, "· %s\n", e.Agent.Text)
-	case kernel.Type(agent.EventStop):
-		endText()
-		u := e.Agent.Usage
-		cost := ""
-		if e.Agent.Cost > 0 {
-			cost = fmt.Sprintf(", $%.4f", e.Agent.Cost)
-		}
-		fmt.Fprintf(r.w, "· stopped: %s after %d turn(s), %d tokens in, %d out%s\n", e.Agent.Reason, e.Agent.Turn, u.InputTokens, u.OutputTokens, cost)
-	case kernel.TypeError:
-		endText()
-		if f := e.Fault; f != nil {
-			fmt.Fprintf(r.w, "! %s error: %s\n", f.Class, f.Message)
-			if f.Fix != "" {
-				fmt.Fprintf(r.w, "  fix: %s\n", f.Fix)
-			}
-		}
-	case kernel.TypeApproval:
-		endText()
-		fmt.Fprintf(r.w, "? approval needed\n%s\n", e.Text)
-	case kernel.TypeDone:
-		endText()
-	}
-}
-
-func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return s
-}
-
-// finishSession shows the change set and applies, keeps or discards it.
-func (a *App) finishSession(ctx context.Context, c *ipc.Client, id string, res kernel.RunResult, f taskFlags, in *bufio.Reader) error {
-	var d kernel.DiffResult
-	if err := c.Call(ctx, kernel.MethodDiff, kernel.IDParams{ID: id}, &d); err != nil {
-		return fmt.Errorf("read the change set: %w", err)
-	}
-	out := a.Stdout
-	if f.asJSON {
-		out = a.Stderr
-	}
-	if len(d.Changes) == 0 {
-		fmt.Fprintln(out, "no changes")
-		if res.Fault == nil {
-			var cr kernel.CloseResult
-			if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id}, &cr); err != nil {
-				return fmt.Errorf("close the session: %w", err)
-			}
-		}
-		return runExit(res)
-	}
-	fmt.Fprintf(out, "\n%d change(s):\n", len(d.Changes))
-	for _, ch := range d.Changes {
-		fmt.Fprintf(out, "  %-8s %s\n", ch.Op, ch.Path)
-	}
-	fmt.Fprintln(out)
-	fmt.Fprint(out, d.Diff)
-	apply := f.yes
-	if !f.yes && !f.noApply {
-		fmt.Fprint(a.Stderr, "apply these changes to the working tree? [y]es / [n]o, keep them pending / [d]iscard: ")
-		line, _ := in.ReadString('\n')
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "y", "yes":
-			apply = true
-		case "d", "discard":
-			var cr kernel.CloseResult
-			if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id}, &cr); err != nil {
-				return fmt.Errorf("discard: %w", err)
-			}
-			fmt.Fprintln(out, "discarded")
-			return runExit(res)
-		}
-	}
-	if !apply {
-		fmt.Fprintf(out, "kept pending: apply with 'fluffy session close --apply %s', discard with 'fluffy session close %s'\n", id, id)
-		return runExit(res)
-	}
-	var cr kernel.CloseResult
-	if err := c.Call(ctx, kernel.MethodClose, kernel.CloseParams{ID: id, Apply: true}, &cr); err != nil {
-		return fmt.Errorf("apply: %w", err)
-	}
-	fmt.Fprintf(out, "applied %d change(s)\n", len(cr.Applied))
-	return runExit(res)
 }
 
 // runExit maps how the run ended to the exit status.
@@ -594,12 +363,21 @@ func newSessionCmd(a *App) *cobra.Command {
 		Use: "resume ID", Short: "Continue a paused or interrupted session", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
-				in := bufio.NewReader(a.Stdin)
-				res, err := a.runAttached(cmd.Context(), c, args[0], rf.asJSON, in)
+				k, err := a.newConsole(c, rf)
 				if err != nil {
 					return err
 				}
-				return a.finishSession(cmd.Context(), c, args[0], res, rf, in)
+				defer k.close()
+				ctx := context.WithoutCancel(cmd.Context())
+				var info kernel.Info
+				if err := c.Call(ctx, kernel.MethodGet, kernel.IDParams{ID: args[0]}, &info); err != nil {
+					return err
+				}
+				k.model = info.Model
+				if err := k.attach(ctx, info.ID); err != nil {
+					return err
+				}
+				return k.oneShot(ctx)
 			})
 		},
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/approval"
@@ -22,6 +24,10 @@ const (
 	// TypeApproval: the run waits for a person; Approval is the request
 	// and Text its prompt. Answer with session.approve.
 	TypeApproval Type = "approval"
+	// TypeStats: the session's running totals and TDD state (Stats), at
+	// the start of a run and after every model call and tool result —
+	// what a status line shows.
+	TypeStats Type = "stats"
 )
 
 // Event is one thing that happened in a session, pushed to attached
@@ -36,6 +42,7 @@ type Event struct {
 	// Approval and Text describe a TypeApproval event.
 	Approval *approval.Request `json:"approval,omitempty"`
 	Text     string            `json:"text,omitempty"`
+	Stats    *Stats            `json:"stats,omitempty"`
 }
 
 // Topic is the IPC topic of a session's events.
@@ -82,15 +89,64 @@ func classify(err error) *Fault {
 	return &Fault{Class: FaultModel, Message: err.Error(), Fix: "resume the session (fluffy session resume) once the cause is fixed"}
 }
 
-// emitter numbers a run's events and delivers them.
+// textWindow is how long the emitter joins a turn's text deltas into one
+// event.
+const textWindow = 25 * time.Millisecond
+
+// emitter numbers a run's events and delivers them, in order. Text deltas
+// are joined for up to textWindow: a provider may hand over thousands of
+// small deltas at once (a replay script, a fast local model), and each
+// event is a frame in every attached client's queue, which is bounded —
+// a burst would get the client dropped as a slow consumer. Any other
+// event first delivers the text held, so order is kept.
 type emitter struct {
 	k   *Kernel
 	id  string
 	on  func(Event)
 	seq atomic.Uint64
+
+	mu    sync.Mutex // guards the fields below; held while delivering
+	text  *Event     // text held back, nil when none
+	timer *time.Timer
 }
 
 func (e *emitter) emit(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ev.Type == Type(agent.EventText) && ev.Agent != nil {
+		if e.text != nil && e.text.Agent.Turn == ev.Agent.Turn {
+			e.text.Agent.Text += ev.Agent.Text
+			return
+		}
+		e.flushLocked()
+		a := *ev.Agent
+		ev.Agent = &a
+		e.text = &ev
+		e.timer = time.AfterFunc(textWindow, func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.flushLocked()
+		})
+		return
+	}
+	e.flushLocked()
+	e.deliverLocked(ev)
+}
+
+func (e *emitter) flushLocked() {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.text == nil {
+		return
+	}
+	ev := *e.text
+	e.text = nil
+	e.deliverLocked(ev)
+}
+
+func (e *emitter) deliverLocked(ev Event) {
 	ev.Session, ev.Seq = e.id, e.seq.Add(1)
 	if e.on != nil {
 		e.on(ev)

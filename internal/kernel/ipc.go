@@ -16,11 +16,11 @@ import (
 // session.run request (or disconnecting) pauses the session, resumable.
 const (
 	MethodCreate = "session.create" // CreateParams → Info
-	MethodRun    = "session.run"    // IDParams → RunResult
+	MethodRun    = "session.run"    // RunParams → RunResult
 	MethodCancel = "session.cancel" // IDParams → {"cancelled": bool}
 	MethodGet    = "session.get"    // IDParams → Info
 	MethodList   = "session.list"   // ListParams → []Info
-	MethodDiff   = "session.diff"   // IDParams → DiffResult
+	MethodDiff   = "session.diff"   // DiffParams → DiffResult
 	MethodClose  = "session.close"  // CloseParams → CloseResult
 	// MethodApprove answers an approval request (ApproveParams → {}).
 	MethodApprove = "session.approve"
@@ -62,11 +62,11 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return i, wireError(err)
 		},
 		MethodRun: func(ctx context.Context, r *ipc.Request) (any, error) {
-			var p IDParams
+			var p RunParams
 			if err := r.Bind(&p); err != nil {
 				return nil, err
 			}
-			res, err := k.Run(ctx, p.ID, nil)
+			res, err := k.RunMessage(ctx, p.ID, p.Message, nil)
 			return res, wireError(err)
 		},
 		MethodCancel: func(_ context.Context, r *ipc.Request) (any, error) {
@@ -95,11 +95,11 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return l, wireError(err)
 		},
 		MethodDiff: func(ctx context.Context, r *ipc.Request) (any, error) {
-			var p IDParams
+			var p DiffParams
 			if err := r.Bind(&p); err != nil {
 				return nil, err
 			}
-			d, ch, err := k.Diff(ctx, p.ID)
+			d, ch, err := k.Diff(ctx, p.ID, p.Paths...)
 			if ch == nil {
 				ch = []changeset.Change{}
 			}
@@ -130,6 +130,9 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			res, err := k.Close(ctx, p)
 			return res, wireError(err)
 		},
+	}
+	for name, h := range k.controlHandlers() {
+		handlers[name] = h
 	}
 	for name, h := range handlers {
 		if err := mux.Handle(name, h); err != nil {

@@ -206,6 +206,12 @@ type RunResult struct {
 // error or runtime fault is reported in RunResult.Fault, not as an error;
 // the error is for sessions that cannot run at all (unknown, closed, busy).
 func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunResult, error) {
+	return k.RunMessage(ctx, id, "", onEvent)
+}
+
+// RunMessage is Run with the user's next message: a session's next turn
+// in an interactive conversation. An empty message only resumes.
+func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent func(Event)) (RunResult, error) {
 	info, err := k.Get(ctx, id)
 	if err != nil {
 		return RunResult{}, err
@@ -237,7 +243,7 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 	if err := k.setStatus(ctx, id, StatusRunning, "", ""); err != nil {
 		return RunResult{}, err
 	}
-	res := k.runSession(ctx, info, em)
+	res := k.runSession(ctx, info, em, message)
 	// Persist the end even when ctx was cancelled.
 	sctx := context.WithoutCancel(ctx)
 	status := StatusPaused
@@ -263,7 +269,7 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 }
 
 // runSession runs the agent; it never panics.
-func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res RunResult) {
+func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message string) (res RunResult) {
 	defer func() {
 		if p := recover(); p != nil {
 			k.log.Error("session panicked", "session", info.ID, "panic", p, "stack", string(debug.Stack()))
@@ -306,6 +312,11 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("system prompt: %v", err)})
 	}
 	completeTurn(st)
+	if message != "" {
+		addMessage(st, message)
+	}
+	stats := func() { em.emit(Event{Type: TypeStats, Stats: statsOf(info.Model, st.Agent, env.TDD)}) }
+	stats()
 	// A finished conversation has nothing to resume: the model would be
 	// asked to answer its own last message.
 	if msgs := st.Agent.Messages; len(msgs) > 1 && msgs[len(msgs)-1].Role == llm.RoleAssistant {
@@ -342,6 +353,9 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter) (res Ru
 				}
 			}
 			em.emit(Event{Type: Type(ev.Type), Agent: &ev})
+			if ev.Type == agent.EventTurnStart || ev.Type == agent.EventUsage || ev.Type == agent.EventToolResult {
+				stats()
+			}
 		}})
 	if err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: err.Error()})
@@ -472,7 +486,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 
 // Diff returns the session's change set as a unified diff and its list
 // of changes.
-func (k *Kernel) Diff(ctx context.Context, id string) (string, []changeset.Change, error) {
+func (k *Kernel) Diff(ctx context.Context, id string, paths ...string) (string, []changeset.Change, error) {
 	info, err := k.Get(ctx, id)
 	if err != nil {
 		return "", nil, err
@@ -481,10 +495,10 @@ func (k *Kernel) Diff(ctx context.Context, id string) (string, []changeset.Chang
 	if err != nil {
 		return "", nil, fmt.Errorf("kernel: open the change set: %w", err)
 	}
-	changes, err := cs.Changes(ctx)
+	changes, err := cs.Changes(ctx, paths...)
 	if err != nil {
 		return "", nil, err
 	}
-	d, err := cs.Diff(ctx)
+	d, err := cs.Diff(ctx, paths...)
 	return d, changes, err
 }
