@@ -16,6 +16,13 @@ func Distance(a, b string) int {
 	if len(a) > MaxLen || len(b) > MaxLen {
 		return Far
 	}
+	return Levenshtein(a, b)
+}
+
+// Levenshtein returns the byte edit distance of a and b without a length
+// bound: callers that take outside input bound it themselves (its cost is
+// len(a)*len(b)).
+func Levenshtein(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

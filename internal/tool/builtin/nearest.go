@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
+
+	"github.com/fluffy-agent/fluffy/internal/spell"
 )
 
 // The nearest match: the window of the file's lines most like the lines a
@@ -119,7 +121,7 @@ func similarity(a, b string) float64 {
 	}
 	ta, tb = ta[:min(len(ta), refineBytes)], tb[:min(len(tb), refineBytes)]
 	longer := max(len(ta), len(tb))
-	s := 1 - float64(levenshtein(ta, tb))/float64(longer)
+	s := 1 - float64(spell.Levenshtein(ta, tb))/float64(longer)
 	// A fragment of a line (an old text that is not whole lines) scores
 	// by how well it matches somewhere inside the line.
 	short, long := ta, tb
@@ -149,27 +151,6 @@ func substringDistance(p, t string) int {
 		prev, cur = cur, prev
 	}
 	return slices.Min(prev)
-}
-
-// levenshtein is the byte edit distance of a and b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // show renders the match with line numbers; lines that differ from the
