@@ -635,7 +635,7 @@ func (k *console) finish(ctx context.Context, res kernel.RunResult) error {
 
 // review goes through the changed files one by one: each one's diff, then
 // apply, skip or quit. The chosen files are applied together (all or
-// nothing, through session.apply); the others stay pending.
+// nothing, through changeset.apply); the others stay pending.
 func (k *console) review(ctx context.Context, out io.Writer, d kernel.DiffResult) error {
 	var paths []string
 	for _, ch := range d.Changes {
@@ -708,25 +708,31 @@ func (k *console) switchMode(ctx context.Context, mode string) error {
 }
 
 // apply writes the pending changes at or below paths (all when none) to
-// the working tree, all or nothing, and keeps the session open. The one
-// place the client applies part of a change set (session.apply): switch
-// here to another partial-apply API.
+// the working tree, all or nothing, and keeps the session open
+// (changeset.apply, as fluffy changeset apply). A conflict applies
+// nothing and shows each path's three versions.
 func (k *console) apply(ctx context.Context, paths []string) ([]changeset.Change, error) {
-	var ar kernel.ApplyResult
-	if err := k.c.Call(ctx, kernel.MethodApply, kernel.PathsParams{ID: k.id, Paths: paths}, &ar); err != nil {
+	var res kernel.ChangesResult
+	if err := k.c.Call(ctx, kernel.MethodChangesApply, kernel.ChangesParams{Session: k.id, Paths: paths}, &res); err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	return ar.Applied, nil
+	if len(res.Conflicts) > 0 {
+		ce := &changeset.ConflictError{}
+		for _, c := range res.Conflicts {
+			ce.Conflicts = append(ce.Conflicts, c.Conflict)
+			ce.Versions = append(ce.Versions, c.Explain)
+		}
+		return nil, fmt.Errorf("apply: %w", ce)
+	}
+	return res.Changes, nil
 }
 
 // discard drops the pending changes at or below paths (all when none) and
-// keeps the session open (session.discard).
+// keeps the session open (changeset.discard).
 func (k *console) discard(ctx context.Context, paths []string) (int, error) {
-	var res struct {
-		Discarded int `json:"discarded"`
-	}
-	if err := k.c.Call(ctx, kernel.MethodDiscard, kernel.PathsParams{ID: k.id, Paths: paths}, &res); err != nil {
+	var res kernel.ChangesResult
+	if err := k.c.Call(ctx, kernel.MethodChangesDiscard, kernel.ChangesParams{Session: k.id, Paths: paths}, &res); err != nil {
 		return 0, fmt.Errorf("discard: %w", err)
 	}
-	return res.Discarded, nil
+	return len(res.Changes), nil
 }

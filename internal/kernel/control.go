@@ -12,13 +12,13 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
 
-// What an interactive client does between the turns of an open session:
-// apply or discard part of the change set without closing the session,
-// and switch the TDD mode. None of them runs while the session runs.
+// What an interactive client does between the turns of an open session
+// besides running it: switch the TDD mode (session.mode). Applying or
+// discarding part of the change set without closing the session goes
+// through changeset.apply / changeset.discard (SessionChanges). None of
+// them runs while the session runs.
 const (
-	MethodApply   = "session.apply"   // PathsParams → ApplyResult
-	MethodDiscard = "session.discard" // PathsParams → {"discarded": n}
-	MethodMode    = "session.mode"    // ModeParams → ModeResult
+	MethodMode = "session.mode" // ModeParams → ModeResult
 )
 
 // RunParams run a session; Message, when set, is the user's next
@@ -32,14 +32,6 @@ type RunParams struct {
 type DiffParams struct {
 	ID    string   `json:"id"`
 	Paths []string `json:"paths,omitempty"`
-}
-
-// PathsParams select the changes at or below Paths (all when empty).
-type PathsParams = DiffParams
-
-// ApplyResult is what Apply wrote to the workspace.
-type ApplyResult struct {
-	Applied []changeset.Change `json:"applied"`
 }
 
 // ModeParams switch a session's TDD mode: the user's decision.
@@ -104,72 +96,40 @@ func (k *Kernel) hold(ctx context.Context, id string) (Info, func(), error) {
 	case StatusRunning:
 		return Info{}, nil, fmt.Errorf("%w: %s", ErrBusy, id)
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, busy := k.running[id]; busy {
-		return Info{}, nil, fmt.Errorf("%w: %s", ErrBusy, id)
+	release, err := k.reserveChanges(id)
+	if err != nil {
+		return Info{}, nil, err
 	}
-	r := &run{cancel: func() {}, done: make(chan struct{})}
-	k.running[id] = r
-	return info, func() {
-		k.mu.Lock()
-		delete(k.running, id)
-		k.mu.Unlock()
-		close(r.done)
-	}, nil
+	return info, release, nil
 }
 
 // Apply writes the changes at or below paths (all when none) to the
 // workspace, all or nothing, and keeps the session open: what was applied
-// leaves the change set, the rest stays pending. A conflict returns the
+// leaves the change set, the rest stays pending. It is changeset.apply
+// (SessionChanges.Apply) for one session; a conflict returns the
 // *changeset.ConflictError and applies nothing.
 func (k *Kernel) Apply(ctx context.Context, id string, paths ...string) ([]changeset.Change, error) {
-	info, release, err := k.hold(ctx, id)
+	res, err := k.changes().Apply(ctx, ChangesParams{Session: id, Paths: paths})
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
-	if err != nil {
-		return nil, fmt.Errorf("kernel: open the change set: %w", err)
+	if len(res.Conflicts) > 0 {
+		ce := &changeset.ConflictError{}
+		for _, c := range res.Conflicts {
+			ce.Conflicts = append(ce.Conflicts, c.Conflict)
+			ce.Versions = append(ce.Versions, c.Explain)
+		}
+		return nil, ce
 	}
-	applied, err := cs.Apply(ctx, paths...)
-	if err != nil {
-		return nil, err
-	}
-	done := make([]string, len(applied))
-	for i, c := range applied {
-		done[i] = c.Path
-	}
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindChangesetApply, Actor: "user", Payload: map[string]any{"paths": done, "partial": len(paths) > 0}}); err != nil {
-		return applied, fmt.Errorf("kernel: audit changeset.apply: %w", err)
-	}
-	return applied, k.o.Audit.Flush(ctx)
+	return res.Changes, nil
 }
 
 // Discard drops the changes at or below paths (all when none) from the
-// change set and keeps the session open.
+// change set and keeps the session open (SessionChanges.Discard); it
+// returns how many changes were dropped.
 func (k *Kernel) Discard(ctx context.Context, id string, paths ...string) (int, error) {
-	info, release, err := k.hold(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
-	if err != nil {
-		return 0, fmt.Errorf("kernel: open the change set: %w", err)
-	}
-	changes, err := cs.Changes(ctx, paths...)
-	if err != nil {
-		return 0, err
-	}
-	if err := cs.Discard(ctx, paths...); err != nil {
-		return 0, err
-	}
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: "changeset.discard", Actor: "user", Payload: map[string]any{"paths": paths, "changes": len(changes)}}); err != nil {
-		return len(changes), fmt.Errorf("kernel: audit changeset.discard: %w", err)
-	}
-	return len(changes), k.o.Audit.Flush(ctx)
+	res, err := k.changes().Discard(ctx, ChangesParams{Session: id, Paths: paths})
+	return len(res.Changes), err
 }
 
 // SwitchMode switches the session's TDD mode; only a person may (who).
@@ -213,25 +173,6 @@ func (k *Kernel) SwitchMode(ctx context.Context, p ModeParams) (ModeResult, erro
 
 func (k *Kernel) controlHandlers() map[string]ipc.Handler {
 	return map[string]ipc.Handler{
-		MethodApply: func(ctx context.Context, r *ipc.Request) (any, error) {
-			var p PathsParams
-			if err := r.Bind(&p); err != nil {
-				return nil, err
-			}
-			applied, err := k.Apply(ctx, p.ID, p.Paths...)
-			if applied == nil {
-				applied = []changeset.Change{}
-			}
-			return ApplyResult{Applied: applied}, wireError(err)
-		},
-		MethodDiscard: func(ctx context.Context, r *ipc.Request) (any, error) {
-			var p PathsParams
-			if err := r.Bind(&p); err != nil {
-				return nil, err
-			}
-			n, err := k.Discard(ctx, p.ID, p.Paths...)
-			return map[string]int{"discarded": n}, wireError(err)
-		},
 		MethodMode: func(ctx context.Context, r *ipc.Request) (any, error) {
 			var p ModeParams
 			if err := r.Bind(&p); err != nil {
