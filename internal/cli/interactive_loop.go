@@ -71,32 +71,44 @@ func (k *console) oneShot(ctx context.Context) error {
 	return runExit(res)
 }
 
+// openConsole resolves the model, connects to the kernel (starting one
+// if none answers), reports sessions a crash interrupted and opens the
+// console; done closes the console, then the connection.
+func (a *App) openConsole(ctx context.Context, f taskFlags) (_ *console, done func(), _ error) {
+	model, err := a.resolveModel(f.model)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := a.connectKernel(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.reportInterrupted(ctx, c); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	k, err := a.newConsole(c, f)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	k.model = model
+	return k, func() { k.close(); c.Close() }, nil
+}
+
 // interactive is `fluffy` alone: a conversation with one session, a turn
 // per message, slash commands between turns. On a terminal it edits lines
 // (history, multi-line input) and keeps a status line; from a pipe it
 // reads one message per line and prints plain text.
 func (a *App) interactive(ctx context.Context, f taskFlags) error {
-	model, err := a.resolveModel(f.model)
+	k, done, err := a.openConsole(ctx, f)
 	if err != nil {
 		return err
 	}
-	c, err := a.connectKernel(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := a.reportInterrupted(ctx, c); err != nil {
-		return err
-	}
-	k, err := a.newConsole(c, f)
-	if err != nil {
-		return err
-	}
-	defer k.close()
-	k.model = model
+	defer done()
 	ctx = context.WithoutCancel(ctx)
 	if _, tty := k.in.(*ttyReader); tty {
-		fmt.Fprintf(k.out, "%s · %s · %s\n%s\n", k.caps.Paint(tui.Bold, "fluffy"), model, repoRoot(a.Cwd),
+		fmt.Fprintf(k.out, "%s · %s · %s\n%s\n", k.caps.Paint(tui.Bold, "fluffy"), k.model, repoRoot(a.Cwd),
 			k.caps.Paint(tui.Dim, "Type a task. /help lists the commands; Ctrl-D or /quit leaves."))
 		k.drawStatus()
 	}

@@ -241,24 +241,11 @@ func repoRoot(dir string) string {
 }
 
 func (a *App) runTask(ctx context.Context, task string, f taskFlags) error {
-	model, err := a.resolveModel(f.model)
+	k, done, err := a.openConsole(ctx, f)
 	if err != nil {
 		return err
 	}
-	c, err := a.connectKernel(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := a.reportInterrupted(ctx, c); err != nil {
-		return err
-	}
-	k, err := a.newConsole(c, f)
-	if err != nil {
-		return err
-	}
-	defer k.close()
-	k.model = model
+	defer done()
 	// Ctrl-C is the console's: the session outlives the first one.
 	ctx = context.WithoutCancel(ctx)
 	if err := k.create(ctx, task); err != nil {
