@@ -282,7 +282,7 @@ func runExit(res kernel.RunResult) error {
 }
 
 func newSessionCmd(a *App) *cobra.Command {
-	cmd := &cobra.Command{Use: "session", Short: "List, inspect, resume and close sessions"}
+	cmd := &cobra.Command{Use: "session", Short: "List, inspect, resume, close and remove sessions"}
 	var all, asJSON bool
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sessions (open ones; --all for closed too)", Args: cobra.NoArgs,
@@ -390,7 +390,41 @@ func newSessionCmd(a *App) *cobra.Command {
 		},
 	}
 	closeCmd.Flags().BoolVar(&apply, "apply", false, "apply the change set to the working tree")
-	cmd.AddCommand(ls, show, diff, resume, closeCmd)
+	var force bool
+	rm := &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Remove closed sessions (--force: open ones too, discarding their changes)",
+		Long: `rm deletes sessions from fluffy.db (their conversation, TDD history and
+change set directory). The audit log keeps every entry about them: it is
+append-only, and records the removal as session.rm. An open session is
+refused unless --force, which discards its pending changes; a running one
+is always refused.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
+				var failed int
+				for _, id := range args {
+					var rr kernel.RemoveResult
+					if err := c.Call(cmd.Context(), kernel.MethodRemove, kernel.RemoveParams{ID: id, Force: force}, &rr); err != nil {
+						fmt.Fprintf(a.Stderr, "fluffy: session rm %s: %v\n", id, err)
+						failed++
+						continue
+					}
+					if rr.Discarded {
+						fmt.Fprintf(a.Stdout, "removed session %s (its pending changes discarded)\n", id)
+					} else {
+						fmt.Fprintf(a.Stdout, "removed session %s\n", id)
+					}
+				}
+				if failed > 0 {
+					return &ExitError{Code: ExitFailure}
+				}
+				return nil
+			})
+		},
+	}
+	rm.Flags().BoolVar(&force, "force", false, "also remove open sessions, discarding their pending changes")
+	cmd.AddCommand(ls, show, diff, resume, closeCmd, rm)
 	return cmd
 }
 

@@ -131,6 +131,7 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			return res, wireError(err)
 		},
 	}
+	handlers[MethodRemove] = k.removeHandler()
 	for name, h := range k.controlHandlers() {
 		handlers[name] = h
 	}
@@ -150,7 +151,7 @@ func wireError(err error) error {
 		return nil
 	case errors.Is(err, ErrNotFound):
 		return ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	case errors.As(err, &ce):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)

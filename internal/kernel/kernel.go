@@ -54,6 +54,9 @@ var (
 	ErrBusy = errors.New("kernel: session is running")
 	// ErrClosed: the session was closed.
 	ErrClosed = errors.New("kernel: session is closed")
+	// ErrOpen: the operation needs a closed session (session rm without
+	// force).
+	ErrOpen = errors.New("kernel: session is open")
 )
 
 // ModelOpener opens a model by its "provider/name" string; it returns the
