@@ -99,6 +99,11 @@ func (a *App) policyOptions() (policy.Options, error) {
 	if files.Project != "" {
 		add(&prot.Paths, filepath.Dir(files.Project))
 	}
+	// The workspace's .fluffy directory is protected even before it
+	// exists: in a directory with neither .git nor .fluffy (no project
+	// root yet) the agent could otherwise create .fluffy/policy.yaml in
+	// its change set and have it applied.
+	add(&prot.Paths, filepath.Join(a.workspace(), ".fluffy"))
 	add(&prot.Paths, a.Self)
 	add(&prot.Secret, dd.Path(datadir.Keys))
 	return policy.Options{Default: def, Protected: prot, Home: home}, nil
