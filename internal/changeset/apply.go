@@ -66,7 +66,9 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 
 // Apply writes the changes at or below paths (all when none) to the real
 // tree, all or nothing, and returns what it applied. A new file's missing
-// parent directories are applied with it. Apply must not run while a
+// parent directories are applied with it. Sensitive paths (git hooks and
+// config, .fluffy/) are applied only when named exactly; otherwise Apply
+// returns a *SensitiveError and writes nothing. Apply must not run while a
 // sandbox has this change set mounted: overlayfs forbids changing the
 // lower layer under a mount.
 func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, error) {
@@ -89,6 +91,9 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 	plan := planFor(all, s)
 	if err := cs.validate(plan); err != nil {
 		return nil, err
+	}
+	if names := sensitiveUnnamed(plan, s); len(names) > 0 {
+		return nil, &SensitiveError{Paths: names}
 	}
 	if conflicts := cs.conflicts(plan); len(conflicts) > 0 {
 		ce := &ConflictError{Conflicts: conflicts}
