@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Links is the merged view as a symlink reader over absolute paths, for
@@ -82,6 +84,77 @@ func (l Links) LstatStep(dir string, dirState any, name string) (fs.FileInfo, an
 		return notExist()
 	}
 	return entryInfo{m.entry(rel)}, m, nil
+}
+
+// PlainPath reports whether dir/names... is an existing directory or
+// regular file of the merged view reached through directories only, with
+// no symbolic link, whiteout, opaque directory or special file on the way
+// (tool.PathLinkFS). It answers true only when the session's upper layer
+// has no entry at the path's first component below the workspace root,
+// so that nothing of the upper layer can be on the way (no whiteout, no
+// opaque directory, no file of the session's): the merged view there is
+// the lower layer alone, and one openat2 with RESOLVE_NO_SYMLINKS on the
+// whole path answers what the walk would, component by component. Any
+// doubt (an upper entry, a symlink, a missing entry, a special file, an
+// error) is false: the caller then walks as before.
+func (l Links) PlainPath(dir string, names []string) bool {
+	dirRel, ok := l.rel(dir)
+	if !ok || len(names) == 0 {
+		return false
+	}
+	ws := l.cs.workspace
+	n := len(ws)
+	for _, c := range names {
+		if c == "" || c == "." || c == ".." || strings.IndexByte(c, '/') >= 0 || strings.IndexByte(c, 0) >= 0 {
+			return false
+		}
+		n += 1 + len(c)
+	}
+	first := names[0]
+	if dirRel != "." {
+		if _, err := CheckPath(dirRel); err != nil {
+			return false
+		}
+		first, _, _ = strings.Cut(dirRel, "/")
+	}
+	return plainPath(l.cs.upper, ws, first, dir, names, n)
+}
+
+// plainPath: the upper layer (upper) has nothing at first, and
+// dir/names... (dir inside ws, the path's total length n) is a directory
+// or regular file of ws reached without a symlink.
+func plainPath(upper, ws, first, dir string, names []string, n int) bool {
+	var st unix.Stat_t
+	up := upper + "/" + first
+	if err := unix.Fstatat(unix.AT_FDCWD, up, &st, unix.AT_SYMLINK_NOFOLLOW); err != unix.ENOENT {
+		return false
+	}
+	var b strings.Builder
+	b.Grow(n + len(dir) - len(ws))
+	b.WriteString(dir)
+	for _, c := range names {
+		b.WriteByte('/')
+		b.WriteString(c)
+	}
+	// The path is absolute, dir is canonical (inside ws, no symlink) and
+	// no name is "..": with no symlink followed, resolution cannot leave
+	// dir. O_NOFOLLOW|O_PATH opens a final symlink itself (refused below).
+	fd, err := unix.Openat2(unix.AT_FDCWD, b.String(), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR:
+		return true
+	}
+	return false
 }
 
 // Readlink returns the target of the symlink at the absolute path name.

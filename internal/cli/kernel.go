@@ -16,6 +16,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
 	"github.com/fluffy-agent/fluffy/internal/buildinfo"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 )
 
 // KernelStatus is the result of the kernel's "status" method.
@@ -224,6 +225,7 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 		return err
 	}
 	log := a.Logger().With("subsystem", "kernel")
+	defer kernel.TuneGC(l.Config.Kernel, a.Getenv)()
 	var idle time.Duration
 	if oneshot {
 		idle = time.Duration(l.Config.Kernel.IdleTimeout)

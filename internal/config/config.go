@@ -105,6 +105,17 @@ type Kernel struct {
 	IdleTimeout units.Duration `yaml:"idle_timeout"`
 	// StartTimeout bounds the wait for a starting kernel's first pong.
 	StartTimeout units.Duration `yaml:"start_timeout"`
+	// GCPercent is the kernel process's garbage collection target
+	// (runtime/debug.SetGCPercent; Go's own default is 100, -1 turns
+	// the collector off, 0 leaves Go's default): a long-lived daemon with a small live heap
+	// collects less often, and its tool calls are slowed less, with a
+	// higher one. GOGC in the kernel's environment wins.
+	GCPercent int `yaml:"gc_percent" scope:"user"`
+	// MemoryLimit is the kernel process's soft memory limit
+	// (debug.SetMemoryLimit): the collector works harder as the heap
+	// nears it, which bounds what GCPercent lets the heap grow to. 0
+	// sets none. GOMEMLIMIT in the kernel's environment wins.
+	MemoryLimit units.Size `yaml:"memory_limit" scope:"user"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -305,7 +316,8 @@ func Default(env Env) Config {
 			ConnectTimeout:  units.Duration(10e9),
 			ResponseTimeout: units.Duration(60e9),
 		},
-		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9)},
+		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9),
+			GCPercent: 400, MemoryLimit: 1 << 30},
 
 		LLM: LLM{
 			// Published list prices when written (November 2026); set

@@ -47,6 +47,22 @@ type StepLinkFS interface {
 	LstatStep(dir string, dirState any, name string) (fs.FileInfo, any, error)
 }
 
+// PathLinkFS is an optional extension of LinkFS for file systems where
+// a whole path can be looked up at once more cheaply than component by
+// component (a change set's merged view: one openat2 instead of several
+// system calls per component and layer). PlainPath reports whether
+// dir + "/" + names[0] + "/" + ... names an existing directory or
+// regular file reached through directories only: no component is a
+// symbolic link, none is "", "." or "..", and the merged view has no
+// whiteout, opaque directory or other special entry on the way. dir is
+// absolute and canonical. When it answers true the Resolver takes the
+// joined path as resolved; when false (or in doubt) the Resolver walks
+// component by component, so false is always a safe answer.
+type PathLinkFS interface {
+	LinkFS
+	PlainPath(dir string, names []string) bool
+}
+
 type osLinks struct{}
 
 func (osLinks) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
@@ -133,6 +149,9 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 			return bad(fmt.Sprintf("a component is longer than %d bytes", maxNameBytes))
 		}
 	}
+	if p, ok := r.plain(resolved, todo); ok {
+		return operation.Path{Abs: p, Raw: raw, InWorkspace: r.inside(p)}, nil
+	}
 	links := 0
 	step, _ := r.fs.(StepLinkFS)
 	var state any // step's state for resolved, nil when unknown
@@ -192,6 +211,44 @@ func (r *Resolver) Resolve(raw string) (operation.Path, error) {
 		todo = append(strings.Split(target, "/"), todo...)
 	}
 	return operation.Path{Abs: resolved, Raw: raw, InWorkspace: r.inside(resolved)}, nil
+}
+
+// plain is the whole-path shortcut (PathLinkFS): when the components of
+// todo other than "" and "." contain no ".." and the file system says
+// the path below dir is plain (existing, no symlink on the way), the
+// walk would join them one by one and end there; plain returns that
+// join. Otherwise false, and the caller walks.
+func (r *Resolver) plain(dir string, todo []string) (string, bool) {
+	pfs, ok := r.fs.(PathLinkFS)
+	if !ok {
+		return "", false
+	}
+	var buf [16]string
+	names := buf[:0]
+	n := len(dir)
+	for _, c := range todo {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			return "", false
+		}
+		names = append(names, c)
+		n += 1 + len(c)
+	}
+	if len(names) == 0 || !pfs.PlainPath(dir, names) {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(n)
+	if dir != "/" {
+		b.WriteString(dir)
+	}
+	for _, c := range names {
+		b.WriteByte('/')
+		b.WriteString(c)
+	}
+	return b.String(), true
 }
 
 func (r *Resolver) inside(p string) bool {

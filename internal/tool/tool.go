@@ -136,7 +136,9 @@ type Tool struct {
 	schemaJSON        json.RawMessage
 	resolved          *jsonschema.Resolved
 	// closed: valid arguments cannot hold unknown members (closedSchema).
-	closed    bool
+	closed bool
+	// simple: the schema's fast validity check (nil: the library only).
+	simple    *simpleSchema
 	inType    reflect.Type
 	normalize func(context.Context, *Resolver, any, *operation.Operation) error
 	run       func(context.Context, any) (Result, error)
@@ -243,6 +245,7 @@ func New[In any](d Definition[In]) (*Tool, error) {
 		tags: slices.Clone(d.Tags), exec: d.Execution,
 		schema: schema, schemaJSON: sj, resolved: resolved, inType: inType,
 		closed: inType.Kind() == reflect.Struct && closedSchema(inType, schema),
+		simple: compileSimple(schema),
 		normalize: func(ctx context.Context, r *Resolver, in any, op *operation.Operation) error {
 			return d.Normalize(ctx, r, in.(*In), op)
 		},
