@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -109,10 +110,32 @@ func Stage1Main() int {
 			unix.Close(fd)
 		}
 	}
+	// The init's pid is killed only while it is certain to be the init:
+	// before it is reaped (a zombie keeps its pid), never after.
+	var mu sync.Mutex
+	reaped := false
 	go func() {
 		<-term
-		_ = unix.Kill(pid, unix.SIGKILL) // not reaped yet: still the init
+		mu.Lock()
+		defer mu.Unlock()
+		if !reaped {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 	}()
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 125
+		}
+		break
+	}
+	mu.Lock()
+	reaped = true
+	mu.Unlock()
 	for {
 		var ws unix.WaitStatus
 		_, err := unix.Wait4(pid, &ws, 0, nil)
