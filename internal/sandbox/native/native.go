@@ -13,7 +13,10 @@
 // installed beside fluffy (it starts in a fraction of the time the whole
 // fluffy binary takes), or, when that is absent, the fluffy binary itself,
 // which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. The seccomp program is assembled by the parent (package
+// InitArg0. A caller with a big heap starts the small init as stage 1
+// instead (nsinit.Stage1Main): without namespaces, so that its own clone is
+// a cheap vfork, and stage 1 clones the namespaced init from its small
+// address space (Runtime.useStage1 says when). The seccomp program is assembled by the parent (package
 // sandbox) and loaded by the init as raw BPF; landlock is applied with raw
 // system calls; so the init needs no library beyond golang.org/x/sys.
 package native
