@@ -13,6 +13,9 @@ import (
 )
 
 func main() {
+	if nsinit.IsStage1() {
+		os.Exit(nsinit.Stage1Main())
+	}
 	if !nsinit.IsInit() {
 		fmt.Fprintln(os.Stderr, "fluffy-sandbox-init is started by fluffy (fluffy sandbox run); it is not a command of its own")
 		os.Exit(2)

@@ -46,14 +46,19 @@ func TestCgroupBornInside(t *testing.T) {
 		want = []string{"unified"}
 	}
 	if rt.cgl.v2 != "" || rt.cgl.v1Threads {
-		got := paths(string(run(t, rt, spec).Stdout))
-		for _, c := range want {
-			if got[c] != "/" {
-				t.Errorf("%s: the init was not born in its cgroup: %q (all: %v)", c, got[c], got)
+		// Cloned directly, and by stage 1 (born inside with its parent).
+		for _, stage1 := range []bool{false, true} {
+			setStage1(rt, stage1)
+			got := paths(string(run(t, rt, spec).Stdout))
+			for _, c := range want {
+				if got[c] != "/" {
+					t.Errorf("stage1 %v: %s: the init was not born in its cgroup: %q (all: %v)", stage1, c, got[c], got)
+				}
 			}
 		}
 	}
 	if rt.cgl.v2 == "" {
+		setStage1(rt, true)      // ignored: a move after the start never uses stage 1
 		rt.cgl.v1Threads = false // the fallback: migrate after the start
 		got := paths(string(run(t, rt, spec).Stdout))
 		for _, c := range want {

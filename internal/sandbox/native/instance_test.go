@@ -91,7 +91,14 @@ func TestInstance(t *testing.T) {
 }
 
 func TestInstanceTimeout(t *testing.T) {
+	for _, stage1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stage1=%v", stage1), func(t *testing.T) { testInstanceTimeout(t, stage1) })
+	}
+}
+
+func testInstanceTimeout(t *testing.T, stage1 bool) {
 	rt := newRuntime(t, Options{Init: smallInit(t)})
+	setStage1(rt, stage1)
 	in, err := rt.Start(context.Background(), sandbox.Spec{Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Wall: 300 * time.Millisecond, Pids: 64}})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +119,14 @@ func TestInstanceTimeout(t *testing.T) {
 }
 
 func TestInstanceCloseDuringExec(t *testing.T) {
+	for _, stage1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stage1=%v", stage1), func(t *testing.T) { testInstanceCloseDuringExec(t, stage1) })
+	}
+}
+
+func testInstanceCloseDuringExec(t *testing.T, stage1 bool) {
 	rt := newRuntime(t, Options{Init: smallInit(t)})
+	setStage1(rt, stage1)
 	in, err := rt.Start(context.Background(), sandbox.Spec{Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Pids: 64}})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,10 @@
 // installed beside fluffy (it starts in a fraction of the time the whole
 // fluffy binary takes), or, when that is absent, the fluffy binary itself,
 // which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. The seccomp program is assembled by the parent (package
+// InitArg0. A caller with a big heap starts the small init as stage 1
+// instead (nsinit.Stage1Main): without namespaces, so that its own clone is
+// a cheap vfork, and stage 1 clones the namespaced init from its small
+// address space (Runtime.useStage1 says when). The seccomp program is assembled by the parent (package
 // sandbox) and loaded by the init as raw BPF; landlock is applied with raw
 // system calls; so the init needs no library beyond golang.org/x/sys.
 package native
@@ -29,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +78,9 @@ type Runtime struct {
 	bpf  map[string][]byte
 	uid  int
 	gid  int
+	// stage1Min is the resident anonymous memory of this process from
+	// which the init is cloned by stage 1 (see useStage1).
+	stage1Min int64
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -93,7 +100,51 @@ func New(opts Options) (*Runtime, error) {
 			opts.Init = sib
 		}
 	}
-	return &Runtime{opts: opts, bpf: map[string][]byte{}, uid: os.Getuid(), gid: os.Getgid()}, nil
+	return &Runtime{opts: opts, bpf: map[string][]byte{}, uid: os.Getuid(), gid: os.Getgid(), stage1Min: stage1MinAnon}, nil
+}
+
+// stage1MinAnon is the resident anonymous memory (heap, stacks, written
+// data) of this process from which a run starts the small init as stage 1
+// (nsinit.Stage1Main) instead of cloning the namespaced init itself. A
+// clone with CLONE_NEWUSER cannot be a vfork (Go's child waits for its id
+// maps), so it copies the page tables of every anonymous page and both
+// processes then take copy-on-write faults: about 0.1 ms of CPU per MB
+// (docs/benchmarks.md, Round 4). Stage 1 is a vfork of this process plus a
+// second start of the small Go runtime, a constant of about 3 ms of CPU:
+// worth it only for a big process (a long-lived agent), not for the
+// fluffy command (about 7 MB).
+const stage1MinAnon = 32 << 20
+
+// anonResident returns this process's resident memory that is not backed
+// by a file (statm: resident - shared), or 0 when unknown.
+func anonResident() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return 0
+	}
+	res, err1 := strconv.ParseInt(f[1], 10, 64)
+	shared, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || res < shared {
+		return 0
+	}
+	return (res - shared) * int64(os.Getpagesize())
+}
+
+// useStage1 says whether this run starts the init through stage 1: the
+// small init binary is installed (the fallback, this binary re-executed,
+// would be a second large runtime start), the init enters its cgroup by
+// being born in it (stage 1 is, and its child with it; a move after the
+// start would miss the init stage 1 clones), and this process is big
+// enough for its clone to cost more than stage 1 (stage1Min).
+func (r *Runtime) useStage1(cg *cgroup) bool {
+	if r.opts.Init == r.opts.Self || (cg != nil && !cg.v2 && !r.cgl.v1Threads) {
+		return false
+	}
+	return r.stage1Min <= 0 || anonResident() >= r.stage1Min
 }
 
 // InitBinaryName is the file name of the small init binary that New looks
@@ -411,8 +462,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
 	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
-	newCmd := func() *exec.Cmd {
-		return &exec.Cmd{
+	// stage1: the small init binary is started without namespaces (a
+	// cheap vfork of this large process) and clones the namespaced init
+	// from its own small address space (nsinit.Stage1Main). The fallback
+	// (this binary re-executed) and the paths that move the init into its
+	// cgroup after the start clone the init directly.
+	newCmd := func(stage1 bool) *exec.Cmd {
+		cmd := &exec.Cmd{
 			Path:       "/proc/self/fd/6",
 			Args:       []string{nsinit.Arg0},
 			Env:        []string{"GOMAXPROCS=1"},
@@ -434,12 +490,29 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			},
 			Stdin: stdin,
 		}
+		if stage1 {
+			root := "0"
+			if r.uid == 0 {
+				root = "1"
+			}
+			given := make([]byte, len(cmd.ExtraFiles))
+			for i, f := range cmd.ExtraFiles {
+				given[i] = '0'
+				if f != nil {
+					given[i] = '1'
+				}
+			}
+			cmd.Args = []string{nsinit.Stage1Arg0, strconv.Itoa(hostUID), strconv.Itoa(hostGID), root, string(given)}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+		}
+		return cmd
 	}
 	tr.Mark("pipes, binary opened")
 	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
 	// migrating a running process costs milliseconds (an RCU grace
 	// period), and the init starts inside its limits.
-	cmd := newCmd()
+	stage1 := r.useStage1(cg)
+	cmd := newCmd(stage1)
 	cgJoined := false
 	if cg != nil && cg.v2 {
 		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -465,7 +538,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		} else {
 			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
-			cmd, err = newCmd(), nil
+			cmd, err, stage1 = newCmd(false), nil, false
 		}
 	}
 	var primed chan struct{}
@@ -482,7 +555,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
 			// cgroup the clone may not enter directly (delegation rules):
 			// join after the start instead, as on cgroup v1.
-			cmd, cgJoined = newCmd(), false
+			cmd, cgJoined, stage1 = newCmd(false), false, false
 			err = cmd.Start()
 		}
 	}
@@ -502,13 +575,22 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
 	}
+	// kill ends the sandbox. Stage 1 is asked to (SIGTERM): it kills the
+	// init and ends once the init, and with it the PID namespace, is gone.
+	kill := func() {
+		if stage1 {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		} else {
+			_ = cmd.Process.Kill()
+		}
+	}
 	if cg != nil && !cgJoined {
 		if primed != nil {
 			<-primed
 			tr.Mark("cgroup lock primed")
 		}
 		if err := cg.add(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
+			kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
@@ -528,32 +610,41 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		select {
 		case <-timer:
 			close(timedOut)
-			_ = cmd.Process.Kill()
+			kill()
 		case <-runCtx.Done():
-			_ = cmd.Process.Kill()
+			kill()
 		case <-done:
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
-			_ = cmd.Process.Kill()
+		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
+			kill()
 			_ = cmd.Wait()
+			if stage1 {
+				// Stage 1 may have said why (no user namespace).
+				b, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
+				if body, e := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(b))); e == nil {
+					if st, e := nsinit.DecodeStatus(body); e == nil && st.Error != "" {
+						err = fmt.Errorf("%s: %s", st.Stage, st.Error)
+					}
+				}
+			}
 			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("idmapped trees sent")
 	}
 	if gate != nil {
 		if err := gate(); err != nil {
-			_ = cmd.Process.Kill()
+			kill()
 			_ = cmd.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("gate passed (e.g. exec.start recorded)")
 	}
 	if err := <-cfgWritten; err != nil {
-		_ = cmd.Process.Kill()
+		kill()
 	} else if _, err := cfgW.Write([]byte{nsinit.Release}); err != nil {
-		_ = cmd.Process.Kill()
+		kill()
 	}
 	cfgW.Close()
 	tr.Mark("init released")
@@ -570,7 +661,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			}
 		case <-runCtx.Done():
 		}
-		_ = cmd.Process.Kill()
+		kill()
 		_ = cmd.Wait()
 		close(done)
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
@@ -615,6 +706,13 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	if gotStatus && st.Error != "" {
 		err := fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, st.Stage, st.Error)
+		if stage1 && st.Stage == nsinit.Stage1Stage {
+			f := r.facility("userns")
+			f.Available = false
+			f.Detail = st.Error
+			f.Fix = userNSFix
+			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+		}
 		if st.Stage == "overlay" {
 			f := r.facility("overlay-userns")
 			f.Available = false
@@ -667,9 +765,17 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 // writable), maps their ids through the sandbox's user namespace (on-disk
 // uid 0 becomes the sandbox's uid 0, which is host nobody) and sends the
 // detached trees to the init, in that order. On disk everything stays
-// owned by root; no path needs to be traversable by nobody.
-func sendIdmappedTrees(sock, pid int, ws, csParent string, mounts []nsinit.MountSpec) error {
-	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// owned by root; no path needs to be traversable by nobody. The sandbox's
+// user namespace is pid's, or, when pid is stage 1, the one stage 1 sends
+// on sock.
+func sendIdmappedTrees(sock, pid int, stage1 bool, ws, csParent string, mounts []nsinit.MountSpec) error {
+	var ns int
+	var err error
+	if stage1 {
+		ns, err = receiveUserNS(sock)
+	} else {
+		ns, err = unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return err
 	}
@@ -699,6 +805,27 @@ func sendIdmappedTrees(sock, pid int, ws, csParent string, mounts []nsinit.Mount
 		}
 	}
 	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds...), nil, 0)
+}
+
+// receiveUserNS receives the user namespace descriptor stage 1 sends.
+func receiveUserNS(sock int) (int, error) {
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("user namespace from stage 1: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, fmt.Errorf("user namespace from stage 1: no descriptor (%d bytes; stage 1 failed?)", n)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, fmt.Errorf("user namespace from stage 1: want one descriptor, got %d (%v)", len(fds), err)
+	}
+	return fds[0], nil
 }
 
 // resolveDir returns the symlink-free absolute path of an existing

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -95,13 +97,29 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 // TestSuiteUnprivileged reruns it as an ordinary user), with the small
 // init binary.
 func TestSuite(t *testing.T) {
-	rt := newRuntime(t, Options{Init: smallInit(t)})
-	if rt.InitPath() == rt.opts.Self {
-		t.Fatal("the suite runs the test binary as the init, not the small init")
+	// direct: this (small) process clones the init; stage1: the small
+	// init binary does (what a process with a big heap uses).
+	for _, mode := range []string{"direct", "stage1"} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRuntime(t, Options{Init: smallInit(t)})
+			if rt.InitPath() == rt.opts.Self {
+				t.Fatal("the suite runs the test binary as the init, not the small init")
+			}
+			setStage1(rt, mode == "stage1")
+			sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
+			// Nothing left behind: no cgroup of ours.
+			assertNoCgroups(t, rt)
+		})
 	}
-	sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
-	// Nothing left behind: no cgroup of ours.
-	assertNoCgroups(t, rt)
+}
+
+// setStage1 makes rt always (on) or never (off) start the init through
+// stage 1, whatever the size of this process.
+func setStage1(rt *Runtime, on bool) {
+	rt.stage1Min = math.MaxInt64
+	if on {
+		rt.stage1Min = 0
+	}
 }
 
 const unprivUser = "fluffy-sbxtest"
@@ -303,6 +321,43 @@ func TestDetect(t *testing.T) {
 // (large) test binary instead.
 func BenchmarkRunTrue(b *testing.B) {
 	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
+}
+
+// BenchmarkRunTrueStage1 forces stage 1 (the default from a process with
+// stage1MinAnon of anonymous memory); BenchmarkRunTrueHeap* run with
+// 64 MB of touched heap, as a long-lived agent might have, with the
+// default choice (stage 1) and with the direct clone.
+func BenchmarkRunTrueStage1(b *testing.B) {
+	rt := newRuntime(b, Options{Init: smallInit(b)})
+	setStage1(rt, true)
+	benchRunTrue(b, rt)
+}
+
+func BenchmarkRunTrueHeap64MB(b *testing.B) {
+	defer ballast(64)()
+	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
+}
+
+func BenchmarkRunTrueHeap64MBDirect(b *testing.B) {
+	defer ballast(64)()
+	rt := newRuntime(b, Options{Init: smallInit(b)})
+	setStage1(rt, false)
+	benchRunTrue(b, rt)
+}
+
+var heapBallast [][]byte
+
+// ballast allocates and touches mb MB of heap until the returned function
+// is called.
+func ballast(mb int) func() {
+	for range mb {
+		p := make([]byte, 1<<20)
+		for i := 0; i < len(p); i += 4096 {
+			p[i] = 1
+		}
+		heapBallast = append(heapBallast, p)
+	}
+	return func() { heapBallast = nil; runtime.GC() }
 }
 
 func BenchmarkRunTrueSelfInit(b *testing.B) {

@@ -2,7 +2,8 @@
 // PID 1 of the sandbox's fresh user, mount, PID, network, IPC, UTS and
 // cgroup namespaces, builds the minimal root, drops every privilege,
 // applies landlock, seccomp and rlimits, runs the command and reaps
-// everything (see Main). The parent side lives in package native, which
+// everything (see Main). Stage1Main is the small binary's other role: started
+// without namespaces by a parent with a big heap, it clones the init. The parent side lives in package native, which
 // sends a Config and reads a Status.
 //
 // It is kept apart, and its imports few (the standard library and
