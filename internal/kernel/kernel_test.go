@@ -373,15 +373,12 @@ func child(home, ws string) int {
 	return 1
 }
 
-// TestKill9Recovery kills a kernel process in the middle of a tool call:
-// the next kernel marks the session interrupted and resumable, the change
-// set keeps both writes, the completed call is not run again and the
-// pending one is answered "interrupted".
-func TestKill9Recovery(t *testing.T) {
-	ctx := context.Background()
-	home, ws := t.TempDir(), newWorkspace(t)
+// startChild runs this test binary as a child kernel process (TestMain
+// dispatches on env) and returns it with its stdout lines.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KERNEL_TEST_CHILD_HOME="+home, "KERNEL_TEST_CHILD_WS="+ws)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -397,6 +394,17 @@ func TestKill9Recovery(t *testing.T) {
 		}
 		close(line)
 	}()
+	return cmd, line
+}
+
+// TestKill9Recovery kills a kernel process in the middle of a tool call:
+// the next kernel marks the session interrupted and resumable, the change
+// set keeps both writes, the completed call is not run again and the
+// pending one is answered "interrupted".
+func TestKill9Recovery(t *testing.T) {
+	ctx := context.Background()
+	home, ws := t.TempDir(), newWorkspace(t)
+	cmd, line := startChild(t, "KERNEL_TEST_CHILD_HOME="+home, "KERNEL_TEST_CHILD_WS="+ws)
 	var id string
 	select {
 	case l := <-line:

@@ -1,7 +1,6 @@
 package kernel_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -67,23 +66,7 @@ func TestOrphansAfterKill9(t *testing.T) {
 		t.Skip("needs /bin/sh")
 	}
 	home, ws := t.TempDir(), newWorkspace(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KERNEL_TEST_SANDBOX_CHILD="+home, "KERNEL_TEST_CHILD_WS="+ws)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line <- sc.Text()
-		}
-		close(line)
-	}()
+	cmd, line := startChild(t, "KERNEL_TEST_SANDBOX_CHILD="+home, "KERNEL_TEST_CHILD_WS="+ws)
 	select {
 	case l := <-line:
 		if l != "READY" {
