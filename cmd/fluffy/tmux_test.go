@@ -264,10 +264,9 @@ func TestTerminalUI(t *testing.T) {
 	}
 }
 
-// TestTerminalCtrlC: Ctrl-C once cancels the running turn and the prompt
-// comes back; twice detaches, the session paused and resumable. The
-// model hangs on a connection that is refused and retried.
-func TestTerminalCtrlC(t *testing.T) {
+// hangingTurn starts interactive fluffy on a model that never answers (a
+// refused connection, retried), sends a task and presses Ctrl-C once.
+func hangingTurn(t *testing.T) (*screen, []string) {
 	requireTmux(t)
 	dir := t.TempDir()
 	env := append(fluffyEnv(t, dir), "OLLAMA_HOST=127.0.0.1:1")
@@ -281,6 +280,14 @@ func TestTerminalCtrlC(t *testing.T) {
 	s.keys("Enter")
 	s.waitFor(`session s[0-9a-f]{12} · ollama/x`)
 	s.keys("C-c")
+	return s, env
+}
+
+// TestTerminalCtrlC: Ctrl-C once cancels the running turn and the prompt
+// comes back; twice detaches, the session paused and resumable. The
+// model hangs on a connection that is refused and retried.
+func TestTerminalCtrlC(t *testing.T) {
+	s, env := hangingTurn(t)
 	rows := s.waitFor(`(?m)· stopped: cancelled after [0-9]+ turn\(s\)[^\n]*\nfluffy›$`)
 	has(t, rows, `cancelling the turn \(Ctrl-C again within 2s to detach`)
 
@@ -314,19 +321,7 @@ func TestTerminalCtrlC(t *testing.T) {
 // TestTerminalSIGTERM: a SIGTERM while the line editor waits (raw mode)
 // still leaves at once: the terminal is restored, the session stays open.
 func TestTerminalSIGTERM(t *testing.T) {
-	requireTmux(t)
-	dir := t.TempDir()
-	env := append(fluffyEnv(t, dir), "OLLAMA_HOST=127.0.0.1:1")
-	ws := filepath.Join(dir, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s := startScreen(t, ws, env, "fluffy", "-m", "ollama/x", "--set", "llm.retry_attempts=1000", "--set", "llm.retry_budget=10m")
-	s.waitFor(`(?m)^fluffy›$`)
-	s.text("wait for a model that never answers")
-	s.keys("Enter")
-	s.waitFor(`session s[0-9a-f]{12} · ollama/x`)
-	s.keys("C-c")
+	s, _ := hangingTurn(t)
 	s.waitFor(`(?m)· stopped: cancelled after [0-9]+ turn\(s\)[^\n]*\nfluffy›$`)
 	// The pane runs sh, which runs fluffy.
 	sh := strings.TrimSpace(s.tmux("-S", s.sock, "list-panes", "-t", "0", "-F", "#{pane_pid}"))
