@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -583,5 +584,37 @@ func TestSlowStartingKernel(t *testing.T) {
 	c.Close()
 	if l.launches() != 1 {
 		t.Errorf("%d launches, want 1", l.launches())
+	}
+}
+
+// A kernel log past MaxKernelLog is moved to log.1 at the next launch
+// (one older generation kept); a smaller one is appended to.
+func TestKernelLogRotates(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "kernel.log")
+	launch := func() {
+		t.Helper()
+		p, err := Exec{Path: "/bin/sh", Args: []string{"-c", "echo started"}, Log: log}.Launch(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Exited()
+	}
+	if err := os.WriteFile(log, []byte("small\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	launch()
+	if b, _ := os.ReadFile(log); string(b) != "small\nstarted\n" {
+		t.Fatalf("a small log was not appended to: %q", b)
+	}
+	big := bytes.Repeat([]byte("x"), MaxKernelLog+1)
+	if err := os.WriteFile(log, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	launch()
+	if b, _ := os.ReadFile(log); string(b) != "started\n" {
+		t.Errorf("after rotation the log holds %d bytes, want only the new kernel's line", len(b))
+	}
+	if st, err := os.Stat(log + ".1"); err != nil || st.Size() != int64(len(big)) {
+		t.Errorf("the old generation: %v %v", st, err)
 	}
 }

@@ -27,6 +27,9 @@ type Exec struct {
 
 var _ Launcher = Exec{}
 
+// MaxKernelLog is the size past which a launch starts a fresh kernel log.
+const MaxKernelLog = 8 << 20
+
 // Launch starts the process.
 func (e Exec) Launch(context.Context) (Process, error) {
 	cmd := exec.Command(e.Path, e.Args...) // not CommandContext: the kernel outlives us
@@ -34,6 +37,9 @@ func (e Exec) Launch(context.Context) (Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	p := &proc{cmd: cmd, done: make(chan struct{}), log: e.Log}
 	if e.Log != "" {
+		if st, err := os.Stat(e.Log); err == nil && st.Size() > MaxKernelLog {
+			_ = os.Rename(e.Log, e.Log+".1") // one older generation is kept
+		}
 		f, err := os.OpenFile(e.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("kernel log: %w", err)
