@@ -100,30 +100,30 @@ func detectRuntime(ctx context.Context, want string, p runtimeProbes) (string, e
 // sessionRuntime is the sandbox runtime of the kernel's sessions, chosen
 // as detectRuntime says; nil (with the reason logged) when none is
 // usable, and then shell.exec and test.run are refused.
-func (a *App) sessionRuntime(ctx context.Context, log *slog.Logger) sandbox.Runtime {
+func (a *App) sessionRuntime(ctx context.Context, log *slog.Logger) (sandbox.Runtime, string) {
 	l, err := a.Config()
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	sc := l.Config.Sandbox
 	name, err := detectRuntime(ctx, sc.Runtime, a.hostProbes(sc.AllowDegraded))
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
-		return nil
+		return nil, ""
 	}
 	if name == "native" {
 		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: sc.AllowDegraded, Logger: log})
 		if err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
-			return nil
+			return nil, ""
 		}
-		return rt
+		return rt, name
 	}
 	rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, name), Image: sc.Image, Template: sc.Template, Session: "kernel", Logger: log})
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "runtime", name, "err", err)
-		return nil
+		return nil, ""
 	}
 	log.Info("sessions run in containers", "runtime", name)
-	return rt
+	return rt, name
 }

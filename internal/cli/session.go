@@ -130,7 +130,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.ToolsFactory {
 	// Resolved at the first session, not at kernel start (detection
 	// starts a probe sandbox).
-	runtime := sync.OnceValue(func() sandbox.Runtime { return a.sessionRuntime(context.Background(), log) })
+	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return a.sessionRuntime(context.Background(), log) })
 	l, _ := a.Config()
 	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
 	// the user's PATH; nothing else of the environment goes in.
@@ -171,8 +171,8 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		if env.TDD != nil {
 			o.State = env.TDD
 		}
-		if rt := runtime(); rt != nil {
-			o.Runtime = rt
+		if rt, name := runtime(); rt != nil {
+			o.Runtime, o.RuntimeName = rt, name
 			o.Env = sandboxEnv
 			o.CacheDir = a.cacheDir()
 		}

@@ -111,8 +111,11 @@ type Options struct {
 	// operation signature.
 	Grants Grants
 	Audit  Recorder
-	// Runtime runs sandbox tools.
-	Runtime sandbox.Runtime
+	// Runtime runs sandbox tools; RuntimeName ("native", "docker",
+	// "podman") is recorded with each sandboxed execution, so the log says
+	// what isolated it.
+	Runtime     sandbox.Runtime
+	RuntimeName string
 	// ChangeSet is the session's change set: its upper directory and
 	// workspace are handed to sandboxes.
 	ChangeSet ChangeSet
@@ -379,7 +382,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 6. Execute.
 	started := time.Now()
 	if !cl.fast {
-		if err := r.append(ctx, audit.KindExecStart, map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}); err != nil {
+		start := map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}
+		if t.Execution().Class == tool.Sandbox && r.o.RuntimeName != "" {
+			start["runtime"] = r.o.RuntimeName
+		}
+		if err := r.append(ctx, audit.KindExecStart, start); err != nil {
 			return agent.Result{}, err
 		}
 	}
