@@ -120,6 +120,7 @@ var boundaries = []struct {
 	{"internal/config", []string{"internal/sandbox", "internal/kernel", "internal/policy", "internal/audit"}, "configuration is read by others, never the other way round"},
 	{"internal/sandbox", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/policy"}, "sandboxes execute; they do not decide"},
 	{"internal/changeset", []string{"internal/"}, "change sets are a leaf: the kernel, the tools and the CLI use them"},
+	{"internal/jsonnum", []string{"internal/"}, "the JSON number grammar is a leaf the hand-written JSON readers share"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},

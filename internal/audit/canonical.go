@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/jsonnum"
 )
 
 // ErrNotCanonical is wrapped by errors about JSON that cannot be
@@ -318,39 +320,10 @@ func (p *parser) hex4() (rune, bool) {
 // number reads an RFC 8259 number and writes its ECMAScript form.
 func (p *parser) number() error {
 	start := p.i
-	if p.in[p.i] == '-' {
-		p.i++
-	}
-	digits := func() int {
-		n := 0
-		for p.i < len(p.in) && p.in[p.i] >= '0' && p.in[p.i] <= '9' {
-			p.i++
-			n++
-		}
-		return n
-	}
-	intStart := p.i
-	n := digits()
-	if n == 0 || n > 1 && p.in[intStart] == '0' {
+	end, n, plain, ok := jsonnum.Span(p.in, p.i)
+	p.i = end
+	if !ok {
 		return p.errf("malformed number")
-	}
-	plain := true
-	if p.i < len(p.in) && p.in[p.i] == '.' {
-		p.i++
-		plain = false
-		if digits() == 0 {
-			return p.errf("malformed number")
-		}
-	}
-	if p.i < len(p.in) && (p.in[p.i] == 'e' || p.in[p.i] == 'E') {
-		p.i++
-		plain = false
-		if p.i < len(p.in) && (p.in[p.i] == '+' || p.in[p.i] == '-') {
-			p.i++
-		}
-		if digits() == 0 {
-			return p.errf("malformed number")
-		}
 	}
 	lit := p.in[start:p.i]
 	// Integers of up to 15 digits are exact doubles and ECMAScript prints

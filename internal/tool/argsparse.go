@@ -3,6 +3,8 @@ package tool
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/fluffy-agent/fluffy/internal/jsonnum"
 )
 
 // fastParse is strictParse's single pass over raw: the same values
@@ -172,36 +174,11 @@ func (p *fastParser) str() (string, bool) {
 // number reads an RFC 8259 number as a float64.
 func (p *fastParser) number() (any, bool) {
 	start := p.i
-	if p.in[p.i] == '-' {
-		p.i++
-	}
-	digits := func() int {
-		n := 0
-		for p.i < len(p.in) && p.in[p.i] >= '0' && p.in[p.i] <= '9' {
-			p.i++
-			n++
-		}
-		return n
-	}
-	intStart := p.i
-	if n := digits(); n == 0 || n > 1 && p.in[intStart] == '0' {
+	end, _, _, ok := jsonnum.Span(p.in, p.i)
+	if !ok {
 		return nil, false
 	}
-	if p.i < len(p.in) && p.in[p.i] == '.' {
-		p.i++
-		if digits() == 0 {
-			return nil, false
-		}
-	}
-	if p.i < len(p.in) && (p.in[p.i] == 'e' || p.in[p.i] == 'E') {
-		p.i++
-		if p.i < len(p.in) && (p.in[p.i] == '+' || p.in[p.i] == '-') {
-			p.i++
-		}
-		if digits() == 0 {
-			return nil, false
-		}
-	}
+	p.i = end
 	f, err := strconv.ParseFloat(string(p.in[start:p.i]), 64)
 	if err != nil {
 		return nil, false
