@@ -89,11 +89,24 @@ func (b *builtins) gitRels(paths []string) ([]string, error) {
 	return out, nil
 }
 
-func gitResult(s string, err error) (tool.Result, error) {
+// withRepo opens the repository through the change set, maps paths to
+// workspace-relative ones and runs fn; its error is the model's tool
+// error, its text the output.
+func (b *builtins) withRepo(ctx context.Context, paths []string, fn func(r *gitview.Repo, rels []string) (string, error)) (tool.Result, error) {
+	r, err := b.gitRepo(ctx)
 	if err != nil {
 		return errResult(err), nil
 	}
-	return tool.Result{Output: []byte(s)}, nil
+	defer r.Close()
+	rels, err := b.gitRels(paths)
+	if err != nil {
+		return errResult(err), nil
+	}
+	out, err := fn(r, rels)
+	if err != nil {
+		return errResult(err), nil
+	}
+	return tool.Result{Output: []byte(out)}, nil
 }
 
 func (b *builtins) gitStatus() (*tool.Tool, error) {
@@ -107,16 +120,9 @@ func (b *builtins) gitStatus() (*tool.Tool, error) {
 			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GitStatusIn) (tool.Result, error) {
-			r, err := b.gitRepo(ctx)
-			if err != nil {
-				return errResult(err), nil
-			}
-			defer r.Close()
-			rel, err := b.rel(orDot(in.Path))
-			if err != nil {
-				return errResult(err), nil
-			}
-			return gitResult(r.Status(ctx, gitview.StatusOptions{Path: rel}))
+			return b.withRepo(ctx, []string{orDot(in.Path)}, func(r *gitview.Repo, rel []string) (string, error) {
+				return r.Status(ctx, gitview.StatusOptions{Path: rel[0]})
+			})
 		},
 	})
 }
@@ -137,16 +143,9 @@ func (b *builtins) gitDiff() (*tool.Tool, error) {
 			return b.gitPaths(in.Paths, op)
 		},
 		Run: func(ctx context.Context, in *GitDiffIn) (tool.Result, error) {
-			r, err := b.gitRepo(ctx)
-			if err != nil {
-				return errResult(err), nil
-			}
-			defer r.Close()
-			paths, err := b.gitRels(in.Paths)
-			if err != nil {
-				return errResult(err), nil
-			}
-			return gitResult(r.Diff(ctx, gitview.DiffOptions{Base: in.Base, Target: in.Target, Staged: in.Staged, Paths: paths, Stat: in.Stat, Context: in.Context}))
+			return b.withRepo(ctx, in.Paths, func(r *gitview.Repo, paths []string) (string, error) {
+				return r.Diff(ctx, gitview.DiffOptions{Base: in.Base, Target: in.Target, Staged: in.Staged, Paths: paths, Stat: in.Stat, Context: in.Context})
+			})
 		},
 	})
 }
@@ -168,16 +167,9 @@ func (b *builtins) gitLog() (*tool.Tool, error) {
 			return b.insidePath(in.Path, op)
 		},
 		Run: func(ctx context.Context, in *GitLogIn) (tool.Result, error) {
-			r, err := b.gitRepo(ctx)
-			if err != nil {
-				return errResult(err), nil
-			}
-			defer r.Close()
-			rel, err := b.rel(orDot(in.Path))
-			if err != nil {
-				return errResult(err), nil
-			}
-			return gitResult(r.Log(ctx, gitview.LogOptions{Revision: in.Revision, N: in.N, Path: rel, Full: in.Format == "full"}))
+			return b.withRepo(ctx, []string{orDot(in.Path)}, func(r *gitview.Repo, rel []string) (string, error) {
+				return r.Log(ctx, gitview.LogOptions{Revision: in.Revision, N: in.N, Path: rel[0], Full: in.Format == "full"})
+			})
 		},
 	})
 }
@@ -213,15 +205,6 @@ func (b *builtins) gitCommit() (*tool.Tool, error) {
 			return b.onePath(".git", op)
 		},
 		Run: func(ctx context.Context, in *GitCommitIn) (tool.Result, error) {
-			r, err := b.gitRepo(ctx)
-			if err != nil {
-				return errResult(err), nil
-			}
-			defer r.Close()
-			paths, err := b.gitRels(in.Paths)
-			if err != nil {
-				return errResult(err), nil
-			}
 			name, email := b.o.Git.AuthorName, b.o.Git.AuthorEmail
 			if name == "" {
 				name = "fluffy"
@@ -229,14 +212,16 @@ func (b *builtins) gitCommit() (*tool.Tool, error) {
 			if email == "" {
 				email = "fluffy@localhost"
 			}
-			out, err := r.Commit(ctx, gitview.CommitOptions{Message: in.Message, Paths: paths, Author: name, Email: email})
-			if errors.Is(err, gitview.ErrNothingToCommit) {
-				return tool.Result{Output: []byte("nothing to commit: no change is staged or pending"), IsError: true}, nil
-			}
-			if err != nil {
-				return errResult(err), nil
-			}
-			return tool.Result{Output: []byte(out + "(recorded in the change set; the user's repository gets the commit when the change set is applied)\n")}, nil
+			return b.withRepo(ctx, in.Paths, func(r *gitview.Repo, paths []string) (string, error) {
+				out, err := r.Commit(ctx, gitview.CommitOptions{Message: in.Message, Paths: paths, Author: name, Email: email})
+				if errors.Is(err, gitview.ErrNothingToCommit) {
+					return "", errors.New("nothing to commit: no change is staged or pending")
+				}
+				if err != nil {
+					return "", err
+				}
+				return out + "(recorded in the change set; the user's repository gets the commit when the change set is applied)\n", nil
+			})
 		},
 	})
 }
