@@ -716,13 +716,8 @@ func (k *console) apply(ctx context.Context, paths []string) ([]changeset.Change
 	if err := k.c.Call(ctx, kernel.MethodChangesApply, kernel.ChangesParams{Session: k.id, Paths: paths}, &res); err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
-	if len(res.Conflicts) > 0 {
-		ce := &changeset.ConflictError{}
-		for _, c := range res.Conflicts {
-			ce.Conflicts = append(ce.Conflicts, c.Conflict)
-			ce.Versions = append(ce.Versions, c.Explain)
-		}
-		return nil, fmt.Errorf("apply: %w", ce)
+	if err := res.Refused(); err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
 	}
 	return res.Changes, nil
 }

@@ -57,6 +57,20 @@ type ChangesResult struct {
 	Conflicts []ConflictView `json:"conflicts,omitempty"`
 }
 
+// Refused returns the apply's conflicts as a *changeset.ConflictError,
+// or nil when there were none.
+func (r ChangesResult) Refused() error {
+	if len(r.Conflicts) == 0 {
+		return nil
+	}
+	ce := &changeset.ConflictError{}
+	for _, c := range r.Conflicts {
+		ce.Conflicts = append(ce.Conflicts, c.Conflict)
+		ce.Versions = append(ce.Versions, c.Explain)
+	}
+	return ce
+}
+
 // ConflictView is a refused path with its three versions rendered.
 type ConflictView struct {
 	changeset.Conflict

@@ -113,13 +113,8 @@ func (k *Kernel) Apply(ctx context.Context, id string, paths ...string) ([]chang
 	if err != nil {
 		return nil, err
 	}
-	if len(res.Conflicts) > 0 {
-		ce := &changeset.ConflictError{}
-		for _, c := range res.Conflicts {
-			ce.Conflicts = append(ce.Conflicts, c.Conflict)
-			ce.Versions = append(ce.Versions, c.Explain)
-		}
-		return nil, ce
+	if err := res.Refused(); err != nil {
+		return nil, err
 	}
 	return res.Changes, nil
 }
