@@ -116,3 +116,14 @@ func TestSessionChanges(t *testing.T) {
 		t.Errorf("audit kinds = %s", kinds)
 	}
 }
+
+func TestChangesResultRefused(t *testing.T) {
+	if err := (kernel.ChangesResult{}).Refused(); err != nil {
+		t.Fatalf("no conflicts: %v", err)
+	}
+	r := kernel.ChangesResult{Conflicts: []kernel.ConflictView{{Conflict: changeset.Conflict{Path: "a.txt", Reason: "content changed"}, Explain: "three versions"}}}
+	var ce *changeset.ConflictError
+	if err := r.Refused(); !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Path != "a.txt" || ce.Versions[0] != "three versions" {
+		t.Fatalf("Refused = %v", err)
+	}
+}
