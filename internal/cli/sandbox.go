@@ -30,7 +30,8 @@ const (
 	ExitSandboxNoCmd   = 127 // the command was not found inside the sandbox
 )
 
-func newSandboxCmd(a *App) *cobra.Command {
+// newSandboxCmd is 'fluffy sandbox' with run and the given subcommands.
+func newSandboxCmd(a *App, subs ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Run commands the way fluffy runs the model's commands",
@@ -42,7 +43,8 @@ capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
 'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
 what it wrote. See docs/sandbox.md.`,
 	}
-	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a))
+	cmd.AddCommand(newSandboxRunCmd(a))
+	cmd.AddCommand(subs...)
 	return cmd
 }
 
@@ -260,7 +262,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	}
 	rt, release, err := newSandboxRuntime(cmd.Context(), a, runtime, tpl.Name, c.Image, f.allowDegraded || c.AllowDegraded, trace)
 	if err != nil {
-		if errors.Is(err, errUsage) {
+		if errors.Is(err, errUsage) || errors.Is(err, ErrHandOver) {
 			return err
 		}
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
