@@ -40,3 +40,7 @@ func handOver() int {
 	fmt.Fprintf(os.Stderr, "fix: install fluffy's three binaries side by side (fluffy, %s, fluffy-sandbox-init): make install, or make build and use bin/\n", coreName)
 	return 1
 }
+
+// forwarder: the front build never runs the egress forwarder (--net proxy
+// is handed over to fluffy-core, which re-executes itself as one).
+func forwarder([]string) (int, bool) { return 0, false }

@@ -19,7 +19,6 @@ import (
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
-	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
@@ -33,8 +32,8 @@ func run() int {
 	if native.IsInit() {
 		return native.InitMain()
 	}
-	if len(os.Args) > 1 && os.Args[1] == netproxy.ForwardCommand {
-		return netproxy.ForwardMain(os.Args[2:])
+	if code, ok := forwarder(os.Args); ok {
+		return code
 	}
 	if front && !cli.FrontRuns(os.Args[1:]) {
 		return handOver()

@@ -17,7 +17,6 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
-	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
@@ -37,9 +36,6 @@ type App struct {
 	// ExecObserver, when set, is told about every sandboxed execution
 	// (the audit log's exec.start / exec.end); optional.
 	ExecObserver sandbox.Observer
-	// EgressRecorder, when set, receives every egress proxy record of
-	// sandboxes run with network mode proxy; optional.
-	EgressRecorder netproxy.Recorder
 	// HandOver, in the front build, replaces this process with
 	// fluffy-core, to which it passes the command line unchanged; Main
 	// calls it when a command returns ErrHandOver. It returns only on

@@ -37,6 +37,6 @@ type egress struct {
 func (*egress) close() {}
 
 // startEgress: --net proxy is fluffy-core's.
-func startEgress(*App, config.Net, string, []string, string) (*egress, error) {
+func startEgress(*App, *auditRecorder, config.Net, string, []string, string) (*egress, error) {
 	return nil, ErrHandOver
 }

@@ -222,9 +222,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		rec = openSandboxAudit(cmd.Context(), a, tpl.Name)
 		defer rec.close()
 		observer = rec
-		if a.EgressRecorder == nil {
-			a.EgressRecorder = rec
-		}
 	}
 	switch f.net {
 	case "":
@@ -238,7 +235,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 			// The forwarder is reached over TCP on loopback.
 			spec.Seccomp = "standard-net"
 		}
-		eg, err := startEgress(a, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
+		eg, err := startEgress(a, rec, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
 		if err != nil {
 			return err
 		}
