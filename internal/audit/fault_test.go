@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperBuffered(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
 	case "hold":
 		os.Exit(helperHold(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
+	case "cycles":
+		os.Exit(helperCycles(os.Getenv("AUDIT_DIR")))
 	}
 	os.Exit(3)
 }
@@ -361,7 +362,15 @@ func TestWALLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cpSize, _ := strconv.ParseUint(strings.Split(string(cp), "\n")[1], 10, 64)
+			k, err := audit.LoadKey(filepath.Join(dir, "keys"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := audit.ParseCheckpoint(cp, k.Verifier)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpSize := c.Size
 			rep, err := verifyDir(t, dir)
 			var de *audit.DamageError
 			switch {

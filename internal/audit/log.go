@@ -86,6 +86,13 @@ type Options struct {
 	// writer's lock (a short-lived fluffy command appending its entries).
 	// Zero fails at once with ErrLocked.
 	LockWait time.Duration
+	// KeepWAL makes Close leave SQLite's write-ahead log (audit.db-wal)
+	// for the next opener instead of copying it into audit.db, which
+	// takes two more fsyncs. For short-lived writers whose Close is on a
+	// critical path (`fluffy sandbox run` closes right after exec.end):
+	// every Open copies a WAL that has grown past 1 MiB before its first
+	// write. Copy audit.db together with audit.db-wal when it exists.
+	KeepWAL bool
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -129,6 +136,9 @@ type Log struct {
 	db   *store.DB
 	key  Key
 	lock *os.File
+	// witness is the checkpoint file under KeyDir, rewritten after every
+	// commit (wmu held).
+	witness *witness
 
 	flushNow chan struct{}
 	cancel   context.CancelFunc
@@ -183,10 +193,15 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		if l.db != nil {
 			l.db.Close()
 		}
+		if l.witness != nil {
+			l.witness.close()
+		}
 		lock.Close()
 		return nil, err
 	}
-	if st, err := l.Reader().Stats(ctx); err == nil {
+	// The size and free-disk warnings need no query.
+	st := Stats{Path: opts.Path}
+	if err := st.readDisk(); err == nil {
 		for _, w := range st.Warnings(opts.WarnSize, 0) {
 			opts.Logger.Warn("audit: " + w)
 		}
@@ -206,23 +221,33 @@ func (l *Log) open(ctx context.Context) error {
 		l.db = nil
 		return fmt.Errorf("audit: %w", err)
 	}
-	if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
-		return err
-	}); err != nil {
-		return fmt.Errorf("audit: %w", err)
+	if fi, err := os.Stat(l.opts.Path + "-wal"); err == nil {
+		if err := walCheckpoint(ctx, l.db.DB, fi.Size()); err != nil {
+			l.opts.Logger.Warn(err.Error())
+		}
 	}
 	r := &Reader{db: l.db}
-	origin, err := r.Origin(ctx)
+	origin, anchor, err := r.originAnchor(ctx)
 	if err != nil {
 		return err
+	}
+	if origin == "" {
+		// A new log: it takes the key's name (a write transaction only
+		// then).
+		if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
+			return err
+		}); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if origin, anchor, err = r.originAnchor(ctx); err != nil {
+			return err
+		}
 	}
 	if origin != l.key.Name() {
 		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, origin, l.opts.KeyDir, l.key.Name())
 	}
-	if l.anchor, err = r.metaUint(ctx, "anchor"); err != nil {
-		return err
-	}
+	l.anchor = anchor
 	// Resume from the newest checkpoint: its compact range and chain hash,
 	// then the entries after it.
 	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
@@ -265,19 +290,33 @@ func (l *Log) open(ctx context.Context) error {
 	// A database behind the checkpoint copy under keys/ lost entries (an
 	// older copy put back, a lost WAL): continuing would overwrite that
 	// evidence with a new chain, so refuse.
-	trusted, err := TrustedCheckpoints(l.opts.KeyDir)
+	wpath := filepath.Join(l.opts.KeyDir, CheckpointFile)
+	w, notes, damaged, err := openWitness(l.opts.KeyDir)
 	if err != nil {
 		return err
 	}
-	for _, msg := range trusted {
-		cp, err := ParseCheckpoint(msg, l.key.Verifier)
+	l.witness = w
+	if len(notes) == 0 && damaged > 0 {
+		return fmt.Errorf("audit: refusing to write: %s: %w (%d damaged slots): it was edited or the disk failed; run 'fluffy audit verify' with a checkpoint kept elsewhere, then move the file aside", wpath, ErrWitnessCorrupt, damaged)
+	}
+	if damaged > 0 {
+		l.opts.Logger.Warn("audit: a slot of the checkpoint file is torn (a crash during its write); the other slot is used", "path", wpath)
+	}
+	for _, n := range notes {
+		// A checkpoint at or below the database's size cannot reveal a
+		// loss; Open does not verify (Verify does), so only one that
+		// claims more is checked before it stops the writer.
+		if size, ok := noteSize(n.note); ok && size <= l.size {
+			continue
+		}
+		cp, err := ParseCheckpoint(n.note, l.key.Verifier)
 		if err != nil {
-			return fmt.Errorf("audit: %s: %w", filepath.Join(l.opts.KeyDir, CheckpointFile), err)
+			return fmt.Errorf("audit: %s: %w", wpath, err)
 		}
 		if cp.Size > l.size {
 			return fmt.Errorf("audit: refusing to write: %w (move %s and %s aside to start a new log)",
 				damage(l.size+1, DamageTruncated, "%s ends at %d but the checkpoint kept in %s covers %d entries", l.opts.Path, l.size, l.opts.KeyDir, cp.Size),
-				l.opts.Path, filepath.Join(l.opts.KeyDir, CheckpointFile))
+				l.opts.Path, wpath)
 		}
 	}
 	return nil
@@ -424,8 +463,17 @@ func (l *Log) Close() error {
 	l.cancel()
 	<-l.done
 	err := l.flush(context.Background(), 0, true)
-	if cerr := l.db.Close(); err == nil && cerr != nil {
+	var cerr error
+	if l.opts.KeepWAL {
+		_, cerr = closeKeepingWAL(l.db.DB)
+	} else {
+		cerr = l.db.Close()
+	}
+	if err == nil && cerr != nil {
 		err = fmt.Errorf("audit: close: %w", cerr)
+	}
+	if werr := l.witness.close(); err == nil && werr != nil {
+		err = fmt.Errorf("audit: close: %w", werr)
 	}
 	l.lock.Close()
 	return err
@@ -521,7 +569,7 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 		}
 	}
 	l.mu.Unlock()
-	l.checkpointed(cp, now)
+	l.checkpointed(cp, head, now)
 	return nil
 }
 
@@ -562,20 +610,28 @@ func (l *Log) signHead() (*Checkpoint, error) {
 	return &cp, nil
 }
 
-// checkpointed records a written checkpoint and keeps its copy outside
-// the database: what reveals a truncated or replaced database. The
-// database already has the checkpoint, so failing here weakens that check
-// but loses nothing.
-func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
-	if cp == nil {
+// checkpointed records a written checkpoint cp and head (either may be
+// nil), and writes the newest into the checkpoint file outside the
+// database: what reveals a truncated or replaced database. The commit
+// that wrote them has returned, so the file never gets ahead of the
+// database on disk. The database already has them, so failing here
+// weakens that check but loses nothing. wmu held.
+func (l *Log) checkpointed(cp, head *Checkpoint, now time.Time) {
+	if cp != nil {
+		l.mu.Lock()
+		if cp.Size > l.cpSize {
+			l.cpSize, l.cpTime = cp.Size, now
+		}
+		l.mu.Unlock()
+	}
+	newest := head
+	if newest == nil || cp != nil && cp.Size > newest.Size {
+		newest = cp
+	}
+	if newest == nil {
 		return
 	}
-	l.mu.Lock()
-	if cp.Size > l.cpSize {
-		l.cpSize, l.cpTime = cp.Size, now
-	}
-	l.mu.Unlock()
-	if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
+	if err := l.witness.write(newest.Note); err != nil {
 		l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
 	}
 }

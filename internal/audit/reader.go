@@ -54,6 +54,31 @@ func (r *Reader) Origin(ctx context.Context) (string, error) {
 	return s, nil
 }
 
+// originAnchor reads the origin and the retention anchor (0 when none) in
+// one query.
+func (r *Reader) originAnchor(ctx context.Context) (origin string, anchor uint64, err error) {
+	rows, err := r.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key IN ('origin', 'anchor')`)
+	if err != nil {
+		return "", 0, fmt.Errorf("audit: read meta: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return "", 0, fmt.Errorf("audit: read meta: %w", err)
+		}
+		if k == "origin" {
+			origin = v
+		} else if anchor, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return "", 0, fmt.Errorf("audit: meta anchor = %q: %w", v, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", 0, fmt.Errorf("audit: read meta: %w", err)
+	}
+	return origin, anchor, nil
+}
+
 func (r *Reader) metaUint(ctx context.Context, key string) (uint64, error) {
 	var s string
 	err := r.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&s)

@@ -183,7 +183,24 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	// Checkpoints kept outside the database.
 	trusted := map[uint64]Checkpoint{}
 	minTrusted := uint64(1<<64 - 1)
+	var trustedNotes [][]byte
 	for _, msg := range opts.Trusted {
+		if !isWitnessFile(msg) {
+			trustedNotes = append(trustedNotes, msg)
+			continue
+		}
+		// The checkpoint file under keys/ (or a copy): every intact
+		// slot. A torn slot (a crash during its write) is skipped; a
+		// file with none intact is damage.
+		notes, damaged := witnessSlots(msg)
+		if len(notes) == 0 {
+			return rep, damage(rep.Anchor+1, DamageCheckpoint, "a checkpoint file kept outside the database has no intact checkpoint (%d damaged slots): it was edited or the disk failed", damaged)
+		}
+		for _, n := range notes {
+			trustedNotes = append(trustedNotes, n.note)
+		}
+	}
+	for _, msg := range trustedNotes {
 		cp, err := ParseCheckpoint(msg, opts.Verifier)
 		if err != nil {
 			origin := checkpointOrigin(msg)
