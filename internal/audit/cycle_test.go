@@ -221,3 +221,26 @@ func BenchmarkCycle(b *testing.B) {
 		b.ReportMetric(float64(total)/n, "fsyncs/op")
 	}
 }
+
+// TestCycleSyncs counts the fsync-family calls of the CLI's cycle, under
+// strace in a child process, on a log whose WAL is below the size at
+// which Open checkpoints it: after the command (exec.end and close)
+// exactly one, SQLite's commit of the WAL; before it at most two (the WAL
+// commit of exec.start, and the directory SQLite syncs once per process),
+// plus the background fdatasync of the checkpoint file that Open starts.
+func TestCycleSyncs(t *testing.T) {
+	dir := cycleDir(t)
+	seedLog(t, dir, 4)
+	const n = 5
+	c := syncCounts(t, dir, n)
+	t.Logf("fsync-family calls in %d cycles, by phase: %v", n, c)
+	if c["end"] != n {
+		t.Errorf("%d syncs after the command in %d cycles, want exactly 1 each (the exec.end commit)", c["end"], n)
+	}
+	if c["start"] > 2*n {
+		t.Errorf("%d syncs for exec.start in %d cycles, want at most 2 each", c["start"], n)
+	}
+	if total := c["open"] + c["start"] + c["end"]; total > 4*n {
+		t.Errorf("%d syncs in %d cycles, want at most 4 each", total, n)
+	}
+}

@@ -97,6 +97,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// walLimit is the WAL size past which Open checkpoints it (default
+	// walCheckpointBytes; tests lower it).
+	walLimit int64
 }
 
 func (o *Options) defaults() {
@@ -120,6 +124,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.walLimit <= 0 {
+		o.walLimit = walCheckpointBytes
 	}
 }
 
@@ -222,7 +229,7 @@ func (l *Log) open(ctx context.Context) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	if fi, err := os.Stat(l.opts.Path + "-wal"); err == nil {
-		if err := walCheckpoint(ctx, l.db.DB, fi.Size()); err != nil {
+		if err := walCheckpoint(ctx, l.db.DB, fi.Size(), l.opts.walLimit); err != nil {
 			l.opts.Logger.Warn(err.Error())
 		}
 	}

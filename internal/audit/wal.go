@@ -29,7 +29,7 @@ import (
 // WAL (about 2.5 µs a page), checkpointing costs three fsyncs. (A
 // long-lived writer also has SQLite's own automatic checkpoint at 1,000
 // pages.)
-var walCheckpointBytes int64 = 256 << 10
+const walCheckpointBytes = 256 << 10
 
 // errNoDBConfig means the SQLite driver does not expose what
 // keepWALOnClose needs; the log works, closing just checkpoints.
@@ -89,10 +89,10 @@ func closeKeepingWAL(db *sql.DB) (kept bool, err error) {
 }
 
 // walCheckpoint copies the WAL into the database when it has grown past
-// walCheckpointBytes, so the next opener has little to read. A failure is
-// not an error for the caller: the WAL is durable either way.
-func walCheckpoint(ctx context.Context, db *sql.DB, walSize int64) error {
-	if walSize < walCheckpointBytes {
+// limit bytes, so the next opener has little to read. A failure is not an
+// error for the caller: the WAL is durable either way.
+func walCheckpoint(ctx context.Context, db *sql.DB, walSize, limit int64) error {
+	if walSize < limit {
 		return nil
 	}
 	var busy, logFrames, done int

@@ -1,0 +1,109 @@
+package audit
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+func walSize(t *testing.T, opts Options) int64 {
+	t.Helper()
+	fi, err := os.Stat(opts.Path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// TestKeepWAL checks that Close with KeepWAL leaves the WAL (no
+// checkpoint into audit.db), that the next Open continues from it, that
+// Open checkpoints a WAL past its limit, and that readers see
+// everything.
+func TestKeepWAL(t *testing.T) {
+	l, opts := testLog(t, Options{KeepWAL: true})
+	appendN(t, l, 5, KindExecStart)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	kept := walSize(t, opts)
+	if kept <= 0 {
+		t.Fatalf("WAL after a KeepWAL close: %d bytes, want it kept", kept)
+	}
+	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 5 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	// The reader's close (without KeepWAL) checkpointed and removed it.
+	if n := walSize(t, opts); n != -1 && n != 0 {
+		t.Logf("WAL after a reader closed: %d bytes", n)
+	}
+	for round := 0; round < 3; round++ {
+		l, err := Open(t.Context(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendN(t, l, 5, KindExecStart)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 {
+			kept = walSize(t, opts)
+		}
+	}
+	grown := walSize(t, opts)
+	if grown <= kept {
+		t.Fatalf("WAL did not grow across KeepWAL runs: %d then %d bytes", kept, grown)
+	}
+	// Past the limit, Open copies the WAL into audit.db first.
+	o := opts
+	o.walLimit = grown / 2
+	l2, err := Open(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := walSize(t, opts); n != 0 {
+		t.Fatalf("WAL after Open past the limit: %d bytes, want 0 (checkpointed)", n)
+	}
+	appendN(t, l2, 1, KindGatePolicy)
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 21 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
+
+// TestKeepWALLost deletes the WAL a KeepWAL close left (a backup that
+// copied audit.db alone, an edit): the checkpoint file under keys/ covers
+// the lost entries, so Open refuses to write and Verify reports the
+// truncation.
+func TestKeepWALLost(t *testing.T) {
+	l, opts := testLog(t, Options{KeepWAL: true})
+	appendN(t, l, 5, KindGatePolicy)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(opts.Path + "-wal"); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(opts.Path + "-shm")
+	_, err := Open(t.Context(), opts)
+	var de *DamageError
+	if !errors.As(err, &de) || de.Damage != DamageTruncated {
+		t.Fatalf("Open after the WAL was lost: %v", err)
+	}
+	if _, err := verifyDB(t, opts, true); !errors.As(err, &de) || de.Damage != DamageTruncated {
+		t.Fatalf("verify after the WAL was lost: %v", err)
+	}
+}
+
+func TestNoCheckpointOnCloseOtherDrivers(t *testing.T) {
+	type conn struct{ db uintptr }
+	for _, dc := range []any{nil, struct{}{}, &struct{}{}, &conn{db: 1}, (*conn)(nil)} {
+		if err := noCheckpointOnClose(dc); !errors.Is(err, errNoDBConfig) {
+			t.Errorf("%T: %v, want errNoDBConfig", dc, err)
+		}
+	}
+}
