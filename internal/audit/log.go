@@ -220,13 +220,33 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 }
 
 func (l *Log) open(ctx context.Context) error {
-	var err error
-	if l.key, err = LoadOrCreateKey(l.opts.KeyDir); err != nil {
-		return err
+	// The key and the checkpoint file are read while SQLite opens the
+	// database (which takes most of Open's time).
+	type keyFiles struct {
+		key     Key
+		w       *witness
+		notes   []slotNote
+		damaged int
+		err     error
 	}
-	if l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout}); err != nil {
+	kc := make(chan keyFiles, 1)
+	go func() {
+		var k keyFiles
+		if k.key, k.err = LoadOrCreateKey(l.opts.KeyDir); k.err == nil {
+			k.w, k.notes, k.damaged, k.err = openWitness(l.opts.KeyDir)
+		}
+		kc <- k
+	}()
+	var err error
+	l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout})
+	kf := <-kc
+	l.key, l.witness = kf.key, kf.w
+	if err != nil {
 		l.db = nil
 		return fmt.Errorf("audit: %w", err)
+	}
+	if kf.err != nil {
+		return kf.err
 	}
 	if fi, err := os.Stat(l.opts.Path + "-wal"); err == nil {
 		if err := walCheckpoint(ctx, l.db.DB, fi.Size(), l.opts.walLimit); err != nil {
@@ -298,11 +318,7 @@ func (l *Log) open(ctx context.Context) error {
 	// older copy put back, a lost WAL): continuing would overwrite that
 	// evidence with a new chain, so refuse.
 	wpath := filepath.Join(l.opts.KeyDir, CheckpointFile)
-	w, notes, damaged, err := openWitness(l.opts.KeyDir)
-	if err != nil {
-		return err
-	}
-	l.witness = w
+	notes, damaged := kf.notes, kf.damaged
 	if len(notes) == 0 && damaged > 0 {
 		return fmt.Errorf("audit: refusing to write: %s: %w (%d damaged slots): it was edited or the disk failed; run 'fluffy audit verify' with a checkpoint kept elsewhere, then move the file aside", wpath, ErrWitnessCorrupt, damaged)
 	}
