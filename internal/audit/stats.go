@@ -107,7 +107,9 @@ func (s *Stats) readDisk() error {
 // any, for VerifyOptions.Trusted.
 func TrustedCheckpoints(keyDir string) ([][]byte, error) {
 	b, err := os.ReadFile(keyDir + "/" + CheckpointFile)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || err == nil && len(b) == 0 {
+		// None yet (an empty file: created, then a crash before the
+		// first write).
 		return nil, nil
 	}
 	if err != nil {

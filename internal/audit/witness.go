@@ -168,20 +168,25 @@ func isWitnessFile(b []byte) bool {
 // log's wmu held, so writes never overlap.
 type witness struct {
 	path string
-	f    *os.File
-	next int // the slot the next write replaces
+	f    *os.File // nil until the first write when there was no file
+	next int      // the slot the next write replaces
 
 	synced chan error // the background fdatasync started by openWitness
 	once   sync.Once
 }
 
-// openWitness opens (creating) the checkpoint file in keyDir, reads it
-// and returns it with the notes of its intact slots and the number of
-// damaged slots. It starts making what a previous process wrote durable
-// in the background.
+// openWitness opens the checkpoint file in keyDir (created by the first
+// write when there is none), reads it and returns it with the notes of
+// its intact slots and the number of damaged slots. It starts making what
+// a previous process wrote durable in the background.
 func openWitness(keyDir string) (*witness, []slotNote, int, error) {
 	path := keyDir + "/" + CheckpointFile
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		w := &witness{path: path, synced: make(chan error, 1)}
+		w.synced <- nil
+		return w, nil, 0, nil
+	}
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("audit: %w", err)
 	}
@@ -218,6 +223,11 @@ func (w *witness) write(note []byte) error {
 	if err != nil {
 		return err
 	}
+	if w.f == nil {
+		if w.f, err = os.OpenFile(w.path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+	}
 	if _, err := w.f.WriteAt(slot, int64(w.next*witnessSlot)); err != nil {
 		return fmt.Errorf("audit: write %s: %w", w.path, err)
 	}
@@ -230,6 +240,9 @@ func (w *witness) close() error {
 	var err error
 	w.once.Do(func() {
 		err = <-w.synced
+		if w.f == nil {
+			return
+		}
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}

@@ -287,3 +287,31 @@ func FuzzWitnessSlots(f *testing.F) {
 		_, _ = noteSize(in)
 	})
 }
+
+// TestWitnessNoneYet: a log that never wrote has no checkpoint file
+// (readers see none), and an empty one (a crash right after creating it)
+// counts as none.
+func TestWitnessNoneYet(t *testing.T) {
+	l, opts := testLog(t, Options{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.KeyDir, CheckpointFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint file after an Open without writes: %v", err)
+	}
+	writeWitnessFile(t, opts, nil)
+	if tr, err := TrustedCheckpoints(opts.KeyDir); err != nil || tr != nil {
+		t.Fatalf("empty checkpoint file: %q, %v", tr, err)
+	}
+	l2, err := Open(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l2, 2, KindGatePolicy)
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 2 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
