@@ -95,8 +95,12 @@ func walCheckpoint(ctx context.Context, db *sql.DB, walSize, limit int64) error 
 	if walSize < limit {
 		return nil
 	}
+	// PASSIVE: copies what no reader still needs and never waits (the
+	// other modes wait for readers, up to the busy timeout, and a
+	// `fluffy audit tail -f` must not delay a sandboxed command). Once all
+	// of it is copied, the next commit writes the WAL from its start.
 	var busy, logFrames, done int
-	if err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logFrames, &done); err != nil {
+	if err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &logFrames, &done); err != nil {
 		return fmt.Errorf("audit: checkpoint the WAL: %w", err)
 	}
 	return nil

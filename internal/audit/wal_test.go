@@ -1,9 +1,11 @@
 package audit
 
 import (
+	"database/sql"
 	"errors"
 	"os"
 	"testing"
+	"time"
 )
 
 func walSize(t *testing.T, opts Options) int64 {
@@ -63,14 +65,80 @@ func TestKeepWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := walSize(t, opts); n != 0 {
-		t.Fatalf("WAL after Open past the limit: %d bytes, want 0 (checkpointed)", n)
-	}
-	appendN(t, l2, 1, KindGatePolicy)
 	if err := l2.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Everything is in audit.db now: without the WAL, nothing is missing.
+	if err := os.Remove(opts.Path + "-wal"); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(opts.Path + "-shm")
+	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 20 {
+		t.Fatalf("verify without the WAL after Open copied it: %+v, %v", rep, err)
+	}
+	l3, err := Open(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l3, 1, KindGatePolicy)
+	if err := l3.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 21 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
+
+// TestWALCheckpointDoesNotWaitForReaders: the copy of a large WAL at Open
+// must not wait for a reader holding an old snapshot (`fluffy audit tail
+// -f`); it copies what it can and the writer goes on.
+func TestWALCheckpointDoesNotWaitForReaders(t *testing.T) {
+	l, opts := testLog(t, Options{KeepWAL: true})
+	appendN(t, l, 5, KindGatePolicy)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", "file:"+opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	if _, err := conn.ExecContext(t.Context(), "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRowContext(t.Context(), "SELECT count(*) FROM entries").Scan(&n); err != nil || n != 5 {
+		t.Fatalf("reader: %d, %v", n, err)
+	}
+	o := opts
+	o.walLimit, o.BusyTimeout = 1, time.Minute
+	done := make(chan error, 1)
+	go func() {
+		l, err := Open(t.Context(), o)
+		if err == nil {
+			if _, err = l.Append(t.Context(), Entry{Kind: KindGatePolicy, Actor: "agent"}); err != nil {
+				l.Close()
+			} else {
+				err = l.Close()
+			}
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open waited for a reader to copy the WAL")
+	}
+	conn.ExecContext(t.Context(), "ROLLBACK")
+	if rep, err := verifyDB(t, opts, true); err != nil || rep.Size != 6 {
 		t.Fatalf("verify: %+v, %v", rep, err)
 	}
 }
