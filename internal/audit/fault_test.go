@@ -552,3 +552,39 @@ func TestLockedTooLong(t *testing.T) {
 		t.Fatalf("VerifyAtStart: %+v, %v", rep, err)
 	}
 }
+
+// TestKill9DuringCycles kills a process running the CLI's cycle (open,
+// exec.start, exec.end, close with KeepWAL) at arbitrary points, several
+// times over: wherever it dies (mid-commit, between a commit and the
+// checkpoint file's write, mid-close), the next writer opens the log
+// without a false alarm and the log verifies against the checkpoint file.
+func TestKill9DuringCycles(t *testing.T) {
+	dir := cycleDir(t)
+	seedLog(t, dir, 20)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, delay := range []time.Duration{3, 7, 11, 17, 23, 31, 41, 53} {
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "AUDIT_HELPER=cycles", "AUDIT_DIR="+dir, "AUDIT_CYCLES=100000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		l, err := audit.Open(t.Context(), cycleOptions(dir))
+		if err != nil {
+			t.Fatalf("kill %d (after %v): reopen: %v", i, delay*time.Millisecond, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := verifyDir(t, dir)
+		if err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		t.Logf("kill %d after %v: %d entries verify", i, delay*time.Millisecond, rep.Size)
+	}
+}
