@@ -240,6 +240,10 @@ func BenchmarkCycle(b *testing.B) {
 // exactly one, SQLite's commit of the WAL; before it at most two (the WAL
 // commit of exec.start, and the directory SQLite syncs once per process),
 // plus the background fdatasync of the checkpoint file that Open starts.
+//
+// Then 20 more cycles, which take the WAL past the size at which Open
+// copies it into audit.db once (three fsyncs, and the next commit's WAL
+// header one), and no more than once.
 func TestCycleSyncs(t *testing.T) {
 	dir := cycleDir(t)
 	seedLog(t, dir, 4)
@@ -254,5 +258,14 @@ func TestCycleSyncs(t *testing.T) {
 	}
 	if total := c["open"] + c["start"] + c["end"]; total > 4*n {
 		t.Errorf("%d syncs in %d cycles, want at most 4 each", total, n)
+	}
+	const m = 20
+	c = syncCounts(t, dir, m)
+	t.Logf("fsync-family calls in %d more cycles, by phase: %v", m, c)
+	if c["end"] != m {
+		t.Errorf("%d syncs after the command in %d cycles, want exactly 1 each", c["end"], m)
+	}
+	if total := c["open"] + c["start"] + c["end"]; total > 4*m+8 || total < 4*m+1 {
+		t.Errorf("%d syncs in %d cycles, want 4 each and one WAL copy (4 more, at most 2 copies)", total, m)
 	}
 }

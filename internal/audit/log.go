@@ -125,6 +125,9 @@ func (o *Options) defaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
 	if o.walLimit <= 0 {
 		o.walLimit = walCheckpointBytes
 	}
@@ -249,16 +252,16 @@ func (l *Log) open(ctx context.Context) error {
 		return kf.err
 	}
 	if fi, err := os.Stat(l.opts.Path + "-wal"); err == nil {
-		if err := walCheckpoint(ctx, l.db.DB, fi.Size(), l.opts.walLimit); err != nil {
+		if err := walCheckpoint(ctx, l.db.DB, fi.Size(), l.opts.walLimit, l.opts.BusyTimeout); err != nil {
 			l.opts.Logger.Warn(err.Error())
 		}
 	}
 	r := &Reader{db: l.db}
-	origin, anchor, err := r.originAnchor(ctx)
+	st, err := r.resume(ctx)
 	if err != nil {
 		return err
 	}
-	if origin == "" {
+	if st.origin == "" {
 		// A new log: it takes the key's name (a write transaction only
 		// then).
 		if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -267,21 +270,18 @@ func (l *Log) open(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		if origin, anchor, err = r.originAnchor(ctx); err != nil {
+		if st.origin, _, err = r.originAnchor(ctx); err != nil {
 			return err
 		}
 	}
-	if origin != l.key.Name() {
-		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, origin, l.opts.KeyDir, l.key.Name())
+	if st.origin != l.key.Name() {
+		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, st.origin, l.opts.KeyDir, l.key.Name())
 	}
-	l.anchor = anchor
+	l.anchor = st.anchor
 	// Resume from the newest checkpoint: its compact range and chain hash,
 	// then the entries after it.
 	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
-	cps, err := r.recentCheckpoints(ctx)
-	if err != nil {
-		return err
-	}
+	cps := st.cps
 	var signed uint64 // the newest signed size: head or periodic
 	for i := len(cps) - 1; i >= 0; i-- {
 		cp, err := ParseCheckpoint(cps[i].note, l.key.Verifier)
@@ -292,21 +292,23 @@ func (l *Log) open(ctx context.Context) error {
 		if cps[i].rng == nil {
 			continue // the head: no compact range to resume from
 		}
+		if cp.Size != cps[i].size {
+			return fmt.Errorf("audit: checkpoint stored at size %d in %s says size %d (run 'fluffy audit verify')", cps[i].size, l.opts.Path, cp.Size)
+		}
 		if l.rng, err = newRange(cp.Size, cps[i].rng); err != nil {
 			return err
 		}
 		l.size, l.chain, l.cpSize = cp.Size, cp.Chain, cp.Size
 		break
 	}
-	err = r.rows(ctx, l.size+1, func(rw row) error {
+	for _, rw := range st.tail {
 		if rw.seq != l.size+1 {
 			return fmt.Errorf("audit: %s: entry %d follows %d (run 'fluffy audit verify')", l.opts.Path, rw.seq, l.size)
 		}
 		l.size, l.chain = rw.seq, rw.hash
-		return l.rng.Append(leafHash(rw.hash), nil)
-	})
-	if err != nil {
-		return err
+		if err := l.rng.Append(leafHash(rw.hash), nil); err != nil {
+			return err
+		}
 	}
 	// Every write transaction signs the head, so entries beyond it were
 	// not written by fluffy: refuse to adopt (and later sign) them.

@@ -3,9 +3,11 @@ package audit
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"modernc.org/libc"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -88,19 +90,37 @@ func closeKeepingWAL(db *sql.DB) (kept bool, err error) {
 	return kept, err
 }
 
-// walCheckpoint copies the WAL into the database when it has grown past
-// limit bytes, so the next opener has little to read. A failure is not an
-// error for the caller: the WAL is durable either way.
-func walCheckpoint(ctx context.Context, db *sql.DB, walSize, limit int64) error {
+// walCheckpoint copies the WAL into the database and empties it when it
+// has grown past limit bytes, so the next opener has little to read. A
+// failure is not an error for the caller: the WAL is durable either way.
+//
+// TRUNCATE, on a connection whose busy timeout is 0 for the occasion: it
+// copies what no reader still needs and never waits (with a timeout, it
+// would wait for readers on an older snapshot, and a `fluffy audit tail
+// -f` must not delay a sandboxed command); when nothing holds it back it
+// also truncates the file, whose size is what the next Open looks at.
+func walCheckpoint(ctx context.Context, db *sql.DB, walSize, limit int64, busy time.Duration) error {
 	if walSize < limit {
 		return nil
 	}
-	// PASSIVE: copies what no reader still needs and never waits (the
-	// other modes wait for readers, up to the busy timeout, and a
-	// `fluffy audit tail -f` must not delay a sandboxed command). Once all
-	// of it is copied, the next commit writes the WAL from its start.
-	var busy, logFrames, done int
-	if err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &logFrames, &done); err != nil {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("audit: checkpoint the WAL: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+		return fmt.Errorf("audit: checkpoint the WAL: %w", err)
+	}
+	var blocked, logFrames, done int
+	err = conn.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&blocked, &logFrames, &done)
+	// Back to the pool's setting whatever happened.
+	if _, rerr := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, busy.Milliseconds())); rerr != nil {
+		// The connection must not go back to the pool without its
+		// timeout: close it for good.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return fmt.Errorf("audit: restore the busy timeout: %w", rerr)
+	}
+	if err != nil {
 		return fmt.Errorf("audit: checkpoint the WAL: %w", err)
 	}
 	return nil

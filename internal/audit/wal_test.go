@@ -65,6 +65,15 @@ func TestKeepWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := walSize(t, opts); n != 0 {
+		t.Fatalf("WAL after Open past the limit: %d bytes, want 0 (copied and truncated)", n)
+	}
+	// The connection that checkpointed went back to the pool with the
+	// busy timeout it had.
+	var busy int
+	if err := l2.db.QueryRowContext(t.Context(), `PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != 5000 {
+		t.Fatalf("busy timeout after the checkpoint: %d, %v", busy, err)
+	}
 	if err := l2.Close(); err != nil {
 		t.Fatal(err)
 	}
