@@ -88,11 +88,13 @@ type Options struct {
 	// Zero fails at once with ErrLocked.
 	LockWait time.Duration
 	// KeepWAL makes Close leave SQLite's write-ahead log (audit.db-wal)
-	// for the next opener instead of copying it into audit.db, which
-	// takes two more fsyncs. For short-lived writers whose Close is on a
-	// critical path (`fluffy sandbox run` closes right after exec.end):
-	// every Open copies a WAL that has grown past 1 MiB before its first
-	// write. Copy audit.db together with audit.db-wal when it exists.
+	// for the next opener instead of copying it into audit.db and
+	// deleting it, which takes two more fsyncs then and two more at the
+	// next writer's first commit. For short-lived writers whose Close is
+	// on a critical path (`fluffy sandbox run` closes right after
+	// exec.end). Every Open copies a WAL that has grown past 256 KiB
+	// before its first write, so it stays small. Whoever copies audit.db
+	// must copy audit.db-wal with it.
 	KeepWAL bool
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
