@@ -7,6 +7,7 @@ set -euo pipefail
 # Debian packages: command the tests look for -> package providing it.
 declare -A want=(
 	[sqlite3]=sqlite3   # audit tamper tests damage the log from outside fluffy
+	[strace]=strace     # audit: TestCycleSyncs counts the fsyncs of one CLI run
 	[git]=git
 	[bwrap]=bubblewrap     # bench/sandbox.sh compares the native sandbox with it
 	[hyperfine]=hyperfine  # bench/sandbox.sh

@@ -51,7 +51,14 @@ func signCheckpoint(signer note.Signer, size uint64, root, chain []byte) (Checkp
 // ParseCheckpoint opens a signed checkpoint with the verifier string vkey:
 // the note must carry a valid signature by that key, its origin must be
 // the key's name, and its body must be exactly the four lines above.
+//
+// msg may also be the content of the checkpoint file fluffy keeps under
+// keys/ (CheckpointFile, two slots): the newest checkpoint in its intact
+// slots is returned, and every intact slot must verify.
 func ParseCheckpoint(msg []byte, vkey string) (Checkpoint, error) {
+	if isWitnessFile(msg) {
+		return parseWitness(msg, vkey)
+	}
 	v, err := note.NewVerifier(vkey)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("audit: verifier key: %w", err)

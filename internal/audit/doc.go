@@ -10,10 +10,13 @@
 // an RFC 6962 Merkle tree (github.com/transparency-dev/merkle), whose root
 // is signed with Ed25519 in C2SP tlog-checkpoint notes
 // (golang.org/x/mod/sumdb/note) every CheckpointEvery entries,
-// CheckpointAfter, and at Close. The newest checkpoint is also copied to
-// keys/audit.checkpoint, outside the database, so truncating or replacing
-// the database is detected. Every write transaction also signs a head
-// checkpoint, so entries added behind fluffy's back are detected too.
+// CheckpointAfter, and at Close. Every write transaction also signs a head
+// checkpoint, so entries added behind fluffy's back are detected, and
+// then writes the newest checkpoint to keys/audit.checkpoint, outside the
+// database, so truncating or replacing the database is detected too: in
+// place, in two alternating slots that survive a torn write, after the
+// commit and without an fsync of its own (witness.go says why that is
+// safe).
 // docs/audit.md specifies the format.
 //
 // Writing (Log): security-relevant kinds (Kind.Synchronous) are durable

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperBuffered(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
 	case "hold":
 		os.Exit(helperHold(os.Getenv("AUDIT_DB"), os.Getenv("AUDIT_KEYS")))
+	case "cycles":
+		os.Exit(helperCycles(os.Getenv("AUDIT_DIR")))
 	}
 	os.Exit(3)
 }
@@ -361,7 +362,15 @@ func TestWALLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cpSize, _ := strconv.ParseUint(strings.Split(string(cp), "\n")[1], 10, 64)
+			k, err := audit.LoadKey(filepath.Join(dir, "keys"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := audit.ParseCheckpoint(cp, k.Verifier)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpSize := c.Size
 			rep, err := verifyDir(t, dir)
 			var de *audit.DamageError
 			switch {
@@ -541,5 +550,41 @@ func TestLockedTooLong(t *testing.T) {
 	rep, err := l.VerifyAtStart(t.Context())
 	if err != nil || rep.Size != 3 {
 		t.Fatalf("VerifyAtStart: %+v, %v", rep, err)
+	}
+}
+
+// TestKill9DuringCycles kills a process running the CLI's cycle (open,
+// exec.start, exec.end, close with KeepWAL) at arbitrary points, several
+// times over: wherever it dies (mid-commit, between a commit and the
+// checkpoint file's write, mid-close), the next writer opens the log
+// without a false alarm and the log verifies against the checkpoint file.
+func TestKill9DuringCycles(t *testing.T) {
+	dir := cycleDir(t)
+	seedLog(t, dir, 20)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, delay := range []time.Duration{3, 7, 11, 17, 23, 31, 41, 53} {
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "AUDIT_HELPER=cycles", "AUDIT_DIR="+dir, "AUDIT_CYCLES=100000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		l, err := audit.Open(t.Context(), cycleOptions(dir))
+		if err != nil {
+			t.Fatalf("kill %d (after %v): reopen: %v", i, delay*time.Millisecond, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := verifyDir(t, dir)
+		if err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		t.Logf("kill %d after %v: %d entries verify", i, delay*time.Millisecond, rep.Size)
 	}
 }

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"embed"
@@ -86,10 +87,23 @@ type Options struct {
 	// writer's lock (a short-lived fluffy command appending its entries).
 	// Zero fails at once with ErrLocked.
 	LockWait time.Duration
+	// KeepWAL makes Close leave SQLite's write-ahead log (audit.db-wal)
+	// for the next opener instead of copying it into audit.db and
+	// deleting it, which takes two more fsyncs then and two more at the
+	// next writer's first commit. For short-lived writers whose Close is
+	// on a critical path (`fluffy sandbox run` closes right after
+	// exec.end). Every Open copies a WAL that has grown past 256 KiB
+	// before its first write, so it stays small. Whoever copies audit.db
+	// must copy audit.db-wal with it.
+	KeepWAL bool
 	// Logger receives warnings (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// walLimit is the WAL size past which Open checkpoints it (default
+	// walCheckpointBytes; tests lower it).
+	walLimit int64
 }
 
 func (o *Options) defaults() {
@@ -114,6 +128,12 @@ func (o *Options) defaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.walLimit <= 0 {
+		o.walLimit = walCheckpointBytes
+	}
 }
 
 // Log is the audit log open for writing. One process at a time may hold
@@ -129,6 +149,9 @@ type Log struct {
 	db   *store.DB
 	key  Key
 	lock *os.File
+	// witness is the checkpoint file under KeyDir, rewritten after every
+	// commit (wmu held).
+	witness *witness
 
 	flushNow chan struct{}
 	cancel   context.CancelFunc
@@ -183,10 +206,15 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		if l.db != nil {
 			l.db.Close()
 		}
+		if l.witness != nil {
+			l.witness.close()
+		}
 		lock.Close()
 		return nil, err
 	}
-	if st, err := l.Reader().Stats(ctx); err == nil {
+	// The size and free-disk warnings need no query.
+	st := Stats{Path: opts.Path}
+	if err := st.readDisk(); err == nil {
 		for _, w := range st.Warnings(opts.WarnSize, 0) {
 			opts.Logger.Warn("audit: " + w)
 		}
@@ -198,41 +226,87 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 }
 
 func (l *Log) open(ctx context.Context) error {
-	var err error
-	if l.key, err = LoadOrCreateKey(l.opts.KeyDir); err != nil {
-		return err
+	// The key and the checkpoint file are read while SQLite opens the
+	// database (which takes most of Open's time).
+	type keyFiles struct {
+		key     Key
+		w       *witness
+		notes   []slotNote
+		damaged int
+		// verified is the checkpoint file's newest note, verified here
+		// (zero if it did not verify): usually the same bytes as the
+		// database's newest checkpoint, which then needs no second
+		// verification. The first Ed25519 operations of a process are
+		// slow (Go builds its base point tables lazily, about 2 ms), so
+		// they run here, beside SQLite's open.
+		verified Checkpoint
+		err      error
 	}
-	if l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout}); err != nil {
+	kc := make(chan keyFiles, 1)
+	go func() {
+		var k keyFiles
+		if k.key, k.err = LoadOrCreateKey(l.opts.KeyDir); k.err == nil {
+			k.w, k.notes, k.damaged, k.err = openWitness(l.opts.KeyDir)
+		}
+		if k.err == nil && len(k.notes) > 0 {
+			newest, size := k.notes[0].note, uint64(0)
+			for _, n := range k.notes {
+				if s, ok := noteSize(n.note); ok && s >= size {
+					newest, size = n.note, s
+				}
+			}
+			k.verified, _ = ParseCheckpoint(newest, k.key.Verifier)
+		}
+		kc <- k
+	}()
+	var err error
+	l.db, err = store.Open(ctx, l.opts.Path, store.Options{Migrations: Migrations(), BusyTimeout: l.opts.BusyTimeout})
+	kf := <-kc
+	l.key, l.witness = kf.key, kf.w
+	if err != nil {
 		l.db = nil
 		return fmt.Errorf("audit: %w", err)
 	}
-	if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
-		return err
-	}); err != nil {
-		return fmt.Errorf("audit: %w", err)
+	if kf.err != nil {
+		return kf.err
+	}
+	if fi, err := os.Stat(l.opts.Path + "-wal"); err == nil {
+		if err := walCheckpoint(ctx, l.db.DB, fi.Size(), l.opts.walLimit, l.opts.BusyTimeout); err != nil {
+			l.opts.Logger.Warn(err.Error())
+		}
 	}
 	r := &Reader{db: l.db}
-	origin, err := r.Origin(ctx)
+	st, err := r.resume(ctx)
 	if err != nil {
 		return err
 	}
-	if origin != l.key.Name() {
-		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, origin, l.opts.KeyDir, l.key.Name())
+	if st.origin == "" {
+		// A new log: it takes the key's name (a write transaction only
+		// then).
+		if err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('origin', ?)`, l.key.Name())
+			return err
+		}); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if st.origin, _, err = r.originAnchor(ctx); err != nil {
+			return err
+		}
 	}
-	if l.anchor, err = r.metaUint(ctx, "anchor"); err != nil {
-		return err
+	if st.origin != l.key.Name() {
+		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, st.origin, l.opts.KeyDir, l.key.Name())
 	}
+	l.anchor = st.anchor
 	// Resume from the newest checkpoint: its compact range and chain hash,
 	// then the entries after it.
 	l.chain, l.rng, l.cpTime = zeroHash, rangeFactory.NewEmptyRange(0), l.opts.Now()
-	cps, err := r.recentCheckpoints(ctx)
-	if err != nil {
-		return err
-	}
+	cps := st.cps
 	var signed uint64 // the newest signed size: head or periodic
 	for i := len(cps) - 1; i >= 0; i-- {
-		cp, err := ParseCheckpoint(cps[i].note, l.key.Verifier)
+		cp, err := kf.verified, error(nil)
+		if cp.Note == nil || !bytes.Equal(cp.Note, cps[i].note) {
+			cp, err = ParseCheckpoint(cps[i].note, l.key.Verifier)
+		}
 		if err != nil {
 			return fmt.Errorf("audit: checkpoint at size %d in %s: %w (run 'fluffy audit verify')", cps[i].size, l.opts.Path, err)
 		}
@@ -240,21 +314,23 @@ func (l *Log) open(ctx context.Context) error {
 		if cps[i].rng == nil {
 			continue // the head: no compact range to resume from
 		}
+		if cp.Size != cps[i].size {
+			return fmt.Errorf("audit: checkpoint stored at size %d in %s says size %d (run 'fluffy audit verify')", cps[i].size, l.opts.Path, cp.Size)
+		}
 		if l.rng, err = newRange(cp.Size, cps[i].rng); err != nil {
 			return err
 		}
 		l.size, l.chain, l.cpSize = cp.Size, cp.Chain, cp.Size
 		break
 	}
-	err = r.rows(ctx, l.size+1, func(rw row) error {
+	for _, rw := range st.tail {
 		if rw.seq != l.size+1 {
 			return fmt.Errorf("audit: %s: entry %d follows %d (run 'fluffy audit verify')", l.opts.Path, rw.seq, l.size)
 		}
 		l.size, l.chain = rw.seq, rw.hash
-		return l.rng.Append(leafHash(rw.hash), nil)
-	})
-	if err != nil {
-		return err
+		if err := l.rng.Append(leafHash(rw.hash), nil); err != nil {
+			return err
+		}
 	}
 	// Every write transaction signs the head, so entries beyond it were
 	// not written by fluffy: refuse to adopt (and later sign) them.
@@ -265,19 +341,29 @@ func (l *Log) open(ctx context.Context) error {
 	// A database behind the checkpoint copy under keys/ lost entries (an
 	// older copy put back, a lost WAL): continuing would overwrite that
 	// evidence with a new chain, so refuse.
-	trusted, err := TrustedCheckpoints(l.opts.KeyDir)
-	if err != nil {
-		return err
+	wpath := filepath.Join(l.opts.KeyDir, CheckpointFile)
+	notes, damaged := kf.notes, kf.damaged
+	if len(notes) == 0 && damaged > 0 {
+		return fmt.Errorf("audit: refusing to write: %s: %w (%d damaged slots): it was edited or the disk failed; run 'fluffy audit verify' with a checkpoint kept elsewhere, then move the file aside", wpath, ErrWitnessCorrupt, damaged)
 	}
-	for _, msg := range trusted {
-		cp, err := ParseCheckpoint(msg, l.key.Verifier)
+	if damaged > 0 {
+		l.opts.Logger.Warn("audit: a slot of the checkpoint file is torn (a crash during its write); the other slot is used", "path", wpath)
+	}
+	for _, n := range notes {
+		// A checkpoint at or below the database's size cannot reveal a
+		// loss; Open does not verify (Verify does), so only one that
+		// claims more is checked before it stops the writer.
+		if size, ok := noteSize(n.note); ok && size <= l.size {
+			continue
+		}
+		cp, err := ParseCheckpoint(n.note, l.key.Verifier)
 		if err != nil {
-			return fmt.Errorf("audit: %s: %w", filepath.Join(l.opts.KeyDir, CheckpointFile), err)
+			return fmt.Errorf("audit: %s: %w", wpath, err)
 		}
 		if cp.Size > l.size {
 			return fmt.Errorf("audit: refusing to write: %w (move %s and %s aside to start a new log)",
 				damage(l.size+1, DamageTruncated, "%s ends at %d but the checkpoint kept in %s covers %d entries", l.opts.Path, l.size, l.opts.KeyDir, cp.Size),
-				l.opts.Path, filepath.Join(l.opts.KeyDir, CheckpointFile))
+				l.opts.Path, wpath)
 		}
 	}
 	return nil
@@ -424,8 +510,19 @@ func (l *Log) Close() error {
 	l.cancel()
 	<-l.done
 	err := l.flush(context.Background(), 0, true)
-	if cerr := l.db.Close(); err == nil && cerr != nil {
+	var cerr error
+	if l.opts.KeepWAL {
+		_, cerr = closeKeepingWAL(l.db.DB)
+	} else {
+		cerr = l.db.Close()
+	}
+	if err == nil && cerr != nil {
 		err = fmt.Errorf("audit: close: %w", cerr)
+	}
+	// As with its writes, a failure of the checkpoint file weakens the
+	// truncation check but loses nothing: log it.
+	if werr := l.witness.close(); werr != nil {
+		l.opts.Logger.Error("audit: the checkpoint file kept outside the database", "path", l.witness.path, "err", werr)
 	}
 	l.lock.Close()
 	return err
@@ -521,7 +618,7 @@ func (l *Log) flushHeld(ctx context.Context, upTo uint64, forceCheckpoint bool) 
 		}
 	}
 	l.mu.Unlock()
-	l.checkpointed(cp, now)
+	l.checkpointed(cp, head, now)
 	return nil
 }
 
@@ -562,20 +659,28 @@ func (l *Log) signHead() (*Checkpoint, error) {
 	return &cp, nil
 }
 
-// checkpointed records a written checkpoint and keeps its copy outside
-// the database: what reveals a truncated or replaced database. The
-// database already has the checkpoint, so failing here weakens that check
-// but loses nothing.
-func (l *Log) checkpointed(cp *Checkpoint, now time.Time) {
-	if cp == nil {
+// checkpointed records a written checkpoint cp and head (either may be
+// nil), and writes the newest into the checkpoint file outside the
+// database: what reveals a truncated or replaced database. The commit
+// that wrote them has returned, so the file never gets ahead of the
+// database on disk. The database already has them, so failing here
+// weakens that check but loses nothing. wmu held.
+func (l *Log) checkpointed(cp, head *Checkpoint, now time.Time) {
+	if cp != nil {
+		l.mu.Lock()
+		if cp.Size > l.cpSize {
+			l.cpSize, l.cpTime = cp.Size, now
+		}
+		l.mu.Unlock()
+	}
+	newest := head
+	if newest == nil || cp != nil && cp.Size > newest.Size {
+		newest = cp
+	}
+	if newest == nil {
 		return
 	}
-	l.mu.Lock()
-	if cp.Size > l.cpSize {
-		l.cpSize, l.cpTime = cp.Size, now
-	}
-	l.mu.Unlock()
-	if err := writeFileAtomic(filepath.Join(l.opts.KeyDir, CheckpointFile), cp.Note, 0o600); err != nil {
+	if err := l.witness.write(newest.Note); err != nil {
 		l.opts.Logger.Error("audit: could not keep a copy of the newest checkpoint outside the database", "err", err)
 	}
 }

@@ -139,7 +139,7 @@ func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) 
 	}
 	l.pending, l.durable = nil, e.Seq
 	l.mu.Unlock()
-	l.checkpointed(cp, now)
+	l.checkpointed(cp, head, now)
 	l.mu.Lock()
 	l.anchor = anchor
 	return PruneResult{Anchor: anchor, Deleted: deleted, Seq: e.Seq}, nil

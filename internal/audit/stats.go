@@ -80,25 +80,36 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 	if s.Anchor, err = r.metaUint(ctx, "anchor"); err != nil {
 		return s, err
 	}
-	for _, p := range []string{r.path, r.path + "-wal"} {
+	if err := s.readDisk(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// readDisk fills Bytes and FreeBytes from the file system: what
+// Warnings looks at, without reading the database.
+func (s *Stats) readDisk() error {
+	for _, p := range []string{s.Path, s.Path + "-wal"} {
 		if fi, err := os.Stat(p); err == nil {
 			s.Bytes += fi.Size()
 		} else if !errors.Is(err, os.ErrNotExist) {
-			return s, fmt.Errorf("audit: stats: %w", err)
+			return fmt.Errorf("audit: stats: %w", err)
 		}
 	}
 	var fs syscall.Statfs_t
-	if err := syscall.Statfs(r.path, &fs); err == nil {
+	if err := syscall.Statfs(s.Path, &fs); err == nil {
 		s.FreeBytes = fs.Bavail * uint64(fs.Bsize)
 	}
-	return s, nil
+	return nil
 }
 
 // TrustedCheckpoints returns the checkpoint copy kept under keyDir, if
 // any, for VerifyOptions.Trusted.
 func TrustedCheckpoints(keyDir string) ([][]byte, error) {
 	b, err := os.ReadFile(keyDir + "/" + CheckpointFile)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || err == nil && len(b) == 0 {
+		// None yet (an empty file: created, then a crash before the
+		// first write).
 		return nil, nil
 	}
 	if err != nil {

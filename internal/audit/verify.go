@@ -183,7 +183,33 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	// Checkpoints kept outside the database.
 	trusted := map[uint64]Checkpoint{}
 	minTrusted := uint64(1<<64 - 1)
+	var trustedNotes [][]byte
 	for _, msg := range opts.Trusted {
+		if !isWitnessFile(msg) {
+			trustedNotes = append(trustedNotes, msg)
+			continue
+		}
+		// The checkpoint file under keys/ (or a copy): its newest intact
+		// slot (the other holds an older state). A torn slot (a crash
+		// during its write) is skipped; a file with none intact is
+		// damage; an intact slot that does not verify is caught below.
+		notes, damaged := witnessSlots(msg)
+		if len(notes) == 0 {
+			return rep, damage(rep.Anchor+1, DamageCheckpoint, "a checkpoint file kept outside the database has no intact checkpoint (%d damaged slots): it was edited or the disk failed", damaged)
+		}
+		newest, newestSize := notes[0].note, uint64(0)
+		for _, n := range notes {
+			if _, err := ParseCheckpoint(n.note, opts.Verifier); err != nil {
+				newest = n.note // reported below
+				break
+			}
+			if size, _ := noteSize(n.note); size >= newestSize {
+				newest, newestSize = n.note, size
+			}
+		}
+		trustedNotes = append(trustedNotes, newest)
+	}
+	for _, msg := range trustedNotes {
 		cp, err := ParseCheckpoint(msg, opts.Verifier)
 		if err != nil {
 			origin := checkpointOrigin(msg)
