@@ -257,6 +257,12 @@ func (l *Log) open(ctx context.Context) error {
 			}
 			k.verified, _ = ParseCheckpoint(newest, k.key.Verifier)
 		}
+		if k.err == nil {
+			// Signing uses another lazily built table than verifying
+			// (~1 ms): build it here too, not after a short-lived
+			// writer's last entry, whose checkpoint it signs.
+			_, _ = k.key.Signer.Sign(nil)
+		}
 		kc <- k
 	}()
 	var err error

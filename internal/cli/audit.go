@@ -46,12 +46,17 @@ func auditPaths(a *App) (db, keys string, err error) {
 
 // openAuditLog opens the log for writing with the configured settings.
 func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
-	return openAuditLogWait(ctx, a, 0)
+	return openAuditLogWait(ctx, a, 0, false)
 }
 
 // openAuditLogWait opens the log for writing, waiting up to wait for
-// another process holding the writer's lock.
-func openAuditLogWait(ctx context.Context, a *App, wait time.Duration) (*audit.Log, error) {
+// another process holding the writer's lock. keepWAL is for the writers
+// that run often and briefly (a sandboxed command, the kernel between
+// sessions): their Close leaves SQLite's write-ahead log for the next
+// opener instead of copying it into audit.db (audit.Options.KeepWAL:
+// three fsyncs fewer after the command); one-off commands such as
+// 'fluffy audit append' leave a self-contained audit.db.
+func openAuditLogWait(ctx context.Context, a *App, wait time.Duration, keepWAL bool) (*audit.Log, error) {
 	l, err := a.Config()
 	if err != nil {
 		return nil, err
@@ -65,7 +70,7 @@ func openAuditLogWait(ctx context.Context, a *App, wait time.Duration) (*audit.L
 		Path: db, KeyDir: keys,
 		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
 		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
-		WarnSize: int64(c.WarnSize), Logger: a.Logger(), LockWait: wait,
+		WarnSize: int64(c.WarnSize), Logger: a.Logger(), LockWait: wait, KeepWAL: keepWAL,
 	})
 }
 

@@ -32,7 +32,7 @@ func (s *sharedAudit) use(ctx context.Context, fn func(*audit.Log) error) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.l == nil {
-		l, err := openAuditLogWait(ctx, s.a, 5*time.Second)
+		l, err := openAuditLogWait(ctx, s.a, 5*time.Second, true)
 		if err != nil {
 			return err
 		}

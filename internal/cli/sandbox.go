@@ -265,6 +265,11 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 	}
 	defer release()
+	if rec != nil {
+		// Open the log now, beside the rest of the set-up: a first open
+		// in a process is the slowest (SQLite cold, signature tables).
+		go func() { _, _ = rec.get() }()
+	}
 	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {

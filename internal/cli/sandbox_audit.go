@@ -40,7 +40,7 @@ var _ sandbox.Observer = (*auditRecorder)(nil)
 // command that holds the writer's lock.
 func openSandboxAudit(ctx context.Context, a *App, template string) *auditRecorder {
 	return &auditRecorder{template: template, open: func() (*audit.Log, error) {
-		return openAuditLogWait(ctx, a, 5*time.Second)
+		return openAuditLogWait(ctx, a, 5*time.Second, true)
 	}}
 }
 
