@@ -667,16 +667,32 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
 	}
-	statusBytes, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
+	// One frame: the init writes it once everything but itself is gone,
+	// so the parent need not wait for the pipe's end (the init's whole
+	// exit) to read it; Wait below waits for that.
+	body, stErr := nsinit.ReadFrame(bufio.NewReaderSize(stR, 512))
 	tr.Mark("status read")
+	// The cgroup's counters are final once the init has reported (it
+	// killed and reaped everything first): read them while it exits.
+	var oomKills, pidsMax int
+	readEvents := func() {
+		if cg != nil {
+			oomKills, pidsMax = cg.events()
+		}
+	}
+	if stErr == nil {
+		readEvents()
+	}
 	waitErr := cmd.Wait()
+	if stErr != nil {
+		readEvents()
+	}
 	close(done)
 	tr.Mark("init reaped (pid/net ns gone)")
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
 	var st nsinit.Status
-	body, stErr := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(statusBytes)))
 	if stErr == nil {
 		st, stErr = nsinit.DecodeStatus(body)
 	}
@@ -694,7 +710,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			return res, fmt.Errorf("sandbox: %w", ctx.Err())
 		}
 		if cg != nil {
-			if oom, _ := cg.events(); oom > 0 {
+			if oomKills > 0 {
 				res.Killed = sandbox.LimitMemory
 				res.Hit = append(res.Hit, sandbox.LimitMemory)
 				res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
@@ -735,11 +751,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}
 	if cg != nil {
-		oom, pidsMax := cg.events()
-		if oom > 0 && res.Killed == "" {
+		if oomKills > 0 && res.Killed == "" {
 			res.Killed = sandbox.LimitMemory
 		}
-		if oom > 0 {
+		if oomKills > 0 {
 			res.Hit = append(res.Hit, sandbox.LimitMemory)
 		}
 		if pidsMax > 0 {
