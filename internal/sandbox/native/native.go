@@ -81,7 +81,23 @@ type Runtime struct {
 	// stage1Min is the resident anonymous memory of this process from
 	// which the init is cloned by stage 1 (see useStage1).
 	stage1Min int64
+	// noVfork starts the init with os/exec (tests compare both ways).
+	noVfork bool
 }
+
+// initProcess is the started init (or stage 1).
+type initProcess interface {
+	Start() error
+	Wait() error
+	Pid() int
+	Signal(syscall.Signal) error
+}
+
+// execProcess is an init started by os/exec.
+type execProcess struct{ *exec.Cmd }
+
+func (p execProcess) Pid() int                        { return p.Process.Pid }
+func (p execProcess) Signal(sig syscall.Signal) error { return p.Process.Signal(sig) }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
@@ -521,6 +537,29 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		}
 	}
+	// The init is started by vfork (vfork_linux.go), stage 1 and the
+	// fallback by os/exec; from an OS thread of its own, which stays
+	// until the run ends (the parent-death signal follows the thread).
+	var proc initProcess
+	var vp *vforkProcess
+	newProc := func() {
+		proc, vp = execProcess{cmd}, nil
+		if !stage1 && vforkSupported && !r.noVfork {
+			vp = &vforkProcess{cmd: cmd}
+			proc = vp
+		}
+	}
+	newProc()
+	launch := func() error {
+		err := proc.Start()
+		if err != nil && vp != nil {
+			r.opts.Logger.Debug("sandbox: vfork start failed, starting the init with os/exec", "err", err)
+			proc = execProcess{cmd}
+			err = proc.Start()
+		}
+		return err
+	}
+	reusable := func() bool { return vp == nil || vp.Reusable() }
 	// ended is closed when this run is over: a thread that cloned the
 	// init from inside a v1 cgroup and could not leave it waits for it.
 	ended := make(chan struct{})
@@ -529,16 +568,17 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	wall := lim.Wall
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var entered bool
 	if cg != nil && !cg.v2 && r.cgl.v1Threads {
 		// cgroup v1: the init is cloned by a thread visiting the cgroup,
 		// so it is born inside (no migration, no RCU grace period).
-		var entered bool
-		entered, err = cg.startInside(r.cgl, cmd.Start, ended)
+		entered, err = cg.startInside(r.cgl, launch, reusable, ended)
 		if entered {
 			cgJoined = true
 		} else {
 			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
 			cmd, err, stage1 = newCmd(false), nil, false
+			newProc()
 		}
 	}
 	var primed chan struct{}
@@ -549,14 +589,15 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cg.prime(r.cgl)
 		}()
 	}
-	if cmd.Process == nil && err == nil {
-		err = cmd.Start()
+	if !entered && err == nil {
+		_, err = startOnThread(nil, nil, launch, reusable, ended)
 		if err != nil && cgJoined {
 			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
 			// cgroup the clone may not enter directly (delegation rules):
 			// join after the start instead, as on cgroup v1.
 			cmd, cgJoined, stage1 = newCmd(false), false, false
-			err = cmd.Start()
+			newProc()
+			_, err = startOnThread(nil, nil, launch, reusable, ended)
 		}
 	}
 	tr.Mark("clone, id maps, exec (cmd.Start)")
@@ -579,9 +620,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	// init and ends once the init, and with it the PID namespace, is gone.
 	kill := func() {
 		if stage1 {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = proc.Signal(syscall.SIGTERM)
 		} else {
-			_ = cmd.Process.Kill()
+			_ = proc.Signal(syscall.SIGKILL)
 		}
 	}
 	if cg != nil && !cgJoined {
@@ -589,9 +630,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			<-primed
 			tr.Mark("cgroup lock primed")
 		}
-		if err := cg.add(cmd.Process.Pid); err != nil {
+		if err := cg.add(proc.Pid()); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("cgroup joined")
@@ -617,9 +658,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
+		if err := sendIdmappedTrees(fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			if stage1 {
 				// Stage 1 may have said why (no user namespace).
 				b, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
@@ -636,7 +677,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	if gate != nil {
 		if err := gate(); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("gate passed (e.g. exec.start recorded)")
@@ -662,7 +703,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		case <-runCtx.Done():
 		}
 		kill()
-		_ = cmd.Wait()
+		_ = proc.Wait()
 		close(done)
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
@@ -683,7 +724,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	if stErr == nil {
 		readEvents()
 	}
-	waitErr := cmd.Wait()
+	waitErr := proc.Wait()
 	if stErr != nil {
 		readEvents()
 	}
