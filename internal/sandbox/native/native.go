@@ -13,12 +13,17 @@
 // installed beside fluffy (it starts in a fraction of the time the whole
 // fluffy binary takes), or, when that is absent, the fluffy binary itself,
 // which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. A caller with a big heap starts the small init as stage 1
-// instead (nsinit.Stage1Main): without namespaces, so that its own clone is
-// a cheap vfork, and stage 1 clones the namespaced init from its small
-// address space (Runtime.useStage1 says when). The seccomp program is assembled by the parent (package
-// sandbox) and loaded by the init as raw BPF; landlock is applied with raw
-// system calls; so the init needs no library beyond golang.org/x/sys.
+// InitArg0. The init is cloned with vfork semantics although it gets a
+// new user namespace (vfork_linux.go: the child writes its own id maps),
+// so no run copies this process's address space, however big its heap.
+// Where that is not possible the init is started by os/exec, and a
+// caller with a big heap then starts the small init as stage 1 instead
+// (nsinit.Stage1Main): without namespaces, so that its own clone is a
+// cheap vfork, and stage 1 clones the namespaced init from its small
+// address space (Runtime.useStage1 says when). The seccomp program is
+// assembled by the parent (package sandbox) and loaded by the init as raw
+// BPF; landlock is applied with raw system calls; so the init needs no
+// library beyond golang.org/x/sys.
 package native
 
 import (
@@ -128,7 +133,8 @@ func New(opts Options) (*Runtime, error) {
 // (docs/benchmarks.md, Round 4). Stage 1 is a vfork of this process plus a
 // second start of the small Go runtime, a constant of about 3 ms of CPU:
 // worth it only for a big process (a long-lived agent), not for the
-// fluffy command (about 7 MB).
+// fluffy command (about 7 MB). Only when the init cannot be started by
+// vfork (useStage1).
 const stage1MinAnon = 32 << 20
 
 // anonResident returns this process's resident memory that is not backed
@@ -154,13 +160,21 @@ func anonResident() int64 {
 // small init binary is installed (the fallback, this binary re-executed,
 // would be a second large runtime start), the init enters its cgroup by
 // being born in it (stage 1 is, and its child with it; a move after the
-// start would miss the init stage 1 clones), and this process is big
-// enough for its clone to cost more than stage 1 (stage1Min).
+// start would miss the init stage 1 clones), this process clones with
+// os/exec, not vfork (a vfork copies nothing, so stage 1 would only add
+// a runtime start), and it is big enough for its clone to cost more than
+// stage 1 (stage1Min; 0 forces stage 1).
 func (r *Runtime) useStage1(cg *cgroup) bool {
 	if r.opts.Init == r.opts.Self || (cg != nil && !cg.v2 && !r.cgl.v1Threads) {
 		return false
 	}
-	return r.stage1Min <= 0 || anonResident() >= r.stage1Min
+	if r.stage1Min <= 0 {
+		return true
+	}
+	if vforkSupported && !r.noVfork {
+		return false
+	}
+	return anonResident() >= r.stage1Min
 }
 
 // InitBinaryName is the file name of the small init binary that New looks
