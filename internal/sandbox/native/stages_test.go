@@ -29,16 +29,17 @@ func TestTraceStages(t *testing.T) {
 	var buf bytes.Buffer
 	rt := newRuntime(t, Options{Init: smallInit(t), Trace: &buf})
 	spec := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 256}}
+	var csDir string
 	if os.Getenv("FLUFFY_TRACE_WORKSPACE") == "1" {
-		spec.Workspace, spec.ChangeSet = t.TempDir(), t.TempDir()+"/cs"
+		spec.Workspace, csDir = t.TempDir(), t.TempDir()
 	}
 	stages := map[string][]float64{}
 	var order []string
 	var totals []float64
 	for i := range n {
 		buf.Reset()
-		if spec.ChangeSet != "" {
-			spec.ChangeSet = fmt.Sprintf("%s.%d", spec.ChangeSet, i)
+		if csDir != "" {
+			spec.ChangeSet = fmt.Sprintf("%s/cs%d", csDir, i)
 		}
 		if _, err := rt.Run(context.Background(), spec); err != nil {
 			t.Fatal(err)
