@@ -173,6 +173,11 @@ func (p *vforkProcess) Start() (err error) {
 		})
 	}
 	for i, w := range []io.Writer{c.Stdout, c.Stderr} {
+		if i == 1 && interfaceEqual(c.Stderr, c.Stdout) {
+			// One pipe for both, as os/exec does.
+			child[2] = child[1]
+			break
+		}
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			pr.Close()
@@ -485,6 +490,13 @@ childerror:
 	for {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 253, 0, 0)
 	}
+}
+
+// interfaceEqual reports a == b without panicking on uncomparable
+// dynamic types (os/exec's check for Stdout == Stderr).
+func interfaceEqual(a, b any) bool {
+	defer func() { _ = recover() }()
+	return a == b
 }
 
 // atFDCWD is AT_FDCWD as a variable (a negative constant does not convert
