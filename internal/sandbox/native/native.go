@@ -197,6 +197,14 @@ func (r *Runtime) hostIDs() (int, int) {
 	return r.uid, r.gid
 }
 
+// Prepare does now what the first run would otherwise do first: look at
+// the host (user namespaces, landlock, seccomp, where cgroups may be
+// created). A short-lived caller such as the fluffy command can run it in
+// a goroutine while it reads its configuration, taking it off the first
+// run's path. It is safe to call more than once and concurrently with
+// runs.
+func (r *Runtime) Prepare() { r.detect() }
+
 func (r *Runtime) detect() {
 	r.once.Do(func() {
 		r.cgl = findCgroups()

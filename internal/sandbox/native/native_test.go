@@ -435,3 +435,26 @@ func benchMedian(b *testing.B, op func() error) {
 		b.ReportMetric(float64(ds[0].Microseconds())/1000, "min-ms")
 	}
 }
+
+// TestPrepare: Prepare (concurrently with a run) leaves the host
+// detection done once and runs working.
+func TestPrepare(t *testing.T) {
+	rt, err := New(Options{Self: "/nonexistent", Init: smallInit(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rt.Prepare()
+	}()
+	rt.Prepare()
+	<-done
+	if !rt.facility("userns").Available {
+		t.Skipf("no user namespaces here: %s", rt.facility("userns").Detail)
+	}
+	res := run(t, rt, sandbox.Spec{Argv: []string{"/bin/true"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+}
