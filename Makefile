@@ -6,6 +6,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X $(PKG)/internal/buildinfo.version=$(VERSION) -X $(PKG)/internal/buildinfo.commit=$(COMMIT)
 STATICCHECK_VERSION := v0.8.2
 BIN      := bin/fluffy
+GOBIN    ?= $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin)
 
 export CGO_ENABLED := 0
 
@@ -14,12 +15,14 @@ export CGO_ENABLED := 0
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/fluffy and the sandbox init beside it (static, CGO_ENABLED=0)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/fluffy
+build: ## build bin/fluffy (front), bin/fluffy-core (full) and bin/fluffy-sandbox-init (static, CGO_ENABLED=0)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -tags fluffy_front -o $(BIN) ./cmd/fluffy
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-core ./cmd/fluffy
 	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(BIN))fluffy-sandbox-init ./cmd/fluffy-sandbox-init
 
-install: ## install fluffy and the sandbox init into $GOBIN
-	$(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/fluffy ./cmd/fluffy-sandbox-init
+install: build ## install the three binaries side by side into $GOBIN (default $GOPATH/bin)
+	install -d "$(GOBIN)"
+	install -m 0755 $(BIN) $(BIN)-core $(dir $(BIN))fluffy-sandbox-init "$(GOBIN)"
 
 deps: ## install what the tests need on Debian (idempotent)
 	bash scripts/deps.sh
@@ -33,7 +36,9 @@ test-short: ## run the tests without installing anything
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags fluffy_front ./cmd/fluffy ./internal/cli
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags fluffy_front ./cmd/fluffy ./internal/cli
 
 demo: build ## fluffy demo: the red-green flow on a bundled example, scripted model, no API key
 	bash scripts/demo.sh

@@ -8,8 +8,10 @@
 #   CPU_RUNS=0 bash bench/sandbox.sh          # skip the perf stat pass
 #
 # Also measured: fluffy without its small init binary (it then re-executes
-# itself as the init), to show what the small binary saves; and `fluffy
-# version` (the cost of starting the fluffy binary at all).
+# itself as the init), to show what the small binary saves; fluffy-core,
+# the full build, running the same command (what the small front build
+# saves); and `fluffy version` (the cost of starting the fluffy binary at
+# all).
 #
 # After hyperfine (wall time), `perf stat` runs each command CPU_RUNS times
 # (default 50) and reports task-clock (CPU time of the command and all its
@@ -30,9 +32,10 @@ export FLUFFY_HOME=$(mktemp -d /var/tmp/fluffy-bench-home-XXXXXX)
 trap 'rm -rf "$WS" "$CS" "$SOLO" "$FLUFFY_HOME"' EXIT
 cp "$BIN" "$SOLO/fluffy"
 BWRAP='bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true'
-names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --no-workspace' 'fluffy sandbox run, no small init' 'fluffy version')
+names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --no-workspace' 'fluffy sandbox run, no small init'
+	'fluffy-core sandbox run (full build)' 'fluffy version')
 cmds=('/bin/true' "$BWRAP" "$BIN sandbox run --changeset $CS/upper -- /bin/true" "$BIN sandbox run --no-workspace -- /bin/true"
-	"$SOLO/fluffy sandbox run --changeset $CS/solo -- /bin/true" "$BIN version")
+	"$SOLO/fluffy sandbox run --changeset $CS/solo -- /bin/true" "$BIN-core sandbox run --changeset $CS/core -- /bin/true" "$BIN version")
 if [ -n "${BASELINE:-}" ]; then
 	names+=('baseline: fluffy sandbox run')
 	cmds+=("$BASELINE sandbox run --changeset $CS/base -- /bin/true")

@@ -17,7 +17,6 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
-	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
@@ -37,9 +36,11 @@ type App struct {
 	// ExecObserver, when set, is told about every sandboxed execution
 	// (the audit log's exec.start / exec.end); optional.
 	ExecObserver sandbox.Observer
-	// EgressRecorder, when set, receives every egress proxy record of
-	// sandboxes run with network mode proxy; optional.
-	EgressRecorder netproxy.Recorder
+	// HandOver, in the front build, replaces this process with
+	// fluffy-core, to which it passes the command line unchanged; Main
+	// calls it when a command returns ErrHandOver. It returns only on
+	// failure, with the exit status.
+	HandOver func() int
 
 	// Global flags.
 	sets       []string
@@ -72,6 +73,11 @@ const (
 	ExitFailure = 1 // a command failed
 	ExitUsage   = 2 // bad flags, arguments or configuration
 )
+
+// ErrHandOver says that this build does not do what the command line
+// asks and fluffy-core, the full build beside it, must (the front build
+// does only 'sandbox run' on the native runtime, and 'version').
+var ErrHandOver = errors.New("this needs fluffy-core")
 
 // errUsage marks errors that are the caller's input, not a failure: wrap
 // it (fmt.Errorf("%w: ...", errUsage)) to exit with ExitUsage.
@@ -162,7 +168,9 @@ func (a *App) Logger() *slog.Logger {
 }
 
 // NewRoot builds the command tree. Each subcommand lives in its own file
-// and is added here.
+// and is added by addCommands: every command in the full build
+// (commands_full.go), only 'sandbox run' and 'version' in the front build
+// (commands_front.go).
 func NewRoot(a *App) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fluffy",
@@ -184,23 +192,7 @@ recorded in a tamper-evident audit log.`,
 	pf.StringArrayVar(&a.sets, "set", nil, "set a configuration key for this run, as key=value (repeatable)")
 	pf.StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	pf.BoolVar(&a.debug, "debug", false, "log at debug level and show internal details of errors (error types, stack traces)")
-	root.AddCommand(
-		newVersionCmd(a),
-		newConfigCmd(a),
-		newModelsCmd(a),
-		newDoctorCmd(a),
-		newSandboxCmd(a),
-		newTDDCmd(a),
-		newKernelCmd(a), newStatusCmd(a),
-		newPolicyCmd(a),
-		newAuditCmd(a),
-		newChangesCmd(a),
-		newSessionCmd(a),
-		newImageCmd(a),
-		newApproveCmd(a), newApprovalsCmd(a),
-		newDemoCmd(a),
-	)
-	setupTaskCmd(a, root)
+	addCommands(a, root)
 	return root
 }
 
@@ -215,6 +207,9 @@ func Main(ctx context.Context, a *App, args []string) (code int) {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if errors.Is(err, ErrHandOver) && a.HandOver != nil {
+		return a.HandOver()
 	}
 	if a.debug {
 		defer printErrorChain(a.Stderr, err)
@@ -263,4 +258,29 @@ func DefaultApp() (*App, error) {
 		return nil, fmt.Errorf("locate the fluffy binary: %w", err)
 	}
 	return &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Cwd: cwd, Self: self}, nil
+}
+
+// FrontRuns says whether the front build runs a command line itself:
+// 'sandbox run' and 'version', after global flags only. Everything else,
+// help included, goes to fluffy-core at once.
+func FrontRuns(args []string) bool {
+	var words []string
+	for i := 0; i < len(args) && len(words) < 2; i++ {
+		arg := args[i]
+		switch {
+		case arg == "--debug" || strings.HasPrefix(arg, "--debug="):
+		case arg == "--home" || arg == "--config" || arg == "--set" || arg == "--log-level":
+			i++ // the flag's value
+		case strings.HasPrefix(arg, "--home=") || strings.HasPrefix(arg, "--config=") ||
+			strings.HasPrefix(arg, "--set=") || strings.HasPrefix(arg, "--log-level="):
+		case strings.HasPrefix(arg, "-"):
+			return false
+		default:
+			words = append(words, arg)
+			if len(words) == 1 && arg == "version" {
+				return true
+			}
+		}
+	}
+	return len(words) == 2 && words[0] == "sandbox" && words[1] == "run"
 }

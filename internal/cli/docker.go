@@ -1,3 +1,5 @@
+//go:build !fluffy_front
+
 package cli
 
 import (
@@ -13,7 +15,6 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 // podmanSocket is where `podman system service` listens as root.
@@ -31,41 +32,38 @@ func engineHost(a *App, runtime string) string {
 	return ""
 }
 
-// newSandboxRuntime returns the backend named by runtime and a function
-// releasing it. For the container backends it removes orphaned containers
-// first and builds the base image when it is missing or stale.
-func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
+// otherSandboxRuntime returns the backends other than native: auto
+// (detected: native when the host offers it, else a container engine),
+// docker and podman. For the container backends it removes orphaned
+// containers first and builds the base image when it is missing or stale.
+func otherSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
 	if runtime == "auto" {
 		r, err := detectRuntime(ctx, runtime, a.hostProbes(allowDegraded))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
+		if r == "native" {
+			return newSandboxRuntime(ctx, a, r, template, image, allowDegraded, trace)
+		}
 		runtime = r
 	}
-	switch runtime {
-	case "", "native":
-		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
-		return rt, func() {}, err
-	case "docker", "podman":
-		rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, runtime), Image: image, Template: template,
-			Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: a.Logger()})
-		if err != nil {
-			return nil, nil, err
-		}
-		if removed, err := docker.GC(ctx, rt.Client(), docker.GCOptions{}); err != nil {
-			a.Logger().Warn("removing orphaned sandbox containers", "err", err)
-		} else if len(removed) > 0 {
-			a.Logger().Info("removed orphaned sandbox containers", "count", len(removed))
-		}
-		if image == "" || image == docker.BaseImage {
-			if _, err := docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{}); err != nil {
-				rt.Close()
-				return nil, nil, fmt.Errorf("%w: base image: %w", sandbox.ErrSetup, err)
-			}
-		}
-		return rt, func() { rt.Close() }, nil
+	rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, runtime), Image: image, Template: template,
+		Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: a.Logger()})
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("%w: unknown sandbox runtime %q (have native, docker, podman)", errUsage, runtime)
+	if removed, err := docker.GC(ctx, rt.Client(), docker.GCOptions{}); err != nil {
+		a.Logger().Warn("removing orphaned sandbox containers", "err", err)
+	} else if len(removed) > 0 {
+		a.Logger().Info("removed orphaned sandbox containers", "count", len(removed))
+	}
+	if image == "" || image == docker.BaseImage {
+		if _, err := docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{}); err != nil {
+			rt.Close()
+			return nil, nil, fmt.Errorf("%w: base image: %w", sandbox.ErrSetup, err)
+		}
+	}
+	return rt, func() { rt.Close() }, nil
 }
 
 func newSandboxGCCmd(a *App) *cobra.Command {

@@ -1,3 +1,5 @@
+//go:build !fluffy_front
+
 package cli
 
 import (
@@ -5,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -46,6 +49,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 					func(ctx context.Context) doctor.Check {
 						return auditCheck(ctx, l.Config.Home, int64(l.Config.Audit.WarnSize))
 					},
+					func(context.Context) doctor.Check { return binariesCheck(a.Self) },
 				},
 			})
 			if asJSON {
@@ -103,5 +107,23 @@ func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
 	if w := s.Warnings(warnSize, 0); len(w) > 0 {
 		c.Status, c.Fix = doctor.Warn, strings.Join(w, "; ")
 	}
+	return c
+}
+
+// binariesCheck reports how fluffy is installed: the front build (fluffy)
+// beside the full build (fluffy-core) starts a sandboxed command without
+// initialising the whole program; a lone full build works, more slowly.
+// doctor itself always runs in the full build.
+func binariesCheck(self string) doctor.Check {
+	c := doctor.Check{Name: "fluffy binaries"}
+	dir := filepath.Dir(self)
+	front := filepath.Join(dir, "fluffy")
+	if filepath.Base(self) == "fluffy" || !fileExists(front) {
+		c.Status = doctor.Warn
+		c.Detail = self + " is the full build with no front build beside it: 'fluffy sandbox run' pays for starting all of fluffy (~20 ms)"
+		c.Fix = "make install (fluffy, fluffy-core and fluffy-sandbox-init side by side)"
+		return c
+	}
+	c.Status, c.Detail = doctor.OK, fmt.Sprintf("%s (front) and %s (full) in %s", "fluffy", filepath.Base(self), dir)
 	return c
 }

@@ -1,3 +1,5 @@
+//go:build !fluffy_front
+
 package cli
 
 import (
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
@@ -80,9 +83,9 @@ func modelEndpointRule(model string, baseURLs map[string]string, env func(string
 }
 
 // startEgress starts a proxy on a fresh unix socket for one sandbox.
-// Records go to the app's EgressRecorder when set, to logPath as JSON
+// Records go to the audit log through auditRec when set, to logPath as JSON
 // lines when given, and every refusal is reported on stderr.
-func startEgress(a *App, c config.Net, template string, allowHosts []string, logPath string) (*egress, error) {
+func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string, allowHosts []string, logPath string) (*egress, error) {
 	rules := egressRules(c, template, allowHosts)
 	if template == aiProviderTemplate {
 		l, err := a.Config()
@@ -110,7 +113,10 @@ func startEgress(a *App, c config.Net, template string, allowHosts []string, log
 		addrs = append(addrs, p)
 	}
 	e := &egress{served: make(chan struct{})}
-	rec := &cliRecorder{stderr: a.Stderr, next: a.EgressRecorder}
+	rec := &cliRecorder{stderr: a.Stderr}
+	if auditRec != nil {
+		rec.next = auditRec
+	}
 	if logPath != "" {
 		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
@@ -203,4 +209,20 @@ func (r *cliRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) err
 		errs = append(errs, r.next.RecordEgress(ctx, rec))
 	}
 	return errors.Join(errs...)
+}
+
+var _ netproxy.Recorder = (*auditRecorder)(nil)
+
+// RecordEgress writes one net.request entry.
+func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
+	log, err := r.get()
+	if err != nil {
+		return err
+	}
+	_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
+		"sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
+		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
+		"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
+	}})
+	return err
 }

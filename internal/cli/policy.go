@@ -1,3 +1,5 @@
+//go:build !fluffy_front
+
 package cli
 
 import (
@@ -17,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -104,7 +107,11 @@ func (a *App) policyOptions() (policy.Options, error) {
 	// root yet) the agent could otherwise create .fluffy/policy.yaml in
 	// its change set and have it applied.
 	add(&prot.Paths, filepath.Join(a.workspace(), ".fluffy"))
+	// fluffy's own binaries: this one and those installed beside it.
 	add(&prot.Paths, a.Self)
+	for _, name := range []string{"fluffy", "fluffy-core", native.InitBinaryName} {
+		add(&prot.Paths, filepath.Join(filepath.Dir(a.Self), name))
+	}
 	add(&prot.Secret, dd.Path(datadir.Keys))
 	return policy.Options{Default: def, Protected: prot, Home: home}, nil
 }

@@ -1,3 +1,5 @@
+//go:build !fluffy_front
+
 package cli
 
 import (

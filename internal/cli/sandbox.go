@@ -30,7 +30,8 @@ const (
 	ExitSandboxNoCmd   = 127 // the command was not found inside the sandbox
 )
 
-func newSandboxCmd(a *App) *cobra.Command {
+// newSandboxCmd is 'fluffy sandbox' with run and the given subcommands.
+func newSandboxCmd(a *App, subs ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Run commands the way fluffy runs the model's commands",
@@ -42,7 +43,8 @@ capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
 'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
 what it wrote. See docs/sandbox.md.`,
 	}
-	cmd.AddCommand(newSandboxRunCmd(a), newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a))
+	cmd.AddCommand(newSandboxRunCmd(a))
+	cmd.AddCommand(subs...)
 	return cmd
 }
 
@@ -220,9 +222,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		rec = openSandboxAudit(cmd.Context(), a, tpl.Name)
 		defer rec.close()
 		observer = rec
-		if a.EgressRecorder == nil {
-			a.EgressRecorder = rec
-		}
 	}
 	switch f.net {
 	case "":
@@ -236,7 +235,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 			// The forwarder is reached over TCP on loopback.
 			spec.Seccomp = "standard-net"
 		}
-		eg, err := startEgress(a, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
+		eg, err := startEgress(a, rec, l.Config.Net, tpl.Name, f.allowHosts, f.egressLog)
 		if err != nil {
 			return err
 		}
@@ -260,7 +259,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	}
 	rt, release, err := newSandboxRuntime(cmd.Context(), a, runtime, tpl.Name, c.Image, f.allowDegraded || c.AllowDegraded, trace)
 	if err != nil {
-		if errors.Is(err, errUsage) {
+		if errors.Is(err, errUsage) || errors.Is(err, ErrHandOver) {
 			return err
 		}
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
-	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
@@ -34,10 +33,7 @@ type auditRecorder struct {
 	closed bool
 }
 
-var (
-	_ sandbox.Observer  = (*auditRecorder)(nil)
-	_ netproxy.Recorder = (*auditRecorder)(nil)
-)
+var _ sandbox.Observer = (*auditRecorder)(nil)
 
 // openSandboxAudit returns a recorder for a short-lived command that opens
 // the audit log when first needed, waiting a while for another fluffy
@@ -119,19 +115,6 @@ func (r *auditRecorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.
 		return r.close()
 	}
 	return log.Flush(ctx)
-}
-
-func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
-	log, err := r.get()
-	if err != nil {
-		return err
-	}
-	_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
-		"sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
-		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
-		"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
-	}})
-	return err
 }
 
 // close closes the log if it was opened; later calls do nothing.

@@ -82,3 +82,31 @@ func TestReplayResumeMismatch(t *testing.T) {
 		t.Errorf("after a mismatched resume: %+v", info)
 	}
 }
+
+// TestCancelDuringSetup: Ctrl-C while the session is still being set up
+// (its model opened, its TDD machine loaded) stops the run as cancelled,
+// not as a fault of the session: the session stays resumable.
+func TestCancelDuringSetup(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	var k *kernel.Kernel
+	var id string
+	k = start(t, e, func(ctx context.Context, m string) (llm.Provider, string, error) {
+		k.Cancel(id)
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}, nil)
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "anything", Model: "replay/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = info.ID
+	res, err := k.Run(ctx, id, nil)
+	if err != nil || res.Fault != nil || res.Reason != "cancelled" {
+		t.Fatalf("a run cancelled during set-up: %+v %v", res, err)
+	}
+	if info, _ = k.Get(ctx, id); info.Status == kernel.StatusFailed {
+		t.Errorf("the session was marked failed: %+v", info)
+	}
+}

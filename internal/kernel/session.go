@@ -278,6 +278,11 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 		}
 	}()
 	fault := func(f *Fault) RunResult {
+		if ctx.Err() != nil {
+			// Cancelled (Ctrl-C) while the session was being set up: the
+			// failure is the cancellation's, not a fault of the session.
+			return RunResult{Reason: string(agent.ReasonCancelled)}
+		}
 		em.emit(Event{Type: TypeError, Fault: f})
 		return RunResult{Reason: "fault", Fault: f}
 	}

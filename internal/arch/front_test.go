@@ -1,0 +1,65 @@
+package arch
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// heavy are the packages the front build of cmd/fluffy (the 'fluffy'
+// binary that runs 'sandbox run' itself) must not link: each costs every
+// sandboxed command start-up time (package initialisers, page-ins). The
+// full build (fluffy-core) has them all.
+var heavy = []string{
+	"github.com/anthropics/", "github.com/openai/", "google.golang.org/genai", "google.golang.org/grpc",
+	"github.com/moby/", "github.com/docker/", "cel.dev/", "github.com/go-git/",
+	"github.com/google/jsonschema-go", "github.com/ergochat/",
+	module + "/internal/kernel", module + "/internal/policy", module + "/internal/llm",
+	module + "/internal/agent", module + "/internal/bootstrap", module + "/internal/sandbox/docker",
+}
+
+func deps(t *testing.T, tags string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "-tags", tags, "./cmd/fluffy")
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestFrontBuildStaysSmall fails when a change makes the front build link
+// a heavy package (typically: a new file in internal/cli without the
+// `//go:build !fluffy_front` line).
+func TestFrontBuildStaysSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	count := func(list []string) map[string]int {
+		n := map[string]int{}
+		for _, p := range list {
+			for _, h := range heavy {
+				if strings.HasPrefix(p, h) {
+					n[h]++
+				}
+			}
+		}
+		return n
+	}
+	front := count(deps(t, "fluffy_front"))
+	for h, n := range front {
+		t.Errorf("the front build links %d packages under %s", n, h)
+	}
+	// Not vacuous: the full build links every one of them.
+	full := count(deps(t, ""))
+	for _, h := range heavy {
+		if full[h] == 0 {
+			t.Errorf("the full build links nothing under %s: update the list", h)
+		}
+	}
+}

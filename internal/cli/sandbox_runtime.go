@@ -1,0 +1,25 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+)
+
+// newSandboxRuntime returns the backend named by runtime (sandbox.runtime
+// or --runtime) and a function releasing it. The native backend is here,
+// in both builds; the others come from otherSandboxRuntime, which the
+// front build hands over to fluffy-core.
+func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
+	switch runtime {
+	case "", "native":
+		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
+		return rt, func() {}, err
+	case "auto", "docker", "podman":
+		return otherSandboxRuntime(ctx, a, runtime, template, image, allowDegraded, trace)
+	}
+	return nil, nil, fmt.Errorf("%w: unknown sandbox runtime %q (have native, docker, podman)", errUsage, runtime)
+}
