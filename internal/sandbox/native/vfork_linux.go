@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -83,6 +84,8 @@ type vforkArgs struct {
 	uidMap, deny, gidMap                  []byte
 	setsid                                bool
 	pdeathsig                             uintptr
+	nofile                                unix.Rlimit
+	setNofile                             bool
 }
 
 // vforkProcess starts the process an exec.Cmd describes (Path, Args, Env,
@@ -209,6 +212,7 @@ func (p *vforkProcess) Start() (err error) {
 	a.uidMap = []byte("0 " + strconv.Itoa(hostUID) + " 1\n")
 	a.gidMap = []byte("0 " + strconv.Itoa(hostGID) + " 1\n")
 	a.deny = []byte("deny")
+	a.nofile, a.setNofile = originalNofile()
 	a.fds = make([]int, len(child))
 	for i, f := range child {
 		a.fds[i] = -1
@@ -483,6 +487,10 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 			goto childerror
 		}
 	}
+	if a.setNofile {
+		// As os/exec does: the limit this process started with.
+		syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&a.nofile)), 0, 0, 0)
+	}
 	_, _, err1 = syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(a.path)), uintptr(unsafe.Pointer(&a.argv[0])), uintptr(unsafe.Pointer(&a.envv[0])))
 
 childerror:
@@ -490,6 +498,55 @@ childerror:
 	for {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 253, 0, 0)
 	}
+}
+
+// originalNofile returns the soft RLIMIT_NOFILE this process most
+// likely started with, for the init (and so the command) to get it as it
+// would from os/exec. Go raises its own soft limit to the hard limit - 1
+// at start and os/exec gives children the original back, a value the
+// syscall package keeps to itself; here it is read from the parent
+// process, from which this one inherited it. It reports false (leave the
+// limit alone) when Go did not raise it, when it was changed since, or
+// when the parent's limits do not fit (another hard limit, or not lower).
+var originalNofile = sync.OnceValues(func() (unix.Rlimit, bool) {
+	var cur unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &cur) != nil || cur.Max == 0 || cur.Cur != cur.Max-1 {
+		return cur, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(os.Getppid()) + "/limits")
+	if err != nil {
+		return cur, false
+	}
+	soft, hard, ok := parseNofile(string(b))
+	if !ok || hard != cur.Max || soft >= cur.Cur {
+		return cur, false
+	}
+	return unix.Rlimit{Cur: soft, Max: cur.Max}, true
+})
+
+// parseNofile reads the "Max open files" line of a /proc/PID/limits.
+func parseNofile(limits string) (soft, hard uint64, ok bool) {
+	for _, line := range strings.Split(limits, "\n") {
+		rest, found := strings.CutPrefix(line, "Max open files")
+		if !found {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			return 0, 0, false
+		}
+		num := func(s string) (uint64, bool) {
+			if s == "unlimited" {
+				return unix.RLIM_INFINITY, true
+			}
+			n, err := strconv.ParseUint(s, 10, 64)
+			return n, err == nil
+		}
+		soft, ok1 := num(f[0])
+		hard, ok2 := num(f[1])
+		return soft, hard, ok1 && ok2
+	}
+	return 0, 0, false
 }
 
 // interfaceEqual reports a == b without panicking on uncomparable

@@ -79,3 +79,64 @@ func TestVforkProcess(t *testing.T) {
 		t.Errorf("a child was left behind: pid %d err %v", pid, err)
 	}
 }
+
+// TestVforkNofile: the init gets the soft RLIMIT_NOFILE this process
+// started with, as os/exec's children do (Go raises its own). The test
+// binary runs again under a shell that lowered its soft limit, and
+// compares what a vfork child and an os/exec child see.
+func TestVforkNofile(t *testing.T) {
+	if os.Getenv("FLUFFY_NOFILE_HELPER") == "1" {
+		cmd, out := vforkCmd(t, "/bin/sh", "-c", "ulimit -Sn")
+		p := &vforkProcess{cmd: cmd}
+		if _, err := startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		viaExec, err := exec.Command("/bin/sh", "-c", "ulimit -Sn").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("NOFILE vfork=%s exec=%s", strings.TrimSpace(out.String()), strings.TrimSpace(string(viaExec)))
+		return
+	}
+	newRuntime(t, Options{}) // skips without user namespaces
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max < 1024 {
+		t.Skipf("hard RLIMIT_NOFILE %d: too low to lower", lim.Max)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -Sn 512; "$0" -test.run='^TestVforkNofile$' -test.v -test.count=1; exit $?`, self)
+	cmd.Env = append(os.Environ(), "FLUFFY_NOFILE_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "NOFILE vfork=512 exec=512") {
+		t.Fatalf("want both children to get the soft limit 512 the test binary started with:\n%s", out)
+	}
+}
+
+func TestParseNofile(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		soft, hard uint64
+		ok         bool
+	}{
+		{"Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n", 1024, 524288, true},
+		{"Max open files            unlimited            unlimited            files\n", ^uint64(0), ^uint64(0), true},
+		{"Max processes             63448                63448                processes\n", 0, 0, false},
+		{"Max open files            lots                 524288               files\n", 0, 0, false},
+		{"Max open files\n", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		soft, hard, ok := parseNofile(tc.in)
+		if ok != tc.ok || ok && (soft != tc.soft || hard != tc.hard) {
+			t.Errorf("parseNofile(%q) = %d, %d, %v; want %d, %d, %v", tc.in, soft, hard, ok, tc.soft, tc.hard, tc.ok)
+		}
+	}
+}
