@@ -171,24 +171,33 @@ func (c *cgroup) prime(l cgroupLayout) {
 	_ = os.WriteFile(l.v1Memory+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0)
 }
 
-// startInside starts cmd from an OS thread that is inside the cgroup (v1)
-// for the moment of the clone, so the init is born in it: nothing is
-// migrated. Moving a process (cgroup.procs, as add does) takes the
-// kernel's global threadgroup lock in writer mode, which waits for an RCU
-// grace period (6-15 ms on this 2-core VM, HZ=250); writing "0" to a v1
-// "tasks" file moves only the writing thread, which the kernel does
+// startInside starts the init from an OS thread that is inside the
+// cgroup (v1) for the moment of the clone, so the init is born in it:
+// nothing is migrated. Moving a process (cgroup.procs, as add does) takes
+// the kernel's global threadgroup lock in writer mode, which waits for an
+// RCU grace period (6-15 ms on this 2-core VM, HZ=250); writing "0" to a
+// v1 "tasks" file moves only the writing thread, which the kernel does
 // without that lock (kernels >= 5.17; older ones take it and are merely
 // as slow as add). The thread then moves back to this process's own
-// cgroups and stays locked to its goroutine until ended is closed: the
-// init's parent-death signal follows the thread that cloned it, so no
-// other goroutine may get the chance to end that thread (Go ends a thread
-// whose goroutine exits while locked). If it cannot move back, it is not
-// given back to the Go scheduler at all (it would run other goroutines
-// inside the sandbox's limits): it exits once the run is over.
+// cgroups (see startOnThread for the rest). If it cannot move back, it
+// is not given back to the Go scheduler at all (it would run other
+// goroutines inside the sandbox's limits): it exits once the run is over.
 //
 // entered reports whether the thread reached the cgroup; when it did
 // not, nothing was started and the caller may fall back to add.
-func (c *cgroup) startInside(l cgroupLayout, start func() error, ended <-chan struct{}) (entered bool, err error) {
+func (c *cgroup) startInside(l cgroupLayout, start func() error, reusable func() bool, ended <-chan struct{}) (entered bool, err error) {
+	return startOnThread(func() error { return moveThread(c.dirs...) }, func() error { return moveThread(l.v1Memory, l.v1Pids) }, start, reusable, ended)
+}
+
+// startOnThread runs start on an OS thread locked to a goroutine of its
+// own, after enter (when not nil) and before leave: the init's
+// parent-death signal follows the thread that cloned it, so that thread
+// stays, locked (no other goroutine can end it), until ended is closed.
+// The thread goes back to the Go scheduler only if leave succeeded and
+// reusable (when not nil) says so; otherwise it exits with the goroutine
+// (Go ends a thread whose goroutine exits while locked). entered reports
+// whether enter succeeded (start ran).
+func startOnThread(enter, leave func() error, start func() error, reusable func() bool, ended <-chan struct{}) (entered bool, err error) {
 	type result struct {
 		entered bool
 		err     error
@@ -196,20 +205,20 @@ func (c *cgroup) startInside(l cgroupLayout, start func() error, ended <-chan st
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Returning while locked ends the thread (Go does not reuse it).
-		if err := moveThread(c.dirs...); err != nil {
-			ch <- result{false, err}
-			return
+		if enter != nil {
+			if err := enter(); err != nil {
+				ch <- result{false, err}
+				return
+			}
 		}
 		err := start()
-		left := moveThread(l.v1Memory, l.v1Pids) == nil
+		ok := leave == nil || leave() == nil
+		ok = ok && (reusable == nil || reusable())
 		ch <- result{true, err}
 		if err == nil {
-			// The thread stays locked (so no other goroutine can end
-			// it, which would kill the init) until the run is over.
 			<-ended
 		}
-		if left {
+		if ok {
 			runtime.UnlockOSThread()
 		}
 	}()

@@ -46,16 +46,19 @@ func TestCgroupBornInside(t *testing.T) {
 		want = []string{"unified"}
 	}
 	if rt.cgl.v2 != "" || rt.cgl.v1Threads {
-		// Cloned directly, and by stage 1 (born inside with its parent).
-		for _, stage1 := range []bool{false, true} {
-			setStage1(rt, stage1)
+		// Cloned directly (by vfork and by os/exec), and by stage 1
+		// (born inside with its parent).
+		for _, mode := range []string{"vfork", "exec", "stage1"} {
+			setStage1(rt, mode == "stage1")
+			rt.noVfork = mode == "exec"
 			got := paths(string(run(t, rt, spec).Stdout))
 			for _, c := range want {
 				if got[c] != "/" {
-					t.Errorf("stage1 %v: %s: the init was not born in its cgroup: %q (all: %v)", stage1, c, got[c], got)
+					t.Errorf("%s: %s: the init was not born in its cgroup: %q (all: %v)", mode, c, got[c], got)
 				}
 			}
 		}
+		rt.noVfork = false
 	}
 	if rt.cgl.v2 == "" {
 		setStage1(rt, true)      // ignored: a move after the start never uses stage 1

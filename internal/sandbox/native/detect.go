@@ -164,12 +164,16 @@ func initFacility(self string) sandbox.Facility {
 		f.Detail = err.Error()
 		return f
 	}
+	how := "; started by vfork with its namespaces (nothing of fluffy is copied)"
+	if !vforkSupported {
+		how = "; started by os/exec (a full fork; stage 1 from callers with a big heap)"
+	}
 	if p := rt.InitPath(); p != self {
 		f.Available = true
-		f.Detail = "the small init " + p
+		f.Detail = "the small init " + p + how
 		return f
 	}
-	f.Detail = "fluffy re-executes itself as the sandbox init (slower to start, same protection)"
+	f.Detail = "fluffy re-executes itself as the sandbox init (slower to start, same protection)" + how
 	f.Fix = "install " + InitBinaryName + " beside fluffy (make install, or go install ./cmd/fluffy-sandbox-init)"
 	return f
 }

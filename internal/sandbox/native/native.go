@@ -13,12 +13,17 @@
 // installed beside fluffy (it starts in a fraction of the time the whole
 // fluffy binary takes), or, when that is absent, the fluffy binary itself,
 // which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. A caller with a big heap starts the small init as stage 1
-// instead (nsinit.Stage1Main): without namespaces, so that its own clone is
-// a cheap vfork, and stage 1 clones the namespaced init from its small
-// address space (Runtime.useStage1 says when). The seccomp program is assembled by the parent (package
-// sandbox) and loaded by the init as raw BPF; landlock is applied with raw
-// system calls; so the init needs no library beyond golang.org/x/sys.
+// InitArg0. The init is cloned with vfork semantics although it gets a
+// new user namespace (vfork_linux.go: the child writes its own id maps),
+// so no run copies this process's address space, however big its heap.
+// Where that is not possible the init is started by os/exec, and a
+// caller with a big heap then starts the small init as stage 1 instead
+// (nsinit.Stage1Main): without namespaces, so that its own clone is a
+// cheap vfork, and stage 1 clones the namespaced init from its small
+// address space (Runtime.useStage1 says when). The seccomp program is
+// assembled by the parent (package sandbox) and loaded by the init as raw
+// BPF; landlock is applied with raw system calls; so the init needs no
+// library beyond golang.org/x/sys.
 package native
 
 import (
@@ -81,7 +86,23 @@ type Runtime struct {
 	// stage1Min is the resident anonymous memory of this process from
 	// which the init is cloned by stage 1 (see useStage1).
 	stage1Min int64
+	// noVfork starts the init with os/exec (tests compare both ways).
+	noVfork bool
 }
+
+// initProcess is the started init (or stage 1).
+type initProcess interface {
+	Start() error
+	Wait() error
+	Pid() int
+	Signal(syscall.Signal) error
+}
+
+// execProcess is an init started by os/exec.
+type execProcess struct{ *exec.Cmd }
+
+func (p execProcess) Pid() int                        { return p.Process.Pid }
+func (p execProcess) Signal(sig syscall.Signal) error { return p.Process.Signal(sig) }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
@@ -112,7 +133,8 @@ func New(opts Options) (*Runtime, error) {
 // (docs/benchmarks.md, Round 4). Stage 1 is a vfork of this process plus a
 // second start of the small Go runtime, a constant of about 3 ms of CPU:
 // worth it only for a big process (a long-lived agent), not for the
-// fluffy command (about 7 MB).
+// fluffy command (about 7 MB). Only when the init cannot be started by
+// vfork (useStage1).
 const stage1MinAnon = 32 << 20
 
 // anonResident returns this process's resident memory that is not backed
@@ -138,13 +160,21 @@ func anonResident() int64 {
 // small init binary is installed (the fallback, this binary re-executed,
 // would be a second large runtime start), the init enters its cgroup by
 // being born in it (stage 1 is, and its child with it; a move after the
-// start would miss the init stage 1 clones), and this process is big
-// enough for its clone to cost more than stage 1 (stage1Min).
+// start would miss the init stage 1 clones), this process clones with
+// os/exec, not vfork (a vfork copies nothing, so stage 1 would only add
+// a runtime start), and it is big enough for its clone to cost more than
+// stage 1 (stage1Min; 0 forces stage 1).
 func (r *Runtime) useStage1(cg *cgroup) bool {
 	if r.opts.Init == r.opts.Self || (cg != nil && !cg.v2 && !r.cgl.v1Threads) {
 		return false
 	}
-	return r.stage1Min <= 0 || anonResident() >= r.stage1Min
+	if r.stage1Min <= 0 {
+		return true
+	}
+	if vforkSupported && !r.noVfork {
+		return false
+	}
+	return anonResident() >= r.stage1Min
 }
 
 // InitBinaryName is the file name of the small init binary that New looks
@@ -166,6 +196,14 @@ func (r *Runtime) hostIDs() (int, int) {
 	}
 	return r.uid, r.gid
 }
+
+// Prepare does now what the first run would otherwise do first: look at
+// the host (user namespaces, landlock, seccomp, where cgroups may be
+// created). A short-lived caller such as the fluffy command can run it in
+// a goroutine while it reads its configuration, taking it off the first
+// run's path. It is safe to call more than once and concurrently with
+// runs.
+func (r *Runtime) Prepare() { r.detect() }
 
 func (r *Runtime) detect() {
 	r.once.Do(func() {
@@ -521,6 +559,29 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cgJoined = true
 		}
 	}
+	// The init is started by vfork (vfork_linux.go), stage 1 and the
+	// fallback by os/exec; from an OS thread of its own, which stays
+	// until the run ends (the parent-death signal follows the thread).
+	var proc initProcess
+	var vp *vforkProcess
+	newProc := func() {
+		proc, vp = execProcess{cmd}, nil
+		if !stage1 && vforkSupported && !r.noVfork {
+			vp = &vforkProcess{cmd: cmd}
+			proc = vp
+		}
+	}
+	newProc()
+	launch := func() error {
+		err := proc.Start()
+		if err != nil && vp != nil {
+			r.opts.Logger.Debug("sandbox: vfork start failed, starting the init with os/exec", "err", err)
+			proc = execProcess{cmd}
+			err = proc.Start()
+		}
+		return err
+	}
+	reusable := func() bool { return vp == nil || vp.Reusable() }
 	// ended is closed when this run is over: a thread that cloned the
 	// init from inside a v1 cgroup and could not leave it waits for it.
 	ended := make(chan struct{})
@@ -529,16 +590,17 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	wall := lim.Wall
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var entered bool
 	if cg != nil && !cg.v2 && r.cgl.v1Threads {
 		// cgroup v1: the init is cloned by a thread visiting the cgroup,
 		// so it is born inside (no migration, no RCU grace period).
-		var entered bool
-		entered, err = cg.startInside(r.cgl, cmd.Start, ended)
+		entered, err = cg.startInside(r.cgl, launch, reusable, ended)
 		if entered {
 			cgJoined = true
 		} else {
 			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
 			cmd, err, stage1 = newCmd(false), nil, false
+			newProc()
 		}
 	}
 	var primed chan struct{}
@@ -549,14 +611,15 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cg.prime(r.cgl)
 		}()
 	}
-	if cmd.Process == nil && err == nil {
-		err = cmd.Start()
+	if !entered && err == nil {
+		_, err = startOnThread(nil, nil, launch, reusable, ended)
 		if err != nil && cgJoined {
 			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
 			// cgroup the clone may not enter directly (delegation rules):
 			// join after the start instead, as on cgroup v1.
 			cmd, cgJoined, stage1 = newCmd(false), false, false
-			err = cmd.Start()
+			newProc()
+			_, err = startOnThread(nil, nil, launch, reusable, ended)
 		}
 	}
 	tr.Mark("clone, id maps, exec (cmd.Start)")
@@ -579,9 +642,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	// init and ends once the init, and with it the PID namespace, is gone.
 	kill := func() {
 		if stage1 {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = proc.Signal(syscall.SIGTERM)
 		} else {
-			_ = cmd.Process.Kill()
+			_ = proc.Signal(syscall.SIGKILL)
 		}
 	}
 	if cg != nil && !cgJoined {
@@ -589,9 +652,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			<-primed
 			tr.Mark("cgroup lock primed")
 		}
-		if err := cg.add(cmd.Process.Pid); err != nil {
+		if err := cg.add(proc.Pid()); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("cgroup joined")
@@ -617,9 +680,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTrees(fdSockParent, cmd.Process.Pid, stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
+		if err := sendIdmappedTrees(fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			if stage1 {
 				// Stage 1 may have said why (no user namespace).
 				b, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
@@ -636,7 +699,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	if gate != nil {
 		if err := gate(); err != nil {
 			kill()
-			_ = cmd.Wait()
+			_ = proc.Wait()
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("gate passed (e.g. exec.start recorded)")
@@ -662,21 +725,37 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		case <-runCtx.Done():
 		}
 		kill()
-		_ = cmd.Wait()
+		_ = proc.Wait()
 		close(done)
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil
 	}
-	statusBytes, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
+	// One frame: the init writes it once everything but itself is gone,
+	// so the parent need not wait for the pipe's end (the init's whole
+	// exit) to read it; Wait below waits for that.
+	body, stErr := nsinit.ReadFrame(bufio.NewReaderSize(stR, 512))
 	tr.Mark("status read")
-	waitErr := cmd.Wait()
+	// The cgroup's counters are final once the init has reported (it
+	// killed and reaped everything first): read them while it exits.
+	var oomKills, pidsMax int
+	readEvents := func() {
+		if cg != nil {
+			oomKills, pidsMax = cg.events()
+		}
+	}
+	if stErr == nil {
+		readEvents()
+	}
+	waitErr := proc.Wait()
+	if stErr != nil {
+		readEvents()
+	}
 	close(done)
 	tr.Mark("init reaped (pid/net ns gone)")
 	res.Duration = time.Since(start)
 	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 
 	var st nsinit.Status
-	body, stErr := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(statusBytes)))
 	if stErr == nil {
 		st, stErr = nsinit.DecodeStatus(body)
 	}
@@ -694,7 +773,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			return res, fmt.Errorf("sandbox: %w", ctx.Err())
 		}
 		if cg != nil {
-			if oom, _ := cg.events(); oom > 0 {
+			if oomKills > 0 {
 				res.Killed = sandbox.LimitMemory
 				res.Hit = append(res.Hit, sandbox.LimitMemory)
 				res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
@@ -735,11 +814,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}
 	if cg != nil {
-		oom, pidsMax := cg.events()
-		if oom > 0 && res.Killed == "" {
+		if oomKills > 0 && res.Killed == "" {
 			res.Killed = sandbox.LimitMemory
 		}
-		if oom > 0 {
+		if oomKills > 0 {
 			res.Hit = append(res.Hit, sandbox.LimitMemory)
 		}
 		if pidsMax > 0 {
@@ -848,6 +926,9 @@ func resolveDir(p, what string) (string, error) {
 // removeWork removes an overlay work directory (whose inner "work"
 // directory the kernel leaves with mode 0).
 func removeWork(dir string) {
+	if removeWorkFast(dir) == nil {
+		return
+	}
 	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if d != nil && d.IsDir() {
 			_ = os.Chmod(p, 0o700)
@@ -855,6 +936,43 @@ func removeWork(dir string) {
 		return nil
 	})
 	_ = os.RemoveAll(dir)
+}
+
+// workLeftovers is what a volatile overlay leaves in its work directory
+// once unmounted, deepest first: the marker of a volatile mount and its
+// directories, and the (mode 0) work directory itself.
+var workLeftovers = []struct {
+	path string
+	dir  bool
+}{
+	{"work/incompat/volatile/dirty", false},
+	{"work/incompat/volatile", true},
+	{"work/incompat", true},
+	{"work", true},
+}
+
+// removeWorkFast removes a work directory that holds exactly what an
+// unmounted volatile overlay leaves (workLeftovers), by name: five
+// unlinks instead of a walk that changes each directory's mode first
+// (journalled metadata writes, all of them). Any surprise (an entry
+// missing, another one present, a permission a non-root caller lacks)
+// makes it fail; removeWork then walks.
+func removeWorkFast(dir string) error {
+	d, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(d)
+	for _, l := range workLeftovers {
+		flags := 0
+		if l.dir {
+			flags = unix.AT_REMOVEDIR
+		}
+		if err := unix.Unlinkat(d, l.path, flags); err != nil {
+			return err
+		}
+	}
+	return unix.Rmdir(dir)
 }
 
 // capWriter keeps the first max bytes (0 means unlimited), then discards

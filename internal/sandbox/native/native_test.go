@@ -97,15 +97,17 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 // TestSuiteUnprivileged reruns it as an ordinary user), with the small
 // init binary.
 func TestSuite(t *testing.T) {
-	// direct: this (small) process clones the init; stage1: the small
-	// init binary does (what a process with a big heap uses).
-	for _, mode := range []string{"direct", "stage1"} {
+	// direct: this process clones the init by vfork (the default);
+	// exec: by os/exec (a full fork, the fallback); stage1: the small
+	// init binary clones it (for a build without vfork and a big heap).
+	for _, mode := range []string{"direct", "exec", "stage1"} {
 		t.Run(mode, func(t *testing.T) {
 			rt := newRuntime(t, Options{Init: smallInit(t)})
 			if rt.InitPath() == rt.opts.Self {
 				t.Fatal("the suite runs the test binary as the init, not the small init")
 			}
 			setStage1(rt, mode == "stage1")
+			rt.noVfork = mode == "exec"
 			sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: rt.cgl.available})
 			// Nothing left behind: no cgroup of ours.
 			assertNoCgroups(t, rt)
@@ -171,7 +173,7 @@ func TestSuiteUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
-		bin, "-test.run=^TestSuite$|^TestBasics$|^TestInstance|^TestEgressProxy$|^TestRunGated$|^TestCgroupBornInside$", "-test.count=1")
+		bin, "-test.run=^TestSuite$|^TestBasics$|^TestInstance|^TestEgressProxy$|^TestRunGated$|^TestCgroupBornInside$|^TestVforkProcess$|^TestVforkNofile$", "-test.count=1")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir, "FLUFFY_SBXTEST_INIT=" + initBin}
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
@@ -323,10 +325,17 @@ func BenchmarkRunTrue(b *testing.B) {
 	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
 }
 
-// BenchmarkRunTrueStage1 forces stage 1 (the default from a process with
-// stage1MinAnon of anonymous memory); BenchmarkRunTrueHeap* run with
-// 64 MB of touched heap, as a long-lived agent might have, with the
-// default choice (stage 1) and with the direct clone.
+// BenchmarkRunTrueExec starts the init with os/exec (a full fork of this
+// process) instead of vfork; BenchmarkRunTrueStage1 through stage 1;
+// BenchmarkRunTrueHeap* run with 64 MB of touched heap, as a long-lived
+// agent might have, with the default start (vfork), with os/exec, and
+// with os/exec's default for such a heap (stage 1).
+func BenchmarkRunTrueExec(b *testing.B) {
+	rt := newRuntime(b, Options{Init: smallInit(b)})
+	rt.noVfork = true
+	benchRunTrue(b, rt)
+}
+
 func BenchmarkRunTrueStage1(b *testing.B) {
 	rt := newRuntime(b, Options{Init: smallInit(b)})
 	setStage1(rt, true)
@@ -338,10 +347,18 @@ func BenchmarkRunTrueHeap64MB(b *testing.B) {
 	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
 }
 
-func BenchmarkRunTrueHeap64MBDirect(b *testing.B) {
+func BenchmarkRunTrueHeap64MBExec(b *testing.B) {
 	defer ballast(64)()
 	rt := newRuntime(b, Options{Init: smallInit(b)})
+	rt.noVfork = true
 	setStage1(rt, false)
+	benchRunTrue(b, rt)
+}
+
+func BenchmarkRunTrueHeap64MBExecStage1(b *testing.B) {
+	defer ballast(64)()
+	rt := newRuntime(b, Options{Init: smallInit(b)})
+	rt.noVfork = true
 	benchRunTrue(b, rt)
 }
 
@@ -416,5 +433,28 @@ func benchMedian(b *testing.B, op func() error) {
 		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(ds)), "cpu-ms/op")
 		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
 		b.ReportMetric(float64(ds[0].Microseconds())/1000, "min-ms")
+	}
+}
+
+// TestPrepare: Prepare (concurrently with a run) leaves the host
+// detection done once and runs working.
+func TestPrepare(t *testing.T) {
+	rt, err := New(Options{Self: "/nonexistent", Init: smallInit(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rt.Prepare()
+	}()
+	rt.Prepare()
+	<-done
+	if !rt.facility("userns").Available {
+		t.Skipf("no user namespaces here: %s", rt.facility("userns").Detail)
+	}
+	res := run(t, rt, sandbox.Spec{Argv: []string{"/bin/true"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d", res.ExitCode)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"go/format"
+	"slices"
 	"syscall"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -35,12 +36,19 @@ func Arches() []string { return []string{"amd64", "arm64"} }
 // x32 calls fail with ENOSYS. Names unknown on this architecture are
 // skipped (they cannot be called).
 //
-// The syscall table comes from github.com/elastic/go-seccomp-bpf/arch; the
-// program is generated here because that library's assembler (v1.6.0)
-// does not reload the syscall number after an argument check fails, so a
-// call that fails one rule's argument condition skips every later rule
-// (found by the tiocsti-high-bits case of the adversarial suite). Here
-// each rule starts by loading the syscall number again.
+// The verdict is the first rule, in the profile's order, whose syscall
+// and argument conditions match; none means allow. The program finds a
+// syscall's rules by a binary search over the syscall numbers that have
+// any (a dozen instructions on any path, not one test per rule): the
+// kernel runs the filter on every system call the sandbox makes that its
+// cache cannot answer, and emulates it for every syscall number when the
+// filter is loaded (to build that cache), so the path length is paid at
+// every sandbox start. A syscall's rules with argument conditions are a
+// chain tested in order; a failed condition moves to the next rule of the
+// same syscall, never skipping one (github.com/elastic/go-seccomp-bpf
+// v1.6.0 did: the tiocsti-high-bits case of the adversarial suite).
+//
+// The syscall table comes from github.com/elastic/go-seccomp-bpf/arch.
 func Assemble(p sandbox.Profile, goarch string) ([]byte, error) {
 	info, ok := arches[goarch]
 	if !ok {
@@ -50,14 +58,17 @@ func Assemble(p sandbox.Profile, goarch string) ([]byte, error) {
 		bpf.LoadAbsolute{Off: 4, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
 		bpf.RetConstant{Val: retKillProcess},
+		bpf.LoadAbsolute{Off: 0, Size: 4},
 	}
 	if goarch == "amd64" {
 		prog = append(prog,
-			bpf.LoadAbsolute{Off: 0, Size: 4},
 			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
 			bpf.RetConstant{Val: retErrno | uint32(syscall.ENOSYS)},
 		)
 	}
+	// Each syscall's rules, in the profile's order; nothing after an
+	// unconditional one can match.
+	chains := map[uint32][]link{}
 	for _, r := range p.Rules {
 		if r.Errno == 0 {
 			return nil, fmt.Errorf("seccomp: profile %s: rule for %v has no errno", p.Name, r.Names)
@@ -67,14 +78,23 @@ func Assemble(p sandbox.Profile, goarch string) ([]byte, error) {
 			if !ok {
 				continue
 			}
-			block, err := ruleBlock(uint32(nr), r.Args, retErrno|uint32(r.Errno))
-			if err != nil {
-				return nil, fmt.Errorf("seccomp: profile %s: %s: %w", p.Name, n, err)
+			c := chains[uint32(nr)]
+			if len(c) > 0 && len(c[len(c)-1].args) == 0 {
+				continue
 			}
-			prog = append(prog, block...)
+			chains[uint32(nr)] = append(c, link{name: n, args: r.Args, ret: retErrno | uint32(r.Errno)})
 		}
 	}
-	prog = append(prog, bpf.RetConstant{Val: retAllow})
+	nrs := make([]uint32, 0, len(chains))
+	for nr := range chains {
+		nrs = append(nrs, nr)
+	}
+	slices.Sort(nrs)
+	body, err := search(nrs, chains)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: profile %s: %w", p.Name, err)
+	}
+	prog = append(prog, body...)
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble %s: %w", p.Name, err)
@@ -97,18 +117,82 @@ const (
 	retAllow       = 0x7fff0000
 )
 
-// ruleBlock compiles "if nr and all args match, return ret" into a
-// self-contained block: every failed test jumps to the instruction after
-// the block, which starts with its own load of the syscall number.
-func ruleBlock(nr uint32, args []sandbox.Arg, ret uint32) ([]bpf.Instruction, error) {
+// link is one rule of a syscall's chain: return ret if all args hold.
+type link struct {
+	name string
+	args []sandbox.Arg
+	ret  uint32
+}
+
+// leafSize is the most syscall numbers a leaf of the search tests one
+// after the other.
+const leafSize = 4
+
+// search returns the code that, with the syscall number in A, runs the
+// chain of the number's rules, or allows a number that has none. nrs is
+// sorted. Every path ends in a return.
+func search(nrs []uint32, chains map[uint32][]link) ([]bpf.Instruction, error) {
+	if len(nrs) <= leafSize {
+		var ins []bpf.Instruction
+		for _, nr := range nrs {
+			code, err := chainCode(chains[nr])
+			if err != nil {
+				return nil, err
+			}
+			if len(code) > 255 {
+				return nil, fmt.Errorf("the rules of syscall %d are too long (%d instructions)", nr, len(code))
+			}
+			ins = append(ins, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(len(code))})
+			ins = append(ins, code...)
+		}
+		return append(ins, bpf.RetConstant{Val: retAllow}), nil
+	}
+	mid := len(nrs) / 2
+	left, err := search(nrs[:mid], chains)
+	if err != nil {
+		return nil, err
+	}
+	right, err := search(nrs[mid:], chains)
+	if err != nil {
+		return nil, err
+	}
+	// A >= nrs[mid]: the right half; else the left half, which follows.
+	var ins []bpf.Instruction
+	if len(left) <= 255 {
+		ins = append(ins, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: nrs[mid], SkipTrue: uint8(len(left))})
+	} else {
+		ins = append(ins, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: nrs[mid], SkipFalse: 1}, bpf.Jump{Skip: uint32(len(left))})
+	}
+	ins = append(ins, left...)
+	return append(ins, right...), nil
+}
+
+// chainCode tests a syscall's rules in order and returns the first
+// match's verdict, or allows when none matches.
+func chainCode(chain []link) ([]bpf.Instruction, error) {
+	var ins []bpf.Instruction
+	for _, l := range chain {
+		if len(l.args) == 0 {
+			return append(ins, bpf.RetConstant{Val: l.ret}), nil
+		}
+		block, err := argBlock(l.args, l.ret)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.name, err)
+		}
+		ins = append(ins, block...)
+	}
+	return append(ins, bpf.RetConstant{Val: retAllow}), nil
+}
+
+// argBlock compiles "if all args match, return ret" into a self-contained
+// block: every failed test jumps to the instruction after the block.
+func argBlock(args []sandbox.Arg, ret uint32) ([]bpf.Instruction, error) {
 	type fail struct {
 		at     int
 		onTrue bool
 	}
 	var ins []bpf.Instruction
 	var fails []fail
-	ins = append(ins, bpf.LoadAbsolute{Off: 0, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr})
-	fails = append(fails, fail{len(ins) - 1, false})
 	for _, a := range args {
 		if a.Index > 5 {
 			return nil, fmt.Errorf("argument index %d", a.Index)

@@ -3,8 +3,6 @@ package nsinit
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -14,14 +12,9 @@ import (
 // attachProxySocket mounts the detached socket mount received on ProxyFD
 // at dst (in the sandbox root being built).
 func attachProxySocket(dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := mountPoint(dst, false); err != nil {
 		return fmt.Errorf("egress socket mount point: %w", err)
 	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("egress socket mount point: %w", err)
-	}
-	f.Close()
 	if err := unix.MoveMount(ProxyFD, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach the egress socket: %w", err)
 	}

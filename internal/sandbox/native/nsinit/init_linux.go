@@ -355,12 +355,7 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 			if err := unix.Fstat(fd, &st); err != nil {
 				return "mount", fmt.Errorf("stat the idmapped %s: %w", at, err)
 			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				err = os.Mkdir(at, 0o755)
-			} else {
-				err = os.WriteFile(at, nil, 0o644) // a file's mount point
-			}
-			if err != nil {
+			if err := mountPoint(at, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 				return "mount", err
 			}
 			if err := unix.MoveMount(fd, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -376,7 +371,7 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 			ms = append(ms, m{ws, func() error { return bindMount(oldRoot+ws, newRoot+ws, false, true) }, "mount"})
 		} else {
 			ms = append(ms, m{ws, func() error {
-				if err := os.MkdirAll(newRoot+ws, 0o755); err != nil {
+				if err := mountPoint(newRoot+ws, true); err != nil {
 					return err
 				}
 				lower, upper, work := oldRoot+ws, oldRoot+cfg.Upper, oldRoot+cfg.Work
@@ -441,22 +436,11 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 // bindMount binds src onto dst (created as a directory or an empty file
 // to match src), recursively, read-only unless writable.
 func bindMount(src, dst string, writable, mkdirs bool) error {
-	fi, err := os.Stat(src)
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(src, &st); err != nil {
 		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
 	}
-	if fi.IsDir() {
-		err = os.MkdirAll(dst, 0o755)
-	} else {
-		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-			var f *os.File
-			f, err = os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err == nil {
-				f.Close()
-			}
-		}
-	}
-	if err != nil {
+	if err := mountPoint(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 		return fmt.Errorf("bind %s: mount point: %w", strings.TrimPrefix(dst, newRoot), err)
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
@@ -471,6 +455,35 @@ func bindMount(src, dst string, writable, mkdirs bool) error {
 			return remountOld(dst, writable)
 		}
 		return fmt.Errorf("bind %s: set read-only: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	return nil
+}
+
+// mountPoint creates the directory or empty file (dir false) a mount
+// goes on, and its missing parents; one that exists will do. It uses no
+// os.File: os.OpenFile would start Go's poller (an epoll instance and an
+// event fd) in the init for a file it only closes.
+func mountPoint(p string, dir bool) error {
+	mk := func() error {
+		if dir {
+			return unix.Mkdir(p, 0o755)
+		}
+		return unix.Mknod(p, unix.S_IFREG|0o644, 0)
+	}
+	err := mk()
+	if err == unix.ENOENT {
+		if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+			err = mk()
+		}
+	}
+	if err == unix.EEXIST {
+		var st unix.Stat_t
+		if err = unix.Stat(p, &st); err == nil && (st.Mode&unix.S_IFMT == unix.S_IFDIR) != dir {
+			err = fmt.Errorf("%s exists and is not a %s", p, map[bool]string{true: "directory", false: "file"}[dir])
+		}
+	}
+	if err != nil {
+		return &os.PathError{Op: "mount point", Path: p, Err: err}
 	}
 	return nil
 }
@@ -504,11 +517,9 @@ func setupDev() error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	for _, d := range devices {
-		f, err := os.OpenFile(dev+"/"+d, os.O_CREATE|os.O_WRONLY, 0o666)
-		if err != nil {
+		if err := mountPoint(dev+"/"+d, false); err != nil {
 			return err
 		}
-		f.Close()
 		if err := unix.Mount(oldRoot+"/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("dev/%s: %w", d, err)
 		}

@@ -1,0 +1,21 @@
+//go:build !amd64 && !arm64
+
+package native
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+)
+
+// vforkSupported says whether this build starts the init by vfork (see
+// vfork_linux.go); elsewhere os/exec starts it.
+const vforkSupported = false
+
+type vforkProcess struct{ cmd *exec.Cmd }
+
+func (p *vforkProcess) Start() error                { return errors.New("vfork start: not on this architecture") }
+func (p *vforkProcess) Wait() error                 { return errors.New("not started") }
+func (p *vforkProcess) Pid() int                    { return 0 }
+func (p *vforkProcess) Signal(syscall.Signal) error { return errors.New("not started") }
+func (p *vforkProcess) Reusable() bool              { return true }

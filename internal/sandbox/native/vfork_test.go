@@ -1,0 +1,142 @@
+//go:build amd64 || arm64
+
+package native
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// vforkCmd describes a process in new namespaces the way run does.
+func vforkCmd(t *testing.T, path string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	host := os.Getuid()
+	hostG := os.Getgid()
+	if host == 0 {
+		host, hostG = nobody, nobody
+	}
+	var out bytes.Buffer
+	return &exec.Cmd{
+		Path:   path,
+		Args:   append([]string{path}, args...),
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Stdout: &out,
+		Stderr: &out,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: host, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostG, Size: 1}},
+			Setsid:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}, &out
+}
+
+// TestVforkProcess starts processes the way the init is started: in new
+// namespaces, uid 0 inside, the host id mapped, setgroups denied, a session of its
+// own, output captured; a failed exec is reported and leaves no child.
+func TestVforkProcess(t *testing.T) {
+	newRuntime(t, Options{}) // skips without user namespaces
+	host := os.Getuid()
+	if host == 0 {
+		host = nobody
+	}
+	cmd, out := vforkCmd(t, "/bin/sh", "-c", `echo "$(id -u) $(id -g) $(cat /proc/self/uid_map) $(cat /proc/self/setgroups) $$"; exit 3`)
+	p := &vforkProcess{cmd: cmd}
+	if _, err := startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	err := p.Wait()
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("wait: %v, want exit status 3", err)
+	}
+	f := strings.Fields(out.String())
+	if len(f) != 7 || f[0] != "0" || f[1] != "0" || f[2] != "0" || f[3] != strconv.Itoa(host) || f[5] != "deny" || f[6] != "1" {
+		t.Errorf("inside: %q, want uid 0, gid 0, uid_map 0 %d 1, setgroups deny, pid 1", out.String(), host)
+	}
+	if !errors.Is(p.Signal(syscall.SIGKILL), os.ErrProcessDone) {
+		t.Error("a signal after Wait must not reach anything")
+	}
+	// This thread's credentials are the process's again.
+	if os.Geteuid() != os.Getuid() || os.Getegid() != os.Getgid() {
+		t.Errorf("credentials not restored: euid %d egid %d", os.Geteuid(), os.Getegid())
+	}
+
+	bad, _ := vforkCmd(t, "/nonexistent/init")
+	p = &vforkProcess{cmd: bad}
+	_, err = startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{}))
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("start of a missing program: %v, want ENOENT", err)
+	}
+	var ws syscall.WaitStatus
+	if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD && pid != 0 {
+		t.Errorf("a child was left behind: pid %d err %v", pid, err)
+	}
+}
+
+// TestVforkNofile: the init gets the soft RLIMIT_NOFILE this process
+// started with, as os/exec's children do (Go raises its own). The test
+// binary runs again under a shell that lowered its soft limit, and
+// compares what a vfork child and an os/exec child see.
+func TestVforkNofile(t *testing.T) {
+	if os.Getenv("FLUFFY_NOFILE_HELPER") == "1" {
+		cmd, out := vforkCmd(t, "/bin/sh", "-c", "ulimit -Sn")
+		p := &vforkProcess{cmd: cmd}
+		if _, err := startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		viaExec, err := exec.Command("/bin/sh", "-c", "ulimit -Sn").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("NOFILE vfork=%s exec=%s", strings.TrimSpace(out.String()), strings.TrimSpace(string(viaExec)))
+		return
+	}
+	newRuntime(t, Options{}) // skips without user namespaces
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max < 1024 {
+		t.Skipf("hard RLIMIT_NOFILE %d: too low to lower", lim.Max)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -Sn 512; "$0" -test.run='^TestVforkNofile$' -test.v -test.count=1; exit $?`, self)
+	cmd.Env = append(os.Environ(), "FLUFFY_NOFILE_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "NOFILE vfork=512 exec=512") {
+		t.Fatalf("want both children to get the soft limit 512 the test binary started with:\n%s", out)
+	}
+}
+
+func TestParseNofile(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		soft, hard uint64
+		ok         bool
+	}{
+		{"Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n", 1024, 524288, true},
+		{"Max open files            unlimited            unlimited            files\n", ^uint64(0), ^uint64(0), true},
+		{"Max processes             63448                63448                processes\n", 0, 0, false},
+		{"Max open files            lots                 524288               files\n", 0, 0, false},
+		{"Max open files\n", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		soft, hard, ok := parseNofile(tc.in)
+		if ok != tc.ok || ok && (soft != tc.soft || hard != tc.hard) {
+			t.Errorf("parseNofile(%q) = %d, %d, %v; want %d, %d, %v", tc.in, soft, hard, ok, tc.soft, tc.hard, tc.ok)
+		}
+	}
+}
