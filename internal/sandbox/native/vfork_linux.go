@@ -139,12 +139,15 @@ func (p *vforkProcess) Start() (err error) {
 	if juggle && os.Geteuid() != 0 {
 		return fmt.Errorf("vfork start: cannot map uid %d as uid %d", hostUID, os.Geteuid())
 	}
+	// The parent's ends of the pipes, closed here if the start fails
+	// (otherwise by the copies).
+	var parentEnds []*os.File
 	defer func() {
 		if err != nil {
-			for _, f := range p.closeAfter {
+			for _, f := range append(p.closeAfter, parentEnds...) {
 				f.Close()
 			}
-			p.closeAfter = nil
+			p.closeAfter, p.copies = nil, nil
 		}
 	}()
 	// Standard streams, as os/exec sets them up.
@@ -163,6 +166,7 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		child[0] = pr
 		p.closeAfter = append(p.closeAfter, pr)
+		parentEnds = append(parentEnds, pw)
 		in := c.Stdin
 		p.copies = append(p.copies, func() error {
 			_, err := io.Copy(pw, in)
@@ -183,11 +187,11 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			pr.Close()
 			return err
 		}
 		child[1+i] = pw
 		p.closeAfter = append(p.closeAfter, pw)
+		parentEnds = append(parentEnds, pr)
 		p.copies = append(p.copies, func() error {
 			_, err := io.Copy(w, pr)
 			pr.Close()
