@@ -153,10 +153,11 @@ func (p *vforkProcess) Start() (err error) {
 	// Standard streams, as os/exec sets them up.
 	child := make([]*os.File, 3, 3+len(c.ExtraFiles))
 	if c.Stdin == nil {
-		f, err := os.Open(os.DevNull)
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return err
+			return &os.PathError{Op: "open", Path: os.DevNull, Err: err}
 		}
+		f := os.NewFile(uintptr(fd), os.DevNull)
 		child[0] = f
 		p.closeAfter = append(p.closeAfter, f)
 	} else {
