@@ -24,9 +24,9 @@ import (
 // and so cannot share this process's memory while it does; Go copies the
 // whole address space instead (a full fork: every page table of this
 // process copied, its pages write-protected, the copy torn down again at
-// the init's exec, copy-on-write faults here afterwards: about a
-// millisecond for the fluffy command, ten for a process with 64 MB of
-// heap). Here the child writes its own id maps, which the kernel allows
+// the init's exec, copy-on-write faults here afterwards: 1–2 ms of CPU
+// for a small caller, about 10 ms for the full fluffy binary or for a
+// process with 64 MB of heap; docs/benchmarks.md, Round 5). Here the child writes its own id maps, which the kernel allows
 // for the one id its creator runs as. Root's sandboxes map uid 0 to
 // nobody, not to root, so for the moment of the clone the creating
 // thread (and only it: credentials are per thread for the kernel) takes
