@@ -32,6 +32,9 @@ type cgroupLayout struct {
 	// can then visit a sandbox's cgroup to clone the init inside it
 	// (cgroup.startInside).
 	v1Threads bool
+	// v1MemSw says the v1 memory controller accounts swap
+	// (memory.memsw.limit_in_bytes exists).
+	v1MemSw bool
 }
 
 func (l cgroupLayout) String() string {
@@ -95,7 +98,8 @@ func findCgroups() cgroupLayout {
 		if _, err := os.Stat(filepath.Join(md, "memory.limit_in_bytes")); err == nil {
 			if writable(md) && writable(pd) {
 				threads := writable(md+"/tasks") && writable(pd+"/tasks")
-				return cgroupLayout{v1Memory: md, v1Pids: pd, available: true, v1Threads: threads}
+				_, err := os.Stat(filepath.Join(md, "memory.memsw.limit_in_bytes"))
+				return cgroupLayout{v1Memory: md, v1Pids: pd, available: true, v1Threads: threads, v1MemSw: err == nil}
 			}
 			return cgroupLayout{reason: fmt.Sprintf("cgroup v1 directories %s and %s are not writable by this user (no delegation)", md, pd)}
 		}
@@ -138,7 +142,7 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 	} else {
 		if memory > 0 {
 			writes = append(writes, [2]string{cg.dirs[0] + "/memory.limit_in_bytes", strconv.FormatInt(memory, 10)})
-			if _, err := os.Stat(cg.dirs[0] + "/memory.memsw.limit_in_bytes"); err == nil {
+			if l.v1MemSw {
 				writes = append(writes, [2]string{cg.dirs[0] + "/memory.memsw.limit_in_bytes", strconv.FormatInt(memory, 10)})
 			}
 		}
@@ -147,7 +151,7 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 		}
 	}
 	for _, w := range writes {
-		if err := os.WriteFile(w[0], []byte(w[1]), 0); err != nil {
+		if err := cgWrite(w[0], w[1]); err != nil {
 			if strings.HasSuffix(w[0], "swap.max") && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
@@ -244,7 +248,7 @@ func moveThread(dirs ...string) error {
 
 func (c *cgroup) add(pid int) error {
 	for _, d := range c.dirs {
-		if err := os.WriteFile(d+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := cgWrite(d+"/cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: join %s: %w", d, err)
 		}
 	}
@@ -272,7 +276,7 @@ func (c *cgroup) events() (oomKills, pidsMax int) {
 }
 
 func keyedValue(file, key string) int {
-	b, err := os.ReadFile(file)
+	b, err := cgRead(file)
 	if err != nil {
 		return 0
 	}
@@ -292,16 +296,55 @@ func (c *cgroup) remove() error {
 	for _, d := range c.dirs {
 		var err error
 		for i := 0; i < 50; i++ {
-			err = os.Remove(d)
-			if err == nil || errors.Is(err, os.ErrNotExist) {
+			err = unix.Rmdir(d)
+			if err == nil || err == unix.ENOENT {
 				err = nil
 				break
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, &os.PathError{Op: "rmdir", Path: d, Err: err})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgWrite writes a cgroup control file with plain system calls: an
+// os.File would register the (pollable) kernfs file with Go's poller and
+// unregister it again, two more system calls per file at every run.
+func cgWrite(path, data string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(data)); err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+// cgRead reads a (small) cgroup control file, as cgWrite writes one.
+func cgRead(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
 }

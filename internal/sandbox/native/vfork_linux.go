@@ -24,9 +24,9 @@ import (
 // and so cannot share this process's memory while it does; Go copies the
 // whole address space instead (a full fork: every page table of this
 // process copied, its pages write-protected, the copy torn down again at
-// the init's exec, copy-on-write faults here afterwards: about a
-// millisecond for the fluffy command, ten for a process with 64 MB of
-// heap). Here the child writes its own id maps, which the kernel allows
+// the init's exec, copy-on-write faults here afterwards: 1–2 ms of CPU
+// for a small caller, about 10 ms for the full fluffy binary or for a
+// process with 64 MB of heap; docs/benchmarks.md, Round 5). Here the child writes its own id maps, which the kernel allows
 // for the one id its creator runs as. Root's sandboxes map uid 0 to
 // nobody, not to root, so for the moment of the clone the creating
 // thread (and only it: credentials are per thread for the kernel) takes
@@ -139,21 +139,25 @@ func (p *vforkProcess) Start() (err error) {
 	if juggle && os.Geteuid() != 0 {
 		return fmt.Errorf("vfork start: cannot map uid %d as uid %d", hostUID, os.Geteuid())
 	}
+	// The parent's ends of the pipes, closed here if the start fails
+	// (otherwise by the copies).
+	var parentEnds []*os.File
 	defer func() {
 		if err != nil {
-			for _, f := range p.closeAfter {
+			for _, f := range append(p.closeAfter, parentEnds...) {
 				f.Close()
 			}
-			p.closeAfter = nil
+			p.closeAfter, p.copies = nil, nil
 		}
 	}()
 	// Standard streams, as os/exec sets them up.
 	child := make([]*os.File, 3, 3+len(c.ExtraFiles))
 	if c.Stdin == nil {
-		f, err := os.Open(os.DevNull)
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return err
+			return &os.PathError{Op: "open", Path: os.DevNull, Err: err}
 		}
+		f := os.NewFile(uintptr(fd), os.DevNull)
 		child[0] = f
 		p.closeAfter = append(p.closeAfter, f)
 	} else {
@@ -163,6 +167,7 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		child[0] = pr
 		p.closeAfter = append(p.closeAfter, pr)
+		parentEnds = append(parentEnds, pw)
 		in := c.Stdin
 		p.copies = append(p.copies, func() error {
 			_, err := io.Copy(pw, in)
@@ -183,11 +188,11 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			pr.Close()
 			return err
 		}
 		child[1+i] = pw
 		p.closeAfter = append(p.closeAfter, pw)
+		parentEnds = append(parentEnds, pr)
 		p.copies = append(p.copies, func() error {
 			_, err := io.Copy(w, pr)
 			pr.Close()

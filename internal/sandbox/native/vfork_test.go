@@ -68,11 +68,23 @@ func TestVforkProcess(t *testing.T) {
 		t.Errorf("credentials not restored: euid %d egid %d", os.Geteuid(), os.Getegid())
 	}
 
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
 	bad, _ := vforkCmd(t, "/nonexistent/init")
+	bad.Stdin = strings.NewReader("in")
 	p = &vforkProcess{cmd: bad}
 	_, err = startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{}))
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("start of a missing program: %v, want ENOENT", err)
+	}
+	if after := fds(); after != before {
+		t.Errorf("a failed start leaves descriptors open: %d before, %d after", before, after)
 	}
 	var ws syscall.WaitStatus
 	if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD && pid != 0 {
