@@ -17,7 +17,13 @@ func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image str
 	switch runtime {
 	case "", "native":
 		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
-		return rt, func() {}, err
+		if err != nil {
+			return nil, nil, err
+		}
+		// Look at the host (namespaces, landlock, cgroups) while the
+		// caller finishes its own set-up, not at the start of the run.
+		go rt.Prepare()
+		return rt, func() {}, nil
 	case "auto", "docker", "podman":
 		return otherSandboxRuntime(ctx, a, runtime, template, image, allowDegraded, trace)
 	}
