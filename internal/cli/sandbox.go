@@ -136,6 +136,19 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	// Every execution is recorded in the audit log before it starts and
+	// before its result is used; so is every egress request. The log is
+	// opened at once, beside the rest of the set-up: a process's first
+	// open is its slowest (SQLite cold, the signature tables). close
+	// waits for an open under way.
+	observer := a.ExecObserver
+	var rec *auditRecorder
+	if observer == nil {
+		rec = openSandboxAudit(cmd.Context(), a, tpl.Name)
+		defer rec.close()
+		observer = rec
+		go func() { _, _ = rec.get() }()
+	}
 	spec := sandbox.Spec{
 		Argv:    args,
 		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME=/tmp", "LANG=C.UTF-8"},
@@ -214,15 +227,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
-	// Every execution is recorded in the audit log before it starts and
-	// before its result is used; so is every egress request.
-	observer := a.ExecObserver
-	var rec *auditRecorder
-	if observer == nil {
-		rec = openSandboxAudit(cmd.Context(), a, tpl.Name)
-		defer rec.close()
-		observer = rec
-	}
 	switch f.net {
 	case "":
 	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):
@@ -265,11 +269,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 	}
 	defer release()
-	if rec != nil {
-		// Open the log now, beside the rest of the set-up: a first open
-		// in a process is the slowest (SQLite cold, signature tables).
-		go func() { _, _ = rec.get() }()
-	}
 	run := sandbox.Observe(rt, observer)
 	res, err := run.Run(cmd.Context(), spec)
 	for _, w := range res.Warnings {
