@@ -100,15 +100,7 @@ func TestPrograms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var prog []bpf.Instruction
-			for i := 0; i+8 <= len(raw); i += 8 {
-				ri := bpf.RawInstruction{Op: binary.LittleEndian.Uint16(raw[i:]), Jt: raw[i+2], Jf: raw[i+3], K: binary.LittleEndian.Uint32(raw[i+4:])}
-				prog = append(prog, ri.Disassemble())
-			}
-			vm, err := bpf.NewVM(prog)
-			if err != nil {
-				t.Fatal(err)
-			}
+			vm, _ := vmFor(t, raw)
 			// seccomp_data: nr, arch, instruction pointer, six arguments. The
 			// VM loads words big endian, the kernel in native order: store
 			// each 32-bit word big endian so both read the same values.
