@@ -25,10 +25,19 @@ type GatedRunner interface {
 	RunGated(ctx context.Context, spec Spec, gate func() error) (Result, error)
 }
 
+// An EarlyRunner is a GatedRunner that can also hand over the command's
+// result as soon as it is known, before its sandbox is torn down (the
+// result then lacks the output's bytes).
+type EarlyRunner interface {
+	RunEarly(ctx context.Context, spec Spec, gate func() error, early func(Result)) (Result, error)
+}
+
 // Observe returns a Runtime that reports every Run of rt to o. When rt is
 // a GatedRunner, o.Start runs while the sandbox is being set up and the
 // command waits for it: recording costs no time unless it is the slower
-// of the two, and still happens before the command starts.
+// of the two, and still happens before the command starts. When rt is
+// an EarlyRunner, o.End runs while the sandbox is torn down, with the
+// command's result, and Run returns once both are done.
 func Observe(rt Runtime, o Observer) Runtime {
 	if o == nil {
 		return rt
@@ -59,7 +68,24 @@ func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		return startErr
 	}
-	res, err := gr.RunGated(ctx, spec, gate)
+	var ended chan error
+	var res Result
+	var err error
+	if er, ok := x.rt.(EarlyRunner); ok {
+		res, err = er.RunEarly(ctx, spec, gate, func(early Result) {
+			ended = make(chan error, 1)
+			go func() { ended <- x.o.End(ctx, spec, early, nil) }()
+		})
+	} else {
+		res, err = gr.RunGated(ctx, spec, gate)
+	}
+	if ended != nil {
+		// The outcome was recorded while the sandbox was torn down.
+		if endErr := <-ended; endErr != nil && err == nil {
+			err = fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
+		}
+		return res, err
+	}
 	if gate() != nil {
 		// Nothing ran (or the runtime failed first); nothing was recorded.
 		return res, refused(startErr)

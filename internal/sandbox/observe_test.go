@@ -109,3 +109,66 @@ func TestObserve(t *testing.T) {
 		})
 	}
 }
+
+// earlyFake hands its result over early, then "tears down" until End has
+// been called, so the test sees End running during the teardown.
+type earlyFake struct {
+	gatedFake
+	o        *earlyObserver
+	teardown error
+}
+
+func (e earlyFake) RunEarly(ctx context.Context, spec Spec, gate func() error, early func(Result)) (Result, error) {
+	if err := gate(); err != nil {
+		return Result{}, err
+	}
+	early(Result{ExitCode: 4, Hit: []Limit{LimitOutput}})
+	select {
+	case <-e.o.called:
+	case <-time.After(10 * time.Second):
+		return Result{}, errors.New("End did not run during the teardown")
+	}
+	return Result{ExitCode: 4, Hit: []Limit{LimitOutput}}, e.teardown
+}
+
+type earlyObserver struct {
+	called chan struct{}
+	endErr error
+	got    []Result
+}
+
+func (o *earlyObserver) Start(context.Context, Spec) error { return nil }
+
+func (o *earlyObserver) End(_ context.Context, _ Spec, res Result, runErr error) error {
+	o.got = append(o.got, res)
+	close(o.called)
+	return o.endErr
+}
+
+// TestObserveEarly: with an EarlyRunner, End records the early result
+// while the sandbox is torn down, once; Run returns after both; an End
+// failure and a teardown failure are both errors of the run.
+func TestObserveEarly(t *testing.T) {
+	boom := errors.New("disk full")
+	for _, tc := range []struct {
+		name             string
+		endErr, teardown error
+		wantErr          string
+	}{
+		{name: "ok"},
+		{name: "End fails", endErr: boom, wantErr: "recording the end of the execution failed: disk full"},
+		{name: "teardown fails", teardown: boom, wantErr: "disk full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &earlyObserver{called: make(chan struct{}), endErr: tc.endErr}
+			rt := earlyFake{gatedFake: gatedFake{&fakeRuntime{}}, o: o, teardown: tc.teardown}
+			res, err := Observe(rt, o).Run(context.Background(), Spec{Argv: []string{"x"}})
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tc.wantErr)
+			}
+			if len(o.got) != 1 || o.got[0].ExitCode != 4 || len(o.got[0].Hit) != 1 || res.ExitCode != 4 {
+				t.Errorf("End got %+v, run returned %+v", o.got, res)
+			}
+		})
+	}
+}

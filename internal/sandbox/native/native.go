@@ -254,6 +254,18 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 // once the init is ready to start the command (root built, restrictions
 // applied, cgroup joined), and the command starts only if it returns nil.
 func (r *Runtime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
+	return r.RunEarly(ctx, spec, gate, nil)
+}
+
+// RunEarly implements sandbox.EarlyRunner: RunGated, and early (when not
+// nil) is given the command's result as soon as the init has reported
+// it and the output has ended, while the sandbox is still being torn
+// down (the init's exit, the namespaces, the cgroup and work directory):
+// a caller can record the outcome meanwhile. The result lacks the
+// output's bytes; a teardown failure after it is only in the error.
+// Runs whose output cannot be awaited apart from the init's exit (the
+// os/exec and stage-1 starts) report only at the end, as RunGated.
+func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() error, early func(sandbox.Result)) (sandbox.Result, error) {
 	tr := &nsinit.Tracer{On: r.opts.Trace != nil}
 	tr.Mark("start")
 	var st nsinit.Status
@@ -261,7 +273,7 @@ func (r *Runtime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st, nil, gate)
+	res, err := r.run(ctx, spec, tr, &st, nil, gate, early)
 	if tr.On {
 		tr.Mark("cleaned up")
 		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
@@ -270,7 +282,7 @@ func (r *Runtime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() e
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result)) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -745,6 +757,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	if stErr == nil {
 		readEvents()
+		if early != nil {
+			r.reportEarly(early, proc, body, &res, start, timedOut, cg != nil, oomKills, pidsMax, stdout, stderr)
+		}
 	}
 	waitErr := proc.Wait()
 	if stErr != nil {
@@ -763,9 +778,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	*stOut = st
 	select {
 	case <-timedOut:
-		res.Killed = sandbox.LimitTime
-		res.Hit = append(res.Hit, sandbox.LimitTime)
-		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+		markTimedOut(&res)
 	default:
 	}
 	if res.Killed == "" && !gotStatus {
@@ -804,6 +817,22 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 		return res, err
 	}
+	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
+	return res, nil
+}
+
+// markTimedOut records that the wall-clock timeout killed the sandbox.
+func markTimedOut(res *sandbox.Result) {
+	res.Killed = sandbox.LimitTime
+	res.Hit = append(res.Hit, sandbox.LimitTime)
+	res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+}
+
+// applyStatus completes the result of a run whose init reported without
+// an error (or did not report, killed by a limit): the command's status,
+// the limits it hit (the cgroup's counters when there is a cgroup), and
+// whether its output was cut.
+func applyStatus(res *sandbox.Result, st nsinit.Status, gotStatus, haveCgroup bool, oomKills, pidsMax int, outputCut bool) {
 	if gotStatus {
 		res.Setup = time.Duration(st.SetupNanos)
 		if res.Killed == "" {
@@ -813,7 +842,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			res.Hit = append(res.Hit, sandbox.LimitTmp)
 		}
 	}
-	if cg != nil {
+	if haveCgroup {
 		if oomKills > 0 && res.Killed == "" {
 			res.Killed = sandbox.LimitMemory
 		}
@@ -832,10 +861,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		res.Killed = sandbox.LimitFileSize
 		res.Hit = append(res.Hit, sandbox.LimitFileSize)
 	}
-	if stdout.truncated || stderr.truncated {
+	if outputCut {
 		res.Hit = append(res.Hit, sandbox.LimitOutput)
 	}
-	return res, nil
 }
 
 // sendIdmappedTrees clones the workspace mount (read-only), the change
@@ -1007,6 +1035,13 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// cut says whether output was discarded past the limit.
+func (w *capWriter) cut() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.truncated
+}
+
 func (w *capWriter) bytes() []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1018,4 +1053,33 @@ func (w *capWriter) bytes() []byte {
 		}
 	}
 	return b
+}
+
+// outputDrainer is an init process whose output copies can be awaited
+// apart from its exit.
+type outputDrainer interface{ drained() }
+
+// reportEarly gives early the result of a run whose init reported
+// without an error, once its output has ended (see RunEarly).
+func (r *Runtime) reportEarly(early func(sandbox.Result), proc initProcess, body []byte, res *sandbox.Result, start time.Time,
+	timedOut <-chan struct{}, haveCgroup bool, oomKills, pidsMax int, stdout, stderr *capWriter) {
+	d, ok := proc.(outputDrainer)
+	if !ok {
+		return
+	}
+	st, err := nsinit.DecodeStatus(body)
+	if err != nil || st.Error != "" {
+		return
+	}
+	d.drained()
+	er := *res
+	er.Hit = append([]sandbox.Limit(nil), res.Hit...)
+	er.Duration = time.Since(start)
+	select {
+	case <-timedOut:
+		markTimedOut(&er)
+	default:
+	}
+	applyStatus(&er, st, true, haveCgroup, oomKills, pidsMax, stdout.cut() || stderr.cut())
+	early(er)
 }

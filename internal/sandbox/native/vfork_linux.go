@@ -358,6 +358,10 @@ func threadCreds(ruid, euid, suid, rgid, egid, sgid int, groups []int) error {
 }
 
 // Wait waits for the process to exit and for its output to be copied.
+// drained waits until the child's output has been copied to its end
+// (every writer closed), which can come before the child's exit.
+func (p *vforkProcess) drained() { p.wg.Wait() }
+
 func (p *vforkProcess) Wait() error {
 	if p.waited {
 		return p.waitErr

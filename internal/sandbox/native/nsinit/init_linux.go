@@ -193,6 +193,12 @@ func Main() int {
 			st.CommandCPU = [2]int64{ru.Utime.Nano(), ru.Stime.Nano()}
 		}
 	}
+	// Every process that shared the output pipes is gone; with the init's
+	// own copies closed the parent sees their end now, and so knows the
+	// whole output (and whether it was cut) before this process's exit.
+	for fd := 0; fd <= 2; fd++ {
+		_ = unix.Close(fd)
+	}
 	writeStatus(statusFile, &st)
 	return 0
 }
