@@ -452,7 +452,11 @@ func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (s
 		}
 	}
 	if runCtx.Err() != nil {
-		// Time is up (or the caller cancelled): kill everything.
+		// Time is up (or the caller cancelled): kill everything. The
+		// limits hit before it (a fork bomb stopped by the pids limit that
+		// then ran out of time) are read first: the container's cgroup
+		// goes with it.
+		hit := in.cg.events()
 		in.dead = true
 		kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, _ = in.r.cli.ContainerKill(kctx, in.id, client.ContainerKillOptions{Signal: "SIGKILL"})
@@ -464,6 +468,12 @@ func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (s
 		if ctx.Err() == nil {
 			res.Killed = sandbox.LimitTime
 			res.Hit = append(res.Hit, sandbox.LimitTime)
+		}
+		if hit.oomKills > before.oomKills {
+			res.Hit = append(res.Hit, sandbox.LimitMemory)
+		}
+		if hit.pidsMax > before.pidsMax {
+			res.Hit = append(res.Hit, sandbox.LimitPids)
 		}
 		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
 		return res, nil

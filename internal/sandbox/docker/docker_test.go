@@ -328,3 +328,15 @@ func TestPodman(t *testing.T) {
 		sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true, MountDirs: []string{stateDir()}})
 	})
 }
+
+// A fork bomb that outlives the timeout: the run reports both the
+// timeout that killed it and the pids limit it hit before (the cgroup's
+// counters are read before the kill removes the container's cgroup).
+func TestTimeoutKeepsLimitsHit(t *testing.T) {
+	rt := engine(t)
+	res := run(t, rt, sandbox.Spec{Argv: []string{"sh", "-c", `b(){ b|b& }; b; sleep 60`},
+		Limits: sandbox.Limits{Pids: 32, Wall: 2 * time.Second}})
+	if res.Killed != sandbox.LimitTime || !res.HitLimit(sandbox.LimitTime) || !res.HitLimit(sandbox.LimitPids) {
+		t.Fatalf("killed %q, hit %v: want the timeout and the pids limit", res.Killed, res.Hit)
+	}
+}
