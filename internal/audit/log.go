@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/transparency-dev/merkle/compact"
-	"golang.org/x/mod/sumdb/note"
 
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
@@ -257,13 +256,6 @@ func (l *Log) open(ctx context.Context) error {
 				}
 			}
 			k.verified, _ = ParseCheckpoint(newest, k.key.Verifier)
-		}
-		if k.err == nil {
-			// Signing uses another lazily built table than verifying
-			// (~1 ms): build it now, beside the rest of the open and not
-			// waited for, rather than after a short-lived writer's last
-			// entry, whose checkpoint it signs.
-			go func(s note.Signer) { _, _ = s.Sign(nil) }(k.key.Signer)
 		}
 		kc <- k
 	}()

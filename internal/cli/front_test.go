@@ -1,6 +1,10 @@
 package cli
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/spf13/pflag"
+)
 
 func TestFrontRuns(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,5 +33,28 @@ func TestFrontRuns(t *testing.T) {
 		if got := FrontRuns(tc.args); got != tc.want {
 			t.Errorf("FrontRuns(%q) = %v, want %v", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestFrontRunsKnowsGlobalFlags: every global flag of the command tree,
+// before 'sandbox run', keeps the command line with the front build (a
+// new global flag FrontRuns does not know would silently send every
+// 'sandbox run' using it to fluffy-core).
+func TestFrontRunsKnowsGlobalFlags(t *testing.T) {
+	root := NewRoot(&App{})
+	n := 0
+	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		n++
+		args := []string{"--" + f.Name}
+		if f.Value.Type() != "bool" {
+			args = append(args, "value")
+		}
+		args = append(args, "sandbox", "run", "--", "/bin/true")
+		if !FrontRuns(args) {
+			t.Errorf("FrontRuns(%q) = false: teach it --%s", args, f.Name)
+		}
+	})
+	if n == 0 {
+		t.Fatal("no global flags seen")
 	}
 }

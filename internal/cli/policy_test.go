@@ -4,13 +4,10 @@ package cli
 
 import (
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/fluffy-agent/fluffy/internal/doctor"
 )
 
 // The built-in rules protect every fluffy binary installed together, not
@@ -30,27 +27,5 @@ func TestPolicyProtectsEveryBinary(t *testing.T) {
 		if p := filepath.Join(bin, name); !slices.Contains(opts.Protected.Paths, p) {
 			t.Errorf("%s is not protected; protected: %q", p, opts.Protected.Paths)
 		}
-	}
-}
-
-func TestBinariesCheck(t *testing.T) {
-	dir := t.TempDir()
-	touch := func(name string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, nil, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	core := touch("fluffy-core")
-	if c := binariesCheck(core); c.Status != doctor.Warn || c.Fix == "" {
-		t.Errorf("fluffy-core without a front build: %+v", c)
-	}
-	lone := touch("fluffy")
-	if c := binariesCheck(lone); c.Status != doctor.Warn {
-		t.Errorf("a lone full build named fluffy: %+v", c)
-	}
-	if c := binariesCheck(core); c.Status != doctor.OK || !strings.Contains(c.Detail, dir) {
-		t.Errorf("fluffy-core with the front build beside it: %+v", c)
 	}
 }

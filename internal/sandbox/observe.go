@@ -81,10 +81,7 @@ func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	if ended != nil {
 		// The outcome was recorded while the sandbox was torn down.
-		if endErr := <-ended; endErr != nil && err == nil {
-			err = fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
-		}
-		return res, err
+		return res, endFailed(err, <-ended)
 	}
 	if gate() != nil {
 		// Nothing ran (or the runtime failed first); nothing was recorded.
@@ -95,11 +92,16 @@ func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
 
 func (x observed) end(ctx context.Context, spec Spec) func(Result, error) (Result, error) {
 	return func(res Result, err error) (Result, error) {
-		if endErr := x.o.End(ctx, spec, res, err); endErr != nil && err == nil {
-			err = fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
-		}
-		return res, err
+		return res, endFailed(err, x.o.End(ctx, spec, res, err))
 	}
+}
+
+// endFailed is the run's error after End: the run's own, else End's.
+func endFailed(runErr, endErr error) error {
+	if endErr != nil && runErr == nil {
+		return fmt.Errorf("sandbox: recording the end of the execution failed: %w", endErr)
+	}
+	return runErr
 }
 
 func refused(err error) error {
