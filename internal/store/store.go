@@ -31,7 +31,7 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
 )
 
 //go:embed migrations/*.sql
@@ -110,7 +110,7 @@ func Open(ctx context.Context, file string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", file, err)
 	}
 	db := &DB{DB: sqldb, Path: file}
-	if err := db.PingContext(ctx); err != nil {
+	if err := pingBusy(ctx, db, opts.BusyTimeout); err != nil {
 		sqldb.Close()
 		return nil, fmt.Errorf("store: open %s: %w", file, err)
 	}
@@ -236,3 +236,28 @@ func (db *DB) Schema(ctx context.Context) ([]string, error) {
 	}
 	return out, rows.Err()
 }
+
+// pingBusy opens the first connection, retrying for up to wait while
+// the file is busy: SQLite does not call its busy handler for every lock
+// a fresh connection takes (switching a new file to WAL, or reading the
+// WAL index while another process recovers it), so processes starting
+// together could fail with SQLITE_BUSY despite busy_timeout.
+func pingBusy(ctx context.Context, db *DB, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		err := db.PingContext(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
+
+// sqliteBusy is SQLITE_BUSY, the primary result code (extended codes
+// such as SQLITE_BUSY_RECOVERY carry it in their low byte).
+const sqliteBusy = 5
