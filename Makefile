@@ -15,7 +15,7 @@ export CGO_ENABLED := 0
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/fluffy (front), bin/fluffy-core (full) and bin/fluffy-sandbox-init (static, CGO_ENABLED=0)
+build: ## build bin/fluffy (the small client), bin/fluffy-core (full) and bin/fluffy-sandbox-init (static, CGO_ENABLED=0)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -tags fluffy_front -o $(BIN) ./cmd/fluffy
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-core ./cmd/fluffy
 	$(GO) build -trimpath -ldflags '-s -w' -o $(dir $(BIN))fluffy-sandbox-init ./cmd/fluffy-sandbox-init
@@ -36,10 +36,9 @@ test-short: ## run the tests without installing anything
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags fluffy_front ./cmd/fluffy ./internal/cli
+	$(GO) vet -tags fluffy_front ./cmd/fluffy
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	# The front build compiles only part of internal/cli's commands: unused code (U1000) is judged in the full build.
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags fluffy_front -checks 'inherit,-U1000' ./cmd/fluffy ./internal/cli
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags fluffy_front ./cmd/fluffy
 
 demo: build ## fluffy demo: the red-green flow on a bundled example, scripted model, no API key
 	bash scripts/demo.sh

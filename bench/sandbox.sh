@@ -7,16 +7,19 @@
 #   BASELINE=/path/to/old/fluffy bash bench/sandbox.sh   # add an older build
 #   CPU_RUNS=0 bash bench/sandbox.sh          # skip the perf stat pass
 #
-# Also measured: fluffy without its small init binary (it then re-executes
-# itself as the init), to show what the small binary saves; fluffy-core,
-# the full build, running the same command (what the small front build
-# saves); and `fluffy version` (the cost of starting the fluffy binary at
-# all).
+# `fluffy` forwards the command to the per-user sandbox server, which the
+# first run (a warm-up run) starts; the script gives fluffy a private
+# XDG_RUNTIME_DIR so the server is its own, and stops it at the end. Also
+# measured: fluffy-core running the same command in its own process (what
+# FLUFFY_SANDBOX_SERVER=off does, and what every run cost before the
+# server), and `fluffy version` (the cost of starting the client at all).
 #
 # After hyperfine (wall time), `perf stat` runs each command CPU_RUNS times
 # (default 50) and reports task-clock (CPU time of the command and all its
-# children), context switches and page faults: on a shared, busy machine
-# CPU time moves far less than wall time.
+# children), context switches and page faults. A forwarded command's work
+# is done in the server, not in the client's process tree, so the server's
+# CPU time (its own and its reaped children's, from /proc) over those runs
+# is reported beside it, per run.
 #
 # fluffy records every run in its audit log; the script gives it a fresh
 # data directory (FLUFFY_HOME) so runs do not wait for another fluffy's
@@ -27,15 +30,23 @@ make -s build
 BIN=$PWD/bin/fluffy
 WS=$(mktemp -d /var/tmp/fluffy-bench-XXXXXX)
 CS=$(mktemp -d /var/tmp/fluffy-bench-cs-XXXXXX)
-SOLO=$(mktemp -d /var/tmp/fluffy-bench-solo-XXXXXX)
 export FLUFFY_HOME=$(mktemp -d /var/tmp/fluffy-bench-home-XXXXXX)
-trap 'rm -rf "$WS" "$CS" "$SOLO" "$FLUFFY_HOME"' EXIT
-cp "$BIN" "$SOLO/fluffy"
+export XDG_RUNTIME_DIR=$(mktemp -d /tmp/fluffy-bench-run-XXXXXX)
+server_pid() {
+	pgrep -f "sandbox serve --socket $XDG_RUNTIME_DIR/" | head -1
+}
+cleanup() {
+	local pid
+	pid=$(server_pid || true)
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null && sleep 0.5
+	rm -rf "$WS" "$CS" "$FLUFFY_HOME" "$XDG_RUNTIME_DIR"
+}
+trap cleanup EXIT
 BWRAP='bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true'
-names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --no-workspace' 'fluffy sandbox run, no small init'
-	'fluffy-core sandbox run (full build)' 'fluffy version')
+names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --no-workspace'
+	'fluffy-core sandbox run (no server)' 'fluffy version')
 cmds=('/bin/true' "$BWRAP" "$BIN sandbox run --changeset $CS/upper -- /bin/true" "$BIN sandbox run --no-workspace -- /bin/true"
-	"$SOLO/fluffy sandbox run --changeset $CS/solo -- /bin/true" "$BIN-core sandbox run --changeset $CS/core -- /bin/true" "$BIN version")
+	"$BIN-core sandbox run --changeset $CS/core -- /bin/true" "$BIN version")
 if [ -n "${BASELINE:-}" ]; then
 	names+=('baseline: fluffy sandbox run')
 	cmds+=("$BASELINE sandbox run --changeset $CS/base -- /bin/true")
@@ -46,17 +57,30 @@ for i in "${!names[@]}"; do
 done
 cd "$WS"
 hyperfine -N --warmup 20 --runs "${RUNS:-300}" --export-markdown "${OUT:-/dev/stdout}" ${JSON:+--export-json "$JSON"} "${args[@]}"
+# CPU seconds of a process and its reaped children, from /proc/PID/stat.
+proc_cpu_ms() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / hz }' "/proc/$1/stat"
+}
 if [ "${CPU_RUNS:-50}" -gt 0 ] && command -v perf >/dev/null; then
 	echo
-	echo "| command | task-clock (ms CPU) | context switches | page faults |"
-	echo "|---|---:|---:|---:|"
+	echo "| command | task-clock (ms CPU) | server CPU per run (ms) | context switches | page faults |"
+	echo "|---|---:|---:|---:|---:|"
 	for i in "${!names[@]}"; do
+		spid=$(server_pid || true)
+		before=0
+		[ -n "$spid" ] && before=$(proc_cpu_ms "$spid")
 		# shellcheck disable=SC2086
-		perf stat -x, -r "${CPU_RUNS:-50}" -e task-clock,context-switches,page-faults ${cmds[$i]} 2>&1 >/dev/null |
-			awk -F, -v name="${names[$i]}" '
-				$3 == "task-clock" { cpu = $1 }
-				$3 == "context-switches" { cs = $1 }
-				$3 == "page-faults" { pf = $1 }
-				END { printf "| %s | %.2f | %d | %d |\n", name, cpu, cs, pf }'
+		line=$(perf stat -x, -r "${CPU_RUNS:-50}" -e task-clock,context-switches,page-faults ${cmds[$i]} 2>&1 >/dev/null |
+			awk -F, '$3 == "task-clock" { cpu = $1 } $3 == "context-switches" { cs = $1 } $3 == "page-faults" { pf = $1 }
+				END { printf "%.2f %d %d", cpu, cs, pf }')
+		server="—"
+		if [ -n "$spid" ] && [ -e "/proc/$spid" ]; then
+			after=$(proc_cpu_ms "$spid")
+			server=$(awk -v a="$after" -v b="$before" -v n="${CPU_RUNS:-50}" 'BEGIN { printf "%.2f", (a - b) / n }')
+		fi
+		read -r cpu cs pf <<<"$line"
+		echo "| ${names[$i]} | $cpu | $server | $cs | $pf |"
 	done
+	echo
+	echo "(server CPU is counted in 10 ms clock ticks over all runs of a row: rows that do not use the server show the server's idle work, about 0)"
 fi

@@ -6,7 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
@@ -39,10 +42,47 @@ func buildInstall(t *testing.T) string {
 	return dir
 }
 
-// The installed front binary runs 'sandbox run' itself, even without
-// fluffy-core beside it, and hands everything else over to fluffy-core
-// (same arguments, its exit status), saying what to do when it is
-// missing.
+// serverPids lists the sandbox servers listening on sock (their command
+// line names it).
+func serverPids(t *testing.T, sock string) []int {
+	t.Helper()
+	var pids []int
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 3 && args[1] == "sandbox" && args[2] == "serve" && slices.Contains(args, sock) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// socketOf is the one socket the installed fluffy's server listens on
+// under runDir.
+func socketOf(t *testing.T, runDir string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(runDir, "fluffy", "*.sock"))
+	if len(m) != 1 {
+		t.Fatalf("sockets under %s: %q, want one", runDir, m)
+	}
+	return m[0]
+}
+
+// The installed front binary forwards 'sandbox run' to the sandbox
+// server, which it starts from fluffy-core on first use, and hands
+// everything else over to fluffy-core (same arguments, its exit status),
+// saying what to do when fluffy-core is missing.
 func TestFrontBinary(t *testing.T) {
 	release, err := sandboxtest.AcquireHostLock()
 	if err != nil {
@@ -52,15 +92,28 @@ func TestFrontBinary(t *testing.T) {
 	bin := buildInstall(t)
 	work := t.TempDir()
 	ws := filepath.Join(work, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
+	runDir := filepath.Join(work, "run")
+	for _, d := range []string{ws, runDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "FLUFFY_HOME=" + filepath.Join(work, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(work, "config")}
-	fluffy := func(args ...string) (string, string, int) {
+		"XDG_CONFIG_HOME=" + filepath.Join(work, "config"), "XDG_RUNTIME_DIR=" + runDir,
+		"FAKE_API_KEY=sk-front-test-secret"}
+	t.Cleanup(func() {
+		m, _ := filepath.Glob(filepath.Join(runDir, "fluffy", "*.sock"))
+		for _, sock := range m {
+			for _, pid := range serverPids(t, sock) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	fluffyIn := func(dir, stdin string, extraEnv []string, args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "fluffy"), args...)
-		cmd.Dir, cmd.Env = ws, env
+		cmd.Dir, cmd.Env = dir, append(append([]string(nil), env...), extraEnv...)
+		cmd.Stdin = strings.NewReader(stdin)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -70,32 +123,24 @@ func TestFrontBinary(t *testing.T) {
 		}
 		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
 	}
+	fluffy := func(args ...string) (string, string, int) {
+		t.Helper()
+		return fluffyIn(ws, "", nil, args...)
+	}
 	core := filepath.Join(bin, "fluffy-core")
 	aside := filepath.Join(work, "fluffy-core.aside")
 
-	// Without fluffy-core: the front's own commands work...
+	// Without fluffy-core only 'version' works; the rest says what is
+	// missing and how to fix it.
 	if err := os.Rename(core, aside); err != nil {
 		t.Fatal(err)
-	}
-	out, errOut, code := fluffy("sandbox", "run", "--changeset", filepath.Join(work, "cs"), "--", "/bin/sh", "-c", "echo hi > new.txt; echo ran; exit 3")
-	if code != 3 || out != "ran\n" {
-		t.Fatalf("front sandbox run: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	if _, err := os.Stat(filepath.Join(work, "cs", "new.txt")); err != nil {
-		t.Errorf("the write did not land in the change set: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err == nil {
-		t.Error("the sandboxed write reached the workspace")
 	}
 	if out, _, code := fluffy("version"); code != 0 || !strings.HasPrefix(out, "fluffy ") {
 		t.Errorf("front version: exit %d, %q", code, out)
 	}
-	// ... and the others say what is missing and how to fix it, as do
-	// the runtimes and network modes only fluffy-core has.
 	for _, args := range [][]string{
 		{"audit", "verify"},
-		{"sandbox", "run", "--runtime", "auto", "--", "/bin/true"},
-		{"sandbox", "run", "--net", "proxy", "--no-workspace", "--", "/bin/true"},
+		{"sandbox", "run", "--", "/bin/true"},
 	} {
 		_, errOut, code := fluffy(args...)
 		if code != 1 || !strings.Contains(errOut, "needs fluffy-core") || !strings.Contains(errOut, "make install") {
@@ -106,22 +151,74 @@ func TestFrontBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// With fluffy-core: handed over, arguments and exit status intact.
+	// sandbox run goes to the server, started on demand: exit status,
+	// output, the write in the change set (a path relative to the
+	// caller's directory, not the server's), the workspace untouched.
+	out, errOut, code := fluffy("sandbox", "run", "--changeset", "../cs", "--", "/bin/sh", "-c", "echo hi > new.txt; echo ran; echo oops >&2; exit 3")
+	if code != 3 || out != "ran\n" || errOut != "oops\n" {
+		t.Fatalf("sandbox run through the server: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(work, "cs", "new.txt")); err != nil {
+		t.Errorf("the write did not land in the change set: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err == nil {
+		t.Error("the sandboxed write reached the workspace")
+	}
+	sock := socketOf(t, runDir)
+	pids := serverPids(t, sock)
+	if len(pids) != 1 {
+		t.Fatalf("servers on %s: %v, want one", sock, pids)
+	}
+	// The server did not inherit the caller's secrets.
+	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pids[0]), "environ")); err != nil {
+		t.Fatal(err)
+	} else if bytes.Contains(b, []byte("sk-front-test-secret")) {
+		t.Error("the sandbox server's environment holds the first caller's FAKE_API_KEY")
+	}
+	// Standard input reaches the command; the same server serves again.
+	if out, errOut, code := fluffyIn(ws, "line one\nline two\n", nil, "sandbox", "run", "--no-workspace", "--", "/bin/cat"); code != 0 || out != "line one\nline two\n" {
+		t.Errorf("stdin through the server: exit %d, %q %q", code, out, errOut)
+	}
+	if again := serverPids(t, sock); !slices.Equal(again, pids) {
+		t.Errorf("servers after a second run: %v, want %v", again, pids)
+	}
+	// The caller's environment, not the server's: --env KEY takes it.
+	if out, _, code := fluffy("sandbox", "run", "--no-workspace", "--env", "FAKE_API_KEY", "--", "/bin/sh", "-c", "echo $FAKE_API_KEY"); code != 0 || out != "sk-front-test-secret\n" {
+		t.Errorf("--env through the server: exit %d, %q", code, out)
+	}
+
+	// Handed over to fluffy-core: arguments and exit status intact; the
+	// server's runs are in the log fluffy-core reads.
 	out, errOut, code = fluffy("--debug", "audit", "verify")
 	if code != 0 || !strings.Contains(out, "audit log intact") {
 		t.Errorf("audit verify through fluffy-core: exit %d, %q %q", code, out, errOut)
 	}
-	// The front recorded its run in the same log fluffy-core reads.
 	out, _, code = fluffy("audit", "log", "--kind", "exec.end", "--json")
 	if code != 0 || !strings.Contains(out, `"exit_code":3`) {
-		t.Errorf("the front's exec.end is not in the log: exit %d, %q", code, out)
+		t.Errorf("the server's exec.end is not in the log: exit %d, %q", code, out)
 	}
 	if _, errOut, code := fluffy("audit", "verify", "--no-such-flag"); code != 2 || !strings.Contains(errOut, "no-such-flag") {
 		t.Errorf("a usage error through fluffy-core: exit %d, %q", code, errOut)
 	}
-	// A runtime only fluffy-core has: the front hands over mid-command.
+	// The server runs the other runtimes too.
 	if out, errOut, code := fluffy("sandbox", "run", "--runtime", "auto", "--no-workspace", "--", "/bin/sh", "-c", "echo auto; exit 4"); code != 4 || out != "auto\n" {
-		t.Errorf("sandbox run --runtime auto through fluffy-core: exit %d, %q %q", code, out, errOut)
+		t.Errorf("sandbox run --runtime auto through the server: exit %d, %q %q", code, out, errOut)
+	}
+	// Turned off: fluffy-core runs the command in its own process.
+	if out, errOut, code := fluffyIn(ws, "", []string{"FLUFFY_SANDBOX_SERVER=off"}, "sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo off; exit 5"); code != 5 || out != "off\n" {
+		t.Errorf("sandbox run with the server off: exit %d, %q %q", code, out, errOut)
+	}
+	// A server killed outright is replaced by the next command.
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, errOut, code := fluffy("sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo back"); code != 0 || out != "back\n" {
+		t.Errorf("sandbox run after the server was killed: exit %d, %q %q", code, out, errOut)
+	}
+	if again := serverPids(t, sock); len(again) != 1 || again[0] == pids[0] {
+		t.Errorf("servers after kill -9: %v (the killed one was %v)", again, pids)
 	}
 	// fluffy-core is the front itself (a broken install): no exec loop.
 	if err := os.Remove(core); err != nil {

@@ -57,21 +57,32 @@ func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
 // three fsyncs fewer after the command); one-off commands such as
 // 'fluffy audit append' leave a self-contained audit.db.
 func openAuditLogWait(ctx context.Context, a *App, wait time.Duration, keepWAL bool) (*audit.Log, error) {
-	l, err := a.Config()
+	opts, err := auditLogOptions(a, wait, keepWAL)
 	if err != nil {
 		return nil, err
+	}
+	opts.Logger = a.Logger()
+	return audit.Open(ctx, opts)
+}
+
+// auditLogOptions are the options of the audit log of a's data directory,
+// from a's configuration (no logger).
+func auditLogOptions(a *App, wait time.Duration, keepWAL bool) (audit.Options, error) {
+	l, err := a.Config()
+	if err != nil {
+		return audit.Options{}, err
 	}
 	db, keys, err := auditPaths(a)
 	if err != nil {
-		return nil, err
+		return audit.Options{}, err
 	}
 	c := l.Config.Audit
-	return audit.Open(ctx, audit.Options{
+	return audit.Options{
 		Path: db, KeyDir: keys,
 		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
 		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
-		WarnSize: int64(c.WarnSize), Logger: a.Logger(), LockWait: wait, KeepWAL: keepWAL,
-	})
+		WarnSize: int64(c.WarnSize), LockWait: wait, KeepWAL: keepWAL,
+	}, nil
 }
 
 func openAuditReader(ctx context.Context, a *App) (*audit.Reader, string, error) {

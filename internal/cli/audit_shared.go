@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 // it open for its whole life would lock `fluffy sandbox run` and
 // `fluffy audit append` out between sessions.
 type sharedAudit struct {
-	a    *App
-	idle time.Duration
+	open   func(ctx context.Context) (*audit.Log, error)
+	logger *slog.Logger
+	idle   time.Duration
 
 	mu    sync.Mutex
 	l     *audit.Log
@@ -23,7 +25,9 @@ type sharedAudit struct {
 }
 
 func newSharedAudit(a *App, idle time.Duration) *sharedAudit {
-	return &sharedAudit{a: a, idle: idle}
+	return &sharedAudit{open: func(ctx context.Context) (*audit.Log, error) {
+		return openAuditLogWait(ctx, a, 5*time.Second, true)
+	}, logger: a.Logger(), idle: idle}
 }
 
 // use runs fn with the open log, opening it if needed (waiting up to 5s
@@ -32,7 +36,7 @@ func (s *sharedAudit) use(ctx context.Context, fn func(*audit.Log) error) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.l == nil {
-		l, err := openAuditLogWait(ctx, s.a, 5*time.Second, true)
+		l, err := s.open(ctx)
 		if err != nil {
 			return err
 		}
@@ -52,7 +56,7 @@ func (s *sharedAudit) closeIdle() {
 	defer s.mu.Unlock()
 	if s.l != nil {
 		if err := s.l.Close(); err != nil {
-			s.a.Logger().Error("close the audit log", "err", err)
+			s.logger.Error("close the audit log", "err", err)
 		}
 		s.l = nil
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,11 +37,11 @@ type App struct {
 	// ExecObserver, when set, is told about every sandboxed execution
 	// (the audit log's exec.start / exec.end); optional.
 	ExecObserver sandbox.Observer
-	// HandOver, in the front build, replaces this process with
-	// fluffy-core, to which it passes the command line unchanged; Main
-	// calls it when a command returns ErrHandOver. It returns only on
-	// failure, with the exit status.
-	HandOver func() int
+	// Host, when set, is the long-lived process (the sandbox server) this
+	// command runs in: its sandbox runtime, which keeps sandboxes started
+	// ahead, and its open audit logs are shared by the commands it runs.
+	// Nil in a fluffy process of its own.
+	Host *SandboxHost
 
 	// Global flags.
 	sets       []string
@@ -74,11 +75,6 @@ const (
 	ExitUsage   = 2 // bad flags, arguments or configuration
 )
 
-// ErrHandOver says that this build does not do what the command line
-// asks and fluffy-core, the full build beside it, must (the front build
-// does only 'sandbox run' on the native runtime, and 'version').
-var ErrHandOver = errors.New("this needs fluffy-core")
-
 // errUsage marks errors that are the caller's input, not a failure: wrap
 // it (fmt.Errorf("%w: ...", errUsage)) to exit with ExitUsage.
 var errUsage = errors.New("usage")
@@ -93,11 +89,29 @@ func (a *App) Getenv(key string) (string, bool) {
 	return "", false
 }
 
+// abs makes a path from the command line absolute against the app's
+// working directory, which is not the process's in the sandbox server.
+func (a *App) abs(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(a.Cwd, p)
+}
+
+// tempDir is the directory for temporary files: $TMPDIR of the app's
+// environment, else the system's.
+func (a *App) tempDir() string {
+	if d, ok := a.Getenv("TMPDIR"); ok && filepath.IsAbs(d) {
+		return d
+	}
+	return os.TempDir()
+}
+
 // loadOptions returns the configuration sources for this invocation.
 func (a *App) loadOptions() config.Options {
 	flags := append([]string(nil), a.sets...)
 	if a.home != "" {
-		flags = append(flags, "home="+a.home)
+		flags = append(flags, "home="+a.abs(a.home))
 	}
 	if a.logLevel != "" {
 		flags = append(flags, "log.level="+a.logLevel)
@@ -105,7 +119,9 @@ func (a *App) loadOptions() config.Options {
 		flags = append(flags, "log.level=debug")
 	}
 	user := a.userConfig
-	if user == "" {
+	if user != "" {
+		user = a.abs(user)
+	} else {
 		user = config.UserFile(a.Getenv)
 	}
 	return config.Options{
@@ -168,9 +184,7 @@ func (a *App) Logger() *slog.Logger {
 }
 
 // NewRoot builds the command tree. Each subcommand lives in its own file
-// and is added by addCommands: every command in the full build
-// (commands_full.go), only 'sandbox run' and 'version' in the front build
-// (commands_front.go).
+// and is added by addCommands (commands.go).
 func NewRoot(a *App) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fluffy",
@@ -207,9 +221,6 @@ func Main(ctx context.Context, a *App, args []string) (code int) {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
-	}
-	if errors.Is(err, ErrHandOver) && a.HandOver != nil {
-		return a.HandOver()
 	}
 	if a.debug {
 		defer printErrorChain(a.Stderr, err)
@@ -258,29 +269,4 @@ func DefaultApp() (*App, error) {
 		return nil, fmt.Errorf("locate the fluffy binary: %w", err)
 	}
 	return &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Cwd: cwd, Self: self}, nil
-}
-
-// FrontRuns says whether the front build runs a command line itself:
-// 'sandbox run' and 'version', after global flags only. Everything else,
-// help included, goes to fluffy-core at once.
-func FrontRuns(args []string) bool {
-	var words []string
-	for i := 0; i < len(args) && len(words) < 2; i++ {
-		arg := args[i]
-		switch {
-		case arg == "--debug" || strings.HasPrefix(arg, "--debug="):
-		case arg == "--home" || arg == "--config" || arg == "--set" || arg == "--log-level":
-			i++ // the flag's value
-		case strings.HasPrefix(arg, "--home=") || strings.HasPrefix(arg, "--config=") ||
-			strings.HasPrefix(arg, "--set=") || strings.HasPrefix(arg, "--log-level="):
-		case strings.HasPrefix(arg, "-"):
-			return false
-		default:
-			words = append(words, arg)
-			if len(words) == 1 && arg == "version" {
-				return true
-			}
-		}
-	}
-	return len(words) == 2 && words[0] == "sandbox" && words[1] == "run"
 }

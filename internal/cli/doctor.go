@@ -1,5 +1,3 @@
-//go:build !fluffy_front
-
 package cli
 
 import (
@@ -110,20 +108,21 @@ func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
 	return c
 }
 
-// binariesCheck reports how fluffy is installed: the front build (fluffy)
-// beside the full build (fluffy-core) starts a sandboxed command without
-// initialising the whole program; a lone full build works, more slowly.
-// doctor itself always runs in the full build.
+// binariesCheck reports how fluffy is installed: the small client
+// (fluffy) beside the full build (fluffy-core) forwards a sandboxed command
+// to the sandbox server instead of starting the whole program; a lone
+// full build works, more slowly. doctor itself always runs in the full
+// build.
 func binariesCheck(self string) doctor.Check {
 	c := doctor.Check{Name: "fluffy binaries"}
 	dir := filepath.Dir(self)
 	front := filepath.Join(dir, "fluffy")
 	if filepath.Base(self) == "fluffy" || !fileExists(front) {
 		c.Status = doctor.Warn
-		c.Detail = self + " is the full build with no front build beside it: 'fluffy sandbox run' pays for starting all of fluffy (~20 ms)"
+		c.Detail = self + " is the full build with no small client beside it: 'fluffy sandbox run' pays for starting all of fluffy and a sandbox (~40 ms) instead of using the sandbox server (~5 ms)"
 		c.Fix = "make install (fluffy, fluffy-core and fluffy-sandbox-init side by side)"
 		return c
 	}
-	c.Status, c.Detail = doctor.OK, fmt.Sprintf("%s (front) and %s (full) in %s", "fluffy", filepath.Base(self), dir)
+	c.Status, c.Detail = doctor.OK, fmt.Sprintf("%s (client) and %s (full build, sandbox server) in %s", "fluffy", filepath.Base(self), dir)
 	return c
 }

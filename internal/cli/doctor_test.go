@@ -1,5 +1,3 @@
-//go:build !fluffy_front
-
 package cli
 
 import (
@@ -22,13 +20,13 @@ func TestBinariesCheck(t *testing.T) {
 	}
 	core := touch("fluffy-core")
 	if c := binariesCheck(core); c.Status != doctor.Warn || c.Fix == "" {
-		t.Errorf("fluffy-core without a front build: %+v", c)
+		t.Errorf("fluffy-core without the client: %+v", c)
 	}
 	lone := touch("fluffy")
 	if c := binariesCheck(lone); c.Status != doctor.Warn {
 		t.Errorf("a lone full build named fluffy: %+v", c)
 	}
 	if c := binariesCheck(core); c.Status != doctor.OK || !strings.Contains(c.Detail, dir) {
-		t.Errorf("fluffy-core with the front build beside it: %+v", c)
+		t.Errorf("fluffy-core with the client beside it: %+v", c)
 	}
 }

@@ -1,5 +1,3 @@
-//go:build !fluffy_front
-
 package cli
 
 import (
@@ -118,7 +116,7 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 		rec.next = auditRec
 	}
 	if logPath != "" {
-		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		f, err := os.OpenFile(a.abs(logPath), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --egress-log: %w", errUsage, err)
 		}
@@ -148,7 +146,7 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 	}
 	// The sandbox's user (host nobody for root callers) must reach the
 	// socket: the directory is traversable, not listable.
-	e.dir, err = os.MkdirTemp("", "fluffy-egress-")
+	e.dir, err = os.MkdirTemp(a.tempDir(), "fluffy-egress-")
 	if err == nil {
 		err = os.Chmod(e.dir, 0o711)
 	}

@@ -1,5 +1,3 @@
-//go:build !fluffy_front
-
 package cli
 
 import (

@@ -197,9 +197,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		if ws == "" {
 			ws = a.Cwd
 		}
-		if ws, err = filepath.Abs(ws); err != nil {
-			return fmt.Errorf("%w: --workspace: %w", errUsage, err)
-		}
+		ws = a.abs(ws)
 		spec.Workspace = ws
 		spec.Dir = ws
 		if a.Cwd == ws || strings.HasPrefix(a.Cwd, ws+"/") {
@@ -207,7 +205,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 		cs := f.changeset
 		if cs == "" {
-			dir, err := os.MkdirTemp("", "fluffy-changeset-")
+			dir, err := os.MkdirTemp(a.tempDir(), "fluffy-changeset-")
 			if err != nil {
 				return err
 			}
@@ -215,9 +213,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 			cs = filepath.Join(dir, "upper")
 			tempCS = cs
 		}
-		if spec.ChangeSet, err = filepath.Abs(cs); err != nil {
-			return fmt.Errorf("%w: --changeset: %w", errUsage, err)
-		}
+		spec.ChangeSet = a.abs(cs)
 	} else if f.workspace != "" || f.changeset != "" {
 		if !f.noWorkspace {
 			return fmt.Errorf("%w: template %s mounts no workspace; drop --workspace/--changeset", errUsage, tpl.Name)
@@ -263,7 +259,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	}
 	rt, release, err := newSandboxRuntime(cmd.Context(), a, runtime, tpl.Name, c.Image, f.allowDegraded || c.AllowDegraded, trace)
 	if err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, ErrHandOver) {
+		if errors.Is(err, errUsage) {
 			return err
 		}
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}

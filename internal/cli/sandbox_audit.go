@@ -21,14 +21,14 @@ import (
 // log, loading the key and the durable exec.start cost the run no time
 // unless they are slower than the sandbox's set-up.
 type auditRecorder struct {
-	open     func() (*audit.Log, error)
+	open     func() (auditSink, error)
 	template string
 	// closeAtEnd makes End close the log: the exec.end entry and the final
 	// checkpoint are written in one transaction (no egress can follow).
 	closeAtEnd bool
 
 	mu     sync.Mutex
-	log    *audit.Log
+	log    auditSink
 	err    error
 	closed bool
 }
@@ -39,13 +39,31 @@ var _ sandbox.Observer = (*auditRecorder)(nil)
 // the audit log when first needed, waiting a while for another fluffy
 // command that holds the writer's lock.
 func openSandboxAudit(ctx context.Context, a *App, template string) *auditRecorder {
-	return &auditRecorder{template: template, open: func() (*audit.Log, error) {
-		return openAuditLogWait(ctx, a, 5*time.Second, true)
+	if a.Host != nil {
+		return &auditRecorder{template: template, open: func() (auditSink, error) {
+			return a.Host.auditLog(ctx, a)
+		}}
+	}
+	return &auditRecorder{template: template, open: func() (auditSink, error) {
+		l, err := openAuditLogWait(ctx, a, 5*time.Second, true)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return l, nil
 	}}
 }
 
+// auditSink is where a recorder's entries go: the log itself, opened by
+// this command and closed at its end, or the sandbox server's shared log,
+// which Close only flushes.
+type auditSink interface {
+	Append(ctx context.Context, e audit.Entry) (uint64, error)
+	Flush(ctx context.Context) error
+	Close() error
+}
+
 // get opens the log once; the error, if any, is kept.
-func (r *auditRecorder) get() (*audit.Log, error) {
+func (r *auditRecorder) get() (auditSink, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.log == nil && r.err == nil {

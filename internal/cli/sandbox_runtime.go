@@ -10,12 +10,19 @@ import (
 )
 
 // newSandboxRuntime returns the backend named by runtime (sandbox.runtime
-// or --runtime) and a function releasing it. The native backend is here,
-// in both builds; the others come from otherSandboxRuntime, which the
-// front build hands over to fluffy-core.
+// or --runtime) and a function releasing it: the native backend (the
+// sandbox server's shared one, when this command runs in the server and
+// is not traced), or a container engine (otherSandboxRuntime).
 func newSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
 	switch runtime {
 	case "", "native":
+		if a.Host != nil && trace == nil {
+			rt, err := a.Host.runtime(allowDegraded)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rt, func() {}, nil
+		}
 		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: allowDegraded, Logger: a.Logger(), Trace: trace})
 		if err != nil {
 			return nil, nil, err

@@ -146,6 +146,12 @@ type Sandbox struct {
 	TmpSize units.Size `yaml:"tmp_size"`
 	// OutputLimit caps captured stdout and stderr, each.
 	OutputLimit units.Size `yaml:"output_limit"`
+	// Server: auto forwards 'fluffy sandbox run' to the per-user sandbox
+	// server, started on first use (docs/sandbox-server.md); off runs each
+	// command in its own fluffy-core process. The small fluffy binary
+	// reads the environment variable (FLUFFY_SANDBOX_SERVER=off) before
+	// anything else; the server honours the key from the files.
+	Server string `yaml:"server" enum:"auto,off" scope:"user"`
 }
 
 // Audit configures the tamper-evident audit log.
@@ -293,6 +299,7 @@ func Default(env Env) Config {
 			Pids:        512,
 			TmpSize:     256 << 20,
 			OutputLimit: 1 << 20,
+			Server:      "auto",
 		},
 		Audit: Audit{
 			FlushEntries:    100,

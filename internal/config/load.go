@@ -1,8 +1,6 @@
 package config
 
 import (
-	"github.com/fluffy-agent/fluffy/internal/spell"
-
 	"bytes"
 	"encoding"
 	"errors"
@@ -12,12 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fluffy-agent/fluffy/internal/spell"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -110,7 +111,7 @@ type Loaded struct {
 // loaded one: on error the *Loaded is nil.
 func Load(opts Options) (*Loaded, error) {
 	l := &Loaded{Config: Default(opts.Env), Origins: map[string]Origin{}}
-	for _, k := range Keys() {
+	for _, k := range allKeys() {
 		l.Origins[k.Name] = Origin{Layer: LayerDefault}
 	}
 	target := reflect.ValueOf(&l.Config).Elem()
@@ -169,11 +170,27 @@ type Key struct {
 
 // Keys lists every configuration key, sorted by name.
 func Keys() []Key {
+	return slices.Clone(allKeys())
+}
+
+// allKeys is Keys, walked once per process: the keys are a function of
+// the Config type alone, and the sandbox server loads a configuration per
+// command (the walk was half of that). Callers must not modify it.
+var allKeys = sync.OnceValue(func() []Key {
 	var keys []Key
 	walkKeys(reflect.TypeOf(Config{}), "", nil, &keys)
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Name < keys[j].Name })
 	return keys
-}
+})
+
+// keysByEnv indexes allKeys by environment variable, once.
+var keysByEnv = sync.OnceValue(func() map[string]Key {
+	m := map[string]Key{}
+	for _, k := range allKeys() {
+		m[k.Env] = k
+	}
+	return m
+})
 
 var textUnmarshaler = reflect.TypeOf((*encoding.TextUnmarshaler)(nil)).Elem()
 
@@ -261,7 +278,7 @@ func expected(t reflect.Type) string {
 
 func keyByName() map[string]Key {
 	m := map[string]Key{}
-	for _, k := range Keys() {
+	for _, k := range allKeys() {
 		m[k.Name] = k
 	}
 	return m
@@ -464,7 +481,7 @@ func applyEnv(target reflect.Value, origins map[string]Origin, env Env) []error 
 		return nil
 	}
 	var errs []error
-	for _, k := range Keys() {
+	for _, k := range allKeys() {
 		// An empty variable counts as unset, as shells make "unset" hard
 		// to express inline (FLUFFY_X= cmd).
 		s, ok := env(k.Env)
@@ -484,10 +501,7 @@ func applyEnv(target reflect.Value, origins map[string]Origin, env Env) []error 
 // with a suggestion. A typo in a variable would otherwise be silently
 // ignored.
 func UnknownEnv(environ []string) []error {
-	byEnv := map[string]Key{}
-	for _, k := range Keys() {
-		byEnv[k.Env] = k
-	}
+	byEnv := keysByEnv()
 	var errs []error
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
@@ -535,7 +549,7 @@ func applyFlag(target reflect.Value, origins map[string]Origin, kv string) []err
 // that supplied the bad value.
 func validate(target reflect.Value, origins map[string]Origin) []error {
 	var errs []error
-	for _, k := range Keys() {
+	for _, k := range allKeys() {
 		v := target.FieldByIndex(k.index)
 		if len(k.Enum) > 0 {
 			s := v.String()

@@ -1,18 +1,15 @@
-//go:build !fluffy_front
-
 package cli
 
 import "github.com/spf13/cobra"
 
-// addCommands adds every command: this is the full build (fluffy-core,
-// or a plain 'go build ./cmd/fluffy').
+// addCommands adds every command.
 func addCommands(a *App, root *cobra.Command) {
 	root.AddCommand(
 		newVersionCmd(a),
 		newConfigCmd(a),
 		newModelsCmd(a),
 		newDoctorCmd(a),
-		newSandboxCmd(a, newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a)),
+		newSandboxCmd(a, newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a), newSandboxServeCmd(a)),
 		newTDDCmd(a),
 		newKernelCmd(a), newStatusCmd(a),
 		newPolicyCmd(a),

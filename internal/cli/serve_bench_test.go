@@ -1,0 +1,25 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// BenchmarkServeSetup is the sandbox server's own cost of one forwarded
+// command before any sandbox: the command tree, the configuration and the
+// flags (a template that does not exist stops it right there).
+func BenchmarkServeSetup(b *testing.B) {
+	dir := b.TempDir()
+	env := []string{"HOME=" + dir, "FLUFFY_HOME=" + dir + "/data", "XDG_CONFIG_HOME=" + dir + "/config"}
+	host := NewSandboxHost(SandboxHostOptions{Self: "/nonexistent"})
+	defer host.Close()
+	for b.Loop() {
+		var stderr strings.Builder
+		a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: env, Cwd: dir, Self: "/nonexistent", Host: host}
+		if code := Main(context.Background(), a, []string{"sandbox", "run", "--template", "nope", "--", "/bin/true"}); code != ExitUsage {
+			b.Fatalf("exit %d: %s", code, stderr.String())
+		}
+	}
+}
