@@ -135,8 +135,6 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("sandboxd: protocol version %d, this side speaks %d", e.Got, e.Want)
 }
 
-var errShort = errors.New("short")
-
 func forwardedSignal(s syscall.Signal) bool {
 	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP
 }
@@ -323,19 +321,19 @@ func decodeRequest(b []byte) (Request, error) {
 	}
 	u32 := func() (int, error) {
 		if len(b) < 4 {
-			return 0, errShort
+			return 0, errors.New("missing")
 		}
 		v := binary.BigEndian.Uint32(b)
 		b = b[4:]
 		if uint64(v) > uint64(len(b)) {
-			return 0, errShort
+			return 0, fmt.Errorf("%d exceeds the %d bytes left", v, len(b))
 		}
 		return int(v), nil
 	}
 	str := func() (string, error) {
 		n, err := u32()
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("length %w", err)
 		}
 		s := b[:n]
 		b = b[n:]
