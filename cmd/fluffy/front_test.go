@@ -208,6 +208,26 @@ func TestFrontBinary(t *testing.T) {
 	if out, errOut, code := fluffyIn(ws, "", []string{"FLUFFY_SANDBOX_SERVER=off"}, "sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo off; exit 5"); code != 5 || out != "off\n" {
 		t.Errorf("sandbox run with the server off: exit %d, %q %q", code, out, errOut)
 	}
+	// 'sandbox server' shows and stops it; the next command starts another.
+	if out, errOut, code := fluffy("sandbox", "server", "status"); code != 0 || !strings.Contains(out, "running: pid "+strconv.Itoa(pids[0])) || !strings.Contains(out, sock) {
+		t.Errorf("sandbox server status: exit %d, %q %q (want pid %d, socket %s)", code, out, errOut, pids[0], sock)
+	}
+	if out, errOut, code := fluffy("sandbox", "server", "stop"); code != 0 || out != "stopped (pid "+strconv.Itoa(pids[0])+")\n" {
+		t.Errorf("sandbox server stop: exit %d, %q %q", code, out, errOut)
+	}
+	if left := serverPids(t, sock); len(left) != 0 {
+		t.Errorf("servers after stop: %v", left)
+	}
+	if out, _, code := fluffy("sandbox", "server", "status"); code != 0 || !strings.HasPrefix(out, "not running") {
+		t.Errorf("sandbox server status after stop: exit %d, %q", code, out)
+	}
+	if out, errOut, code := fluffy("sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo again"); code != 0 || out != "again\n" {
+		t.Errorf("sandbox run after stop: exit %d, %q %q", code, out, errOut)
+	}
+	pids = serverPids(t, sock)
+	if len(pids) != 1 {
+		t.Fatalf("servers after a restart: %v, want one", pids)
+	}
 	// A server killed outright is replaced by the next command.
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

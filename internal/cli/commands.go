@@ -9,7 +9,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newConfigCmd(a),
 		newModelsCmd(a),
 		newDoctorCmd(a),
-		newSandboxCmd(a, newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a), newSandboxServeCmd(a)),
+		newSandboxCmd(a, newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a), newSandboxServeCmd(a), newSandboxServerCmd(a)),
 		newTDDCmd(a),
 		newKernelCmd(a), newStatusCmd(a),
 		newPolicyCmd(a),

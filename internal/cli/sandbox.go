@@ -41,7 +41,9 @@ workspace mounted as an overlay whose writes land in a change set; no
 capabilities, no_new_privs, landlock, seccomp, rlimits and a cgroup.
 
 'fluffy sandbox run' runs one command that way; 'fluffy sandbox diff' shows
-what it wrote. See docs/sandbox.md.`,
+what it wrote. See docs/sandbox.md. 'fluffy sandbox run' goes to your
+sandbox server, which fluffy starts on first use ('fluffy sandbox server'
+shows and stops it; docs/sandbox-server.md).`,
 	}
 	cmd.AddCommand(newSandboxRunCmd(a))
 	cmd.AddCommand(subs...)

@@ -89,3 +89,69 @@ func serveCall(ctx context.Context, self string, host *SandboxHost, c *sandboxd.
 	app.loaded, app.logger = nil, nil // loaded again with the global flags
 	return sandboxd.Reply{Code: Main(ctx, app, c.Args)}
 }
+
+// newSandboxServerCmd shows and stops the sandbox server of this fluffy
+// installation (the one the fluffy binary beside this fluffy-core uses).
+func newSandboxServerCmd(a *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Show or stop your sandbox server",
+		Long: `'fluffy sandbox run' is forwarded to a per-user sandbox server, which the
+small fluffy binary starts on first use and which exits after 10 idle
+minutes (docs/sandbox-server.md). FLUFFY_SANDBOX_SERVER=off, or the user
+configuration key sandbox.server: off, runs every command in a process of
+its own instead.`,
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Say whether your sandbox server runs, with its pid, socket and log",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := serverStatus(a)
+			if err != nil {
+				return err
+			}
+			if !st.Running() {
+				fmt.Fprintf(a.Stdout, "not running (socket %s)\n", st.Socket)
+				return nil
+			}
+			fmt.Fprintf(a.Stdout, "running: pid %d\nsocket %s\nlog %s\n", st.PID, st.Socket, st.Log)
+			return nil
+		},
+	}
+	stop := &cobra.Command{
+		Use:   "stop",
+		Short: "Stop your sandbox server (commands under way finish first); the next 'fluffy sandbox run' starts a new one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sock, err := sandboxd.SocketPath(a.Self)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			st, err := sandboxd.Stop(ctx, sock)
+			if err != nil {
+				return err
+			}
+			if st.Running() {
+				fmt.Fprintf(a.Stdout, "stopped (pid %d)\n", st.PID)
+			} else {
+				fmt.Fprintln(a.Stdout, "not running")
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(status, stop)
+	return cmd
+}
+
+// serverStatus finds the sandbox server this installation's fluffy uses:
+// the one of fluffy-core, which is this binary when it was handed over.
+func serverStatus(a *App) (sandboxd.ServerStatus, error) {
+	sock, err := sandboxd.SocketPath(a.Self)
+	if err != nil {
+		return sandboxd.ServerStatus{}, err
+	}
+	return sandboxd.Status(sock)
+}
