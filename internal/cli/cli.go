@@ -43,6 +43,12 @@ type App struct {
 	// Nil in a fluffy process of its own.
 	Host *SandboxHost
 
+	// early, in the sandbox server, answers the caller with an exit
+	// status before the command has finished its clean-up (replyEarly).
+	early       func(code int)
+	replied     bool
+	repliedCode int
+
 	// Global flags.
 	sets       []string
 	home       string
@@ -219,6 +225,31 @@ func Main(ctx context.Context, a *App, args []string) (code int) {
 	root := NewRoot(a)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if a.replied {
+		// The exit status went out early (replyEarly); nothing more
+		// reaches the caller.
+		return a.repliedCode
+	}
+	return a.exitStatus(err)
+}
+
+// replyEarly gives the caller the exit status of err now, when the
+// command runs in the sandbox server (App.early), before the command's
+// own clean-up ends; Main then returns that status and prints nothing
+// more. Elsewhere it does nothing: Main reports err when the command
+// returns it.
+func (a *App) replyEarly(err error) {
+	if a.early == nil || a.replied {
+		return
+	}
+	a.repliedCode = a.exitStatus(err)
+	a.replied = true
+	a.early(a.repliedCode)
+}
+
+// exitStatus prints err (what failed, why, what to do) and returns the
+// exit status it means.
+func (a *App) exitStatus(err error) (code int) {
 	if err == nil {
 		return ExitOK
 	}

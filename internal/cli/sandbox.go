@@ -267,8 +267,35 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 	}
 	defer release()
-	run := sandbox.Observe(rt, observer)
-	res, err := run.Run(cmd.Context(), spec)
+	if a.early == nil || a.Host == nil {
+		res, err := sandbox.Observe(rt, observer).Run(cmd.Context(), spec)
+		return sandboxOutcome(cmd.Context(), a, f, spec, tempCS, res, err)
+	}
+	// In the sandbox server: the client is answered as soon as the
+	// outcome is recorded; the sandbox is torn down after (Run returns
+	// then, and the deferred clean-up runs).
+	type outcome struct {
+		res sandbox.Result
+		err error
+	}
+	reported, final := make(chan outcome, 1), make(chan outcome, 1)
+	run := sandbox.ObserveReported(rt, observer, func(res sandbox.Result, err error) { reported <- outcome{res, err} })
+	go func() {
+		res, err := run.Run(cmd.Context(), spec)
+		final <- outcome{res, err}
+	}()
+	o := <-reported
+	exitErr := sandboxOutcome(cmd.Context(), a, f, spec, tempCS, o.res, o.err)
+	a.replyEarly(exitErr)
+	if fin := <-final; fin.err != nil && o.err == nil {
+		a.Host.logger.Warn("sandbox: after the reply", "err", fin.err) // the caller is gone
+	}
+	return exitErr
+}
+
+// sandboxOutcome says what a run's result means to the user: warnings and
+// notes on stderr, and the error that gives the exit status.
+func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbox.Spec, tempCS string, res sandbox.Result, err error) error {
 	for _, w := range res.Warnings {
 		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {
 			fmt.Fprintln(a.Stderr, "fluffy: sandbox:", w)
@@ -285,7 +312,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 	}
 	if tempCS != "" {
-		if ch, err := upperChanges(cmd.Context(), spec.Workspace, tempCS); err == nil && len(ch) > 0 {
+		if ch, err := upperChanges(ctx, spec.Workspace, tempCS); err == nil && len(ch) > 0 {
 			fmt.Fprintf(a.Stderr, "fluffy: sandbox: %d change(s) to the workspace were discarded; pass --changeset DIR to keep them\n", len(ch))
 		}
 	}

@@ -80,7 +80,8 @@ func serveCall(ctx context.Context, self string, host *SandboxHost, c *sandboxd.
 		// Only 'sandbox run' is served; the client runs anything else itself.
 		return sandboxd.Reply{HandOver: true}
 	}
-	app := &App{Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, Environ: c.Environ, Cwd: c.Cwd, Self: self, Host: host}
+	app := &App{Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, Environ: c.Environ, Cwd: c.Cwd, Self: self, Host: host,
+		early: func(code int) { c.Reply(sandboxd.Reply{Code: code}) }}
 	if l, err := app.Config(); err == nil && l.Config.Sandbox.Server == "off" {
 		// The caller's configuration turns the server off (only the files
 		// and the environment count: Main applies the global flags).

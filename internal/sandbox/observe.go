@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"sync"
 )
 
 // Observer is told about every execution (the audit log's exec.start and
@@ -45,12 +46,39 @@ func Observe(rt Runtime, o Observer) Runtime {
 	return observed{rt: rt, o: o}
 }
 
+// ObserveReported is Observe that also hands the outcome to reported as
+// soon as it is final and recorded: with an EarlyRunner once o.End has
+// returned, while the sandbox is still being torn down; otherwise just
+// before Run returns. reported is called once per Run, with what Run will
+// return (when early: the result without the output's bytes, and without
+// an error of the teardown alone, which only Run returns). The sandbox
+// server answers its client from it; Run still returns only once the
+// sandbox is gone.
+func ObserveReported(rt Runtime, o Observer, reported func(Result, error)) Runtime {
+	return observed{rt: rt, o: o, reported: reported}
+}
+
 type observed struct {
-	rt Runtime
-	o  Observer
+	rt       Runtime
+	o        Observer
+	reported func(Result, error)
 }
 
 func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
+	if x.reported == nil {
+		return x.run(ctx, spec, nil)
+	}
+	var once sync.Once
+	report := func(res Result, err error) { once.Do(func() { x.reported(res, err) }) }
+	res, err := x.run(ctx, spec, report)
+	report(res, err)
+	return res, err
+}
+
+func (x observed) run(ctx context.Context, spec Spec, report func(Result, error)) (Result, error) {
+	if x.o == nil {
+		return x.rt.Run(ctx, spec)
+	}
 	gr, ok := x.rt.(GatedRunner)
 	if !ok {
 		if err := x.o.Start(ctx, spec); err != nil {
@@ -74,7 +102,13 @@ func (x observed) Run(ctx context.Context, spec Spec) (Result, error) {
 	if er, ok := x.rt.(EarlyRunner); ok {
 		res, err = er.RunEarly(ctx, spec, gate, func(early Result) {
 			ended = make(chan error, 1)
-			go func() { ended <- x.o.End(ctx, spec, early, nil) }()
+			go func() {
+				err := x.o.End(ctx, spec, early, nil)
+				if report != nil {
+					report(early, endFailed(nil, err))
+				}
+				ended <- err
+			}()
 		})
 	} else {
 		res, err = gr.RunGated(ctx, spec, gate)

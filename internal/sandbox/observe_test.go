@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,6 +169,81 @@ func TestObserveEarly(t *testing.T) {
 			}
 			if len(o.got) != 1 || o.got[0].ExitCode != 4 || len(o.got[0].Hit) != 1 || res.ExitCode != 4 {
 				t.Errorf("End got %+v, run returned %+v", o.got, res)
+			}
+		})
+	}
+}
+
+// reportFake hands its result over early and then waits, as its
+// teardown, for the outcome to have been reported.
+type reportFake struct {
+	gatedFake
+	reportedCh chan struct{}
+}
+
+func (r reportFake) RunEarly(ctx context.Context, spec Spec, gate func() error, early func(Result)) (Result, error) {
+	if err := gate(); err != nil {
+		return Result{}, err
+	}
+	early(Result{ExitCode: 5})
+	select {
+	case <-r.reportedCh:
+		return Result{ExitCode: 5}, nil
+	case <-time.After(10 * time.Second):
+		return Result{}, errors.New("the outcome was not reported during the teardown")
+	}
+}
+
+func TestObserveReported(t *testing.T) {
+	boom := errors.New("disk full")
+	t.Run("early, during the teardown", func(t *testing.T) {
+		o := &earlyObserver{called: make(chan struct{})}
+		rt := reportFake{gatedFake: gatedFake{&fakeRuntime{}}, reportedCh: make(chan struct{})}
+		var calls atomic.Int32
+		res, err := ObserveReported(rt, o, func(res Result, err error) {
+			if calls.Add(1) == 1 {
+				if res.ExitCode != 5 || err != nil {
+					t.Errorf("reported %+v, %v", res, err)
+				}
+				if len(o.got) != 1 {
+					t.Error("reported before End was recorded")
+				}
+				close(rt.reportedCh)
+			}
+		}).Run(context.Background(), Spec{Argv: []string{"x"}})
+		if err != nil || res.ExitCode != 5 || calls.Load() != 1 {
+			t.Fatalf("Run = %+v, %v; reported %d times", res, err, calls.Load())
+		}
+	})
+	t.Run("End fails", func(t *testing.T) {
+		o := &earlyObserver{called: make(chan struct{}), endErr: boom}
+		rt := reportFake{gatedFake: gatedFake{&fakeRuntime{}}, reportedCh: make(chan struct{})}
+		var got error
+		_, err := ObserveReported(rt, o, func(_ Result, err error) { got = err; close(rt.reportedCh) }).Run(context.Background(), Spec{Argv: []string{"x"}})
+		if got == nil || err == nil || !strings.Contains(got.Error(), "disk full") {
+			t.Fatalf("reported %v, Run returned %v: want End's failure in both", got, err)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		rt   Runtime
+		o    *fakeObserver
+		want string
+	}{
+		{"not early: at the end", gatedFake{&fakeRuntime{}}, &fakeObserver{}, ""},
+		{"refused", gatedFake{&fakeRuntime{}}, &fakeObserver{startErr: boom}, "refused"},
+		{"setup fails", gatedFake{&fakeRuntime{setupErr: boom}}, &fakeObserver{}, "disk full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.rt = tc.rt.(gatedFake).fakeRuntime
+			var calls int
+			var got error
+			_, err := ObserveReported(tc.rt, tc.o, func(_ Result, err error) { calls++; got = err }).Run(context.Background(), Spec{Argv: []string{"x"}})
+			if calls != 1 || fmt.Sprint(got) != fmt.Sprint(err) {
+				t.Fatalf("reported %d times (%v); Run returned %v", calls, got, err)
+			}
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("err %v, want %q", err, tc.want)
 			}
 		})
 	}

@@ -627,3 +627,40 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestEarlyReply: a handler that replies before it returns releases the
+// client at once; its clean-up still runs to the end, its context is not
+// cancelled by the client leaving, and its return value is ignored.
+func TestEarlyReply(t *testing.T) {
+	release := make(chan struct{})
+	finished := make(chan error, 1)
+	ts := startTestServer(t, func(ctx context.Context, c *Incoming) Reply {
+		c.Stdout.WriteString("before\n")
+		c.Reply(Reply{Code: 7})
+		c.Reply(Reply{Code: 8}) // later calls do nothing
+		<-release               // the clean-up, after the client left
+		if _, err := c.Stdout.WriteString("after\n"); err == nil {
+			finished <- errors.New("stdout still open after the early reply")
+			return Reply{Code: 9}
+		}
+		finished <- context.Cause(ctx)
+		return Reply{Code: 9}
+	}, ServerOptions{})
+	s := newStdio(t, nil)
+	got, err := call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"x"}}, s.io(nil))
+	if err != nil || got != (Reply{Code: 7}) {
+		t.Fatalf("reply %+v, %v; want code 7 before the handler returned", got, err)
+	}
+	close(release)
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Errorf("after the early reply: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler did not finish")
+	}
+	if out := readFile(t, s.out); out != "before\n" {
+		t.Errorf("stdout %q, want only what came before the reply", out)
+	}
+}

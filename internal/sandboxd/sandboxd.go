@@ -78,6 +78,23 @@ type Incoming struct {
 	// while it is full (the call's context is cancelled by the first one
 	// anyway).
 	Signals <-chan syscall.Signal
+
+	// early sends the reply before the handler returns (Incoming.Reply);
+	// nil outside a server.
+	early func(Reply)
+}
+
+// Reply sends r to the client now, before the handler returns: the client
+// exits with it while the handler finishes its own clean-up (the sandbox
+// server replies once the command's status is recorded, and tears the
+// sandbox down after). From then on the handler must not use Stdin,
+// Stdout or Stderr, which are closed, and the client's departure no longer
+// cancels ctx. The handler's return value is then ignored; later calls do
+// nothing.
+func (c *Incoming) Reply(r Reply) {
+	if c.early != nil {
+		c.early(r)
+	}
 }
 
 // Reply ends a call: the client exits with Code, or, with HandOver, runs the

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -356,25 +357,43 @@ func (s *server) serveConn(c *conn) {
 		log.Info("client gone before its call started", "err", err)
 		return
 	}
+	// replied: the reply went out (maybe early, Incoming.Reply): the
+	// client's departure no longer cancels the call.
+	var replied atomic.Bool
 	var reader sync.WaitGroup
-	reader.Go(func() { s.readCall(c, log, in, sigs, cancel) })
+	reader.Go(func() { s.readCall(c, log, in, sigs, cancel, &replied) })
 	defer reader.Wait()
 	defer c.Close() // stops the reader (after the reply was sent)
 
 	start := time.Now()
-	reply, ok := s.run(ctx, log, &Incoming{Request: req, Stdin: in, Stdout: stdout, Stderr: stderr, Signals: sigs})
+	var once sync.Once
+	sendReply := func(reply Reply) {
+		once.Do(func() {
+			replied.Store(true)
+			code := reply.Code
+			if code < math.MinInt32 || code > math.MaxInt32 {
+				log.Warn("exit code out of range, replying 1", "code", code)
+				code = 1
+			}
+			if err := c.sendFrame(frame{Type: frameReply, Code: int32(code), HandOver: reply.HandOver}); err != nil {
+				log.Info("reply not delivered", "err", err)
+			}
+			log.Debug("call answered", "code", code, "handover", reply.HandOver, "took", time.Since(start), "cause", context.Cause(ctx))
+		})
+	}
+	early := func(reply Reply) {
+		sendReply(reply)
+		// The client is gone or going: nothing more reaches it.
+		in.end(io.ErrClosedPipe)
+		stdout.Close()
+		stderr.Close()
+	}
+	reply, ok := s.run(ctx, log, &Incoming{Request: req, Stdin: in, Stdout: stdout, Stderr: stderr, Signals: sigs, early: early})
 	if !ok {
-		return // the client reports a call ended without a reply
+		return // the client reports a call ended without a reply (unless it had one)
 	}
-	code := reply.Code
-	if code < math.MinInt32 || code > math.MaxInt32 {
-		log.Warn("exit code out of range, replying 1", "code", code)
-		code = 1
-	}
-	if err := c.sendFrame(frame{Type: frameReply, Code: int32(code), HandOver: reply.HandOver}); err != nil {
-		log.Info("reply not delivered", "err", err)
-	}
-	log.Debug("call served", "code", code, "handover", reply.HandOver, "took", time.Since(start), "cause", context.Cause(ctx))
+	sendReply(reply)
+	log.Debug("call served", "took", time.Since(start))
 }
 
 // run calls the handler; a panic is logged and reported as no reply.
@@ -391,10 +410,13 @@ func (s *server) run(ctx context.Context, log *slog.Logger, c *Incoming) (r Repl
 // readCall reads the client's frames during a call until the connection
 // ends: stdin data into in, signals into sigs and as the context's cause.
 // A client that breaks the protocol is treated as gone.
-func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- syscall.Signal, cancel context.CancelCauseFunc) {
+func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- syscall.Signal, cancel context.CancelCauseFunc, replied *atomic.Bool) {
 	buf := make([]byte, MaxFrame+1)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	gone := func(why string, err error) {
+		if replied.Load() {
+			return // answered early: the client was expected to leave
+		}
 		if why != "" {
 			log.Warn(why, "err", err)
 		}
