@@ -16,6 +16,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -48,6 +49,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 						return auditCheck(ctx, l.Config.Home, int64(l.Config.Audit.WarnSize))
 					},
 					func(context.Context) doctor.Check { return binariesCheck(a.Self) },
+					func(context.Context) doctor.Check { return serverCheck(a) },
 				},
 			})
 			if asJSON {
@@ -124,5 +126,36 @@ func binariesCheck(self string) doctor.Check {
 		return c
 	}
 	c.Status, c.Detail = doctor.OK, fmt.Sprintf("%s (client) and %s (full build, sandbox server) in %s", "fluffy", filepath.Base(self), dir)
+	return c
+}
+
+// serverCheck reports the sandbox server of this installation: whether its
+// socket directory is safe to use, and whether a server runs.
+func serverCheck(a *App) doctor.Check {
+	c := doctor.Check{Name: "sandbox server"}
+	if v, _ := a.Getenv("FLUFFY_SANDBOX_SERVER"); v == "off" {
+		c.Status, c.Detail = doctor.OK, "off (FLUFFY_SANDBOX_SERVER=off): each 'fluffy sandbox run' runs in its own fluffy-core process"
+		return c
+	}
+	if l, err := a.Config(); err == nil && l.Config.Sandbox.Server == "off" {
+		c.Status, c.Detail = doctor.OK, "off (sandbox.server: off): each 'fluffy sandbox run' runs in its own fluffy-core process"
+		return c
+	}
+	st, err := serverStatus(a)
+	if err != nil {
+		c.Status, c.Detail = doctor.Fail, err.Error()
+		c.Fix = "fix the directory as the message says; until then 'fluffy sandbox run' runs without the server (slower)"
+		var de *sandboxd.DirError
+		if errors.As(err, &de) && de.Fix != "" {
+			c.Fix = de.Fix
+		}
+		return c
+	}
+	c.Status = doctor.OK
+	if st.Running() {
+		c.Detail = fmt.Sprintf("running (pid %d), socket %s, log %s", st.PID, st.Socket, st.Log)
+	} else {
+		c.Detail = "not running; the next 'fluffy sandbox run' starts it (socket " + st.Socket + ")"
+	}
 	return c
 }
