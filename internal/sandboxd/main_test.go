@@ -108,7 +108,7 @@ func clientMain(args []string) int {
 
 // rawMain connects without the client's own checks, sends a well-formed
 // request ["exit", "0"] and prints the type of the first frame it gets,
-// or "eof".
+// or "closed" when the server closed the connection.
 func rawMain(args []string) int {
 	c, err := connect(args[0], time.Now().Add(time.Second))
 	if err != nil {
@@ -122,8 +122,8 @@ func rawMain(args []string) int {
 	}
 	f, err := recvFrame(c, make([]byte, MaxFrame+1))
 	switch {
-	case errors.Is(err, io.EOF):
-		fmt.Println("eof")
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		fmt.Println("closed")
 	case err != nil:
 		fmt.Println("recv:", err)
 	default:
