@@ -307,10 +307,17 @@ func TestHungServer(t *testing.T) {
 	if again := serverPID(t, sock); again != pid {
 		t.Fatalf("server %d replaced by %d", pid, again)
 	}
-	// The server, woken, read the request and could not say "started".
+	// The server, woken, read the request and gave up on it: the client
+	// is gone (it cannot say "started", or cannot even check the client).
 	waitFor(t, "the server's giving up on the call", func() bool {
 		b, _ := os.ReadFile(sock + ".log")
-		return strings.Contains(string(b), "client gone before its call started")
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, "client_pid="+strconv.Itoa(cmd.Process.Pid)+" ") &&
+				(strings.Contains(line, "client gone before its call started") || strings.Contains(line, "request refused")) {
+				return true
+			}
+		}
+		return false
 	})
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the server ran the command its client had given up on")
@@ -443,4 +450,67 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestPeerIdentity: a client of the same uid that confined itself (or
+// differs otherwise) is not served by a server without that confinement:
+// the server refuses it and the client runs the command itself
+// (ErrUnavailable). A user namespace passes the uid check alone (its
+// root maps to our uid), which is why the identity is compared.
+func TestPeerIdentity(t *testing.T) {
+	ran := make(chan []string, 10)
+	ts := startTestServer(t, func(_ context.Context, c *Incoming) Reply { ran <- c.Args; return Reply{Code: 3} }, ServerOptions{})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	umask := "077"
+	if old := syscall.Umask(0o22); old == 0o77 {
+		umask = "027"
+	} else {
+		syscall.Umask(old)
+	}
+	root := os.Geteuid() == 0
+	for _, tc := range []struct {
+		name string
+		wrap []string
+		root bool
+		want string // "" for served
+	}{
+		{"same identity", nil, false, ""},
+		{"umask", []string{"/bin/sh", "-c", "umask " + umask + "; exec \"$0\" \"$@\""}, false, "umask"},
+		{"no_new_privs", []string{"setpriv", "--nnp"}, false, "no_new_privs"},
+		{"user namespace", []string{"unshare", "--user", "--map-current-user"}, false, "user namespace"},
+		{"mount namespace", []string{"unshare", "--mount"}, true, "mnt namespace"},
+		{"network namespace", []string{"unshare", "--net"}, true, "net namespace"},
+		{"capabilities", []string{"setpriv", "--bounding-set", "-all"}, true, "capability bounding set"},
+		{"groups", []string{"setpriv", "--groups", "1,2"}, true, "supplementary groups"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && !root {
+				t.Skip("needs root")
+			}
+			argv := append(append(tc.wrap, self, modeClient, ts.sock, "3s", "1m", "--"), "x")
+			cmd := exec.Command(argv[0], argv[1:]...)
+			r := runCmd(t, cmd)
+			if tc.want == "" {
+				if r.code != 3 {
+					t.Fatalf("client: %+v, want served (3)", r)
+				}
+				<-ran
+				return
+			}
+			if r.code == 1 && strings.Contains(r.errOut, "unshare") {
+				t.Skipf("%s: %s", tc.wrap, r.errOut)
+			}
+			if r.code != exitUnavailable || !strings.Contains(r.errOut, "the client differs from the server in: ") || !strings.Contains(r.errOut, tc.want) {
+				t.Errorf("client: %+v, want ErrUnavailable naming %s", r, tc.want)
+			}
+			select {
+			case args := <-ran:
+				t.Errorf("the handler ran %q", args)
+			default:
+			}
+		})
+	}
 }

@@ -83,6 +83,10 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	}
 	log = log.With("socket", opts.Socket)
 
+	id, err := readIdentity("/proc/self")
+	if err != nil {
+		return err
+	}
 	lock, err := takeLock(opts.Socket + ".lock")
 	if err != nil {
 		return err
@@ -109,7 +113,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 
 	callBase, cancelCalls := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelCalls(ErrShutdown)
-	s := &server{uid: os.Geteuid(), log: log, h: h, base: callBase}
+	s := &server{uid: os.Geteuid(), id: id, log: log, h: h, base: callBase}
 	s.idle = newIdler(opts.Idle)
 	stopped := make(chan string, 1)
 	go func() {
@@ -309,6 +313,7 @@ func (i *idler) stop() {
 
 type server struct {
 	uid   int
+	id    identity // a client must have the same
 	log   *slog.Logger
 	h     Handler
 	base  context.Context // calls' parent: cancelled after the grace period
@@ -336,6 +341,12 @@ func (s *server) serveConn(c *conn) {
 		closeFDs(fds)
 		log.Warn("request refused", "err", err)
 		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: truncate(err.Error(), maxMessage)})
+		return
+	}
+	if why := peerDiffers(c, pid, s.id); why != "" {
+		closeFDs(fds)
+		log.Warn("request refused: the client differs from the server", "in", why)
+		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: "the client differs from the server in: " + why})
 		return
 	}
 	stdout, stderr := os.NewFile(uintptr(fds[0]), "client-stdout"), os.NewFile(uintptr(fds[1]), "client-stderr")
@@ -571,4 +582,35 @@ func (p *stdinPipe) end(err error) {
 		p.err = err
 	}
 	p.cond.Broadcast()
+}
+
+// peerDiffers compares the identity of the peer process pid (from
+// SO_PEERCRED) with want, and says in what it differs ("" if in nothing).
+// A peer it cannot check differs.
+// With SO_PEERPIDFD (Linux 6.5+) the peer is checked to be still alive
+// after its /proc entry was read, so that a recycled pid cannot stand in
+// for it.
+func peerDiffers(c *conn, pid int, want identity) string {
+	if pid <= 0 {
+		return "pid namespace (its pid is not visible)"
+	}
+	pidfd := -1
+	_ = c.rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			pidfd = v
+		}
+	})
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	id, err := readIdentity("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return "identity (unreadable: " + err.Error() + ")"
+	}
+	if pidfd >= 0 {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+			return "identity (it exited while being checked)"
+		}
+	}
+	return want.diff(id)
 }
