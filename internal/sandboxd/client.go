@@ -181,7 +181,8 @@ func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callI
 		}
 	}
 
-	buf := make([]byte, MaxFrame+1)
+	// Server frames are small: a refused frame is the longest.
+	buf := make([]byte, 2*maxMessage)
 	if err := c.setReadDeadline(deadline); err != nil {
 		return Reply{}, unavailable("%v", err)
 	}
@@ -275,8 +276,11 @@ func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callI
 // stdin frame, or stdin-eof once in ends or fails. It returns when in
 // ends or the connection is closed.
 func pumpStdin(c *conn, in io.Reader, wants <-chan uint32) {
-	buf := make([]byte, MaxChunk)
+	var buf []byte // allocated at the first want: most commands read no input
 	for n := range wants {
+		if buf == nil {
+			buf = make([]byte, MaxChunk)
+		}
 		for {
 			k, err := in.Read(buf[:n])
 			if k > 0 {

@@ -247,3 +247,26 @@ func TestForwardable(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSocketPath is the client's cost of finding its socket (stat of
+// the binary, its own identity from /proc, the directory checks).
+func BenchmarkSocketPath(b *testing.B) {
+	core, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmp := shortDir(b)
+	for b.Loop() {
+		if _, err := socketPath(core, "", tmp, os.Geteuid()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadIdentity(b *testing.B) {
+	for b.Loop() {
+		if _, err := readIdentity("/proc/self"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

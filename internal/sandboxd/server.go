@@ -319,6 +319,16 @@ type server struct {
 	base  context.Context // calls' parent: cancelled after the grace period
 	idle  *idler
 	calls sync.WaitGroup
+	bufs  sync.Pool // *[]byte of MaxFrame+1: a frame, and a byte to tell one too long
+}
+
+// buffer is a receive buffer from the pool.
+func (s *server) buffer() *[]byte {
+	if b, ok := s.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, MaxFrame+1)
+	return &b
 }
 
 // serveConn serves one connection: checks the peer, reads the request,
@@ -336,7 +346,9 @@ func (s *server) serveConn(c *conn) {
 		return
 	}
 	_ = c.setReadDeadline(time.Now().Add(requestTimeout))
-	req, fds, err := readRequest(c)
+	bp := s.buffer()
+	req, fds, err := readRequest(c, *bp)
+	s.bufs.Put(bp)
 	if err != nil {
 		closeFDs(fds)
 		log.Warn("request refused", "err", err)
@@ -403,7 +415,9 @@ func (s *server) run(ctx context.Context, log *slog.Logger, c *Incoming) (r Repl
 // ends: stdin data into in, signals into sigs and as the context's cause.
 // A client that breaks the protocol is treated as gone.
 func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- syscall.Signal, cancel context.CancelCauseFunc) {
-	buf := make([]byte, MaxFrame+1)
+	bp := s.buffer()
+	defer s.bufs.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	gone := func(why string, err error) {
 		if why != "" {
@@ -460,10 +474,10 @@ func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- 
 }
 
 // readRequest reads the request frames and the descriptors the first one
-// carries (exactly two: the client's stdout and stderr). The returned fds
-// are the caller's, also with an error.
-func readRequest(c *conn) (Request, []int, error) {
-	buf := make([]byte, MaxFrame+1)
+// carries (exactly two: the client's stdout and stderr), receiving into
+// buf (MaxFrame+1 bytes). The returned fds are the caller's, also with an
+// error.
+func readRequest(c *conn, buf []byte) (Request, []int, error) {
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var fds []int
 	var body []byte
