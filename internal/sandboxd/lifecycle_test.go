@@ -514,3 +514,31 @@ func TestPeerIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestSignalBeforeDelivery: Ctrl-C while the client waits for a server
+// that never takes the request: nothing ran, so the client dies of the
+// signal as it would have without the server.
+func TestSignalBeforeDelivery(t *testing.T) {
+	sock := lifecycleSocket(t)
+	pid := serverPID(t, sock)
+	syscall.Kill(pid, syscall.SIGSTOP)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd := clientCmd(t, sock, time.Second, time.Minute, "exit", "0")
+	cmd.Stderr = errFile // not a pipe: see TestHungServer
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		b, _ := os.ReadFile(errFile.Name())
+		t.Errorf("client ended with %v (%s), want death by SIGINT", cmd.ProcessState, b)
+	}
+}
