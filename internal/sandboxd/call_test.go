@@ -373,7 +373,7 @@ func fakeServer(t *testing.T, fn func(c *conn)) string {
 
 func drainRequest(c *conn) {
 	_ = c.setReadDeadline(time.Now().Add(5 * time.Second))
-	_, fds, _ := readRequest(c)
+	_, fds, _ := readRequest(c, make([]byte, MaxFrame+1))
 	closeFDs(fds)
 }
 
@@ -662,5 +662,20 @@ func TestEarlyReply(t *testing.T) {
 	}
 	if out := readFile(t, s.out); out != "before\n" {
 		t.Errorf("stdout %q, want only what came before the reply", out)
+	}
+}
+
+// BenchmarkCall is one round trip through a real server with an empty
+// handler: connect, peer checks (uid, identity), request with two
+// descriptors, started, reply.
+func BenchmarkCall(b *testing.B) {
+	ts := startTestServer(b, func(context.Context, *Incoming) Reply { return Reply{} }, ServerOptions{})
+	s := newStdio(b, nil)
+	req := Request{Args: []string{"sandbox", "run", "--", "/bin/true"}, Environ: os.Environ(), Cwd: "/"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := call(context.Background(), ClientOptions{Socket: ts.sock}, req, s.io(nil)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

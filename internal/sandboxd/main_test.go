@@ -108,7 +108,7 @@ func clientMain(args []string) int {
 
 // rawMain connects without the client's own checks, sends a well-formed
 // request ["exit", "0"] and prints the type of the first frame it gets,
-// or "eof".
+// or "closed" when the server closed the connection.
 func rawMain(args []string) int {
 	c, err := connect(args[0], time.Now().Add(time.Second))
 	if err != nil {
@@ -116,14 +116,17 @@ func rawMain(args []string) int {
 		return 1
 	}
 	body, _ := encodeRequest(Request{Args: []string{"exit", "0"}, Cwd: "/"})
-	if err := c.send(requestFrames(body)[0], unix.UnixRights(1, 2)); err != nil {
+	if err := c.send(requestFrames(body)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		fmt.Println("closed")
+		return 0
+	} else if err != nil {
 		fmt.Println("send:", err)
 		return 1
 	}
 	f, err := recvFrame(c, make([]byte, MaxFrame+1))
 	switch {
-	case errors.Is(err, io.EOF):
-		fmt.Println("eof")
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		fmt.Println("closed")
 	case err != nil:
 		fmt.Println("recv:", err)
 	default:

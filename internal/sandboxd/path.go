@@ -1,7 +1,6 @@
 package sandboxd
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -120,8 +119,10 @@ func privateDir(dir string, uid int) error {
 
 // socketName is sandbox-<hash>.sock, the hash over core's path, device,
 // inode, size, mtime and ctime (a rebuilt or replaced binary gets another
-// server) and the process umask (a server's children inherit its umask:
-// two umasks never share a server).
+// server) and this process's identity: umask (a server's children
+// inherit its umask), groups, capabilities, no_new_privs, seccomp and
+// namespaces (see identity). Processes that differ in any of them never
+// share a server.
 func socketName(core string) (string, error) {
 	abs, err := filepath.Abs(core)
 	if err != nil {
@@ -131,7 +132,7 @@ func socketName(core string) (string, error) {
 	if err := syscall.Stat(abs, &st); err != nil {
 		return "", fmt.Errorf("sandboxd: server binary %s: %w", abs, err)
 	}
-	umask, err := processUmask()
+	id, err := readIdentity("/proc/self")
 	if err != nil {
 		return "", err
 	}
@@ -140,29 +141,10 @@ func socketName(core string) (string, error) {
 	h.Write([]byte{0})
 	var b []byte
 	for _, v := range []uint64{uint64(st.Dev), st.Ino, uint64(st.Size),
-		uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec), uint64(umask), Version} {
+		uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec), Version} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
 	h.Write(b)
+	h.Write([]byte(id.key()))
 	return "sandbox-" + hex.EncodeToString(h.Sum(nil)[:10]) + ".sock", nil
-}
-
-// processUmask reads the umask from /proc/self/status (Linux 4.7+)
-// without changing it; umask(2) would change it for the whole process for
-// a moment, racing any file another goroutine creates.
-func processUmask() (int, error) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, fmt.Errorf("sandboxd: read the umask: %w", err)
-	}
-	for line := range bytes.Lines(b) {
-		if v, ok := bytes.CutPrefix(line, []byte("Umask:")); ok {
-			u, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 32)
-			if err != nil {
-				return 0, fmt.Errorf("sandboxd: read the umask: %q: %w", line, err)
-			}
-			return int(u), nil
-		}
-	}
-	return 0, errors.New("sandboxd: read the umask: no Umask line in /proc/self/status")
 }

@@ -173,12 +173,37 @@ func TestSocketPathTooLong(t *testing.T) {
 	}
 }
 
-func TestProcessUmask(t *testing.T) {
+func TestReadIdentity(t *testing.T) {
 	old := syscall.Umask(0o027)
-	got, err := processUmask()
+	id, err := readIdentity("/proc/self")
 	syscall.Umask(old)
-	if err != nil || got != 0o027 {
-		t.Fatalf("processUmask = %o, %v; want 027", got, err)
+	if err != nil || id.Umask != "0027" {
+		t.Fatalf("readIdentity = %+v, %v; want umask 0027", id, err)
+	}
+	for i, ns := range id.NS {
+		if !strings.HasPrefix(ns, nsNames[i]+":[") {
+			t.Errorf("namespace %s: %q", nsNames[i], ns)
+		}
+	}
+	if id.Gid != strconv.Itoa(os.Getegid()) {
+		t.Errorf("gid %q, want %d", id.Gid, os.Getegid())
+	}
+	parent, err := readIdentity("/proc/" + strconv.Itoa(os.Getppid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.Umask = parent.Umask
+	if d := id.diff(parent); d != "" {
+		t.Errorf("this process and its parent differ in %s", d)
+	}
+	other := id
+	other.NS[1] = "mnt:[1]"
+	other.NNP = "1"
+	if d := id.diff(other); d != "no_new_privs, mnt namespace" {
+		t.Errorf("diff = %q, want no_new_privs, mnt namespace", d)
+	}
+	if _, err := readIdentity("/proc/does-not-exist"); err == nil {
+		t.Error("identity of no process")
 	}
 }
 
@@ -219,6 +244,29 @@ func TestForwardable(t *testing.T) {
 	} {
 		if got := Forwardable(tc.args); got != tc.want {
 			t.Errorf("Forwardable(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkSocketPath is the client's cost of finding its socket (stat of
+// the binary, its own identity from /proc, the directory checks).
+func BenchmarkSocketPath(b *testing.B) {
+	core, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmp := shortDir(b)
+	for b.Loop() {
+		if _, err := socketPath(core, "", tmp, os.Geteuid()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadIdentity(b *testing.B) {
+	for b.Loop() {
+		if _, err := readIdentity("/proc/self"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -84,6 +84,10 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	}
 	log = log.With("socket", opts.Socket)
 
+	id, err := readIdentity("/proc/self")
+	if err != nil {
+		return err
+	}
 	lock, err := takeLock(opts.Socket + ".lock")
 	if err != nil {
 		return err
@@ -110,7 +114,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 
 	callBase, cancelCalls := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelCalls(ErrShutdown)
-	s := &server{uid: os.Geteuid(), log: log, h: h, base: callBase}
+	s := &server{uid: os.Geteuid(), id: id, log: log, h: h, base: callBase}
 	s.idle = newIdler(opts.Idle)
 	stopped := make(chan string, 1)
 	go func() {
@@ -310,11 +314,22 @@ func (i *idler) stop() {
 
 type server struct {
 	uid   int
+	id    identity // a client must have the same
 	log   *slog.Logger
 	h     Handler
 	base  context.Context // calls' parent: cancelled after the grace period
 	idle  *idler
 	calls sync.WaitGroup
+	bufs  sync.Pool // *[]byte of MaxFrame+1: a frame, and a byte to tell one too long
+}
+
+// buffer is a receive buffer from the pool.
+func (s *server) buffer() *[]byte {
+	if b, ok := s.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, MaxFrame+1)
+	return &b
 }
 
 // serveConn serves one connection: checks the peer, reads the request,
@@ -332,11 +347,19 @@ func (s *server) serveConn(c *conn) {
 		return
 	}
 	_ = c.setReadDeadline(time.Now().Add(requestTimeout))
-	req, fds, err := readRequest(c)
+	bp := s.buffer()
+	req, fds, err := readRequest(c, *bp)
+	s.bufs.Put(bp)
 	if err != nil {
 		closeFDs(fds)
 		log.Warn("request refused", "err", err)
 		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: truncate(err.Error(), maxMessage)})
+		return
+	}
+	if why := peerDiffers(c, pid, s.id); why != "" {
+		closeFDs(fds)
+		log.Warn("request refused: the client differs from the server", "in", why)
+		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: "the client differs from the server in: " + why})
 		return
 	}
 	stdout, stderr := os.NewFile(uintptr(fds[0]), "client-stdout"), os.NewFile(uintptr(fds[1]), "client-stderr")
@@ -411,7 +434,9 @@ func (s *server) run(ctx context.Context, log *slog.Logger, c *Incoming) (r Repl
 // ends: stdin data into in, signals into sigs and as the context's cause.
 // A client that breaks the protocol is treated as gone.
 func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- syscall.Signal, cancel context.CancelCauseFunc, replied *atomic.Bool) {
-	buf := make([]byte, MaxFrame+1)
+	bp := s.buffer()
+	defer s.bufs.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	gone := func(why string, err error) {
 		if replied.Load() {
@@ -471,10 +496,10 @@ func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- 
 }
 
 // readRequest reads the request frames and the descriptors the first one
-// carries (exactly two: the client's stdout and stderr). The returned fds
-// are the caller's, also with an error.
-func readRequest(c *conn) (Request, []int, error) {
-	buf := make([]byte, MaxFrame+1)
+// carries (exactly two: the client's stdout and stderr), receiving into
+// buf (MaxFrame+1 bytes). The returned fds are the caller's, also with an
+// error.
+func readRequest(c *conn, buf []byte) (Request, []int, error) {
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var fds []int
 	var body []byte
@@ -593,4 +618,35 @@ func (p *stdinPipe) end(err error) {
 		p.err = err
 	}
 	p.cond.Broadcast()
+}
+
+// peerDiffers compares the identity of the peer process pid (from
+// SO_PEERCRED) with want, and says in what it differs ("" if in nothing).
+// A peer it cannot check differs.
+// With SO_PEERPIDFD (Linux 6.5+) the peer is checked to be still alive
+// after its /proc entry was read, so that a recycled pid cannot stand in
+// for it.
+func peerDiffers(c *conn, pid int, want identity) string {
+	if pid <= 0 {
+		return "pid namespace (its pid is not visible)"
+	}
+	pidfd := -1
+	_ = c.rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			pidfd = v
+		}
+	})
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	id, err := readIdentity("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return "identity (unreadable: " + err.Error() + ")"
+	}
+	if pidfd >= 0 {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+			return "identity (it exited while being checked)"
+		}
+	}
+	return want.diff(id)
 }
