@@ -465,7 +465,9 @@ func (s *server) readCall(c *conn, log *slog.Logger, in *stdinPipe, sigs chan<- 
 			return
 		}
 		if n == 0 {
-			log.Info("client disconnected during its call")
+			if !replied.Load() {
+				log.Info("client disconnected during its call")
+			}
 			gone("", nil)
 			return
 		}
