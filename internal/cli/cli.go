@@ -48,6 +48,10 @@ type App struct {
 	early       func(code int)
 	replied     bool
 	repliedCode int
+	// handOver: the caller's configuration turns the sandbox server off
+	// (sandbox.server: off); the server tells the client to run the
+	// command itself.
+	handOver bool
 
 	// Global flags.
 	sets       []string
@@ -212,7 +216,13 @@ recorded in a tamper-evident audit log.`,
 	pf.StringArrayVar(&a.sets, "set", nil, "set a configuration key for this run, as key=value (repeatable)")
 	pf.StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error")
 	pf.BoolVar(&a.debug, "debug", false, "log at debug level and show internal details of errors (error types, stack traces)")
-	addCommands(a, root)
+	if a.Host != nil {
+		// The sandbox server runs only 'sandbox run' (sandboxd.Forwardable):
+		// it builds just that, per command.
+		root.AddCommand(newSandboxCmd(a))
+	} else {
+		addCommands(a, root)
+	}
 	return root
 }
 

@@ -130,6 +130,10 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		return err
 	}
 	c := l.Config.Sandbox
+	if a.Host != nil && c.Server == "off" {
+		a.handOver = true // nothing done yet: the client runs it itself
+		return nil
+	}
 	tname := f.template
 	if tname == "" {
 		tname = c.Template

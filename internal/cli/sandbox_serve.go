@@ -82,13 +82,11 @@ func serveCall(ctx context.Context, self string, host *SandboxHost, c *sandboxd.
 	}
 	app := &App{Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, Environ: c.Environ, Cwd: c.Cwd, Self: self, Host: host,
 		early: func(code int) { c.Reply(sandboxd.Reply{Code: code}) }}
-	if l, err := app.Config(); err == nil && l.Config.Sandbox.Server == "off" {
-		// The caller's configuration turns the server off (only the files
-		// and the environment count: Main applies the global flags).
+	code := Main(ctx, app, c.Args)
+	if app.handOver {
 		return sandboxd.Reply{HandOver: true}
 	}
-	app.loaded, app.logger = nil, nil // loaded again with the global flags
-	return sandboxd.Reply{Code: Main(ctx, app, c.Args)}
+	return sandboxd.Reply{Code: code}
 }
 
 // newSandboxServerCmd shows and stops the sandbox server of this fluffy
