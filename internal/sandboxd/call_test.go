@@ -642,3 +642,45 @@ func BenchmarkCall(b *testing.B) {
 		}
 	}
 }
+
+// TestNoDescriptorLeak: after many calls, broken ones included, the
+// server holds no more descriptors than before.
+func TestNoDescriptorLeak(t *testing.T) {
+	ts := startTestServer(t, nil, ServerOptions{})
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	s := newStdio(t, nil)
+	call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"exit", "0"}, Cwd: "/"}, s.io(nil)) // warm up
+	before := count()
+	for i := range 30 {
+		switch i % 3 {
+		case 0:
+			s2 := *s
+			s2.in = strings.NewReader("x")
+			call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"echo"}, Cwd: "/"}, s2.io(nil))
+		case 1:
+			call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"panic"}, Cwd: "/"}, s.io(nil))
+		case 2: // a request with descriptors, then gone
+			c, err := connect(ts.sock, time.Now().Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := encodeRequest(Request{Args: []string{"x"}, Cwd: "/"})
+			c.send(requestFrames(body)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd())))
+			c.Close()
+		}
+	}
+	var after int
+	deadline := time.Now().Add(5 * time.Second)
+	for after = count(); after > before && time.Now().Before(deadline); after = count() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after > before {
+		t.Errorf("%d descriptors open after the calls, %d before", after, before)
+	}
+}

@@ -66,7 +66,8 @@ func ReadyFile(fd int) (*os.File, error) {
 // socket that does not answer yet. When the server stops it closes the
 // listener, removes the socket and releases the lock before it waits for
 // the calls in flight, so a new server can start meanwhile. Serve returns
-// nil when it stopped for ctx or idleness.
+// nil when it stopped for ctx or idleness, an error when it could not
+// serve (lock, bind, accept) or calls outlived their cancellation.
 func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	if opts.Socket == "" || h == nil {
 		return errors.New("sandboxd: Serve needs a socket and a handler")
@@ -126,6 +127,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 		ln.Close() // wakes Accept
 	}()
 
+	var failed error
 	for {
 		fd, err := ln.accept()
 		if err != nil {
@@ -141,6 +143,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 				continue
 			}
 			log.Error("accept failed, stopping", "err", err)
+			failed = fmt.Errorf("sandboxd: accept on %s: %w", opts.Socket, err)
 			ln.Close()
 			break
 		}
@@ -175,16 +178,16 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	go func() { s.calls.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return failed
 	case <-time.After(opts.Grace):
 	}
 	log.Warn("calls still running after the grace period: cancelling them", "grace", opts.Grace)
 	cancelCalls(ErrShutdown)
 	select {
 	case <-done:
-		return nil
+		return failed
 	case <-time.After(opts.Grace):
-		return errors.New("sandboxd: calls still running after they were cancelled; abandoning them")
+		return errors.Join(failed, errors.New("sandboxd: calls still running after they were cancelled; abandoning them"))
 	}
 }
 
@@ -222,7 +225,7 @@ func (l *listener) accept() (int, error) {
 	if err == nil {
 		err = aerr
 	}
-	return nfd, err
+	return nfd, l.closedErr(err)
 }
 
 // listen binds path + ".new", restricts it to 0600, listens and renames it
