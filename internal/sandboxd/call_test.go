@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -455,7 +456,7 @@ func TestServerRefusesMalformed(t *testing.T) {
 	ran := make(chan struct{}, 10)
 	ts := startTestServer(t, func(context.Context, *Incoming) Reply { ran <- struct{}{}; return Reply{} }, ServerOptions{})
 	body, _ := encodeRequest(Request{Args: []string{"a"}, Cwd: "/"})
-	good := requestFrames(body)[0]
+	good := requestFrames(body, MaxFrame)[0]
 	v2 := append([]byte(nil), good...)
 	v2[2] = 2
 	long := append([]byte(nil), good...)
@@ -671,7 +672,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 				t.Fatal(err)
 			}
 			body, _ := encodeRequest(Request{Args: []string{"x"}, Cwd: "/"})
-			c.send(requestFrames(body)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd())))
+			c.send(requestFrames(body, MaxFrame)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd())))
 			c.Close()
 		}
 	}
@@ -682,5 +683,40 @@ func TestNoDescriptorLeak(t *testing.T) {
 	}
 	if after > before {
 		t.Errorf("%d descriptors open after the calls, %d before", after, before)
+	}
+}
+
+// TestPumpStdinChunks: the client answers each want with one read of at
+// most the smaller of the want and its chunk limit, then stdin-eof.
+func TestPumpStdinChunks(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := newConn(fds[0], "a")
+	b, _ := newConn(fds[1], "b")
+	defer a.Close()
+	defer b.Close()
+	wants := make(chan uint32, 1)
+	go pumpStdin(a, strings.NewReader(strings.Repeat("x", 250)), wants, 100)
+	buf := make([]byte, MaxFrame+1)
+	var got []string
+	for _, w := range []uint32{MaxChunk, 30, MaxChunk, MaxChunk, MaxChunk} {
+		wants <- w
+		n, _, err := b.recv(buf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := decodeFrame(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.Type.String()+" "+strconv.Itoa(len(f.Data)))
+		if f.Type == frameStdinEOF {
+			break
+		}
+	}
+	if want := "stdin 100, stdin 30, stdin 100, stdin 20, stdin-eof 0"; strings.Join(got, ", ") != want {
+		t.Errorf("frames %q, want %q", strings.Join(got, ", "), want)
 	}
 }

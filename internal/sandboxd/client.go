@@ -145,9 +145,8 @@ func call(ctx context.Context, opts ClientOptions, req Request, cio callIO) (Rep
 	if err != nil {
 		return Reply{}, unavailable("%v", err)
 	}
-	frames := requestFrames(body)
 	for try := 0; ; try++ {
-		r, err := attempt(ctx, opts, frames, cio)
+		r, err := attempt(ctx, opts, body, cio)
 		if errors.Is(err, errNotTaken) && try == 0 {
 			continue // a server idling out as we connected: the next one takes it
 		}
@@ -157,7 +156,7 @@ func call(ctx context.Context, opts ClientOptions, req Request, cio callIO) (Rep
 
 // attempt connects (starting a server if need be), delivers the request
 // and serves the call to its end.
-func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callIO) (Reply, error) {
+func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (Reply, error) {
 	deadline := time.Now().Add(opts.Timeout)
 	c, err := connect(opts.Socket, deadline)
 	if err != nil && len(opts.Server) > 0 && isNoServer(err) {
@@ -177,8 +176,9 @@ func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callI
 	} else if uid != os.Geteuid() {
 		return Reply{}, unavailable("the server on %s (pid %d) runs as uid %d, not as you (uid %d): refused", opts.Socket, pid, uid, os.Geteuid())
 	}
+	maxSend := c.maxSend()
 	rights := unix.UnixRights(cio.stdout, cio.stderr)
-	for i, f := range frames {
+	for i, f := range requestFrames(body, maxSend) {
 		var oob []byte
 		if i == 0 {
 			oob = rights
@@ -253,7 +253,7 @@ func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callI
 			}
 		})
 	}
-	go pumpStdin(c, cio.stdin, wants)
+	go pumpStdin(c, cio.stdin, wants, maxSend-1)
 	for {
 		f, err := recvFrame(c, buf)
 		if err != nil {
@@ -280,14 +280,15 @@ func attempt(ctx context.Context, opts ClientOptions, frames [][]byte, cio callI
 	}
 }
 
-// pumpStdin answers the server's wants: one read of in per want, sent as a
-// stdin frame, or stdin-eof once in ends or fails. It returns when in
-// ends or the connection is closed.
-func pumpStdin(c *conn, in io.Reader, wants <-chan uint32) {
+// pumpStdin answers the server's wants: one read of in per want (of up to
+// chunk bytes), sent as a stdin frame, or stdin-eof once in ends or fails.
+// It returns when in ends or the connection is closed.
+func pumpStdin(c *conn, in io.Reader, wants <-chan uint32, chunk int) {
 	var buf []byte // allocated at the first want: most commands read no input
-	for n := range wants {
+	for want := range wants {
+		n := min(int(want), chunk)
 		if buf == nil {
-			buf = make([]byte, MaxChunk)
+			buf = make([]byte, chunk)
 		}
 		for {
 			k, err := in.Read(buf[:n])

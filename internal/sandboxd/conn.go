@@ -136,3 +136,17 @@ func closeFDs(fds []int) {
 		unix.Close(fd)
 	}
 }
+
+// maxSend is the longest frame this end can send: the kernel refuses a
+// SOCK_SEQPACKET message longer than the socket's send buffer less 32
+// bytes (EMSGSIZE). The default buffer (net.core.wmem_default, ~208 KiB)
+// takes MaxFrame; a system configured lower gets shorter frames.
+func (c *conn) maxSend() int {
+	n := MaxFrame
+	_ = c.rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil && v-64 < n {
+			n = max(v-64, 64)
+		}
+	})
+	return n
+}

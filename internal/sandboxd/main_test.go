@@ -116,7 +116,7 @@ func rawMain(args []string) int {
 		return 1
 	}
 	body, _ := encodeRequest(Request{Args: []string{"exit", "0"}, Cwd: "/"})
-	if err := c.send(requestFrames(body)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+	if err := c.send(requestFrames(body, MaxFrame)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		fmt.Println("closed")
 		return 0
 	} else if err != nil {

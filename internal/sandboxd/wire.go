@@ -381,13 +381,15 @@ func decodeRequest(b []byte) (Request, error) {
 }
 
 // requestFrames splits an encoded Request into a request frame and as many
-// request-more frames as it takes.
-func requestFrames(body []byte) [][]byte {
-	first := min(len(body), MaxFrame-7)
+// request-more frames as it takes, none longer than max bytes (at most
+// MaxFrame, at least 64).
+func requestFrames(body []byte, max int) [][]byte {
+	max = min(MaxFrame, max)
+	first := min(len(body), max-7)
 	f, _ := encodeFrame(frame{Type: frameRequest, Version: Version, Total: uint32(len(body)), Data: body[:first]})
 	out := [][]byte{f}
 	for rest := body[first:]; len(rest) > 0; {
-		n := min(len(rest), MaxFrame-1)
+		n := min(len(rest), max-1)
 		f, _ := encodeFrame(frame{Type: frameRequestMore, Data: rest[:n]})
 		out = append(out, f)
 		rest = rest[n:]
