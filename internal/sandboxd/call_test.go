@@ -720,3 +720,68 @@ func TestPumpStdinChunks(t *testing.T) {
 		t.Errorf("frames %q, want %q", strings.Join(got, ", "), want)
 	}
 }
+
+// TestClientProtocolViolations: a client that breaks the protocol during
+// its call is treated as gone: the handler's context is cancelled with
+// ErrDisconnected, and the connection closed.
+func TestClientProtocolViolations(t *testing.T) {
+	causes := make(chan error, 1)
+	ts := startTestServer(t, func(ctx context.Context, c *Incoming) Reply {
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			causes <- errors.New("not cancelled")
+		}
+		return Reply{}
+	}, ServerOptions{})
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	dn := int(devnull.Fd())
+	for _, tc := range []struct {
+		name string
+		data []byte
+		fds  []int
+	}{
+		{"stdin nobody asked for", []byte{byte(frameStdin), 'x'}, nil},
+		{"a signal not forwarded", []byte{byte(frameSignal), 9}, nil},
+		{"a second request", requestFramesOf(t, Request{Cwd: "/"}), nil},
+		{"a server frame", []byte{byte(frameReply), 0, 0, 0, 0, 0}, nil},
+		{"descriptors mid-call", []byte{byte(frameStdinEOF)}, []int{dn}},
+		{"garbage", []byte{0xee, 1, 2}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := connect(ts.sock, time.Now().Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.send(requestFramesOf(t, Request{Args: []string{"x"}, Cwd: "/"}), unix.UnixRights(dn, dn)); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, MaxFrame+1)
+			if f, err := recvFrame(c, buf); err != nil || f.Type != frameStarted {
+				t.Fatalf("first frame %v %v", f.Type, err)
+			}
+			var oob []byte
+			if tc.fds != nil {
+				oob = unix.UnixRights(tc.fds...)
+			}
+			if err := c.send(tc.data, oob); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-causes; !errors.Is(err, ErrDisconnected) {
+				t.Errorf("cause %v, want ErrDisconnected", err)
+			}
+		})
+	}
+}
+
+func requestFramesOf(t *testing.T, r Request) []byte {
+	t.Helper()
+	body, err := encodeRequest(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return requestFrames(body, MaxFrame)[0]
+}
