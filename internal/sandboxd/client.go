@@ -387,11 +387,14 @@ func startServer(opts ClientOptions, deadline time.Time) (*conn, error) {
 	if logf == nil {
 		files[1], files[2] = devnull, devnull
 	}
-	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
-		Dir:   "/",
-		Env:   ServerEnv(os.Environ()),
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+	var p *os.Process
+	hideInheritedFDs(func() {
+		p, err = os.StartProcess(argv[0], argv, &os.ProcAttr{
+			Dir:   "/",
+			Env:   ServerEnv(os.Environ()),
+			Files: files,
+			Sys:   &syscall.SysProcAttr{Setsid: true},
+		})
 	})
 	w.Close()
 	devnull.Close()
@@ -433,4 +436,34 @@ func openLog(path string) *os.File {
 		_ = f.Truncate(0)
 	}
 	return f
+}
+
+// hideInheritedFDs runs start with every descriptor above 2 that this
+// process inherited without close-on-exec (a shell's `exec 4>file`, a
+// jobserver's pipe) marked close-on-exec, and restores them after. A
+// long-lived server must not keep such a descriptor: a parent waiting for
+// the end of a pipe would wait for the server's idle exit. Go opens its
+// own descriptors close-on-exec already; the client runs no other
+// goroutine that starts processes meanwhile.
+func hideInheritedFDs(start func()) {
+	var marked []int
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		for _, e := range ents {
+			fd, err := strconv.Atoi(e.Name())
+			if err != nil || fd <= 2 {
+				continue
+			}
+			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+				if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
+					marked = append(marked, fd)
+				}
+			}
+		}
+	}
+	start()
+	for _, fd := range marked {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
+		}
+	}
 }

@@ -542,3 +542,34 @@ func TestSignalBeforeDelivery(t *testing.T) {
 		t.Errorf("client ended with %v (%s), want death by SIGINT", cmd.ProcessState, b)
 	}
 }
+
+// TestServerDropsInheritedFDs: a descriptor the first client inherited
+// without close-on-exec (here the write end of a pipe its parent reads to
+// the end) does not live on in the server it starts; the parent sees EOF
+// when the client exits. The client's own copy keeps its flags.
+func TestServerDropsInheritedFDs(t *testing.T) {
+	sock := lifecycleSocket(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "exit", "0")
+	cmd.ExtraFiles = []*os.File{devnull, pw} // fds 3 and 4 of the client
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if pid := lockPID(sock); pid == 0 || !alive(pid) {
+		t.Fatal("no server started")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadAll(pr); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server holds the pipe its first client inherited")
+	}
+}
