@@ -100,7 +100,18 @@ type callIO struct {
 // expected to exit).
 func Call(ctx context.Context, opts ClientOptions, req Request) (Reply, error) {
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// A signal this process ignores (nohup's SIGHUP, SIGINT of a
+	// background job started by a script) stays ignored: catching it
+	// would forward it and stop a command its caller meant to shield.
+	var catch []os.Signal
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			catch = append(catch, s)
+		}
+	}
+	if len(catch) > 0 { // Notify with none would catch every signal
+		signal.Notify(sigs, catch...)
+	}
 	r, err := call(ctx, opts, req, callIO{stdin: os.Stdin, stdout: 1, stderr: 2, signals: sigs})
 	if !errors.Is(err, ErrUnavailable) {
 		// The caller exits with the reply: restoring the signals' default

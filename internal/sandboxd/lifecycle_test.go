@@ -573,3 +573,26 @@ func TestServerDropsInheritedFDs(t *testing.T) {
 		t.Fatal("the server holds the pipe its first client inherited")
 	}
 }
+
+// TestIgnoredSignalNotForwarded: a client started with SIGHUP ignored
+// (nohup) does not forward a SIGHUP: the command runs on.
+func TestIgnoredSignalNotForwarded(t *testing.T) {
+	sock := lifecycleSocket(t)
+	serverPID(t, sock)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("nohup", self, modeClient, sock, "3s", "1m", "--", "sleep", "500ms", "5")
+	cmd.Dir = dir // nohup.out, if any, lands here
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGHUP)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 5 {
+		t.Errorf("nohup'd client exited %d (%v), want the command's 5", code, cmd.ProcessState)
+	}
+}

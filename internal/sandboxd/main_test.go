@@ -156,7 +156,7 @@ func mustGetwd() string {
 //	touch PATH      create PATH
 //	block DIR       create DIR/started, wait for the context, write its cause to DIR/cause, reply 1
 //	signals N       wait for N forwarded signals, print them and the context's cause, reply 130
-//	sleep D CODE    sleep D, reply CODE
+//	sleep D CODE    sleep D, reply CODE (99 if the context ends first)
 //	fds             print whether stdout and stderr are close-on-exec
 //	panic           panic
 func testHandler(ctx context.Context, c *Incoming) Reply {
@@ -225,8 +225,12 @@ func testHandler(ctx context.Context, c *Incoming) Reply {
 	case "sleep":
 		d, _ := time.ParseDuration(arg(1))
 		n, _ := strconv.Atoi(arg(2))
-		time.Sleep(d)
-		return Reply{Code: n}
+		select {
+		case <-time.After(d):
+			return Reply{Code: n}
+		case <-ctx.Done():
+			return Reply{Code: 99}
+		}
 	case "fds":
 		for _, f := range []*os.File{c.Stdout, c.Stderr} {
 			flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0)
