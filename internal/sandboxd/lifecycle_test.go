@@ -490,6 +490,11 @@ func TestPeerIdentity(t *testing.T) {
 			if tc.root && !root {
 				t.Skip("needs root")
 			}
+			if len(tc.wrap) > 0 {
+				if _, err := exec.LookPath(tc.wrap[0]); err != nil {
+					t.Skipf("%s: %v (util-linux)", tc.wrap[0], err)
+				}
+			}
 			argv := append(append(tc.wrap, self, modeClient, ts.sock, "3s", "1m", "--"), "x")
 			cmd := exec.Command(argv[0], argv[1:]...)
 			r := runCmd(t, cmd)
