@@ -213,7 +213,7 @@ func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (
 		_ = c.rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_RD) })
 		_ = c.setReadDeadline(time.Now().Add(time.Millisecond))
 		if f2, err2 := recvFrame(c, buf); err2 == nil && f2.Type == frameStarted {
-			return Reply{}, fmt.Errorf("sandboxd: the server on %s took the request after %v, when this client had given up: the command runs without its output status", opts.Socket, opts.Timeout)
+			return Reply{}, fmt.Errorf("sandboxd: the server on %s took the request only after %v, as this client gave up waiting: the command may run, its outcome is unknown", opts.Socket, opts.Timeout)
 		}
 		return Reply{}, unavailable("the server on %s did not take the request within %v", opts.Socket, opts.Timeout)
 	}
