@@ -342,6 +342,11 @@ func TestUnavailable(t *testing.T) {
 			}
 		})
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := call(ctx, ClientOptions{Socket: filepath.Join(dir, "none.sock")}, Request{Args: []string{"touch", ran}}, newStdio(t, nil).io(nil)); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before the call: %v, want ErrUnavailable and context.Canceled", err)
+	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("a command ran")
 	}

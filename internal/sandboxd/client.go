@@ -142,7 +142,7 @@ var errNotTaken = errors.New("the server closed the connection before taking the
 
 func call(ctx context.Context, opts ClientOptions, req Request, cio callIO) (Reply, error) {
 	if err := ctx.Err(); err != nil {
-		return Reply{}, err
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err) // nothing sent
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
