@@ -601,3 +601,58 @@ func TestIgnoredSignalNotForwarded(t *testing.T) {
 		t.Errorf("nohup'd client exited %d (%v), want the command's 5", code, cmd.ProcessState)
 	}
 }
+
+// TestCatchSignalsAfter: with ClientOptions.CatchSignalsAfter, Ctrl-C
+// before the delay kills the client and the server cancels the command
+// (the client is gone); after the delay it is forwarded as usual.
+func TestCatchSignalsAfter(t *testing.T) {
+	sock := lifecycleSocket(t)
+	serverPID(t, sock)
+	t.Run("before", func(t *testing.T) {
+		dir := t.TempDir()
+		cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "block", dir)
+		cmd.Env = append(os.Environ(), "SANDBOXD_TEST_CATCH_AFTER=1h")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the handler", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+			t.Errorf("client ended with %v, want death by SIGINT", cmd.ProcessState)
+		}
+		var cause []byte
+		waitFor(t, "the command's cancellation", func() bool {
+			cause, _ = os.ReadFile(filepath.Join(dir, "cause"))
+			return len(cause) > 0
+		})
+		if string(cause) != ErrDisconnected.Error() {
+			t.Errorf("cause %q, want %q", cause, ErrDisconnected)
+		}
+	})
+	t.Run("after", func(t *testing.T) {
+		cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "signals", "1")
+		cmd.Env = append(os.Environ(), "SANDBOXD_TEST_CATCH_AFTER=20ms")
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pr.Close()
+		cmd.Stdout = pw
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pw.Close()
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("handler said %q %v", buf, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGINT)
+		out, _ := io.ReadAll(pr)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 130 || string(out) != "SIGINT\nsandboxd: client forwarded SIGINT\n" {
+			t.Errorf("client exited %d (%v), handler saw %q", code, cmd.ProcessState, out)
+		}
+	})
+}

@@ -23,7 +23,7 @@ import (
 // with one of these as its first argument.
 const (
 	modeServer = "__sandboxd_server" // --socket S [--idle D] [--grace D] [--ready-fd N]
-	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code
+	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code ($SANDBOXD_TEST_CATCH_AFTER: ClientOptions.CatchSignalsAfter)
 	modeRaw    = "__sandboxd_raw"    // SOCKET: connect, send a request, print what comes back
 )
 
@@ -87,11 +87,13 @@ func clientMain(args []string) int {
 		return 2
 	}
 	timeout, _ := time.ParseDuration(args[1])
+	catchAfter, _ := time.ParseDuration(os.Getenv("SANDBOXD_TEST_CATCH_AFTER"))
 	self, _ := os.Executable()
 	r, err := Call(context.Background(), ClientOptions{
-		Socket:  args[0],
-		Server:  []string{self, modeServer, "--socket", args[0], "--idle", args[2]},
-		Timeout: timeout,
+		Socket:            args[0],
+		Server:            []string{self, modeServer, "--socket", args[0], "--idle", args[2]},
+		Timeout:           timeout,
+		CatchSignalsAfter: catchAfter,
 	}, Request{Args: args[4:], Environ: os.Environ(), Cwd: mustGetwd()})
 	switch {
 	case errors.Is(err, ErrUnavailable):
