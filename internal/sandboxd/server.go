@@ -117,12 +117,15 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	s := &server{uid: os.Geteuid(), id: id, log: log, h: h, base: callBase}
 	s.idle = newIdler(opts.Idle)
 	stopped := make(chan string, 1)
+	acceptDone := make(chan struct{}) // the accept loop ended on its own
 	go func() {
 		select {
 		case <-ctx.Done():
 			stopped <- "stopped"
 		case <-s.idle.fired:
 			stopped <- "idle"
+		case <-acceptDone:
+			return
 		}
 		ln.Close() // wakes Accept
 	}()
@@ -158,6 +161,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 			s.serveConn(c)
 		})
 	}
+	close(acceptDone)
 	why := "failed"
 	select {
 	case why = <-stopped:
