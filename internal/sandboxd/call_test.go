@@ -790,3 +790,18 @@ func requestFramesOf(t *testing.T, r Request) []byte {
 	}
 	return requestFrames(body, MaxFrame)[0]
 }
+
+func TestInspect(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "s.sock")
+	if st, err := Inspect(sock); err != nil || st.Running {
+		t.Fatalf("before any server: %+v %v", st, err)
+	}
+	ts := startTestServer(t, nil, ServerOptions{Socket: sock})
+	if st, err := Inspect(sock); err != nil || !st.Running || st.PID != os.Getpid() {
+		t.Fatalf("with a server: %+v %v, want running with pid %d", st, err, os.Getpid())
+	}
+	ts.stop(t)
+	if st, err := Inspect(sock); err != nil || st.Running || st.PID != 0 {
+		t.Fatalf("after the server: %+v %v", st, err)
+	}
+}
