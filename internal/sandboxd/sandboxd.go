@@ -23,7 +23,7 @@
 // standard output and error passed as file descriptors (SCM_RIGHTS). The
 // server pulls standard input from the client a chunk at a time (a
 // "want" frame answered by one read of the client's fd 0), so that a
-// command that never reads its input never makes the client read the
+// handler that never reads Incoming.Stdin never makes the client read its
 // terminal, and the server never holds the client's terminal itself.
 // The client forwards SIGINT, SIGTERM and SIGHUP as frames; the server
 // ends the call with a reply frame (exit code, or "hand over": run it
