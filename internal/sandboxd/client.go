@@ -410,19 +410,45 @@ func connect(path string, deadline time.Time) (*conn, error) {
 // startServer starts opts.Server detached and connects to it, or to the
 // server another client started meanwhile (a server that finds the lock
 // taken exits without writing its ready byte; the client then waits for
-// the other one's socket).
+// the other one's socket). When nothing answers and no server holds the
+// lock either (the lock's holder was a server stopping just then), it
+// starts another, up to three in all.
 func startServer(opts ClientOptions, deadline time.Time) (*conn, error) {
+	logPath := opts.Socket + ".log"
+	for starts := 1; ; starts++ {
+		if err := spawnServer(opts, deadline, logPath); err != nil {
+			return nil, err
+		}
+		for polled := time.Now(); ; {
+			c, err := connect(opts.Socket, deadline)
+			if err == nil {
+				return c, nil
+			}
+			if !isNoServer(err) || time.Now().After(deadline) {
+				return nil, fmt.Errorf("%w (a server was started: see its log %s)", err, logPath)
+			}
+			if starts < 3 && time.Since(polled) > 20*time.Millisecond {
+				if st, err := Inspect(opts.Socket); err == nil && !st.Running {
+					break // nobody is about to listen: start one again
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// spawnServer starts one server and waits until it is ready or gone.
+func spawnServer(opts ClientOptions, deadline time.Time, logPath string) error {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start the server: %w", err)
+		return fmt.Errorf("start the server: %w", err)
 	}
 	defer r.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("start the server: %w", err)
+		return fmt.Errorf("start the server: %w", err)
 	}
-	logPath := opts.Socket + ".log"
 	logf := openLog(logPath)
 	argv := append(append([]string(nil), opts.Server...), ReadyFlag, strconv.Itoa(ReadyFD))
 	files := []*os.File{devnull, logf, logf, w}
@@ -444,27 +470,18 @@ func startServer(opts ClientOptions, deadline time.Time) (*conn, error) {
 		logf.Close()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start the server %s: %w", argv[0], err)
+		return fmt.Errorf("start the server %s: %w", argv[0], err)
 	}
 	go p.Wait() // reap it whenever it exits, if this process lives that long
 	_ = r.SetReadDeadline(deadline)
 	var b [1]byte
 	n, err := r.Read(b[:])
 	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, fmt.Errorf("the server %s (pid %d) did not get ready within %v (its log: %s)", argv[0], p.Pid, opts.Timeout, logPath)
+		return fmt.Errorf("the server %s (pid %d) did not get ready within %v (its log: %s)", argv[0], p.Pid, opts.Timeout, logPath)
 	}
 	// Ready, or gone (most likely: another server holds the lock and is
-	// about to listen). Either way the socket should answer by deadline.
-	for {
-		c, err := connect(opts.Socket, deadline)
-		if err == nil {
-			return c, nil
-		}
-		if !isNoServer(err) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w (a server was started: see its log %s)", err, logPath)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	// about to listen).
+	return nil
 }
 
 // openLog opens the log of started servers for appending, cut when it

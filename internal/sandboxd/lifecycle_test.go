@@ -656,3 +656,27 @@ func TestCatchSignalsAfter(t *testing.T) {
 		}
 	})
 }
+
+// TestStartWhileAServerStops: a client that finds no socket while a
+// stopping server still holds the lock (here: the test holds it for
+// 200 ms) starts a server that exits with ErrRunning; once the lock is
+// free, the client starts another, which serves.
+func TestStartWhileAServerStops(t *testing.T) {
+	sock := lifecycleSocket(t)
+	lock, err := takeLock(sock + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		lock.Close()
+	}()
+	r := runClient(t, sock, "exit", "6")
+	if r.code != 6 {
+		t.Fatalf("client: %+v, want served (6)", r)
+	}
+	b, _ := os.ReadFile(sock + ".log")
+	if !strings.Contains(string(b), "already running") {
+		t.Errorf("no server saw the lock taken; log:\n%s", b)
+	}
+}
