@@ -33,8 +33,10 @@ import (
 //	0x82 want          n u32 (1..MaxChunk): read up to n bytes of stdin
 //	0x83 reply         code i32, flags u8 (bit 0: hand over); the last frame
 //	0x84 refused       version u16 (the server's), message: why the request
-//	                   was not run (another version, a malformed request);
-//	                   the last frame
+//	                   was not run (another version, a malformed request,
+//	                   a client of another identity); the last frame. Its
+//	                   layout stays the same in every future version, so
+//	                   that a server can tell any client why it refuses.
 //
 // The encoded Request is: argc u32, then argc strings; envc u32, then envc
 // strings; then the working directory as one string; a string is its
