@@ -12,8 +12,9 @@ import (
 // BenchmarkClientProcess is the whole run of a client process, as the
 // small fluffy binary is one: exec, Go runtime start, SocketPath, Call
 // (an empty command on a running server), exit. "hello" is a Go program
-// that does nothing, the floor of any Go client. cpu-ns/op is the client
-// process's user + system time (the server's is not in it).
+// that does nothing, the floor of any Go client; "call-catch-after-50ms"
+// sets ClientOptions.CatchSignalsAfter. cpu-ns/op is the client process's
+// user + system time (the server's is not in it).
 func BenchmarkClientProcess(b *testing.B) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -40,10 +41,11 @@ func BenchmarkClientProcess(b *testing.B) {
 			syscall.Kill(pid, syscall.SIGTERM)
 		}
 	})
-	run := func(b *testing.B, argv ...string) {
+	run := func(b *testing.B, env []string, argv ...string) {
 		var cpu time.Duration
 		for b.Loop() {
 			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = env
 			if err := cmd.Run(); err != nil {
 				b.Fatalf("%s: %v", argv, err)
 			}
@@ -51,10 +53,12 @@ func BenchmarkClientProcess(b *testing.B) {
 		}
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
-	b.Run("hello", func(b *testing.B) { run(b, filepath.Join(dir, "hello")) })
+	b.Run("hello", func(b *testing.B) { run(b, nil, filepath.Join(dir, "hello")) })
 	probe := []string{filepath.Join(dir, "probe"), self, modeServer, "--idle", "1m", "--", "exit", "0"}
 	if out, err := exec.Command(probe[0], probe[1:]...).CombinedOutput(); err != nil { // starts the server
 		b.Fatalf("first call: %v\n%s", err, out)
 	}
-	b.Run("call", func(b *testing.B) { run(b, probe...) })
+	env := os.Environ()
+	b.Run("call", func(b *testing.B) { run(b, env, probe...) })
+	b.Run("call-catch-after-50ms", func(b *testing.B) { run(b, append(env, "PROBE_CATCH_AFTER=50ms"), probe...) })
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -341,6 +342,11 @@ func TestUnavailable(t *testing.T) {
 			}
 		})
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := call(ctx, ClientOptions{Socket: filepath.Join(dir, "none.sock")}, Request{Args: []string{"touch", ran}}, newStdio(t, nil).io(nil)); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before the call: %v, want ErrUnavailable and context.Canceled", err)
+	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("a command ran")
 	}
@@ -455,7 +461,7 @@ func TestServerRefusesMalformed(t *testing.T) {
 	ran := make(chan struct{}, 10)
 	ts := startTestServer(t, func(context.Context, *Incoming) Reply { ran <- struct{}{}; return Reply{} }, ServerOptions{})
 	body, _ := encodeRequest(Request{Args: []string{"a"}, Cwd: "/"})
-	good := requestFrames(body)[0]
+	good := requestFrames(body, MaxFrame)[0]
 	v2 := append([]byte(nil), good...)
 	v2[2] = 2
 	long := append([]byte(nil), good...)
@@ -678,4 +684,146 @@ func BenchmarkCall(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestNoDescriptorLeak: after many calls, broken ones included, the
+// server holds no more descriptors than before.
+func TestNoDescriptorLeak(t *testing.T) {
+	ts := startTestServer(t, nil, ServerOptions{})
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	s := newStdio(t, nil)
+	call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"exit", "0"}, Cwd: "/"}, s.io(nil)) // warm up
+	before := count()
+	for i := range 30 {
+		switch i % 3 {
+		case 0:
+			s2 := *s
+			s2.in = strings.NewReader("x")
+			call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"echo"}, Cwd: "/"}, s2.io(nil))
+		case 1:
+			call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"panic"}, Cwd: "/"}, s.io(nil))
+		case 2: // a request with descriptors, then gone
+			c, err := connect(ts.sock, time.Now().Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := encodeRequest(Request{Args: []string{"x"}, Cwd: "/"})
+			c.send(requestFrames(body, MaxFrame)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd())))
+			c.Close()
+		}
+	}
+	var after int
+	deadline := time.Now().Add(5 * time.Second)
+	for after = count(); after > before && time.Now().Before(deadline); after = count() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after > before {
+		t.Errorf("%d descriptors open after the calls, %d before", after, before)
+	}
+}
+
+// TestPumpStdinChunks: the client answers each want with one read of at
+// most the smaller of the want and its chunk limit, then stdin-eof.
+func TestPumpStdinChunks(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := newConn(fds[0], "a")
+	b, _ := newConn(fds[1], "b")
+	defer a.Close()
+	defer b.Close()
+	wants := make(chan uint32, 1)
+	go pumpStdin(a, strings.NewReader(strings.Repeat("x", 250)), wants, 100)
+	buf := make([]byte, MaxFrame+1)
+	var got []string
+	for _, w := range []uint32{MaxChunk, 30, MaxChunk, MaxChunk, MaxChunk} {
+		wants <- w
+		n, _, err := b.recv(buf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := decodeFrame(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.Type.String()+" "+strconv.Itoa(len(f.Data)))
+		if f.Type == frameStdinEOF {
+			break
+		}
+	}
+	if want := "stdin 100, stdin 30, stdin 100, stdin 20, stdin-eof 0"; strings.Join(got, ", ") != want {
+		t.Errorf("frames %q, want %q", strings.Join(got, ", "), want)
+	}
+}
+
+// TestClientProtocolViolations: a client that breaks the protocol during
+// its call is treated as gone: the handler's context is cancelled with
+// ErrDisconnected, and the connection closed.
+func TestClientProtocolViolations(t *testing.T) {
+	causes := make(chan error, 1)
+	ts := startTestServer(t, func(ctx context.Context, c *Incoming) Reply {
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			causes <- errors.New("not cancelled")
+		}
+		return Reply{}
+	}, ServerOptions{})
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	dn := int(devnull.Fd())
+	for _, tc := range []struct {
+		name string
+		data []byte
+		fds  []int
+	}{
+		{"stdin nobody asked for", []byte{byte(frameStdin), 'x'}, nil},
+		{"a signal not forwarded", []byte{byte(frameSignal), 9}, nil},
+		{"a second request", requestFramesOf(t, Request{Cwd: "/"}), nil},
+		{"a server frame", []byte{byte(frameReply), 0, 0, 0, 0, 0}, nil},
+		{"descriptors mid-call", []byte{byte(frameStdinEOF)}, []int{dn}},
+		{"garbage", []byte{0xee, 1, 2}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := connect(ts.sock, time.Now().Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.send(requestFramesOf(t, Request{Args: []string{"x"}, Cwd: "/"}), unix.UnixRights(dn, dn)); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, MaxFrame+1)
+			if f, err := recvFrame(c, buf); err != nil || f.Type != frameStarted {
+				t.Fatalf("first frame %v %v", f.Type, err)
+			}
+			var oob []byte
+			if tc.fds != nil {
+				oob = unix.UnixRights(tc.fds...)
+			}
+			if err := c.send(tc.data, oob); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-causes; !errors.Is(err, ErrDisconnected) {
+				t.Errorf("cause %v, want ErrDisconnected", err)
+			}
+		})
+	}
+}
+
+func requestFramesOf(t *testing.T, r Request) []byte {
+	t.Helper()
+	body, err := encodeRequest(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return requestFrames(body, MaxFrame)[0]
 }

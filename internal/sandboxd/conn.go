@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // (the descriptor is never used after it is closed, nor reused under a
 // pending call).
 type conn struct {
-	f  *os.File
-	rc syscall.RawConn
+	f      *os.File
+	rc     syscall.RawConn
+	closed atomic.Bool // Close was called: errors from then on are os.ErrClosed
 }
 
 // newConn takes ownership of fd, which must be non-blocking.
@@ -31,7 +33,20 @@ func newConn(fd int, name string) (*conn, error) {
 	return &conn{f: f, rc: rc}, nil
 }
 
-func (c *conn) Close() error { return c.f.Close() }
+func (c *conn) Close() error {
+	c.closed.Store(true)
+	return c.f.Close()
+}
+
+// closedErr turns the poller's "use of closed file" (internal/poll's
+// ErrFileClosing, which os does not translate for RawConn) into
+// os.ErrClosed once Close was called.
+func (c *conn) closedErr(err error) error {
+	if err != nil && c.closed.Load() {
+		return os.ErrClosed
+	}
+	return err
+}
 
 // recv reads one frame into buf and any control message into oob. A
 // frame longer than buf or a control message longer than oob is an
@@ -49,7 +64,7 @@ func (c *conn) recv(buf, oob []byte) (n, oobn int, err error) {
 		err = rerr
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, c.closedErr(err)
 	}
 	if flags&unix.MSG_TRUNC != 0 {
 		return n, oobn, fmt.Errorf("sandboxd: frame longer than %d bytes", len(buf))
@@ -70,7 +85,7 @@ func (c *conn) send(b, oob []byte) error {
 	if err == nil {
 		err = werr
 	}
-	return err
+	return c.closedErr(err)
 }
 
 func (c *conn) sendFrame(f frame) error {
@@ -120,4 +135,18 @@ func closeFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
+}
+
+// maxSend is the longest frame this end can send: the kernel refuses a
+// SOCK_SEQPACKET message longer than the socket's send buffer less 32
+// bytes (EMSGSIZE). The default buffer (net.core.wmem_default, ~208 KiB)
+// takes MaxFrame; a system configured lower gets shorter frames.
+func (c *conn) maxSend() int {
+	n := MaxFrame
+	_ = c.rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil && v-64 < n {
+			n = max(v-64, 64)
+		}
+	})
+	return n
 }

@@ -490,6 +490,11 @@ func TestPeerIdentity(t *testing.T) {
 			if tc.root && !root {
 				t.Skip("needs root")
 			}
+			if len(tc.wrap) > 0 {
+				if _, err := exec.LookPath(tc.wrap[0]); err != nil {
+					t.Skipf("%s: %v (util-linux)", tc.wrap[0], err)
+				}
+			}
 			argv := append(append(tc.wrap, self, modeClient, ts.sock, "3s", "1m", "--"), "x")
 			cmd := exec.Command(argv[0], argv[1:]...)
 			r := runCmd(t, cmd)
@@ -540,5 +545,138 @@ func TestSignalBeforeDelivery(t *testing.T) {
 	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
 		b, _ := os.ReadFile(errFile.Name())
 		t.Errorf("client ended with %v (%s), want death by SIGINT", cmd.ProcessState, b)
+	}
+}
+
+// TestServerDropsInheritedFDs: a descriptor the first client inherited
+// without close-on-exec (here the write end of a pipe its parent reads to
+// the end) does not live on in the server it starts; the parent sees EOF
+// when the client exits. The client's own copy keeps its flags.
+func TestServerDropsInheritedFDs(t *testing.T) {
+	sock := lifecycleSocket(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "exit", "0")
+	cmd.ExtraFiles = []*os.File{devnull, pw} // fds 3 and 4 of the client
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if pid := lockPID(sock); pid == 0 || !alive(pid) {
+		t.Fatal("no server started")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadAll(pr); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server holds the pipe its first client inherited")
+	}
+}
+
+// TestIgnoredSignalNotForwarded: a client started with SIGHUP ignored
+// (nohup) does not forward a SIGHUP: the command runs on.
+func TestIgnoredSignalNotForwarded(t *testing.T) {
+	sock := lifecycleSocket(t)
+	serverPID(t, sock)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("nohup", self, modeClient, sock, "3s", "1m", "--", "sleep", "500ms", "5")
+	cmd.Dir = dir // nohup.out, if any, lands here
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGHUP)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 5 {
+		t.Errorf("nohup'd client exited %d (%v), want the command's 5", code, cmd.ProcessState)
+	}
+}
+
+// TestCatchSignalsAfter: with ClientOptions.CatchSignalsAfter, Ctrl-C
+// before the delay kills the client and the server cancels the command
+// (the client is gone); after the delay it is forwarded as usual.
+func TestCatchSignalsAfter(t *testing.T) {
+	sock := lifecycleSocket(t)
+	serverPID(t, sock)
+	t.Run("before", func(t *testing.T) {
+		dir := t.TempDir()
+		cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "block", dir)
+		cmd.Env = append(os.Environ(), "SANDBOXD_TEST_CATCH_AFTER=1h")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the handler", func() bool { _, err := os.Stat(filepath.Join(dir, "started")); return err == nil })
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+			t.Errorf("client ended with %v, want death by SIGINT", cmd.ProcessState)
+		}
+		var cause []byte
+		waitFor(t, "the command's cancellation", func() bool {
+			cause, _ = os.ReadFile(filepath.Join(dir, "cause"))
+			return len(cause) > 0
+		})
+		if string(cause) != ErrDisconnected.Error() {
+			t.Errorf("cause %q, want %q", cause, ErrDisconnected)
+		}
+	})
+	t.Run("after", func(t *testing.T) {
+		cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "signals", "1")
+		cmd.Env = append(os.Environ(), "SANDBOXD_TEST_CATCH_AFTER=20ms")
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pr.Close()
+		cmd.Stdout = pw
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pw.Close()
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("handler said %q %v", buf, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGINT)
+		out, _ := io.ReadAll(pr)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 130 || string(out) != "SIGINT\nsandboxd: client forwarded SIGINT\n" {
+			t.Errorf("client exited %d (%v), handler saw %q", code, cmd.ProcessState, out)
+		}
+	})
+}
+
+// TestStartWhileAServerStops: a client that finds no socket while a
+// stopping server still holds the lock (here: the test holds it for
+// 200 ms) starts a server that exits with ErrRunning; once the lock is
+// free, the client starts another, which serves.
+func TestStartWhileAServerStops(t *testing.T) {
+	sock := lifecycleSocket(t)
+	lock, err := takeLock(sock + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		lock.Close()
+	}()
+	r := runClient(t, sock, "exit", "6")
+	if r.code != 6 {
+		t.Fatalf("client: %+v, want served (6)", r)
+	}
+	b, _ := os.ReadFile(sock + ".log")
+	if !strings.Contains(string(b), "already running") {
+		t.Errorf("no server saw the lock taken; log:\n%s", b)
 	}
 }

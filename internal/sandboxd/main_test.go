@@ -23,7 +23,7 @@ import (
 // with one of these as its first argument.
 const (
 	modeServer = "__sandboxd_server" // --socket S [--idle D] [--grace D] [--ready-fd N]
-	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code
+	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code ($SANDBOXD_TEST_CATCH_AFTER: ClientOptions.CatchSignalsAfter)
 	modeRaw    = "__sandboxd_raw"    // SOCKET: connect, send a request, print what comes back
 )
 
@@ -87,11 +87,13 @@ func clientMain(args []string) int {
 		return 2
 	}
 	timeout, _ := time.ParseDuration(args[1])
+	catchAfter, _ := time.ParseDuration(os.Getenv("SANDBOXD_TEST_CATCH_AFTER"))
 	self, _ := os.Executable()
 	r, err := Call(context.Background(), ClientOptions{
-		Socket:  args[0],
-		Server:  []string{self, modeServer, "--socket", args[0], "--idle", args[2]},
-		Timeout: timeout,
+		Socket:            args[0],
+		Server:            []string{self, modeServer, "--socket", args[0], "--idle", args[2]},
+		Timeout:           timeout,
+		CatchSignalsAfter: catchAfter,
 	}, Request{Args: args[4:], Environ: os.Environ(), Cwd: mustGetwd()})
 	switch {
 	case errors.Is(err, ErrUnavailable):
@@ -116,7 +118,7 @@ func rawMain(args []string) int {
 		return 1
 	}
 	body, _ := encodeRequest(Request{Args: []string{"exit", "0"}, Cwd: "/"})
-	if err := c.send(requestFrames(body)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+	if err := c.send(requestFrames(body, MaxFrame)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		fmt.Println("closed")
 		return 0
 	} else if err != nil {
@@ -156,7 +158,7 @@ func mustGetwd() string {
 //	touch PATH      create PATH
 //	block DIR       create DIR/started, wait for the context, write its cause to DIR/cause, reply 1
 //	signals N       wait for N forwarded signals, print them and the context's cause, reply 130
-//	sleep D CODE    sleep D, reply CODE
+//	sleep D CODE    sleep D, reply CODE (99 if the context ends first)
 //	fds             print whether stdout and stderr are close-on-exec
 //	panic           panic
 func testHandler(ctx context.Context, c *Incoming) Reply {
@@ -225,8 +227,12 @@ func testHandler(ctx context.Context, c *Incoming) Reply {
 	case "sleep":
 		d, _ := time.ParseDuration(arg(1))
 		n, _ := strconv.Atoi(arg(2))
-		time.Sleep(d)
-		return Reply{Code: n}
+		select {
+		case <-time.After(d):
+			return Reply{Code: n}
+		case <-ctx.Done():
+			return Reply{Code: 99}
+		}
 	case "fds":
 		for _, f := range []*os.File{c.Stdout, c.Stderr} {
 			flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0)

@@ -23,7 +23,7 @@
 // standard output and error passed as file descriptors (SCM_RIGHTS). The
 // server pulls standard input from the client a chunk at a time (a
 // "want" frame answered by one read of the client's fd 0), so that a
-// command that never reads its input never makes the client read the
+// handler that never reads Incoming.Stdin never makes the client read its
 // terminal, and the server never holds the client's terminal itself.
 // The client forwards SIGINT, SIGTERM and SIGHUP as frames; the server
 // ends the call with a reply frame (exit code, or "hand over": run it
@@ -43,9 +43,14 @@
 // refuses a directory that is a symlink, not owned by the user or open to
 // group or others). The server accepts only peers with its own uid
 // (SO_PEERCRED), and the client talks only to a server with its own uid.
-// A server started by a client gets a clean environment (see
-// ServerEnvKeys): the client's secrets reach a call's handler in that
-// call's Request only, never the long-lived process.
+// Beyond the uid, the server serves only a peer of its own identity
+// (umask, groups, capabilities, no_new_privs, seccomp, namespaces: see
+// identity), so that a process that confined itself cannot have commands
+// run outside its confinement; the socket's name hashes that identity, so
+// such a process gets a server of its own. A server started by a client
+// gets a clean environment (ServerEnv) and none of its stray descriptors:
+// the client's secrets reach a call's handler in that call's Request only,
+// never the long-lived process.
 package sandboxd
 
 import (

@@ -67,7 +67,8 @@ func ReadyFile(fd int) (*os.File, error) {
 // socket that does not answer yet. When the server stops it closes the
 // listener, removes the socket and releases the lock before it waits for
 // the calls in flight, so a new server can start meanwhile. Serve returns
-// nil when it stopped for ctx or idleness.
+// nil when it stopped for ctx or idleness, an error when it could not
+// serve (lock, bind, accept) or calls outlived their cancellation.
 func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	if opts.Socket == "" || h == nil {
 		return errors.New("sandboxd: Serve needs a socket and a handler")
@@ -117,16 +118,20 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	s := &server{uid: os.Geteuid(), id: id, log: log, h: h, base: callBase}
 	s.idle = newIdler(opts.Idle)
 	stopped := make(chan string, 1)
+	acceptDone := make(chan struct{}) // the accept loop ended on its own
 	go func() {
 		select {
 		case <-ctx.Done():
 			stopped <- "stopped"
 		case <-s.idle.fired:
 			stopped <- "idle"
+		case <-acceptDone:
+			return
 		}
 		ln.Close() // wakes Accept
 	}()
 
+	var failed error
 	for {
 		fd, err := ln.accept()
 		if err != nil {
@@ -142,6 +147,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 				continue
 			}
 			log.Error("accept failed, stopping", "err", err)
+			failed = fmt.Errorf("sandboxd: accept on %s: %w", opts.Socket, err)
 			ln.Close()
 			break
 		}
@@ -156,6 +162,7 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 			s.serveConn(c)
 		})
 	}
+	close(acceptDone)
 	why := "failed"
 	select {
 	case why = <-stopped:
@@ -176,16 +183,16 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 	go func() { s.calls.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return failed
 	case <-time.After(opts.Grace):
 	}
 	log.Warn("calls still running after the grace period: cancelling them", "grace", opts.Grace)
 	cancelCalls(ErrShutdown)
 	select {
 	case <-done:
-		return nil
+		return failed
 	case <-time.After(opts.Grace):
-		return errors.New("sandboxd: calls still running after they were cancelled; abandoning them")
+		return errors.Join(failed, errors.New("sandboxd: calls still running after they were cancelled; abandoning them"))
 	}
 }
 
@@ -223,7 +230,7 @@ func (l *listener) accept() (int, error) {
 	if err == nil {
 		err = aerr
 	}
-	return nfd, err
+	return nfd, l.closedErr(err)
 }
 
 // listen binds path + ".new", restricts it to 0600, listens and renames it

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ServerStatus is what Status finds of the server of a socket.
@@ -92,4 +94,29 @@ func Stop(ctx context.Context, sock string) (ServerStatus, error) {
 		}
 	}
 	return st, nil
+}
+
+// lockHeld says whether a server holds socket's lock file (one runs, or
+// is starting or stopping), without connecting: it takes a shared lock
+// for a moment, which a server starting just then sees as taken (it exits
+// with ErrRunning; its client then retries the socket). The client uses
+// it while waiting for a server it started; Status, which takes no lock,
+// is for everyone else.
+func lockHeld(socket string) (bool, error) {
+	f, err := os.Open(socket + ".lock")
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sandboxd: inspect %s: %w", socket, err)
+	}
+	defer f.Close()
+	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	switch {
+	case err == nil:
+		return false, nil // nobody holds it: no server
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return true, nil
+	}
+	return false, fmt.Errorf("sandboxd: inspect %s: %w", socket, err)
 }

@@ -82,3 +82,19 @@ func TestStopEndsTheServer(t *testing.T) {
 		t.Fatal("the server did not end")
 	}
 }
+
+// lockHeld sees a running server's lock, and no lock once it stopped.
+func TestLockHeld(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "s.sock")
+	if held, err := lockHeld(sock); err != nil || held {
+		t.Fatalf("before any server: %v %v", held, err)
+	}
+	ts := startTestServer(t, nil, ServerOptions{Socket: sock})
+	if held, err := lockHeld(sock); err != nil || !held {
+		t.Fatalf("with a server: %v %v", held, err)
+	}
+	ts.stop(t)
+	if held, err := lockHeld(sock); err != nil || held {
+		t.Fatalf("after the server: %v %v", held, err)
+	}
+}

@@ -33,8 +33,10 @@ import (
 //	0x82 want          n u32 (1..MaxChunk): read up to n bytes of stdin
 //	0x83 reply         code i32, flags u8 (bit 0: hand over); the last frame
 //	0x84 refused       version u16 (the server's), message: why the request
-//	                   was not run (another version, a malformed request);
-//	                   the last frame
+//	                   was not run (another version, a malformed request,
+//	                   a client of another identity); the last frame. Its
+//	                   layout stays the same in every future version, so
+//	                   that a server can tell any client why it refuses.
 //
 // The encoded Request is: argc u32, then argc strings; envc u32, then envc
 // strings; then the working directory as one string; a string is its
@@ -381,13 +383,15 @@ func decodeRequest(b []byte) (Request, error) {
 }
 
 // requestFrames splits an encoded Request into a request frame and as many
-// request-more frames as it takes.
-func requestFrames(body []byte) [][]byte {
-	first := min(len(body), MaxFrame-7)
+// request-more frames as it takes, none longer than max bytes (at most
+// MaxFrame, at least 64).
+func requestFrames(body []byte, max int) [][]byte {
+	max = min(MaxFrame, max)
+	first := min(len(body), max-7)
 	f, _ := encodeFrame(frame{Type: frameRequest, Version: Version, Total: uint32(len(body)), Data: body[:first]})
 	out := [][]byte{f}
 	for rest := body[first:]; len(rest) > 0; {
-		n := min(len(rest), MaxFrame-1)
+		n := min(len(rest), max-1)
 		f, _ := encodeFrame(frame{Type: frameRequestMore, Data: rest[:n]})
 		out = append(out, f)
 		rest = rest[n:]

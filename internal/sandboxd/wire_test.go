@@ -214,11 +214,16 @@ func TestDecodeRequestRejects(t *testing.T) {
 }
 
 func TestRequestFrames(t *testing.T) {
-	for _, n := range []int{12, MaxFrame - 7, MaxFrame - 6, 3*MaxFrame + 5} {
+	for _, tc := range []struct{ n, max int }{
+		{12, MaxFrame}, {MaxFrame - 7, MaxFrame}, {MaxFrame - 6, MaxFrame}, {3*MaxFrame + 5, MaxFrame},
+		{3*MaxFrame + 5, 2 * MaxFrame}, // never over MaxFrame
+		{1000, 64}, {5000, 4096},       // a small send buffer
+	} {
+		n := tc.n
 		body := bytes.Repeat([]byte{'z'}, n)
 		var got []byte
-		for i, b := range requestFrames(body) {
-			if len(b) > MaxFrame {
+		for i, b := range requestFrames(body, tc.max) {
+			if len(b) > min(tc.max, MaxFrame) {
 				t.Fatalf("%d: frame %d has %d bytes", n, i, len(b))
 			}
 			f, err := decodeFrame(b)

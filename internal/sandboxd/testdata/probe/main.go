@@ -2,12 +2,14 @@
 // build of cmd/fluffy is one: BenchmarkClientProcess measures its whole
 // run (exec, Go runtime start, SocketPath, Call, exit) against a server.
 // Usage: probe CORE SERVER-ARGV... -- ARGS...
+// $PROBE_CATCH_AFTER sets ClientOptions.CatchSignalsAfter.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 )
@@ -30,7 +32,8 @@ func main() {
 		os.Exit(1)
 	}
 	wd, _ := os.Getwd()
-	r, err := sandboxd.Call(context.Background(), sandboxd.ClientOptions{Socket: sock, Server: append(server, "--socket", sock)},
+	after, _ := time.ParseDuration(os.Getenv("PROBE_CATCH_AFTER"))
+	r, err := sandboxd.Call(context.Background(), sandboxd.ClientOptions{Socket: sock, Server: append(server, "--socket", sock), CatchSignalsAfter: after},
 		sandboxd.Request{Args: args, Environ: os.Environ(), Cwd: wd})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
