@@ -234,11 +234,13 @@ func TestFrontBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if out, errOut, code := fluffy("sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo back"); code != 0 || out != "back\n" {
+	// (--debug: the client says why, should it run the command itself.)
+	out, errOut, code = fluffy("--debug", "sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "echo back")
+	if code != 0 || out != "back\n" {
 		t.Errorf("sandbox run after the server was killed: exit %d, %q %q", code, out, errOut)
 	}
 	if again := serverPids(t, sock); len(again) != 1 || again[0] == pids[0] {
-		t.Errorf("servers after kill -9: %v (the killed one was %v)", again, pids)
+		t.Errorf("servers after kill -9: %v (the killed one was %v); stderr %q", again, pids, errOut)
 	}
 	// fluffy-core is the front itself (a broken install): no exec loop.
 	if err := os.Remove(core); err != nil {
