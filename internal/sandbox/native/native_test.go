@@ -425,7 +425,12 @@ func benchMedian(b *testing.B, op func() error) {
 		}
 		ds = append(ds, time.Since(t))
 	}
-	cpu := cpuTime() - cpu0
+	reportMedian(b, ds, cpuTime()-cpu0)
+}
+
+// reportMedian reports the CPU time per run, the median and the minimum
+// of the runs' durations ds.
+func reportMedian(b *testing.B, ds []time.Duration, cpu time.Duration) {
 	slices.Sort(ds)
 	if len(ds) > 0 {
 		// CPU time of this process and every child it reaped (the init,

@@ -63,10 +63,25 @@ func Main() int {
 	if !cfg.Trace {
 		tr = &Tracer{}
 	}
+	if cfg.Spare {
+		// Started ahead of the request: the setup starts now.
+		start = time.Now()
+	}
 	tr.Mark("config read")
 
 	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
+	}
+	if cfg.NullStdin {
+		// The sandbox's own /dev/null (a bind of the host's device).
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Dup3(fd, 0, 0)
+			unix.Close(fd)
+		}
+		if err != nil {
+			return fail("stdin", fmt.Errorf("/dev/null as stdin: %w", err))
+		}
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
