@@ -498,6 +498,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
 	start := time.Now()
+	fromSpare := sp != nil
 	if sp != nil {
 		// The spare has waited for its configuration since it started;
 		// the request's writers take its output from here on.
@@ -583,7 +584,9 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	} else if _, err := sp.cfgW.Write([]byte{nsinit.Release}); err != nil {
 		kill()
 	}
-	sp.cfgW.Close()
+	if !fromSpare {
+		sp.cfgW.Close()
+	}
 	tr.Mark("init released")
 	if hook != nil {
 		// Serve until Close (or the context, or the init's death); then
@@ -609,6 +612,20 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	body, stErr := nsinit.ReadFrame(bufio.NewReaderSize(stR, 512))
 	tr.Mark("status read")
 	refillNow()
+	if stErr != nil && fromSpare && spec.Stdin == nil && ctx.Err() == nil && unread(sp.cfgW) > 0 {
+		select {
+		case <-timedOut:
+		default:
+			// The spare died (killed from outside) before it read its
+			// configuration, so before anything of this request ran: run
+			// it on a sandbox started now, the gate already passed.
+			kill()
+			_ = proc.Wait()
+			close(done)
+			r.opts.Logger.Debug("sandbox: a spare died before reading its configuration; starting another")
+			return r.run(ctx, spec, tr, stOut, hook, nil, early, false)
+		}
+	}
 	// The cgroup's counters are final once the init has reported (it
 	// killed and reaped everything first): read them while it exits.
 	var oomKills, pidsMax int
@@ -1005,6 +1022,22 @@ func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err 
 		tr.Mark("cgroup joined")
 	}
 	return sp, nil
+}
+
+// unread returns how many bytes wait in the pipe behind f (FIONREAD, alias TIOCINQ), or
+// 0 when unknown.
+func unread(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil {
+			n = v
+		}
+	})
+	return n
 }
 
 // markTimedOut records that the wall-clock timeout killed the sandbox.

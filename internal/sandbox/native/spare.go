@@ -1,9 +1,12 @@
 package native
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -222,10 +225,18 @@ func (r *Runtime) Close() error {
 }
 
 // alive reports whether the spare's init still waits for its
-// configuration: its status pipe is neither readable nor closed (an
-// init writes its status only once it has a configuration, or when it
-// dies).
+// configuration: it is not exiting (the main thread of a dying process
+// is a zombie while its other threads still exit and hold its files)
+// and its status pipe is neither readable nor closed (an init writes its
+// status only once it has a configuration, or when it dies). A spare
+// that dies after this check, before reading its configuration, is
+// replaced by run (see unread).
 func (sp *sandboxProc) alive() bool {
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(sp.proc.Pid()) + "/stat"); err != nil {
+		return false
+	} else if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X' {
+		return false
+	}
 	rc, err := sp.stR.SyscallConn()
 	if err != nil {
 		return false
