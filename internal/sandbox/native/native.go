@@ -617,7 +617,8 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		case <-timedOut:
 		default:
 			// The spare died (killed from outside) before it read its
-			// configuration, so before anything of this request ran: run
+			// release (the init reads no further than its configuration
+			// before that), so before anything of this request ran: run
 			// it on a sandbox started now, the gate already passed.
 			kill()
 			_ = proc.Wait()

@@ -381,14 +381,18 @@ func TestSpareGate(t *testing.T) {
 	rt := newSpareRuntime(t, 1)
 	rt.Prepare()
 	waitSpares(t, rt, 1)
-	base := t.TempDir()
+	base, err := os.MkdirTemp("/var/tmp", "fluffy-spare-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
 	ws, cs := filepath.Join(base, "ws"), filepath.Join(base, "cs")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	spec := shSpec("echo > ran")
 	spec.Workspace, spec.ChangeSet = ws, cs
-	_, err := rt.RunGated(context.Background(), spec, func() error { return errors.New("refused") })
+	_, err = rt.RunGated(context.Background(), spec, func() error { return errors.New("refused") })
 	if err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("err = %v", err)
 	}

@@ -2,8 +2,11 @@ package nsinit
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,7 +51,15 @@ func Main() int {
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
-	cfgIn := bufio.NewReader(cfgFile)
+	// Sized to the frame so that the release byte stays in the pipe
+	// until it is read below: the parent tells from a byte still unread
+	// that this init never started the command (a spare killed from
+	// outside while its request came).
+	var hdr [4]byte
+	if _, err := io.ReadFull(cfgFile, hdr[:]); err != nil {
+		return fail("config", err)
+	}
+	cfgIn := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(hdr[:]), io.LimitReader(cfgFile, int64(binary.BigEndian.Uint32(hdr[:])))), 4096)
 	var cfg Config
 	body, err := ReadFrame(cfgIn)
 	if err == nil {
@@ -145,7 +156,8 @@ func Main() int {
 		}
 	}
 	// The parent releases the init once it is in its cgroup.
-	if b, err := cfgIn.ReadByte(); err != nil || b != Release {
+	var rel [1]byte
+	if _, err := io.ReadFull(cfgFile, rel[:]); err != nil || rel[0] != Release {
 		return fail("release", fmt.Errorf("the parent did not release the sandbox (%v)", err))
 	}
 	cfgFile.Close()
