@@ -106,6 +106,12 @@ func (r *Runtime) takeSpare(wantCg bool, memory int64, pids int) *sandboxProc {
 	}
 }
 
+// SpareStats reports how many runs took a spare and how many spares were
+// started, since New (a server's status; tests).
+func (r *Runtime) SpareStats() (used, started int64) {
+	return r.pool.used.Load(), r.pool.launched.Load()
+}
+
 // refill starts spares in the background until the pool holds
 // Options.Spares (ready or starting); withCg gives them a cgroup.
 func (r *Runtime) refill(withCg bool) {

@@ -130,8 +130,8 @@ func TestSpares(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := rt.pool.used.Load(); got != used+1 {
-				t.Errorf("spares used %d → %d, want one more", used, got)
+			if got, started := rt.SpareStats(); got != used+1 || started < got {
+				t.Errorf("spares used %d → %d (started %d), want one more", used, got, started)
 			}
 			if res.ExitCode != tc.code || res.Signal != tc.signal || res.Killed != "" {
 				t.Errorf("exit %d signal %d killed %q, want %d %d; stderr %q", res.ExitCode, res.Signal, res.Killed, tc.code, tc.signal, res.Stderr)
