@@ -65,7 +65,7 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 	if rt := h.runtimes[allowDegraded]; rt != nil {
 		return rt, nil
 	}
-	rt, err := native.New(native.Options{Self: h.self, AllowDegraded: allowDegraded, Logger: h.logger})
+	rt, err := native.New(native.Options{Self: h.self, AllowDegraded: allowDegraded, Logger: h.logger, Spares: h.spares})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (h *SandboxHost) Close() error {
 	h.closed = true
 	var errs []error
 	for _, rt := range h.runtimes {
-		if err := error(nil); rt == nil && err != nil {
+		if err := rt.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox runtime: %w", err))
 		}
 	}

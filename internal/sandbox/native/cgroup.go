@@ -130,9 +130,19 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 	}
+	if err := cg.setLimits(l, memory, pids); err != nil {
+		cg.remove()
+		return nil, err
+	}
+	return cg, nil
+}
+
+// setLimits writes the memory (with swap: none beyond it) and pids
+// limits; 0 leaves one as it is (a new cgroup: no limit).
+func (c *cgroup) setLimits(l cgroupLayout, memory int64, pids int) error {
 	var writes [][2]string
-	if cg.v2 {
-		d := cg.dirs[0]
+	if c.v2 {
+		d := c.dirs[0]
 		if memory > 0 {
 			writes = append(writes, [2]string{d + "/memory.max", strconv.FormatInt(memory, 10)}, [2]string{d + "/memory.swap.max", "0"})
 		}
@@ -141,13 +151,13 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 		}
 	} else {
 		if memory > 0 {
-			writes = append(writes, [2]string{cg.dirs[0] + "/memory.limit_in_bytes", strconv.FormatInt(memory, 10)})
+			writes = append(writes, [2]string{c.dirs[0] + "/memory.limit_in_bytes", strconv.FormatInt(memory, 10)})
 			if l.v1MemSw {
-				writes = append(writes, [2]string{cg.dirs[0] + "/memory.memsw.limit_in_bytes", strconv.FormatInt(memory, 10)})
+				writes = append(writes, [2]string{c.dirs[0] + "/memory.memsw.limit_in_bytes", strconv.FormatInt(memory, 10)})
 			}
 		}
 		if pids > 0 {
-			writes = append(writes, [2]string{cg.dirs[1] + "/pids.max", strconv.Itoa(pids)})
+			writes = append(writes, [2]string{c.dirs[1] + "/pids.max", strconv.Itoa(pids)})
 		}
 	}
 	for _, w := range writes {
@@ -155,11 +165,10 @@ func newCgroup(l cgroupLayout, memory int64, pids int) (*cgroup, error) {
 			if strings.HasSuffix(w[0], "swap.max") && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			cg.remove()
-			return nil, fmt.Errorf("cgroup: %w", err)
+			return fmt.Errorf("cgroup: %w", err)
 		}
 	}
-	return cg, nil
+	return nil
 }
 
 // prime moves this process into the memory cgroup it is already in: a

@@ -73,7 +73,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	runErr := make(chan error, 1)
 	go func() {
 		var st nsinit.Status
-		_, err := r.run(context.WithoutCancel(ctx), spec, &nsinit.Tracer{}, &st, hook, nil, nil)
+		_, err := r.run(context.WithoutCancel(ctx), spec, &nsinit.Tracer{}, &st, hook, nil, nil, false)
 		runErr <- err
 	}()
 	select {

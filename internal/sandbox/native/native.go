@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,21 @@ type Options struct {
 	// stage took, in the parent and in the init (fluffy sandbox run
 	// --trace writes it to stderr).
 	Trace io.Writer
+	// Spares is how many sandboxes the runtime keeps started ahead of
+	// their requests (spare.go): each an init already in its new
+	// namespaces (and its cgroup), its runtime up, waiting for its
+	// configuration. A run takes one that fits (any spec but those with
+	// network mode proxy; an Instance never does) and so skips the
+	// clone, the exec and the init's runtime start; the pool is refilled
+	// in the background, shaped like the last spec. 0 starts every
+	// sandbox on demand. Prepare starts the first spares. A runtime with
+	// spares must be closed (Close): it owns their processes and
+	// cgroups. A spare's sandbox is the same as one started on demand:
+	// the root, landlock, seccomp, rlimits and limits are set up for the
+	// request, after its configuration arrives. Run still tears its
+	// sandbox down before returning (RunEarly hands the result over
+	// before that).
+	Spares int
 }
 
 // Runtime is the native backend. It is safe for concurrent use.
@@ -88,6 +104,8 @@ type Runtime struct {
 	stage1Min int64
 	// noVfork starts the init with os/exec (tests compare both ways).
 	noVfork bool
+	// pool holds the spare sandboxes (Options.Spares).
+	pool sparePool
 }
 
 // initProcess is the started init (or stage 1).
@@ -202,8 +220,12 @@ func (r *Runtime) hostIDs() (int, int) {
 // created). A short-lived caller such as the fluffy command can run it in
 // a goroutine while it reads its configuration, taking it off the first
 // run's path. It is safe to call more than once and concurrently with
-// runs.
-func (r *Runtime) Prepare() { r.detect() }
+// runs. With Options.Spares, it also starts the spare sandboxes (with a
+// cgroup where the host has them) in the background.
+func (r *Runtime) Prepare() {
+	r.detect()
+	r.refill(r.cgl.available)
+}
 
 func (r *Runtime) detect() {
 	r.once.Do(func() {
@@ -273,16 +295,19 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st, nil, gate, early)
+	res, err := r.run(ctx, spec, tr, &st, nil, gate, early, true)
 	if tr.On {
 		tr.Mark("cleaned up")
-		writeTrace(r.opts.Trace, tr.Marks, st.Marks)
+		// A spare's init started before the request: its marks from then
+		// (its runtime's start) are not this run's.
+		initMarks := slices.DeleteFunc(st.Marks, func(m nsinit.Mark) bool { return m.At < tr.Marks[0].At })
+		writeTrace(r.opts.Trace, tr.Marks, initMarks)
 		writeCPU(r.opts.Trace, &before, st.CommandCPU)
 	}
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result)) (res sandbox.Result, err error) {
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result), useSpares bool) (res sandbox.Result, err error) {
 	if err := spec.Validate(); err != nil {
 		return res, err
 	}
@@ -341,7 +366,6 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 
 	// Host paths, resolved so the init sees no symlinks.
-	hostUID, hostGID := r.hostIDs()
 	var cleanups []func()
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -401,22 +425,37 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer proxyF.Close()
 	}
 	tr.Mark("spec, facilities, work dir")
-	// Limits: a cgroup where the host allows it, rlimits always.
+	// Limits: a cgroup where the host allows it, rlimits always. A spare
+	// sandbox (Options.Spares) is taken when one fits: it brings its own
+	// cgroup, into which this request's limits are written.
 	lim := spec.Limits
+	wantCg := (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available
+	spareable := useSpares && hook == nil && proxyF == nil && r.opts.Spares > 0
+	var sp *sandboxProc
+	refillNow := func() {}
+	if spareable {
+		// Whatever happens to this run, the pool is filled again, shaped
+		// like this spec (as soon as the command's status is in, below,
+		// so that the refill does not compete with this run's start).
+		refill := sync.OnceFunc(func() { r.refill(wantCg) })
+		defer refill()
+		refillNow = refill
+		sp = r.takeSpare(wantCg, lim.Memory, lim.Pids)
+		if sp != nil {
+			tr.Mark("spare taken")
+		}
+	}
 	var cg *cgroup
-	if (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available {
+	if sp != nil {
+		cg = sp.cg
+	} else if wantCg {
 		cg, err = newCgroup(r.cgl, lim.Memory, lim.Pids)
 		if err != nil {
 			res.Warnings = append(res.Warnings, "no cgroup for this run: "+err.Error())
-		} else {
-			cleanups = append(cleanups, func() {
-				if err := cg.remove(); err != nil {
-					r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
-				}
-			})
+			cg = nil
 		}
+		tr.Mark("cgroup created")
 	}
-	tr.Mark("cgroup created")
 	if lim.CPU > 0 {
 		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
 		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: secs})
@@ -436,71 +475,11 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(lim.Pids)})
 		}
 	}
-
-	// The init. Its configuration is written before it starts (when the
-	// pipe holds it), so the init reads it as soon as its runtime is up
-	// and builds its root while this process joins it to the cgroup and
-	// sends the idmapped trees; a release byte that follows says the init
-	// may start the command.
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	defer stR.Close()
-	defer stW.Close() // (closed early once the init holds it)
 	// Root's sandboxes are host uid nobody: an idmapped clone of the
 	// workspace makes its root-owned files the sandbox root's.
-	var fdSock *os.File
-	var fdSockParent int = -1
 	if r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		fdSock, fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
-		defer unix.Close(fdSockParent)
-		defer fdSock.Close()
 		cfg.LowerFD = true
 	}
-	// A pre-warmed instance receives its commands, with their stdio,
-	// over a socket (fd 7).
-	var execSock, execSockParent *os.File
-	if hook != nil {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		execSock, execSockParent = os.NewFile(uintptr(pair[1]), "execsock"), os.NewFile(uintptr(pair[0]), "execsock")
-		defer execSock.Close()
-		defer execSockParent.Close()
-	}
-	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	defer cfgW.Close()
-	defer cfgR.Close()
-	cfgWritten := make(chan error, 1)
-	if n, err := unix.FcntlInt(cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(cfgMsg) {
-		_, err := cfgW.Write(cfgMsg)
-		cfgWritten <- err
-	} else {
-		// Too big for the pipe: written while the init reads.
-		go func() {
-			_, err := cfgW.Write(cfgMsg)
-			cfgWritten <- err
-		}()
-	}
-	// The init is executed through a descriptor: the sandbox's user
-	// (nobody, for root) need not be able to traverse the binary's
-	// directories (go test builds in 0700 directories).
-	selfF, err := os.Open(r.opts.Init)
-	if err != nil {
-		return res, fmt.Errorf("%w: open the sandbox init binary: %w", sandbox.ErrSetup, err)
-	}
-	defer selfF.Close()
-	outLimit := lim.Output
 	var stdin io.Reader
 	if spec.Stdin != nil {
 		stdin = spec.Stdin
@@ -510,167 +489,49 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			stdin = struct{ io.Reader }{f}
 		}
 	}
-	stdout := &capWriter{max: outLimit, tee: spec.Stdout}
-	stderr := &capWriter{max: outLimit, tee: spec.Stderr}
-	// stage1: the small init binary is started without namespaces (a
-	// cheap vfork of this large process) and clones the namespaced init
-	// from its own small address space (nsinit.Stage1Main). The fallback
-	// (this binary re-executed) and the paths that move the init into its
-	// cgroup after the start clone the init directly.
-	newCmd := func(stage1 bool) *exec.Cmd {
-		cmd := &exec.Cmd{
-			Path:       "/proc/self/fd/6",
-			Args:       []string{nsinit.Arg0},
-			Env:        []string{"GOMAXPROCS=1"},
-			Stdout:     stdout,
-			Stderr:     stderr,
-			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock, proxyF},
-			SysProcAttr: &syscall.SysProcAttr{
-				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-				// Become uid 0 of the new namespace explicitly: without it a
-				// root caller's child keeps host uid 0 credentials.
-				Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
-				// Root can drop its supplementary groups; others cannot.
-				GidMappingsEnableSetgroups: r.uid == 0,
-				Setsid:                     true,
-				Pdeathsig:                  syscall.SIGKILL,
-			},
-			Stdin: stdin,
-		}
-		if stage1 {
-			root := "0"
-			if r.uid == 0 {
-				root = "1"
-			}
-			given := make([]byte, len(cmd.ExtraFiles))
-			for i, f := range cmd.ExtraFiles {
-				given[i] = '0'
-				if f != nil {
-					given[i] = '1'
-				}
-			}
-			cmd.Args = []string{nsinit.Stage1Arg0, strconv.Itoa(hostUID), strconv.Itoa(hostGID), root, string(given)}
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-		}
-		return cmd
+	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
+	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	if sp != nil {
+		// A spare's stdin is always a pipe: the init puts /dev/null in
+		// its place when the request has none.
+		cfg.Spare, cfg.NullStdin = true, stdin == nil
 	}
-	tr.Mark("pipes, binary opened")
-	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
-	// migrating a running process costs milliseconds (an RCU grace
-	// period), and the init starts inside its limits.
-	stage1 := r.useStage1(cg)
-	cmd := newCmd(stage1)
-	cgJoined := false
-	if cg != nil && cg.v2 {
-		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-			defer unix.Close(fd)
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-			cgJoined = true
-		}
-	}
-	// The init is started by vfork (vfork_linux.go), stage 1 and the
-	// fallback by os/exec; from an OS thread of its own, which stays
-	// until the run ends (the parent-death signal follows the thread).
-	var proc initProcess
-	var vp *vforkProcess
-	newProc := func() {
-		proc, vp = execProcess{cmd}, nil
-		if !stage1 && vforkSupported && !r.noVfork {
-			vp = &vforkProcess{cmd: cmd}
-			proc = vp
-		}
-	}
-	newProc()
-	launch := func() error {
-		err := proc.Start()
-		if err != nil && vp != nil {
-			r.opts.Logger.Debug("sandbox: vfork start failed, starting the init with os/exec", "err", err)
-			proc = execProcess{cmd}
-			err = proc.Start()
-		}
-		return err
-	}
-	reusable := func() bool { return vp == nil || vp.Reusable() }
-	// ended is closed when this run is over: a thread that cloned the
-	// init from inside a v1 cgroup and could not leave it waits for it.
-	ended := make(chan struct{})
-	defer close(ended)
+	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
 	start := time.Now()
+	fromSpare := sp != nil
+	if sp != nil {
+		// The spare has waited for its configuration since it started;
+		// the request's writers take its output from here on.
+		sp.connect(stdin, stdout, stderr)
+		if err := sp.writeConfig(cfgMsg); err != nil {
+			// It died after takeSpare looked (nothing of this request
+			// reached it): start one as if there had been no spare.
+			r.discardLater(sp)
+			refillNow()
+			return r.run(ctx, spec, tr, stOut, hook, gate, early, false)
+		}
+		tr.Mark("configuration sent to the spare")
+	} else {
+		// The configuration is written before the init starts (when the
+		// pipe holds it), so the init reads it as soon as its runtime is
+		// up and builds its root while this process joins it to the
+		// cgroup and sends the idmapped trees.
+		sp, err = r.launch(launchOpts{cg: cg, fdSock: cfg.LowerFD, serve: hook != nil, proxy: proxyF, stdin: stdin != nil, cfg: cfgMsg}, tr)
+		if err != nil {
+			return res, err
+		}
+		sp.connect(stdin, stdout, stderr)
+	}
+	defer func() {
+		if err := sp.release(); err != nil {
+			r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
+		}
+	}()
+	proc, stage1, stR := sp.proc, sp.stage1, sp.stR
 	wall := lim.Wall
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var entered bool
-	if cg != nil && !cg.v2 && r.cgl.v1Threads {
-		// cgroup v1: the init is cloned by a thread visiting the cgroup,
-		// so it is born inside (no migration, no RCU grace period).
-		entered, err = cg.startInside(r.cgl, launch, reusable, ended)
-		if entered {
-			cgJoined = true
-		} else {
-			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
-			cmd, err, stage1 = newCmd(false), nil, false
-			newProc()
-		}
-	}
-	var primed chan struct{}
-	if cg != nil && !cgJoined {
-		primed = make(chan struct{})
-		go func() {
-			defer close(primed)
-			cg.prime(r.cgl)
-		}()
-	}
-	if !entered && err == nil {
-		_, err = startOnThread(nil, nil, launch, reusable, ended)
-		if err != nil && cgJoined {
-			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
-			// cgroup the clone may not enter directly (delegation rules):
-			// join after the start instead, as on cgroup v1.
-			cmd, cgJoined, stage1 = newCmd(false), false, false
-			newProc()
-			_, err = startOnThread(nil, nil, launch, reusable, ended)
-		}
-	}
-	tr.Mark("clone, id maps, exec (cmd.Start)")
-	cfgR.Close()
-	stW.Close()
-	if fdSock != nil {
-		fdSock.Close()
-	}
-	if err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			f := r.facility("userns")
-			f.Available = false
-			f.Detail = "creating the namespaces failed: " + err.Error()
-			f.Fix = userNSFix
-			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
-		}
-		return res, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
-	}
-	// kill ends the sandbox. Stage 1 is asked to (SIGTERM): it kills the
-	// init and ends once the init, and with it the PID namespace, is gone.
-	kill := func() {
-		if stage1 {
-			_ = proc.Signal(syscall.SIGTERM)
-		} else {
-			_ = proc.Signal(syscall.SIGKILL)
-		}
-	}
-	if cg != nil && !cgJoined {
-		if primed != nil {
-			<-primed
-			tr.Mark("cgroup lock primed")
-		}
-		if err := cg.add(proc.Pid()); err != nil {
-			kill()
-			_ = proc.Wait()
-			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		tr.Mark("cgroup joined")
-	}
+	kill := sp.kill
 	// The timer and cancellation kill PID 1, which takes the whole PID
 	// namespace with it.
 	timedOut := make(chan struct{})
@@ -678,7 +539,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	go func() {
 		var timer <-chan time.Time
 		if wall > 0 {
-			t := time.NewTimer(wall)
+			t := time.NewTimer(wall - time.Since(start))
 			defer t.Stop()
 			timer = t.C
 		}
@@ -692,9 +553,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 	}()
 	if cfg.LowerFD {
-		if err := sendIdmappedTrees(fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
+		if err := sendIdmappedTrees(sp.fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
 			kill()
 			_ = proc.Wait()
+			close(done)
 			if stage1 {
 				// Stage 1 may have said why (no user namespace).
 				b, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
@@ -712,22 +574,24 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		if err := gate(); err != nil {
 			kill()
 			_ = proc.Wait()
+			close(done)
 			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		tr.Mark("gate passed (e.g. exec.start recorded)")
 	}
-	if err := <-cfgWritten; err != nil {
+	if err := <-sp.cfgWritten; err != nil {
 		kill()
-	} else if _, err := cfgW.Write([]byte{nsinit.Release}); err != nil {
+	} else if _, err := sp.cfgW.Write([]byte{nsinit.Release}); err != nil {
 		kill()
 	}
-	cfgW.Close()
+	if !fromSpare {
+		sp.cfgW.Close()
+	}
 	tr.Mark("init released")
 	if hook != nil {
-		execSock.Close()
 		// Serve until Close (or the context, or the init's death); then
 		// kill the whole sandbox.
-		conn := &instConn{sock: execSockParent, status: bufio.NewReader(stR), output: lim.Output}
+		conn := &instConn{sock: sp.execSock, status: bufio.NewReader(stR), output: lim.Output}
 		select {
 		case hook.ready <- conn:
 			select {
@@ -747,6 +611,22 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	// exit) to read it; Wait below waits for that.
 	body, stErr := nsinit.ReadFrame(bufio.NewReaderSize(stR, 512))
 	tr.Mark("status read")
+	refillNow()
+	if stErr != nil && fromSpare && spec.Stdin == nil && ctx.Err() == nil && unread(sp.cfgW) > 0 {
+		select {
+		case <-timedOut:
+		default:
+			// The spare died (killed from outside) before it read its
+			// release (the init reads no further than its configuration
+			// before that), so before anything of this request ran: run
+			// it on a sandbox started now, the gate already passed.
+			kill()
+			_ = proc.Wait()
+			close(done)
+			r.opts.Logger.Debug("sandbox: a spare died before reading its configuration; starting another")
+			return r.run(ctx, spec, tr, stOut, hook, nil, early, false)
+		}
+	}
 	// The cgroup's counters are final once the init has reported (it
 	// killed and reaped everything first): read them while it exits.
 	var oomKills, pidsMax int
@@ -819,6 +699,346 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
 	return res, nil
+}
+
+// launchOpts say what a sandbox needs at its start (launch): everything
+// else comes with its configuration.
+type launchOpts struct {
+	// cg is the sandbox's cgroup (nil: none); from launch on the
+	// sandbox owns it (release removes it).
+	cg *cgroup
+	// fdSock gives the init the socket on which the idmapped trees come
+	// (nsinit.Config.LowerFD).
+	fdSock bool
+	// serve gives the init the exec socket of an instance (fd 7).
+	serve bool
+	// proxy is the egress proxy's socket (fd nsinit.ProxyFD), or nil.
+	proxy *os.File
+	// stdin makes the init's stdin a pipe (connect gives it its
+	// source); otherwise it is /dev/null.
+	stdin bool
+	// cfg is the framed configuration, written before the start; nil
+	// leaves the init waiting for it (a spare).
+	cfg []byte
+}
+
+// sandboxProc is a started sandbox init and this process's ends of it.
+type sandboxProc struct {
+	proc   initProcess
+	stage1 bool
+	cg     *cgroup
+	// cfgW carries the configuration and the release byte; stR the
+	// init's status.
+	cfgW, stR *os.File
+	// cfgWritten receives the configuration's write error (or nil) once
+	// it is written.
+	cfgWritten   chan error
+	fdSockParent int
+	execSock     *os.File
+	// The init's output goes to stdout and stderr, its stdin (when a
+	// pipe) comes from stdin: each passes data only once connected.
+	stdout, stderr *lateWriter
+	stdin          *lateReader
+	connectOnce    sync.Once
+	// ended is closed when the sandbox is over: the thread that cloned
+	// the init (whose exit would send it the parent-death signal) is
+	// held until then.
+	ended chan struct{}
+	// launched is when the init was started (a spare's age).
+	launched time.Time
+}
+
+// kill ends the sandbox. Stage 1 is asked to (SIGTERM): it kills the
+// init and ends once the init, and with it the PID namespace, is gone.
+func (sp *sandboxProc) kill() {
+	if sp.stage1 {
+		_ = sp.proc.Signal(syscall.SIGTERM)
+	} else {
+		_ = sp.proc.Signal(syscall.SIGKILL)
+	}
+}
+
+// connect gives the init's stdio its request's ends (stdin nil: none,
+// the stdin pipe, if any, reads as empty). Only the first call counts.
+func (sp *sandboxProc) connect(stdin io.Reader, stdout, stderr io.Writer) {
+	sp.connectOnce.Do(func() {
+		if sp.stdin != nil {
+			sp.stdin.connect(stdin)
+		}
+		sp.stdout.connect(stdout)
+		sp.stderr.connect(stderr)
+	})
+}
+
+// writeConfig writes the framed configuration: at once when the pipe
+// holds it (an error, such as the init's death, is then returned),
+// otherwise while the init reads it. cfgWritten receives the outcome.
+func (sp *sandboxProc) writeConfig(msg []byte) error {
+	if n, err := unix.FcntlInt(sp.cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(msg) {
+		_, err := sp.cfgW.Write(msg)
+		sp.cfgWritten <- err
+		return err
+	}
+	go func() {
+		_, err := sp.cfgW.Write(msg)
+		sp.cfgWritten <- err
+	}()
+	return nil
+}
+
+// release closes this process's ends of a sandbox whose init has been
+// reaped, lets the thread that cloned it go and removes its cgroup.
+func (sp *sandboxProc) release() error {
+	close(sp.ended)
+	if sp.cfgW != nil {
+		sp.cfgW.Close()
+	}
+	if sp.stR != nil {
+		sp.stR.Close()
+	}
+	if sp.fdSockParent >= 0 {
+		unix.Close(sp.fdSockParent)
+	}
+	if sp.execSock != nil {
+		sp.execSock.Close()
+	}
+	if sp.cg != nil {
+		return sp.cg.remove()
+	}
+	return nil
+}
+
+// launch starts a sandbox init: the pipes and sockets it is given, the
+// clone into its namespaces (and its cgroup) and the exec. The init
+// then reads its configuration (o.cfg, or what writeConfig sends later).
+func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err error) {
+	cg := o.cg
+	sp = &sandboxProc{cg: cg, fdSockParent: -1, cfgWritten: make(chan error, 1), ended: make(chan struct{}),
+		stdout: newLateWriter(), stderr: newLateWriter()}
+	if o.stdin {
+		sp.stdin = newLateReader()
+	}
+	// The init's ends, closed once it holds them (or the start failed).
+	var childEnds []*os.File
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+		if err != nil {
+			if err := sp.release(); err != nil {
+				r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
+			}
+		}
+	}()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	sp.stR = stR
+	childEnds = append(childEnds, stW)
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		stR.Close()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	sp.cfgW = cfgW
+	childEnds = append(childEnds, cfgR)
+	var fdSock *os.File
+	if o.fdSock {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		fdSock, sp.fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
+		childEnds = append(childEnds, fdSock)
+	}
+	// A pre-warmed instance receives its commands, with their stdio,
+	// over a socket (fd 7).
+	var execSock *os.File
+	if o.serve {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		execSock, sp.execSock = os.NewFile(uintptr(pair[1]), "execsock"), os.NewFile(uintptr(pair[0]), "execsock")
+		childEnds = append(childEnds, execSock)
+	}
+	if o.cfg != nil {
+		_ = sp.writeConfig(o.cfg)
+	}
+	// The init is executed through a descriptor: the sandbox's user
+	// (nobody, for root) need not be able to traverse the binary's
+	// directories (go test builds in 0700 directories).
+	selfF, err := os.Open(r.opts.Init)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open the sandbox init binary: %w", sandbox.ErrSetup, err)
+	}
+	childEnds = append(childEnds, selfF)
+	var stdin io.Reader
+	if sp.stdin != nil {
+		stdin = sp.stdin
+	}
+	hostUID, hostGID := r.hostIDs()
+	// stage1: the small init binary is started without namespaces (a
+	// cheap vfork of this large process) and clones the namespaced init
+	// from its own small address space (nsinit.Stage1Main). The fallback
+	// (this binary re-executed) and the paths that move the init into its
+	// cgroup after the start clone the init directly.
+	newCmd := func(stage1 bool) *exec.Cmd {
+		cmd := &exec.Cmd{
+			Path:       "/proc/self/fd/6",
+			Args:       []string{nsinit.Arg0},
+			Env:        []string{"GOMAXPROCS=1"},
+			Stdout:     sp.stdout,
+			Stderr:     sp.stderr,
+			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock, o.proxy},
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+				// Become uid 0 of the new namespace explicitly: without it a
+				// root caller's child keeps host uid 0 credentials.
+				Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
+				// Root can drop its supplementary groups; others cannot.
+				GidMappingsEnableSetgroups: r.uid == 0,
+				Setsid:                     true,
+				Pdeathsig:                  syscall.SIGKILL,
+			},
+			Stdin: stdin,
+		}
+		if stage1 {
+			root := "0"
+			if r.uid == 0 {
+				root = "1"
+			}
+			given := make([]byte, len(cmd.ExtraFiles))
+			for i, f := range cmd.ExtraFiles {
+				given[i] = '0'
+				if f != nil {
+					given[i] = '1'
+				}
+			}
+			cmd.Args = []string{nsinit.Stage1Arg0, strconv.Itoa(hostUID), strconv.Itoa(hostGID), root, string(given)}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+		}
+		return cmd
+	}
+	tr.Mark("pipes, binary opened")
+	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
+	// migrating a running process costs milliseconds (an RCU grace
+	// period), and the init starts inside its limits.
+	stage1 := r.useStage1(cg)
+	cmd := newCmd(stage1)
+	cgJoined := false
+	if cg != nil && cg.v2 {
+		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+			cgJoined = true
+		}
+	}
+	// The init is started by vfork (vfork_linux.go), stage 1 and the
+	// fallback by os/exec; from an OS thread of its own, which stays
+	// until the run ends (the parent-death signal follows the thread).
+	var proc initProcess
+	var vp *vforkProcess
+	newProc := func() {
+		proc, vp = execProcess{cmd}, nil
+		if !stage1 && vforkSupported && !r.noVfork {
+			vp = &vforkProcess{cmd: cmd}
+			proc = vp
+		}
+	}
+	newProc()
+	launch := func() error {
+		err := proc.Start()
+		if err != nil && vp != nil {
+			r.opts.Logger.Debug("sandbox: vfork start failed, starting the init with os/exec", "err", err)
+			proc = execProcess{cmd}
+			err = proc.Start()
+		}
+		return err
+	}
+	reusable := func() bool { return vp == nil || vp.Reusable() }
+	ended := sp.ended
+	var entered bool
+	if cg != nil && !cg.v2 && r.cgl.v1Threads {
+		// cgroup v1: the init is cloned by a thread visiting the cgroup,
+		// so it is born inside (no migration, no RCU grace period).
+		entered, err = cg.startInside(r.cgl, launch, reusable, ended)
+		if entered {
+			cgJoined = true
+		} else {
+			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
+			cmd, err, stage1 = newCmd(false), nil, false
+			newProc()
+		}
+	}
+	var primed chan struct{}
+	if cg != nil && !cgJoined {
+		primed = make(chan struct{})
+		go func() {
+			defer close(primed)
+			cg.prime(r.cgl)
+		}()
+	}
+	if !entered && err == nil {
+		_, err = startOnThread(nil, nil, launch, reusable, ended)
+		if err != nil && cgJoined {
+			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
+			// cgroup the clone may not enter directly (delegation rules):
+			// join after the start instead, as on cgroup v1.
+			cmd, cgJoined, stage1 = newCmd(false), false, false
+			newProc()
+			_, err = startOnThread(nil, nil, launch, reusable, ended)
+		}
+	}
+	tr.Mark("clone, id maps, exec (cmd.Start)")
+	if err != nil {
+		if primed != nil {
+			<-primed
+		}
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			f := r.facility("userns")
+			f.Available = false
+			f.Detail = "creating the namespaces failed: " + err.Error()
+			f.Fix = userNSFix
+			return nil, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+		}
+		return nil, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
+	}
+	sp.proc, sp.stage1, sp.launched = proc, stage1, time.Now()
+	if cg != nil && !cgJoined {
+		if primed != nil {
+			<-primed
+			tr.Mark("cgroup lock primed")
+		}
+		if err := cg.add(proc.Pid()); err != nil {
+			sp.connect(nil, io.Discard, io.Discard)
+			sp.kill()
+			_ = proc.Wait()
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		tr.Mark("cgroup joined")
+	}
+	return sp, nil
+}
+
+// unread returns how many bytes wait in the pipe behind f (FIONREAD, alias TIOCINQ), or
+// 0 when unknown.
+func unread(f *os.File) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil {
+			n = v
+		}
+	})
+	return n
 }
 
 // markTimedOut records that the wall-clock timeout killed the sandbox.

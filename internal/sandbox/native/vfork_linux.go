@@ -107,6 +107,8 @@ type vforkProcess struct {
 	waitErr    error
 	mu         sync.Mutex // guards reaped
 	reaped     bool
+	// args keeps the child's arguments on the heap (see Start).
+	args *vforkArgs
 }
 
 func (p *vforkProcess) Pid() int { return p.pid }
@@ -202,6 +204,13 @@ func (p *vforkProcess) Start() (err error) {
 	child = append(child, c.ExtraFiles...)
 
 	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig)}
+	// On the heap, never on this goroutine's stack: the clone gets the
+	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
+	// growth before the clone (a deeper call, bigger race-instrumented
+	// frames) would leave pointing at the old stack: the kernel then
+	// wrote the pidfd there and p.pidfd read 0 (-race runs hung in Wait
+	// after a kill that went to descriptor 0).
+	p.args = a
 	if a.path, err = syscall.BytePtrFromString(c.Path); err != nil {
 		return err
 	}

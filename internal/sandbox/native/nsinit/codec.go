@@ -196,6 +196,8 @@ func (c *Config) AppendBinary(b []byte) []byte {
 	e.bool(c.Probe)
 	e.bool(c.Serve)
 	e.bool(c.Trace)
+	e.bool(c.Spare)
+	e.bool(c.NullStdin)
 	return e.b
 }
 
@@ -238,6 +240,8 @@ func DecodeConfig(b []byte) (Config, error) {
 	c.Probe = d.bool()
 	c.Serve = d.bool()
 	c.Trace = d.bool()
+	c.Spare = d.bool()
+	c.NullStdin = d.bool()
 	if err := d.done(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}

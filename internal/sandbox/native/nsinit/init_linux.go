@@ -2,8 +2,11 @@ package nsinit
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,7 +51,15 @@ func Main() int {
 		return 125
 	}
 	cfgFile := os.NewFile(3, "config")
-	cfgIn := bufio.NewReader(cfgFile)
+	// Sized to the frame so that the release byte stays in the pipe
+	// until it is read below: the parent tells from a byte still unread
+	// that this init never started the command (a spare killed from
+	// outside while its request came).
+	var hdr [4]byte
+	if _, err := io.ReadFull(cfgFile, hdr[:]); err != nil {
+		return fail("config", err)
+	}
+	cfgIn := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(hdr[:]), io.LimitReader(cfgFile, int64(binary.BigEndian.Uint32(hdr[:])))), 4096)
 	var cfg Config
 	body, err := ReadFrame(cfgIn)
 	if err == nil {
@@ -63,10 +74,25 @@ func Main() int {
 	if !cfg.Trace {
 		tr = &Tracer{}
 	}
+	if cfg.Spare {
+		// Started ahead of the request: the setup starts now.
+		start = time.Now()
+	}
 	tr.Mark("config read")
 
 	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
+	}
+	if cfg.NullStdin {
+		// The sandbox's own /dev/null (a bind of the host's device).
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Dup3(fd, 0, 0)
+			unix.Close(fd)
+		}
+		if err != nil {
+			return fail("stdin", fmt.Errorf("/dev/null as stdin: %w", err))
+		}
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
@@ -130,7 +156,8 @@ func Main() int {
 		}
 	}
 	// The parent releases the init once it is in its cgroup.
-	if b, err := cfgIn.ReadByte(); err != nil || b != Release {
+	var rel [1]byte
+	if _, err := io.ReadFull(cfgFile, rel[:]); err != nil || rel[0] != Release {
 		return fail("release", fmt.Errorf("the parent did not release the sandbox (%v)", err))
 	}
 	cfgFile.Close()

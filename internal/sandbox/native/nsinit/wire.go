@@ -57,10 +57,18 @@ type Config struct {
 	Serve bool `json:"serve,omitempty"`
 	// Trace makes the init report when each of its stages ended.
 	Trace bool `json:"trace,omitempty"`
+	// Spare says the init was started ahead of its request (a spare
+	// sandbox) and has waited for this configuration: its setup time
+	// counts from here.
+	Spare bool `json:"spare,omitempty"`
+	// NullStdin makes the command's stdin /dev/null instead of the
+	// init's own (a spare's stdin is always a pipe, as its request is
+	// not known when it starts).
+	NullStdin bool `json:"null_stdin,omitempty"`
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 3
+const Protocol = 4
 
 // ProxyFD is the init's descriptor for the egress proxy's socket as a
 // detached mount (network mode proxy, root callers; Config.ProxyFD).
