@@ -288,7 +288,7 @@ func TestHungServer(t *testing.T) {
 	sock := lifecycleSocket(t)
 	pid := serverPID(t, sock)
 	marker := filepath.Join(t.TempDir(), "ran")
-	syscall.Kill(pid, syscall.SIGSTOP)
+	stopProcess(t, pid)
 	// Files, not pipes, for the client's output: the descriptors it sent
 	// wait in the stopped server's socket queue, holding a pipe open.
 	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
@@ -526,7 +526,7 @@ func TestPeerIdentity(t *testing.T) {
 func TestSignalBeforeDelivery(t *testing.T) {
 	sock := lifecycleSocket(t)
 	pid := serverPID(t, sock)
-	syscall.Kill(pid, syscall.SIGSTOP)
+	stopProcess(t, pid)
 	defer syscall.Kill(pid, syscall.SIGCONT)
 	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
@@ -678,5 +678,38 @@ func TestStartWhileAServerStops(t *testing.T) {
 	b, _ := os.ReadFile(sock + ".log")
 	if !strings.Contains(string(b), "already running") {
 		t.Errorf("no server saw the lock taken; log:\n%s", b)
+	}
+}
+
+// stopProcess sends SIGSTOP to pid and waits until every thread of it is
+// stopped (on a loaded machine a thread may run on for a while first).
+func stopProcess(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, e := range ents {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+				stopped++
+			}
+		}
+		if stopped == len(ents) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %d of %d threads stopped after 5 s", pid, stopped, len(ents))
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
