@@ -121,7 +121,7 @@ func binariesCheck(self string) doctor.Check {
 	front := filepath.Join(dir, "fluffy")
 	if filepath.Base(self) == "fluffy" || !fileExists(front) {
 		c.Status = doctor.Warn
-		c.Detail = self + " is the full build with no small client beside it: 'fluffy sandbox run' pays for starting all of fluffy and a sandbox (~40 ms) instead of using the sandbox server (~5 ms)"
+		c.Detail = self + " is the full build with no small client beside it: 'fluffy sandbox run' pays for starting all of fluffy and a sandbox (~40 ms) instead of using the sandbox server (~13 ms)"
 		c.Fix = "make install (fluffy, fluffy-core and fluffy-sandbox-init side by side)"
 		return c
 	}
