@@ -302,7 +302,7 @@ func TestSpareIsolation(t *testing.T) {
 		if n, _ := strconv.Atoi(lines[0]); n > 4 {
 			t.Errorf("run %d sees %d processes", i, n)
 		}
-		if n := countHostProcs(marker); n > 0 {
+		if n := sandboxtest.CountProcs(marker); n > 0 {
 			t.Errorf("%d processes of run %d outlived it", n, i)
 		}
 		if b, err := os.ReadFile(filepath.Join(base, cs, fmt.Sprintf("f%d", i))); err != nil || string(b) != fmt.Sprintf("file%d\n", i) {
@@ -315,22 +315,6 @@ func TestSpareIsolation(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(base, ".fluffy-work-*")); len(left) > 0 {
 		t.Errorf("work directories left: %v", left)
 	}
-}
-
-// countHostProcs counts host processes whose command line contains s.
-func countHostProcs(s string) int {
-	n := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(s)) && !bytes.Contains(b, []byte("-test.")) {
-			n++
-		}
-	}
-	return n
 }
 
 // TestSpareRuns: many sequential and concurrent runs on 1 and 2 spares

@@ -299,7 +299,7 @@ func Run(t *testing.T, opts Options) {
 				if r.Killed != sandbox.LimitTime {
 					t.Errorf("killed %q, want time", r.Killed)
 				}
-				if n := countProcs(marker); n > 0 {
+				if n := CountProcs(marker); n > 0 {
 					t.Errorf("%d sandboxed processes survived the timeout", n)
 				}
 			}},
@@ -347,8 +347,9 @@ func Run(t *testing.T, opts Options) {
 	}
 }
 
-// countProcs counts host processes whose command line contains s.
-func countProcs(s string) int {
+// CountProcs counts host processes whose command line contains s (test
+// binaries excluded).
+func CountProcs(s string) int {
 	n := 0
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
