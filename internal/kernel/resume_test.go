@@ -110,3 +110,30 @@ func TestCancelDuringSetup(t *testing.T) {
 		t.Errorf("the session was marked failed: %+v", info)
 	}
 }
+
+// TestCancelBeforeRun: a run whose context ends before it begins (Ctrl-C
+// while the session is being marked running) is a cancellation, not an
+// error of the kernel (the terminal showed "ipc: internal: context
+// canceled").
+func TestCancelBeforeRun(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	k := start(t, e, func(ctx context.Context, m string) (llm.Provider, string, error) {
+		t.Error("the model was opened for a run cancelled before it began")
+		return nil, "", ctx.Err()
+	}, nil)
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "anything", Model: "replay/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	res, err := k.Run(cctx, info.ID, nil)
+	if err != nil || res.Fault != nil || res.Reason != "cancelled" {
+		t.Fatalf("a run cancelled before it began: %+v %v", res, err)
+	}
+	if got, _ := k.Get(ctx, info.ID); got.Status == kernel.StatusFailed || got.Status == kernel.StatusRunning {
+		t.Errorf("the session's status after the cancelled run: %+v", got)
+	}
+}

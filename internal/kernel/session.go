@@ -214,6 +214,9 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent func(Event)) (RunResult, error) {
 	info, err := k.Get(ctx, id)
 	if err != nil {
+		if ctx.Err() != nil {
+			return cancelledBeforeRun(id, "", &emitter{k: k, id: id, on: onEvent}), nil
+		}
 		return RunResult{}, err
 	}
 	switch info.Status {
@@ -241,6 +244,9 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 		close(r.done)
 	}()
 	if err := k.setStatus(ctx, id, StatusRunning, "", ""); err != nil {
+		if ctx.Err() != nil {
+			return cancelledBeforeRun(id, info.Status, em), nil
+		}
 		return RunResult{}, err
 	}
 	res := k.runSession(ctx, info, em, message)
@@ -266,6 +272,16 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	}
 	em.emit(Event{Type: TypeDone, Result: &res})
 	return res, nil
+}
+
+// cancelledBeforeRun is the result of a run cancelled (Ctrl-C) before it
+// began: nothing ran and the session keeps its status. A cancellation,
+// not a failure (the terminal used to show "ipc: internal: context
+// canceled" when Ctrl-C came while the session was being marked running).
+func cancelledBeforeRun(id string, status Status, em *emitter) RunResult {
+	res := RunResult{Reason: string(agent.ReasonCancelled), Session: id, Status: status}
+	em.emit(Event{Type: TypeDone, Result: &res})
+	return res
 }
 
 // runSession runs the agent; it never panics.
