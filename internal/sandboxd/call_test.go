@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -826,4 +827,24 @@ func requestFramesOf(t *testing.T, r Request) []byte {
 		t.Fatal(err)
 	}
 	return requestFrames(body, MaxFrame)[0]
+}
+
+// TestResetBeforeStarted: a server that dies with the request unread (the
+// client connected into the backlog of a server being killed) resets the
+// connection; the client tries once more and then reports the server
+// unavailable, so that its caller runs the command itself.
+func TestResetBeforeStarted(t *testing.T) {
+	var conns atomic.Int32
+	sock := fakeServer(t, func(c *conn) {
+		conns.Add(1)
+		time.Sleep(50 * time.Millisecond) // the request arrives, unread: close resets
+	})
+	s := newStdio(t, nil)
+	_, err := call(t.Context(), ClientOptions{Socket: sock}, Request{Args: []string{"x"}}, s.io(nil))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errNotTaken) {
+		t.Fatalf("err %v, want ErrUnavailable (not taken)", err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2 (one retry)", n)
+	}
 }

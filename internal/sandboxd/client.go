@@ -227,6 +227,9 @@ func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (
 		}
 		if err := c.send(f, oob); err != nil {
 			// The server acts only on a whole request: nothing ran.
+			if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+				return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, errNotTaken)
+			}
 			return Reply{}, unavailable("send the request to %s: %v", opts.Socket, err)
 		}
 	}
@@ -249,7 +252,9 @@ func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (
 		return Reply{}, unavailable("the server on %s did not take the request within %v", opts.Socket, opts.Timeout)
 	}
 	if err != nil {
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			// The server closed, or died (kill -9) with the connection
+			// still in its backlog, before taking the request.
 			return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, errNotTaken)
 		}
 		return Reply{}, unavailable("%v", err)
