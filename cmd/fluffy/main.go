@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/cli"
@@ -29,7 +28,7 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == netproxy.ForwardCommand {
 		return netproxy.ForwardMain(os.Args[2:])
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app, err := cli.DefaultApp()
 	if err != nil {

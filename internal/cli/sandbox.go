@@ -306,6 +306,11 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		}
 	}
 	if err != nil {
+		if sig, ok := interruptedBy(ctx); ok && errors.Is(err, context.Canceled) {
+			// Ctrl-C (or a kill) while the command ran: the sandbox is
+			// gone with everything in it; exit as a shell would.
+			return &ExitError{Code: 128 + int(sig), Msg: fmt.Sprintf("sandbox: interrupted by %s; the command and everything it started were killed", signalName(sig))}
+		}
 		switch {
 		case errors.Is(err, sandbox.ErrInvalidSpec) && strings.Contains(err.Error(), "command not found"):
 			return &ExitError{Code: ExitSandboxNoCmd, Msg: "sandbox: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": ")}

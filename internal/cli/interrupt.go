@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+)
+
+// Interrupted is the cause of a command's context when a signal cancelled
+// it (Ctrl-C, kill): the command then exits 128+Signal, as a shell does.
+type Interrupted struct{ Signal syscall.Signal }
+
+func (e *Interrupted) Error() string { return "interrupted by " + signalName(e.Signal) }
+
+// SignalContext is signal.NotifyContext with a cause that names the
+// signal (*Interrupted), so that the exit status can say which one came.
+// stop restores the default handling.
+func SignalContext(parent context.Context, sigs ...os.Signal) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			if n, ok := s.(syscall.Signal); ok {
+				cancel(&Interrupted{Signal: n})
+			} else {
+				cancel(errors.New(s.String()))
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interruptedBy returns the signal that cancelled ctx: one this process
+// caught (SignalContext) or one a client of the sandbox server forwarded.
+func interruptedBy(ctx context.Context) (syscall.Signal, bool) {
+	cause := context.Cause(ctx)
+	var in *Interrupted
+	if errors.As(cause, &in) {
+		return in.Signal, true
+	}
+	var fwd *sandboxd.SignalError
+	if errors.As(cause, &fwd) {
+		return fwd.Signal, true
+	}
+	return 0, false
+}
+
+// signalName is the usual name of the signals a command is interrupted
+// by; others by number.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return fmt.Sprintf("signal %d (%s)", int(s), s)
+}
