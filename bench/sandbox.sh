@@ -56,7 +56,20 @@ for i in "${!names[@]}"; do
 	args+=(-n "${names[$i]}" "${cmds[$i]}")
 done
 cd "$WS"
-hyperfine -N --warmup 20 --runs "${RUNS:-300}" --export-markdown "${OUT:-/dev/stdout}" ${JSON:+--export-json "$JSON"} "${args[@]}"
+JSON_OUT=${JSON:-$FLUFFY_HOME/hyperfine.json}
+hyperfine -N --warmup 20 --runs "${RUNS:-300}" --export-markdown "${OUT:-/dev/stdout}" --export-json "$JSON_OUT" "${args[@]}"
+# The target is on the median (issue #3); hyperfine's table gives the mean.
+echo
+python3 - "$JSON_OUT" <<'PY'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))["results"]
+print("| command | median (ms) | p10 | p90 |")
+print("|---|---:|---:|---:|")
+for r in rows:
+    t = sorted(r["times"])
+    q = lambda f: t[min(len(t) - 1, int(f * len(t)))] * 1000
+    print(f"| {r['command']} | {statistics.median(t) * 1000:.1f} | {q(0.1):.1f} | {q(0.9):.1f} |")
+PY
 # CPU seconds of a process and its reaped children, from /proc/PID/stat.
 proc_cpu_ms() {
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / hz }' "/proc/$1/stat"
