@@ -43,13 +43,15 @@ cleanup() {
 }
 trap cleanup EXIT
 BWRAP='bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true'
-names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --no-workspace'
+# 'fluffy sandbox run' is the command as a user types it in a
+# workspace: a throw-away change set in $TMPDIR, removed after the run.
+names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --changeset DIR' 'fluffy sandbox run --no-workspace'
 	'fluffy-core sandbox run (no server)' 'fluffy version')
-cmds=('/bin/true' "$BWRAP" "$BIN sandbox run --changeset $CS/upper -- /bin/true" "$BIN sandbox run --no-workspace -- /bin/true"
-	"$BIN-core sandbox run --changeset $CS/core -- /bin/true" "$BIN version")
+cmds=('/bin/true' "$BWRAP" "$BIN sandbox run -- /bin/true" "$BIN sandbox run --changeset $CS/upper -- /bin/true" "$BIN sandbox run --no-workspace -- /bin/true"
+	"$BIN-core sandbox run -- /bin/true" "$BIN version")
 if [ -n "${BASELINE:-}" ]; then
 	names+=('baseline: fluffy sandbox run')
-	cmds+=("$BASELINE sandbox run --changeset $CS/base -- /bin/true")
+	cmds+=("$BASELINE sandbox run -- /bin/true")
 fi
 args=()
 for i in "${!names[@]}"; do
