@@ -24,6 +24,7 @@ export XDG_RUNTIME_DIR=$(mktemp -d /tmp/fluffy-cpu-run-XXXXXX)
 DATA=$(mktemp /tmp/fluffy-cpu-XXXXXX.data)
 cleanup() {
 	"$BIN" sandbox server stop >/dev/null 2>&1 || true
+	pkill -f "sandbox serve --socket $XDG_RUNTIME_DIR/" 2>/dev/null || true
 	rm -rf "$WS" "$FLUFFY_HOME" "$XDG_RUNTIME_DIR" "$DATA"
 }
 trap cleanup EXIT
