@@ -403,6 +403,26 @@ func BenchmarkBwrapTrue(b *testing.B) {
 	benchMedian(b, func() error { return exec.Command(bwrap, args...).Run() })
 }
 
+// BenchmarkNamespacesTrue is a floor, not a sandbox: /bin/true cloned by
+// os/exec straight into the seven namespaces a sandbox gets (Go's own
+// vfork child, no init, no root, no restrictions, no cgroup). What a
+// sandbox costs above it is the init (its Go runtime and its work) and
+// the parent's bookkeeping; docs/sandbox.md ("CPU per run") compares.
+func BenchmarkNamespacesTrue(b *testing.B) {
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+		syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP)
+	benchMedian(b, func() error {
+		c := exec.Command("/bin/true")
+		c.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  flags,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+			Setsid:      true,
+		}
+		return c.Run()
+	})
+}
+
 // cpuTime is the user + system time of this process and of its reaped
 // children.
 func cpuTime() time.Duration {
