@@ -8,6 +8,7 @@
 #
 #   RUNS=300 bash bench/sandbox-cpu.sh
 #   ARGS='--no-workspace' bash bench/sandbox-cpu.sh
+#   BWRAP=1 bash bench/sandbox-cpu.sh       # the same account for bwrap
 #
 # It samples every CPU (perf record -a) while the runs go, so anything
 # else running on the machine shows up too (under its own name).
@@ -29,10 +30,16 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$WS"
+# bench/sandbox.sh's bwrap command: every namespace unshared, /bin/true.
+BWRAP_ARGS='--unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true'
 # shellcheck disable=SC2086
-loop() { for _ in $(seq "$1"); do "$BIN" sandbox run ${ARGS:-} -- /bin/true; done; }
+if [ -n "${BWRAP:-}" ]; then
+	loop() { for _ in $(seq "$1"); do bwrap $BWRAP_ARGS; done; }
+else
+	loop() { for _ in $(seq "$1"); do "$BIN" sandbox run ${ARGS:-} -- /bin/true; done; }
+fi
 loop 20 # starts the server, warms it up
-perf record -q -a -F "$FREQ" -o "$DATA" -- bash -c "$(declare -f loop); BIN=$BIN ARGS='${ARGS:-}' loop $RUNS" 2>/dev/null
+perf record -q -a -F "$FREQ" -o "$DATA" -- bash -c "$(declare -f loop); BIN=$BIN ARGS='${ARGS:-}' BWRAP_ARGS='$BWRAP_ARGS' loop $RUNS" 2>/dev/null
 # The init is exec'd from a memfd: its name is the descriptor's number.
 perf report -i "$DATA" --sort comm --stdio -F sample,comm 2>/dev/null | awk -v f="$FREQ" -v n="$RUNS" '
 	/^#/ || NF < 2 { next }
