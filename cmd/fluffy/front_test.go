@@ -42,6 +42,36 @@ func buildInstall(t *testing.T) string {
 	return dir
 }
 
+// frontInstall holds the host lock of the sandbox suites for the test,
+// builds the installed binaries and gives them an environment of their own
+// (home, data, configuration and runtime directories under work); the
+// sandbox servers they start are killed when the test ends.
+func frontInstall(t *testing.T) (bin, work, runDir string, env []string) {
+	t.Helper()
+	release, err := sandboxtest.AcquireHostLock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	bin = buildInstall(t)
+	work = t.TempDir()
+	runDir = filepath.Join(work, "run")
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "FLUFFY_HOME=" + filepath.Join(work, "data"),
+		"XDG_CONFIG_HOME=" + filepath.Join(work, "config"), "XDG_RUNTIME_DIR=" + runDir}
+	t.Cleanup(func() {
+		m, _ := filepath.Glob(filepath.Join(runDir, "fluffy", "*.sock"))
+		for _, sock := range m {
+			for _, pid := range serverPids(t, sock) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return bin, work, runDir, env
+}
+
 // serverPids lists the sandbox servers listening on sock (their command
 // line names it).
 func serverPids(t *testing.T, sock string) []int {
@@ -84,31 +114,12 @@ func socketOf(t *testing.T, runDir string) string {
 // everything else over to fluffy-core (same arguments, its exit status),
 // saying what to do when fluffy-core is missing.
 func TestFrontBinary(t *testing.T) {
-	release, err := sandboxtest.AcquireHostLock()
-	if err != nil {
+	bin, work, runDir, env := frontInstall(t)
+	ws := filepath.Join(work, "ws")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	defer release()
-	bin := buildInstall(t)
-	work := t.TempDir()
-	ws := filepath.Join(work, "ws")
-	runDir := filepath.Join(work, "run")
-	for _, d := range []string{ws, runDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "FLUFFY_HOME=" + filepath.Join(work, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(work, "config"), "XDG_RUNTIME_DIR=" + runDir,
-		"FAKE_API_KEY=sk-front-test-secret"}
-	t.Cleanup(func() {
-		m, _ := filepath.Glob(filepath.Join(runDir, "fluffy", "*.sock"))
-		for _, sock := range m {
-			for _, pid := range serverPids(t, sock) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	env = append(env, "FAKE_API_KEY=sk-front-test-secret")
 	fluffyIn := func(dir, stdin string, extraEnv []string, args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "fluffy"), args...)

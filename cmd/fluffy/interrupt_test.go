@@ -20,27 +20,7 @@ import (
 // 128+signal, saying so: through the sandbox server (the client forwards
 // the signal) and in-process (FLUFFY_SANDBOX_SERVER=off).
 func TestSandboxInterrupt(t *testing.T) {
-	release, err := sandboxtest.AcquireHostLock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	bin := buildInstall(t)
-	work := t.TempDir()
-	runDir := filepath.Join(work, "run")
-	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "FLUFFY_HOME=" + filepath.Join(work, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(work, "config"), "XDG_RUNTIME_DIR=" + runDir}
-	t.Cleanup(func() {
-		m, _ := filepath.Glob(filepath.Join(runDir, "fluffy", "*.sock"))
-		for _, sock := range m {
-			for _, pid := range serverPids(t, sock) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	bin, _, _, env := frontInstall(t)
 	for i, tc := range []struct {
 		name   string
 		server string

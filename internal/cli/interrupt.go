@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,7 +14,7 @@ import (
 // it (Ctrl-C, kill): the command then exits 128+Signal, as a shell does.
 type Interrupted struct{ Signal syscall.Signal }
 
-func (e *Interrupted) Error() string { return "interrupted by " + signalName(e.Signal) }
+func (e *Interrupted) Error() string { return "interrupted by " + sandboxd.SignalName(e.Signal) }
 
 // SignalContext is signal.NotifyContext with a cause that names the
 // signal (*Interrupted), so that the exit status can say which one came.
@@ -56,20 +55,4 @@ func interruptedBy(ctx context.Context) (syscall.Signal, bool) {
 		return fwd.Signal, true
 	}
 	return 0, false
-}
-
-// signalName is the usual name of the signals a command is interrupted
-// by; others by number.
-func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return fmt.Sprintf("signal %d (%s)", int(s), s)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -309,7 +310,7 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		if sig, ok := interruptedBy(ctx); ok && errors.Is(err, context.Canceled) {
 			// Ctrl-C (or a kill) while the command ran: the sandbox is
 			// gone with everything in it; exit as a shell would.
-			return &ExitError{Code: 128 + int(sig), Msg: fmt.Sprintf("sandbox: interrupted by %s; the command and everything it started were killed", signalName(sig))}
+			return &ExitError{Code: 128 + int(sig), Msg: fmt.Sprintf("sandbox: interrupted by %s; the command and everything it started were killed", sandboxd.SignalName(sig))}
 		}
 		switch {
 		case errors.Is(err, sandbox.ErrInvalidSpec) && strings.Contains(err.Error(), "command not found"):

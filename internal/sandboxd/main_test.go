@@ -216,7 +216,7 @@ func testHandler(ctx context.Context, c *Incoming) Reply {
 		for range n {
 			select {
 			case s := <-c.Signals:
-				fmt.Fprintln(c.Stdout, signalName(s))
+				fmt.Fprintln(c.Stdout, SignalName(s))
 			case <-time.After(10 * time.Second):
 				fmt.Fprintln(c.Stdout, "timeout")
 				return Reply{Code: 1}

@@ -56,6 +56,7 @@ package sandboxd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -140,10 +141,12 @@ type SignalError struct {
 }
 
 func (e *SignalError) Error() string {
-	return "sandboxd: client forwarded " + signalName(e.Signal)
+	return "sandboxd: client forwarded " + SignalName(e.Signal)
 }
 
-func signalName(s syscall.Signal) string {
+// SignalName is the usual name of the signals a call is interrupted by
+// (SIGINT, SIGTERM, SIGHUP, SIGQUIT); others by number and description.
+func SignalName(s syscall.Signal) string {
 	switch s {
 	case syscall.SIGINT:
 		return "SIGINT"
@@ -151,8 +154,10 @@ func signalName(s syscall.Signal) string {
 		return "SIGTERM"
 	case syscall.SIGHUP:
 		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
 	}
-	return s.String()
+	return fmt.Sprintf("signal %d (%s)", int(s), s)
 }
 
 // Forwardable says whether the command line (after the program name) is one
