@@ -737,8 +737,8 @@ type sandboxProc struct {
 	execSock     *os.File
 	// The init's output goes to stdout and stderr, its stdin (when a
 	// pipe) comes from stdin: each passes data only once connected.
-	stdout, stderr *lateWriter
-	stdin          *lateReader
+	stdout, stderr lateWriter
+	stdin          lateReader
 	connectOnce    sync.Once
 	// ended is closed when the sandbox is over: the thread that cloned
 	// the init (whose exit would send it the parent-death signal) is
@@ -762,7 +762,7 @@ func (sp *sandboxProc) kill() {
 // the stdin pipe, if any, reads as empty). Only the first call counts.
 func (sp *sandboxProc) connect(stdin io.Reader, stdout, stderr io.Writer) {
 	sp.connectOnce.Do(func() {
-		if sp.stdin != nil {
+		if sp.stdin.late != nil {
 			sp.stdin.connect(stdin)
 		}
 		sp.stdout.connect(stdout)
@@ -875,7 +875,7 @@ func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err 
 	}
 	childEnds = append(childEnds, selfF)
 	var stdin io.Reader
-	if sp.stdin != nil {
+	if sp.stdin.late != nil {
 		stdin = sp.stdin
 	}
 	hostUID, hostGID := r.hostIDs()

@@ -262,48 +262,47 @@ func (sp *sandboxProc) alive() bool {
 	return ok
 }
 
-// lateWriter passes writes to a writer connected later: a spare's output
-// is copied from its start, the request it serves comes later. Writes
-// before connect wait for it. The channel orders connect's store before
-// every Write's load (what the race detector cannot see through the
-// init's pipes is ordered here).
-type lateWriter struct {
+// late is an io.Writer or io.Reader connected later: a spare's output is
+// copied from its start and its stdin read from then, the request it
+// serves comes later. Writes and reads before connect wait for it. The
+// channel orders connect's store before every later load (what the race
+// detector cannot see through the init's pipes is ordered here).
+type late[T any] struct {
 	ready chan struct{}
-	w     io.Writer
+	v     T
 }
 
-func newLateWriter() *lateWriter { return &lateWriter{ready: make(chan struct{})} }
+func newLate[T any]() *late[T] { return &late[T]{ready: make(chan struct{})} }
 
-// connect sets the destination; call it once.
-func (l *lateWriter) connect(w io.Writer) {
-	l.w = w
+// connect sets the destination or source; call it once.
+func (l *late[T]) connect(v T) {
+	l.v = v
 	close(l.ready)
 }
 
-func (l *lateWriter) Write(p []byte) (int, error) {
+// get waits for connect.
+func (l *late[T]) get() T {
 	<-l.ready
-	return l.w.Write(p)
+	return l.v
 }
 
-// lateReader reads from a reader connected later (nil: none, EOF at
+// lateWriter passes writes to the writer connected later.
+type lateWriter struct{ *late[io.Writer] }
+
+func newLateWriter() lateWriter { return lateWriter{newLate[io.Writer]()} }
+
+func (l lateWriter) Write(p []byte) (int, error) { return l.get().Write(p) }
+
+// lateReader reads from the reader connected later (nil: none, EOF at
 // once).
-type lateReader struct {
-	ready chan struct{}
-	r     io.Reader
-}
+type lateReader struct{ *late[io.Reader] }
 
-func newLateReader() *lateReader { return &lateReader{ready: make(chan struct{})} }
+func newLateReader() lateReader { return lateReader{newLate[io.Reader]()} }
 
-// connect sets the source; call it once.
-func (l *lateReader) connect(r io.Reader) {
-	l.r = r
-	close(l.ready)
-}
-
-func (l *lateReader) Read(p []byte) (int, error) {
-	<-l.ready
-	if l.r == nil {
+func (l lateReader) Read(p []byte) (int, error) {
+	r := l.get()
+	if r == nil {
 		return 0, io.EOF
 	}
-	return l.r.Read(p)
+	return r.Read(p)
 }
