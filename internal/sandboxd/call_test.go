@@ -154,14 +154,7 @@ func TestStdinReadOnlyOnDemand(t *testing.T) {
 // when the call ends (a reader of the client's pipe sees EOF).
 func TestReceivedFDs(t *testing.T) {
 	ts := startTestServer(t, nil, ServerOptions{})
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	s := newStdio(t, nil)
-	cio := s.io(nil)
-	cio.stdout = int(pw.Fd())
+	cio, pr, pw := pipedStdout(t, nil)
 	if _, err := call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"fds"}, Cwd: "/"}, cio); err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +176,8 @@ func TestReceivedFDs(t *testing.T) {
 // exit code comes back.
 func TestSignalsForwarded(t *testing.T) {
 	ts := startTestServer(t, nil, ServerOptions{})
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	s := newStdio(t, nil)
 	sigs := make(chan os.Signal, 2)
-	cio := s.io(sigs)
-	cio.stdout = int(pw.Fd())
+	cio, pr, pw := pipedStdout(t, sigs)
 	type result struct {
 		r   Reply
 		err error

@@ -330,19 +330,7 @@ func TestClientSignals(t *testing.T) {
 	sock := lifecycleSocket(t)
 	serverPID(t, sock)
 	cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "signals", "2")
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	buf := make([]byte, 6)
-	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "ready\n" {
-		t.Fatalf("handler said %q %v", buf, err)
-	}
+	pr := startReady(t, cmd)
 	cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(100 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGINT)
@@ -354,6 +342,27 @@ func TestClientSignals(t *testing.T) {
 	if want := "SIGINT\nSIGINT\nsandboxd: client forwarded SIGINT\n"; string(out) != want {
 		t.Errorf("handler saw %q, want %q", out, want)
 	}
+}
+
+// startReady starts a client whose handler ("signals") says "ready" first,
+// and returns its stdout, read past that line (closed when the test ends).
+func startReady(t *testing.T, cmd *exec.Cmd) *os.File {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("handler said %q %v", buf, err)
+	}
+	return pr
 }
 
 // copyForNobody copies the test binary where the nobody user can run it.
@@ -633,20 +642,7 @@ func TestCatchSignalsAfter(t *testing.T) {
 	t.Run("after", func(t *testing.T) {
 		cmd := clientCmd(t, sock, 3*time.Second, time.Minute, "signals", "1")
 		cmd.Env = append(os.Environ(), "SANDBOXD_TEST_CATCH_AFTER=20ms")
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pr.Close()
-		cmd.Stdout = pw
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		pw.Close()
-		buf := make([]byte, 6)
-		if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "ready\n" {
-			t.Fatalf("handler said %q %v", buf, err)
-		}
+		pr := startReady(t, cmd)
 		time.Sleep(200 * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGINT)
 		out, _ := io.ReadAll(pr)

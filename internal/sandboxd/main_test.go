@@ -331,6 +331,21 @@ func newStdio(t testing.TB, in io.Reader) *stdio {
 	return &stdio{in: in, out: out, err: errf}
 }
 
+// pipedStdout is a call's stdio (newStdio) whose stdout is a pipe, read
+// at pr (closed when the test ends); the caller closes pw once the call
+// is over.
+func pipedStdout(t testing.TB, signals <-chan os.Signal) (cio callIO, pr, pw *os.File) {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	cio = newStdio(t, nil).io(signals)
+	cio.stdout = int(pw.Fd())
+	return cio, pr, pw
+}
+
 func (s *stdio) io(signals <-chan os.Signal) callIO {
 	return callIO{stdin: s.in, stdout: int(s.out.Fd()), stderr: int(s.err.Fd()), signals: signals}
 }
