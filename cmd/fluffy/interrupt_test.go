@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,5 +79,41 @@ func TestSandboxInterrupt(t *testing.T) {
 				t.Errorf("%d processes still run 'sleep %s' after fluffy exited", n, marker)
 			}
 		})
+	}
+}
+
+// A sandbox server started by a nohup'd command does not hand its ignored
+// SIGHUP down to the commands of later callers: an ignored signal stays
+// ignored across exec, so without care every sandbox after `nohup fluffy
+// sandbox run ...` would be immune to hang-ups.
+func TestServerStartedUnderNohup(t *testing.T) {
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup command")
+	}
+	bin, work, _, env := frontInstall(t)
+	sigIgn := func(viaNohup bool) uint64 {
+		t.Helper()
+		argv := []string{filepath.Join(bin, "fluffy"), "sandbox", "run", "--no-workspace", "--", "/bin/sh", "-c", "grep '^SigIgn:' /proc/self/status"}
+		if viaNohup {
+			argv = append([]string{nohup}, argv...)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Env = work, env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%q: %v", argv, err)
+		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(string(out), "SigIgn:")), 16, 64)
+		if err != nil {
+			t.Fatalf("%q printed %q: %v", argv, out, err)
+		}
+		return mask
+	}
+	const hup = 1 << (syscall.SIGHUP - 1)
+	// The first call starts the server, from a process that ignores SIGHUP.
+	sigIgn(true)
+	if m := sigIgn(false); m&hup != 0 {
+		t.Errorf("a command run after the server was started under nohup ignores SIGHUP (SigIgn %#x)", m)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,6 +60,25 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 				debug.SetGCPercent(400)
 			}
 			log := a.Logger()
+			// A server started by a nohup'd command would hand its
+			// ignored SIGHUP down to every later sandbox (an ignored
+			// signal stays ignored across exec). Caught, it is reset to
+			// the default in each child; the server, in a session of its
+			// own, has no terminal to hang up on, so it only logs it.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			hupDone := make(chan struct{})
+			defer func() { signal.Stop(hup); close(hupDone) }()
+			go func() {
+				for {
+					select {
+					case <-hup:
+						log.Info("sandbox server: SIGHUP ignored (stop it with 'fluffy sandbox server stop')")
+					case <-hupDone:
+						return
+					}
+				}
+			}()
 			host := NewSandboxHost(SandboxHostOptions{Self: a.Self, Logger: log, Spares: 1})
 			defer func() {
 				if err := host.Close(); err != nil {
