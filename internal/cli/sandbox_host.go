@@ -70,6 +70,14 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 		return nil, err
 	}
 	rt.Prepare()
+	go func() {
+		// Cgroups of sandboxes whose fluffy was killed (kill -9).
+		if n, err := rt.SweepStale(); err != nil {
+			h.logger.Warn("sandbox: removing what killed fluffy processes left", "err", err)
+		} else if n > 0 {
+			h.logger.Info("sandbox: removed the cgroups killed fluffy processes left", "count", n)
+		}
+	}()
 	h.runtimes[allowDegraded] = rt
 	return rt, nil
 }

@@ -357,3 +357,62 @@ func cgRead(path string) ([]byte, error) {
 		out = append(out, buf[:n]...)
 	}
 }
+
+// sweep removes the cgroups of sandboxes whose fluffy process is gone
+// (killed with SIGKILL, its sandboxes died with it but their cgroup
+// directories stayed): those named fluffy-sandbox-PID-N in this layout's
+// directories whose PID is not a live process. A cgroup that still has
+// processes, or one of a live fluffy, is left alone (rmdir refuses a
+// populated cgroup anyway). It returns how many cgroups it removed.
+func (l cgroupLayout) sweep() (int, error) {
+	if !l.available {
+		return 0, nil
+	}
+	parents := []string{l.v2}
+	if l.v2 == "" {
+		parents = []string{l.v1Memory, l.v1Pids}
+	}
+	removed := 0
+	var errs []error
+	for _, parent := range parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range ents {
+			pid, ok := sandboxCgroupPid(e.Name())
+			if !ok || !e.IsDir() || pidAlive(pid) {
+				continue
+			}
+			switch err := unix.Rmdir(filepath.Join(parent, e.Name())); {
+			case err == nil:
+				removed++
+			case errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOENT):
+				// Still populated, or swept by another fluffy meanwhile.
+			default:
+				errs = append(errs, fmt.Errorf("remove the stale cgroup %s: %w", filepath.Join(parent, e.Name()), err))
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// sandboxCgroupPid returns PID of a cgroup name fluffy-sandbox-PID-N.
+func sandboxCgroupPid(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "fluffy-sandbox-")
+	if !ok {
+		return 0, false
+	}
+	p, n, ok := strings.Cut(rest, "-")
+	pid, err1 := strconv.Atoi(p)
+	_, err2 := strconv.Atoi(n)
+	return pid, ok && err1 == nil && err2 == nil && pid > 0
+}
+
+// pidAlive reports whether a process with this pid exists (in any state
+// but gone); a recycled pid only makes sweep leave a directory for later.
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}

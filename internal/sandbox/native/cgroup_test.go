@@ -3,7 +3,11 @@ package native
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +122,82 @@ func TestRunGated(t *testing.T) {
 		t.Fatalf("the command did not run: %v", err)
 	}
 	assertNoCgroups(t, rt)
+}
+
+// TestSweepStale: the cgroups a killed fluffy left (its pid gone) are
+// removed; those of a live process, populated ones and other names stay.
+func TestSweepStale(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	rt.detect()
+	if !rt.cgl.available {
+		t.Skip("no usable cgroup: " + rt.cgl.reason)
+	}
+	// A pid that no process has now: a child that has been reaped.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	parents := []string{rt.cgl.v2}
+	if rt.cgl.v2 == "" {
+		parents = []string{rt.cgl.v1Memory, rt.cgl.v1Pids}
+	}
+	// A process of ours that stays inside its (stale-named) cgroup.
+	busy := exec.Command("sleep", "60")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{ // name: removed by the sweep
+		fmt.Sprintf("fluffy-sandbox-%d-1", dead.Process.Pid): true,
+		fmt.Sprintf("fluffy-sandbox-%d-2", dead.Process.Pid): false, // holds busy
+		fmt.Sprintf("fluffy-sandbox-%d-7", os.Getpid()):      false, // a live fluffy's
+		fmt.Sprintf("fluffy-sandbox-%d-x", dead.Process.Pid): false, // not ours
+		fmt.Sprintf("someone-else-%d-1", dead.Process.Pid):   false,
+	}
+	for _, p := range parents {
+		for n := range names {
+			if err := os.Mkdir(filepath.Join(p, n), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			for n := range names {
+				_ = busyRelease(busy)
+				_ = os.Remove(filepath.Join(p, n))
+			}
+		})
+		procs := "cgroup.procs"
+		if rt.cgl.v2 == "" {
+			procs = "tasks"
+		}
+		if err := os.WriteFile(filepath.Join(p, fmt.Sprintf("fluffy-sandbox-%d-2", dead.Process.Pid), procs), []byte(strconv.Itoa(busy.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := rt.SweepStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Others may be removed too: what killed fluffy processes left on
+	// this machine before the test.
+	if n < len(parents) {
+		t.Errorf("SweepStale removed %d cgroups, want at least %d", n, len(parents))
+	}
+	for _, p := range parents {
+		for name, gone := range names {
+			_, err := os.Stat(filepath.Join(p, name))
+			if gone && err == nil {
+				t.Errorf("%s: still there", filepath.Join(p, name))
+			}
+			if !gone && err != nil {
+				t.Errorf("%s: removed: %v", filepath.Join(p, name), err)
+			}
+		}
+	}
+}
+
+// busyRelease kills and reaps p so that its cgroup can be removed.
+func busyRelease(p *exec.Cmd) error {
+	_ = p.Process.Kill()
+	_, err := p.Process.Wait()
+	return err
 }

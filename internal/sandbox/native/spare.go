@@ -306,3 +306,13 @@ func (l lateReader) Read(p []byte) (int, error) {
 	}
 	return r.Read(p)
 }
+
+// SweepStale removes what sandboxes of fluffy processes that are gone
+// left behind (their cgroups, when such a process was killed with
+// SIGKILL: its sandboxes die with it, their cgroup directories stay) and
+// returns how many it removed. The sandbox server calls it when it
+// starts.
+func (r *Runtime) SweepStale() (int, error) {
+	r.detect()
+	return r.cgl.sweep()
+}
