@@ -106,6 +106,16 @@ func Serve(ctx context.Context, opts ServerOptions, h Handler) error {
 		return err
 	}
 	log.Info("sandbox server listening", "pid", os.Getpid(), "idle", opts.Idle)
+	go func() {
+		// Other builds' servers leave their files here.
+		removed, err := sweepStale(opts.Socket, staleAfter, time.Now())
+		if len(removed) > 0 {
+			log.Info("removed the files of servers gone for a day", "sockets", removed)
+		}
+		if err != nil {
+			log.Warn("removing the files of servers gone for a day", "err", err)
+		}
+	}()
 	if opts.Ready != nil {
 		if _, err := opts.Ready.Write([]byte{1}); err != nil {
 			log.Warn("could not signal readiness", "err", err)
