@@ -45,7 +45,34 @@ func TestMain(m *testing.M) {
 			os.Exit(rawMain(os.Args[2:]))
 		}
 	}
+	killOrphanServers()
 	os.Exit(m.Run())
+}
+
+// killOrphanServers kills the test servers earlier runs left: a test
+// binary killed by its timeout does not clean up, and a server it had
+// stopped (SIGSTOP, the hung-server tests) never idles out. A server is
+// an orphan when its socket's directory (a test's temporary directory)
+// is gone.
+func killOrphanServers() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 4 || args[1] != modeServer || args[2] != "--socket" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Dir(args[3])); errors.Is(err, os.ErrNotExist) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func serverMain(args []string) int {
