@@ -153,18 +153,22 @@ func TestSweepStale(t *testing.T) {
 		fmt.Sprintf("fluffy-sandbox-%d-x", dead.Process.Pid): false, // not ours
 		fmt.Sprintf("someone-else-%d-1", dead.Process.Pid):   false,
 	}
+	t.Cleanup(func() {
+		// The process first: a cgroup that holds one cannot go.
+		_ = busy.Process.Kill()
+		_ = busy.Wait()
+		for _, p := range parents {
+			for n := range names {
+				_ = os.Remove(filepath.Join(p, n))
+			}
+		}
+	})
 	for _, p := range parents {
 		for n := range names {
 			if err := os.Mkdir(filepath.Join(p, n), 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Cleanup(func() {
-			for n := range names {
-				_ = busyRelease(busy)
-				_ = os.Remove(filepath.Join(p, n))
-			}
-		})
 		procs := "cgroup.procs"
 		if rt.cgl.v2 == "" {
 			procs = "tasks"
@@ -193,11 +197,4 @@ func TestSweepStale(t *testing.T) {
 			}
 		}
 	}
-}
-
-// busyRelease kills and reaps p so that its cgroup can be removed.
-func busyRelease(p *exec.Cmd) error {
-	_ = p.Process.Kill()
-	_, err := p.Process.Wait()
-	return err
 }
