@@ -79,7 +79,9 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 					}
 				}
 			}()
-			host := NewSandboxHost(SandboxHostOptions{Self: a.Self, Logger: log, Spares: 1})
+			// No spares: the native runtime starts its sandboxes directly
+			// (cheaper than a spare's Go init; docs/sandbox.md).
+			host := NewSandboxHost(SandboxHostOptions{Self: a.Self, Logger: log})
 			defer func() {
 				if err := host.Close(); err != nil {
 					log.Error("sandbox server: close", "err", err)

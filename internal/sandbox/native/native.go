@@ -86,6 +86,10 @@ type Options struct {
 	// sandbox down before returning (RunEarly hands the result over
 	// before that).
 	Spares int
+	// NoDirect starts every sandbox through the Go init, never directly
+	// (direct_linux.go); tests and benchmarks compare both ways. With
+	// Spares above zero runs take spares (through the Go init) instead.
+	NoDirect bool
 }
 
 // Runtime is the native backend. It is safe for concurrent use.
@@ -106,6 +110,18 @@ type Runtime struct {
 	noVfork bool
 	// pool holds the spare sandboxes (Options.Spares).
 	pool sparePool
+	// idmap is the user namespace of direct starts' idmapped trees.
+	idmap struct {
+		once sync.Once
+		fd   int
+		err  error
+	}
+	// reaper is the memfd of direct starts' reaper.
+	reaper struct {
+		once sync.Once
+		f    *os.File
+		err  error
+	}
 }
 
 // initProcess is the started init (or stage 1).
@@ -425,6 +441,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer proxyF.Close()
 	}
 	tr.Mark("spec, facilities, work dir")
+	lim0 := spec.Limits
+	if hook == nil && proxyF == nil && r.directOK(&cfg, (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available) {
+		return r.startDirect(ctx, &cfg, spec, res, early, gate)
+	}
 	// Limits: a cgroup where the host allows it, rlimits always. A spare
 	// sandbox (Options.Spares) is taken when one fits: it brings its own
 	// cgroup, into which this request's limits are written.
@@ -456,25 +476,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 		tr.Mark("cgroup created")
 	}
-	if lim.CPU > 0 {
-		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
-		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: secs})
-	}
-	if lim.FileSize > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(lim.FileSize)})
-	}
-	if lim.OpenFiles > 0 {
-		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NOFILE, Value: uint64(lim.OpenFiles)})
-	}
-	if cg == nil {
-		if lim.Memory > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_AS, Value: uint64(lim.Memory)})
-			res.Warnings = append(res.Warnings, "no usable cgroup: memory limited by RLIMIT_AS (address space) per process; exceeding it fails allocations instead of killing")
-		}
-		if lim.Pids > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(lim.Pids)})
-		}
-	}
+	res.Warnings = append(res.Warnings, addRlimits(&cfg, lim, cg != nil)...)
 	// Root's sandboxes are host uid nobody: an idmapped clone of the
 	// workspace makes its root-owned files the sandbox root's.
 	if r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO {
@@ -1106,10 +1108,21 @@ func sendIdmappedTrees(sock, pid int, stage1 bool, ws, csParent string, mounts [
 		return err
 	}
 	defer unix.Close(ns)
-	var fds []int
+	fds, err := idmappedTrees(ns, ws, csParent, mounts)
+	if err != nil {
+		return err
+	}
+	defer closeAll(fds)
+	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds...), nil, 0)
+}
+
+// idmappedTrees returns the detached idmapped trees sendIdmappedTrees
+// sends, their ids mapped through the user namespace ns.
+func idmappedTrees(ns int, ws, csParent string, mounts []nsinit.MountSpec) (fds []int, err error) {
 	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
+		if err != nil {
+			closeAll(fds)
+			fds = nil
 		}
 	}()
 	dirs, rw := []string{ws, csParent}, []bool{false, true}
@@ -1119,7 +1132,7 @@ func sendIdmappedTrees(sock, pid int, stage1 bool, ws, csParent string, mounts [
 	for i, dir := range dirs {
 		tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("open_tree %s: %w", dir, err)
+			return fds, fmt.Errorf("open_tree %s: %w", dir, err)
 		}
 		fds = append(fds, tree)
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
@@ -1127,10 +1140,16 @@ func sendIdmappedTrees(sock, pid int, stage1 bool, ws, csParent string, mounts [
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			return fmt.Errorf("mount_setattr idmap %s: %w", dir, err)
+			return fds, fmt.Errorf("mount_setattr idmap %s: %w", dir, err)
 		}
 	}
-	return unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds...), nil, 0)
+	return fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // receiveUserNS receives the user namespace descriptor stage 1 sends.
@@ -1283,12 +1302,19 @@ type outputDrainer interface{ drained() }
 // without an error, once its output has ended (see RunEarly).
 func (r *Runtime) reportEarly(early func(sandbox.Result), proc initProcess, body []byte, res *sandbox.Result, start time.Time,
 	timedOut <-chan struct{}, haveCgroup bool, oomKills, pidsMax int, stdout, stderr *capWriter) {
-	d, ok := proc.(outputDrainer)
-	if !ok {
-		return
-	}
 	st, err := nsinit.DecodeStatus(body)
 	if err != nil || st.Error != "" {
+		return
+	}
+	r.reportEarlyStatus(early, proc, st, res, start, timedOut, haveCgroup, oomKills, pidsMax, stdout, stderr)
+}
+
+// reportEarlyStatus hands early the result of st once the output is
+// all in.
+func (r *Runtime) reportEarlyStatus(early func(sandbox.Result), proc initProcess, st nsinit.Status, res *sandbox.Result, start time.Time,
+	timedOut <-chan struct{}, haveCgroup bool, oomKills, pidsMax int, stdout, stderr *capWriter) {
+	d, ok := proc.(outputDrainer)
+	if !ok {
 		return
 	}
 	d.drained()
@@ -1302,4 +1328,29 @@ func (r *Runtime) reportEarly(early func(sandbox.Result), proc initProcess, body
 	}
 	applyStatus(&er, st, true, haveCgroup, oomKills, pidsMax, stdout.cut() || stderr.cut())
 	early(er)
+}
+
+// addRlimits adds the rlimits of lim to cfg (memory and processes too
+// when there is no cgroup) and returns the warnings that go with them.
+func addRlimits(cfg *nsinit.Config, lim sandbox.Limits, haveCg bool) (warnings []string) {
+	if lim.CPU > 0 {
+		secs := uint64((lim.CPU + time.Second - 1) / time.Second)
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_CPU, Value: secs})
+	}
+	if lim.FileSize > 0 {
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(lim.FileSize)})
+	}
+	if lim.OpenFiles > 0 {
+		cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NOFILE, Value: uint64(lim.OpenFiles)})
+	}
+	if !haveCg {
+		if lim.Memory > 0 {
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_AS, Value: uint64(lim.Memory)})
+			warnings = append(warnings, "no usable cgroup: memory limited by RLIMIT_AS (address space) per process; exceeding it fails allocations instead of killing")
+		}
+		if lim.Pids > 0 {
+			cfg.Rlimits = append(cfg.Rlimits, nsinit.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(lim.Pids)})
+		}
+	}
+	return warnings
 }

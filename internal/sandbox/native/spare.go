@@ -210,6 +210,14 @@ func (r *Runtime) noteErr(err error) {
 // work, without spares. It is safe to call more than once; later calls
 // wait for the same and return nil.
 func (r *Runtime) Close() error {
+	if r.idmap.fd > 0 {
+		// Once made (idmapNS), it is never made again.
+		unix.Close(r.idmap.fd)
+		r.idmap.fd = -1
+	}
+	if r.reaper.f != nil {
+		r.reaper.f.Close()
+	}
 	p := &r.pool
 	p.mu.Lock()
 	if p.closed {

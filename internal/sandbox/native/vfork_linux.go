@@ -86,6 +86,9 @@ type vforkArgs struct {
 	pdeathsig                             uintptr
 	nofile                                unix.Rlimit
 	setNofile                             bool
+	// prog, when set, replaces the exec: the child runs it (it ends
+	// with an exec of its own).
+	prog *childProg
 }
 
 // vforkProcess starts the process an exec.Cmd describes (Path, Args, Env,
@@ -109,6 +112,10 @@ type vforkProcess struct {
 	reaped     bool
 	// args keeps the child's arguments on the heap (see Start).
 	args *vforkArgs
+	// prog, when set, is what the child runs instead of cmd's exec.
+	prog *childProg
+	// status is the wait status Wait collected.
+	status unix.WaitStatus
 }
 
 func (p *vforkProcess) Pid() int { return p.pid }
@@ -203,7 +210,7 @@ func (p *vforkProcess) Start() (err error) {
 	}
 	child = append(child, c.ExtraFiles...)
 
-	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig)}
+	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog}
 	// On the heap, never on this goroutine's stack: the clone gets the
 	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
 	// growth before the clone (a deeper call, bigger race-instrumented
@@ -292,15 +299,19 @@ func (p *vforkProcess) Start() (err error) {
 		return &os.SyscallError{Syscall: "clone", Err: errno}
 	}
 	p.pid, p.pidfd = int(pid), int(a.pidfd)
-	// The child's errno, if it failed before its exec.
-	var childErr syscall.Errno
-	n, rerr := unix.Read(pipe[0], (*[8]byte)(unsafe.Pointer(&childErr))[:])
+	// The child's errno, if it failed before its exec; with a program,
+	// also which of its ops failed (runProg).
+	var rec [2]uintptr
+	n, rerr := unix.Read(pipe[0], (*[16]byte)(unsafe.Pointer(&rec))[:])
 	if rerr != nil || n != 0 {
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(p.pid, &ws, 0, nil)
 		unix.Close(p.pidfd)
+		if rerr == nil && n == 16 && a.prog != nil {
+			return a.prog.errorAt(int(rec[1])-1, syscall.Errno(rec[0]))
+		}
 		if rerr == nil {
-			rerr = childErr
+			rerr = syscall.Errno(rec[0])
 		}
 		return &os.SyscallError{Syscall: "fork/exec " + c.Path, Err: rerr}
 	}
@@ -387,6 +398,7 @@ func (p *vforkProcess) Wait() error {
 		}
 		break
 	}
+	p.status = ws
 	p.mu.Lock()
 	p.reaped = true
 	unix.Close(p.pidfd)
@@ -508,6 +520,9 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 	if a.setNofile {
 		// As os/exec does: the limit this process started with.
 		syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&a.nofile)), 0, 0, 0)
+	}
+	if a.prog != nil {
+		runProg(a.prog, pipe) // does not return
 	}
 	_, _, err1 = syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(a.path)), uintptr(unsafe.Pointer(&a.argv[0])), uintptr(unsafe.Pointer(&a.envv[0])))
 

@@ -3,7 +3,11 @@
 package native
 
 import (
+	"context"
 	"errors"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"os/exec"
 	"syscall"
 )
@@ -19,3 +23,10 @@ func (p *vforkProcess) Wait() error                 { return errors.New("not sta
 func (p *vforkProcess) Pid() int                    { return 0 }
 func (p *vforkProcess) Signal(syscall.Signal) error { return errors.New("not started") }
 func (p *vforkProcess) Reusable() bool              { return true }
+
+// The direct start needs the vfork start.
+func (r *Runtime) directOK(*nsinit.Config, bool) bool { return false }
+
+func (r *Runtime) startDirect(context.Context, *nsinit.Config, sandbox.Spec, sandbox.Result, func(sandbox.Result), func() error) (sandbox.Result, error) {
+	return sandbox.Result{}, errors.New("direct start: not on this architecture")
+}

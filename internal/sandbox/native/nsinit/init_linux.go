@@ -728,3 +728,11 @@ func killAll() {
 		}
 	}
 }
+
+// SystemDirs returns the host directories bound read-only into every
+// sandbox (or recreated as the same symlinks).
+func SystemDirs() []string { return append([]string(nil), systemDirs...) }
+
+// Devices returns the device files of the sandbox's /dev, bound from the
+// host's.
+func Devices() []string { return append([]string(nil), devices...) }

@@ -159,3 +159,14 @@ func applyLandlockPaths(cfg *Config, rw, rwFiles []string) error {
 	}
 	return nil
 }
+
+// LandlockABI returns the file system, network and scope access rights
+// that landlock ABI v handles (the direct start builds the same ruleset).
+func LandlockABI(v int) (fs, net, scoped uint64) { return landlockABI(v) }
+
+// Access rights the direct start's ruleset grants, as applyLandlock's.
+const (
+	LandlockRead      = llFSRead
+	LandlockReadWrite = llFSReadWrite
+	LandlockFileOnly  = llFSFileOnly
+)

@@ -1,0 +1,419 @@
+//go:build amd64 || arm64
+
+package native
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/reaper"
+	"golang.org/x/sys/unix"
+)
+
+// The direct start. The init's work — the root, the restrictions, the
+// command's start — is done by the vfork child of this process itself,
+// as a list of system calls prepared here (childProg), instead of by a Go
+// program started in the namespaces first: no second Go runtime's start
+// and exit before the command, no configuration to encode and decode.
+//
+// The child becomes PID 1 of the new namespaces and builds the root as
+// nsinit.setupRoot does, then makes the command's process by a second
+// vfork. That one drops every privilege, applies landlock, seccomp and
+// the rlimits and executes the command. PID 1 then drops its own
+// privileges and executes the reaper (package reaper, a few dozen
+// instructions without a runtime, from a sealed memfd), which reaps what
+// the command leaves, kills everything when the command ends and reports
+// the command's wait status: the command never runs as PID 1, whose
+// signals the kernel filters.
+
+// The parent's thread waits in the clone until the command is
+// executing, holding its Go P (a vfork is a raw system call): the child
+// must never wait for this process, whose other goroutines may be held
+// by a stop-the-world that waits for that P. So the gate (exec.start
+// recorded) passes before the clone, not beside it as with the Go init.
+
+// Descriptors of the direct child (PID 1), from its ExtraFiles.
+const (
+	directStatus = reaper.StatusFD // 4
+	directReaper = 5               // the reaper's memfd
+	directPidR   = reaper.PidFD    // 6
+	directPidW   = 7
+	directTrees  = 8 // the idmapped trees (root callers), in order
+)
+
+// capLastCap is the highest capability number of this kernel.
+var capLastCap = sync.OnceValue(func() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return 40
+})
+
+// mountSetattrWorks says whether the kernel has mount_setattr (5.12),
+// which the direct start's read-only binds use.
+var mountSetattrWorks = sync.OnceValue(func() bool {
+	attr := unix.MountAttr{}
+	err := unix.MountSetattr(-1, "/nonexistent-fluffy", 0, &attr)
+	return err != unix.ENOSYS
+})
+
+// directProg builds the direct child's program for cfg. trees is the
+// number of idmapped trees given from directTrees on (cfg.LowerFD).
+func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
+	p := &childProg{}
+	const nr, or = "/newroot", "/oldroot"
+	const mnt, pivot = "mount", "pivot_root"
+	p.mount(mnt, "make / private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+	p.mount(mnt, "scratch tmpfs", "tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k")
+	p.mkdir(mnt, "/tmp"+or, 0o755, false)
+	o := childOp{nr: unix.SYS_PIVOT_ROOT}
+	o.p[0], o.p[1] = p.str("/tmp"), p.str("/tmp"+or)
+	p.add(pivot, "pivot to scratch", o)
+	p.chdir(mnt, "chdir /", "/")
+	p.mkdir(mnt, nr, 0o755, false)
+	p.mount(mnt, "root tmpfs", "tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m")
+	for _, d := range nsinit.SystemDirs() {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(d)
+			if err != nil {
+				return nil, fmt.Errorf("symlink %s: %w", d, err)
+			}
+			p.symlink(mnt, t, nr+d)
+			continue
+		}
+		p.mkdir(mnt, nr+d, 0o755, true)
+		p.bind(or+d, nr+d, false, d)
+	}
+	p.mkdir(mnt, nr+"/proc", 0o555, false)
+	p.mount(mnt, "proc", "proc", nr+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	dev := nr + "/dev"
+	p.mkdir(mnt, dev, 0o755, false)
+	p.mount(mnt, "dev", "tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+	for _, d := range nsinit.Devices() {
+		p.file(mnt, dev+"/"+d)
+		p.mount(mnt, "dev/"+d, or+"/dev/"+d, dev+"/"+d, "", unix.MS_BIND, "")
+	}
+	for _, l := range [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
+		p.symlink(mnt, l[1], dev+"/"+l[0])
+	}
+	p.mount(mnt, "dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+	p.mkdir(mnt, nr+"/tmp", 0o1777, false)
+	tmpOpts := "mode=1777"
+	if cfg.TmpSize > 0 {
+		tmpOpts += ",size=" + strconv.FormatInt(cfg.TmpSize, 10)
+	}
+	p.mount(mnt, "tmp", "tmpfs", nr+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts)
+
+	// The idmapped trees (root callers), attached in the scratch root.
+	mountSrc := func(i int) string { return or + cfg.Mounts[i].Source }
+	if cfg.LowerFD {
+		if trees != 2+len(cfg.Mounts) {
+			return nil, fmt.Errorf("direct start: %d idmapped trees for %d mounts", trees, len(cfg.Mounts))
+		}
+		for i := 0; i < trees; i++ {
+			at := "/m" + strconv.Itoa(i-2)
+			switch i {
+			case 0:
+				at = "/lower"
+			case 1:
+				at = "/cs"
+			}
+			dir := true
+			if i >= 2 {
+				if st, err := os.Stat(cfg.Mounts[i-2].Source); err == nil && !st.IsDir() {
+					dir = false
+				}
+			}
+			if dir {
+				p.mkdir(mnt, at, 0o755, false)
+			} else {
+				p.file(mnt, at)
+			}
+			o := childOp{nr: unix.SYS_MOVE_MOUNT, a: [6]uintptr{uintptr(directTrees + i), 0, uintptr(atFDCWD), 0, unix.MOVE_MOUNT_F_EMPTY_PATH}}
+			o.p[1], o.p[3] = p.str(""), p.str(at)
+			p.add(mnt, "attach the idmapped "+at, o)
+			p.closeFD(directTrees + i)
+		}
+		mountSrc = func(i int) string { return "/m" + strconv.Itoa(i) }
+	}
+	// The workspace and extra mounts, parents before children.
+	type m struct {
+		target string
+		do     func()
+	}
+	var ms []m
+	if cfg.Workspace != "" {
+		ws := cfg.Workspace
+		if cfg.WorkspaceRO {
+			ms = append(ms, m{ws, func() {
+				p.mountPoint(nr+ws, true)
+				p.bind(or+ws, nr+ws, false, ws)
+			}})
+		} else {
+			ms = append(ms, m{ws, func() {
+				p.mountPoint(nr+ws, true)
+				lower, upper, work := or+ws, or+cfg.Upper, or+cfg.Work
+				if cfg.LowerFD {
+					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
+				}
+				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
+				// volatile: see nsinit.setupRoot; kernels before 5.10 lack it.
+				i := p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+				p.ops[i].kind = opOr
+				p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+			}})
+		}
+	}
+	for i, mo := range cfg.Mounts {
+		src := mountSrc(i)
+		dir := true
+		if st, err := os.Stat(mo.Source); err == nil && !st.IsDir() {
+			dir = false
+		}
+		ms = append(ms, m{mo.Target, func() {
+			p.mountPoint(nr+mo.Target, dir)
+			p.bind(src, nr+mo.Target, mo.Writable, mo.Target)
+		}})
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return strings.Count(ms[i].target, "/") < strings.Count(ms[j].target, "/") })
+	for _, x := range ms {
+		x.do()
+	}
+	// Into the new root; the host's root goes away entirely.
+	p.chdir(pivot, "chdir to the new root", nr)
+	o = childOp{nr: unix.SYS_PIVOT_ROOT}
+	o.p[0], o.p[1] = p.str("."), p.str(".")
+	p.add(pivot, "pivot to the sandbox root", o)
+	o = childOp{nr: unix.SYS_UMOUNT2, a: [6]uintptr{0, unix.MNT_DETACH}}
+	o.p[0] = p.str(".")
+	p.add(pivot, "detach the old root", o)
+	p.chdir(pivot, "chdir /", "/")
+	p.mount(mnt, "read-only root", "", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+
+	host := p.str("sandbox")
+	// As the init does, a failure here is not fatal (opTry).
+	p.add("hostname", "sethostname", childOp{nr: unix.SYS_SETHOSTNAME, p: [6]unsafe.Pointer{host}, a: [6]uintptr{0, 7}, kind: opTry})
+	p.add("hostname", "setdomainname", childOp{nr: unix.SYS_SETDOMAINNAME, p: [6]unsafe.Pointer{host}, a: [6]uintptr{0, 7}, kind: opTry})
+	if cfg.Dir != "" {
+		p.chdir("chdir", "working directory "+cfg.Dir, cfg.Dir)
+	}
+
+	// The command's process.
+	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
+	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
+		p.closeFD(fd)
+	}
+	if err := p.restrict(cfg); err != nil {
+		return nil, err
+	}
+	p.exec(cfg)
+
+	// PID 1, once the command is executing: hand its pid to the reaper
+	// and become the reaper.
+	p.ops[fork].next = int32(len(p.ops))
+	o = childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directPidW, 0, 8}}
+	o.p[1] = unsafe.Pointer(&p.slots[1])
+	p.add("start", "hand the command's pid to the reaper", o)
+	p.closeFD(directPidW)
+	for fd := 0; fd <= 2; fd++ {
+		p.closeFD(fd)
+	}
+	p.dropCaps()
+	o = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
+	o.p[1], o.p[2], o.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
+	p.add("start", "execute the reaper", o)
+	return p, nil
+}
+
+// mountPoint creates the directory or empty file a mount goes on, and
+// its missing parents (existing ones will do).
+func (p *childProg) mountPoint(path string, dir bool) {
+	var parents []string
+	for d := filepath.Dir(path); d != "/newroot" && d != "/" && d != "."; d = filepath.Dir(d) {
+		parents = append(parents, d)
+	}
+	for i := len(parents) - 1; i >= 0; i-- {
+		p.mkdir("mount", parents[i], 0o755, true)
+	}
+	if dir {
+		p.mkdir("mount", path, 0o755, true)
+	} else {
+		p.file("mount", path)
+	}
+}
+
+// bind binds src onto dst recursively, nosuid, nodev and read-only
+// unless writable (dst exists).
+func (p *childProg) bind(src, dst string, writable bool, name string) {
+	p.mount("mount", "bind "+name, src, dst, "", unix.MS_BIND|unix.MS_REC, "")
+	set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if !writable {
+		set |= unix.MOUNT_ATTR_RDONLY
+	}
+	p.mountSetattr("mount", "bind "+name+": set read-only", dst, set)
+}
+
+// restrict appends nsinit.Main's restrictions, in its order: every
+// capability dropped (securebits locked), no_new_privs, landlock,
+// seccomp, rlimits.
+func (p *childProg) restrict(cfg *nsinit.Config) error {
+	p.dropCaps()
+	if cfg.Landlock > 0 {
+		if err := p.landlock(cfg); err != nil {
+			return err
+		}
+	}
+	if len(cfg.Seccomp) > 0 {
+		prog := cfg.Seccomp
+		if len(prog)%8 != 0 {
+			return fmt.Errorf("seccomp: malformed filter of %d bytes", len(prog))
+		}
+		filter := make([]unix.SockFilter, len(prog)/8)
+		for i := range filter {
+			b := prog[i*8:]
+			filter[i] = unix.SockFilter{Code: *(*uint16)(unsafe.Pointer(&b[0])), Jt: b[2], Jf: b[3], K: *(*uint32)(unsafe.Pointer(&b[4]))}
+		}
+		fprog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		p.keep = append(p.keep, filter)
+		p.add("seccomp", "seccomp filter", childOp{nr: unix.SYS_SECCOMP, a: [6]uintptr{unix.SECCOMP_SET_MODE_FILTER}, p: [6]unsafe.Pointer{2: p.ptr(fprog, unsafe.Pointer(fprog))}})
+	}
+	for _, rl := range cfg.Rlimits {
+		lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
+	}
+	return nil
+}
+
+// dropCaps appends nsinit.dropCapabilities and no_new_privs: every
+// capability set emptied, and none regained by an exec as uid 0
+// (SECBIT_NOROOT, locked).
+func (p *childProg) dropCaps() {
+	const caps = "capabilities"
+	bits := uintptr(0xef) // nsinit.dropCapabilities' securebits
+	p.call(caps, "securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits)
+	for c := 0; c <= capLastCap(); c++ {
+		p.call(caps, "bounding set, cap "+strconv.Itoa(c), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c))
+	}
+	p.call(caps, "ambient", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL)
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := &[2]unix.CapUserData{}
+	p.add(caps, "capset", childOp{nr: unix.SYS_CAPSET, p: [6]unsafe.Pointer{p.ptr(hdr, unsafe.Pointer(hdr)), p.ptr(data, unsafe.Pointer(&data[0]))}})
+	p.call("no_new_privs", "no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1)
+}
+
+// landlock appends nsinit.applyLandlock's ruleset: read everywhere,
+// write in /tmp, the workspace, writable mounts and the devices.
+func (p *childProg) landlock(cfg *nsinit.Config) error {
+	fs, net, scoped := nsinit.LandlockABI(cfg.Landlock)
+	if fs == 0 {
+		return fmt.Errorf("unknown landlock ABI %d", cfg.Landlock)
+	}
+	if !cfg.LandlockNet {
+		net = 0
+	}
+	attr := &[3]uint64{fs, net, scoped}
+	size := uintptr(24)
+	if scoped == 0 {
+		size = 16
+		if net == 0 {
+			size = 8
+		}
+	}
+	const ll = "landlock"
+	const ruleset = 2
+	p.add(ll, "landlock_create_ruleset", childOp{nr: unix.SYS_LANDLOCK_CREATE_RULESET, p: [6]unsafe.Pointer{p.ptr(attr, unsafe.Pointer(attr))}, a: [6]uintptr{0, size}, out: ruleset})
+	type rule struct {
+		path   string
+		access uint64
+	}
+	rules := []rule{{"/", nsinit.LandlockRead}}
+	rw := []string{"/tmp"}
+	isDir := map[string]bool{"/tmp": true}
+	if cfg.Workspace != "" && !cfg.WorkspaceRO {
+		rw = append(rw, cfg.Workspace)
+		isDir[cfg.Workspace] = true
+	}
+	for _, m := range cfg.Mounts {
+		if m.Writable {
+			rw = append(rw, m.Target)
+			st, err := os.Stat(m.Source)
+			isDir[m.Target] = err != nil || st.IsDir()
+		}
+	}
+	for _, path := range rw {
+		access := uint64(nsinit.LandlockReadWrite)
+		if !isDir[path] {
+			access &= nsinit.LandlockFileOnly
+		}
+		rules = append(rules, rule{path, access})
+	}
+	for _, d := range nsinit.Devices() {
+		rules = append(rules, rule{"/dev/" + d, nsinit.LandlockReadWrite & nsinit.LandlockFileOnly})
+	}
+	const fd = 3
+	for _, r := range rules {
+		what := "landlock rule for " + r.path
+		o := childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_PATH | unix.O_CLOEXEC}, out: fd}
+		o.p[1] = p.str(r.path)
+		p.add(ll, what, o)
+		// struct landlock_path_beneath_attr is packed: allowed_access
+		// (u64), then parent_fd (s32).
+		attr := &[12]byte{}
+		*(*uint64)(unsafe.Pointer(&attr[0])) = r.access & fs
+		o = childOp{nr: unix.SYS_LANDLOCK_ADD_RULE, a: [6]uintptr{0, 1}, in: ruleset, inArg: 0,
+			mem: (*int32)(unsafe.Pointer(&attr[8])), memSlot: fd}
+		o.p[2] = p.ptr(attr, unsafe.Pointer(attr))
+		p.add(ll, what, o)
+		p.add(ll, what, childOp{nr: unix.SYS_CLOSE, in: fd, inArg: 0})
+	}
+	p.add(ll, "landlock_restrict_self", childOp{nr: unix.SYS_LANDLOCK_RESTRICT_SELF, in: ruleset, inArg: 0})
+	p.add(ll, "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: ruleset, inArg: 0})
+	return nil
+}
+
+// exec appends the command's exec: its path, or each candidate of the
+// sandbox's PATH in turn (nsinit.lookPath's search, done by execve).
+func (p *childProg) exec(cfg *nsinit.Config) {
+	argv, envv := p.strv(cfg.Argv), p.strv(cfg.Env)
+	name := cfg.Argv[0]
+	cands := []string{name}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	if !strings.Contains(name, "/") {
+		for _, e := range cfg.Env {
+			if v, ok := strings.CutPrefix(e, "PATH="); ok {
+				path = v
+			}
+		}
+		cands = cands[:0]
+		for _, dir := range filepath.SplitList(path) {
+			if dir == "" {
+				dir = "."
+			}
+			cands = append(cands, filepath.Join(dir, name))
+		}
+	}
+	for i, c := range cands {
+		o := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}}
+		what := "execute " + c
+		if i < len(cands)-1 {
+			o.kind = opTry
+		} else if len(cands) > 1 || !strings.Contains(name, "/") {
+			what = fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, path)
+		}
+		p.add("command", what, o)
+	}
+}

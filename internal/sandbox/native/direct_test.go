@@ -1,0 +1,164 @@
+//go:build amd64
+
+package native
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// TestDirectStart checks what makes a direct start: PID 1 is the reaper
+// (no Go init), without any capability; the command is its child, with
+// none either, under no_new_privs and seccomp; the Go init (NoDirect) is
+// what runs otherwise.
+func TestDirectStart(t *testing.T) {
+	script := `tr '\0' ' ' < /proc/1/cmdline; echo; echo $$; grep -h -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/1/status /proc/self/status | tr -d '\t' | tr '\n' ' '`
+	for _, direct := range []bool{true, false} {
+		t.Run("direct="+strconv.FormatBool(direct), func(t *testing.T) {
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: !direct})
+			r := run(t, rt, sandbox.Spec{Argv: []string{"/bin/sh", "-c", script}})
+			lines := strings.Split(string(r.Stdout), "\n")
+			if r.ExitCode != 0 || len(lines) < 3 {
+				t.Fatalf("exit %d, stdout %q, stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+			}
+			pid1 := strings.TrimSpace(lines[0])
+			if direct && (pid1 != "fluffy-sandbox-reaper" || lines[1] != "2") {
+				t.Errorf("PID 1 %q, command pid %s: want the reaper and 2", pid1, lines[1])
+			}
+			if !direct && !strings.HasPrefix(pid1, "fluffy-sandbox-init") {
+				t.Errorf("PID 1 %q: want the Go init", pid1)
+			}
+			// PID 1's, then the command's.
+			want := "CapEff:0000000000000000 NoNewPrivs:1 "
+			if direct {
+				want += "Seccomp:0 " // the reaper has no filter: it makes no call a filter would refuse
+			}
+			if !strings.HasPrefix(lines[2], want) && direct {
+				t.Errorf("PID 1: %q, want %q first", lines[2], want)
+			}
+			if !strings.Contains(lines[2], "CapEff:0000000000000000 NoNewPrivs:1 Seccomp:2") {
+				t.Errorf("the command: %q, want no capability, no_new_privs and a filter", lines[2])
+			}
+		})
+	}
+}
+
+// TestDirectParity runs the same specs started directly and through the
+// Go init: the results must be the same.
+func TestDirectParity(t *testing.T) {
+	sh := func(s string) []string { return []string{"/bin/sh", "-c", s} }
+	marker := "987.25" // a sleep nobody else runs
+	cases := []struct {
+		name  string
+		spec  sandbox.Spec
+		check func(t *testing.T, r sandbox.Result)
+	}{
+		{"exit code", sandbox.Spec{Argv: sh("exit 7")}, func(t *testing.T, r sandbox.Result) {
+			if r.ExitCode != 7 || r.Signal != 0 {
+				t.Errorf("exit %d signal %d", r.ExitCode, r.Signal)
+			}
+		}},
+		{"killed itself", sandbox.Spec{Argv: sh("kill -TERM $$; sleep 5")}, func(t *testing.T, r sandbox.Result) {
+			if r.Signal != 15 || r.ExitCode != -1 {
+				t.Errorf("exit %d signal %d: a command must die of its own SIGTERM (it is not PID 1)", r.ExitCode, r.Signal)
+			}
+		}},
+		{"what it leaves is killed", sandbox.Spec{Argv: sh("sleep " + marker + " & sleep " + marker + " & echo started")}, func(t *testing.T, r sandbox.Result) {
+			if string(r.Stdout) != "started\n" {
+				t.Errorf("stdout %q", r.Stdout)
+			}
+			if out, _ := exec.Command("pgrep", "-f", "sleep "+marker).Output(); len(out) > 0 {
+				t.Errorf("left running after the command: %s", out)
+			}
+		}},
+		{"stdin, stderr", sandbox.Spec{Argv: sh("cat; echo err >&2")}, func(t *testing.T, r sandbox.Result) {
+			if string(r.Stdout) != "in\n" || string(r.Stderr) != "err\n" {
+				t.Errorf("stdout %q stderr %q", r.Stdout, r.Stderr)
+			}
+		}},
+		{"tmp full", sandbox.Spec{Argv: sh("dd if=/dev/zero of=/tmp/f bs=64k count=100 2>/dev/null; true"), TmpSize: 1 << 20}, func(t *testing.T, r sandbox.Result) {
+			if !r.HitLimit(sandbox.LimitTmp) {
+				t.Errorf("hit %v, want tmp", r.Hit)
+			}
+		}},
+		{"rlimits", sandbox.Spec{Argv: sh("ulimit -n"), Limits: sandbox.Limits{OpenFiles: 77}}, func(t *testing.T, r sandbox.Result) {
+			if strings.TrimSpace(string(r.Stdout)) != "77" {
+				t.Errorf("ulimit -n: %q", r.Stdout)
+			}
+		}},
+		{"timeout", sandbox.Spec{Argv: sh("trap '' TERM; sleep " + marker), Limits: sandbox.Limits{Wall: 300 * time.Millisecond}}, func(t *testing.T, r sandbox.Result) {
+			if r.Killed != sandbox.LimitTime {
+				t.Errorf("killed %q", r.Killed)
+			}
+			if out, _ := exec.Command("pgrep", "-f", "sleep "+marker).Output(); len(out) > 0 {
+				t.Errorf("left running after the timeout: %s", out)
+			}
+		}},
+		{"hostname, working directory", sandbox.Spec{Argv: sh("hostname; pwd"), Dir: "/tmp"}, func(t *testing.T, r sandbox.Result) {
+			if string(r.Stdout) != "sandbox\n/tmp\n" {
+				t.Errorf("stdout %q", r.Stdout)
+			}
+		}},
+	}
+	for _, direct := range []bool{true, false} {
+		rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: !direct})
+		for _, c := range cases {
+			t.Run(c.name+"/direct="+strconv.FormatBool(direct), func(t *testing.T) {
+				if c.name == "stdin, stderr" {
+					c.spec.Stdin = strings.NewReader("in\n")
+				}
+				c.check(t, run(t, rt, c.spec))
+			})
+		}
+	}
+}
+
+// TestDirectErrors: what fails in the direct child is reported as the
+// init reports it, naming what failed.
+func TestDirectErrors(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	src := t.TempDir()
+	cases := []struct {
+		name string
+		spec sandbox.Spec
+		is   error
+		want []string
+	}{
+		{"command not found", sandbox.Spec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin:/nowhere"}}, sandbox.ErrInvalidSpec,
+			[]string{"no-such-command: command not found in the sandbox (PATH=/usr/bin:/nowhere)"}},
+		{"not executable", sandbox.Spec{Argv: []string{"/etc/passwd"}}, sandbox.ErrInvalidSpec, []string{"execute /etc/passwd", "permission denied"}},
+		{"no working directory", sandbox.Spec{Argv: []string{"/bin/true"}, Dir: "/no/such/dir"}, sandbox.ErrInvalidSpec, []string{"working directory /no/such/dir"}},
+		{"mount under a read-only one", sandbox.Spec{Argv: []string{"/bin/true"}, Mounts: []sandbox.Mount{{Source: src, Target: "/usr/fluffy-no-such-dir/x"}}}, sandbox.ErrSetup,
+			[]string{"mount: mkdir /newroot/usr/fluffy-no-such-dir", "read-only file system"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.spec.Env == nil {
+				c.spec.Env = []string{"PATH=/usr/bin:/bin"}
+			}
+			_, err := rt.Run(context.Background(), c.spec)
+			if !errors.Is(err, c.is) {
+				t.Fatalf("err %v, want %v", err, c.is)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	// Nothing of a failed start is left: no process, no cgroup.
+	if out, _ := exec.Command("pgrep", "-f", "fluffy-sandbox-reaper").Output(); len(out) > 0 {
+		t.Errorf("reapers left: %s", out)
+	}
+	assertNoCgroups(t, rt)
+	_ = os.Remove(src)
+}

@@ -1,0 +1,352 @@
+//go:build amd64 || arm64
+
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/reaper"
+	"golang.org/x/sys/unix"
+)
+
+// directOK says whether a run can start directly (direct_linux.go): on
+// a Runtime without spares (Options.Spares), not an instance, a probe, a traced run (the init's stages are its marks) or
+// a run through the egress proxy (the init forwards it), and only where
+// the child can enter the cgroup as it is cloned and the kernel has
+// mount_setattr.
+func (r *Runtime) directOK(cfg *nsinit.Config, wantCg bool) bool {
+	if r.opts.NoDirect || r.opts.Spares > 0 || r.noVfork || cfg.Serve || cfg.Probe || cfg.Trace || cfg.ProxySocket != "" {
+		return false
+	}
+	if wantCg && r.cgl.v2 == "" && !r.cgl.v1Threads {
+		return false
+	}
+	if _, err := r.reaperFile(); err != nil {
+		return false
+	}
+	return mountSetattrWorks()
+}
+
+// reaperFile returns a sealed memfd holding the reaper (package reaper),
+// made once; the direct start's PID 1 executes it by descriptor.
+func (r *Runtime) reaperFile() (*os.File, error) {
+	r.reaper.once.Do(func() {
+		prog := reaper.Program()
+		if prog == nil {
+			r.reaper.err = errors.New("no reaper for this architecture")
+			return
+		}
+		fd, err := unix.MemfdCreate("fluffy-sandbox-reaper", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			r.reaper.err = fmt.Errorf("memfd for the reaper: %w", err)
+			return
+		}
+		f := os.NewFile(uintptr(fd), "fluffy-sandbox-reaper")
+		if _, err := f.Write(prog); err == nil {
+			_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+			if err != nil {
+				r.reaper.err = fmt.Errorf("seal the reaper's memfd: %w", err)
+			}
+		} else {
+			r.reaper.err = fmt.Errorf("write the reaper's memfd: %w", err)
+		}
+		if r.reaper.err != nil {
+			f.Close()
+			return
+		}
+		r.reaper.f = f
+	})
+	return r.reaper.f, r.reaper.err
+}
+
+// startDirect does what run does between the spec's checks and the
+// start (the cgroup, the rlimits, the output's writers) for a direct
+// start, and runs it.
+func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sandbox.Spec, res sandbox.Result, early func(sandbox.Result), gate func() error) (sandbox.Result, error) {
+	lim := spec.Limits
+	var cg *cgroup
+	if (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available {
+		var err error
+		if cg, err = newCgroup(r.cgl, lim.Memory, lim.Pids); err != nil {
+			res.Warnings = append(res.Warnings, "no cgroup for this run: "+err.Error())
+			cg = nil
+		}
+	}
+	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
+	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	var stdin io.Reader
+	if spec.Stdin != nil {
+		// Never the caller's terminal (TIOCSTI and friends): a pipe.
+		stdin = struct{ io.Reader }{spec.Stdin}
+	}
+	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
+	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early)
+}
+
+// idmapNS returns a user namespace that maps uid and gid 0 to this
+// Runtime's sandbox ids, for the idmapped trees of a direct start (the
+// sandbox's own does not exist before its clone, whose child then
+// cannot wait for them). It is made once, by a child that sends its own.
+func (r *Runtime) idmapNS() (int, error) {
+	r.idmap.once.Do(func() { r.idmap.fd, r.idmap.err = r.makeIdmapNS() })
+	return r.idmap.fd, r.idmap.err
+}
+
+func (r *Runtime) makeIdmapNS() (int, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pair[0])
+	child := os.NewFile(uintptr(pair[1]), "nssock")
+	defer child.Close()
+	p := &childProg{}
+	o := childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_RDONLY | unix.O_CLOEXEC}, out: 1}
+	o.p[1] = p.str("/proc/self/ns/user")
+	p.add("userns", "open /proc/self/ns/user", o)
+	p.sendFD("userns", "send the user namespace", 3, 1)
+	p.call("userns", "exit", unix.SYS_EXIT_GROUP, 0)
+	hostUID, hostGID := r.hostIDs()
+	cmd := &exec.Cmd{
+		Path: "/", Args: []string{"idmap"}, Stdout: io.Discard, Stderr: io.Discard,
+		ExtraFiles: []*os.File{child},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+		},
+	}
+	vp := &vforkProcess{cmd: cmd, prog: p}
+	if _, err := startOnThread(nil, nil, vp.Start, vp.Reusable, closedChan); err != nil {
+		return -1, fmt.Errorf("user namespace for the idmapped trees: %w", err)
+	}
+	_ = vp.Wait()
+	return receiveUserNS(pair[0])
+}
+
+// closedChan lets startOnThread give its thread back at once.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// runDirect runs cfg by a direct start; run has done everything up to
+// the start (facilities, paths, limits, the cgroup cg, the output's
+// writers). It owns cg from here.
+func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox.Result, lim sandbox.Limits, cg *cgroup, stdin io.Reader,
+	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result)) (sandbox.Result, error) {
+	ended := make(chan struct{})
+	defer func() {
+		close(ended)
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
+			}
+		}
+	}()
+	setupErr := func(err error) (sandbox.Result, error) {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	var trees []int
+	if cfg.LowerFD {
+		ns, err := r.idmapNS()
+		if err == nil {
+			trees, err = idmappedTrees(ns, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts)
+		}
+		if err != nil {
+			return setupErr(fmt.Errorf("idmapped workspace: %w", err))
+		}
+	}
+	prog, err := directProg(cfg, len(trees))
+	if err != nil {
+		closeAll(trees)
+		return setupErr(err)
+	}
+	// The child's ends (directRelease...), closed here once it holds them.
+	var childEnds []*os.File
+	for _, fd := range trees {
+		childEnds = append(childEnds, os.NewFile(uintptr(fd), "tree"))
+	}
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return setupErr(err)
+	}
+	defer stR.Close()
+	pidR, pidW, err := os.Pipe()
+	if err != nil {
+		stW.Close()
+		return setupErr(err)
+	}
+	reaperF, err := r.reaperFile()
+	if err != nil {
+		stW.Close()
+		pidR.Close()
+		pidW.Close()
+		return setupErr(err)
+	}
+	childEnds = append([]*os.File{stW, pidR, pidW}, childEnds...)
+	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW}, childEnds[3:]...)
+	hostUID, hostGID := r.hostIDs()
+	cmd := &exec.Cmd{
+		Path: "/", Args: []string{"fluffy-sandbox"},
+		Stdin: stdin, Stdout: stdout, Stderr: stderr,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+			Setsid:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	if cg != nil && cg.v2 {
+		fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return setupErr(fmt.Errorf("cgroup: %w", err))
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	// The gate (exec.start recorded) passes before the clone (see
+	// direct_linux.go).
+	if gate != nil {
+		if err := gate(); err != nil {
+			return setupErr(err)
+		}
+	}
+	vp := &vforkProcess{cmd: cmd, prog: prog}
+	start := time.Now()
+	if cg != nil && !cg.v2 {
+		var entered bool
+		entered, err = cg.startInside(r.cgl, vp.Start, vp.Reusable, ended)
+		if !entered && err == nil {
+			err = errors.New("could not enter the cgroup")
+		}
+	} else {
+		_, err = startOnThread(nil, nil, vp.Start, vp.Reusable, ended)
+	}
+	for _, f := range childEnds {
+		if f != nil {
+			f.Close()
+		}
+	}
+	childEnds = nil
+	if err != nil {
+		return res, r.directStartError(err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timedOut := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		var timer <-chan time.Time
+		if lim.Wall > 0 {
+			t := time.NewTimer(lim.Wall - time.Since(start))
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-timer:
+			close(timedOut)
+			_ = vp.Signal(syscall.SIGKILL)
+		case <-runCtx.Done():
+			_ = vp.Signal(syscall.SIGKILL)
+		case <-done:
+		}
+	}()
+	// The reaper's report comes once everything but it is gone.
+	var buf [reaper.ReportSize]byte
+	_, stErr := io.ReadFull(stR, buf[:])
+	rep, _ := reaper.ParseReport(buf[:])
+	if stErr == nil && !rep.Reaped {
+		stErr = errors.New("the reaper did not see the command end")
+	}
+	st := nsinit.Status{Started: true, TmpFull: rep.TmpFull}
+	ws := unix.WaitStatus(rep.WaitStatus)
+	if ws.Signaled() {
+		st.ExitCode, st.Signal = -1, int(ws.Signal())
+	} else {
+		st.ExitCode = ws.ExitStatus()
+	}
+	var oomKills, pidsMax int
+	readEvents := func() {
+		if cg != nil {
+			oomKills, pidsMax = cg.events()
+		}
+	}
+	if stErr == nil {
+		readEvents()
+		if early != nil {
+			r.reportEarlyStatus(early, vp, st, &res, start, timedOut, cg != nil, oomKills, pidsMax, stdout, stderr)
+		}
+	}
+	_ = vp.Wait()
+	if stErr != nil {
+		readEvents()
+	}
+	close(done)
+	res.Duration = time.Since(start)
+	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+	gotStatus := stErr == nil
+	select {
+	case <-timedOut:
+		markTimedOut(&res)
+	default:
+	}
+	if res.Killed == "" && !gotStatus {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("sandbox: %w", ctx.Err())
+		}
+		if cg != nil && oomKills > 0 {
+			res.Killed = sandbox.LimitMemory
+			res.Hit = append(res.Hit, sandbox.LimitMemory)
+			res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+		}
+		if res.Killed == "" {
+			return res, fmt.Errorf("%w: the sandbox's reaper ended without a report (%v; PID 1's wait status %v)", sandbox.ErrSetup, stErr, vp.status)
+		}
+	}
+	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
+	return res, nil
+}
+
+// directStartError turns a failed direct start into run's errors.
+func (r *Runtime) directStartError(err error) error {
+	var oe *opError
+	if errors.As(err, &oe) {
+		switch oe.Stage {
+		case "overlay":
+			f := r.facility("overlay-userns")
+			f.Available = false
+			f.Detail = "mounting the workspace overlay failed: " + oe.Error()
+			f.Fix = overlayFix
+			return &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+		case "command", "chdir":
+			return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, oe.Error())
+		}
+		return fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, oe.Stage, oe.Error())
+	}
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+		f := r.facility("userns")
+		f.Available = false
+		f.Detail = "creating the namespaces failed: " + err.Error()
+		f.Fix = userNSFix
+		return &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
+	}
+	return fmt.Errorf("%w: start the sandbox: %w", sandbox.ErrSetup, err)
+}
