@@ -97,12 +97,13 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 // TestSuiteUnprivileged reruns it as an ordinary user), with the small
 // init binary.
 func TestSuite(t *testing.T) {
-	// direct: this process clones the init by vfork (the default);
-	// exec: by os/exec (a full fork, the fallback); stage1: the small
-	// init binary clones it (for a build without vfork and a big heap).
-	for _, mode := range []string{"direct", "exec", "stage1"} {
+	// direct: the direct start, no Go init (the default); vfork: this
+	// process clones the Go init by vfork; exec: by os/exec (a full
+	// fork, the fallback); stage1: the small init binary clones it (for
+	// a build without vfork and a big heap).
+	for _, mode := range []string{"direct", "vfork", "exec", "stage1"} {
 		t.Run(mode, func(t *testing.T) {
-			rt := newRuntime(t, Options{Init: smallInit(t)})
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct"})
 			if rt.InitPath() == rt.opts.Self {
 				t.Fatal("the suite runs the test binary as the init, not the small init")
 			}
