@@ -23,15 +23,15 @@ import (
 // program started in the namespaces first: no second Go runtime's start
 // and exit before the command, no configuration to encode and decode.
 //
-// The child becomes PID 1 of the new namespaces and builds the root as
-// nsinit.setupRoot does, then makes the command's process by a second
-// vfork. That one drops every privilege, applies landlock, seccomp and
-// the rlimits and executes the command. PID 1 then drops its own
-// privileges and executes the reaper (package reaper, a few dozen
-// instructions without a runtime, from a sealed memfd), which reaps what
-// the command leaves, kills everything when the command ends and reports
-// the command's wait status: the command never runs as PID 1, whose
-// signals the kernel filters.
+// The child becomes PID 1 of the new namespaces, builds the root as
+// nsinit.setupRoot does, drops every privilege and applies landlock and
+// seccomp, then makes the command's process by a second vfork; that one
+// sets the rlimits and executes the command. PID 1 then executes the
+// reaper (package reaper, a few dozen instructions without a runtime,
+// from a sealed memfd), which reaps what the command leaves, kills
+// everything when the command ends and reports the command's wait
+// status: the command never runs as PID 1, whose signals the kernel
+// filters.
 
 // The parent's thread waits in the clone until the command is
 // executing, holding its Go P (a vfork is a raw system call): the child
@@ -212,13 +212,23 @@ func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
 		p.chdir("chdir", "working directory "+cfg.Dir, cfg.Dir)
 	}
 
+	// Every restriction but the rlimits is PID 1's, before the command's
+	// process is made, so that it inherits them: the reaper (which PID 1
+	// becomes) must be as restricted as the command, which could write
+	// its memory (/proc/1/mem, same uid), and must be in the command's
+	// landlock domain or an outer one, or landlock's signal scoping
+	// refuses its kill of what the command leaves.
+	if err := p.restrict(cfg); err != nil {
+		return nil, err
+	}
 	// The command's process.
 	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
 	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
 		p.closeFD(fd)
 	}
-	if err := p.restrict(cfg); err != nil {
-		return nil, err
+	for _, rl := range cfg.Rlimits {
+		lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
 	}
 	p.exec(cfg)
 
@@ -232,7 +242,6 @@ func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
 	for fd := 0; fd <= 2; fd++ {
 		p.closeFD(fd)
 	}
-	p.dropCaps()
 	o = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
 	o.p[1], o.p[2], o.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
 	p.add("start", "execute the reaper", o)
@@ -269,7 +278,7 @@ func (p *childProg) bind(src, dst string, writable bool, name string) {
 
 // restrict appends nsinit.Main's restrictions, in its order: every
 // capability dropped (securebits locked), no_new_privs, landlock,
-// seccomp, rlimits.
+// seccomp (the rlimits, which come next there, are the command's only).
 func (p *childProg) restrict(cfg *nsinit.Config) error {
 	p.dropCaps()
 	if cfg.Landlock > 0 {
@@ -290,10 +299,6 @@ func (p *childProg) restrict(cfg *nsinit.Config) error {
 		fprog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 		p.keep = append(p.keep, filter)
 		p.add("seccomp", "seccomp filter", childOp{nr: unix.SYS_SECCOMP, a: [6]uintptr{unix.SECCOMP_SET_MODE_FILTER}, p: [6]unsafe.Pointer{2: p.ptr(fprog, unsafe.Pointer(fprog))}})
-	}
-	for _, rl := range cfg.Rlimits {
-		lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
-		p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
 	}
 	return nil
 }

@@ -326,6 +326,12 @@ func BenchmarkRunTrue(b *testing.B) {
 	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b)}))
 }
 
+// BenchmarkRunTrueGoInit starts the Go init by vfork, as every run did
+// before the direct start (BenchmarkRunTrue).
+func BenchmarkRunTrueGoInit(b *testing.B) {
+	benchRunTrue(b, newRuntime(b, Options{Init: smallInit(b), NoDirect: true}))
+}
+
 // BenchmarkRunTrueExec starts the init with os/exec (a full fork of this
 // process) instead of vfork; BenchmarkRunTrueStage1 through stage 1;
 // BenchmarkRunTrueHeap* run with 64 MB of touched heap, as a long-lived
@@ -338,7 +344,7 @@ func BenchmarkRunTrueExec(b *testing.B) {
 }
 
 func BenchmarkRunTrueStage1(b *testing.B) {
-	rt := newRuntime(b, Options{Init: smallInit(b)})
+	rt := newRuntime(b, Options{Init: smallInit(b), NoDirect: true})
 	setStage1(rt, true)
 	benchRunTrue(b, rt)
 }
