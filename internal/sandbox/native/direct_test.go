@@ -123,7 +123,6 @@ func TestDirectParity(t *testing.T) {
 // init reports it, naming what failed.
 func TestDirectErrors(t *testing.T) {
 	rt := newRuntime(t, Options{Init: smallInit(t)})
-	src := t.TempDir()
 	cases := []struct {
 		name string
 		spec sandbox.Spec
@@ -134,7 +133,7 @@ func TestDirectErrors(t *testing.T) {
 			[]string{"no-such-command: command not found in the sandbox (PATH=/usr/bin:/nowhere)"}},
 		{"not executable", sandbox.Spec{Argv: []string{"/etc/passwd"}}, sandbox.ErrInvalidSpec, []string{"execute /etc/passwd", "permission denied"}},
 		{"no working directory", sandbox.Spec{Argv: []string{"/bin/true"}, Dir: "/no/such/dir"}, sandbox.ErrInvalidSpec, []string{"working directory /no/such/dir"}},
-		{"mount under a read-only one", sandbox.Spec{Argv: []string{"/bin/true"}, Mounts: []sandbox.Mount{{Source: src, Target: "/usr/fluffy-no-such-dir/x"}}}, sandbox.ErrSetup,
+		{"mount under a read-only one", sandbox.Spec{Argv: []string{"/bin/true"}, Mounts: []sandbox.Mount{{Source: "/etc", Target: "/usr/fluffy-no-such-dir/x"}}}, sandbox.ErrSetup,
 			[]string{"mount: mkdir /newroot/usr/fluffy-no-such-dir", "read-only file system"}},
 	}
 	for _, c := range cases {
@@ -158,5 +157,49 @@ func TestDirectErrors(t *testing.T) {
 		t.Errorf("reapers left: %s", out)
 	}
 	assertNoCgroups(t, rt)
-	_ = os.Remove(src)
+}
+
+// TestDirectDiesWithOwner kills (SIGKILL) a process while its directly
+// started sandbox runs a command that outlives nothing: the command, the
+// reaper and what the command started are gone with their owner.
+func TestDirectDiesWithOwner(t *testing.T) {
+	const marker = "987.75"
+	if os.Getenv("FLUFFY_DIRECT_OWNER") == "1" {
+		rt := newRuntime(t, Options{Init: smallInit(t)})
+		_, _ = rt.Run(context.Background(), sandbox.Spec{Argv: []string{"/bin/sh", "-c", "sleep " + marker + " & echo started; sleep " + marker},
+			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: os.Stdout})
+		return
+	}
+	self, _ := os.Executable()
+	cmd := exec.Command(self, "-test.run=^TestDirectDiesWithOwner$")
+	cmd.Env = append(os.Environ(), "FLUFFY_DIRECT_OWNER=1", "FLUFFY_SBXTEST_INIT="+smallInit(t))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	buf := make([]byte, 64)
+	if n, _ := out.Read(buf); !strings.Contains(string(buf[:n]), "started") {
+		t.Fatalf("the owner's sandbox said %q", buf[:n])
+	}
+	if b, _ := exec.Command("pgrep", "-f", "sleep "+marker).Output(); len(strings.Fields(string(b))) < 2 {
+		t.Fatalf("the sandbox's processes: %q, want its shell and sleeps", b)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := exec.Command("pgrep", "-f", "sleep "+marker).Output()
+		if len(b) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outlived their owner: %s", b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -46,7 +46,14 @@ func (r *Runtime) reaperFile() (*os.File, error) {
 			r.reaper.err = errors.New("no reaper for this architecture")
 			return
 		}
-		fd, err := unix.MemfdCreate("fluffy-sandbox-reaper", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		// Executable explicitly (MFD_EXEC): where vm.memfd_noexec makes
+		// memfds non-executable by default. Kernels before 6.3 do not
+		// know the flag (EINVAL) and make every memfd executable; where
+		// executable memfds are forbidden (EACCES) runs use the Go init.
+		fd, err := unix.MemfdCreate("fluffy-sandbox-reaper", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+		if err == unix.EINVAL {
+			fd, err = unix.MemfdCreate("fluffy-sandbox-reaper", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		}
 		if err != nil {
 			r.reaper.err = fmt.Errorf("memfd for the reaper: %w", err)
 			return
