@@ -12,6 +12,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/reaper"
 	"golang.org/x/sys/unix"
@@ -245,6 +246,9 @@ func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
 	o = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
 	o.p[1], o.p[2], o.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
 	p.add("start", "execute the reaper", o)
+	if p.err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
+	}
 	return p, nil
 }
 
@@ -412,11 +416,12 @@ func (p *childProg) exec(cfg *nsinit.Config) {
 		}
 	}
 	for i, c := range cands {
-		o := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}}
+		o := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}, kind: opTry}
 		what := "execute " + c
-		if i < len(cands)-1 {
-			o.kind = opTry
-		} else if len(cands) > 1 || !strings.Contains(name, "/") {
+		if i == len(cands)-1 {
+			o.kind = opPlain // the last: its failure is the command's
+		}
+		if i == len(cands)-1 && (len(cands) > 1 || !strings.Contains(name, "/")) {
 			what = fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, path)
 		}
 		p.add("command", what, o)

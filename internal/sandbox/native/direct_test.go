@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"golang.org/x/sys/unix"
 )
 
 // TestDirectStart checks what makes a direct start: PID 1 is the reaper
@@ -202,4 +204,49 @@ func TestDirectDiesWithOwner(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// FuzzDirectProg builds direct starts' programs from arbitrary specs'
+// strings: never a panic; a NUL byte (which would cut a C string short)
+// is refused as an invalid spec; every op of a program has a description.
+func FuzzDirectProg(f *testing.F) {
+	f.Add("/bin/true", "/work", "/data", "/mnt/x", "PATH=/usr/bin", int64(0))
+	f.Add("ls", "/w\x00s", "", "", "", int64(1<<20))
+	f.Add("a/b", "", "/d", "relative", "PATH=", int64(-1))
+	f.Fuzz(func(t *testing.T, argv0, ws, src, target, env string, tmp int64) {
+		cfg := nsinit.Config{Argv: []string{argv0}, Env: []string{env}, Dir: ws, TmpSize: tmp, Landlock: 3, LandlockNet: true,
+			Seccomp: make([]byte, 16), Rlimits: []nsinit.Rlimit{{Resource: 7, Value: 64}}}
+		if ws != "" {
+			cfg.Workspace, cfg.Upper, cfg.Work = ws, ws+"-up", ws+"-work"
+		}
+		if src != "" {
+			cfg.Mounts = []nsinit.MountSpec{{Source: src, Target: target, Writable: true}}
+		}
+		p, err := directProg(&cfg, 0)
+		hasNUL := strings.ContainsRune(argv0+ws+src+target+env, 0)
+		if hasNUL {
+			if !errors.Is(err, sandbox.ErrInvalidSpec) {
+				t.Fatalf("a NUL byte: err %v", err)
+			}
+			return
+		}
+		if err != nil {
+			return // an argument no program can be built for
+		}
+		if len(p.ops) != len(p.what) || len(p.ops) == 0 {
+			t.Fatalf("%d ops, %d descriptions", len(p.ops), len(p.what))
+		}
+		fork := -1
+		for i, o := range p.ops {
+			if o.kind == opVfork {
+				fork = i
+			}
+		}
+		if fork < 0 || int(p.ops[fork].next) <= fork || int(p.ops[fork].next) >= len(p.ops) {
+			t.Fatalf("the vfork op %d continues at %d of %d", fork, p.ops[max(fork, 0)].next, len(p.ops))
+		}
+		if last := p.ops[len(p.ops)-1]; last.nr != unix.SYS_EXECVEAT {
+			t.Fatalf("the program ends with syscall %d, not the reaper's exec", last.nr)
+		}
+	})
 }

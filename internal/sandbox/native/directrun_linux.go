@@ -175,6 +175,9 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	prog, err := directProg(cfg, len(trees))
 	if err != nil {
 		closeAll(trees)
+		if errors.Is(err, sandbox.ErrInvalidSpec) {
+			return res, err
+		}
 		return setupErr(err)
 	}
 	// The child's ends (directRelease...), closed here once it holds them.

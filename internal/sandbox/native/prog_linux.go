@@ -4,6 +4,7 @@ package native
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -28,6 +29,8 @@ type childProg struct {
 	forkAt int
 	// keep holds what ops point to, alive until the child is done.
 	keep []any
+	// err is the first string that cannot be a C string (str).
+	err error
 }
 
 // childOp is one system call. Its arguments are a[i] + p[i] (an integer
@@ -103,8 +106,12 @@ func (p *childProg) add(stage, what string, o childOp) int {
 	return len(p.ops) - 1
 }
 
-// str returns a NUL-terminated copy of s that stays alive with p.
+// str returns a NUL-terminated copy of s that stays alive with p. A
+// string with a NUL inside would be cut short: p.err says so.
 func (p *childProg) str(s string) unsafe.Pointer {
+	if strings.IndexByte(s, 0) >= 0 && p.err == nil {
+		p.err = fmt.Errorf("%q: a NUL byte in a path, argument or variable", s)
+	}
 	b := append([]byte(s), 0)
 	p.keep = append(p.keep, b)
 	return unsafe.Pointer(&b[0])

@@ -1,0 +1,27 @@
+package reaper
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// FuzzParseReport: the report comes from inside the sandbox (a reaper
+// the command took over could write anything): any bytes parse without a
+// panic, and only a 12-byte report is accepted, word by word.
+func FuzzParseReport(f *testing.F) {
+	f.Add([]byte{0, 7, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{})
+	f.Add(make([]byte, 13))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, ok := ParseReport(b)
+		if ok != (len(b) == ReportSize) {
+			t.Fatalf("%d bytes: ok %v", len(b), ok)
+		}
+		if !ok {
+			return
+		}
+		if r.WaitStatus != binary.NativeEndian.Uint32(b) || r.Reaped != (binary.NativeEndian.Uint32(b[4:]) == 1) || r.TmpFull != (binary.NativeEndian.Uint32(b[8:]) == 1) {
+			t.Fatalf("%x: %+v", b, r)
+		}
+	})
+}
