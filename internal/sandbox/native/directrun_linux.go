@@ -319,16 +319,11 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	default:
 	}
 	if res.Killed == "" && !gotStatus {
-		if ctx.Err() != nil {
-			return res, fmt.Errorf("sandbox: %w", ctx.Err())
-		}
-		if cg != nil && oomKills > 0 {
-			res.Killed = sandbox.LimitMemory
-			res.Hit = append(res.Hit, sandbox.LimitMemory)
-			res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
-		}
-		if res.Killed == "" {
-			return res, fmt.Errorf("%w: the sandbox's reaper ended without a report (%v; PID 1's wait status %v)", sandbox.ErrSetup, stErr, vp.status)
+		if err := unreported(ctx, &res, cg != nil, oomKills); err != nil {
+			if errors.Is(err, errNoReport) {
+				err = fmt.Errorf("%w: the sandbox's reaper ended without a report (%v; PID 1's wait status %v)", sandbox.ErrSetup, stErr, vp.status)
+			}
+			return res, err
 		}
 	}
 	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())

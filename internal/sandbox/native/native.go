@@ -664,18 +664,11 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	default:
 	}
 	if res.Killed == "" && !gotStatus {
-		if ctx.Err() != nil {
-			return res, fmt.Errorf("sandbox: %w", ctx.Err())
-		}
-		if cg != nil {
-			if oomKills > 0 {
-				res.Killed = sandbox.LimitMemory
-				res.Hit = append(res.Hit, sandbox.LimitMemory)
-				res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+		if err := unreported(ctx, &res, cg != nil, oomKills); err != nil {
+			if errors.Is(err, errNoReport) {
+				err = fmt.Errorf("%w: the sandbox init %s ended without a report (%v; from another build of fluffy?); stderr: %s", sandbox.ErrSetup, r.opts.Init, waitErr, bytes.TrimSpace(res.Stderr))
 			}
-		}
-		if res.Killed == "" {
-			return res, fmt.Errorf("%w: the sandbox init %s ended without a report (%v; from another build of fluffy?); stderr: %s", sandbox.ErrSetup, r.opts.Init, waitErr, bytes.TrimSpace(res.Stderr))
+			return res, err
 		}
 	}
 	if gotStatus && st.Error != "" {
@@ -1353,4 +1346,24 @@ func addRlimits(cfg *nsinit.Config, lim sandbox.Limits, haveCg bool) (warnings [
 		}
 	}
 	return warnings
+}
+
+// errNoReport: the sandbox ended without a report and no limit or
+// cancellation explains it.
+var errNoReport = errors.New("no report")
+
+// unreported completes res for a sandbox that ended without reporting
+// and was not timed out: the caller's context ended, or the memory
+// limit killed it (the cgroup's OOM kills); otherwise errNoReport.
+func unreported(ctx context.Context, res *sandbox.Result, haveCg bool, oomKills int) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox: %w", ctx.Err())
+	}
+	if haveCg && oomKills > 0 {
+		res.Killed = sandbox.LimitMemory
+		res.Hit = append(res.Hit, sandbox.LimitMemory)
+		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+		return nil
+	}
+	return errNoReport
 }
