@@ -180,7 +180,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		}
 		return setupErr(err)
 	}
-	// The child's ends (directRelease...), closed here once it holds them.
+	// The child's ends (its descriptors from 3 on), closed here once it holds them.
 	var childEnds []*os.File
 	for _, fd := range trees {
 		childEnds = append(childEnds, os.NewFile(uintptr(fd), "tree"))
@@ -261,24 +261,8 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timedOut := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		var timer <-chan time.Time
-		if lim.Wall > 0 {
-			t := time.NewTimer(lim.Wall - time.Since(start))
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case <-timer:
-			close(timedOut)
-			_ = vp.Signal(syscall.SIGKILL)
-		case <-runCtx.Done():
-			_ = vp.Signal(syscall.SIGKILL)
-		case <-done:
-		}
-	}()
+	// A timeout or cancellation kills PID 1, and with it the namespace.
+	timedOut, done := watchdog(runCtx, lim.Wall, start, func() { _ = vp.Signal(syscall.SIGKILL) })
 	// The reaper's report comes once everything but it is gone.
 	var buf [reaper.ReportSize]byte
 	_, stErr := io.ReadFull(stR, buf[:])

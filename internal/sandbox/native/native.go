@@ -536,24 +536,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	kill := sp.kill
 	// The timer and cancellation kill PID 1, which takes the whole PID
 	// namespace with it.
-	timedOut := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		var timer <-chan time.Time
-		if wall > 0 {
-			t := time.NewTimer(wall - time.Since(start))
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case <-timer:
-			close(timedOut)
-			kill()
-		case <-runCtx.Done():
-			kill()
-		case <-done:
-		}
-	}()
+	timedOut, done := watchdog(runCtx, wall, start, kill)
 	if cfg.LowerFD {
 		if err := sendIdmappedTrees(sp.fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
 			kill()
@@ -1366,4 +1349,27 @@ func unreported(ctx context.Context, res *sandbox.Result, haveCg bool, oomKills 
 		return nil
 	}
 	return errNoReport
+}
+
+// watchdog calls kill when wall (if above zero) has passed since start,
+// closing timedOut first, or when ctx ends; closing done stops it.
+func watchdog(ctx context.Context, wall time.Duration, start time.Time, kill func()) (timedOut, done chan struct{}) {
+	timedOut, done = make(chan struct{}), make(chan struct{})
+	go func() {
+		var timer <-chan time.Time
+		if wall > 0 {
+			t := time.NewTimer(wall - time.Since(start))
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-timer:
+			close(timedOut)
+			kill()
+		case <-ctx.Done():
+			kill()
+		case <-done:
+		}
+	}()
+	return timedOut, done
 }

@@ -63,9 +63,6 @@ const (
 	opOr
 	// opTry: a failure moves on to the next op (exec candidates).
 	opTry
-	// opOne: the call must return 1 (a read of the release byte);
-	// anything else fails with ECANCELED.
-	opOne
 	// opVfork: clone with vfork semantics; the child goes on with the
 	// next op, the parent (once the child has executed) at next.
 	opVfork
@@ -263,9 +260,6 @@ func runProg(p *childProg, pipe int) {
 			continue
 		}
 		r1, _, e = syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
-		if e == 0 && o.kind == opOne && r1 != 1 {
-			e = syscall.ECANCELED
-		}
 		if e != 0 && e != o.ok {
 			if o.kind == opTry || o.kind == opOr {
 				i++
