@@ -34,11 +34,11 @@ import (
 // status: the command never runs as PID 1, whose signals the kernel
 // filters.
 
-// The parent's thread waits in the clone until the command is
-// executing, holding its Go P (a vfork is a raw system call): the child
-// must never wait for this process, whose other goroutines may be held
-// by a stop-the-world that waits for that P. So the gate (exec.start
-// recorded) passes before the clone, not beside it as with the Go init.
+// The gate (exec.start recorded) runs beside the build, as with the Go
+// init: PID 1, restricted and ready, waits for one byte on directRelease
+// before it makes the command's process. The parent's thread meanwhile
+// waits in the clone, as in a blocking system call (vforkBlocking: its
+// Go P is free for the goroutine that writes the byte).
 
 // Descriptors of the direct child (PID 1), from its ExtraFiles.
 const (
@@ -46,7 +46,9 @@ const (
 	directReaper = 5               // the reaper's memfd
 	directPidR   = reaper.PidFD    // 6
 	directPidW   = 7
-	directTrees  = 8 // the idmapped trees (root callers), in order
+	// directRelease is the read end of the gate's pipe (gated runs).
+	directRelease = 8
+	directTrees   = 9 // the idmapped trees (root callers), in order
 )
 
 // capLastCap is the highest capability number of this kernel.
@@ -69,8 +71,10 @@ var mountSetattrWorks = sync.OnceValue(func() bool {
 })
 
 // directProg builds the direct child's program for cfg. trees is the
-// number of idmapped trees given from directTrees on (cfg.LowerFD).
-func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
+// number of idmapped trees given from directTrees on (cfg.LowerFD);
+// gated makes PID 1 wait for the release on directRelease before the
+// command's process is made.
+func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
 	p := &childProg{}
 	const nr, or = "/newroot", "/oldroot"
 	const mnt, pivot = "mount", "pivot_root"
@@ -221,6 +225,10 @@ func directProg(cfg *nsinit.Config, trees int) (*childProg, error) {
 	// refuses its kill of what the command leaves.
 	if err := p.restrict(cfg); err != nil {
 		return nil, err
+	}
+	if gated {
+		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directRelease)
+		p.closeFD(directRelease)
 	}
 	// The command's process.
 	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})

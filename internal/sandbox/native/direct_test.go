@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,7 +223,7 @@ func FuzzDirectProg(f *testing.F) {
 		if src != "" {
 			cfg.Mounts = []nsinit.MountSpec{{Source: src, Target: target, Writable: true}}
 		}
-		p, err := directProg(&cfg, 0)
+		p, err := directProg(&cfg, 0, tmp%2 == 0)
 		hasNUL := strings.ContainsRune(argv0+ws+src+target+env, 0)
 		if hasNUL {
 			if !errors.Is(err, sandbox.ErrInvalidSpec) {
@@ -249,4 +250,139 @@ func FuzzDirectProg(f *testing.F) {
 			t.Fatalf("the program ends with syscall %d, not the reaper's exec", last.nr)
 		}
 	})
+}
+
+// TestDirectGate: the gate of a direct start runs while the sandbox is
+// built, and PID 1, fully restricted, waits for it before the command's
+// process exists; a refusal or a cancellation meanwhile starts nothing
+// and leaves nothing behind; and a gate that stops the world (what a
+// garbage collection in the audit write does) completes.
+func TestDirectGate(t *testing.T) {
+	dir, err := os.MkdirTemp("/var/tmp", "fluffy-direct-gate-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ran := dir + "/ran"
+	spec := sandbox.Spec{
+		Argv:   []string{"/bin/sh", "-c", "echo ran >> " + ran},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Mounts: []sandbox.Mount{{Source: dir, Writable: true}},
+		Limits: sandbox.Limits{Memory: 256 << 20, Pids: 64},
+	}
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	notRun := func(t *testing.T) {
+		t.Helper()
+		if _, err := os.Stat(ran); !os.IsNotExist(err) {
+			t.Fatalf("the command ran: %v", err)
+		}
+	}
+
+	t.Run("beside the build", func(t *testing.T) {
+		defer os.Remove(ran)
+		var seen string
+		res, err := rt.RunGated(context.Background(), spec, func() error {
+			notRun(t)
+			// The sandbox's PID 1, a child of this process, restricted
+			// already, and alone: the command's process is not made yet.
+			deadline := time.Now().Add(10 * time.Second)
+			for seen == "" && time.Now().Before(deadline) {
+				for _, pid := range childPids(t) {
+					st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+					if err != nil || !strings.Contains(string(st), "NoNewPrivs:\t1") || !strings.Contains(string(st), "Seccomp:\t2") {
+						continue
+					}
+					kids, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+					seen = "PID 1 restricted, children [" + strings.TrimSpace(string(kids)) + "]"
+				}
+				time.Sleep(time.Millisecond)
+			}
+			notRun(t)
+			return nil
+		})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("res %+v err %v", res, err)
+		}
+		if seen != "PID 1 restricted, children []" {
+			t.Errorf("during the gate: %q, want the restricted PID 1 without children", seen)
+		}
+		if b, _ := os.ReadFile(ran); string(b) != "ran\n" {
+			t.Errorf("the command wrote %q after the gate", b)
+		}
+	})
+
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		gateDone := make(chan struct{})
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			cancel()
+		}()
+		_, err := rt.RunGated(ctx, spec, func() error {
+			<-ctx.Done()
+			time.Sleep(20 * time.Millisecond) // the gate outlives the cancellation
+			close(gateDone)
+			return nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want the cancellation", err)
+		}
+		select {
+		case <-gateDone:
+		default:
+			t.Error("RunGated returned before its gate did")
+		}
+		notRun(t)
+		assertNoCgroups(t, rt)
+	})
+
+	t.Run("stop the world", func(t *testing.T) {
+		defer os.Remove(ran)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.GC()
+				}
+			}
+		}()
+		for i := 0; i < 20; i++ {
+			res, err := rt.RunGated(context.Background(), spec, func() error {
+				runtime.GC()
+				return nil
+			})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("run %d: res %+v err %v", i, res, err)
+			}
+		}
+		if b, _ := os.ReadFile(ran); strings.Count(string(b), "ran\n") != 20 {
+			t.Errorf("the commands wrote %q, want 20 lines", b)
+		}
+	})
+	assertNoCgroups(t, rt)
+}
+
+// childPids lists this process's children (of all its threads).
+func childPids(t *testing.T) []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

@@ -172,7 +172,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 			return setupErr(fmt.Errorf("idmapped workspace: %w", err))
 		}
 	}
-	prog, err := directProg(cfg, len(trees))
+	prog, err := directProg(cfg, len(trees), gate != nil)
 	if err != nil {
 		closeAll(trees)
 		if errors.Is(err, sandbox.ErrInvalidSpec) {
@@ -207,8 +207,17 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		pidW.Close()
 		return setupErr(err)
 	}
-	childEnds = append([]*os.File{stW, pidR, pidW}, childEnds...)
-	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW}, childEnds[3:]...)
+	var relR, relW *os.File
+	if gate != nil {
+		if relR, relW, err = os.Pipe(); err != nil {
+			stW.Close()
+			pidR.Close()
+			pidW.Close()
+			return setupErr(err)
+		}
+	}
+	childEnds = append([]*os.File{stW, pidR, pidW, relR}, childEnds...)
+	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, relR}, childEnds[4:]...)
 	hostUID, hostGID := r.hostIDs()
 	cmd := &exec.Cmd{
 		Path: "/", Args: []string{"fluffy-sandbox"},
@@ -231,12 +240,30 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		defer unix.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	// The gate (exec.start recorded) passes before the clone (see
-	// direct_linux.go).
+	// The gate (exec.start recorded) runs while the sandbox is built;
+	// PID 1 waits for its verdict on directRelease before the command's
+	// process is made (direct_linux.go).
+	var gateErr error
+	gateDone := make(chan struct{})
 	if gate != nil {
-		if err := gate(); err != nil {
-			return setupErr(err)
-		}
+		go func() {
+			defer close(gateDone)
+			gateErr = gate()
+		}()
+		// Never return before the gate has: its caller reads its result.
+		defer func() { <-gateDone }()
+		go func() {
+			b := releaseStop
+			select {
+			case <-gateDone:
+				if gateErr == nil {
+					b = releaseGo
+				}
+			case <-ctx.Done():
+			}
+			_, _ = relW.Write([]byte{b})
+			relW.Close()
+		}()
 	}
 	vp := &vforkProcess{cmd: cmd, prog: prog}
 	start := time.Now()
@@ -256,6 +283,19 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	}
 	childEnds = nil
 	if err != nil {
+		var oe *opError
+		if gate != nil && errors.As(err, &oe) && oe.Stage == "gate" {
+			// Not released: the gate refused, or the run was cancelled
+			// first.
+			select {
+			case <-gateDone:
+				if gateErr != nil {
+					return setupErr(gateErr)
+				}
+			default:
+			}
+			return res, fmt.Errorf("sandbox: %w", ctx.Err())
+		}
 		return res, r.directStartError(err)
 	}
 

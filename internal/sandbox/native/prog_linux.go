@@ -27,6 +27,8 @@ type childProg struct {
 	slots [16]uintptr
 	// forkAt is the vfork op being run (see runProg).
 	forkAt int
+	// released is the byte an opWait reads.
+	released byte
 	// keep holds what ops point to, alive until the child is done.
 	keep []any
 	// err is the first string that cannot be a C string (str).
@@ -66,6 +68,17 @@ const (
 	// opVfork: clone with vfork semantics; the child goes on with the
 	// next op, the parent (once the child has executed) at next.
 	opVfork
+	// opWait: a read of one byte into released (waitRelease), which
+	// must be releaseGo; anything else (another byte, end of file)
+	// fails with ECANCELED.
+	opWait
+)
+
+// releaseGo lets a waiting child go on; releaseStop (or the writer's
+// end closed) makes it fail.
+const (
+	releaseStop byte = 0
+	releaseGo   byte = 1
 )
 
 // opWhat is an op's stage (nsinit's stage names: the error handling
@@ -194,6 +207,13 @@ func (p *childProg) mountSetattr(stage, what, path string, set uint64) {
 	p.add(stage, what, o)
 }
 
+// waitRelease waits until the byte read from fd is releaseGo.
+func (p *childProg) waitRelease(stage, what string, fd int) {
+	o := childOp{nr: unix.SYS_READ, a: [6]uintptr{uintptr(fd), 0, 1}, kind: opWait}
+	o.p[1] = unsafe.Pointer(&p.released)
+	p.add(stage, what, o)
+}
+
 // sendFD sends the descriptor in slot over the socket sock (SCM_RIGHTS).
 func (p *childProg) sendFD(stage, what string, sock int, slot int8) {
 	oob := unix.UnixRights(0)
@@ -265,6 +285,10 @@ func runProg(p *childProg, pipe int) {
 				i++
 				continue
 			}
+			goto fail
+		}
+		if o.kind == opWait && (r1 != 1 || p.released != releaseGo) {
+			e = syscall.ECANCELED
 			goto fail
 		}
 		if o.out > 0 {

@@ -45,6 +45,15 @@ func runtimeAfterFork()
 //go:linkname runtimeAfterForkInChild syscall.runtime_AfterForkInChild
 func runtimeAfterForkInChild()
 
+// The runtime's marks around a blocking system call (what syscall.Syscall
+// does around RawSyscall).
+//
+//go:linkname runtimeEntersyscall runtime.entersyscall
+func runtimeEntersyscall()
+
+//go:linkname runtimeExitsyscall runtime.exitsyscall
+func runtimeExitsyscall()
+
 // rawVfork makes a clone system call that resumes this thread only once
 // the child has executed or exited (vforkclone_linux_*.s).
 func rawVfork(trap, a1, a2, a3 uintptr) (r1 uintptr, err syscall.Errno)
@@ -284,9 +293,7 @@ func (p *vforkProcess) Start() (err error) {
 		}
 	}
 	syscall.ForkLock.Lock()
-	runtimeBeforeFork()
-	pid, errno := vforkExec(a)
-	runtimeAfterFork()
+	pid, errno := vforkBlocking(a)
 	syscall.ForkLock.Unlock()
 	unix.Close(pipe[1])
 	if juggle {
@@ -416,6 +423,35 @@ func (p *vforkProcess) Wait() error {
 		p.waitErr = errors.Join(p.copyErr...)
 	}
 	return p.waitErr
+}
+
+// vforkBlocking runs vforkExec as a blocking system call: this thread's
+// P goes back to the scheduler while the child runs, as it would in a
+// read, instead of staying held as in Go's own vfork (a raw system call,
+// fine for a child that executes at once). The child here may run for
+// milliseconds (the direct start builds the whole sandbox) and may wait
+// for this process (the gate, direct_linux.go): with the P held, a
+// stop-the-world requested meanwhile would stop every other goroutine,
+// the one that releases the child included, and wait for this P
+// forever.
+//
+// The goroutine's stack is safe to share with the child: from
+// entersyscall on, the runtime neither moves nor shrinks it and the
+// garbage collector reads it only from this frame up, while the child
+// runs in vforkExec's frame and below. Signals stay blocked on this
+// thread from runtimeBeforeFork to runtimeAfterFork, so no handler runs
+// on the shared stack, and both are called inside the system call so
+// that the thread holds no runtime lock count when it takes a P back.
+//
+//go:norace
+//go:nosplit
+func vforkBlocking(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
+	runtimeEntersyscall()
+	runtimeBeforeFork()
+	pid, err1 = vforkExec(a)
+	runtimeAfterFork()
+	runtimeExitsyscall()
+	return
 }
 
 // vforkExec clones the child and, in it, writes its id maps, becomes
