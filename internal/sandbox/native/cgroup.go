@@ -272,30 +272,39 @@ func (c *cgroup) events() (oomKills, pidsMax int) {
 		pidsMax = keyedValue(c.dirs[0]+"/pids.events", "max")
 		return
 	}
-	oomKills = keyedValue(c.dirs[0]+"/memory.oom_control", "oom_kill")
-	if oomKills == 0 {
+	oom := keyedValues(c.dirs[0]+"/memory.oom_control", "oom_kill", "under_oom")
+	oomKills = oom[0]
+	if oomKills == 0 && oom[1] > 0 {
 		// Kernels before 4.13 have no oom_kill count: the limit being
 		// reached is the best sign.
-		if keyedValue(c.dirs[0]+"/memory.oom_control", "under_oom") > 0 {
-			oomKills = 1
-		}
+		oomKills = 1
 	}
 	pidsMax = keyedValue(c.dirs[1]+"/pids.events", "max")
 	return
 }
 
-func keyedValue(file, key string) int {
+func keyedValue(file, key string) int { return keyedValues(file, key)[0] }
+
+// keyedValues reads the values of keys in a flat keyed file ("key
+// value" lines), 0 for a key (or a file) that is missing.
+func keyedValues(file string, keys ...string) []int {
+	vals := make([]int, len(keys))
 	b, err := cgRead(file)
 	if err != nil {
-		return 0
+		return vals
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, key := range keys {
+			if k == key {
+				vals[i], _ = strconv.Atoi(strings.TrimSpace(v))
+			}
 		}
 	}
-	return 0
+	return vals
 }
 
 // remove deletes the cgroup directories, waiting briefly for the kernel to

@@ -198,3 +198,30 @@ func TestSweepStale(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedValues reads a cgroup v1 memory.oom_control, of a kernel with
+// and without the oom_kill count, in one read.
+func TestKeyedValues(t *testing.T) {
+	cases := []struct {
+		content string
+		want    [2]int
+	}{
+		{"oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", [2]int{3, 0}},
+		{"oom_kill_disable 0\nunder_oom 1\n", [2]int{0, 1}},
+		{"", [2]int{0, 0}},
+		{"oom_kill x\nbroken\n", [2]int{0, 0}},
+	}
+	for _, c := range cases {
+		f := filepath.Join(t.TempDir(), "memory.oom_control")
+		if err := os.WriteFile(f, []byte(c.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got := keyedValues(f, "oom_kill", "under_oom")
+		if got[0] != c.want[0] || got[1] != c.want[1] {
+			t.Errorf("%q: got %v, want %v", c.content, got, c.want)
+		}
+	}
+	if got := keyedValues("/nonexistent/memory.oom_control", "oom_kill"); got[0] != 0 {
+		t.Errorf("a missing file: %v", got)
+	}
+}
