@@ -78,8 +78,9 @@ func newSandboxRunCmd(a *App) *cobra.Command {
 The workspace (default: the current directory) is visible at its own path,
 read-only underneath: every write lands in the change set directory
 (--changeset). Without --changeset the writes go to a temporary change set
-that is discarded afterwards. Review what was written with
-'fluffy sandbox diff --changeset DIR'.
+that is discarded afterwards: in memory (/dev/shm, counted against the
+memory limit) unless TMPDIR is set, else in TMPDIR. Review what was written
+with 'fluffy sandbox diff --changeset DIR'.
 
 Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
@@ -109,7 +110,7 @@ Exit status: the command's own; 128+N when signal N ended it;
 	fl := cmd.Flags()
 	fl.StringVar(&f.template, "template", "", "sandbox template: code-executor, integration-test, policy-sandbox, ai-provider (default from sandbox.template)")
 	fl.StringVar(&f.workspace, "workspace", "", "workspace directory, mounted read-only under an overlay (default: the current directory)")
-	fl.StringVar(&f.changeset, "changeset", "", "directory receiving the writes to the workspace (default: a temporary one, discarded)")
+	fl.StringVar(&f.changeset, "changeset", "", "directory receiving the writes to the workspace (default: a temporary one, discarded, in /dev/shm or TMPDIR)")
 	fl.BoolVar(&f.noWorkspace, "no-workspace", false, "mount no workspace at all")
 	fl.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 30s, 10m (default from sandbox.timeout)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512MiB (default from sandbox.memory)")
@@ -198,7 +199,12 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 		spec.Env = append(spec.Env, k+"="+v)
 	}
+	runtime := f.runtime
+	if runtime == "" {
+		runtime = c.Runtime
+	}
 	var tempCS string
+	var tempInMemory bool
 	if tpl.Workspace && !f.noWorkspace {
 		ws := f.workspace
 		if ws == "" {
@@ -212,10 +218,11 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 		cs := f.changeset
 		if cs == "" {
-			dir, err := os.MkdirTemp(a.tempDir(), "fluffy-changeset-")
+			dir, inMemory, err := a.throwawayChangeSet(runtime)
 			if err != nil {
 				return err
 			}
+			tempInMemory = inMemory
 			defer os.RemoveAll(dir)
 			cs = filepath.Join(dir, "upper")
 			tempCS = cs
@@ -256,10 +263,6 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		rec.closeAtEnd = true
 	}
 
-	runtime := f.runtime
-	if runtime == "" {
-		runtime = c.Runtime
-	}
 	var trace io.Writer
 	if f.trace {
 		trace = a.Stderr
@@ -274,7 +277,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	defer release()
 	if a.early == nil || a.Host == nil {
 		res, err := sandbox.Observe(rt, observer).Run(cmd.Context(), spec)
-		return sandboxOutcome(cmd.Context(), a, f, spec, tempCS, res, err)
+		return sandboxOutcome(cmd.Context(), a, f, spec, tempCS, tempInMemory, res, err)
 	}
 	// In the sandbox server: the client is answered as soon as the
 	// outcome is recorded; the sandbox is torn down after (Run returns
@@ -290,7 +293,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		final <- outcome{res, err}
 	}()
 	o := <-reported
-	exitErr := sandboxOutcome(cmd.Context(), a, f, spec, tempCS, o.res, o.err)
+	exitErr := sandboxOutcome(cmd.Context(), a, f, spec, tempCS, tempInMemory, o.res, o.err)
 	a.replyEarly(exitErr)
 	if fin := <-final; fin.err != nil && o.err == nil {
 		a.Host.logger.Warn("sandbox: after the reply", "err", fin.err) // the caller is gone
@@ -300,7 +303,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 
 // sandboxOutcome says what a run's result means to the user: warnings and
 // notes on stderr, and the error that gives the exit status.
-func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbox.Spec, tempCS string, res sandbox.Result, err error) error {
+func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbox.Spec, tempCS string, tempInMemory bool, res sandbox.Result, err error) error {
 	for _, w := range res.Warnings {
 		if strings.HasPrefix(w, "DEGRADED") || !f.quiet {
 			fmt.Fprintln(a.Stderr, "fluffy: sandbox:", w)
@@ -336,7 +339,11 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 	case sandbox.LimitTime:
 		return &ExitError{Code: ExitSandboxTimeout, Msg: fmt.Sprintf("sandbox: killed: the timeout (%s) elapsed; every process in the sandbox was killed", spec.Limits.Wall)}
 	case sandbox.LimitMemory:
-		return &ExitError{Code: ExitSandboxLimit, Msg: fmt.Sprintf("sandbox: killed: the memory limit (%s) was reached", units.Size(spec.Limits.Memory))}
+		msg := fmt.Sprintf("sandbox: killed: the memory limit (%s) was reached", units.Size(spec.Limits.Memory))
+		if tempInMemory {
+			msg += fmt.Sprintf("; what the command wrote to the workspace counts against it (the throw-away change set is in memory, in %s): pass --changeset DIR to write it to disk", memScratch)
+		}
+		return &ExitError{Code: ExitSandboxLimit, Msg: msg}
 	case sandbox.LimitCPU, sandbox.LimitFileSize:
 		return &ExitError{Code: ExitSandboxLimit, Msg: fmt.Sprintf("sandbox: killed: the %s limit was reached", res.Killed)}
 	}
