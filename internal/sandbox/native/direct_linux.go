@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -70,20 +71,31 @@ var mountSetattrWorks = sync.OnceValue(func() bool {
 	return err != unix.ENOSYS
 })
 
-// directProg builds the direct child's program for cfg. trees is the
-// number of idmapped trees given from directTrees on (cfg.LowerFD);
-// gated makes PID 1 wait for the release on directRelease before the
-// command's process is made.
-func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
+// directOpts are a direct start's facts beyond its configuration.
+type directOpts struct {
+	// trees is the number of idmapped trees given from directTrees on
+	// (cfg.LowerFD).
+	trees int
+	// gated makes PID 1 wait for the release on directRelease before the
+	// command's process is made.
+	gated bool
+	// pid1Pause (tests) makes PID 1 sleep before it becomes the reaper,
+	// while the command already runs.
+	pid1Pause time.Duration
+}
+
+// directProg builds the direct child's program for cfg.
+func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
+	trees, gated := o.trees, o.gated
 	p := &childProg{}
 	const nr, or = "/newroot", "/oldroot"
 	const mnt, pivot = "mount", "pivot_root"
 	p.mount(mnt, "make / private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	p.mount(mnt, "scratch tmpfs", "tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k")
 	p.mkdir(mnt, "/tmp"+or, 0o755, false)
-	o := childOp{nr: unix.SYS_PIVOT_ROOT}
-	o.p[0], o.p[1] = p.str("/tmp"), p.str("/tmp"+or)
-	p.add(pivot, "pivot to scratch", o)
+	op := childOp{nr: unix.SYS_PIVOT_ROOT}
+	op.p[0], op.p[1] = p.str("/tmp"), p.str("/tmp"+or)
+	p.add(pivot, "pivot to scratch", op)
 	p.chdir(mnt, "chdir /", "/")
 	p.mkdir(mnt, nr, 0o755, false)
 	p.mount(mnt, "root tmpfs", "tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m")
@@ -148,9 +160,9 @@ func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
 			} else {
 				p.file(mnt, at)
 			}
-			o := childOp{nr: unix.SYS_MOVE_MOUNT, a: [6]uintptr{uintptr(directTrees + i), 0, uintptr(atFDCWD), 0, unix.MOVE_MOUNT_F_EMPTY_PATH}}
-			o.p[1], o.p[3] = p.str(""), p.str(at)
-			p.add(mnt, "attach the idmapped "+at, o)
+			op := childOp{nr: unix.SYS_MOVE_MOUNT, a: [6]uintptr{uintptr(directTrees + i), 0, uintptr(atFDCWD), 0, unix.MOVE_MOUNT_F_EMPTY_PATH}}
+			op.p[1], op.p[3] = p.str(""), p.str(at)
+			p.add(mnt, "attach the idmapped "+at, op)
 			p.closeFD(directTrees + i)
 		}
 		mountSrc = func(i int) string { return "/m" + strconv.Itoa(i) }
@@ -200,12 +212,12 @@ func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
 	}
 	// Into the new root; the host's root goes away entirely.
 	p.chdir(pivot, "chdir to the new root", nr)
-	o = childOp{nr: unix.SYS_PIVOT_ROOT}
-	o.p[0], o.p[1] = p.str("."), p.str(".")
-	p.add(pivot, "pivot to the sandbox root", o)
-	o = childOp{nr: unix.SYS_UMOUNT2, a: [6]uintptr{0, unix.MNT_DETACH}}
-	o.p[0] = p.str(".")
-	p.add(pivot, "detach the old root", o)
+	op = childOp{nr: unix.SYS_PIVOT_ROOT}
+	op.p[0], op.p[1] = p.str("."), p.str(".")
+	p.add(pivot, "pivot to the sandbox root", op)
+	op = childOp{nr: unix.SYS_UMOUNT2, a: [6]uintptr{0, unix.MNT_DETACH}}
+	op.p[0] = p.str(".")
+	p.add(pivot, "detach the old root", op)
 	p.chdir(pivot, "chdir /", "/")
 	p.mount(mnt, "read-only root", "", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 
@@ -230,6 +242,15 @@ func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
 		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directRelease)
 		p.closeFD(directRelease)
 	}
+	// PID 1 shares this process's memory until it becomes the reaper,
+	// while the command, the same user, already runs: undumpable, that
+	// memory is closed to /proc/1 (environ, mem, maps: a ptrace access
+	// check that then needs CAP_SYS_PTRACE over fluffy's own user
+	// namespace). The flag is the memory's, so fluffy's too for that
+	// moment (vforkProcess.Start sets it back); the command and the
+	// reaper get fresh memory, dumpable again, at their exec.
+	p.call("start", "make the shared memory undumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0)
+	p.undumps = true
 	// The command's process.
 	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
 	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
@@ -244,16 +265,20 @@ func directProg(cfg *nsinit.Config, trees int, gated bool) (*childProg, error) {
 	// PID 1, once the command is executing: hand its pid to the reaper
 	// and become the reaper.
 	p.ops[fork].next = int32(len(p.ops))
-	o = childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directPidW, 0, 8}}
-	o.p[1] = unsafe.Pointer(&p.slots[1])
-	p.add("start", "hand the command's pid to the reaper", o)
+	op = childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directPidW, 0, 8}}
+	op.p[1] = unsafe.Pointer(&p.slots[1])
+	p.add("start", "hand the command's pid to the reaper", op)
 	p.closeFD(directPidW)
 	for fd := 0; fd <= 2; fd++ {
 		p.closeFD(fd)
 	}
-	o = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
-	o.p[1], o.p[2], o.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
-	p.add("start", "execute the reaper", o)
+	if o.pid1Pause > 0 {
+		ts := unix.NsecToTimespec(o.pid1Pause.Nanoseconds())
+		p.add("start", "pause (test)", childOp{nr: unix.SYS_NANOSLEEP, p: [6]unsafe.Pointer{p.ptr(&ts, unsafe.Pointer(&ts))}})
+	}
+	op = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
+	op.p[1], op.p[2], op.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
+	p.add("start", "execute the reaper", op)
 	if p.err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
 	}
@@ -384,17 +409,17 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 	const fd = 3
 	for _, r := range rules {
 		what := "landlock rule for " + r.path
-		o := childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_PATH | unix.O_CLOEXEC}, out: fd}
-		o.p[1] = p.str(r.path)
-		p.add(ll, what, o)
+		op := childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_PATH | unix.O_CLOEXEC}, out: fd}
+		op.p[1] = p.str(r.path)
+		p.add(ll, what, op)
 		// struct landlock_path_beneath_attr is packed: allowed_access
 		// (u64), then parent_fd (s32).
 		attr := &[12]byte{}
 		*(*uint64)(unsafe.Pointer(&attr[0])) = r.access & fs
-		o = childOp{nr: unix.SYS_LANDLOCK_ADD_RULE, a: [6]uintptr{0, 1}, in: ruleset, inArg: 0,
+		op = childOp{nr: unix.SYS_LANDLOCK_ADD_RULE, a: [6]uintptr{0, 1}, in: ruleset, inArg: 0,
 			mem: (*int32)(unsafe.Pointer(&attr[8])), memSlot: fd}
-		o.p[2] = p.ptr(attr, unsafe.Pointer(attr))
-		p.add(ll, what, o)
+		op.p[2] = p.ptr(attr, unsafe.Pointer(attr))
+		p.add(ll, what, op)
 		p.add(ll, what, childOp{nr: unix.SYS_CLOSE, in: fd, inArg: 0})
 	}
 	p.add(ll, "landlock_restrict_self", childOp{nr: unix.SYS_LANDLOCK_RESTRICT_SELF, in: ruleset, inArg: 0})
@@ -424,14 +449,14 @@ func (p *childProg) exec(cfg *nsinit.Config) {
 		}
 	}
 	for i, c := range cands {
-		o := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}, kind: opTry}
+		op := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}, kind: opTry}
 		what := "execute " + c
 		if i == len(cands)-1 {
-			o.kind = opPlain // the last: its failure is the command's
+			op.kind = opPlain // the last: its failure is the command's
 		}
 		if i == len(cands)-1 && (len(cands) > 1 || !strings.Contains(name, "/")) {
 			what = fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, path)
 		}
-		p.add("command", what, o)
+		p.add("command", what, op)
 	}
 }

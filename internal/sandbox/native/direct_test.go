@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ import (
 // none either, under no_new_privs and seccomp; the Go init (NoDirect) is
 // what runs otherwise.
 func TestDirectStart(t *testing.T) {
-	script := `tr '\0' ' ' < /proc/1/cmdline; echo; echo $$; grep -h -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/1/status /proc/self/status | tr -d '\t' | tr '\n' ' '`
+	// PID 1 becomes the reaper just after the command starts: wait for it.
+	script := `for i in $(seq 200); do c=$(tr '\0' ' ' < /proc/1/cmdline); case "$c" in fluffy-sandbox-*) break;; esac; sleep 0.01; done; echo "$c"; echo $$; grep -h -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/1/status /proc/self/status | tr -d '\t' | tr '\n' ' '`
 	for _, direct := range []bool{true, false} {
 		t.Run("direct="+strconv.FormatBool(direct), func(t *testing.T) {
 			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: !direct})
@@ -223,7 +225,7 @@ func FuzzDirectProg(f *testing.F) {
 		if src != "" {
 			cfg.Mounts = []nsinit.MountSpec{{Source: src, Target: target, Writable: true}}
 		}
-		p, err := directProg(&cfg, 0, tmp%2 == 0)
+		p, err := directProg(&cfg, directOpts{gated: tmp%2 == 0})
 		hasNUL := strings.ContainsRune(argv0+ws+src+target+env, 0)
 		if hasNUL {
 			if !errors.Is(err, sandbox.ErrInvalidSpec) {
@@ -288,18 +290,9 @@ func TestDirectGate(t *testing.T) {
 			notRun(t)
 			// The sandbox's PID 1, a child of this process, restricted
 			// already, and alone: the command's process is not made yet.
-			deadline := time.Now().Add(10 * time.Second)
-			for seen == "" && time.Now().Before(deadline) {
-				for _, pid := range childPids(t) {
-					st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-					if err != nil || !strings.Contains(string(st), "NoNewPrivs:\t1") || !strings.Contains(string(st), "Seccomp:\t2") {
-						continue
-					}
-					kids, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
-					seen = "PID 1 restricted, children [" + strings.TrimSpace(string(kids)) + "]"
-				}
-				time.Sleep(time.Millisecond)
-			}
+			pid := strconv.Itoa(restrictedChild(t))
+			kids, _ := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+			seen = "PID 1 restricted, children [" + strings.TrimSpace(string(kids)) + "]"
 			notRun(t)
 			return nil
 		})
@@ -369,11 +362,30 @@ func TestDirectGate(t *testing.T) {
 	assertNoCgroups(t, rt)
 }
 
+// restrictedChild waits for a child of this process that is restricted
+// (no_new_privs, seccomp): a directly started sandbox's PID 1 waiting
+// for its gate. Called from a gate, not the test's goroutine, it reports
+// a failure with t.Error and returns 0 (the caller's reads then fail).
+func restrictedChild(t *testing.T) int {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, pid := range childPids(t) {
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+			if err == nil && strings.Contains(string(st), "NoNewPrivs:\t1") && strings.Contains(string(st), "Seccomp:\t2") {
+				return pid
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Error("no restricted child (the sandbox's PID 1) appeared")
+	return 0
+}
+
 // childPids lists this process's children (of all its threads).
 func childPids(t *testing.T) []int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
 	var pids []int
 	for _, task := range tasks {
@@ -385,4 +397,184 @@ func childPids(t *testing.T) []int {
 		}
 	}
 	return pids
+}
+
+// TestDirectNetNS: every directly started sandbox has a network namespace
+// of its own, never this process's nor a live sandbox's, with only a
+// loopback that is down. A root runtime makes them ahead (netns_linux.go):
+// those are owned by the initial user namespace, so nothing in the
+// sandbox can configure them; without the pool (or unprivileged) the
+// clone makes one that the sandbox's user namespace owns.
+func TestDirectNetNS(t *testing.T) {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initUserNS := nsInode(t, "/proc/self/ns/user")
+	for _, pool := range []bool{true, false} {
+		t.Run("pool="+strconv.FormatBool(pool), func(t *testing.T) {
+			rt := newRuntime(t, Options{Init: smallInit(t), NoNetNSPool: !pool})
+			ahead := pool && os.Getuid() == 0
+			for i := 0; i < 3; i++ {
+				if ahead && i > 0 {
+					waitNetNSReady(t, rt)
+				}
+				var ns string
+				var owner uint64
+				res, err := rt.RunGated(context.Background(), sandbox.Spec{
+					Argv: []string{"/bin/sh", "-c", "cat /proc/net/dev /proc/net/if_inet6; readlink /proc/self/ns/net"},
+					Env:  []string{"PATH=/usr/bin:/bin"},
+				}, func() error {
+					p := "/proc/" + strconv.Itoa(restrictedChild(t))
+					ns, _ = os.Readlink(p + "/ns/net")
+					owner = nsOwner(t, p+"/ns/net")
+					return nil
+				})
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("res %+v err %v", res, err)
+				}
+				out := strings.Fields(string(res.Stdout))
+				if len(out) == 0 || out[len(out)-1] != ns {
+					t.Fatalf("the command's namespace %q, PID 1's %q", res.Stdout, ns)
+				}
+				if ns == self {
+					t.Errorf("run %d: the sandbox is in this process's network namespace", i)
+				}
+				// /proc/net/dev: two header lines and lo; if_inet6 lists ::1
+				// only once lo is up.
+				if devs := strings.Count(string(res.Stdout), ":") - 1; !strings.Contains(string(res.Stdout), " lo:") || devs != 1 || strings.Contains(string(res.Stdout), "00000000000000000000000000000001") {
+					t.Errorf("run %d: want a single loopback, down:\n%s", i, res.Stdout)
+				}
+				if got := owner == initUserNS; got != (ahead && i > 0) {
+					t.Errorf("run %d: owned by the initial user namespace: %v, want %v", i, got, ahead && i > 0)
+				}
+			}
+			// Two sandboxes alive at once: B's gate reads the namespaces of
+			// both PID 1s, A's (the reaper of a sleeping command) and its
+			// own. (Two gates cannot wait together: a start holds Go's
+			// ForkLock until its command executes.)
+			var sets [][]string
+			var wg sync.WaitGroup
+			ctxA, cancelA := context.WithCancel(context.Background())
+			defer cancelA()
+			wg.Go(func() {
+				_, _ = rt.Run(ctxA, sandbox.Spec{Argv: []string{"/bin/sleep", "30"}})
+			})
+			restrictedChild(t)
+			_, err := rt.RunGated(context.Background(), sandbox.Spec{Argv: []string{"/bin/true"}}, func() error {
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					var nss []string
+					for _, pid := range childPids(t) {
+						p := "/proc/" + strconv.Itoa(pid)
+						if st, err := os.ReadFile(p + "/status"); err == nil && strings.Contains(string(st), "Seccomp:\t2") {
+							if l, err := os.Readlink(p + "/ns/net"); err == nil {
+								nss = append(nss, l)
+							}
+						}
+					}
+					if len(nss) == 2 {
+						sets = append(sets, nss)
+						return nil
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return errors.New("the two sandboxes were never alive together")
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			cancelA()
+			wg.Wait()
+			for _, nss := range sets {
+				if nss[0] == nss[1] || nss[0] == self || nss[1] == self {
+					t.Errorf("two live sandboxes' network namespaces: %v (this process's %s)", nss, self)
+				}
+			}
+		})
+	}
+}
+
+// waitNetNSReady waits until rt has a network namespace made ahead.
+func waitNetNSReady(t *testing.T, rt *Runtime) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		rt.netns.mu.Lock()
+		ready := rt.netns.next >= 0
+		rt.netns.mu.Unlock()
+		if ready {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no network namespace was made ahead")
+}
+
+// nsInode is the inode of a namespace file.
+func nsInode(t *testing.T, path string) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// nsOwner is the inode of the user namespace that owns the namespace at
+// path (NS_GET_USERNS).
+// Called from a gate: failures are t.Error, and 0.
+func nsOwner(t *testing.T, path string) uint64 {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer unix.Close(fd)
+	ufd, err := unix.IoctlRetInt(fd, unix.NS_GET_USERNS)
+	if err != nil {
+		t.Errorf("NS_GET_USERNS %s: %v", path, err)
+		return 0
+	}
+	defer unix.Close(ufd)
+	var st unix.Stat_t
+	if err := unix.Fstat(ufd, &st); err != nil {
+		t.Error(err)
+		return 0
+	}
+	return st.Ino
+}
+
+// TestDirectPID1BeforeReaper: between the command's start and its own
+// exec of the reaper, PID 1 still shares fluffy's memory (the clone's
+// CLONE_VM). The command runs by then, as the same user: it must not
+// read or write that memory through /proc/1 (fluffy's environment, its
+// heap). PID 1 is made to linger in that state here.
+func TestDirectPID1BeforeReaper(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	rt.pid1Pause = 300 * time.Millisecond
+	// The writable mapping's address comes from fluffy's own maps (the
+	// same memory); the byte written back is the one read.
+	self, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ""
+	for _, l := range strings.Split(string(self), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "rw") {
+			addr = strings.Split(f[0], "-")[0]
+			break
+		}
+	}
+	script := `for f in environ maps; do if head -c 64 /proc/1/$f >/dev/null 2>&1; then echo "read /proc/1/$f"; fi; done
+a=$((0x` + addr + `))
+if dd if=/proc/1/mem bs=1 skip=$a count=1 of=/tmp/b 2>/dev/null && [ -s /tmp/b ]; then echo "read /proc/1/mem"; fi
+if [ -s /tmp/b ] && dd if=/tmp/b of=/proc/1/mem bs=1 seek=$a conv=notrunc 2>/dev/null; then echo "wrote /proc/1/mem"; fi
+tr '\0' ' ' < /proc/1/cmdline; echo`
+	res := run(t, rt, sandbox.Spec{Argv: []string{"/bin/sh", "-c", script}})
+	out := string(res.Stdout)
+	if res.ExitCode != 0 || !strings.Contains(out, "sandbox serve") && !strings.Contains(out, ".test") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want the command to run while PID 1 is not the reaper yet", res.ExitCode, out, res.Stderr)
+	}
+	if strings.Contains(out, "read ") || strings.Contains(out, "wrote ") {
+		t.Errorf("the command reached the memory PID 1 shares with fluffy:\n%s", out)
+	}
 }

@@ -172,7 +172,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 			return setupErr(fmt.Errorf("idmapped workspace: %w", err))
 		}
 	}
-	prog, err := directProg(cfg, len(trees), gate != nil)
+	prog, err := directProg(cfg, directOpts{trees: len(trees), gated: gate != nil, pid1Pause: r.pid1Pause})
 	if err != nil {
 		closeAll(trees)
 		if errors.Is(err, sandbox.ErrInvalidSpec) {
@@ -265,23 +265,31 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 			relW.Close()
 		}()
 	}
+	// The cloning thread enters what the child must be born in: a v1
+	// cgroup, a network namespace made ahead (netns_linux.go).
+	var enter, leave []func() error
+	if cg != nil && !cg.v2 {
+		enter = append(enter, func() error { return moveThread(cg.dirs...) })
+		leave = append(leave, func() error { return moveThread(r.cgl.v1Memory, r.cgl.v1Pids) })
+	}
+	if netFD := r.takeNetNS(); netFD >= 0 {
+		defer unix.Close(netFD)
+		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWNET
+		enter = append(enter, func() error { return r.enterNetNS(netFD) })
+		leave = append(leave, r.leaveNetNS)
+	}
 	vp := &vforkProcess{cmd: cmd, prog: prog}
 	start := time.Now()
-	if cg != nil && !cg.v2 {
-		var entered bool
-		entered, err = cg.startInside(r.cgl, vp.Start, vp.Reusable, ended)
-		if !entered && err == nil {
-			err = errors.New("could not enter the cgroup")
-		}
-	} else {
-		_, err = startOnThread(nil, nil, vp.Start, vp.Reusable, ended)
-	}
+	entered, err := startOnThread(allOf(enter), allOf(leave), vp.Start, vp.Reusable, ended)
 	for _, f := range childEnds {
 		if f != nil {
 			f.Close()
 		}
 	}
 	childEnds = nil
+	if !entered {
+		return setupErr(fmt.Errorf("prepare the cloning thread: %w", err))
+	}
 	if err != nil {
 		var oe *opError
 		if gate != nil && errors.As(err, &oe) && oe.Stage == "gate" {
@@ -352,6 +360,22 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	}
 	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
 	return res, nil
+}
+
+// allOf returns a function that runs fns in order and stops at the
+// first error, or nil when there is none.
+func allOf(fns []func() error) func() error {
+	if len(fns) == 0 {
+		return nil
+	}
+	return func() error {
+		for _, fn := range fns {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // directStartError turns a failed direct start into run's errors.

@@ -86,6 +86,9 @@ type Options struct {
 	// sandbox down before returning (RunEarly hands the result over
 	// before that).
 	Spares int
+	// NoNetNSPool makes every direct start create its network namespace
+	// in its clone, never ahead (netns_linux.go).
+	NoNetNSPool bool
 	// NoDirect starts every sandbox through the Go init, never directly
 	// (direct_linux.go); tests and benchmarks compare both ways. With
 	// Spares above zero runs take spares (through the Go init) instead.
@@ -122,6 +125,12 @@ type Runtime struct {
 		f    *os.File
 		err  error
 	}
+	// netns holds a network namespace made ahead for the next direct
+	// start (netns_linux.go).
+	netns netnsPool
+	// pid1Pause (tests) delays a direct start's PID 1 before it becomes
+	// the reaper (directOpts).
+	pid1Pause time.Duration
 }
 
 // initProcess is the started init (or stage 1).

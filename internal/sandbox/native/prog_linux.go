@@ -29,6 +29,9 @@ type childProg struct {
 	forkAt int
 	// released is the byte an opWait reads.
 	released byte
+	// undumps says the program makes the memory it shares undumpable;
+	// the parent sets the flag back (vforkProcess.Start).
+	undumps bool
 	// keep holds what ops point to, alive until the child is done.
 	keep []any
 	// err is the first string that cannot be a C string (str).

@@ -218,6 +218,7 @@ func (r *Runtime) Close() error {
 	if r.reaper.f != nil {
 		r.reaper.f.Close()
 	}
+	r.closeNetNS()
 	p := &r.pool
 	p.mu.Lock()
 	if p.closed {

@@ -293,7 +293,17 @@ func (p *vforkProcess) Start() (err error) {
 		}
 	}
 	syscall.ForkLock.Lock()
+	// Under ForkLock no other start can have cleared it meanwhile.
+	dumpableNow := -1
+	if a.prog != nil && a.prog.undumps {
+		if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err == nil {
+			dumpableNow = d
+		}
+	}
 	pid, errno := vforkBlocking(a)
+	if dumpableNow >= 0 {
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpableNow), 0, 0, 0)
+	}
 	syscall.ForkLock.Unlock()
 	unix.Close(pipe[1])
 	if juggle {
