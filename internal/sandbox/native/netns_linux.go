@@ -32,13 +32,15 @@ type netnsPool struct {
 	mu      sync.Mutex // guards the rest
 	next    int        // a ready namespace, or -1
 	filling bool
+	taken   bool // a run asked before
 	broken  bool // making one failed: no more tries
 	closed  bool
 }
 
 // takeNetNS returns a fresh network namespace's descriptor, which the
 // caller closes, or -1 (none ready: the clone makes one), and starts
-// making the next.
+// making the next: from the second run on, so that a process that runs
+// one sandbox (fluffy without its server) does not make one for nothing.
 func (r *Runtime) takeNetNS() int {
 	p := &r.netns
 	p.once.Do(func() {
@@ -57,10 +59,11 @@ func (r *Runtime) takeNetNS() int {
 	defer p.mu.Unlock()
 	fd := p.next
 	p.next = -1
-	if !p.filling && !p.closed && !p.broken {
+	if p.taken && !p.filling && !p.closed && !p.broken {
 		p.filling = true
 		go r.fillNetNS()
 	}
+	p.taken = true
 	return fd
 }
 
