@@ -41,6 +41,10 @@ import (
 // waits in the clone, as in a blocking system call (vforkBlocking: its
 // Go P is free for the goroutine that writes the byte).
 
+// directStage marks a traced run's status as a direct start's (its marks
+// are PID 1's ops, not a Go init's).
+const directStage = "direct start"
+
 // Descriptors of the direct child (PID 1), from its ExtraFiles.
 const (
 	directStatus = reaper.StatusFD // 4

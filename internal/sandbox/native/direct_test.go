@@ -502,7 +502,7 @@ func waitNetNSReady(t *testing.T, rt *Runtime) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		rt.netns.mu.Lock()
-		ready := rt.netns.next >= 0
+		ready := rt.netns.ready
 		rt.netns.mu.Unlock()
 		if ready {
 			return
@@ -578,5 +578,55 @@ tr '\0' ' ' < /proc/1/cmdline; echo`
 	}
 	if strings.Contains(out, "read ") || strings.Contains(out, "wrote ") {
 		t.Errorf("the command reached the memory PID 1 shares with fluffy:\n%s", out)
+	}
+}
+
+// TestProgMarks: a traced direct start's op times become stage marks in
+// the order the ops ended (the command's process runs before PID 1
+// resumes), runs of one stage as one mark, descriptors closed on the way
+// folded into the next stage, ops that never ran (a successful exec)
+// left out.
+func TestProgMarks(t *testing.T) {
+	p := &childProg{}
+	add := func(stage, what string) { p.add(stage, what, childOp{}) }
+	add("mount", "make / private")      // 0: also the clone
+	add("mount", "scratch tmpfs")       // 1
+	add("start", "close 9")             // 2
+	add("mount", "bind /usr")           // 3
+	add("seccomp", "seccomp filter")    // 4
+	add("start", "vfork the command")   // 5: never timed
+	add("rlimits", "resource 7")        // 6: the command's process
+	add("command", "execute /bin/true") // 7: never returns
+	add("start", "hand the command's pid to the reaper")
+	add("start", "close 0")
+	p.times = []int64{10, 20, 25, 30, 40, 0, 50, 0, 60, 70}
+	var got []string
+	for _, m := range p.marks() {
+		got = append(got, m.Stage+"@"+strconv.FormatInt(m.At, 10))
+	}
+	want := []string{"clone, namespaces, id maps@10", "mount@30", "seccomp@40", "command's process: rlimits@50", "command started@60"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("marks %v, want %v", got, want)
+	}
+}
+
+// TestCloseKeepsOthersDescriptors: closing a runtime that never made a
+// network namespace ahead closes nothing of anyone else's (its pool's
+// zero value once closed descriptor 0, which by then was another
+// sandbox's pidfd: killing that sandbox failed and Close hung).
+func TestCloseKeepsOthersDescriptors(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	var before [3]bool
+	for fd := range before {
+		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		before[fd] = err == nil
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for fd, was := range before {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); was && err != nil {
+			t.Errorf("descriptor %d closed by Close: %v", fd, err)
+		}
 	}
 }

@@ -20,12 +20,12 @@ import (
 )
 
 // directOK says whether a run can start directly (direct_linux.go): on
-// a Runtime without spares (Options.Spares), not an instance, a probe, a traced run (the init's stages are its marks) or
+// a Runtime without spares (Options.Spares), not an instance, a probe or
 // a run through the egress proxy (the init forwards it), and only where
 // the child can enter the cgroup as it is cloned and the kernel has
 // mount_setattr.
 func (r *Runtime) directOK(cfg *nsinit.Config, wantCg bool) bool {
-	if r.opts.NoDirect || r.opts.Spares > 0 || r.noVfork || cfg.Serve || cfg.Probe || cfg.Trace || cfg.ProxySocket != "" {
+	if r.opts.NoDirect || r.opts.Spares > 0 || r.noVfork || cfg.Serve || cfg.Probe || cfg.ProxySocket != "" {
 		return false
 	}
 	if wantCg && r.cgl.v2 == "" && !r.cgl.v1Threads {
@@ -79,7 +79,8 @@ func (r *Runtime) reaperFile() (*os.File, error) {
 // startDirect does what run does between the spec's checks and the
 // start (the cgroup, the rlimits, the output's writers) for a direct
 // start, and runs it.
-func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sandbox.Spec, res sandbox.Result, early func(sandbox.Result), gate func() error) (sandbox.Result, error) {
+func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sandbox.Spec, res sandbox.Result, early func(sandbox.Result), gate func() error,
+	tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
 	lim := spec.Limits
 	var cg *cgroup
 	if (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available {
@@ -89,6 +90,7 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 			cg = nil
 		}
 	}
+	tr.Mark("cgroup created")
 	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
 	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
 	var stdin io.Reader
@@ -98,7 +100,7 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 	}
 	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
 	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
-	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early)
+	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early, tr, stOut)
 }
 
 // idmapNS returns a user namespace that maps uid and gid 0 to this
@@ -149,7 +151,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // the start (facilities, paths, limits, the cgroup cg, the output's
 // writers). It owns cg from here.
 func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox.Result, lim sandbox.Limits, cg *cgroup, stdin io.Reader,
-	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result)) (sandbox.Result, error) {
+	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result), tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
 	ended := make(chan struct{})
 	defer func() {
 		close(ended)
@@ -244,11 +246,13 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	// PID 1 waits for its verdict on directRelease before the command's
 	// process is made (direct_linux.go).
 	var gateErr error
+	var gateAt int64
 	gateDone := make(chan struct{})
 	if gate != nil {
 		go func() {
 			defer close(gateDone)
 			gateErr = gate()
+			gateAt = nsinit.MonoNow()
 		}()
 		// Never return before the gate has: its caller reads its result.
 		defer func() { <-gateDone }()
@@ -278,6 +282,10 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		enter = append(enter, func() error { return r.enterNetNS(netFD) })
 		leave = append(leave, r.leaveNetNS)
 	}
+	if tr.On {
+		prog.times = make([]int64, len(prog.ops))
+	}
+	tr.Mark("program built, descriptors")
 	vp := &vforkProcess{cmd: cmd, prog: prog}
 	start := time.Now()
 	entered, err := startOnThread(allOf(enter), allOf(leave), vp.Start, vp.Reusable, ended)
@@ -287,6 +295,14 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		}
 	}
 	childEnds = nil
+	if tr.On {
+		tr.Mark("clone returned (command running)")
+		stOut.Stage, stOut.Marks = directStage, prog.marks()
+		if gate != nil {
+			<-gateDone
+			tr.Marks = append(tr.Marks, nsinit.Mark{Stage: "gate passed (exec.start recorded)", At: gateAt})
+		}
+	}
 	if !entered {
 		return setupErr(fmt.Errorf("prepare the cloning thread: %w", err))
 	}
@@ -315,6 +331,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	var buf [reaper.ReportSize]byte
 	_, stErr := io.ReadFull(stR, buf[:])
 	rep, _ := reaper.ParseReport(buf[:])
+	tr.Mark("reaper's report (all ended)")
 	if stErr == nil && !rep.Reaped {
 		stErr = errors.New("the reaper did not see the command end")
 	}
@@ -338,6 +355,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		}
 	}
 	_ = vp.Wait()
+	tr.Mark("PID 1 reaped (pid/net ns gone)")
 	if stErr != nil {
 		readEvents()
 	}

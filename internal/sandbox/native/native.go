@@ -326,8 +326,9 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 		// A spare's init started before the request: its marks from then
 		// (its runtime's start) are not this run's.
 		initMarks := slices.DeleteFunc(st.Marks, func(m nsinit.Mark) bool { return m.At < tr.Marks[0].At })
-		writeTrace(r.opts.Trace, tr.Marks, initMarks)
-		writeCPU(r.opts.Trace, &before, st.CommandCPU)
+		direct := st.Stage == directStage
+		writeTrace(r.opts.Trace, tr.Marks, initMarks, direct)
+		writeCPU(r.opts.Trace, &before, st.CommandCPU, direct)
 	}
 	return res, err
 }
@@ -452,7 +453,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	tr.Mark("spec, facilities, work dir")
 	lim0 := spec.Limits
 	if hook == nil && proxyF == nil && r.directOK(&cfg, (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available) {
-		return r.startDirect(ctx, &cfg, spec, res, early, gate)
+		return r.startDirect(ctx, &cfg, spec, res, early, gate, tr, stOut)
 	}
 	// Limits: a cgroup where the host allows it, rlimits always. A spare
 	// sandbox (Options.Spares) is taken when one fits: it brings its own

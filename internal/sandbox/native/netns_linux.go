@@ -30,7 +30,8 @@ type netnsPool struct {
 	// and kept open for the process's life.
 	orig    int
 	mu      sync.Mutex // guards the rest
-	next    int        // a ready namespace, or -1
+	next    int        // a ready namespace when ready
+	ready   bool
 	filling bool
 	taken   bool // a run asked before
 	broken  bool // making one failed: no more tries
@@ -44,7 +45,7 @@ type netnsPool struct {
 func (r *Runtime) takeNetNS() int {
 	p := &r.netns
 	p.once.Do(func() {
-		p.orig, p.next = -1, -1
+		p.orig = -1
 		if r.uid != 0 || r.opts.NoNetNSPool {
 			return
 		}
@@ -57,8 +58,10 @@ func (r *Runtime) takeNetNS() int {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fd := p.next
-	p.next = -1
+	fd := -1
+	if p.ready {
+		fd, p.ready = p.next, false
+	}
 	if p.taken && !p.filling && !p.closed && !p.broken {
 		p.filling = true
 		go r.fillNetNS()
@@ -79,10 +82,10 @@ func (r *Runtime) fillNetNS() {
 	case err != nil:
 		r.opts.Logger.Debug("sandbox: no network namespaces made ahead", "err", err)
 		p.broken = true
-	case p.closed || p.next >= 0:
+	case p.closed || p.ready:
 		unix.Close(fd)
 	default:
-		p.next = fd
+		p.next, p.ready = fd, true
 	}
 }
 
@@ -115,9 +118,9 @@ func (r *Runtime) closeNetNS() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	if p.next >= 0 {
+	if p.ready {
 		unix.Close(p.next)
-		p.next = -1
+		p.ready = false
 	}
 }
 

@@ -4,10 +4,12 @@ package native
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"syscall"
 	"unsafe"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,6 +34,9 @@ type childProg struct {
 	// undumps says the program makes the memory it shares undumpable;
 	// the parent sets the flag back (vforkProcess.Start).
 	undumps bool
+	// times, when not nil (a traced run), receives each op's end on
+	// CLOCK_MONOTONIC (marks).
+	times []int64
 	// keep holds what ops point to, alive until the child is done.
 	keep []any
 	// err is the first string that cannot be a C string (str).
@@ -233,6 +238,51 @@ func (p *childProg) sendFD(stage, what string, sock int, slot int8) {
 	p.add(stage, what, o)
 }
 
+// marks turns times into a trace (writeTrace): the ops in the order they
+// ended, runs of one stage as one mark at the end of the run's last op.
+// The first op's mark also covers the clone before it; descriptors
+// closed on the way count with the stage after them.
+func (p *childProg) marks() []nsinit.Mark {
+	var ops []int
+	for i, at := range p.times {
+		if at != 0 {
+			ops = append(ops, i)
+		}
+	}
+	sort.SliceStable(ops, func(a, b int) bool { return p.times[ops[a]] < p.times[ops[b]] })
+	label := func(i int) string {
+		w := p.what[i]
+		switch {
+		case i == 0:
+			return "clone, namespaces, id maps"
+		case w.stage == "start" && strings.HasPrefix(w.what, "hand the command's pid"):
+			return "command started"
+		case w.stage == "start":
+			return "" // descriptors closed, the memory made undumpable
+		case w.stage == "gate":
+			return "waited for the gate"
+		case w.stage == "rlimits" || w.stage == "command":
+			return "command's process: " + w.stage
+		}
+		return w.stage
+	}
+	var labels []int // ops with a label of their own
+	for _, i := range ops {
+		if label(i) != "" {
+			labels = append(labels, i)
+		}
+	}
+	var out []nsinit.Mark
+	for k, i := range labels {
+		l := label(i)
+		if k+1 < len(labels) && label(labels[k+1]) == l {
+			continue
+		}
+		out = append(out, nsinit.Mark{Stage: l, At: p.times[i]})
+	}
+	return out
+}
+
 // runProg runs p in a vfork child and never returns: it ends with an
 // exec, or writes the failed op's index and errno to pipe and exits.
 // In the child: raw system calls only, no allocation, no stack growth.
@@ -249,6 +299,7 @@ func runProg(p *childProg, pipe int) {
 	var rec [2]uintptr
 	var r1 uintptr
 	var e syscall.Errno
+	var ts unix.Timespec
 	i := 0
 	for i < len(p.ops) {
 		o := &p.ops[i]
@@ -283,6 +334,10 @@ func runProg(p *childProg, pipe int) {
 			continue
 		}
 		r1, _, e = syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
+		if i < len(p.times) {
+			syscall.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&ts)), 0)
+			p.times[i] = ts.Sec*1e9 + ts.Nsec
+		}
 		if e != 0 && e != o.ok {
 			if o.kind == opTry || o.kind == opOr {
 				i++
