@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
 // TestThrowawayChangeSet: a throw-away change set of the native runtime
@@ -50,5 +54,26 @@ func TestThrowawayChangeSet(t *testing.T) {
 				t.Errorf("dir %s: %v, mode %v: want private to this user", dir, err, st.Mode())
 			}
 		})
+	}
+}
+
+// TestMemoryLimitMessage: a run killed at its memory limit says, when
+// its throw-away change set was in memory, that the workspace writes
+// counted and how to keep them on disk; otherwise it does not.
+func TestMemoryLimitMessage(t *testing.T) {
+	for _, inMemory := range []bool{true, false} {
+		var stderr strings.Builder
+		a := &App{Environ: []string{}, Stderr: &stderr}
+		spec := sandbox.Spec{Limits: sandbox.Limits{Memory: 64 << 20}}
+		res := sandbox.Result{Killed: sandbox.LimitMemory, ExitCode: -1, Signal: 9}
+		err := sandboxOutcome(context.Background(), a, &sandboxRunFlags{}, spec, "", inMemory, res, nil)
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Code != ExitSandboxLimit {
+			t.Fatalf("in memory %v: err %v, want exit %d", inMemory, err, ExitSandboxLimit)
+		}
+		hint := strings.Contains(ee.Msg, "the throw-away change set is in memory") && strings.Contains(ee.Msg, "--changeset DIR")
+		if !strings.Contains(ee.Msg, "memory limit (64MiB) was reached") || hint != inMemory {
+			t.Errorf("in memory %v: message %q", inMemory, ee.Msg)
+		}
 	}
 }

@@ -19,7 +19,8 @@ import (
 // the median time of every stage (parent and init merged, in order), so a
 // change to one stage can be seen apart from the load on the machine.
 // FLUFFY_TRACE_WORKSPACE=1 adds a workspace overlay; FLUFFY_TRACE_EXEC=1
-// starts the init with os/exec instead of vfork.
+// starts the init with os/exec instead of vfork; FLUFFY_TRACE_NONETNS=1
+// makes each direct start's network namespace in its clone (no pool).
 //
 //	FLUFFY_TRACE_STAGES=200 go test -run TestTraceStages -v ./internal/sandbox/native/
 func TestTraceStages(t *testing.T) {
@@ -28,7 +29,7 @@ func TestTraceStages(t *testing.T) {
 		t.Skip("set FLUFFY_TRACE_STAGES=N to measure")
 	}
 	var buf bytes.Buffer
-	rt := newRuntime(t, Options{Init: smallInit(t), Trace: &buf})
+	rt := newRuntime(t, Options{Init: smallInit(t), Trace: &buf, NoNetNSPool: os.Getenv("FLUFFY_TRACE_NONETNS") == "1"})
 	rt.noVfork = os.Getenv("FLUFFY_TRACE_EXEC") == "1"
 	spec := sandbox.Spec{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 256}}
 	var csDir string
