@@ -199,7 +199,14 @@ func (c *cgroup) prime(l cgroupLayout) {
 // entered reports whether the thread reached the cgroup; when it did
 // not, nothing was started and the caller may fall back to add.
 func (c *cgroup) startInside(l cgroupLayout, start func() error, reusable func() bool, ended <-chan struct{}) (entered bool, err error) {
-	return startOnThread(func() error { return moveThread(c.dirs...) }, func() error { return moveThread(l.v1Memory, l.v1Pids) }, start, reusable, ended)
+	enter, leave := c.threadMoves(l)
+	return startOnThread(enter, leave, start, reusable, ended)
+}
+
+// threadMoves returns startInside's moves of the calling thread into
+// the cgroup and back to this process's own.
+func (c *cgroup) threadMoves(l cgroupLayout) (enter, leave func() error) {
+	return func() error { return moveThread(c.dirs...) }, func() error { return moveThread(l.v1Memory, l.v1Pids) }
 }
 
 // startOnThread runs start on an OS thread locked to a goroutine of its

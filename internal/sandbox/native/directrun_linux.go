@@ -270,11 +270,12 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		}()
 	}
 	// The cloning thread enters what the child must be born in: a v1
-	// cgroup, a network namespace made ahead (netns_linux.go).
+	// cgroup (cgroup.startInside), a network namespace made ahead
+	// (netns_linux.go).
 	var enter, leave []func() error
 	if cg != nil && !cg.v2 {
-		enter = append(enter, func() error { return moveThread(cg.dirs...) })
-		leave = append(leave, func() error { return moveThread(r.cgl.v1Memory, r.cgl.v1Pids) })
+		in, out := cg.threadMoves(r.cgl)
+		enter, leave = append(enter, in), append(leave, out)
 	}
 	if netFD := r.takeNetNS(); netFD >= 0 {
 		defer unix.Close(netFD)
