@@ -630,3 +630,43 @@ func TestCloseKeepsOthersDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentStarts: starts of several goroutines at once all succeed.
+// A root runtime's start changes its thread's effective ids for the
+// clone, which resets the process's dumpable flag (one for the whole
+// process): a start whose child opened its /proc/self/uid_map while
+// another thread's change had cleared it failed with EACCES.
+func TestConcurrentStarts(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run("direct="+strconv.FormatBool(direct), func(t *testing.T) {
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: !direct})
+			const workers, runs = 4, 25
+			var wg sync.WaitGroup
+			errs := make(chan error, workers*runs)
+			for w := 0; w < workers; w++ {
+				wg.Go(func() {
+					for i := 0; i < runs; i++ {
+						res, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"/bin/true"}})
+						if err == nil && res.ExitCode != 0 {
+							err = errors.New("exit code " + strconv.Itoa(res.ExitCode))
+						}
+						if err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			n := 0
+			for err := range errs {
+				if n++; n <= 3 {
+					t.Error(err)
+				}
+			}
+			if n > 0 {
+				t.Errorf("%d of %d concurrent runs failed", n, workers*runs)
+			}
+		})
+	}
+}

@@ -98,6 +98,43 @@ type vforkArgs struct {
 	// prog, when set, replaces the exec: the child runs it (it ends
 	// with an exec of its own).
 	prog *childProg
+	// step is the child's progress before the exec or prog (a vforkStep),
+	// written by the child in this shared memory: which one failed.
+	step uintptr
+}
+
+// vforkStep names the steps of vforkExec's child before its exec or prog.
+type vforkStep uintptr
+
+const (
+	stepUIDMap vforkStep = iota
+	stepSetgroups
+	stepGIDMap
+	stepIDs
+	stepSetsid
+	stepPdeathsig
+	stepDescriptors
+	stepExec
+)
+
+func (s vforkStep) String() string {
+	switch s {
+	case stepUIDMap:
+		return "write its /proc/self/uid_map"
+	case stepSetgroups:
+		return "write its /proc/self/setgroups"
+	case stepGIDMap:
+		return "write its /proc/self/gid_map"
+	case stepIDs:
+		return "take uid and gid 0 in its user namespace"
+	case stepSetsid:
+		return "setsid"
+	case stepPdeathsig:
+		return "set its parent-death signal"
+	case stepDescriptors:
+		return "arrange its descriptors"
+	}
+	return "execve"
 }
 
 // vforkProcess starts the process an exec.Cmd describes (Path, Args, Env,
@@ -269,6 +306,13 @@ func (p *vforkProcess) Start() (err error) {
 	}
 
 	runtime.LockOSThread()
+	// ForkLock from before the change of ids to after their restoration:
+	// the dumpable flag belongs to the whole process, and any thread's
+	// change of effective uid resets it, so another start's juggle (or
+	// its PID 1's undump) between this one's restoration of the flag and
+	// its clone would leave the child's /proc/self/uid_map owned by host
+	// root, and its write EACCES (TestConcurrentStarts).
+	syscall.ForkLock.Lock()
 	var groups []int
 	dumpable := 1
 	if juggle {
@@ -277,6 +321,7 @@ func (p *vforkProcess) Start() (err error) {
 		// makes the process not dumpable, which would leave the child's
 		// /proc/self/uid_map owned by host root: the flag is restored.
 		if groups, err = unix.Getgroups(); err != nil {
+			syscall.ForkLock.Unlock()
 			runtime.UnlockOSThread()
 			return err
 		}
@@ -285,15 +330,17 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		if err := threadCreds(-1, hostUID, -1, -1, hostGID, -1, []int{}); err != nil {
 			p.restoreCreds(groups, dumpable)
+			syscall.ForkLock.Unlock()
 			return err
 		}
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 			p.restoreCreds(groups, dumpable)
+			syscall.ForkLock.Unlock()
 			return err
 		}
 	}
-	syscall.ForkLock.Lock()
-	// Under ForkLock no other start can have cleared it meanwhile.
+	// PID 1's undump (prog.undumps) clears the flag in this process too
+	// (they share the memory): it is put back.
 	dumpableNow := -1
 	if a.prog != nil && a.prog.undumps {
 		if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err == nil {
@@ -304,13 +351,13 @@ func (p *vforkProcess) Start() (err error) {
 	if dumpableNow >= 0 {
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpableNow), 0, 0, 0)
 	}
-	syscall.ForkLock.Unlock()
 	unix.Close(pipe[1])
 	if juggle {
 		p.restoreCreds(groups, dumpable)
 	} else {
 		runtime.UnlockOSThread()
 	}
+	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(a)
 	if errno != 0 {
 		return &os.SyscallError{Syscall: "clone", Err: errno}
@@ -327,10 +374,13 @@ func (p *vforkProcess) Start() (err error) {
 		if rerr == nil && n == 16 && a.prog != nil {
 			return a.prog.errorAt(int(rec[1])-1, syscall.Errno(rec[0]))
 		}
-		if rerr == nil {
-			rerr = syscall.Errno(rec[0])
+		if rerr != nil {
+			return fmt.Errorf("read the status of the new process: %w", rerr)
 		}
-		return &os.SyscallError{Syscall: "fork/exec " + c.Path, Err: rerr}
+		if st := vforkStep(a.step); st != stepExec || a.prog != nil {
+			return fmt.Errorf("the new process could not %s: %w", st, syscall.Errno(rec[0]))
+		}
+		return &os.SyscallError{Syscall: "fork/exec " + c.Path, Err: syscall.Errno(rec[0])}
 	}
 	for _, f := range p.closeAfter {
 		f.Close()
@@ -486,6 +536,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 	}
 	// In the child, on the parent's stack: raw system calls only.
 	pipe = a.pipe
+	a.step = uintptr(stepUIDMap)
 	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.uidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
@@ -493,6 +544,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		goto childerror
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	a.step = uintptr(stepSetgroups)
 	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.setgroupsPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
@@ -500,6 +552,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		goto childerror
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	a.step = uintptr(stepGIDMap)
 	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.gidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
@@ -508,18 +561,21 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	// uid and gid 0 inside, for the real and saved ids too.
+	a.step = uintptr(stepIDs)
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETRESGID, 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETRESUID, 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
+	a.step = uintptr(stepSetsid)
 	if a.setsid {
 		if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0); err1 != 0 {
 			goto childerror
 		}
 	}
 	runtimeAfterForkInChild()
+	a.step = uintptr(stepPdeathsig)
 	if a.pdeathsig != 0 {
 		if _, _, err1 = syscall.RawSyscall6(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, a.pdeathsig, 0, 0, 0, 0); err1 != 0 {
 			goto childerror
@@ -528,6 +584,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 	// Descriptors, as syscall.forkAndExecInChild1 arranges them: first
 	// move those that a lower slot would overwrite out of the way, then
 	// put each in its slot (without close-on-exec).
+	a.step = uintptr(stepDescriptors)
 	nextfd = a.nextfd
 	if pipe < nextfd {
 		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(pipe), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
@@ -567,6 +624,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		// As os/exec does: the limit this process started with.
 		syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&a.nofile)), 0, 0, 0)
 	}
+	a.step = uintptr(stepExec)
 	if a.prog != nil {
 		runProg(a.prog, pipe) // does not return
 	}
