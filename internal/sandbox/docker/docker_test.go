@@ -334,7 +334,9 @@ func TestPodman(t *testing.T) {
 // counters are read before the kill removes the container's cgroup).
 func TestTimeoutKeepsLimitsHit(t *testing.T) {
 	rt := engine(t)
-	res := run(t, rt, sandbox.Spec{Argv: []string{"sh", "-c", `b(){ b|b& }; b; sleep 60`},
+	// exec: a fork of sleep could meet the full pids limit, and a shell
+	// that cannot fork exits, ending the run before its timeout.
+	res := run(t, rt, sandbox.Spec{Argv: []string{"sh", "-c", `b(){ b|b& }; b; exec sleep 60`},
 		Limits: sandbox.Limits{Pids: 32, Wall: 2 * time.Second}})
 	if res.Killed != sandbox.LimitTime || !res.HitLimit(sandbox.LimitTime) || !res.HitLimit(sandbox.LimitPids) {
 		t.Fatalf("killed %q, hit %v: want the timeout and the pids limit", res.Killed, res.Hit)
