@@ -36,10 +36,23 @@ import (
 // filters.
 
 // The gate (exec.start recorded) runs beside the build, as with the Go
-// init: PID 1, restricted and ready, waits for one byte on directRelease
+// init: PID 1, restricted and ready, waits for one byte on directGate
 // before it makes the command's process. The parent's thread meanwhile
 // waits in the clone, as in a blocking system call (vforkBlocking: its
 // Go P is free for the goroutine that writes the byte).
+//
+// Go's ForkLock is taken before the clone, and vforkProcess.Start would
+// hold it until PID 1 executes the reaper: through the whole build and
+// the gate, so that concurrent starts would queue behind one another.
+// What needs it is the process's dumpable flag (vforkProcess.Start), and
+// once the child has written its id maps nothing of PID 1 depends on it:
+// its first op tells the parent so, on directGate, and the parent gives
+// ForkLock up (forkHandoff). That holds only when nothing of PID 1 makes
+// the shared memory undumpable later, which guards it from the command
+// (below): with landlock, the command is kept out of /proc/1 by a
+// landlock domain of its own instead, nested in PID 1's, and a nested
+// domain may not ptrace an outer one. Without landlock (degraded), PID 1
+// undumps and ForkLock is held to the end, as before.
 
 // directStage marks a traced run's status as a direct start's (its marks
 // are PID 1's ops, not a Go init's).
@@ -51,9 +64,10 @@ const (
 	directReaper = 5               // the reaper's memfd
 	directPidR   = reaper.PidFD    // 6
 	directPidW   = 7
-	// directRelease is the read end of the gate's pipe (gated runs).
-	directRelease = 8
-	directTrees   = 9 // the idmapped trees (root callers), in order
+	// directGate is PID 1's end of a socket pair: "id maps written"
+	// goes out on it, the gate's verdict (gated runs) comes in.
+	directGate  = 8
+	directTrees = 9 // the idmapped trees (root callers), in order
 )
 
 // capLastCap is the highest capability number of this kernel.
@@ -80,7 +94,7 @@ type directOpts struct {
 	// trees is the number of idmapped trees given from directTrees on
 	// (cfg.LowerFD).
 	trees int
-	// gated makes PID 1 wait for the release on directRelease before the
+	// gated makes PID 1 wait for the release on directGate before the
 	// command's process is made.
 	gated bool
 	// pid1Pause (tests) makes PID 1 sleep before it becomes the reaper,
@@ -94,6 +108,16 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	p := &childProg{}
 	const nr, or = "/newroot", "/oldroot"
 	const mnt, pivot = "mount", "pivot_root"
+	// nested: the command gets a landlock domain of its own, and PID 1
+	// never touches the dumpable flag (above).
+	nested := cfg.Landlock > 0
+	if nested {
+		b := &[1]byte{'m'}
+		op := childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directGate, 0, 1}}
+		op.p[1] = p.ptr(b, unsafe.Pointer(b))
+		p.add(mnt, "tell the parent the id maps are written", op)
+		p.handsOff = true
+	}
 	p.mount(mnt, "make / private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	p.mount(mnt, "scratch tmpfs", "tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k")
 	p.mkdir(mnt, "/tmp"+or, 0o755, false)
@@ -243,18 +267,22 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		return nil, err
 	}
 	if gated {
-		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directRelease)
-		p.closeFD(directRelease)
+		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directGate)
 	}
+	p.closeFD(directGate)
 	// PID 1 shares this process's memory until it becomes the reaper,
-	// while the command, the same user, already runs: undumpable, that
-	// memory is closed to /proc/1 (environ, mem, maps: a ptrace access
-	// check that then needs CAP_SYS_PTRACE over fluffy's own user
-	// namespace). The flag is the memory's, so fluffy's too for that
-	// moment (vforkProcess.Start sets it back); the command and the
-	// reaper get fresh memory, dumpable again, at their exec.
-	p.call("start", "make the shared memory undumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0)
-	p.undumps = true
+	// while the command, the same user, already runs: that memory must be
+	// closed to the command's /proc/1 (environ, mem, maps: ptrace access
+	// checks). With landlock the command's own nested domain does it
+	// (below). Without, PID 1 makes the memory undumpable, which then
+	// needs CAP_SYS_PTRACE over fluffy's own user namespace. That flag
+	// is the memory's, so fluffy's too for that moment
+	// (vforkProcess.Start sets it back); the command and the reaper get
+	// fresh memory, dumpable again, at their exec.
+	if !nested {
+		p.call("start", "make the shared memory undumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0)
+		p.undumps = true
+	}
 	// The command's process.
 	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
 	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
@@ -264,11 +292,22 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
 		p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
 	}
+	if nested {
+		// The same rules again, as a domain nested in PID 1's: the
+		// command and all it starts may not ptrace PID 1 (nor read its
+		// /proc/1/mem, environ, maps), while PID 1, in the outer domain,
+		// may still signal them (landlock's signal scoping).
+		p.add("landlock", "landlock_restrict_self (the command's nested domain)", childOp{nr: unix.SYS_LANDLOCK_RESTRICT_SELF, in: landlockRuleset, inArg: 0})
+		p.add("landlock", "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: landlockRuleset, inArg: 0})
+	}
 	p.exec(cfg)
 
 	// PID 1, once the command is executing: hand its pid to the reaper
 	// and become the reaper.
 	p.ops[fork].next = int32(len(p.ops))
+	if nested {
+		p.add("start", "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: landlockRuleset, inArg: 0})
+	}
 	op = childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directPidW, 0, 8}}
 	op.p[1] = unsafe.Pointer(&p.slots[1])
 	p.add("start", "hand the command's pid to the reaper", op)
@@ -380,7 +419,7 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 		}
 	}
 	const ll = "landlock"
-	const ruleset = 2
+	const ruleset = landlockRuleset
 	p.add(ll, "landlock_create_ruleset", childOp{nr: unix.SYS_LANDLOCK_CREATE_RULESET, p: [6]unsafe.Pointer{p.ptr(attr, unsafe.Pointer(attr))}, a: [6]uintptr{0, size}, out: ruleset})
 	type rule struct {
 		path   string
@@ -427,9 +466,14 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 		p.add(ll, what, childOp{nr: unix.SYS_CLOSE, in: fd, inArg: 0})
 	}
 	p.add(ll, "landlock_restrict_self", childOp{nr: unix.SYS_LANDLOCK_RESTRICT_SELF, in: ruleset, inArg: 0})
-	p.add(ll, "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: ruleset, inArg: 0})
+	// The ruleset stays open: the command's process applies it again
+	// (directProg), and both branches close it.
 	return nil
 }
+
+// landlockRuleset is the slot that holds the landlock ruleset's
+// descriptor.
+const landlockRuleset = 2
 
 // exec appends the command's exec: its path, or each candidate of the
 // sandbox's PATH in turn (nsinit.lookPath's search, done by execve).

@@ -5,9 +5,11 @@ package native
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -549,35 +551,48 @@ func nsOwner(t *testing.T, path string) uint64 {
 // exec of the reaper, PID 1 still shares fluffy's memory (the clone's
 // CLONE_VM). The command runs by then, as the same user: it must not
 // read or write that memory through /proc/1 (fluffy's environment, its
-// heap). PID 1 is made to linger in that state here.
+// heap). PID 1 is made to linger in that state here. With landlock the
+// command's nested domain keeps it out; without (degraded), PID 1 makes
+// the memory undumpable.
 func TestDirectPID1BeforeReaper(t *testing.T) {
-	rt := newRuntime(t, Options{Init: smallInit(t)})
-	rt.pid1Pause = 300 * time.Millisecond
-	// The writable mapping's address comes from fluffy's own maps (the
-	// same memory); the byte written back is the one read.
-	self, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ""
-	for _, l := range strings.Split(string(self), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "rw") {
-			addr = strings.Split(f[0], "-")[0]
-			break
-		}
-	}
-	script := `for f in environ maps; do if head -c 64 /proc/1/$f >/dev/null 2>&1; then echo "read /proc/1/$f"; fi; done
+	for _, landlock := range []bool{true, false} {
+		t.Run("landlock="+strconv.FormatBool(landlock), func(t *testing.T) {
+			opts := Options{Init: smallInit(t)}
+			if !landlock {
+				opts.Facilities, opts.AllowDegraded = noLandlock, true
+			}
+			rt := newRuntime(t, opts)
+			rt.pid1Pause = 300 * time.Millisecond
+			// The writable mapping's address comes from fluffy's own maps
+			// (the same memory); the byte written back is the one read.
+			self, err := os.ReadFile("/proc/self/maps")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ""
+			for _, l := range strings.Split(string(self), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "rw") {
+					addr = strings.Split(f[0], "-")[0]
+					break
+				}
+			}
+			script := `for f in environ maps; do if head -c 64 /proc/1/$f >/dev/null 2>&1; then echo "read /proc/1/$f"; fi; done
 a=$((0x` + addr + `))
 if dd if=/proc/1/mem bs=1 skip=$a count=1 of=/tmp/b 2>/dev/null && [ -s /tmp/b ]; then echo "read /proc/1/mem"; fi
 if [ -s /tmp/b ] && dd if=/tmp/b of=/proc/1/mem bs=1 seek=$a conv=notrunc 2>/dev/null; then echo "wrote /proc/1/mem"; fi
 tr '\0' ' ' < /proc/1/cmdline; echo`
-	res := run(t, rt, sandbox.Spec{Argv: []string{"/bin/sh", "-c", script}})
-	out := string(res.Stdout)
-	if res.ExitCode != 0 || !strings.Contains(out, "sandbox serve") && !strings.Contains(out, ".test") {
-		t.Fatalf("exit %d, stdout %q, stderr %q: want the command to run while PID 1 is not the reaper yet", res.ExitCode, out, res.Stderr)
-	}
-	if strings.Contains(out, "read ") || strings.Contains(out, "wrote ") {
-		t.Errorf("the command reached the memory PID 1 shares with fluffy:\n%s", out)
+			res := run(t, rt, sandbox.Spec{Argv: []string{"/bin/sh", "-c", script}})
+			out := string(res.Stdout)
+			if res.ExitCode != 0 || !strings.Contains(out, "sandbox serve") && !strings.Contains(out, ".test") {
+				t.Fatalf("exit %d, stdout %q, stderr %q: want the command to run while PID 1 is not the reaper yet", res.ExitCode, out, res.Stderr)
+			}
+			if strings.Contains(out, "read ") || strings.Contains(out, "wrote ") {
+				t.Errorf("the command reached the memory PID 1 shares with fluffy:\n%s", out)
+			}
+			if !landlock && !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "landlock") }) {
+				t.Errorf("warnings %q: want the run degraded (no landlock)", res.Warnings)
+			}
+		})
 	}
 }
 
@@ -668,5 +683,56 @@ func TestConcurrentStarts(t *testing.T) {
 				t.Errorf("%d of %d concurrent runs failed", n, workers*runs)
 			}
 		})
+	}
+}
+
+// TestStartsBesideAGate: while one sandbox waits for its gate (built,
+// restricted, before its command), others start and finish: a start no
+// longer holds Go's ForkLock past its child's id maps (forkHandoff), and
+// the waiting PID 1 holds none of this process's other descriptors (it
+// would keep the other start's pipes open until its own exec). So a
+// gate that waits for another run does not deadlock.
+func TestStartsBesideAGate(t *testing.T) {
+	rt := newRuntime(t, Options{Init: smallInit(t)})
+	// A descriptor of this process's, close-on-exec as all of Go's, at a
+	// number above every one the child is given.
+	f, err := os.Open(smallInit(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const high = 200
+	if err := unix.Dup3(int(f.Fd()), high, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
+	other := make(chan error, 1)
+	res, err := rt.RunGated(context.Background(), sandbox.Spec{Argv: []string{"/bin/true"}}, func() error {
+		pid1 := "/proc/" + strconv.Itoa(restrictedChild(t)) + "/fd"
+		fds, err := os.ReadDir(pid1)
+		if err != nil {
+			return err
+		}
+		for _, fd := range fds {
+			if l, _ := os.Readlink(pid1 + "/" + fd.Name()); l == f.Name() {
+				return fmt.Errorf("PID 1 holds this process's descriptor of %s (its %s)", l, fd.Name())
+			}
+		}
+		go func() {
+			res, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"/bin/sh", "-c", "echo out; exit 3"}})
+			if err == nil && (res.ExitCode != 3 || string(res.Stdout) != "out\n") {
+				err = fmt.Errorf("exit code %d, stdout %q", res.ExitCode, res.Stdout)
+			}
+			other <- err
+		}()
+		select {
+		case err := <-other:
+			return err
+		case <-time.After(20 * time.Second):
+			return errors.New("no other sandbox could run while this one waited for its gate")
+		}
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("res %+v err %v", res, err)
 	}
 }

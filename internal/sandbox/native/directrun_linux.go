@@ -209,17 +209,17 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		pidW.Close()
 		return setupErr(err)
 	}
-	var relR, relW *os.File
-	if gate != nil {
-		if relR, relW, err = os.Pipe(); err != nil {
-			stW.Close()
-			pidR.Close()
-			pidW.Close()
-			return setupErr(err)
-		}
+	gateChild, gateParent, err := gateSockets()
+	if err != nil {
+		stW.Close()
+		pidR.Close()
+		pidW.Close()
+		return setupErr(err)
 	}
-	childEnds = append([]*os.File{stW, pidR, pidW, relR}, childEnds...)
-	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, relR}, childEnds[4:]...)
+	// Closed on return: a read still waiting ends (the start is over).
+	defer gateParent.Close()
+	childEnds = append([]*os.File{stW, pidR, pidW, gateChild}, childEnds...)
+	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, gateChild}, childEnds[4:]...)
 	hostUID, hostGID := r.hostIDs()
 	cmd := &exec.Cmd{
 		Path: "/", Args: []string{"fluffy-sandbox"},
@@ -242,8 +242,20 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		defer unix.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
+	// ForkLock goes once the child's id maps are written (its first op
+	// says so), when nothing of PID 1 needs it later (direct_linux.go).
+	var handoff *forkHandoff
+	if prog.handsOff {
+		handoff = &forkHandoff{}
+		go func() {
+			var b [1]byte
+			if n, _ := gateParent.Read(b[:]); n == 1 {
+				handoff.release()
+			}
+		}()
+	}
 	// The gate (exec.start recorded) runs while the sandbox is built;
-	// PID 1 waits for its verdict on directRelease before the command's
+	// PID 1 waits for its verdict on directGate before the command's
 	// process is made (direct_linux.go).
 	var gateErr error
 	var gateAt int64
@@ -265,8 +277,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 				}
 			case <-ctx.Done():
 			}
-			_, _ = relW.Write([]byte{b})
-			relW.Close()
+			_, _ = gateParent.Write([]byte{b})
 		}()
 	}
 	// The cloning thread enters what the child must be born in: a v1
@@ -287,7 +298,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		prog.times = make([]int64, len(prog.ops))
 	}
 	tr.Mark("program built, descriptors")
-	vp := &vforkProcess{cmd: cmd, prog: prog}
+	vp := &vforkProcess{cmd: cmd, prog: prog, handoff: handoff}
 	start := time.Now()
 	entered, err := startOnThread(allOf(enter), allOf(leave), vp.Start, vp.Reusable, ended)
 	for _, f := range childEnds {
@@ -421,4 +432,19 @@ func (r *Runtime) directStartError(err error) error {
 		return &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
 	}
 	return fmt.Errorf("%w: start the sandbox: %w", sandbox.ErrSetup, err)
+}
+
+// gateSockets returns the two ends of directGate: the child's, blocking
+// (PID 1 waits in its read), and the parent's, for Go's poller.
+func gateSockets() (child, parent *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gate socket pair: %w", err)
+	}
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("gate socket pair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "gate"), os.NewFile(uintptr(fds[1]), "gate"), nil
 }

@@ -31,6 +31,9 @@ type childProg struct {
 	forkAt int
 	// released is the byte an opWait reads.
 	released byte
+	// handsOff says the program's first op tells the parent, on
+	// directGate, that its id maps are written (forkHandoff).
+	handsOff bool
 	// undumps says the program makes the memory it shares undumpable;
 	// the parent sets the flag back (vforkProcess.Start).
 	undumps bool

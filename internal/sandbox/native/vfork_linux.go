@@ -160,6 +160,9 @@ type vforkProcess struct {
 	args *vforkArgs
 	// prog, when set, is what the child runs instead of cmd's exec.
 	prog *childProg
+	// handoff, when set, may give ForkLock up while the clone still
+	// waits (a program that handsOff).
+	handoff *forkHandoff
 	// status is the wait status Wait collected.
 	status unix.WaitStatus
 }
@@ -348,6 +351,11 @@ func (p *vforkProcess) Start() (err error) {
 		}
 	}
 	pid, errno := vforkBlocking(a)
+	if p.handoff != nil && p.handoff.reclaim() {
+		// Given up meanwhile: the restorations below change the
+		// dumpable flag.
+		syscall.ForkLock.Lock()
+	}
 	if dumpableNow >= 0 {
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpableNow), 0, 0, 0)
 	}
@@ -395,6 +403,36 @@ func (p *vforkProcess) Start() (err error) {
 		}()
 	}
 	return nil
+}
+
+// forkHandoff passes ForkLock, taken by a start before its clone, to the
+// goroutine that learns the child's id maps are written (directGate),
+// which gives it up then; the start takes it again once its clone has
+// returned (direct_linux.go explains why this is safe). Whichever comes
+// second sees what the first did: a clone that returns first (its child
+// died) keeps the lock.
+type forkHandoff struct {
+	mu                 sync.Mutex
+	released, returned bool
+}
+
+// release gives ForkLock up for the start still in its clone.
+func (h *forkHandoff) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.returned && !h.released {
+		h.released = true
+		syscall.ForkLock.Unlock()
+	}
+}
+
+// reclaim marks the clone returned and reports whether ForkLock was
+// given up meanwhile (the start must take it again).
+func (h *forkHandoff) reclaim() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.returned = true
+	return h.released
 }
 
 // restoreCreds gives this thread root's ids and groups back; if it
@@ -624,10 +662,30 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		// As os/exec does: the limit this process started with.
 		syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, syscall.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&a.nofile)), 0, 0, 0)
 	}
-	a.step = uintptr(stepExec)
 	if a.prog != nil {
+		// A program's child lives long before its exec (a direct start's
+		// PID 1 builds the root and waits for its gate): it keeps none of
+		// this process's other descriptors, which it inherited with
+		// close-on-exec. It would hold the write ends of other starts'
+		// pipes open (their status, the command's output), and they would
+		// wait for its exec. Its own are 0..len(fds)-1 and the status pipe,
+		// moved just above them.
+		if pipe != len(a.fds) {
+			if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(pipe), uintptr(len(a.fds)), syscall.O_CLOEXEC); err1 != 0 {
+				goto childerror
+			}
+			pipe = len(a.fds)
+		}
+		// Linux 5.9; a program that hands ForkLock off (5.13 and landlock)
+		// needs it, the others do their best.
+		if _, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(pipe+1), uintptr(^uint32(0)), 0); err1 != 0 && a.prog.handsOff {
+			goto childerror
+		}
+		err1 = 0
+		a.step = uintptr(stepExec)
 		runProg(a.prog, pipe) // does not return
 	}
+	a.step = uintptr(stepExec)
 	_, _, err1 = syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(a.path)), uintptr(unsafe.Pointer(&a.argv[0])), uintptr(unsafe.Pointer(&a.envv[0])))
 
 childerror:
