@@ -162,6 +162,10 @@ type Log struct {
 	wmu        sync.Mutex
 	inserts    map[int]string // INSERT statements by entry count
 	insertArgs []any          // their arguments, reused
+	// prepared are the statements every commit runs, prepared at Open:
+	// SQLite would parse their text at each execution, a good part of a
+	// durable append's CPU.
+	prepared struct{ insert1, head, checkpoint *sql.Stmt }
 	// mu guards the fields below. It is never held during a write, except
 	// by Prune.
 	mu       sync.Mutex
@@ -295,6 +299,9 @@ func (l *Log) open(ctx context.Context) error {
 	}
 	if st.origin != l.key.Name() {
 		return fmt.Errorf("%w: %s is the log %q, the key in %s is %q", ErrForeignLog, l.opts.Path, st.origin, l.opts.KeyDir, l.key.Name())
+	}
+	if err := l.prepare(ctx); err != nil {
+		return err
 	}
 	l.anchor = st.anchor
 	// Resume from the newest checkpoint: its compact range and chain hash,
@@ -510,6 +517,7 @@ func (l *Log) Close() error {
 	l.cancel()
 	<-l.done
 	err := l.flush(context.Background(), 0, true)
+	l.closePrepared()
 	var cerr error
 	if l.opts.KeepWAL {
 		_, cerr = closeKeepingWAL(l.db.DB)
@@ -709,6 +717,47 @@ func (l *Log) insertSQL(n int) string {
 	return q
 }
 
+const (
+	insertCheckpointSQL = `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`
+	updateHeadSQL       = `INSERT OR REPLACE INTO head (id, note) VALUES (1, ?)`
+)
+
+// prepare prepares the statements every commit runs (Open).
+func (l *Log) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&l.prepared.insert1, l.insertSQL(1)}, {&l.prepared.head, updateHeadSQL}, {&l.prepared.checkpoint, insertCheckpointSQL}} {
+		s, err := l.db.PrepareContext(ctx, p.query)
+		if err != nil {
+			l.closePrepared()
+			return fmt.Errorf("audit: prepare %q: %w", p.query, err)
+		}
+		*p.stmt = s
+	}
+	return nil
+}
+
+// closePrepared closes the prepared statements (Close, before the
+// database).
+func (l *Log) closePrepared() {
+	for _, s := range []**sql.Stmt{&l.prepared.insert1, &l.prepared.head, &l.prepared.checkpoint} {
+		if *s != nil {
+			(*s).Close()
+			*s = nil
+		}
+	}
+}
+
+// exec runs query in tx, by the prepared statement stmt when use says it
+// is that query's.
+func (l *Log) exec(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, use bool, query string, args ...any) (sql.Result, error) {
+	if use && stmt != nil {
+		return tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+	}
+	return tx.ExecContext(ctx, query, args...)
+}
+
 // commit writes entries, a checkpoint and whatever extra does in one
 // transaction. wmu held.
 func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []byte, head *Checkpoint, extra func(*sql.Tx) error) error {
@@ -725,7 +774,7 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 			for _, r := range batch[:n] {
 				args = append(args, int64(r.seq), string(r.body), r.hash)
 			}
-			if _, err := tx.ExecContext(ctx, l.insertSQL(n), args...); err != nil {
+			if _, err := l.exec(ctx, tx, l.prepared.insert1, n == 1, l.insertSQL(n), args...); err != nil {
 				return fmt.Errorf("insert entries %d..%d: %w", batch[0].seq, batch[n-1].seq, err)
 			}
 			clear(args)
@@ -733,13 +782,13 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 			batch = batch[n:]
 		}
 		if cp != nil {
-			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO checkpoints (size, note, range) VALUES (?, ?, ?)`,
+			if _, err := l.exec(ctx, tx, l.prepared.checkpoint, true, insertCheckpointSQL,
 				int64(cp.Size), string(cp.Note), packed); err != nil {
 				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
 			}
 		}
 		if head != nil {
-			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO head (id, note) VALUES (1, ?)`, string(head.Note)); err != nil {
+			if _, err := l.exec(ctx, tx, l.prepared.head, true, updateHeadSQL, string(head.Note)); err != nil {
 				return fmt.Errorf("update head: %w", err)
 			}
 		}
