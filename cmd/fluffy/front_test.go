@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -192,6 +194,25 @@ func TestFrontBinary(t *testing.T) {
 	}
 	if again := serverPids(t, sock); !slices.Equal(again, pids) {
 		t.Errorf("servers after a second run: %v, want %v", again, pids)
+	}
+	// Callers at once: the server runs their sandboxes side by side (a
+	// root server's starts failed with EACCES when they met), each its own
+	// output and status.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 3 {
+				want := fmt.Sprintf("%d.%d", i, j)
+				out, errOut, code := fluffyIn(ws, "", nil, "sandbox", "run", "--", "/bin/sh", "-c", "echo "+want+"; exit "+strconv.Itoa(i))
+				if code != i || out != want+"\n" {
+					t.Errorf("concurrent sandbox run %s: exit %d, stdout %q, stderr %q", want, code, out, errOut)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if again := serverPids(t, sock); !slices.Equal(again, pids) {
+		t.Errorf("servers after concurrent runs: %v, want %v", again, pids)
 	}
 	// The caller's environment, not the server's: --env KEY takes it.
 	if out, _, code := fluffy("sandbox", "run", "--no-workspace", "--env", "FAKE_API_KEY", "--", "/bin/sh", "-c", "echo $FAKE_API_KEY"); code != 0 || out != "sk-front-test-secret\n" {
