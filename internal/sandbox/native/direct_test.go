@@ -455,8 +455,7 @@ func TestDirectNetNS(t *testing.T) {
 			}
 			// Two sandboxes alive at once: B's gate reads the namespaces of
 			// both PID 1s, A's (the reaper of a sleeping command) and its
-			// own. (Two gates cannot wait together: a start holds Go's
-			// ForkLock until its command executes.)
+			// own.
 			var sets [][]string
 			var wg sync.WaitGroup
 			ctxA, cancelA := context.WithCancel(context.Background())
