@@ -105,9 +105,25 @@ type emitter struct {
 	on  func(Event)
 	seq atomic.Uint64
 
-	mu    sync.Mutex // guards the fields below; held while delivering
-	text  *Event     // text held back, nil when none
-	timer *time.Timer
+	mu      sync.Mutex // guards the fields below; held while delivering
+	text    *Event     // text held back, nil when none
+	timer   *time.Timer
+	stopped bool // an agent stop event was delivered
+}
+
+// endRun delivers the run's done event, preceded by a stop event when the
+// agent sent none (a run cancelled before or while it was set up): every
+// run's events end with stop, then done, whatever ended it. info holds
+// the session's totals before the run.
+func (e *emitter) endRun(res *RunResult, info Info) {
+	e.mu.Lock()
+	stopped := e.stopped
+	e.mu.Unlock()
+	if !stopped {
+		e.emit(Event{Type: Type(agent.EventStop), Agent: &agent.Event{Type: agent.EventStop, Turn: info.Turns,
+			Reason: agent.Reason(res.Reason), Usage: info.Usage, Cost: info.Cost}})
+	}
+	e.emit(Event{Type: TypeDone, Result: res})
 }
 
 func (e *emitter) emit(ev Event) {
@@ -147,6 +163,9 @@ func (e *emitter) flushLocked() {
 }
 
 func (e *emitter) deliverLocked(ev Event) {
+	if ev.Type == Type(agent.EventStop) {
+		e.stopped = true
+	}
 	ev.Session, ev.Seq = e.id, e.seq.Add(1)
 	if e.on != nil {
 		e.on(ev)

@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"context"
+	"github.com/fluffy-agent/fluffy/internal/agent"
 	"strings"
 	"testing"
 
@@ -102,10 +103,12 @@ func TestCancelDuringSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = info.ID
-	res, err := k.Run(ctx, id, nil)
+	var evs []kernel.Event
+	res, err := k.Run(ctx, id, func(ev kernel.Event) { evs = append(evs, ev) })
 	if err != nil || res.Fault != nil || res.Reason != "cancelled" {
 		t.Fatalf("a run cancelled during set-up: %+v %v", res, err)
 	}
+	endsStopDone(t, evs, "cancelled")
 	if info, _ = k.Get(ctx, id); info.Status == kernel.StatusFailed {
 		t.Errorf("the session was marked failed: %+v", info)
 	}
@@ -129,11 +132,32 @@ func TestCancelBeforeRun(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	res, err := k.Run(cctx, info.ID, nil)
+	var evs []kernel.Event
+	res, err := k.Run(cctx, info.ID, func(ev kernel.Event) { evs = append(evs, ev) })
 	if err != nil || res.Fault != nil || res.Reason != "cancelled" {
 		t.Fatalf("a run cancelled before it began: %+v %v", res, err)
 	}
+	endsStopDone(t, evs, "cancelled")
 	if got, _ := k.Get(ctx, info.ID); got.Status == kernel.StatusFailed || got.Status == kernel.StatusRunning {
 		t.Errorf("the session's status after the cancelled run: %+v", got)
 	}
+}
+
+// endsStopDone checks that a run's events end with the agent's stop event
+// (reason), then the done event: what a client shows as "stopped" and
+// waits for, even for a run that never reached the agent.
+func endsStopDone(t *testing.T, evs []kernel.Event, reason string) {
+	t.Helper()
+	n := len(evs)
+	if n < 2 || evs[n-2].Type != kernel.Type(agent.EventStop) || evs[n-2].Agent == nil || string(evs[n-2].Agent.Reason) != reason || evs[n-1].Type != kernel.TypeDone {
+		t.Errorf("the run's events end %s: want stop (%s), then done", typesOf(evs), reason)
+	}
+}
+
+func typesOf(evs []kernel.Event) []kernel.Type {
+	var ts []kernel.Type
+	for _, e := range evs {
+		ts = append(ts, e.Type)
+	}
+	return ts
 }

@@ -215,7 +215,7 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	info, err := k.Get(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
-			return cancelledBeforeRun(id, "", &emitter{k: k, id: id, on: onEvent}), nil
+			return cancelledBeforeRun(Info{ID: id}, &emitter{k: k, id: id, on: onEvent}), nil
 		}
 		return RunResult{}, err
 	}
@@ -245,7 +245,7 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	}()
 	if err := k.setStatus(ctx, id, StatusRunning, "", ""); err != nil {
 		if ctx.Err() != nil {
-			return cancelledBeforeRun(id, info.Status, em), nil
+			return cancelledBeforeRun(info, em), nil
 		}
 		return RunResult{}, err
 	}
@@ -270,7 +270,7 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	if err := k.o.Audit.Flush(sctx); err != nil {
 		k.log.Error("flush the audit log", "session", id, "err", err)
 	}
-	em.emit(Event{Type: TypeDone, Result: &res})
+	em.endRun(&res, info)
 	return res, nil
 }
 
@@ -278,9 +278,9 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 // began: nothing ran and the session keeps its status. A cancellation,
 // not a failure (the terminal used to show "ipc: internal: context
 // canceled" when Ctrl-C came while the session was being marked running).
-func cancelledBeforeRun(id string, status Status, em *emitter) RunResult {
-	res := RunResult{Reason: string(agent.ReasonCancelled), Session: id, Status: status}
-	em.emit(Event{Type: TypeDone, Result: &res})
+func cancelledBeforeRun(info Info, em *emitter) RunResult {
+	res := RunResult{Reason: string(agent.ReasonCancelled), Session: info.ID, Status: info.Status}
+	em.endRun(&res, info)
 	return res
 }
 
