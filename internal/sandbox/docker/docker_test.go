@@ -334,11 +334,17 @@ func TestPodman(t *testing.T) {
 // counters are read before the kill removes the container's cgroup).
 func TestTimeoutKeepsLimitsHit(t *testing.T) {
 	rt := engine(t)
-	// exec: a fork of sleep could meet the full pids limit, and a shell
-	// that cannot fork exits, ending the run before its timeout.
-	res := run(t, rt, sandbox.Spec{Argv: []string{"sh", "-c", `b(){ b|b& }; b; exec sleep 60`},
-		Limits: sandbox.Limits{Pids: 32, Wall: 2 * time.Second}})
+	// The main shell forks once, first, and then replaces itself by
+	// sleep: a shell that cannot fork exits, and its second fork (b|b
+	// forks per element) could meet the limit its first child filled,
+	// ending the run before its timeout.
+	// rt.Run, not run, which would set a 30 s timeout.
+	res, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"sh", "-c", `b(){ b|b& }; (b) & exec sleep 60`},
+		Env: []string{"PATH=/bin"}, Limits: sandbox.Limits{Pids: 32, Wall: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if res.Killed != sandbox.LimitTime || !res.HitLimit(sandbox.LimitTime) || !res.HitLimit(sandbox.LimitPids) {
-		t.Fatalf("killed %q, hit %v: want the timeout and the pids limit", res.Killed, res.Hit)
+		t.Fatalf("killed %q, hit %v: want the timeout and the pids limit (result %+v)", res.Killed, res.Hit, res)
 	}
 }
