@@ -500,7 +500,9 @@ func TestTunnelMaxDuration(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
-	e := startProxy(t, Options{Limits: Limits{MaxDuration: 300 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}}, chatty)
+	// The idle timeout is 50 writes long: a loaded machine (CI) has
+	// stalled the writer for over 100 ms.
+	e := startProxy(t, Options{Limits: Limits{MaxDuration: 1500 * time.Millisecond, IdleTimeout: 500 * time.Millisecond}}, chatty)
 	c := dialTunnel(t, e, chatty)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, _ := io.Copy(io.Discard, c)
