@@ -749,10 +749,9 @@ func (l *Log) closePrepared() {
 	}
 }
 
-// exec runs query in tx, by the prepared statement stmt when use says it
-// is that query's.
-func (l *Log) exec(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, use bool, query string, args ...any) (sql.Result, error) {
-	if use && stmt != nil {
+// exec runs query in tx, by stmt (query prepared) when there is one.
+func (l *Log) exec(ctx context.Context, tx *sql.Tx, stmt *sql.Stmt, query string, args ...any) (sql.Result, error) {
+	if stmt != nil {
 		return tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
 	}
 	return tx.ExecContext(ctx, query, args...)
@@ -774,7 +773,11 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 			for _, r := range batch[:n] {
 				args = append(args, int64(r.seq), string(r.body), r.hash)
 			}
-			if _, err := l.exec(ctx, tx, l.prepared.insert1, n == 1, l.insertSQL(n), args...); err != nil {
+			var stmt *sql.Stmt
+			if n == 1 {
+				stmt = l.prepared.insert1
+			}
+			if _, err := l.exec(ctx, tx, stmt, l.insertSQL(n), args...); err != nil {
 				return fmt.Errorf("insert entries %d..%d: %w", batch[0].seq, batch[n-1].seq, err)
 			}
 			clear(args)
@@ -782,13 +785,13 @@ func (l *Log) commit(ctx context.Context, batch []row, cp *Checkpoint, packed []
 			batch = batch[n:]
 		}
 		if cp != nil {
-			if _, err := l.exec(ctx, tx, l.prepared.checkpoint, true, insertCheckpointSQL,
+			if _, err := l.exec(ctx, tx, l.prepared.checkpoint, insertCheckpointSQL,
 				int64(cp.Size), string(cp.Note), packed); err != nil {
 				return fmt.Errorf("insert checkpoint %d: %w", cp.Size, err)
 			}
 		}
 		if head != nil {
-			if _, err := l.exec(ctx, tx, l.prepared.head, true, updateHeadSQL, string(head.Note)); err != nil {
+			if _, err := l.exec(ctx, tx, l.prepared.head, updateHeadSQL, string(head.Note)); err != nil {
 				return fmt.Errorf("update head: %w", err)
 			}
 		}

@@ -2,10 +2,10 @@ package kernel_test
 
 import (
 	"context"
-	"github.com/fluffy-agent/fluffy/internal/agent"
 	"strings"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 )

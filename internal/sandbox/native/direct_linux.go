@@ -418,8 +418,7 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 			size = 8
 		}
 	}
-	const ll = "landlock"
-	const ruleset = landlockRuleset
+	const ll, ruleset = "landlock", landlockRuleset
 	p.add(ll, "landlock_create_ruleset", childOp{nr: unix.SYS_LANDLOCK_CREATE_RULESET, p: [6]unsafe.Pointer{p.ptr(attr, unsafe.Pointer(attr))}, a: [6]uintptr{0, size}, out: ruleset})
 	type rule struct {
 		path   string
