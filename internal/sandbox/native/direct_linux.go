@@ -100,6 +100,10 @@ type directOpts struct {
 	// pid1Pause (tests) makes PID 1 sleep before it becomes the reaper,
 	// while the command already runs.
 	pid1Pause time.Duration
+	// ahead builds an ahead start's program (ahead_linux.go): gated, its
+	// command's rlimits and exec left as placeholders (childProg.tail)
+	// that fillTail fills in for the request that takes it.
+	ahead bool
 }
 
 // directProg builds the direct child's program for cfg.
@@ -288,9 +292,13 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
 		p.closeFD(fd)
 	}
-	for _, rl := range cfg.Rlimits {
-		lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
-		p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
+	if o.ahead {
+		p.aheadRlimits()
+	} else {
+		for _, rl := range cfg.Rlimits {
+			lim := &unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+			p.add("rlimits", "resource "+strconv.Itoa(rl.Resource), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(rl.Resource)}, p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}})
+		}
 	}
 	if nested {
 		// The same rules again, as a domain nested in PID 1's: the
@@ -300,7 +308,12 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		p.add("landlock", "landlock_restrict_self (the command's nested domain)", childOp{nr: unix.SYS_LANDLOCK_RESTRICT_SELF, in: landlockRuleset, inArg: 0})
 		p.add("landlock", "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: landlockRuleset, inArg: 0})
 	}
-	p.exec(cfg)
+	if o.ahead {
+		p.tail.exec = p.add("command", "execute the request's command", childOp{kind: opSkip})
+	} else {
+		op, what := p.execOp(cfg)
+		p.add("command", what, op)
+	}
 
 	// PID 1, once the command is executing: hand its pid to the reaper
 	// and become the reaper.
@@ -474,13 +487,15 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 // descriptor.
 const landlockRuleset = 2
 
-// exec appends the command's exec: its path, or each candidate of the
-// sandbox's PATH in turn (nsinit.lookPath's search, done by execve).
-func (p *childProg) exec(cfg *nsinit.Config) {
+// execOp returns the command's exec: its path, or each candidate of the
+// sandbox's PATH in turn (nsinit.lookPath's search, done by execve), and
+// what its failure means.
+func (p *childProg) execOp(cfg *nsinit.Config) (childOp, string) {
 	argv, envv := p.strv(cfg.Argv), p.strv(cfg.Env)
 	name := cfg.Argv[0]
 	cands := []string{name}
 	path := "/usr/local/bin:/usr/bin:/bin"
+	what := "execute " + name
 	if !strings.Contains(name, "/") {
 		for _, e := range cfg.Env {
 			if v, ok := strings.CutPrefix(e, "PATH="); ok {
@@ -494,16 +509,7 @@ func (p *childProg) exec(cfg *nsinit.Config) {
 			}
 			cands = append(cands, filepath.Join(dir, name))
 		}
+		what = fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, path)
 	}
-	for i, c := range cands {
-		op := childOp{nr: unix.SYS_EXECVE, p: [6]unsafe.Pointer{p.str(c), argv, envv}, kind: opTry}
-		what := "execute " + c
-		if i == len(cands)-1 {
-			op.kind = opPlain // the last: its failure is the command's
-		}
-		if i == len(cands)-1 && (len(cands) > 1 || !strings.Contains(name, "/")) {
-			what = fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, path)
-		}
-		p.add("command", what, op)
-	}
+	return childOp{kind: opExecs, p: [6]unsafe.Pointer{p.strv(cands), argv, envv}}, what
 }

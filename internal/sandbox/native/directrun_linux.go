@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,18 +153,69 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // writers). It owns cg from here.
 func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox.Result, lim sandbox.Limits, cg *cgroup, stdin io.Reader,
 	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result), tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
-	ended := make(chan struct{})
-	defer func() {
-		close(ended)
-		if cg != nil {
-			if err := cg.remove(); err != nil {
-				r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
-			}
+	d, err := r.buildDirect(cfg, cg, stdin, stdout, stderr, directOpts{gated: gate != nil, pid1Pause: r.pid1Pause}, tr)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrInvalidSpec) {
+			return res, err
 		}
-	}()
-	setupErr := func(err error) (sandbox.Result, error) {
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
+	return d.finish(ctx, res, lim, stdout, stderr, gate, early, tr, stOut)
+}
+
+// directStart is a direct start from its clone on: PID 1 building the
+// sandbox (then, gated, waiting for its release on directGate), and this
+// process's ends of it. finish runs it to its end; an ahead start
+// (ahead_linux.go) is finished by the run that takes it, or discarded.
+type directStart struct {
+	r    *Runtime
+	prog *childProg
+	vp   *vforkProcess
+	cg   *cgroup
+	// gated: PID 1 waits for the release before it makes the command's
+	// process.
+	gated bool
+	// stR carries the reaper's report; gate is this process's end of
+	// directGate.
+	stR, gate *os.File
+	netFD     int
+	// ended lets the thread that cloned PID 1 go (Pdeathsig follows it).
+	ended chan struct{}
+	// started receives the clone's outcome once it has returned (PID 1
+	// executing the reaper, the command its own exec) or failed.
+	started chan startOutcome
+	// start is when the command's run began (a duration's and a wall
+	// limit's origin).
+	start time.Time
+	once  sync.Once
+}
+
+type startOutcome struct {
+	entered bool
+	err     error
+}
+
+// buildDirect starts building the sandbox of cfg: it prepares PID 1's
+// program and descriptors and clones it, on a thread of its own, and
+// returns while PID 1 still works. The start owns cg from here (close
+// removes it).
+func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, stdout, stderr io.Writer, o directOpts, tr *nsinit.Tracer) (d *directStart, err error) {
+	d = &directStart{r: r, cg: cg, gated: o.gated || o.ahead, netFD: -1, ended: make(chan struct{}), started: make(chan startOutcome, 1)}
+	// The child's ends (its descriptors from 3 on), closed here once it
+	// holds them; everything else by close.
+	var childEnds []*os.File
+	cgFD := -1
+	defer func() {
+		if err != nil {
+			for _, f := range childEnds {
+				f.Close()
+			}
+			if cgFD >= 0 {
+				unix.Close(cgFD)
+			}
+			d.close()
+		}
+	}()
 	var trees []int
 	if cfg.LowerFD {
 		ns, err := r.idmapNS()
@@ -171,55 +223,38 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 			trees, err = idmappedTrees(ns, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts)
 		}
 		if err != nil {
-			return setupErr(fmt.Errorf("idmapped workspace: %w", err))
+			return nil, fmt.Errorf("idmapped workspace: %w", err)
 		}
 	}
-	prog, err := directProg(cfg, directOpts{trees: len(trees), gated: gate != nil, pid1Pause: r.pid1Pause})
-	if err != nil {
-		closeAll(trees)
-		if errors.Is(err, sandbox.ErrInvalidSpec) {
-			return res, err
-		}
-		return setupErr(err)
-	}
-	// The child's ends (its descriptors from 3 on), closed here once it holds them.
-	var childEnds []*os.File
 	for _, fd := range trees {
 		childEnds = append(childEnds, os.NewFile(uintptr(fd), "tree"))
 	}
-	defer func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-	}()
+	o.trees = len(trees)
+	if d.prog, err = directProg(cfg, o); err != nil {
+		return nil, err
+	}
 	stR, stW, err := os.Pipe()
 	if err != nil {
-		return setupErr(err)
+		return nil, err
 	}
-	defer stR.Close()
+	d.stR = stR
+	childEnds = append(childEnds, stW)
 	pidR, pidW, err := os.Pipe()
 	if err != nil {
-		stW.Close()
-		return setupErr(err)
+		return nil, err
 	}
+	childEnds = append(childEnds, pidR, pidW)
 	reaperF, err := r.reaperFile()
 	if err != nil {
-		stW.Close()
-		pidR.Close()
-		pidW.Close()
-		return setupErr(err)
+		return nil, err
 	}
 	gateChild, gateParent, err := gateSockets()
 	if err != nil {
-		stW.Close()
-		pidR.Close()
-		pidW.Close()
-		return setupErr(err)
+		return nil, err
 	}
-	// Closed on return: a read still waiting ends (the start is over).
-	defer gateParent.Close()
-	childEnds = append([]*os.File{stW, pidR, pidW, gateChild}, childEnds...)
-	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, gateChild}, childEnds[4:]...)
+	d.gate = gateParent
+	childEnds = append(childEnds, gateChild)
+	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, gateChild}, childEnds[:len(trees)]...)
 	hostUID, hostGID := r.hostIDs()
 	cmd := &exec.Cmd{
 		Path: "/", Args: []string{"fluffy-sandbox"},
@@ -235,17 +270,15 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 		},
 	}
 	if cg != nil && cg.v2 {
-		fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return setupErr(fmt.Errorf("cgroup: %w", err))
+		if cgFD, err = unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, fmt.Errorf("cgroup: %w", err)
 		}
-		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgFD
 	}
 	// ForkLock goes once the child's id maps are written (its first op
 	// says so), when nothing of PID 1 needs it later (direct_linux.go).
 	var handoff *forkHandoff
-	if prog.handsOff {
+	if d.prog.handsOff {
 		handoff = &forkHandoff{}
 		go func() {
 			var b [1]byte
@@ -254,13 +287,84 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 			}
 		}()
 	}
+	// The cloning thread enters what the child must be born in: a v1
+	// cgroup (cgroup.startInside), a network namespace made ahead
+	// (netns_linux.go).
+	var enter, leave []func() error
+	if cg != nil && !cg.v2 {
+		in, out := cg.threadMoves(r.cgl)
+		enter, leave = append(enter, in), append(leave, out)
+	}
+	if d.netFD = r.takeNetNS(); d.netFD >= 0 {
+		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWNET
+		netFD := d.netFD
+		enter = append(enter, func() error { return r.enterNetNS(netFD) })
+		leave = append(leave, r.leaveNetNS)
+	}
+	if tr.On {
+		d.prog.times = make([]int64, len(d.prog.ops))
+	}
+	tr.Mark("program built, descriptors")
+	d.vp = &vforkProcess{cmd: cmd, prog: d.prog, handoff: handoff}
+	d.start = time.Now()
+	ends, fd := childEnds, cgFD
+	childEnds, cgFD = nil, -1
+	go func() {
+		entered, err := startOnThread(allOf(enter), allOf(leave), d.vp.Start, d.vp.Reusable, d.ended)
+		for _, f := range ends {
+			f.Close()
+		}
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		d.started <- startOutcome{entered, err}
+	}()
+	return d, nil
+}
+
+// release lets a gated PID 1 go on (b releaseGo) or makes it fail.
+func (d *directStart) release(b byte) { _, _ = d.gate.Write([]byte{b}) }
+
+// close releases this process's ends of the start and its cgroup; the
+// start must be over (finish), or have failed. Later calls do nothing.
+func (d *directStart) close() {
+	d.once.Do(func() {
+		close(d.ended)
+		if d.gate != nil {
+			// A read still waiting ends (the start is over).
+			d.gate.Close()
+		}
+		if d.stR != nil {
+			d.stR.Close()
+		}
+		if d.netFD >= 0 {
+			unix.Close(d.netFD)
+		}
+		if d.cg != nil {
+			if err := d.cg.remove(); err != nil {
+				d.r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
+			}
+		}
+	})
+}
+
+// finish runs a built start to its end: the gate (PID 1 is released
+// when it passes), the command, the reaper's report, the teardown.
+func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbox.Limits, stdout, stderr *capWriter, gate func() error,
+	early func(sandbox.Result), tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
+	r, prog, vp, start := d.r, d.prog, d.vp, d.start
+	defer d.close()
+	setupErr := func(err error) (sandbox.Result, error) {
+		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
 	// The gate (exec.start recorded) runs while the sandbox is built;
 	// PID 1 waits for its verdict on directGate before the command's
 	// process is made (direct_linux.go).
 	var gateErr error
 	var gateAt int64
 	gateDone := make(chan struct{})
-	if gate != nil {
+	switch {
+	case gate != nil:
 		go func() {
 			defer close(gateDone)
 			gateErr = gate()
@@ -277,36 +381,16 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 				}
 			case <-ctx.Done():
 			}
-			_, _ = gateParent.Write([]byte{b})
+			d.release(b)
 		}()
+	case d.gated:
+		close(gateDone)
+		d.release(releaseGo)
+	default:
+		close(gateDone)
 	}
-	// The cloning thread enters what the child must be born in: a v1
-	// cgroup (cgroup.startInside), a network namespace made ahead
-	// (netns_linux.go).
-	var enter, leave []func() error
-	if cg != nil && !cg.v2 {
-		in, out := cg.threadMoves(r.cgl)
-		enter, leave = append(enter, in), append(leave, out)
-	}
-	if netFD := r.takeNetNS(); netFD >= 0 {
-		defer unix.Close(netFD)
-		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWNET
-		enter = append(enter, func() error { return r.enterNetNS(netFD) })
-		leave = append(leave, r.leaveNetNS)
-	}
-	if tr.On {
-		prog.times = make([]int64, len(prog.ops))
-	}
-	tr.Mark("program built, descriptors")
-	vp := &vforkProcess{cmd: cmd, prog: prog, handoff: handoff}
-	start := time.Now()
-	entered, err := startOnThread(allOf(enter), allOf(leave), vp.Start, vp.Reusable, ended)
-	for _, f := range childEnds {
-		if f != nil {
-			f.Close()
-		}
-	}
-	childEnds = nil
+	o := <-d.started
+	entered, err := o.entered, o.err
 	if tr.On {
 		tr.Mark("clone returned (command running)")
 		stOut.Stage, stOut.Marks = directStage, prog.marks()
@@ -320,7 +404,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	}
 	if err != nil {
 		var oe *opError
-		if gate != nil && errors.As(err, &oe) && oe.Stage == "gate" {
+		if d.gated && errors.As(err, &oe) && oe.Stage == "gate" {
 			// Not released: the gate refused, or the run was cancelled
 			// first.
 			select {
@@ -341,7 +425,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	timedOut, done := watchdog(runCtx, lim.Wall, start, func() { _ = vp.Signal(syscall.SIGKILL) })
 	// The reaper's report comes once everything but it is gone.
 	var buf [reaper.ReportSize]byte
-	_, stErr := io.ReadFull(stR, buf[:])
+	_, stErr := io.ReadFull(d.stR, buf[:])
 	rep, _ := reaper.ParseReport(buf[:])
 	tr.Mark("reaper's report (all ended)")
 	if stErr == nil && !rep.Reaped {
@@ -354,6 +438,7 @@ func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox
 	} else {
 		st.ExitCode = ws.ExitStatus()
 	}
+	cg := d.cg
 	var oomKills, pidsMax int
 	readEvents := func() {
 		if cg != nil {

@@ -128,6 +128,9 @@ type Runtime struct {
 	// netns holds a network namespace made ahead for the next direct
 	// start (netns_linux.go).
 	netns netnsPool
+	// ahead holds the sandbox built ahead of the next run
+	// (PrepareNext).
+	ahead aheadSlot
 	// pid1Pause (tests) delays a direct start's PID 1 before it becomes
 	// the reaper (directOpts).
 	pid1Pause time.Duration
@@ -333,15 +336,16 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 	return res, err
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result), useSpares bool) (res sandbox.Result, err error) {
-	if err := spec.Validate(); err != nil {
-		return res, err
-	}
+// config turns spec into the init's configuration: the host's
+// facilities (warnings for those missing go to res), the resolved paths,
+// the change set made. The overlay's work directory (cfg.Work) is the
+// caller's to make (makeWork).
+func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, serve bool, res *sandbox.Result) (*nsinit.Config, error) {
 	r.detect()
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On, Serve: hook != nil}
+	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On, Serve: serve}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -361,7 +365,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	if !need("userns") {
 		// Without user namespaces nothing below can be built.
-		return res, &sandbox.UnavailableError{Missing: missing}
+		return nil, &sandbox.UnavailableError{Missing: missing}
 	}
 	if need("landlock") {
 		cfg.Landlock = r.facility("landlock").Version
@@ -370,7 +374,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	if need("seccomp") {
 		prog, err := r.seccompProgram(spec.Seccomp)
 		if err != nil {
-			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 		}
 		cfg.Seccomp = prog
 	}
@@ -379,7 +383,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 	if len(missing) > 0 {
 		if !r.opts.AllowDegraded {
-			return res, &sandbox.UnavailableError{Missing: missing}
+			return nil, &sandbox.UnavailableError{Missing: missing}
 		}
 		for _, f := range missing {
 			w := fmt.Sprintf("DEGRADED: running without %s (%s)", f.Name, f.Detail)
@@ -392,16 +396,10 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}
 
 	// Host paths, resolved so the init sees no symlinks.
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
 	if spec.Workspace != "" {
 		ws, err := resolveDir(spec.Workspace, "workspace")
 		if err != nil {
-			return res, err
+			return nil, err
 		}
 		cfg.Workspace = ws
 		if cfg.Dir == spec.Workspace {
@@ -409,24 +407,19 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		}
 		if !cfg.WorkspaceRO {
 			if err := os.MkdirAll(spec.ChangeSet, 0o755); err != nil {
-				return res, fmt.Errorf("%w: change set: %w", sandbox.ErrSetup, err)
+				return nil, fmt.Errorf("%w: change set: %w", sandbox.ErrSetup, err)
 			}
 			up, err := resolveDir(spec.ChangeSet, "change set")
 			if err != nil {
-				return res, err
+				return nil, err
 			}
 			if up == ws || strings.HasPrefix(up, ws+"/") || strings.HasPrefix(ws, up+"/") {
-				return res, fmt.Errorf("%w: the change set %s and the workspace %s must not contain each other", sandbox.ErrInvalidSpec, up, ws)
+				return nil, fmt.Errorf("%w: the change set %s and the workspace %s must not contain each other", sandbox.ErrInvalidSpec, up, ws)
 			}
-			work, err := os.MkdirTemp(filepath.Dir(up), ".fluffy-work-")
-			if err != nil {
-				return res, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
-			}
-			cleanups = append(cleanups, func() { removeWork(work) })
-			cfg.Upper, cfg.Work = up, work
-			for _, p := range []string{ws, up, work} {
+			cfg.Upper = up
+			for _, p := range []string{ws, up} {
 				if strings.ContainsAny(p, ",:\\\n") {
-					return res, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)
+					return nil, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)
 				}
 			}
 		}
@@ -434,13 +427,53 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	for _, m := range spec.Mounts {
 		src, err := filepath.EvalSymlinks(m.Source)
 		if err != nil {
-			return res, fmt.Errorf("%w: mount source: %w", sandbox.ErrSetup, err)
+			return nil, fmt.Errorf("%w: mount source: %w", sandbox.ErrSetup, err)
 		}
 		t := m.Target
 		if t == "" {
 			t = src
 		}
 		cfg.Mounts = append(cfg.Mounts, nsinit.MountSpec{Source: src, Target: filepath.Clean(t), Writable: m.Writable})
+	}
+	return &cfg, nil
+}
+
+func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result), useSpares bool) (res sandbox.Result, err error) {
+	if err := spec.Validate(); err != nil {
+		return res, err
+	}
+	cfgp, err := r.config(spec, tr, hook != nil, &res)
+	if err != nil {
+		return res, err
+	}
+	cfg := *cfgp
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	lim0 := spec.Limits
+	wantCg0 := (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available
+	// A sandbox built ahead on this change set (ahead_linux.go).
+	if a := r.claimAhead(cfg.Upper); a != nil {
+		ac := cfg
+		warnings := addRlimits(&ac, lim0, wantCg0)
+		if hook == nil && !tr.On && spec.Network != sandbox.NetworkProxy && r.useAhead(a, &ac, lim0, wantCg0) {
+			res.Warnings = append(res.Warnings, warnings...)
+			return r.runAhead(ctx, a, spec, res, gate, early, tr, stOut)
+		}
+	}
+	if cfg.Upper != "" {
+		work, err := makeWork(cfg.Upper)
+		if err != nil {
+			return res, err
+		}
+		cleanups = append(cleanups, func() { removeWork(work) })
+		cfg.Work = work
+		if strings.ContainsAny(work, ",:\\\n") {
+			return res, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, work)
+		}
 	}
 
 	proxyF, err := r.proxySocket(&cfg, spec)
@@ -451,7 +484,6 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer proxyF.Close()
 	}
 	tr.Mark("spec, facilities, work dir")
-	lim0 := spec.Limits
 	if hook == nil && proxyF == nil && r.directOK(&cfg, (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available) {
 		return r.startDirect(ctx, &cfg, spec, res, early, gate, tr, stOut)
 	}
@@ -1176,9 +1208,21 @@ func resolveDir(p, what string) (string, error) {
 	return r, nil
 }
 
+// makeWork makes the overlay's work directory beside upper.
+func makeWork(upper string) (string, error) {
+	work, err := os.MkdirTemp(filepath.Dir(upper), ".fluffy-work-")
+	if err != nil {
+		return "", fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
+	}
+	return work, nil
+}
+
 // removeWork removes an overlay work directory (whose inner "work"
 // directory the kernel leaves with mode 0).
 func removeWork(dir string) {
+	if dir == "" {
+		return
+	}
 	if removeWorkFast(dir) == nil {
 		return
 	}

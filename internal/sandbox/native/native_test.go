@@ -97,13 +97,26 @@ func newRuntime(t testing.TB, opts Options) *Runtime {
 // TestSuiteUnprivileged reruns it as an ordinary user), with the small
 // init binary.
 func TestSuite(t *testing.T) {
-	// direct: the direct start, no Go init (the default); vfork: this
+	// direct: the direct start, no Go init (the default); ahead: the
+	// direct start built ahead (PrepareNext) for each case; vfork: this
 	// process clones the Go init by vfork; exec: by os/exec (a full
 	// fork, the fallback); stage1: the small init binary clones it (for
 	// a build without vfork and a big heap).
-	for _, mode := range []string{"direct", "vfork", "exec", "stage1"} {
+	for _, mode := range []string{"direct", "ahead", "vfork", "exec", "stage1"} {
 		t.Run(mode, func(t *testing.T) {
-			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct"})
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct" && mode != "ahead"})
+			if mode == "ahead" {
+				// Every case on a sandbox built ahead for its spec.
+				defer rt.Close()
+				sandboxtest.Run(t, sandboxtest.Options{Runtime: aheadRuntime{rt}, MemoryKills: rt.cgl.available})
+				if n := rt.ahead.used.Load(); n == 0 {
+					t.Error("no case ran on an ahead start")
+				} else {
+					t.Logf("%d cases on an ahead start, %d discarded", n, rt.ahead.discarded.Load())
+				}
+				assertNoCgroups(t, rt)
+				return
+			}
 			if rt.InitPath() == rt.opts.Self {
 				t.Fatal("the suite runs the test binary as the init, not the small init")
 			}

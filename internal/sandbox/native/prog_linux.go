@@ -40,6 +40,8 @@ type childProg struct {
 	// times, when not nil (a traced run), receives each op's end on
 	// CLOCK_MONOTONIC (marks).
 	times []int64
+	// tail is an ahead start's placeholders (ahead_linux.go).
+	tail aheadTail
 	// keep holds what ops point to, alive until the child is done.
 	keep []any
 	// err is the first string that cannot be a C string (str).
@@ -83,6 +85,12 @@ const (
 	// must be releaseGo; anything else (another byte, end of file)
 	// fails with ECANCELED.
 	opWait
+	// opSkip: not run (a placeholder an ahead start fills in, ahead.go).
+	opSkip
+	// opExecs: execve of each path in the NULL-terminated array p[0] in
+	// turn, with argv p[1] and environment p[2]; it fails with the last
+	// one's errno (nsinit.lookPath's search, done by execve).
+	opExecs
 )
 
 // releaseGo lets a waiting child go on; releaseStop (or the writer's
@@ -335,6 +343,21 @@ func runProg(p *childProg, pipe int) {
 			}
 			i = int(o.next)
 			continue
+		}
+		if o.kind == opSkip {
+			i++
+			continue
+		}
+		if o.kind == opExecs {
+			e = syscall.ENOENT
+			for k := uintptr(0); ; k++ {
+				path := *(*uintptr)(unsafe.Add(o.p[0], k*unsafe.Sizeof(uintptr(0))))
+				if path == 0 {
+					break
+				}
+				_, _, e = syscall.RawSyscall(unix.SYS_EXECVE, path, a[1], a[2])
+			}
+			goto fail
 		}
 		r1, _, e = syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 		if i < len(p.times) {

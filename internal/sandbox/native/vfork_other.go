@@ -5,6 +5,7 @@ package native
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
@@ -27,6 +28,27 @@ func (p *vforkProcess) Reusable() bool              { return true }
 // The direct start needs the vfork start.
 func (r *Runtime) directOK(*nsinit.Config, bool) bool { return false }
 
-func (r *Runtime) startDirect(context.Context, *nsinit.Config, sandbox.Spec, sandbox.Result, func(sandbox.Result), func() error) (sandbox.Result, error) {
+func (r *Runtime) startDirect(context.Context, *nsinit.Config, sandbox.Spec, sandbox.Result, func(sandbox.Result), func() error, *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("direct start: not on this architecture")
 }
+
+// Ahead starts are direct starts (ahead_linux.go).
+type aheadSlot struct{}
+type aheadStart struct {
+	withCg bool
+}
+
+func (r *Runtime) PrepareNext(sandbox.Spec, func()) error {
+	return fmt.Errorf("%w: no direct starts on this architecture", sandbox.ErrSetup)
+}
+func (r *Runtime) claimAhead(string) *aheadStart { return nil }
+func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool) bool {
+	return false
+}
+func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.Result, func() error, func(sandbox.Result), *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {
+	return sandbox.Result{}, errors.New("direct start: not on this architecture")
+}
+func (r *Runtime) closeAhead() {}
+
+// directStage is a direct start's trace stage (direct_linux.go).
+const directStage = "direct start"

@@ -1,0 +1,319 @@
+//go:build amd64 || arm64
+
+package native
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// Ahead starts (Runtime.PrepareNext). A direct start's PID 1 does all
+// of a sandbox's work up to the command before the command is known:
+// namespaces, id maps, the root with the workspace's overlay on its
+// change set, pivot_root, capabilities, no_new_privs, landlock, seccomp;
+// then it waits at the gate. Only the command's own process depends on
+// the request beyond that: its rlimits and its exec. So the runtime can
+// build the next sandbox while nobody waits for it, shaped like a spec
+// the caller expects next (the sandbox server: like the last run, on a
+// new throw-away change set), and a run whose spec has that shape takes
+// it. Taking it fills in the program's placeholders (fillTail: the
+// rlimits, the command's path candidates, argv and environment, in the
+// memory PID 1 shares with this process, before the release byte that
+// PID 1 reads them after), writes the request's limits into its cgroup,
+// connects the request's stdio, and from there the run is an ordinary
+// gated direct start: the gate (exec.start recorded), the release, the
+// command, the report, the teardown.
+//
+// The shape is everything of the init's configuration but the command's
+// argv, environment and rlimits and the overlay's work directory (which
+// the ahead start owns), and whether it has a cgroup: any difference and
+// the run starts its own sandbox. A run on the same change set as an
+// ahead start always takes it over, to use or to discard: two overlays
+// on one upper directory are undefined.
+//
+// An ahead start needs landlock: without it, PID 1 would hold ForkLock
+// until the command started (direct_linux.go), so every other start of
+// this process would wait for the next request.
+
+// aheadResources are the rlimits a run may set (addRlimits); an ahead
+// program has a placeholder for each.
+var aheadResources = [...]int{unix.RLIMIT_CPU, unix.RLIMIT_FSIZE, unix.RLIMIT_NOFILE, unix.RLIMIT_AS, unix.RLIMIT_NPROC}
+
+// aheadTail is where an ahead program's request-specific ops are.
+type aheadTail struct {
+	rlimits [len(aheadResources)]struct {
+		op  int
+		lim *unix.Rlimit
+	}
+	exec int
+}
+
+// aheadRlimits appends a skipped prlimit for each of aheadResources.
+func (p *childProg) aheadRlimits() {
+	for i, res := range aheadResources {
+		lim := &unix.Rlimit{}
+		p.tail.rlimits[i].lim = lim
+		p.tail.rlimits[i].op = p.add("rlimits", "resource "+strconv.Itoa(res), childOp{nr: unix.SYS_PRLIMIT64, a: [6]uintptr{0, uintptr(res)},
+			p: [6]unsafe.Pointer{2: p.ptr(lim, unsafe.Pointer(lim))}, kind: opSkip})
+	}
+}
+
+// fillTail fills an ahead program's placeholders with cfg's rlimits and
+// command. PID 1 must not have passed the gate: it reads them after.
+func (p *childProg) fillTail(cfg *nsinit.Config) error {
+	if len(cfg.Argv) == 0 {
+		return fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
+	}
+	for _, rl := range cfg.Rlimits {
+		i := -1
+		for k, res := range aheadResources {
+			if res == rl.Resource {
+				i = k
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("rlimit %d has no placeholder", rl.Resource)
+		}
+		t := p.tail.rlimits[i]
+		*t.lim = unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		p.ops[t.op].kind = opPlain
+	}
+	op, what := p.execOp(cfg)
+	if p.err != nil {
+		return fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
+	}
+	p.ops[p.tail.exec], p.what[p.tail.exec] = op, opWhat{"command", what}
+	return nil
+}
+
+// aheadStart is a sandbox built ahead (Runtime.PrepareNext).
+type aheadStart struct {
+	d *directStart
+	// key is the shape (aheadKey); withCg whether it has a cgroup.
+	key    []byte
+	withCg bool
+	upper  string
+	// work is the overlay's work directory, removed with the sandbox.
+	work string
+	// The request's stdio, connected when it is taken (spare.go's late
+	// ends).
+	stdin          lateReader
+	stdout, stderr lateWriter
+	connectOnce    sync.Once
+	// discarded is called once the sandbox is gone if no run took it.
+	discarded func()
+}
+
+func (a *aheadStart) connect(stdin io.Reader, stdout, stderr io.Writer) {
+	a.connectOnce.Do(func() {
+		a.stdin.connect(stdin)
+		a.stdout.connect(stdout)
+		a.stderr.connect(stderr)
+	})
+}
+
+// aheadKey is cfg's shape: its encoding without the command's argv,
+// environment and rlimits, the work directory and the trace flag.
+func aheadKey(cfg *nsinit.Config) []byte {
+	c := *cfg
+	c.Argv, c.Env, c.Rlimits, c.Work, c.Trace = nil, nil, nil, "", false
+	return c.AppendBinary(nil)
+}
+
+// aheadSlot holds a Runtime's ahead start.
+type aheadSlot struct {
+	mu     sync.Mutex
+	a      *aheadStart
+	closed bool
+	// wg counts discards under way (Close waits for them).
+	wg sync.WaitGroup
+	// used and discarded count ahead starts (tests, a server's status).
+	used, discarded atomic.Int64
+}
+
+// PrepareNext builds a sandbox for a run like spec ahead of it (see
+// above): the next run whose spec has spec's shape (everything but its
+// argv, environment and limits other than having memory or process
+// limits) takes it and skips the sandbox's construction. It replaces
+// the sandbox an earlier call prepared. discarded (may be nil) is
+// called, from another goroutine, once the sandbox is gone without
+// having been used: by Close, a later PrepareNext, or a run on the same
+// change set whose shape differs. The spec's change set directory must
+// stay as it is until then, or until the run that takes it has ended.
+// It returns an error when spec cannot be prepared (network mode proxy,
+// no landlock, a host without direct starts...): runs are then started
+// on demand, as without it.
+func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
+	if spec.Network == sandbox.NetworkProxy {
+		return fmt.Errorf("%w: network mode proxy is never prepared ahead", sandbox.ErrInvalidSpec)
+	}
+	if len(spec.Argv) == 0 {
+		spec.Argv = []string{"true"} // the shape does not depend on it
+	}
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	var res sandbox.Result
+	cfg, err := r.config(spec, &nsinit.Tracer{}, false, &res)
+	if err != nil {
+		return err
+	}
+	if cfg.Landlock == 0 {
+		return fmt.Errorf("%w: an ahead start needs landlock", sandbox.ErrSetup)
+	}
+	lim := spec.Limits
+	wantCg := (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available
+	if !r.directOK(cfg, wantCg) {
+		return fmt.Errorf("%w: this host has no direct starts", sandbox.ErrSetup)
+	}
+	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	a := &aheadStart{key: aheadKey(cfg), upper: cfg.Upper, stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter(), discarded: discarded}
+	if cfg.Upper != "" {
+		if a.work, err = makeWork(cfg.Upper); err != nil {
+			return err
+		}
+		cfg.Work = a.work
+	}
+	var cg *cgroup
+	if wantCg {
+		if cg, err = newCgroup(r.cgl, 0, 0); err != nil {
+			removeWork(a.work)
+			return fmt.Errorf("%w: cgroup: %w", sandbox.ErrSetup, err)
+		}
+		a.withCg = true
+	}
+	a.d, err = r.buildDirect(cfg, cg, a.stdin, a.stdout, a.stderr, directOpts{ahead: true, pid1Pause: r.pid1Pause}, &nsinit.Tracer{})
+	if err != nil {
+		removeWork(a.work)
+		return fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	s := &r.ahead
+	s.mu.Lock()
+	old := s.a
+	s.a = a
+	if s.closed {
+		s.a, old = nil, a
+	}
+	if old != nil {
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if old != nil {
+		go func() {
+			defer s.wg.Done()
+			r.discardAhead(old)
+		}()
+	}
+	return nil
+}
+
+// claimAhead takes the ahead start on the change set upper, if any.
+func (r *Runtime) claimAhead(upper string) *aheadStart {
+	s := &r.ahead
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.a == nil || s.a.upper != upper || upper == "" {
+		return nil
+	}
+	a := s.a
+	s.a = nil
+	return a
+}
+
+// useAhead prepares a, claimed by a run of cfg, for that run and reports
+// whether it can serve it; when it cannot, a is discarded.
+func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits, wantCg bool) bool {
+	ok := false
+	defer func() {
+		if !ok {
+			s := &r.ahead
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				r.discardAhead(a)
+			}()
+		}
+	}()
+	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	if a.withCg != wantCg || !bytes.Equal(a.key, aheadKey(cfg)) {
+		return false
+	}
+	select {
+	case <-a.d.started:
+		return false // PID 1 is gone (killed, or its build failed)
+	default:
+	}
+	if a.d.cg != nil && (lim.Memory > 0 || lim.Pids > 0) {
+		if err := a.d.cg.setLimits(r.cgl, lim.Memory, lim.Pids); err != nil {
+			r.opts.Logger.Debug("sandbox: limits not accepted by an ahead start's cgroup", "err", err)
+			return false
+		}
+	}
+	if err := a.d.prog.fillTail(cfg); err != nil {
+		r.opts.Logger.Debug("sandbox: an ahead start cannot take the command", "err", err)
+		return false
+	}
+	ok = true
+	return true
+}
+
+// runAhead runs cfg on a, which useAhead prepared.
+func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec, res sandbox.Result, gate func() error, early func(sandbox.Result),
+	tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
+	defer removeWork(a.work)
+	lim := spec.Limits
+	var stdin io.Reader
+	if spec.Stdin != nil {
+		stdin = spec.Stdin
+	}
+	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
+	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	a.connect(stdin, stdout, stderr)
+	tr.Mark("ahead start taken")
+	r.ahead.used.Add(1)
+	a.d.start = time.Now()
+	return a.d.finish(ctx, res, lim, stdout, stderr, gate, early, tr, stOut)
+}
+
+// discardAhead ends an ahead start no run took: PID 1, refused at the
+// gate, exits; then what the start holds is released.
+func (r *Runtime) discardAhead(a *aheadStart) {
+	a.connect(nil, io.Discard, io.Discard)
+	a.d.release(releaseStop)
+	o := <-a.d.started
+	if o.err == nil {
+		// Released after all (cannot happen: it was refused); end it.
+		_ = a.d.vp.Signal(unix.SIGKILL)
+		_ = a.d.vp.Wait()
+	}
+	a.d.close()
+	removeWork(a.work)
+	r.ahead.discarded.Add(1)
+	if a.discarded != nil {
+		a.discarded()
+	}
+}
+
+// closeAhead discards the ahead start and waits for every discard.
+func (r *Runtime) closeAhead() {
+	s := &r.ahead
+	s.mu.Lock()
+	a := s.a
+	s.a, s.closed = nil, true
+	s.mu.Unlock()
+	if a != nil {
+		r.discardAhead(a)
+	}
+	s.wg.Wait()
+}
