@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -205,6 +206,9 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	}
 	var tempCS string
 	var tempInMemory bool
+	// ahead: the sandbox server's native runtime, which builds the next
+	// run's sandbox ahead (SandboxHost.prepareNext).
+	ahead := a.Host != nil && a.early != nil && (runtime == "" || runtime == "native") && !f.trace
 	if tpl.Workspace && !f.noWorkspace {
 		ws := f.workspace
 		if ws == "" {
@@ -218,9 +222,17 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		}
 		cs := f.changeset
 		if cs == "" {
-			dir, inMemory, err := a.throwawayChangeSet(runtime)
-			if err != nil {
-				return err
+			// In the sandbox server, the one a sandbox was built ahead
+			// on (SandboxHost.prepareNext), if it is for this run.
+			dir, inMemory, ok := "", false, false
+			if ahead {
+				dir, inMemory, ok = a.Host.takeScratch(scratchKey(a, runtime, ws))
+			}
+			if !ok {
+				var err error
+				if dir, inMemory, err = a.throwawayChangeSet(runtime); err != nil {
+					return err
+				}
 			}
 			tempInMemory = inMemory
 			defer os.RemoveAll(dir)
@@ -295,8 +307,13 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	o := <-reported
 	exitErr := sandboxOutcome(cmd.Context(), a, f, spec, tempCS, tempInMemory, o.res, o.err)
 	a.replyEarly(exitErr)
-	if fin := <-final; fin.err != nil && o.err == nil {
+	fin := <-final
+	if fin.err != nil && o.err == nil {
 		a.Host.logger.Warn("sandbox: after the reply", "err", fin.err) // the caller is gone
+	}
+	if nrt, ok := rt.(*native.Runtime); ok && ahead && fin.err == nil && tempCS != "" && spec.Network != sandbox.NetworkProxy {
+		// The next run like this one finds its sandbox built.
+		a.Host.prepareNext(a, nrt, runtime, spec)
 	}
 	return exitErr
 }

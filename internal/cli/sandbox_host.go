@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
 
 // SandboxHost is what the sandbox server's commands share: one native
-// runtime per degradation setting, which keeps a sandbox started ahead of
-// the next command, and the audit logs they write, kept open between
+// runtime per degradation setting, which keeps a sandbox built ahead for
+// the next command (prepareNext), and the audit logs they write, kept open between
 // commands (and closed after a short idle, so that other fluffy processes
 // can take the log's writer lock).
 type SandboxHost struct {
@@ -27,6 +30,23 @@ type SandboxHost struct {
 	closed   bool
 	runtimes map[bool]*native.Runtime // by AllowDegraded
 	audits   map[string]*sharedAudit  // by database path
+
+	// next is the throw-away change set a sandbox was built ahead on
+	// (prepareNext), for the next run that needs one like it. Its own
+	// lock: the runtimes report a discard while Close holds mu.
+	nextMu sync.Mutex
+	next   *nextScratch
+}
+
+// nextScratch is a throw-away change set made for the next run.
+type nextScratch struct {
+	// key says which runs it is for (scratchKey).
+	key      string
+	dir      string
+	inMemory bool
+	// taken: a run owns it (and removes it); dropped: its sandbox is
+	// gone unused.
+	taken, dropped bool
 }
 
 // SandboxHostOptions configure a SandboxHost.
@@ -80,6 +100,64 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 	}()
 	h.runtimes[allowDegraded] = rt
 	return rt, nil
+}
+
+// scratchKey is what a throw-away change set made ahead must match to
+// serve a run: the runtime, the workspace, and TMPDIR, which says where
+// it goes (App.throwawayChangeSet).
+func scratchKey(a *App, runtime, workspace string) string {
+	tmp, _ := a.Getenv("TMPDIR")
+	return runtime + "\x00" + workspace + "\x00" + tmp
+}
+
+// takeScratch returns the throw-away change set made ahead for runs of
+// key, if there is one; the caller owns it from here.
+func (h *SandboxHost) takeScratch(key string) (dir string, inMemory, ok bool) {
+	h.nextMu.Lock()
+	defer h.nextMu.Unlock()
+	n := h.next
+	if n == nil || n.key != key || n.dropped {
+		return "", false, false
+	}
+	h.next, n.taken = nil, true
+	return n.dir, n.inMemory, true
+}
+
+// prepareNext has rt build a sandbox ahead for the next run like spec (a
+// run on a throw-away change set, through this server): on a new
+// throw-away change set, which the next such run takes (takeScratch),
+// and the sandbox with it. It replaces the one prepared before.
+func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, spec sandbox.Spec) {
+	dir, inMemory, err := a.throwawayChangeSet(runtime)
+	if err != nil {
+		h.logger.Debug("sandbox: no change set for the next run", "err", err)
+		return
+	}
+	n := &nextScratch{key: scratchKey(a, runtime, spec.Workspace), dir: dir, inMemory: inMemory}
+	h.nextMu.Lock()
+	h.next = n
+	h.nextMu.Unlock()
+	spec.ChangeSet = filepath.Join(dir, "upper")
+	spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil
+	if err := rt.PrepareNext(spec, func() { h.dropScratch(n) }); err != nil {
+		h.logger.Debug("sandbox: nothing built ahead", "err", err)
+		h.dropScratch(n)
+	}
+}
+
+// dropScratch forgets n, whose sandbox is gone unused, and removes its
+// directory unless a run took it.
+func (h *SandboxHost) dropScratch(n *nextScratch) {
+	h.nextMu.Lock()
+	n.dropped = true
+	if h.next == n {
+		h.next = nil
+	}
+	taken := n.taken
+	h.nextMu.Unlock()
+	if !taken {
+		_ = os.RemoveAll(n.dir)
+	}
 }
 
 // auditLog returns the shared audit log of a's data directory, opened

@@ -108,7 +108,7 @@ type directOpts struct {
 
 // directProg builds the direct child's program for cfg.
 func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
-	trees, gated := o.trees, o.gated
+	trees, gated := o.trees, o.gated || o.ahead
 	p := &childProg{}
 	const nr, or = "/newroot", "/oldroot"
 	const mnt, pivot = "mount", "pivot_root"
