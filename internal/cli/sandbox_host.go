@@ -97,6 +97,12 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 		} else if n > 0 {
 			h.logger.Info("sandbox: removed the cgroups killed fluffy processes left", "count", n)
 		}
+		// And their throw-away change sets in memory.
+		if n, err := sweepScratch(); err != nil {
+			h.logger.Warn("sandbox: removing the change sets killed fluffy processes left", "err", err)
+		} else if n > 0 {
+			h.logger.Info("sandbox: removed the change sets killed fluffy processes left", "count", n)
+		}
 	}()
 	h.runtimes[allowDegraded] = rt
 	return rt, nil

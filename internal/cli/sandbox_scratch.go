@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,15 +36,60 @@ const (
 // cgroup like its /tmp; --changeset DIR keeps large outputs on disk.
 func (a *App) throwawayChangeSet(runtime string) (dir string, inMemory bool, err error) {
 	if tmp, _ := a.Getenv("TMPDIR"); tmp == "" && runtime == "native" && memScratchUsable() {
-		if dir, err := os.MkdirTemp(memScratch, "fluffy-changeset-"); err == nil {
+		if dir, err := os.MkdirTemp(memScratch, scratchPrefix()); err == nil {
 			if userXattrs(dir) {
 				return dir, true, nil
 			}
 			os.RemoveAll(dir)
 		}
 	}
-	dir, err = os.MkdirTemp(a.tempDir(), "fluffy-changeset-")
+	dir, err = os.MkdirTemp(a.tempDir(), scratchPrefix())
 	return dir, false, err
+}
+
+// scratchPrefix names a throw-away change set after the process that
+// made it (fluffy-changeset-PID-), which sweepScratch reads.
+func scratchPrefix() string { return "fluffy-changeset-" + strconv.Itoa(os.Getpid()) + "-" }
+
+// sweepScratch removes from memScratch the throw-away change sets of
+// fluffy processes that are gone (killed with SIGKILL: a sandbox
+// server's change set made ahead for its next run, a run's own) and
+// returns how many. Only this user's, and only where the process named
+// is not running.
+func sweepScratch() (int, error) {
+	ents, err := os.ReadDir(memScratch)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "fluffy-changeset-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // running (or another user's process of that pid)
+		}
+		if err := removeScratch(filepath.Join(memScratch, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // memScratchUsable says whether memScratch is a tmpfs, large enough,
@@ -64,4 +114,19 @@ func userXattrs(dir string) bool {
 	}
 	_ = unix.Removexattr(dir, name)
 	return true
+}
+
+// removeScratch removes a throw-away change set, whose overlay work
+// directory may hold a directory of mode 0 (the kernel's).
+func removeScratch(dir string) error {
+	if os.RemoveAll(dir) == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
 }

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,6 +76,52 @@ func TestMemoryLimitMessage(t *testing.T) {
 		hint := strings.Contains(ee.Msg, "the throw-away change set is in memory") && strings.Contains(ee.Msg, "--changeset DIR")
 		if !strings.Contains(ee.Msg, "memory limit (64MiB) was reached") || hint != inMemory {
 			t.Errorf("in memory %v: message %q", inMemory, ee.Msg)
+		}
+	}
+}
+
+// sweepScratch removes the throw-away change sets of processes that are
+// gone, with what an overlay leaves in them (a work directory of mode
+// 0), and keeps those of running ones and other names.
+func TestSweepScratch(t *testing.T) {
+	if !memScratchUsable() {
+		t.Skipf("%s is not a usable tmpfs here", memScratch)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := cmd.Process.Pid
+	mk := func(name string) string {
+		d := filepath.Join(memScratch, name)
+		if err := os.MkdirAll(filepath.Join(d, ".fluffy-work-1", "work"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(d, "upper", "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(d, ".fluffy-work-1", "work"), 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = removeScratch(d) })
+		return d
+	}
+	gone := mk(fmt.Sprintf("fluffy-changeset-%d-123", dead))
+	mine := mk(scratchPrefix() + "456")
+	other := mk("fluffy-changeset-notapid-789")
+	n, err := sweepScratch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1 {
+		t.Errorf("removed %d", n)
+	}
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Errorf("%s (pid %d is gone) was kept: %v", gone, dead, err)
+	}
+	for _, d := range []string{mine, other} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
 		}
 	}
 }

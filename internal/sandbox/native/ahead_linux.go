@@ -250,8 +250,9 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 		return false
 	}
 	select {
-	case <-a.d.started:
-		return false // PID 1 is gone (killed, or its build failed)
+	case o := <-a.d.started:
+		a.d.started <- o // for discardAhead
+		return false     // PID 1 is gone (killed, or its build failed)
 	default:
 	}
 	if a.d.cg != nil && (lim.Memory > 0 || lim.Pids > 0) {
@@ -316,4 +317,10 @@ func (r *Runtime) closeAhead() {
 		r.discardAhead(a)
 	}
 	s.wg.Wait()
+}
+
+// AheadStats reports how many runs took a sandbox built ahead and how
+// many such sandboxes were discarded unused, since New.
+func (r *Runtime) AheadStats() (used, discarded int64) {
+	return r.ahead.used.Load(), r.ahead.discarded.Load()
 }

@@ -2,6 +2,15 @@ package native
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
@@ -13,4 +22,162 @@ type aheadRuntime struct{ *Runtime }
 func (a aheadRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	_ = a.PrepareNext(spec, nil) // when it cannot, the run starts on demand
 	return a.Runtime.Run(ctx, spec)
+}
+
+// aheadSpec is a run's spec on workspace ws and change set cs, with
+// every kind of limit.
+func aheadSpec(ws, cs string, argv ...string) sandbox.Spec {
+	return sandbox.Spec{Argv: argv, Env: []string{"PATH=/usr/bin:/bin", "WHO=request"}, Workspace: ws, ChangeSet: cs, Dir: ws,
+		Limits: sandbox.Limits{Wall: time.Minute, Memory: 1 << 30, Pids: 100, OpenFiles: 1234, FileSize: 5 << 20, CPU: time.Minute}}
+}
+
+// waitAhead waits until the sandbox built ahead waits at its gate (its
+// PID 1, a child of this process, blocked reading directGate), so that
+// a run takes a finished one, and returns PID 1's pid.
+func waitAhead(t *testing.T, rt *Runtime) int {
+	t.Helper()
+	rt.ahead.mu.Lock()
+	a := rt.ahead.a
+	rt.ahead.mu.Unlock()
+	if a == nil {
+		t.Fatal("nothing built ahead")
+	}
+	for range 2000 {
+		tasks, _ := filepath.Glob("/proc/self/task/*/children")
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, p := range strings.Fields(string(b)) {
+				w, err := os.ReadFile("/proc/" + p + "/wchan")
+				if err == nil && strings.Contains(string(w), "unix_stream") {
+					pid, _ := strconv.Atoi(p)
+					return pid
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("the sandbox built ahead never reached its gate")
+	return 0
+}
+
+// A sandbox built ahead waits at its gate for its request, however long
+// that takes, and then runs the request's command with the request's
+// argv, environment and rlimits (none of which it had), its writes in
+// the change set.
+func TestAheadRunsItsRequest(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	defer rt.Close()
+	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	spec := aheadSpec(ws, cs, "sh", "-c", `echo "$WHO $0 $1"; ulimit -n; ulimit -f; echo out > new.txt`, "a1", "a2")
+	if err := rt.PrepareNext(aheadSpec(ws, cs, "/bin/false"), nil); err != nil {
+		t.Fatal(err)
+	}
+	pid1 := waitAhead(t, rt)
+	time.Sleep(50 * time.Millisecond) // had it not waited, it would have run /bin/false by now
+	res, err := rt.Run(context.Background(), spec)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("run: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+	}
+	if used, _ := rt.AheadStats(); used != 1 {
+		t.Fatalf("%d runs on a sandbox built ahead, want 1", used)
+	}
+	// The same as a sandbox started on demand gives.
+	cs2 := filepath.Join(t.TempDir(), "upper")
+	want, err := rt.Run(context.Background(), aheadSpec(ws, cs2, spec.Argv...))
+	if err != nil || !strings.HasPrefix(string(want.Stdout), "request a1 a2\n1234\n") {
+		t.Fatalf("on demand: %v, stdout %q", err, want.Stdout)
+	}
+	if string(res.Stdout) != string(want.Stdout) {
+		t.Errorf("stdout %q, want %q (on demand)", res.Stdout, want.Stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(cs, "new.txt")); err != nil || string(b) != "out\n" {
+		t.Errorf("change set: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err == nil {
+		t.Error("the write reached the workspace")
+	}
+	if alive(pid1) {
+		t.Errorf("PID 1 (%d) of the sandbox built ahead outlived its run", pid1)
+	}
+	assertNoCgroups(t, rt)
+}
+
+// A run on the change set of a sandbox built ahead, in another shape
+// (here another working directory), discards it and starts its own; a
+// refused gate runs nothing; a PID 1 killed while it waits is noticed;
+// closing the runtime discards what waits. Each discard calls back and
+// leaves no process, cgroup or work directory.
+func TestAheadDiscarded(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	discards := make(chan struct{}, 8)
+	prepare := func() int {
+		t.Helper()
+		if err := rt.PrepareNext(aheadSpec(ws, cs, "true"), func() { discards <- struct{}{} }); err != nil {
+			t.Fatal(err)
+		}
+		return waitAhead(t, rt)
+	}
+	discarded := func(what string, pid1 int) {
+		t.Helper()
+		select {
+		case <-discards:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no discard reported", what)
+		}
+		if alive(pid1) {
+			t.Errorf("%s: PID 1 (%d) left", what, pid1)
+		}
+		if m, _ := filepath.Glob(filepath.Join(filepath.Dir(cs), ".fluffy-work-*")); len(m) > 0 {
+			t.Errorf("%s: work directories left: %v", what, m)
+		}
+		assertNoCgroups(t, rt)
+	}
+
+	pid1 := prepare()
+	other := aheadSpec(ws, cs, "pwd")
+	other.Dir = filepath.Join(ws, "sub")
+	res, err := rt.Run(context.Background(), other)
+	if err != nil || string(res.Stdout) != other.Dir+"\n" {
+		t.Fatalf("another shape: %v, stdout %q", err, res.Stdout)
+	}
+	discarded("another shape", pid1)
+
+	pid1 = prepare()
+	refused := errors.New("refused")
+	_, err = rt.RunGated(context.Background(), aheadSpec(ws, cs, "sh", "-c", "echo ran > ran.txt"), func() error { return refused })
+	if !errors.Is(err, refused) {
+		t.Errorf("refused gate: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cs, "ran.txt")); err == nil {
+		t.Error("the command ran past a refused gate")
+	}
+	if alive(pid1) {
+		t.Errorf("refused gate: PID 1 (%d) left", pid1)
+	}
+
+	pid1 = prepare()
+	if err := unix.Kill(pid1, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for alive(pid1) {
+		time.Sleep(time.Millisecond)
+	}
+	res, err = rt.Run(context.Background(), aheadSpec(ws, cs, "echo", "fine"))
+	if err != nil || string(res.Stdout) != "fine\n" {
+		t.Fatalf("after PID 1 was killed: %v, stdout %q", err, res.Stdout)
+	}
+	discarded("PID 1 killed", pid1)
+
+	pid1 = prepare()
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	discarded("close", pid1)
+	if used, _ := rt.AheadStats(); used != 1 {
+		t.Errorf("%d runs on a sandbox built ahead, want 1 (the refused one)", used)
+	}
 }

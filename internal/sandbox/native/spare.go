@@ -203,13 +203,15 @@ func (r *Runtime) noteErr(err error) {
 	r.pool.mu.Unlock()
 }
 
-// Close ends the runtime's spare sandboxes: it kills and reaps every
-// spare's init, removes their cgroups and waits for spares being started
-// or torn down in the background. Runs in progress are not waited for
+// Close ends the runtime's spare sandboxes and the one built ahead
+// (PrepareNext): it kills and reaps every spare's init, removes their
+// cgroups and waits for spares being started or torn down in the
+// background. Runs in progress are not waited for
 // (each tears its own sandbox down before it returns); runs after Close
 // work, without spares. It is safe to call more than once; later calls
 // wait for the same and return nil.
 func (r *Runtime) Close() error {
+	r.closeAhead()
 	if r.idmap.fd > 0 {
 		// Once made (idmapNS), it is never made again.
 		unix.Close(r.idmap.fd)

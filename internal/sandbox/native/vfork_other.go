@@ -52,3 +52,6 @@ func (r *Runtime) closeAhead() {}
 
 // directStage is a direct start's trace stage (direct_linux.go).
 const directStage = "direct start"
+
+// AheadStats: no ahead starts here.
+func (r *Runtime) AheadStats() (used, discarded int64) { return 0, 0 }
