@@ -6,7 +6,8 @@
 # BLOCK=K runs each command K times in a row per round (N rounds of K), and
 # times only the last K-1: work a command leaves running after it exits
 # (the sandbox server builds the next sandbox then) lands on its own next
-# run, not on the next command's.
+# run, not on the next command's. GAP_MS=G sleeps G ms before each run (an
+# agent's commands come seconds apart; back to back is hyperfine's case).
 import os, sys, time, statistics, shlex
 n = int(sys.argv[1]); cmds = [shlex.split(c) for c in sys.argv[2:]]
 envs = []
@@ -22,9 +23,12 @@ for c in cmds:  # warm-up
         pid = os.posix_spawnp(c[0], c, envs[cmds.index(c)], file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
         os.waitpid(pid, 0)
 block = int(os.environ.get("BLOCK", "1"))
+gap = float(os.environ.get("GAP_MS", "0")) / 1000
 for i in range(n):
     for j, c in enumerate(cmds):
       for k in range(block):
+        if gap:
+            time.sleep(gap)
         t0 = time.perf_counter()
         pid = os.posix_spawnp(c[0], c, envs[j], file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
         _, st = os.waitpid(pid, 0)

@@ -292,7 +292,15 @@ func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec
 func (r *Runtime) discardAhead(a *aheadStart) {
 	a.connect(nil, io.Discard, io.Discard)
 	a.d.release(releaseStop)
-	o := <-a.d.started
+	var o startOutcome
+	select {
+	case o = <-a.d.started:
+	case <-time.After(aheadStopWait):
+		// Stopped (SIGSTOP), say, it never reads the verdict.
+		r.opts.Logger.Warn("sandbox: a sandbox built ahead did not stop when told; killing it")
+		a.d.killPID1()
+		o = <-a.d.started
+	}
 	if o.err == nil {
 		// Released after all (cannot happen: it was refused); end it.
 		_ = a.d.vp.Signal(unix.SIGKILL)
@@ -305,6 +313,9 @@ func (r *Runtime) discardAhead(a *aheadStart) {
 		a.discarded()
 	}
 }
+
+// aheadStopWait is how long a discarded PID 1 has to exit on its own.
+const aheadStopWait = time.Second
 
 // closeAhead discards the ahead start and waits for every discard.
 func (r *Runtime) closeAhead() {

@@ -172,12 +172,32 @@ func TestAheadDiscarded(t *testing.T) {
 	}
 	discarded("PID 1 killed", pid1)
 
+	// Stopped, it cannot go on when released: the run's wall limit
+	// still ends it.
 	pid1 = prepare()
+	if err := unix.Kill(pid1, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	short := aheadSpec(ws, cs, "true")
+	short.Limits.Wall = 300 * time.Millisecond
+	res, err = rt.Run(context.Background(), short)
+	if err != nil || res.Killed != sandbox.LimitTime {
+		t.Errorf("PID 1 stopped: %v, killed %q, want the timeout", err, res.Killed)
+	}
+	if alive(pid1) {
+		t.Errorf("PID 1 stopped: %d left", pid1)
+	}
+
+	// Stopped, it cannot read that it is discarded: it is killed.
+	pid1 = prepare()
+	if err := unix.Kill(pid1, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	if err := rt.Close(); err != nil {
 		t.Fatal(err)
 	}
-	discarded("close", pid1)
-	if used, _ := rt.AheadStats(); used != 1 {
-		t.Errorf("%d runs on a sandbox built ahead, want 1 (the refused one)", used)
+	discarded("close, PID 1 stopped", pid1)
+	if used, _ := rt.AheadStats(); used != 2 {
+		t.Errorf("%d runs on a sandbox built ahead, want 2 (the refused one, the stopped one)", used)
 	}
 }

@@ -10,7 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -188,6 +191,8 @@ type directStart struct {
 	// limit's origin).
 	start time.Time
 	once  sync.Once
+	// tid is the thread that clones PID 1 (killPID1).
+	tid atomic.Int32
 }
 
 type startOutcome struct {
@@ -310,7 +315,11 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 	ends, fd := childEnds, cgFD
 	childEnds, cgFD = nil, -1
 	go func() {
-		entered, err := startOnThread(allOf(enter), allOf(leave), d.vp.Start, d.vp.Reusable, d.ended)
+		start := func() error {
+			d.tid.Store(int32(unix.Gettid()))
+			return d.vp.Start()
+		}
+		entered, err := startOnThread(allOf(enter), allOf(leave), start, d.vp.Reusable, d.ended)
 		for _, f := range ends {
 			f.Close()
 		}
@@ -320,6 +329,47 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 		d.started <- startOutcome{entered, err}
 	}()
 	return d, nil
+}
+
+// killPID1 kills PID 1 while its clone has not returned (no pidfd yet):
+// it is the child of the thread that cloned it, which waits for it.
+func (d *directStart) killPID1() {
+	tid := d.tid.Load()
+	if tid == 0 {
+		return
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", tid))
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// awaitClone waits for PID 1's clone to return (the command started, or
+// PID 1 failed). A PID 1 that never gets there (stopped with SIGSTOP
+// while it waited at the gate, say) is killed when ctx ends or the wall
+// limit passes: the run then ends as a cancelled or timed-out one.
+func (d *directStart) awaitClone(ctx context.Context, wall time.Duration, start time.Time) startOutcome {
+	select {
+	case o := <-d.started:
+		return o
+	default:
+	}
+	var deadline <-chan time.Time
+	if wall > 0 {
+		t := time.NewTimer(wall - time.Since(start))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case o := <-d.started:
+		return o
+	case <-ctx.Done():
+	case <-deadline:
+	}
+	d.killPID1()
+	return <-d.started
 }
 
 // release lets a gated PID 1 go on (b releaseGo) or makes it fail.
@@ -389,7 +439,7 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	default:
 		close(gateDone)
 	}
-	o := <-d.started
+	o := d.awaitClone(ctx, lim.Wall, start)
 	entered, err := o.entered, o.err
 	if tr.On {
 		tr.Mark("clone returned (command running)")
