@@ -195,6 +195,18 @@ func TestFrontBinary(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("servers on %s: %v, want one", sock, pids)
 	}
+	// The server keeps the audit log open between runs (30 s), and lets
+	// it go when another fluffy process asks for it; the next run opens
+	// it again. Each appends where the other left off.
+	if _, errOut, code := fluffy("audit", "append", "--kind", "operator.note", "--payload", `{"note":"between runs"}`); code != 0 {
+		t.Fatalf("audit append while the server holds the log: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := fluffy("sandbox", "run", "--", "/bin/true"); code != 0 {
+		t.Fatalf("sandbox run after the audit append: exit %d, stderr %q", code, errOut)
+	}
+	if out, errOut, code := fluffy("audit", "verify"); code != 0 || !strings.Contains(out, "audit log intact") {
+		t.Errorf("audit verify: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	// The server did not inherit the caller's secrets.
 	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pids[0]), "environ")); err != nil {
 		t.Fatal(err)

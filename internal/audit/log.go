@@ -87,6 +87,10 @@ type Options struct {
 	// writer's lock (a short-lived fluffy command appending its entries).
 	// Zero fails at once with ErrLocked.
 	LockWait time.Duration
+	// OnLocked, when set, is called once if another process holds the
+	// writer lock, with that process's pid (0 if unknown), before Open
+	// waits for it: the caller may ask the holder to let go.
+	OnLocked func(holder int)
 	// KeepWAL makes Close leave SQLite's write-ahead log (audit.db-wal)
 	// for the next opener instead of copying it into audit.db and
 	// deleting it, which takes two more fsyncs then and two more at the
@@ -201,7 +205,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	lock, err := lockFile(ctx, opts.Path+".lock", opts.LockWait)
+	lock, err := lockFile(ctx, opts.Path+".lock", opts.LockWait, opts.OnLocked)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +391,7 @@ func openDB(ctx context.Context, path string) (*store.DB, error) {
 // lockFile takes an exclusive flock on path, waiting up to wait for a
 // holder to let go, and writes our pid into it. The lock dies with the
 // process, so a kill -9 never leaves a stale lock.
-func lockFile(ctx context.Context, path string, wait time.Duration) (*os.File, error) {
+func lockFile(ctx context.Context, path string, wait time.Duration, onLocked func(int)) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: lock: %w", err)
@@ -397,6 +401,12 @@ func lockFile(ctx context.Context, path string, wait time.Duration) (*os.File, e
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) || ctx.Err() != nil {
 			break
+		}
+		if onLocked != nil {
+			b, _ := os.ReadFile(path)
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			onLocked(pid)
+			onLocked = nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

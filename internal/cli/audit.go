@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -44,9 +45,11 @@ func auditPaths(a *App) (db, keys string, err error) {
 	return d.Path(datadir.AuditDB), d.Path(datadir.Keys), nil
 }
 
-// openAuditLog opens the log for writing with the configured settings.
+// openAuditLog opens the log for writing with the configured settings,
+// waiting a moment for another process that holds it (a sandbox server
+// between runs lets go when asked: askServerToRelease).
 func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
-	return openAuditLogWait(ctx, a, 0, false)
+	return openAuditLogWait(ctx, a, 3*time.Second, false)
 }
 
 // openAuditLogWait opens the log for writing, waiting up to wait for
@@ -82,7 +85,34 @@ func auditLogOptions(a *App, wait time.Duration, keepWAL bool) (audit.Options, e
 		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
 		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
 		WarnSize: int64(c.WarnSize), LockWait: wait, KeepWAL: keepWAL,
+		OnLocked: askServerToRelease,
 	}, nil
+}
+
+// askServerToRelease asks the process holding the audit log's writer
+// lock to let go when it is a sandbox server of this user (fluffy-core
+// sandbox serve), which keeps the log open between runs and closes it
+// on SIGUSR1 unless a run is writing it (sandbox_serve.go). Any other
+// holder is left alone: SIGUSR1 would kill a process that does not catch
+// it.
+func askServerToRelease(pid int) {
+	if pid <= 0 || pid == os.Getpid() {
+		return
+	}
+	proc := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		return
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) < 3 || args[1] != "sandbox" || args[2] != "serve" {
+		return
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(proc, &st) != nil || int(st.Uid) != os.Geteuid() {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGUSR1)
 }
 
 func openAuditReader(ctx context.Context, a *App) (*audit.Reader, string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -22,6 +23,9 @@ type sharedAudit struct {
 	mu    sync.Mutex
 	l     *audit.Log
 	timer *time.Timer
+	// held counts the sandbox server's commands using the log
+	// (hostAudit).
+	held atomic.Int32
 }
 
 func newSharedAudit(a *App, idle time.Duration) *sharedAudit {

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 )
 
@@ -99,4 +101,49 @@ func tempFile(t *testing.T) *os.File {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// releaseAudits (SIGUSR1 from a process waiting for the writer lock)
+// closes a shared log no command holds, and never one a command is
+// writing: its exec.end must not wait for the lock it just gave away.
+func TestReleaseAudits(t *testing.T) {
+	dir := t.TempDir()
+	host := NewSandboxHost(SandboxHostOptions{Self: "/nonexistent", AuditIdle: time.Hour})
+	defer host.Close()
+	s := &sharedAudit{logger: host.logger, idle: time.Hour, open: func(ctx context.Context) (*audit.Log, error) {
+		return audit.Open(ctx, audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+	}}
+	host.audits["x"] = s
+	ctx := context.Background()
+	cmd := &hostAudit{sharedAudit: s}
+	s.held.Add(1)
+	if _, err := cmd.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	host.releaseAudits()
+	if s.l == nil {
+		t.Fatal("the log was closed while a command held it")
+	}
+	if _, err := cmd.Append(ctx, audit.Entry{Kind: audit.KindExecEnd, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Close(); err != nil { // a second Close counts once
+		t.Fatal(err)
+	}
+	if n := s.held.Load(); n != 0 {
+		t.Fatalf("held %d after the command's close", n)
+	}
+	host.releaseAudits()
+	if s.l != nil {
+		t.Fatal("the log stayed open with no command holding it")
+	}
+	// The writer lock is free: another writer gets it at once.
+	l, err := audit.Open(ctx, audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	l.Close()
 }

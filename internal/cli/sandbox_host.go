@@ -57,7 +57,8 @@ type SandboxHostOptions struct {
 	// Spares is how many sandboxes each runtime keeps started ahead.
 	Spares int
 	// AuditIdle is how long an audit log stays open after its last
-	// entry (default 2s).
+	// entry (default 30s); another fluffy process that needs it asks the
+	// server to close it sooner (releaseAudits).
 	AuditIdle time.Duration
 }
 
@@ -67,7 +68,7 @@ func NewSandboxHost(opts SandboxHostOptions) *SandboxHost {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.AuditIdle <= 0 {
-		opts.AuditIdle = 2 * time.Second
+		opts.AuditIdle = 30 * time.Second
 	}
 	return &SandboxHost{self: opts.Self, logger: opts.Logger, spares: opts.Spares, idle: opts.AuditIdle,
 		runtimes: map[bool]*native.Runtime{}, audits: map[string]*sharedAudit{}}
@@ -186,14 +187,36 @@ func (h *SandboxHost) auditLog(ctx context.Context, a *App) (auditSink, error) {
 		}}
 		h.audits[opts.Path] = s
 	}
-	return hostAudit{s}, nil
+	s.held.Add(1)
+	return &hostAudit{sharedAudit: s}, nil
 }
 
 // hostAudit is one command's use of a shared log: its Close only makes
-// the command's entries durable; the host closes the log.
-type hostAudit struct{ *sharedAudit }
+// the command's entries durable; the host closes the log. While a
+// command holds one, releaseAudits leaves the log open.
+type hostAudit struct {
+	*sharedAudit
+	once sync.Once
+}
 
-func (l hostAudit) Close() error { return l.Flush(context.Background()) }
+func (l *hostAudit) Close() error {
+	l.once.Do(func() { l.held.Add(-1) })
+	return l.Flush(context.Background())
+}
+
+// releaseAudits closes the audit logs no command is using, for another
+// fluffy process waiting for the writer lock (it sends the server
+// SIGUSR1: askServerToRelease). A command that starts meanwhile opens
+// its log again, and waits for the lock like any other process.
+func (h *SandboxHost) releaseAudits() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.audits {
+		if s.held.Load() == 0 {
+			s.closeIdle()
+		}
+	}
+}
 
 // Close closes the runtimes (killing their spare sandboxes) and the audit
 // logs. Commands still running must have ended.

@@ -60,31 +60,40 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 				debug.SetGCPercent(400)
 			}
 			log := a.Logger()
-			// A server started by a nohup'd command would hand its
-			// ignored SIGHUP down to every later sandbox (an ignored
-			// signal stays ignored across exec). Caught, it is reset to
-			// the default in each child; the server, in a session of its
-			// own, has no terminal to hang up on, so it only logs it.
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			hupDone := make(chan struct{})
-			defer func() { signal.Stop(hup); close(hupDone) }()
-			go func() {
-				for {
-					select {
-					case <-hup:
-						log.Info("sandbox server: SIGHUP ignored (stop it with 'fluffy sandbox server stop')")
-					case <-hupDone:
-						return
-					}
-				}
-			}()
 			// No spares: the native runtime starts its sandboxes directly
 			// (cheaper than a spare's Go init; docs/sandbox.md).
 			host := NewSandboxHost(SandboxHostOptions{Self: a.Self, Logger: log})
 			defer func() {
 				if err := host.Close(); err != nil {
 					log.Error("sandbox server: close", "err", err)
+				}
+			}()
+			// A server started by a nohup'd command would hand its
+			// ignored SIGHUP down to every later sandbox (an ignored
+			// signal stays ignored across exec). Caught, it is reset to
+			// the default in each child; the server, in a session of its
+			// own, has no terminal to hang up on, so it only logs it.
+			// SIGUSR1 is another fluffy process waiting for the audit
+			// log's writer lock (askServerToRelease). Both stay caught
+			// until the process ends: an uncaught SIGUSR1 would kill a
+			// server before it has closed its logs.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1)
+			sigsDone := make(chan struct{})
+			defer close(sigsDone)
+			go func() {
+				for {
+					select {
+					case sig := <-sigs:
+						if sig == syscall.SIGUSR1 {
+							log.Debug("sandbox server: closing the audit logs no run uses, for another process")
+							host.releaseAudits()
+							continue
+						}
+						log.Info("sandbox server: SIGHUP ignored (stop it with 'fluffy sandbox server stop')")
+					case <-sigsDone:
+						return
+					}
 				}
 			}()
 			err := sandboxd.Serve(cmd.Context(), sandboxd.ServerOptions{Socket: a.abs(socket), Idle: idleFor, Logger: log, Ready: ready},
