@@ -205,15 +205,9 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	if s.closed {
 		s.a, old = nil, a
 	}
-	if old != nil {
-		s.wg.Add(1)
-	}
 	s.mu.Unlock()
 	if old != nil {
-		go func() {
-			defer s.wg.Done()
-			r.discardAhead(old)
-		}()
+		r.discardAheadLater(old)
 	}
 	return nil
 }
@@ -237,12 +231,7 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 	ok := false
 	defer func() {
 		if !ok {
-			s := &r.ahead
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				r.discardAhead(a)
-			}()
+			r.discardAheadLater(a)
 		}
 	}()
 	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
@@ -267,6 +256,16 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 	}
 	ok = true
 	return true
+}
+
+// discardAheadLater discards a in the background (Close waits for it).
+func (r *Runtime) discardAheadLater(a *aheadStart) {
+	s := &r.ahead
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.discardAhead(a)
+	}()
 }
 
 // runAhead runs cfg on a, which useAhead prepared.

@@ -349,11 +349,12 @@ func (d *directStart) killPID1() {
 // awaitClone waits for PID 1's clone to return (the command started, or
 // PID 1 failed). A PID 1 that never gets there (stopped with SIGSTOP
 // while it waited at the gate, say) is killed when ctx ends or the wall
-// limit passes: the run then ends as a cancelled or timed-out one.
-func (d *directStart) awaitClone(ctx context.Context, wall time.Duration, start time.Time) startOutcome {
+// limit passes (wallKilled): the run then ends as a cancelled or
+// timed-out one.
+func (d *directStart) awaitClone(ctx context.Context, wall time.Duration, start time.Time) (o startOutcome, wallKilled bool) {
 	select {
 	case o := <-d.started:
-		return o
+		return o, false
 	default:
 	}
 	var deadline <-chan time.Time
@@ -364,12 +365,13 @@ func (d *directStart) awaitClone(ctx context.Context, wall time.Duration, start 
 	}
 	select {
 	case o := <-d.started:
-		return o
+		return o, false
 	case <-ctx.Done():
 	case <-deadline:
+		wallKilled = true
 	}
 	d.killPID1()
-	return <-d.started
+	return <-d.started, wallKilled
 }
 
 // release lets a gated PID 1 go on (b releaseGo) or makes it fail.
@@ -439,7 +441,7 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	default:
 		close(gateDone)
 	}
-	o := d.awaitClone(ctx, lim.Wall, start)
+	o, wallKilled := d.awaitClone(ctx, lim.Wall, start)
 	entered, err := o.entered, o.err
 	if tr.On {
 		tr.Mark("clone returned (command running)")
@@ -514,6 +516,9 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	case <-timedOut:
 		markTimedOut(&res)
 	default:
+		if wallKilled {
+			markTimedOut(&res)
+		}
 	}
 	if res.Killed == "" && !gotStatus {
 		if err := unreported(ctx, &res, cg != nil, oomKills); err != nil {

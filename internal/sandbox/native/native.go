@@ -455,11 +455,16 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 	}()
 	lim0 := spec.Limits
 	wantCg0 := (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available
-	// A sandbox built ahead on this change set (ahead_linux.go).
+	// A sandbox built ahead on this change set (ahead_linux.go): this
+	// run takes it, or it goes (useAhead discards what does not fit).
 	if a := r.claimAhead(cfg.Upper); a != nil {
 		ac := cfg
 		warnings := addRlimits(&ac, lim0, wantCg0)
-		if hook == nil && !tr.On && spec.Network != sandbox.NetworkProxy && r.useAhead(a, &ac, lim0, wantCg0) {
+		// An instance, a traced run or one through the egress proxy
+		// never fits.
+		if hook != nil || tr.On || spec.Network == sandbox.NetworkProxy {
+			r.discardAheadLater(a)
+		} else if r.useAhead(a, &ac, lim0, wantCg0) {
 			res.Warnings = append(res.Warnings, warnings...)
 			return r.runAhead(ctx, a, spec, res, gate, early, tr, stOut)
 		}

@@ -109,10 +109,10 @@ func TestSuite(t *testing.T) {
 				// Every case on a sandbox built ahead for its spec.
 				defer rt.Close()
 				sandboxtest.Run(t, sandboxtest.Options{Runtime: aheadRuntime{rt}, MemoryKills: rt.cgl.available})
-				if n := rt.ahead.used.Load(); n == 0 {
+				if used, discarded := rt.AheadStats(); used == 0 {
 					t.Error("no case ran on an ahead start")
 				} else {
-					t.Logf("%d cases on an ahead start, %d discarded", n, rt.ahead.discarded.Load())
+					t.Logf("%d cases on an ahead start, %d discarded", used, discarded)
 				}
 				assertNoCgroups(t, rt)
 				return
@@ -557,4 +557,13 @@ func TestPrepare(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d", res.ExitCode)
 	}
+}
+
+// aheadRuntime runs every spec on a sandbox built ahead for it
+// (PrepareNext), as a sandbox server's next request would.
+type aheadRuntime struct{ *Runtime }
+
+func (a aheadRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	_ = a.PrepareNext(spec, nil) // when it cannot, the run starts on demand
+	return a.Runtime.Run(ctx, spec)
 }

@@ -48,7 +48,8 @@ func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool) bo
 func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.Result, func() error, func(sandbox.Result), *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("direct start: not on this architecture")
 }
-func (r *Runtime) closeAhead() {}
+func (r *Runtime) closeAhead()                   {}
+func (r *Runtime) discardAheadLater(*aheadStart) {}
 
 // directStage is a direct start's trace stage (direct_linux.go).
 const directStage = "direct start"
