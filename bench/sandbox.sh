@@ -33,7 +33,7 @@ CS=$(mktemp -d /var/tmp/fluffy-bench-cs-XXXXXX)
 export FLUFFY_HOME=$(mktemp -d /var/tmp/fluffy-bench-home-XXXXXX)
 export XDG_RUNTIME_DIR=$(mktemp -d /tmp/fluffy-bench-run-XXXXXX)
 server_pid() {
-	pgrep -f "sandbox serve --socket $XDG_RUNTIME_DIR/" | head -1
+	pgrep -o -f "sandbox serve --socket $XDG_RUNTIME_DIR/"
 }
 cleanup() {
 	local pid

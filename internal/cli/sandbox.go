@@ -311,7 +311,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if fin.err != nil && o.err == nil {
 		a.Host.logger.Warn("sandbox: after the reply", "err", fin.err) // the caller is gone
 	}
-	if nrt, ok := rt.(*native.Runtime); ok && ahead && fin.err == nil && tempCS != "" && spec.Network != sandbox.NetworkProxy {
+	if nrt, ok := rt.(*native.Runtime); ok && ahead && fin.err == nil && (tempCS != "" || spec.Workspace == "") && spec.Network != sandbox.NetworkProxy {
 		// The next run like this one finds its sandbox built.
 		a.Host.prepareNext(a, nrt, runtime, spec)
 	}

@@ -131,10 +131,18 @@ func (h *SandboxHost) takeScratch(key string) (dir string, inMemory, ok bool) {
 }
 
 // prepareNext has rt build a sandbox ahead for the next run like spec (a
-// run on a throw-away change set, through this server): on a new
-// throw-away change set, which the next such run takes (takeScratch),
-// and the sandbox with it. It replaces the one prepared before.
+// run through this server on a throw-away change set, or without a
+// workspace): on a new throw-away change set, which the next such run
+// takes (takeScratch), and the sandbox with it. It replaces the one
+// prepared before.
 func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, spec sandbox.Spec) {
+	spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil
+	if spec.Workspace == "" {
+		if err := rt.PrepareNext(spec, nil); err != nil {
+			h.logger.Debug("sandbox: nothing built ahead", "err", err)
+		}
+		return
+	}
 	dir, inMemory, err := a.throwawayChangeSet(runtime)
 	if err != nil {
 		h.logger.Debug("sandbox: no change set for the next run", "err", err)
@@ -145,7 +153,6 @@ func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, sp
 	h.next = n
 	h.nextMu.Unlock()
 	spec.ChangeSet = filepath.Join(dir, "upper")
-	spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil
 	if err := rt.PrepareNext(spec, func() { h.dropScratch(n) }); err != nil {
 		h.logger.Debug("sandbox: nothing built ahead", "err", err)
 		h.dropScratch(n)

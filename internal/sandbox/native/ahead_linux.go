@@ -39,8 +39,9 @@ import (
 // argv, environment and rlimits and the overlay's work directory (which
 // the ahead start owns), and whether it has a cgroup: any difference and
 // the run starts its own sandbox. A run on the same change set as an
-// ahead start always takes it over, to use or to discard: two overlays
-// on one upper directory are undefined.
+// ahead start (or, without a change set, any run without one) always
+// takes it over, to use or to discard: two overlays on one upper
+// directory are undefined.
 //
 // An ahead start needs landlock: without it, PID 1 would hold ForkLock
 // until the command started (direct_linux.go), so every other start of
@@ -212,12 +213,13 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	return nil
 }
 
-// claimAhead takes the ahead start on the change set upper, if any.
+// claimAhead takes the ahead start on the change set upper, if any (""
+// for a run without one: no workspace, or a read-only one).
 func (r *Runtime) claimAhead(upper string) *aheadStart {
 	s := &r.ahead
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.a == nil || s.a.upper != upper || upper == "" {
+	if s.a == nil || s.a.upper != upper {
 		return nil
 	}
 	a := s.a

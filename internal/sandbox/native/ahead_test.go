@@ -237,3 +237,32 @@ func benchWorkspace(b *testing.B, ahead bool) {
 	}
 	reportMedian(b, ds, cpuTime()-cpu0)
 }
+
+// A run without a workspace (no change set to bind it) takes a sandbox
+// built ahead without one, and a run with a workspace does not.
+func TestAheadNoWorkspace(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	defer rt.Close()
+	spec := sandbox.Spec{Argv: []string{"sh", "-c", "pwd; echo $WHO"}, Env: []string{"PATH=/usr/bin:/bin", "WHO=req"}, Limits: sandbox.Limits{Memory: 1 << 30, Pids: 64}}
+	if err := rt.PrepareNext(sandbox.Spec{Argv: []string{"true"}, Limits: spec.Limits}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitAhead(t, rt)
+	res, err := rt.Run(context.Background(), spec)
+	if err != nil || string(res.Stdout) != "/\nreq\n" {
+		t.Fatalf("run: %v, stdout %q", err, res.Stdout)
+	}
+	if used, _ := rt.AheadStats(); used != 1 {
+		t.Fatalf("%d runs on a sandbox built ahead, want 1", used)
+	}
+	if err := rt.PrepareNext(spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	if res, err := rt.Run(context.Background(), aheadSpec(ws, cs, "true")); err != nil || res.ExitCode != 0 {
+		t.Fatalf("a workspace run: %v, exit %d", err, res.ExitCode)
+	}
+	if used, _ := rt.AheadStats(); used != 1 {
+		t.Errorf("a workspace run took the sandbox built without one")
+	}
+}
