@@ -60,7 +60,7 @@ func waitAhead(t *testing.T, rt *Runtime) int {
 func TestAheadRunsItsRequest(t *testing.T) {
 	rt := newRuntime(t, Options{})
 	defer rt.Close()
-	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	ws, cs := varTmp(t), filepath.Join(varTmp(t), "upper")
 	spec := aheadSpec(ws, cs, "sh", "-c", `echo "$WHO $0 $1"; ulimit -n; ulimit -f; echo out > new.txt`, "a1", "a2")
 	if err := rt.PrepareNext(aheadSpec(ws, cs, "/bin/false"), nil); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestAheadRunsItsRequest(t *testing.T) {
 		t.Fatalf("%d runs on a sandbox built ahead, want 1", used)
 	}
 	// The same as a sandbox started on demand gives.
-	cs2 := filepath.Join(t.TempDir(), "upper")
+	cs2 := filepath.Join(varTmp(t), "upper")
 	want, err := rt.Run(context.Background(), aheadSpec(ws, cs2, spec.Argv...))
 	if err != nil || !strings.HasPrefix(string(want.Stdout), "request a1 a2\n1234\n") {
 		t.Fatalf("on demand: %v, stdout %q", err, want.Stdout)
@@ -102,7 +102,7 @@ func TestAheadRunsItsRequest(t *testing.T) {
 // leaves no process, cgroup or work directory.
 func TestAheadDiscarded(t *testing.T) {
 	rt := newRuntime(t, Options{})
-	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	ws, cs := varTmp(t), filepath.Join(varTmp(t), "upper")
 	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +258,23 @@ func TestAheadNoWorkspace(t *testing.T) {
 	if err := rt.PrepareNext(spec, nil); err != nil {
 		t.Fatal(err)
 	}
-	ws, cs := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+	ws, cs := varTmp(t), filepath.Join(varTmp(t), "upper")
 	if res, err := rt.Run(context.Background(), aheadSpec(ws, cs, "true")); err != nil || res.ExitCode != 0 {
 		t.Fatalf("a workspace run: %v, exit %d", err, res.ExitCode)
 	}
 	if used, _ := rt.AheadStats(); used != 1 {
 		t.Errorf("a workspace run took the sandbox built without one")
 	}
+}
+
+// varTmp is a directory in /var/tmp, removed after the test: the
+// unprivileged rerun (TestSuiteUnprivileged) cannot write t.TempDir's.
+func varTmp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "fluffy-ahead-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeWork(dir) })
+	return dir
 }
