@@ -141,7 +141,7 @@ func (r *Runtime) makeIdmapNS() (int, error) {
 		},
 	}
 	vp := &vforkProcess{cmd: cmd, prog: p}
-	if _, err := startOnThread(nil, nil, vp.Start, vp.Reusable, closedChan); err != nil {
+	if _, err := startOnThread(nil, nil, nil, vp.Start, vp.Reusable, closedChan); err != nil {
 		return -1, fmt.Errorf("user namespace for the idmapped trees: %w", err)
 	}
 	_ = vp.Wait()
@@ -296,6 +296,7 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 	// cgroup (cgroup.startInside), a network namespace made ahead
 	// (netns_linux.go).
 	var enter, leave []func() error
+	var leaveAfter func() error
 	if cg != nil && !cg.v2 {
 		in, out := cg.threadMoves(r.cgl)
 		enter, leave = append(enter, in), append(leave, out)
@@ -304,7 +305,7 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 		cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWNET
 		netFD := d.netFD
 		enter = append(enter, func() error { return r.enterNetNS(netFD) })
-		leave = append(leave, r.leaveNetNS)
+		leaveAfter = r.leaveNetNS
 	}
 	if tr.On {
 		d.prog.times = make([]int64, len(d.prog.ops))
@@ -314,20 +315,19 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 	d.start = time.Now()
 	ends, fd := childEnds, cgFD
 	childEnds, cgFD = nil, -1
-	go func() {
-		start := func() error {
-			d.tid.Store(int32(unix.Gettid()))
-			return d.vp.Start()
-		}
-		entered, err := startOnThread(allOf(enter), allOf(leave), start, d.vp.Reusable, d.ended)
+	start := func() error {
+		d.tid.Store(int32(unix.Gettid()))
+		return d.vp.Start()
+	}
+	startOnThreadThen(allOf(enter), allOf(leave), leaveAfter, start, d.vp.Reusable, d.ended, func(entered bool, err error) {
+		d.started <- startOutcome{entered, err}
 		for _, f := range ends {
 			f.Close()
 		}
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		d.started <- startOutcome{entered, err}
-	}()
+	})
 	return d, nil
 }
 

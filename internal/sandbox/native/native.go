@@ -1009,14 +1009,14 @@ func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err 
 		}()
 	}
 	if !entered && err == nil {
-		_, err = startOnThread(nil, nil, launch, reusable, ended)
+		_, err = startOnThread(nil, nil, nil, launch, reusable, ended)
 		if err != nil && cgJoined {
 			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
 			// cgroup the clone may not enter directly (delegation rules):
 			// join after the start instead, as on cgroup v1.
 			cmd, cgJoined, stage1 = newCmd(false), false, false
 			newProc()
-			_, err = startOnThread(nil, nil, launch, reusable, ended)
+			_, err = startOnThread(nil, nil, nil, launch, reusable, ended)
 		}
 	}
 	tr.Mark("clone, id maps, exec (cmd.Start)")

@@ -49,7 +49,7 @@ func TestVforkProcess(t *testing.T) {
 	}
 	cmd, out := vforkCmd(t, "/bin/sh", "-c", `echo "$(id -u) $(id -g) $(cat /proc/self/uid_map) $(cat /proc/self/setgroups) $$"; exit 3`)
 	p := &vforkProcess{cmd: cmd}
-	if _, err := startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
+	if _, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
 	err := p.Wait()
@@ -79,7 +79,7 @@ func TestVforkProcess(t *testing.T) {
 	bad, _ := vforkCmd(t, "/nonexistent/init")
 	bad.Stdin = strings.NewReader("in")
 	p = &vforkProcess{cmd: bad}
-	_, err = startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{}))
+	_, err = startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{}))
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("start of a missing program: %v, want ENOENT", err)
 	}
@@ -100,7 +100,7 @@ func TestVforkNofile(t *testing.T) {
 	if os.Getenv("FLUFFY_NOFILE_HELPER") == "1" {
 		cmd, out := vforkCmd(t, "/bin/sh", "-c", "ulimit -Sn")
 		p := &vforkProcess{cmd: cmd}
-		if _, err := startOnThread(nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
+		if _, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.Wait(); err != nil {
