@@ -174,11 +174,11 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 		return fmt.Errorf("%w: an ahead start needs landlock", sandbox.ErrSetup)
 	}
 	lim := spec.Limits
-	wantCg := (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available
+	wantCg := r.wantsCgroup(lim)
 	if !r.directOK(cfg, wantCg) {
 		return fmt.Errorf("%w: this host has no direct starts", sandbox.ErrSetup)
 	}
-	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	cfg.LowerFD = r.lowerFD(cfg)
 	a := &aheadStart{key: aheadKey(cfg), upper: cfg.Upper, stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter(), discarded: discarded}
 	if cfg.Upper != "" {
 		if a.work, err = makeWork(cfg.Upper); err != nil {
@@ -236,7 +236,7 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 			r.discardAheadLater(a)
 		}
 	}()
-	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	cfg.LowerFD = r.lowerFD(cfg)
 	if a.withCg != wantCg || !bytes.Equal(a.key, aheadKey(cfg)) {
 		return false
 	}

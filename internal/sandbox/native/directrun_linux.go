@@ -87,7 +87,7 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 	tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
 	lim := spec.Limits
 	var cg *cgroup
-	if (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available {
+	if r.wantsCgroup(lim) {
 		var err error
 		if cg, err = newCgroup(r.cgl, lim.Memory, lim.Pids); err != nil {
 			res.Warnings = append(res.Warnings, "no cgroup for this run: "+err.Error())
@@ -96,7 +96,7 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 	}
 	tr.Mark("cgroup created")
 	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
-	cfg.LowerFD = r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	cfg.LowerFD = r.lowerFD(cfg)
 	var stdin io.Reader
 	if spec.Stdin != nil {
 		// Never the caller's terminal (TIOCSTI and friends): a pipe.

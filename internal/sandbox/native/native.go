@@ -453,18 +453,19 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			cleanups[i]()
 		}
 	}()
-	lim0 := spec.Limits
-	wantCg0 := (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available
+	// Limits: a cgroup where the host allows it, rlimits always.
+	lim := spec.Limits
+	wantCg := r.wantsCgroup(lim)
 	// A sandbox built ahead on this change set (ahead_linux.go): this
 	// run takes it, or it goes (useAhead discards what does not fit).
 	if a := r.claimAhead(cfg.Upper); a != nil {
 		ac := cfg
-		warnings := addRlimits(&ac, lim0, wantCg0)
+		warnings := addRlimits(&ac, lim, wantCg)
 		// An instance, a traced run or one through the egress proxy
 		// never fits.
 		if hook != nil || tr.On || spec.Network == sandbox.NetworkProxy {
 			r.discardAheadLater(a)
-		} else if r.useAhead(a, &ac, lim0, wantCg0) {
+		} else if r.useAhead(a, &ac, lim, wantCg) {
 			res.Warnings = append(res.Warnings, warnings...)
 			return r.runAhead(ctx, a, spec, res, gate, early, tr, stOut)
 		}
@@ -489,14 +490,11 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		defer proxyF.Close()
 	}
 	tr.Mark("spec, facilities, work dir")
-	if hook == nil && proxyF == nil && r.directOK(&cfg, (lim0.Memory > 0 || lim0.Pids > 0) && r.cgl.available) {
+	if hook == nil && proxyF == nil && r.directOK(&cfg, wantCg) {
 		return r.startDirect(ctx, &cfg, spec, res, early, gate, tr, stOut)
 	}
-	// Limits: a cgroup where the host allows it, rlimits always. A spare
-	// sandbox (Options.Spares) is taken when one fits: it brings its own
-	// cgroup, into which this request's limits are written.
-	lim := spec.Limits
-	wantCg := (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available
+	// A spare sandbox (Options.Spares) is taken when one fits: it brings
+	// its own cgroup, into which this request's limits are written.
 	spareable := useSpares && hook == nil && proxyF == nil && r.opts.Spares > 0
 	var sp *sandboxProc
 	refillNow := func() {}
@@ -524,11 +522,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 		tr.Mark("cgroup created")
 	}
 	res.Warnings = append(res.Warnings, addRlimits(&cfg, lim, cg != nil)...)
-	// Root's sandboxes are host uid nobody: an idmapped clone of the
-	// workspace makes its root-owned files the sandbox root's.
-	if r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO {
-		cfg.LowerFD = true
-	}
+	cfg.LowerFD = r.lowerFD(&cfg)
 	var stdin io.Reader
 	if spec.Stdin != nil {
 		stdin = spec.Stdin
@@ -1211,6 +1205,20 @@ func resolveDir(p, what string) (string, error) {
 		return "", fmt.Errorf("%w: %s %s is not a directory", sandbox.ErrInvalidSpec, what, p)
 	}
 	return r, nil
+}
+
+// wantsCgroup says whether a run with lim gets a cgroup: it has memory or
+// process limits and the host has cgroups.
+func (r *Runtime) wantsCgroup(lim sandbox.Limits) bool {
+	return (lim.Memory > 0 || lim.Pids > 0) && r.cgl.available
+}
+
+// lowerFD says whether cfg's workspace (and change set, and mounts) come
+// as idmapped trees (nsinit.Config.LowerFD): root's sandboxes are host
+// uid nobody, and an idmapped clone of the workspace makes its
+// root-owned files the sandbox root's.
+func (r *Runtime) lowerFD(cfg *nsinit.Config) bool {
+	return r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
 }
 
 // makeWork makes the overlay's work directory beside upper.
