@@ -14,6 +14,13 @@
 # FLUFFY_SANDBOX_SERVER=off does, and what every run cost before the
 # server), and `fluffy version` (the cost of starting the client at all).
 #
+# Two reference rows say where the rest goes: a Go hello-world (the start
+# and exit of any Go process, the floor of the `fluffy` client), and
+# `fluffy --home /dev/shm/… sandbox run`, whose audit log is in memory, so
+# that its two durable commits per run (exec.start before the command,
+# exec.end before the reply) cost no disk flush: the difference to
+# `fluffy sandbox run` is what durability costs on this disk.
+#
 # After hyperfine (wall time), `perf stat` runs each command CPU_RUNS times
 # (default 50) and reports task-clock (CPU time of the command and all its
 # children), context switches and page faults. A forwarded command's work
@@ -32,6 +39,8 @@ WS=$(mktemp -d /var/tmp/fluffy-bench-XXXXXX)
 CS=$(mktemp -d /var/tmp/fluffy-bench-cs-XXXXXX)
 export FLUFFY_HOME=$(mktemp -d /var/tmp/fluffy-bench-home-XXXXXX)
 export XDG_RUNTIME_DIR=$(mktemp -d /tmp/fluffy-bench-run-XXXXXX)
+MEMHOME=$(mktemp -d /dev/shm/fluffy-bench-home-XXXXXX)
+HELLO=$(mktemp -d /var/tmp/fluffy-bench-hello-XXXXXX)
 server_pid() {
 	pgrep -o -f "sandbox serve --socket $XDG_RUNTIME_DIR/"
 }
@@ -39,16 +48,19 @@ cleanup() {
 	local pid
 	pid=$(server_pid || true)
 	[ -n "$pid" ] && kill "$pid" 2>/dev/null && sleep 0.5
-	rm -rf "$WS" "$CS" "$FLUFFY_HOME" "$XDG_RUNTIME_DIR"
+	rm -rf "$WS" "$CS" "$FLUFFY_HOME" "$XDG_RUNTIME_DIR" "$MEMHOME" "$HELLO"
 }
 trap cleanup EXIT
+printf 'module hello\n\ngo 1.21\n' >"$HELLO/go.mod"
+printf 'package main\n\nfunc main() {}\n' >"$HELLO/main.go"
+(cd "$HELLO" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o hello .)
 BWRAP='bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true'
 # 'fluffy sandbox run' is the command as a user types it in a
 # workspace: a throw-away change set in $TMPDIR, removed after the run.
 names=(bare bwrap 'fluffy sandbox run' 'fluffy sandbox run --changeset DIR' 'fluffy sandbox run --no-workspace'
-	'fluffy-core sandbox run (no server)' 'fluffy version')
+	'fluffy sandbox run, audit log in memory' 'fluffy-core sandbox run (no server)' 'fluffy version' 'go hello-world')
 cmds=('/bin/true' "$BWRAP" "$BIN sandbox run -- /bin/true" "$BIN sandbox run --changeset $CS/upper -- /bin/true" "$BIN sandbox run --no-workspace -- /bin/true"
-	"$BIN-core sandbox run -- /bin/true" "$BIN version")
+	"$BIN --home $MEMHOME sandbox run -- /bin/true" "$BIN-core sandbox run -- /bin/true" "$BIN version" "$HELLO/hello")
 if [ -n "${BASELINE:-}" ]; then
 	names+=('baseline: fluffy sandbox run')
 	cmds+=("$BASELINE sandbox run -- /bin/true")
