@@ -299,6 +299,11 @@ func TestFrontBinary(t *testing.T) {
 	if again := serverPids(t, sock); len(again) != 1 || again[0] == pids[0] {
 		t.Errorf("servers after kill -9: %v (the killed one was %v); stderr %q", again, pids, errOut)
 	}
+	if os.Geteuid() == 0 {
+		auditDiskFull(t, work, func(home string, args ...string) (string, string, int) {
+			return fluffyIn(ws, "", []string{"FLUFFY_HOME=" + home}, args...)
+		})
+	}
 	// fluffy-core is the front itself (a broken install): no exec loop.
 	if err := os.Remove(core); err != nil {
 		t.Fatal(err)
@@ -308,5 +313,79 @@ func TestFrontBinary(t *testing.T) {
 	}
 	if _, errOut, code := fluffy("audit", "verify"); code != 1 || !strings.Contains(errOut, "same front binary") {
 		t.Errorf("a front installed as fluffy-core: exit %d, %q", code, errOut)
+	}
+}
+
+// auditDiskFull fills the file system of the audit log under the sandbox
+// server (a small tmpfs): a run is then refused, says why, and does not
+// run; once there is room again, the next run works, and the log holds
+// the refused run's exec.start followed by an exec.end saying it did not
+// run (never a start without its outcome), and verifies.
+func auditDiskFull(t *testing.T, work string, fluffy func(home string, args ...string) (string, string, int)) {
+	t.Helper()
+	mnt := filepath.Join(work, "small")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
+		t.Skipf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	home, cs := filepath.Join(mnt, "data"), filepath.Join(work, "cs-full")
+	if out, errOut, code := fluffy(home, "sandbox", "run", "--", "/bin/echo", "first"); code != 0 || out != "first\n" {
+		t.Fatalf("first run: exit %d, %q %q", code, out, errOut)
+	}
+	fill, err := os.Create(filepath.Join(mnt, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := fill.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fill.Close()
+	out, errOut, code := fluffy(home, "sandbox", "run", "--changeset", cs, "--", "/bin/sh", "-c", "echo ran > ran.txt; echo ran")
+	if code != 125 || out != "" || !strings.Contains(errOut, "audit.db") || !strings.Contains(errOut, "full") {
+		t.Errorf("run with the audit log's disk full: exit %d, stdout %q, stderr %q; want 125 and a message naming the log and the full disk", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(cs, "ran.txt")); err == nil {
+		t.Error("the command ran although its exec.start could not be recorded")
+	}
+	if err := os.Remove(fill.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := fluffy(home, "sandbox", "run", "--", "/bin/echo", "third"); code != 0 || out != "third\n" {
+		t.Fatalf("run after the disk has room again: exit %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = fluffy(home, "audit", "log")
+	if code != 0 {
+		t.Fatalf("audit log: exit %d, %q", code, errOut)
+	}
+	var lines []string
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, "\texec.") {
+			lines = append(lines, l)
+		}
+	}
+	want := []struct{ kind, has string }{
+		{"exec.start", `"first"`}, {"exec.end", `"exit_code":0`},
+		{"exec.start", "ran.txt"}, {"exec.end", "not run: the audit log could not make exec.start durable"},
+		{"exec.start", `"third"`}, {"exec.end", `"exit_code":0`},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("exec entries:\n%s\nwant %d", strings.Join(lines, ""), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], "\t"+w.kind+"\t") || !strings.Contains(lines[i], w.has) {
+			t.Errorf("exec entry %d: %q, want %s with %s", i, lines[i], w.kind, w.has)
+		}
+	}
+	if out, errOut, code := fluffy(home, "audit", "verify"); code != 0 || !strings.Contains(out, "audit log intact") {
+		t.Errorf("audit verify after the full disk: exit %d, %q %q", code, out, errOut)
 	}
 }

@@ -98,7 +98,21 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	}
 	// exec.start is a buffered kind; the execution must not begin before
 	// its record is durable.
-	return log.Flush(ctx)
+	if err := log.Flush(ctx); err != nil {
+		notRun(ctx, log, "cli", map[string]any{"template": r.template, "argv": spec.Argv}, err)
+		return err
+	}
+	return nil
+}
+
+// notRun records, after an exec.start that could not be made durable,
+// that the command did not run. Both stay queued in the log (a full disk)
+// and are written in order once it can write again, so that the log never
+// shows a start without its outcome for a command that never ran. Best
+// effort: the caller reports the first failure.
+func notRun(ctx context.Context, log auditSink, actor string, payload map[string]any, why error) {
+	payload["error"] = "not run: the audit log could not make exec.start durable: " + why.Error()
+	_, _ = log.Append(context.WithoutCancel(ctx), audit.Entry{Kind: audit.KindExecEnd, Actor: actor, Payload: payload})
 }
 
 func (r *auditRecorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.Result, runErr error) error {

@@ -380,7 +380,6 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		}
 	}
 	// 6. Execute.
-	started := time.Now()
 	if !cl.fast {
 		start := map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}
 		if t.Execution().Class == tool.Sandbox && r.o.RuntimeName != "" {
@@ -390,7 +389,26 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			return agent.Result{}, err
 		}
 	}
-	out, execErr := r.execute(ctx, cl, args)
+	// Write-ahead, as `fluffy sandbox run` does: a sandboxed command
+	// starts only once the record of it (and of the gates that let it)
+	// is on disk, so that even a host crash it causes leaves that
+	// record. The commit runs while the sandbox is built (gate). Kernel
+	// tools only write into the change set.
+	var gate *writeAhead
+	if !cl.fast && t.Execution().Class == tool.Sandbox {
+		gate = r.writeAhead(ctx)
+	}
+	started := time.Now()
+	out, execErr := r.execute(ctx, cl, args, gate)
+	if gate != nil {
+		if err := gate.wait(); err != nil {
+			// Queued behind exec.start, written with it once the log
+			// can write: the command did not run.
+			_, _ = r.o.Audit.Append(context.WithoutCancel(ctx), audit.Entry{Session: r.o.Session.ID, Kind: audit.KindExecEnd, Actor: r.o.Actor,
+				Payload: map[string]any{"call": cl.id, "tool": cl.name, "is_error": true, "error": "not run: the audit log could not make exec.start durable: " + err.Error()}})
+			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
+		}
+	}
 	dur := time.Since(started)
 	// 7. Sanitize.
 	var s tool.Sanitized
@@ -667,7 +685,28 @@ func preview(op *operation.Operation) string {
 }
 
 // execute runs an allowed call in its class.
-func (r *Router) execute(ctx context.Context, cl *call, args tool.Args) (tool.Result, error) {
+// writeAhead is the commit that makes a sandboxed call's records durable
+// before its command starts.
+type writeAhead struct {
+	once sync.Once
+	done chan error
+	err  error
+}
+
+// writeAhead starts the commit.
+func (r *Router) writeAhead(ctx context.Context) *writeAhead {
+	w := &writeAhead{done: make(chan error, 1)}
+	go func() { w.done <- r.o.Audit.Flush(ctx) }()
+	return w
+}
+
+// wait returns the commit's outcome once it is known.
+func (w *writeAhead) wait() error {
+	w.once.Do(func() { w.err = <-w.done })
+	return w.err
+}
+
+func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *writeAhead) (tool.Result, error) {
 	t := cl.t
 	if t.Name() == RequestApprovalName {
 		return r.runPlan(ctx, args)
@@ -676,12 +715,15 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args) (tool.Re
 	case tool.FastPath, tool.Kernel:
 		return t.Run(ctx, args)
 	case tool.Sandbox:
-		return r.sandboxed(ctx, t, args)
+		return r.sandboxed(ctx, t, args, gate)
 	}
 	return tool.Result{}, fmt.Errorf("unknown execution class %q", t.Execution().Class)
 }
 
-func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (tool.Result, error) {
+// sandboxed runs a sandbox tool's command once gate (if any) has made its
+// records durable: a runtime that builds sandboxes ahead of the command
+// (sandbox.GatedRunner) builds it meanwhile.
+func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, gate *writeAhead) (tool.Result, error) {
 	if r.o.Runtime == nil || r.o.ChangeSet == nil {
 		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
 	}
@@ -710,7 +752,17 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args) (t
 		}
 	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
-	res, err := r.o.Runtime.Run(ctx, spec)
+	var res sandbox.Result
+	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
+	case gate == nil:
+		res, err = r.o.Runtime.Run(ctx, spec)
+	case ok:
+		res, err = gr.RunGated(ctx, spec, gate.wait)
+	default:
+		if err = gate.wait(); err == nil {
+			res, err = r.o.Runtime.Run(ctx, spec)
+		}
+	}
 	written := changedSince(r.o.ChangeSet.UpperDir(), before)
 	if err == nil && len(written) > 0 {
 		r.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
@@ -89,6 +90,9 @@ type setup struct {
 	approver bool
 	tokens   bool       // approved plan steps become capability tokens
 	audit    *audit.Log // use this log instead of a fresh one
+	// hook changes the router's options last (wrapping its audit log
+	// or runtime).
+	hook func(*router.Options)
 	// userPolicy replaces extraRules as the user's policy file.
 	userPolicy []byte
 }
@@ -171,6 +175,9 @@ func newEnv(t testing.TB, s setup) *env {
 		must(t, err)
 		o.Runtime, err = native.New(native.Options{Self: self})
 		must(t, err)
+	}
+	if s.hook != nil {
+		s.hook(&o)
 	}
 	e.r, err = router.New(o)
 	must(t, err)
@@ -325,6 +332,150 @@ func TestAuditFailureRefuses(t *testing.T) {
 	res, err = e.r.Call(t.Context(), tc("fs.read", map[string]any{"path": "README.md"}))
 	if !errors.Is(err, router.ErrAudit) || strings.Contains(res.Content, "hello") {
 		t.Errorf("read with a broken audit log: %+v, %v", res, err)
+	}
+}
+
+// eventLog, plainRuntime and gatedRuntime note, in one sequence, what reaches the
+// audit log and when a sandbox starts.
+type eventLog struct {
+	router.Recorder
+	ev       *events
+	flushErr error // Flush fails with it (nothing is written)
+}
+
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	e.list = append(e.list, s)
+	e.mu.Unlock()
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+func (l eventLog) Append(ctx context.Context, en audit.Entry) (uint64, error) {
+	l.ev.add("append " + string(en.Kind))
+	return l.Recorder.Append(ctx, en)
+}
+
+func (l eventLog) Flush(ctx context.Context) error {
+	l.ev.add("flush")
+	if l.flushErr != nil {
+		l.ev.add("flush failed")
+		return l.flushErr
+	}
+	err := l.Recorder.Flush(ctx)
+	l.ev.add("flushed")
+	return err
+}
+
+// plainRuntime runs a command at once; gatedRuntime builds first and
+// runs it once the gate passes (sandbox.GatedRunner).
+type plainRuntime struct {
+	sandbox.Runtime
+	ev *events
+}
+
+func (r plainRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	r.ev.add("command starts")
+	return r.Runtime.Run(ctx, spec)
+}
+
+type gatedRuntime struct {
+	plainRuntime
+	gr sandbox.GatedRunner
+}
+
+func (r gatedRuntime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
+	r.ev.add("build")
+	return r.gr.RunGated(ctx, spec, func() error {
+		err := gate()
+		if err == nil {
+			r.ev.add("command starts")
+		}
+		return err
+	})
+}
+
+// A sandboxed command runs only once its exec.start (and the gates'
+// records before it) is durable, as with `fluffy sandbox run`, with the
+// commit beside the sandbox's build where the runtime can build first;
+// when the commit fails the command does not run, and the log says so
+// right after the exec.start.
+func TestSandboxExecWriteAhead(t *testing.T) {
+	for _, gated := range []bool{true, false} {
+		for _, fail := range []bool{false, true} {
+			name := map[bool]string{true: "gated", false: "plain"}[gated] + "/" + map[bool]string{false: "durable", true: "flush fails"}[fail]
+			t.Run(name, func(t *testing.T) {
+				ev := &events{}
+				var flushErr error
+				if fail {
+					flushErr = errors.New("disk full")
+				}
+				e := newEnv(t, setup{sandbox: true, hook: func(o *router.Options) {
+					o.Audit = eventLog{Recorder: o.Audit, ev: ev, flushErr: flushErr}
+					p := plainRuntime{Runtime: o.Runtime, ev: ev}
+					o.Runtime = p
+					if gated {
+						o.Runtime = gatedRuntime{plainRuntime: p, gr: p.Runtime.(sandbox.GatedRunner)}
+					}
+				}})
+				from := e.last()
+				res, err := e.r.Call(t.Context(), tc("shell.exec", map[string]any{"command": "cat README.md"}))
+				got := ev.get()
+				at := func(what string, after int) int {
+					if after < 0 {
+						return -1
+					}
+					if i := slices.Index(got[after:], what); i >= 0 {
+						return after + i
+					}
+					return -1
+				}
+				start := at("append exec.start", 0)
+				if start < 0 {
+					t.Fatalf("no exec.start: %v", got)
+				}
+				if gated != slices.Contains(got, "build") {
+					t.Errorf("events %v: gated %v", got, gated)
+				}
+				if !fail {
+					must(t, err)
+					if !strings.Contains(res.Content, "hello") {
+						t.Errorf("result %q", res.Content)
+					}
+					flushed := at("flushed", at("flush", start))
+					run := at("command starts", flushed)
+					if flushed < 0 || run < 0 || at("append exec.end", run) < 0 || slices.Index(got, "command starts") != run {
+						t.Errorf("events %v: want exec.start appended, then flushed, then the command, then exec.end", got)
+					}
+					return
+				}
+				if !errors.Is(err, router.ErrAudit) || !res.IsError {
+					t.Fatalf("flush failing: %+v, %v; want a refusal with ErrAudit", res, err)
+				}
+				if slices.Contains(got, "command starts") || at("append exec.end", at("flush failed", start)) != len(got)-1 {
+					t.Errorf("events %v: want no command, and exec.end appended last", got)
+				}
+				// Both are queued in the real log, in order: the end says
+				// the command did not run.
+				es := e.entries(from)
+				if k := kinds(es); len(k) < 2 || k[len(k)-2] != "exec.start" || k[len(k)-1] != "exec.end" {
+					t.Fatalf("kinds %v", k)
+				}
+				p, _ := json.Marshal(es[len(es)-1].Payload)
+				if !strings.Contains(string(p), "not run") {
+					t.Errorf("exec.end %s does not say the command did not run", p)
+				}
+			})
+		}
 	}
 }
 
@@ -631,4 +782,22 @@ func TestCommandWritesFeedTDD(t *testing.T) {
 	if !strings.Contains(res.Content, "the command wrote pkg/extra_test.go: idle → writing_test") {
 		t.Errorf("test written by a command: %s", res.Content)
 	}
+}
+
+// BenchmarkSandboxCall is one sandboxed call through every gate: the
+// gate records and exec.start durable before the command (write-ahead),
+// exec.end durable before the result.
+func BenchmarkSandboxCall(b *testing.B) {
+	e := newEnv(b, setup{sandbox: true})
+	var ds []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		res, err := e.r.Call(b.Context(), tc("shell.exec", map[string]any{"command": "cat README.md"}))
+		if err != nil || res.IsError {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		ds = append(ds, time.Since(t))
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
 }
