@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -357,8 +358,12 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		return &ExitError{Code: ExitSandboxTimeout, Msg: fmt.Sprintf("sandbox: killed: the timeout (%s) elapsed; every process in the sandbox was killed", spec.Limits.Wall)}
 	case sandbox.LimitMemory:
 		msg := fmt.Sprintf("sandbox: killed: the memory limit (%s) was reached", units.Size(spec.Limits.Memory))
-		if tempInMemory {
-			msg += fmt.Sprintf("; what the command wrote to the workspace counts against it (the throw-away change set is in memory, in %s): pass --changeset DIR to write it to disk", memScratch)
+		// The hint only when the workspace writes are a real part of
+		// the limit: a plain memory hog should not be told about them.
+		if tempInMemory && tempCS != "" {
+			if n := treeBytes(tempCS); n >= spec.Limits.Memory/10 {
+				msg += fmt.Sprintf("; the %s the command wrote to the workspace count against it (the throw-away change set is in memory, in %s): pass --changeset DIR to write them to disk", units.Size(n).Approx(), memScratch)
+			}
 		}
 		return &ExitError{Code: ExitSandboxLimit, Msg: msg}
 	case sandbox.LimitCPU, sandbox.LimitFileSize:
@@ -371,6 +376,24 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+// treeBytes is the space the regular files under dir take (allocated
+// blocks: a sparse file's holes take none; symlinks not followed; what
+// cannot be read counts nothing).
+func treeBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // upperChanges lists what an overlay upper directory changes over the

@@ -60,22 +60,51 @@ func TestThrowawayChangeSet(t *testing.T) {
 }
 
 // TestMemoryLimitMessage: a run killed at its memory limit says, when
-// its throw-away change set was in memory, that the workspace writes
-// counted and how to keep them on disk; otherwise it does not.
+// its throw-away change set was in memory and holds a real part of the
+// limit, how much the workspace writes took and how to keep them on
+// disk; otherwise (a plain memory hog, or a change set on disk) it does
+// not.
 func TestMemoryLimitMessage(t *testing.T) {
-	for _, inMemory := range []bool{true, false} {
+	for _, c := range []struct {
+		name     string
+		inMemory bool
+		written  int // bytes in the change set
+		hint     string
+	}{
+		{"in memory, 8MiB written", true, 8 << 20, "the 8MiB the command wrote to the workspace count against it"},
+		{"in memory, 4KiB written", true, 4 << 10, ""},
+		{"in memory, a sparse file", true, -(32 << 20), ""},
+		{"on disk, 8MiB written", false, 8 << 20, ""},
+	} {
+		upper := filepath.Join(t.TempDir(), "upper")
+		if err := os.MkdirAll(filepath.Join(upper, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(upper, "sub", "out.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.written > 0 {
+			_, err = f.Write(make([]byte, c.written))
+		} else {
+			err = f.Truncate(int64(-c.written))
+		}
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var stderr strings.Builder
 		a := &App{Environ: []string{}, Stderr: &stderr}
 		spec := sandbox.Spec{Limits: sandbox.Limits{Memory: 64 << 20}}
 		res := sandbox.Result{Killed: sandbox.LimitMemory, ExitCode: -1, Signal: 9}
-		err := sandboxOutcome(context.Background(), a, &sandboxRunFlags{}, spec, "", inMemory, res, nil)
+		err = sandboxOutcome(context.Background(), a, &sandboxRunFlags{quiet: true}, spec, upper, c.inMemory, res, nil)
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Code != ExitSandboxLimit {
-			t.Fatalf("in memory %v: err %v, want exit %d", inMemory, err, ExitSandboxLimit)
+			t.Fatalf("%s: err %v, want exit %d", c.name, err, ExitSandboxLimit)
 		}
 		hint := strings.Contains(ee.Msg, "the throw-away change set is in memory") && strings.Contains(ee.Msg, "--changeset DIR")
-		if !strings.Contains(ee.Msg, "memory limit (64MiB) was reached") || hint != inMemory {
-			t.Errorf("in memory %v: message %q", inMemory, ee.Msg)
+		if !strings.Contains(ee.Msg, "memory limit (64MiB) was reached") || hint != (c.hint != "") || !strings.Contains(ee.Msg, c.hint) {
+			t.Errorf("%s: message %q", c.name, ee.Msg)
 		}
 	}
 }

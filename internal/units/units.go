@@ -101,6 +101,30 @@ func (s Size) String() string {
 	return strconv.FormatInt(n, 10) + "B"
 }
 
+// Approx renders the size for a person: in the largest IEC unit it
+// reaches, with one decimal unless it is a whole number of that unit
+// ("49.3MiB", "8MiB", "512B").
+func (s Size) Approx() string {
+	n := int64(s)
+	for _, u := range []struct {
+		name string
+		div  int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.div || -n >= u.div {
+			return trimZero(strconv.FormatFloat(float64(n)/float64(u.div), 'f', 1, 64)) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// trimZero drops a ".0" ending.
+func trimZero(s string) string {
+	if len(s) > 2 && s[len(s)-2:] == ".0" {
+		return s[:len(s)-2]
+	}
+	return s
+}
+
 // UnmarshalText lets Size be decoded from YAML, JSON and flags.
 func (s *Size) UnmarshalText(b []byte) error {
 	v, err := ParseSize(string(b))

@@ -64,6 +64,15 @@ func TestSizeString(t *testing.T) {
 	}
 }
 
+func TestSizeApprox(t *testing.T) {
+	for in, want := range map[Size]string{0: "0B", 512: "512B", 1024: "1KiB", 1536: "1.5KiB", 50460 << 10: "49.3MiB",
+		8 << 20: "8MiB", (8 << 20) + 1: "8MiB", (3 << 30) - (1 << 20): "3GiB", 5 << 40: "5TiB", -(2 << 20): "-2MiB"} {
+		if got := in.Approx(); got != want {
+			t.Errorf("Size(%d).Approx() = %q, want %q", int64(in), got, want)
+		}
+	}
+}
+
 func TestParseDuration(t *testing.T) {
 	tests := []struct {
 		in      string
