@@ -616,10 +616,10 @@ func newAuditStatsCmd(a *App) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "path\t%s\n", s.Path)
-			fmt.Fprintf(tw, "size\t%s\n", units.Size(s.Bytes))
+			fmt.Fprintf(tw, "size\t%s\n", units.Size(s.Bytes).Approx())
 			fmt.Fprintf(tw, "entries\t%d (%d..%d)\n", s.Entries, s.First, s.Last)
 			fmt.Fprintf(tw, "newest checkpoint\t%d\n", s.Checkpoint)
-			fmt.Fprintf(tw, "free disk\t%s\n", units.Size(s.FreeBytes))
+			fmt.Fprintf(tw, "free disk\t%s\n", units.Size(s.FreeBytes).Approx())
 			tw.Flush()
 			for _, w := range warnings {
 				fmt.Fprintln(a.Stdout, "WARN", w)

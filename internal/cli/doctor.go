@@ -103,7 +103,7 @@ func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
 		return c
 	}
 	c.Status = doctor.OK
-	c.Detail = fmt.Sprintf("%d entries, %s, newest checkpoint at %d", s.Entries, units.Size(s.Bytes), s.Checkpoint)
+	c.Detail = fmt.Sprintf("%d entries, %s, newest checkpoint at %d", s.Entries, units.Size(s.Bytes).Approx(), s.Checkpoint)
 	if w := s.Warnings(warnSize, 0); len(w) > 0 {
 		c.Status, c.Fix = doctor.Warn, strings.Join(w, "; ")
 	}
