@@ -87,13 +87,16 @@ func ParseSize(s string) (Size, error) {
 	return Size(v), nil
 }
 
+// iecUnits are the units String and Approx write, largest first.
+var iecUnits = [...]struct {
+	name string
+	div  int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
+
 // String renders the size in the largest IEC unit that represents it exactly.
 func (s Size) String() string {
 	n := int64(s)
-	for _, u := range []struct {
-		name string
-		div  int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+	for _, u := range iecUnits {
 		if n != 0 && n%u.div == 0 {
 			return strconv.FormatInt(n/u.div, 10) + u.name
 		}
@@ -106,10 +109,7 @@ func (s Size) String() string {
 // ("49.3MiB", "8MiB", "512B").
 func (s Size) Approx() string {
 	n := int64(s)
-	for _, u := range []struct {
-		name string
-		div  int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+	for _, u := range iecUnits {
 		if n >= u.div || -n >= u.div {
 			return trimZero(strconv.FormatFloat(float64(n)/float64(u.div), 'f', 1, 64)) + u.name
 		}
