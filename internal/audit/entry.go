@@ -36,6 +36,14 @@ const (
 	KindOperatorNote     Kind = "operator.note"
 )
 
+// NotRun is the error an exec.end entry carries for a command that did
+// not run because its exec.start could not be made durable (why): the
+// writer queues it right behind that exec.start, so that once the log can
+// write again it never shows a start without its outcome.
+func NotRun(why error) string {
+	return "not run: the audit log could not make exec.start durable: " + why.Error()
+}
+
 // synchronous lists the security-relevant kinds: Append returns only once
 // they are durable on disk.
 var synchronous = map[Kind]bool{

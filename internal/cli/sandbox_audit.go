@@ -111,7 +111,7 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 // shows a start without its outcome for a command that never ran. Best
 // effort: the caller reports the first failure.
 func notRun(ctx context.Context, log auditSink, actor string, payload map[string]any, why error) {
-	payload["error"] = "not run: the audit log could not make exec.start durable: " + why.Error()
+	payload["error"] = audit.NotRun(why)
 	_, _ = log.Append(context.WithoutCancel(ctx), audit.Entry{Kind: audit.KindExecEnd, Actor: actor, Payload: payload})
 }
 

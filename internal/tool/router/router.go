@@ -405,7 +405,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			// Queued behind exec.start, written with it once the log
 			// can write: the command did not run.
 			_, _ = r.o.Audit.Append(context.WithoutCancel(ctx), audit.Entry{Session: r.o.Session.ID, Kind: audit.KindExecEnd, Actor: r.o.Actor,
-				Payload: map[string]any{"call": cl.id, "tool": cl.name, "is_error": true, "error": "not run: the audit log could not make exec.start durable: " + err.Error()}})
+				Payload: map[string]any{"call": cl.id, "tool": cl.name, "is_error": true, "error": audit.NotRun(err)}})
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	}
@@ -684,7 +684,6 @@ func preview(op *operation.Operation) string {
 	return string(op.Action)
 }
 
-// execute runs an allowed call in its class.
 // writeAhead is the commit that makes a sandboxed call's records durable
 // before its command starts.
 type writeAhead struct {
@@ -706,6 +705,8 @@ func (w *writeAhead) wait() error {
 	return w.err
 }
 
+// execute runs an allowed call in its class (a sandboxed one once gate
+// has passed).
 func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *writeAhead) (tool.Result, error) {
 	t := cl.t
 	if t.Name() == RequestApprovalName {
