@@ -92,6 +92,34 @@ func TestVforkProcess(t *testing.T) {
 	}
 }
 
+// TestVforkStepErrors: a child that fails before its exec says which of
+// its steps failed (vforkStep), and leaves nothing behind. An id map that
+// maps a host id no one may map (-1) fails its write, for root too.
+func TestVforkStepErrors(t *testing.T) {
+	newRuntime(t, Options{}) // skips without user namespaces
+	for _, c := range []struct {
+		name string
+		bad  func(*syscall.SysProcAttr)
+		want string
+	}{
+		{"uid map", func(a *syscall.SysProcAttr) { a.UidMappings[0].HostID = -1 }, "the new process could not write its /proc/self/uid_map: "},
+		{"gid map", func(a *syscall.SysProcAttr) { a.GidMappings[0].HostID = -1 }, "the new process could not write its /proc/self/gid_map: "},
+	} {
+		cmd, _ := vforkCmd(t, "/bin/true")
+		c.bad(cmd.SysProcAttr)
+		p := &vforkProcess{cmd: cmd}
+		_, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{}))
+		var errno syscall.Errno
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || !errors.As(err, &errno) {
+			t.Errorf("%s: %v, want %q and the errno", c.name, err, c.want+"...")
+		}
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD && pid != 0 {
+			t.Errorf("%s: a child was left behind: pid %d err %v", c.name, pid, err)
+		}
+	}
+}
+
 // TestVforkNofile: the init gets the soft RLIMIT_NOFILE this process
 // started with, as os/exec's children do (Go raises its own). The test
 // binary runs again under a shell that lowered its soft limit, and
