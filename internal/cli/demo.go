@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +24,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
 // The demo's examples: a project and the conversation the replay model
@@ -543,19 +543,8 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// dirSize is the size of a directory tree, readably.
-func dirSize(dir string) string {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
-			if fi, err := e.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-}
+// dirSize is the space a directory tree takes, readably.
+func dirSize(dir string) string { return units.Size(treeBytes(dir)).Approx() }
 
 // lockFile takes an exclusive lock on path, or says another demo runs.
 func lockFile(path string) (*os.File, error) {

@@ -215,3 +215,21 @@ func spin(n int) {
 	}
 	spinSink += s
 }
+
+// BenchmarkSandboxCall is one sandboxed call through every gate: the
+// gate records and exec.start durable before the command (write-ahead),
+// exec.end durable before the result.
+func BenchmarkSandboxCall(b *testing.B) {
+	e := newEnv(b, setup{sandbox: true})
+	var ds []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		res, err := e.r.Call(b.Context(), tc("shell.exec", map[string]any{"command": "cat README.md"}))
+		if err != nil || res.IsError {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		ds = append(ds, time.Since(t))
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+}

@@ -396,7 +396,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// tools only write into the change set.
 	var gate *writeAhead
 	if !cl.fast && t.Execution().Class == tool.Sandbox {
-		gate = r.writeAhead(ctx)
+		gate = r.startWriteAhead(ctx)
 	}
 	started := time.Now()
 	out, execErr := r.execute(ctx, cl, args, gate)
@@ -692,8 +692,8 @@ type writeAhead struct {
 	err  error
 }
 
-// writeAhead starts the commit.
-func (r *Router) writeAhead(ctx context.Context) *writeAhead {
+// startWriteAhead starts the commit.
+func (r *Router) startWriteAhead(ctx context.Context) *writeAhead {
 	w := &writeAhead{done: make(chan error, 1)}
 	go func() { w.done <- r.o.Audit.Flush(ctx) }()
 	return w
