@@ -198,7 +198,7 @@ func TestFrontBinary(t *testing.T) {
 	// The server keeps the audit log open between runs (30 s), and lets
 	// it go when another fluffy process asks for it; the next run opens
 	// it again. Each appends where the other left off.
-	if _, errOut, code := fluffy("audit", "append", "--kind", "operator.note", "--payload", `{"note":"between runs"}`); code != 0 {
+	if _, errOut, code := fluffy("audit", "append", "--payload", `{"note":"between runs"}`); code != 0 {
 		t.Fatalf("audit append while the server holds the log: exit %d, stderr %q", code, errOut)
 	}
 	if _, errOut, code := fluffy("sandbox", "run", "--", "/bin/true"); code != 0 {

@@ -3,8 +3,10 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,7 +15,8 @@ import (
 type Kind string
 
 // The kinds fluffy writes. Others are accepted if they are well formed
-// (see ValidKind) and take the buffered path.
+// (see ValidKind) and take the buffered path, except the audit.* kinds,
+// which only the log itself writes (LogOnly).
 const (
 	KindToolRequest      Kind = "tool.request"
 	KindGateState        Kind = "gate.state"
@@ -34,7 +37,29 @@ const (
 	KindAuditCheckpoint  Kind = "audit.checkpoint"
 	KindAuditPrune       Kind = "audit.prune"
 	KindOperatorNote     Kind = "operator.note"
+	// KindUserNote is the one kind a person records by hand ('fluffy
+	// audit append'), always with actor ActorUser.
+	KindUserNote Kind = "user.note"
 )
+
+// Actors fluffy writes itself.
+const (
+	// ActorKernel is fluffy's own actor: the log writes its audit.prune
+	// records with it, and a verifier accepts a pruned start only behind
+	// one of those.
+	ActorKernel = "kernel"
+	// ActorUser is the person at the terminal.
+	ActorUser = "user"
+)
+
+// ErrReservedKind is returned by Append for the kinds only the log writes
+// itself (audit.*: Prune writes audit.prune). Verifiers trust an
+// audit.prune entry as the record of a pruning, so no caller may write one.
+var ErrReservedKind = errors.New("kind reserved to the audit log itself")
+
+// LogOnly reports whether only the log itself writes entries of kind k:
+// the audit.* kinds. Append refuses them.
+func (k Kind) LogOnly() bool { return strings.HasPrefix(string(k), "audit.") }
 
 // NotRun is the error an exec.end entry carries for a command that did
 // not run because its exec.start could not be made durable (why): the
@@ -59,6 +84,7 @@ var synchronous = map[Kind]bool{
 	KindKernelStop:       true,
 	KindAuditPrune:       true,
 	KindOperatorNote:     true,
+	KindUserNote:         true,
 }
 
 // Synchronous reports whether entries of this kind are written durably

@@ -436,6 +436,9 @@ func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
 // pending. When MaxPending entries are queued, Append first writes the
 // queue itself (backpressure), and fails if it cannot.
 //
+// Kinds only the log writes (Kind.LogOnly: audit.prune) are refused with
+// ErrReservedKind.
+//
 // An error wrapping ErrUnavailable means the entry is not known to be
 // recorded: the caller must treat the action as not allowed. (A
 // synchronous entry whose write failed stays queued and may still reach
@@ -443,6 +446,9 @@ func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
 func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 	if !ValidKind(e.Kind) {
 		return 0, fmt.Errorf("audit: invalid kind %q", e.Kind)
+	}
+	if e.Kind.LogOnly() {
+		return 0, fmt.Errorf("audit: %w: %s entries are written only by the log (Prune)", ErrReservedKind, e.Kind)
 	}
 	p, err := payloadJSON(e.Payload)
 	if err != nil {

@@ -97,7 +97,7 @@ func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) 
 		"before": before.UTC().Format(TimeFormat), "deleted": anchor - l.anchor,
 	})
 	// The audit.prune entry, written in the same transaction.
-	e := Entry{Seq: l.size + 1, Time: l.opts.Now(), Kind: KindAuditPrune, Actor: "kernel", Payload: json.RawMessage(payload)}
+	e := Entry{Seq: l.size + 1, Time: l.opts.Now(), Kind: KindAuditPrune, Actor: ActorKernel, Payload: json.RawMessage(payload)}
 	body, err := e.Encode()
 	if err != nil {
 		return res, err

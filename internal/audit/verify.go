@@ -78,23 +78,44 @@ type VerifyOptions struct {
 }
 
 // VerifiedFile, in VerifyOptions.StateDir, holds the tree size of the
-// newest checkpoint a verification passed.
+// newest checkpoint a verification passed and the retention anchor it
+// saw ("SIZE ANCHOR"; an older fluffy wrote "SIZE" alone).
 const VerifiedFile = "audit.verified"
 
-func readVerified(dir string) (uint64, error) {
+// verified is what VerifiedFile records.
+type verified struct {
+	size uint64
+	// anchor is the retention anchor whose audit.prune record that
+	// verification read; anchorKnown is false for the older format.
+	anchor      uint64
+	anchorKnown bool
+}
+
+func readVerified(dir string) (verified, error) {
+	var v verified
 	if dir == "" {
-		return 0, nil
+		return v, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, VerifiedFile))
+	name := filepath.Join(dir, VerifiedFile)
+	b, err := os.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return v, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("audit: %w", err)
+		return v, fmt.Errorf("audit: %w", err)
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("audit: %s: %w", filepath.Join(dir, VerifiedFile), err)
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 || len(fields) > 2 {
+		return v, fmt.Errorf("audit: %s: want \"SIZE ANCHOR\", got %q", name, b)
+	}
+	if v.size, err = strconv.ParseUint(fields[0], 10, 64); err != nil {
+		return v, fmt.Errorf("audit: %s: %w", name, err)
+	}
+	if len(fields) == 2 {
+		if v.anchor, err = strconv.ParseUint(fields[1], 10, 64); err != nil {
+			return v, fmt.Errorf("audit: %s: %w", name, err)
+		}
+		v.anchorKnown = true
 	}
 	return v, nil
 }
@@ -235,9 +256,17 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	// Where to start.
 	start := rep.Anchor
 	if !opts.Full {
-		limit, err := readVerified(opts.StateDir)
+		ver, err := readVerified(opts.StateDir)
 		if err != nil {
 			return rep, err
+		}
+		limit := ver.size
+		if rep.Anchor > 0 && (!ver.anchorKnown || ver.anchor != rep.Anchor) {
+			// No passing verification read this anchor's audit.prune
+			// record: start at the anchor, so the walk must find it.
+			// Otherwise deleting the start of the log and naming a new
+			// anchor would pass every incremental check.
+			limit = 0
 		}
 		if opts.From > 0 {
 			limit = min(limit, opts.From-1)
@@ -265,8 +294,9 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 	rep.From = start + 1
 	next := start + 1
 	lastGood := start // size of the last checkpoint that matched
+	// Starting after the anchor means a verification that started at it
+	// found its prune record (above).
 	pruneSeen := rep.Anchor == 0 || start > rep.Anchor
-	pruneMark := []byte(`"kind":"` + string(KindAuditPrune) + `"`)
 	checkAt := func(size uint64, cp Checkpoint, what string) error {
 		if !bytes.Equal(rootOf(rng), cp.Root) || !bytes.Equal(chain, cp.Chain) {
 			return damage(lastGood+1, DamageRewritten, "entries %d..%d do not match the %s at size %d (the chain was recomputed after an edit, or entries were reordered)", lastGood+1, size, what, size)
@@ -302,15 +332,8 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		if err := rng.Append(leafHash(h), nil); err != nil {
 			return err
 		}
-		if !pruneSeen && bytes.Contains(rw.body, pruneMark) {
-			if e, err := ParseEntry(rw.body); err == nil {
-				var p struct {
-					Anchor uint64 `json:"anchor"`
-				}
-				if json.Unmarshal(e.Payload.(json.RawMessage), &p) == nil && p.Anchor == rep.Anchor {
-					pruneSeen = true
-				}
-			}
+		if !pruneSeen && IsPruneRecord(rw.body, cps[rep.Anchor]) {
+			pruneSeen = true
 		}
 		if cp, ok := cps[rw.seq]; ok {
 			if err := checkAt(rw.seq, cp, "signed checkpoint"); err != nil {
@@ -348,14 +371,43 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		return rep, damage(newest+1, DamageUnsigned, "entries %d..%d are covered by no signed checkpoint (fluffy signs every write): they were added outside fluffy", newest+1, last)
 	}
 	if !pruneSeen {
-		return rep, damage(rep.Anchor+1, DamageAnchor, "no %s entry records the retention anchor at size %d (entries were deleted without pruning)", KindAuditPrune, rep.Anchor)
+		return rep, damage(rep.Anchor+1, DamageAnchor, "entries 1..%d are missing and no %s entry written by fluffy (actor %q) records a pruning at %d: they were deleted without pruning, or an export was cut", rep.Anchor, KindAuditPrune, ActorKernel, rep.Anchor)
 	}
 	if opts.StateDir != "" && rep.Newest.Size > 0 {
-		if err := writeFileAtomic(filepath.Join(opts.StateDir, VerifiedFile), []byte(strconv.FormatUint(rep.Newest.Size, 10)+"\n"), 0o600); err != nil {
+		state := fmt.Sprintf("%d %d\n", rep.Newest.Size, rep.Anchor)
+		if err := writeFileAtomic(filepath.Join(opts.StateDir, VerifiedFile), []byte(state), 0o600); err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// IsPruneRecord reports whether body (an entry's canonical bytes) is the
+// record Log.Prune writes for the retention anchor cp: an entry whose own
+// kind member is audit.prune, whose actor is fluffy's (ActorKernel),
+// outside any session, and whose payload's top-level anchor, root and
+// chain are exactly cp's size, root and chain hash. The entry is parsed
+// strictly, members matched by their exact names: text that merely
+// contains "kind":"audit.prune" somewhere (a nested payload) is not a
+// prune record.
+func IsPruneRecord(body []byte, cp Checkpoint) bool {
+	if cp.Size == 0 {
+		return false
+	}
+	e, err := ParseEntry(body)
+	if err != nil || e.Kind != KindAuditPrune || e.Actor != ActorKernel || e.Session != "" {
+		return false
+	}
+	// ParseEntry leaves the payload a canonical JSON object: no duplicate
+	// members, strings in one spelling. A map keeps exact member names
+	// (a struct would also match "Anchor" or "ANCHOR").
+	var p map[string]json.RawMessage
+	if json.Unmarshal(e.Payload.(json.RawMessage), &p) != nil {
+		return false
+	}
+	return string(p["anchor"]) == strconv.FormatUint(cp.Size, 10) &&
+		string(p["root"]) == `"`+b64(cp.Root)+`"` &&
+		string(p["chain"]) == `"`+b64(cp.Chain)+`"`
 }
 
 // classify names the damage at rw, whose recomputed chain hash h differs

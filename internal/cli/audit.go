@@ -504,11 +504,20 @@ func newAuditAppendCmd(a *App) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "append",
-		Short: "Record an entry (an operator's note, or test traffic)",
-		Args:  cobra.NoArgs,
+		Short: "Record a note of yours (kind user.note, actor user)",
+		Long: `Records a note in the audit log: kind user.note, actor user, the payload a
+JSON object of your choice. Every other kind and actor is fluffy's own
+(exec.*, gate.*, approval.*, audit.*, ...): this command refuses them, so a
+note can never pass for a record fluffy wrote.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !audit.ValidKind(audit.Kind(kind)) {
-				return fmt.Errorf("%w: --kind %q: use lower-case dotted words such as operator.note", errUsage, kind)
+			// An allow-list, not a list of reserved kinds: any kind fluffy
+			// writes, today or later, stays out of reach of this command.
+			if kind != string(audit.KindUserNote) {
+				return fmt.Errorf("%w: --kind %q is not allowed: 'fluffy audit append' records only --kind %s; the other kinds are written by fluffy itself", errUsage, kind, audit.KindUserNote)
+			}
+			if actor != audit.ActorUser {
+				return fmt.Errorf("%w: --actor %q is not allowed: 'fluffy audit append' records only --actor %s; the other actors are fluffy's", errUsage, actor, audit.ActorUser)
 			}
 			if count < 1 {
 				return fmt.Errorf("%w: --count must be at least 1", errUsage)
@@ -520,7 +529,7 @@ func newAuditAppendCmd(a *App) *cobra.Command {
 			}
 			var last uint64
 			for i := 0; i < count; i++ {
-				if last, err = l.Append(ctx, audit.Entry{Kind: audit.Kind(kind), Session: session, Actor: actor, Payload: json.RawMessage(payload)}); err != nil {
+				if last, err = l.Append(ctx, audit.Entry{Kind: audit.KindUserNote, Session: session, Actor: audit.ActorUser, Payload: json.RawMessage(payload)}); err != nil {
 					l.Close()
 					return err
 				}
@@ -533,9 +542,9 @@ func newAuditAppendCmd(a *App) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", string(audit.KindOperatorNote), "entry kind")
+	f.StringVar(&kind, "kind", string(audit.KindUserNote), "entry kind (only "+string(audit.KindUserNote)+")")
 	f.StringVar(&session, "session", "", "session id")
-	f.StringVar(&actor, "actor", "cli", "who records it")
+	f.StringVar(&actor, "actor", audit.ActorUser, "who records it (only "+audit.ActorUser+")")
 	f.StringVar(&payload, "payload", "{}", "a JSON object")
 	f.IntVar(&count, "count", 1, "record it this many times")
 	return cmd
