@@ -142,4 +142,5 @@ if __name__ == "__main__":
     if not 1 <= len(args) <= 2: sys.exit(__doc__)
     try: main(args[0], args[1] if len(args) > 1 else None, kept)
     except OSError as e: sys.exit("audit_verify.py: %s" % e)
-    except (KeyError, ValueError, TypeError, AttributeError) as e: fail("the export is malformed: %s %s" % (type(e).__name__, e))
+    except KeyError as e: fail("the export is malformed: member %s is missing" % e)
+    except (ValueError, TypeError, AttributeError) as e: fail("the export is malformed: %s" % e)

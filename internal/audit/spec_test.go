@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -224,5 +225,88 @@ func TestForgedTail(t *testing.T) {
 	}
 	if _, err := audit.Open(t.Context(), opts); !errors.Is(err, audit.ErrDamaged) {
 		t.Fatalf("writer adopted a forged tail: %v", err)
+	}
+}
+
+// TestExportCutStart removes the first entries of an honest export and
+// rewrites anchor.json for the cut from the published formulas (the cut
+// is at a signed checkpoint): both verifiers refuse it, since no
+// audit.prune record of fluffy's names that anchor. Malformed export files
+// are refused by the Python verifier with a message, not a traceback.
+func TestExportCutStart(t *testing.T) {
+	py := python(t)
+	opts, vkey := newLog(t, 25)
+	r, err := audit.OpenReader(t.Context(), opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	base := filepath.Join(t.TempDir(), "export")
+	if _, err := r.Export(t.Context(), base, vkey); err != nil {
+		t.Fatal(err)
+	}
+	pyVerify := func(dir string) (string, error) {
+		out, err := exec.Command(py, "../../docs/audit_verify.py", dir, vkey).CombinedOutput()
+		return string(out), err
+	}
+	copyExport := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "x")
+		os.MkdirAll(dir, 0o700)
+		for _, f := range []string{audit.ExportEntries, audit.ExportCheckpoints, audit.ExportAnchor, audit.ExportKey} {
+			b, _ := os.ReadFile(filepath.Join(base, f))
+			os.WriteFile(filepath.Join(dir, f), b, 0o600)
+		}
+		return dir
+	}
+	t.Run("cut at a checkpoint", func(t *testing.T) {
+		dir := copyExport(t)
+		entries, _ := os.ReadFile(filepath.Join(dir, audit.ExportEntries))
+		lines := strings.SplitAfter(string(entries), "\n")
+		const cut = 10
+		chain := make([]byte, 32)
+		var stack [][]byte
+		for i, line := range lines[:cut] {
+			n := uint64(i) + 1
+			chain = specChain(chain, n, []byte(strings.TrimSuffix(line, "\n")))
+			leaf := sha256.Sum256(append([]byte{0}, chain...))
+			stack = append(stack, leaf[:])
+			for m := n - 1; m&1 == 1; m >>= 1 {
+				node := sha256.Sum256(append(append([]byte{1}, stack[len(stack)-2]...), stack[len(stack)-1]...))
+				stack = append(stack[:len(stack)-2], node[:])
+			}
+		}
+		var a map[string]any
+		b, _ := os.ReadFile(filepath.Join(dir, audit.ExportAnchor))
+		json.Unmarshal(b, &a)
+		a["size"], a["chain"], a["range"] = cut, chain, stack
+		b, _ = json.Marshal(a)
+		os.WriteFile(filepath.Join(dir, audit.ExportAnchor), b, 0o600)
+		os.WriteFile(filepath.Join(dir, audit.ExportEntries), []byte(strings.Join(lines[cut:], "")), 0o600)
+		_, err := audit.VerifyExport(t.Context(), dir, audit.VerifyOptions{Verifier: vkey})
+		var de *audit.DamageError
+		if !errors.As(err, &de) || de.Damage != audit.DamageAnchor || de.Seq != cut+1 {
+			t.Errorf("go verifier: %v, want bad anchor at %d", err, cut+1)
+		}
+		if out, err := pyVerify(dir); err == nil || !strings.Contains(out, "DAMAGED: entries 1..10 are missing and no audit.prune entry") {
+			t.Errorf("python verifier: %v: %s", err, out)
+		}
+	})
+	for _, tc := range []struct{ file, content string }{
+		{audit.ExportAnchor, "not json"},
+		{audit.ExportAnchor, `{"format":"fluffy-audit-export-v1","size":0}`},
+		{audit.ExportCheckpoints, `[{"size":1,"note":"x"}]`},
+		{audit.ExportCheckpoints, `[{"size":1,"size":2,"note":"x"}]`},
+		{audit.ExportEntries, "{}\n"},
+		{audit.ExportEntries, "[1]\n"},
+		{audit.ExportEntries, `{"seq":true}` + "\n"},
+	} {
+		t.Run("malformed "+tc.file, func(t *testing.T) {
+			dir := copyExport(t)
+			os.WriteFile(filepath.Join(dir, tc.file), []byte(tc.content), 0o600)
+			out, err := pyVerify(dir)
+			if err == nil || strings.Contains(out, "Traceback") || !strings.HasPrefix(out, "DAMAGED: ") {
+				t.Errorf("python verifier on %s = %q: %v", tc.content, out, err)
+			}
+		})
 	}
 }
