@@ -46,5 +46,7 @@
 //
 // Retention (Log.Prune) deletes old entries behind a signed anchor
 // checkpoint and records an audit.prune entry, so the remainder still
-// verifies and unrecorded deletion does not.
+// verifies and unrecorded deletion does not: a verifier accepts a missing
+// start only behind that entry, read field by field (IsPruneRecord), and
+// Append refuses the audit.* kinds, which only the log itself writes.
 package audit
