@@ -210,3 +210,32 @@ func TestIncrementalVerifyNewAnchor(t *testing.T) {
 		}
 	})
 }
+
+// TestTrustedAtStart: a checkpoint kept outside the database at the size
+// where the incremental check starts is compared too (two signed states
+// of one size mean the log was rebuilt with the key).
+func TestTrustedAtStart(t *testing.T) {
+	l, opts := testLog(t, Options{CheckpointEvery: 10})
+	appendN(t, l, 30, KindGatePolicy)
+	key := l.Key()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyDB(t, opts, false); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := signCheckpoint(key.Signer, 30, make([]byte, 32), make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenReader(t.Context(), opts.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Verify(t.Context(), VerifyOptions{Verifier: key.Verifier, Trusted: [][]byte{fork.Note}, StateDir: opts.KeyDir})
+	var de *DamageError
+	if !errors.As(err, &de) || de.Damage != DamageRewritten || de.Seq != 30 {
+		t.Fatalf("a different signed state at the start: %v", err)
+	}
+}
