@@ -94,9 +94,11 @@ def main(d, vkey=None, kept=()):
         sys.exit("audit_verify.py: %r is not an Ed25519 verifier key (name+hash+key, from 'fluffy audit key')" % vkey)
     anchor = strict(open(d + "/anchor.json", "rb").read())
     if anchor.get("format") != "fluffy-audit-export-v1": fail("anchor.json is not a fluffy-audit-export-v1 anchor")
+    if set(anchor) != {"format", "origin", "size", "chain", "range"}: fail("anchor.json: members %s" % sorted(anchor))
     if anchor["origin"] != name: fail("the export is log %s, the key is %s" % (anchor["origin"], name))
     cps = {}  # tree size -> (root, chain hash), signatures checked
     for c in strict(open(d + "/checkpoints.json", "rb").read()):
+        if set(c) != {"size", "note"}: fail("checkpoints.json: members %s" % sorted(c))
         cp = open_note(c["note"], name, pub)
         if cp is None or cp[0] != c["size"]: fail("checkpoint at size %s does not verify" % c["size"])
         cps[cp[0]] = cp[1:]

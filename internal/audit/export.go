@@ -157,14 +157,17 @@ func loadExport(dir string) (*exportSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: export: %w", err)
 	}
-	if err := json.Unmarshal(b, &s.anchor); err != nil || s.anchor.Format != ExportFormat {
+	if err := decodeStrict(b, &s.anchor); err != nil {
+		return nil, fmt.Errorf("audit: export: %s: %w", ExportAnchor, err)
+	}
+	if s.anchor.Format != ExportFormat {
 		return nil, fmt.Errorf("audit: export: %s is not a %s anchor", ExportAnchor, ExportFormat)
 	}
 	var cps []exportCheckpoint
 	if b, err = os.ReadFile(filepath.Join(dir, ExportCheckpoints)); err != nil {
 		return nil, fmt.Errorf("audit: export: %w", err)
 	}
-	if err := json.Unmarshal(b, &cps); err != nil {
+	if err := decodeStrict(b, &cps); err != nil {
 		return nil, fmt.Errorf("audit: export: %s: %w", ExportCheckpoints, err)
 	}
 	for _, c := range cps {
@@ -209,6 +212,30 @@ func (s *exportSource) row(_ context.Context, seq uint64) (row, bool, error) {
 		return row{}, false, nil
 	}
 	return row{seq: seq, body: s.entries[i]}, true, nil
+}
+
+// decodeStrict decodes the JSON text b into v and refuses what
+// encoding/json lets pass: duplicate members (the last would win), member
+// names in another case ("Size" read as "size"), unknown or missing
+// members. Every verifier then reads the same values from an export.
+func decodeStrict(b []byte, v any) error {
+	in, err := Canonicalize(b)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	again, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if out, err := Canonicalize(again); err != nil || !bytes.Equal(in, out) {
+		return fmt.Errorf("%w: members missing, misspelt or in another case", ErrNotCanonical)
+	}
+	return nil
 }
 
 // b64 is used by docs and tests to print hashes.

@@ -291,11 +291,19 @@ func TestExportCutStart(t *testing.T) {
 			t.Errorf("python verifier: %v: %s", err, out)
 		}
 	})
+	anchor, _ := os.ReadFile(filepath.Join(base, audit.ExportAnchor))
+	cps, _ := os.ReadFile(filepath.Join(base, audit.ExportCheckpoints))
 	for _, tc := range []struct{ file, content string }{
 		{audit.ExportAnchor, "not json"},
 		{audit.ExportAnchor, `{"format":"fluffy-audit-export-v1","size":0}`},
+		// A member twice, or in another case: encoding/json would let the
+		// last one win, or read "Size" as "size".
+		{audit.ExportAnchor, strings.Replace(string(anchor), `"size": 0`, `"size": 0, "size": 10`, 1)},
+		{audit.ExportAnchor, strings.Replace(string(anchor), `"size": 0`, `"size": 0, "Size": 10`, 1)},
+		{audit.ExportAnchor, strings.Replace(string(anchor), `"size": 0`, `"Size": 0`, 1)},
 		{audit.ExportCheckpoints, `[{"size":1,"note":"x"}]`},
 		{audit.ExportCheckpoints, `[{"size":1,"size":2,"note":"x"}]`},
+		{audit.ExportCheckpoints, strings.Replace(string(cps), `"size"`, `"Size"`, 1)},
 		{audit.ExportEntries, "{}\n"},
 		{audit.ExportEntries, "[1]\n"},
 		{audit.ExportEntries, `{"seq":true}` + "\n"},
@@ -303,6 +311,9 @@ func TestExportCutStart(t *testing.T) {
 		t.Run("malformed "+tc.file, func(t *testing.T) {
 			dir := copyExport(t)
 			os.WriteFile(filepath.Join(dir, tc.file), []byte(tc.content), 0o600)
+			if _, err := audit.VerifyExport(t.Context(), dir, audit.VerifyOptions{Verifier: vkey}); err == nil {
+				t.Errorf("go verifier accepted %s = %s", tc.file, tc.content)
+			}
 			out, err := pyVerify(dir)
 			if err == nil || strings.Contains(out, "Traceback") || !strings.HasPrefix(out, "DAMAGED: ") {
 				t.Errorf("python verifier on %s = %q: %v", tc.content, out, err)
