@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -102,6 +103,10 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
+	if auditRec != nil {
+		// exec.start names what the run may reach.
+		auditRec.net = egressAudit(al, c.AllowAddrs)
+	}
 	var addrs []netip.Prefix
 	for _, s := range c.AllowAddrs {
 		p, err := netip.ParsePrefix(s)
@@ -144,18 +149,12 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 		e.close()
 		return nil, err
 	}
-	// The sandbox's user (host nobody for root callers) must reach the
-	// socket: the directory is traversable, not listable.
-	e.dir, err = os.MkdirTemp(a.tempDir(), "fluffy-egress-")
-	if err == nil {
-		err = os.Chmod(e.dir, 0o711)
-	}
-	if err != nil {
+	if e.dir, err = egressDir(a); err != nil {
 		e.close()
-		return nil, fmt.Errorf("egress proxy: %w", err)
+		return nil, err
 	}
 	e.socket = filepath.Join(e.dir, "egress.sock")
-	ln, err := netproxy.ListenUnix(e.socket)
+	ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
 	if err != nil {
 		e.close()
 		return nil, err
@@ -167,6 +166,70 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 	}()
 	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
 	return e, nil
+}
+
+// egressAudit is the allow-list as exec.start records it.
+func egressAudit(al netproxy.AllowList, addrs []string) map[string]any {
+	allow := []string{}
+	for _, r := range al.Rules() {
+		allow = append(allow, r.String())
+	}
+	return map[string]any{"mode": "proxy", "allow": allow, "allow_addrs": append([]string{}, addrs...)}
+}
+
+// egressDir makes the private directory of one run's proxy socket: a
+// fresh directory (random name, created exclusively, mode 0700) under
+// $XDG_RUNTIME_DIR when that is an absolute directory of this user's with
+// mode 0700 (per-user, often a tmpfs, cleaned at logout), else under the
+// temporary directory, where its mode keeps every other user out of it
+// and the sticky bit keeps them from renaming it. Creating it fresh for
+// each run (rather than one shared directory) leaves nothing to reuse or
+// race on. It is checked after creation to be a directory of ours that
+// no one else can enter.
+func egressDir(a *App) (string, error) {
+	parent := a.tempDir()
+	if d, ok := a.Getenv("XDG_RUNTIME_DIR"); ok && filepath.IsAbs(d) && len(d)+len("/fluffy-egress-0123456789/egress.sock") < maxSocketPath {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o700 && ownedByMe(fi) {
+			parent = d
+		}
+	}
+	dir, err := os.MkdirTemp(parent, "fluffy-egress-")
+	if err != nil {
+		return "", fmt.Errorf("egress proxy: socket directory: %w (set XDG_RUNTIME_DIR or TMPDIR to a directory of yours)", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err == nil && (!fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownedByMe(fi)) {
+		err = fmt.Errorf("is not a private directory of this user's (mode %v)", fi.Mode())
+	}
+	if err == nil && len(filepath.Join(dir, "egress.sock")) >= maxSocketPath {
+		err = fmt.Errorf("is too long a path for a socket (%d bytes at most): set TMPDIR to a shorter directory", maxSocketPath)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("egress proxy: socket directory %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds (its
+// 108 bytes less the terminating NUL).
+const maxSocketPath = 107
+
+func ownedByMe(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// sandboxHostUID is the host uid a native sandbox's processes run as,
+// which must be able to connect to the proxy's socket (it reaches the
+// socket through a mount, not the path): the caller's own, or nobody
+// for root (see the native runtime's hostIDs). -1 keeps the socket's
+// owner.
+func sandboxHostUID() int {
+	if os.Geteuid() == 0 {
+		return 65534
+	}
+	return -1
 }
 
 func (e *egress) close() {
@@ -193,6 +256,20 @@ type cliRecorder struct {
 	next   netproxy.Recorder
 }
 
+var _ netproxy.PeerRecorder = (*cliRecorder)(nil)
+
+// RecordPeerRefused reports on the terminal a connection to the proxy
+// from a process that may not use it, and passes it on.
+func (r *cliRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
+	r.mu.Lock()
+	fmt.Fprintf(r.stderr, "fluffy: egress: refused a connection to this run's proxy from another process: %s\n", pr.Reason)
+	r.mu.Unlock()
+	if n, ok := r.next.(netproxy.PeerRecorder); ok {
+		return n.RecordPeerRefused(ctx, pr)
+	}
+	return nil
+}
+
 func (r *cliRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
 	if rec.Decision == netproxy.Denied {
 		r.mu.Lock()
@@ -209,18 +286,76 @@ func (r *cliRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) err
 	return errors.Join(errs...)
 }
 
-var _ netproxy.Recorder = (*auditRecorder)(nil)
+var (
+	_ netproxy.Recorder     = (*auditRecorder)(nil)
+	_ netproxy.PeerRecorder = (*auditRecorder)(nil)
+)
 
-// RecordEgress writes one net.request entry.
+// Audit entry kinds of the egress proxy beside net.request (the decision):
+// the outcome of an allowed request, and a connection refused because its
+// peer may not use the proxy.
+const (
+	kindNetEnd     audit.Kind = "net.end"
+	kindNetRefused audit.Kind = "net.refused"
+)
+
+// RecordEgress writes a request's decision as a net.request entry, durable
+// before it returns (the proxy relays nothing before), and an allowed
+// request's outcome as a net.end entry that names the net.request by its
+// sequence number and both by the request's id.
 func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
 	log, err := r.get()
 	if err != nil {
 		return err
 	}
-	_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
-		"sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
+	if rec.Phase == netproxy.PhaseEnd {
+		p := map[string]any{
+			"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
+			"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
+			"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
+		}
+		r.mu.Lock()
+		if seq, ok := r.netOpen[rec.ID]; ok {
+			p["request"] = seq
+			delete(r.netOpen, rec.ID)
+		}
+		r.mu.Unlock()
+		_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: kindNetEnd, Actor: "sandbox", Payload: p})
+		return err
+	}
+	seq, err := log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
+		"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port,
 		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
-		"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
+	}})
+	if err != nil {
+		return err
+	}
+	// net.request is a buffered kind; nothing may be relayed before the
+	// decision is on disk (as exec.start before a command starts).
+	if err := log.Flush(ctx); err != nil {
+		return err
+	}
+	if rec.Decision == netproxy.Allowed {
+		r.mu.Lock()
+		if r.netOpen == nil {
+			r.netOpen = map[string]uint64{}
+		}
+		r.netOpen[rec.ID] = seq
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// RecordPeerRefused writes a net.refused entry: who tried to use this
+// run's proxy. It is not a request of the run's and is never recorded as
+// one.
+func (r *auditRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
+	log, err := r.get()
+	if err != nil {
+		return err
+	}
+	_, err = log.Append(ctx, audit.Entry{Session: pr.Session, Kind: kindNetRefused, Actor: "proxy", Payload: map[string]any{
+		"sandbox": pr.Sandbox, "peer_uid": pr.Peer.UID, "peer_gid": pr.Peer.GID, "peer_pid": pr.Peer.PID, "reason": pr.Reason,
 	}})
 	return err
 }

@@ -26,8 +26,13 @@ type auditRecorder struct {
 	// closeAtEnd makes End close the log: the exec.end entry and the final
 	// checkpoint are written in one transaction (no egress can follow).
 	closeAtEnd bool
+	// net is the egress allow-list for exec.start (nil: no proxy).
+	net map[string]any
 
 	mu     sync.Mutex
+	// netOpen maps an allowed egress request's id to the sequence
+	// number of its net.request entry, until its net.end.
+	netOpen map[string]uint64
 	log    auditSink
 	err    error
 	closed bool
@@ -79,7 +84,7 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	if err != nil {
 		return err
 	}
-	_, err = log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: map[string]any{
+	p := map[string]any{
 		"template":  r.template,
 		"argv":      spec.Argv,
 		"dir":       spec.Dir,
@@ -92,7 +97,11 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 			"cpu_ms": spec.Limits.CPU.Milliseconds(), "file_size": spec.Limits.FileSize, "open_files": spec.Limits.OpenFiles,
 			"output": spec.Limits.Output, "tmp": spec.TmpSize,
 		},
-	}})
+	}
+	if r.net != nil {
+		p["egress"] = r.net
+	}
+	_, err = log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: p})
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func BenchmarkRequest(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { run(b, &http.Transport{}) })
 	b.Run("direct-new-conn", func(b *testing.B) { run(b, &http.Transport{DisableKeepAlives: true}) })
 	b.Run("proxy-tcp", func(b *testing.B) {
-		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}})
+		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}, AllowUncredentialed: true})
 		defer p.Close()
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go p.Serve(ln)
@@ -46,10 +46,10 @@ func BenchmarkRequest(b *testing.B) {
 		run(b, &http.Transport{Proxy: http.ProxyURL(u)})
 	})
 	b.Run("proxy-unix", func(b *testing.B) {
-		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}})
+		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}, AllowUncredentialed: true})
 		defer p.Close()
 		sock := b.TempDir() + "/egress.sock"
-		ln, err := ListenUnix(sock)
+		ln, err := ListenUnix(sock, -1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func BenchmarkRequest(b *testing.B) {
 	})
 	b.Run("proxy-connect", func(b *testing.B) {
 		// A new tunnel per request: CONNECT set-up plus relaying.
-		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}})
+		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}, AllowUncredentialed: true})
 		defer p.Close()
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go p.Serve(ln)

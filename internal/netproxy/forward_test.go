@@ -43,7 +43,7 @@ func unixProxy(t *testing.T, allow ...string) (sock string, rec *memRecorder) {
 		t.Fatal(err)
 	}
 	sock = t.TempDir() + "/egress.sock"
-	ln, err := ListenUnix(sock)
+	ln, err := ListenUnix(sock, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

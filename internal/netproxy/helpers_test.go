@@ -18,11 +18,17 @@ import (
 	"time"
 )
 
-// memRecorder is a real Recorder that keeps records in memory.
+// memRecorder is a real Recorder that keeps records in memory: recs has
+// each request's final record (its end, or the refusal that was its only
+// record), all has every record in order.
 type memRecorder struct {
 	mu   sync.Mutex
 	recs []Record
+	all  []Record
 	fail error // returned (after storing nothing) when set
+	// onOpen, when set, runs as a decision is recorded (before the proxy
+	// goes on).
+	onOpen func(Record)
 }
 
 var _ Recorder = (*memRecorder)(nil)
@@ -33,8 +39,20 @@ func (m *memRecorder) RecordEgress(_ context.Context, r Record) error {
 	if m.fail != nil {
 		return m.fail
 	}
-	m.recs = append(m.recs, r)
+	if r.Phase == PhaseOpen && m.onOpen != nil {
+		m.onOpen(r)
+	}
+	m.all = append(m.all, r)
+	if r.Phase == PhaseEnd || r.Decision == Denied {
+		m.recs = append(m.recs, r)
+	}
 	return nil
+}
+
+func (m *memRecorder) every() []Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Record(nil), m.all...)
 }
 
 func (m *memRecorder) records() []Record {
@@ -98,6 +116,7 @@ func startProxy(t *testing.T, opts Options, allow ...string) *proxyEnv {
 	if opts.Resolver == nil {
 		opts.Resolver = fakeResolver{}
 	}
+	opts.AllowUncredentialed = true // a TCP listener
 	if opts.Sandbox == "" {
 		opts.Sandbox, opts.Session = "sb-1", "sess-1"
 	}

@@ -116,12 +116,12 @@ func TestClientEnv(t *testing.T) {
 func TestJSONRecorder(t *testing.T) {
 	var b strings.Builder
 	j := NewJSONRecorder(&b)
-	r := Record{Time: time.Date(2026, 11, 22, 1, 2, 3, 4e6, time.UTC), Sandbox: "sb", Method: "CONNECT", Host: "example.com", Port: 443,
+	r := Record{ID: "0123abcd", Phase: PhaseEnd, Time: time.Date(2026, 11, 22, 1, 2, 3, 4e6, time.UTC), Sandbox: "sb", Method: "CONNECT", Host: "example.com", Port: 443,
 		Addr: "93.184.216.34:443", Decision: Allowed, Rule: "example.com", Status: 200, BytesUp: 10, BytesDown: 20, Duration: 1500 * time.Millisecond}
 	if err := j.RecordEgress(t.Context(), r); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"time":"2026-11-22T01:02:03.004Z","sandbox":"sb","method":"CONNECT","host":"example.com","port":443,"addr":"93.184.216.34:443","decision":"allow","rule":"example.com","status":200,"bytes_up":10,"bytes_down":20,"ms":1500}` + "\n"
+	want := `{"time":"2026-11-22T01:02:03.004Z","sandbox":"sb","method":"CONNECT","host":"example.com","port":443,"addr":"93.184.216.34:443","decision":"allow","rule":"example.com","status":200,"bytes_up":10,"bytes_down":20,"ms":1500,"phase":"end","id":"0123abcd"}` + "\n"
 	if b.String() != want {
 		t.Errorf("got  %s\nwant %s", b.String(), want)
 	}

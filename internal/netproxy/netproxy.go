@@ -12,9 +12,19 @@
 // reach an address the check did not see. Byte and time limits bound every
 // request and tunnel; a denied request gets a 403 whose body names the rule.
 //
-// Every request, allowed or not, produces one Record for the Recorder when
-// it ends. Auditing fails closed: once the Recorder returns an error the
-// proxy refuses every later request (503) until it is rebuilt.
+// Every request is audited ahead: its decision (allowed or refused, host,
+// port, method, rule) is a Record in PhaseOpen that the Recorder makes
+// durable before the proxy connects upstream or answers a refusal; an
+// allowed request adds a PhaseEnd record with its totals (status, bytes
+// each way, duration), linked by the same ID. A proxy killed mid-request
+// leaves the decision on disk. Auditing fails closed: once the Recorder
+// returns an error the proxy refuses every later request (503) until it
+// is rebuilt.
+//
+// Only the proxy's owner and the processes its run started may use it:
+// every connection on a unix socket is checked against its peer's
+// credentials (SO_PEERCRED, see OwnerOrDescendant) before a byte is read,
+// and a refused peer is logged, never audited as a request of the owner.
 //
 // Forward (the sandbox side) accepts TCP connections on loopback inside the
 // sandbox's network namespace and splices each to the proxy's unix socket;
@@ -23,6 +33,8 @@ package netproxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,10 +53,14 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// Recorder receives one Record per request when the request ends, allowed
-// or refused. An error means the record was not stored: the proxy then
-// refuses every later request, since egress it cannot audit is egress it
-// must not allow. RecordEgress must be safe for concurrent use.
+// Recorder receives a request's records: its decision (PhaseOpen) before
+// anything is relayed, and for an allowed request its totals (PhaseEnd)
+// when it ends. A PhaseOpen record must be durable when RecordEgress
+// returns nil: the proxy connects upstream only afterwards. PhaseEnd
+// records may be buffered. An error means the record was not stored: the
+// request is refused (when it has not started) and so is every later
+// one, since egress it cannot audit is egress it must not allow.
+// RecordEgress must be safe for concurrent use.
 type Recorder interface {
 	RecordEgress(ctx context.Context, r Record) error
 }
@@ -58,9 +74,26 @@ const (
 	Denied  Decision = "deny"
 )
 
+// Phase says which of a request's records a Record is.
+type Phase string
+
+// Phases.
+const (
+	// PhaseOpen is the decision, recorded (durably) before the proxy
+	// connects upstream or sends a refusal. A request refused before
+	// anything was relayed has this record only.
+	PhaseOpen Phase = "open"
+	// PhaseEnd is an allowed request's outcome and totals, recorded when
+	// it ends; its ID is its PhaseOpen record's.
+	PhaseEnd Phase = "end"
+)
+
 // Record is the audit view of one request or tunnel.
 type Record struct {
-	Time    time.Time // when the request arrived
+	// ID links a request's records (random, unique per request).
+	ID    string
+	Phase Phase
+	Time  time.Time // when the request arrived
 	Sandbox string
 	Session string
 	// Method is the HTTP method, or "CONNECT" for a tunnel.
@@ -191,6 +224,14 @@ type Options struct {
 	Limits   Limits
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
+	// AllowPeer decides, from its credentials (SO_PEERCRED), whether the
+	// process at the other end of a unix-socket connection may use the
+	// proxy; nil means OwnerOrDescendant(os.Geteuid(), os.Getpid()).
+	AllowPeer func(Peer) error
+	// AllowUncredentialed accepts connections that carry no peer
+	// credentials (TCP listeners: tests and benchmarks). Without it they
+	// are refused.
+	AllowUncredentialed bool
 }
 
 // Proxy is one sandbox's egress proxy. Serve it on one or more listeners;
@@ -213,6 +254,10 @@ type Proxy struct {
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
 	auditErr  error // first Recorder failure; latches refusal
+	refused   map[int]int // refused connections by peer uid
+
+	allowPeer func(Peer) error
+	ownerUID  int
 }
 
 // New builds a proxy. It starts nothing until Serve.
@@ -227,6 +272,12 @@ func New(opts Options) (*Proxy, error) {
 		log:       opts.Logger,
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
+		refused:   map[int]int{},
+		allowPeer: opts.AllowPeer,
+		ownerUID:  os.Geteuid(),
+	}
+	if p.allowPeer == nil {
+		p.allowPeer = OwnerOrDescendant(p.ownerUID, os.Getpid())
 	}
 	if p.resolver == nil {
 		p.resolver = net.DefaultResolver
@@ -310,6 +361,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			defer p.wg.Done()
 			defer func() { <-p.sem }()
 			defer p.untrack(c)
+			if !p.admitPeer(c) {
+				return
+			}
 			p.serveConn(c)
 		}()
 	}
@@ -358,9 +412,11 @@ func (p *Proxy) Close() error {
 }
 
 // ListenUnix creates a unix socket at path for Serve, replacing a stale
-// socket there, with mode 0666 so a sandbox's mapped user can connect
-// (guard access with the directory's permissions).
-func ListenUnix(path string) (net.Listener, error) {
+// socket there, with mode 0600 and owned by uid (the user a sandbox's
+// processes run as on the host, which may differ from the proxy's; -1
+// keeps the creator). Put it in a directory only its owner can enter:
+// the mode guards the path, Serve's peer check guards the socket.
+func ListenUnix(path string, uid int) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		os.Remove(path)
 	}
@@ -368,11 +424,42 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netproxy: listen: %w", err)
 	}
-	if err := os.Chmod(path, 0o666); err != nil {
+	err = os.Chmod(path, 0o600)
+	if err == nil && uid >= 0 && uid != os.Geteuid() {
+		err = os.Lchown(path, uid, -1)
+	}
+	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("netproxy: listen: %w", err)
 	}
 	return ln, nil
+}
+
+// admitPeer applies the peer policy to a new connection; a refused one is
+// logged (every time) and reported to a PeerRecorder (the first time for
+// its uid), and the caller closes it unread.
+func (p *Proxy) admitPeer(c net.Conn) bool {
+	peer, err := p.checkPeer(c)
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, errNotUnix) && p.opts.AllowUncredentialed {
+		return true
+	}
+	p.mu.Lock()
+	p.refused[peer.UID]++
+	n := p.refused[peer.UID]
+	p.mu.Unlock()
+	p.log.Warn("egress proxy: connection refused", "peer_uid", peer.UID, "peer_pid", peer.PID, "refusals", n, "err", err)
+	if pr, ok := p.opts.Recorder.(PeerRecorder); ok && n == 1 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
+		defer cancel()
+		if err := pr.RecordPeerRefused(ctx, PeerRefusal{Sandbox: p.opts.Sandbox, Session: p.opts.Session,
+			Peer: peer, Reason: err.Error(), Count: n}); err != nil {
+			p.log.Error("egress proxy: recording a refused connection failed", "err", err)
+		}
+	}
+	return false
 }
 
 // auditFailure returns the latched Recorder failure, if any.
@@ -382,10 +469,32 @@ func (p *Proxy) auditFailure() error {
 	return p.auditErr
 }
 
+// open records r's decision (PhaseOpen) durably and gives r its ID. An
+// error means nothing may be relayed: the audit failure is latched.
+func (p *Proxy) open(r *Record) error {
+	r.ID = newID()
+	r.Phase = PhaseOpen
+	r.Sandbox = p.opts.Sandbox
+	r.Session = p.opts.Session
+	return p.write(*r)
+}
+
+// record writes r: a refusal made before anything was opened becomes the
+// request's only (PhaseOpen) record; otherwise r is the end (PhaseEnd) of
+// the request opened under r.ID.
 func (p *Proxy) record(r Record) {
 	r.Sandbox = p.opts.Sandbox
 	r.Session = p.opts.Session
-	r.Duration = time.Since(r.Time)
+	if r.ID == "" {
+		r.ID, r.Phase = newID(), PhaseOpen
+	} else {
+		r.Phase = PhaseEnd
+		r.Duration = time.Since(r.Time)
+	}
+	_ = p.write(r)
+}
+
+func (p *Proxy) write(r Record) error {
 	// The record is written even while closing: a request that ran must
 	// be audited.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
@@ -397,9 +506,17 @@ func (p *Proxy) record(r Record) {
 		}
 		p.mu.Unlock()
 		p.log.Error("egress audit failed: refusing all further requests", "err", err)
-		return
+		return err
 	}
-	p.log.Debug("egress", "method", r.Method, "host", r.Host, "port", r.Port,
+	p.log.Debug("egress", "id", r.ID, "phase", r.Phase, "method", r.Method, "host", r.Host, "port", r.Port,
 		"decision", r.Decision, "rule", r.Rule, "status", r.Status,
 		"up", r.BytesUp, "down", r.BytesDown)
+	return nil
+}
+
+// newID is a request's random ID (96 bits, hex).
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b[:])
 }

@@ -78,11 +78,13 @@ type jsonRecord struct {
 	BytesDown int64  `json:"bytes_down"`
 	Millis    int64  `json:"ms"`
 	Err       string `json:"error,omitempty"`
+	Phase     string `json:"phase,omitempty"`
+	ID        string `json:"id,omitempty"`
 }
 
 func recordJSON(r Record) jsonRecord {
 	return jsonRecord{
-		Time: r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), Sandbox: r.Sandbox, Session: r.Session,
+		ID: r.ID, Phase: string(r.Phase), Time: r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), Sandbox: r.Sandbox, Session: r.Session,
 		Method: r.Method, Host: r.Host, Port: r.Port, Addr: r.Addr, Decision: string(r.Decision),
 		Rule: r.Rule, Reason: r.Reason, Status: r.Status, BytesUp: r.BytesUp, BytesDown: r.BytesDown,
 		Millis: r.Duration.Milliseconds(), Err: r.Err,

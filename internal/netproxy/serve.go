@@ -157,8 +157,14 @@ func (p *Proxy) deny(bw *bufio.Writer, r Record, status int, d *DeniedError) {
 	r.Rule = d.Rule
 	r.Reason = d.Reason
 	r.Status = status
-	writeRefusal(bw, status, d)
+	// The refusal is recorded before it is answered.
 	p.record(r)
+	writeRefusal(bw, status, d)
+}
+
+// auditRefusal answers a request whose decision could not be recorded.
+func auditRefusal(bw *bufio.Writer) {
+	writeRefusal(bw, http.StatusServiceUnavailable, &DeniedError{Rule: "audit", Reason: "the egress audit log is unavailable"})
 }
 
 func writeRefusal(bw *bufio.Writer, status int, d *DeniedError) {
@@ -248,6 +254,11 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 	}
 	rec.Rule = rule.String()
 	rec.Decision = Allowed
+	// The decision is on disk before a byte goes upstream.
+	if err := p.open(&rec); err != nil {
+		auditRefusal(bw)
+		return false
+	}
 
 	ctx, cancel := context.WithTimeout(p.ctx, p.lim.MaxDuration)
 	defer cancel()
@@ -575,6 +586,12 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 		p.deny(bw, rec, status, d)
 		return
 	}
+	rec.Decision, rec.Rule = Allowed, rule.String()
+	// The decision is on disk before the upstream is connected.
+	if err := p.open(&rec); err != nil {
+		auditRefusal(bw)
+		return
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.lim.MaxDuration)
 	defer cancel()
 	up, err := p.dial(ctx, t, rule)
@@ -584,7 +601,6 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 			p.deny(bw, rec, http.StatusForbidden, de)
 			return
 		}
-		rec.Decision, rec.Rule = Allowed, rule.String()
 		status := http.StatusBadGateway
 		if isTimeout(err) {
 			status = http.StatusGatewayTimeout
@@ -595,7 +611,7 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 		return
 	}
 	defer up.Close()
-	rec.Decision, rec.Rule, rec.Status = Allowed, rule.String(), http.StatusOK
+	rec.Status = http.StatusOK
 	rec.Addr = up.RemoteAddr().String()
 	bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
 	if err := bw.Flush(); err != nil {
