@@ -323,10 +323,15 @@ func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) e
 		_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: kindNetEnd, Actor: "sandbox", Payload: p})
 		return err
 	}
-	seq, err := log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: map[string]any{
+	p := map[string]any{
 		"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port,
-		"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
-	}})
+		"decision": string(rec.Decision), "rule": rec.Rule,
+	}
+	if rec.Decision == netproxy.Denied {
+		// A refusal is the request's only entry: its answer too.
+		p["reason"], p["status"] = rec.Reason, rec.Status
+	}
+	seq, err := log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: p})
 	if err != nil {
 		return err
 	}

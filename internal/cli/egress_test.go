@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 )
@@ -79,5 +82,119 @@ func TestModelEndpointRule(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%s %v: %q, %v; want %q", tt.model, tt.baseURLs, got, err, tt.want)
 		}
+	}
+}
+
+// The proxy's socket directory is private (0700, ours, a fresh random
+// name) and lies under $XDG_RUNTIME_DIR only when that directory is
+// private too; anything else falls back to TMPDIR.
+func TestEgressDir(t *testing.T) {
+	tmp := t.TempDir()
+	private, open := t.TempDir(), t.TempDir()
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := filepath.Join(private, strings.Repeat("d", 90))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, xdg, wantParent string
+	}{
+		{"no runtime dir", "", tmp},
+		{"private runtime dir", private, private},
+		{"runtime dir open to others", open, tmp},
+		{"relative runtime dir", "run", tmp},
+		{"missing runtime dir", filepath.Join(private, "missing"), tmp},
+		{"runtime dir too long for a socket", long, tmp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := []string{"TMPDIR=" + tmp}
+			if tt.xdg != "" {
+				env = append(env, "XDG_RUNTIME_DIR="+tt.xdg)
+			}
+			dir, err := egressDir(&App{Environ: env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			if filepath.Dir(dir) != tt.wantParent || !strings.HasPrefix(filepath.Base(dir), "fluffy-egress-") {
+				t.Errorf("dir %s, want a fresh directory in %s", dir, tt.wantParent)
+			}
+			fi, err := os.Lstat(dir)
+			if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+				t.Errorf("dir %s: %v, %v: want a 0700 directory", dir, fi.Mode(), err)
+			}
+			again, err := egressDir(&App{Environ: env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(again)
+			if again == dir {
+				t.Errorf("two runs share %s", dir)
+			}
+		})
+	}
+}
+
+// fakeSink records what an auditRecorder appends and when it flushes.
+type fakeSink struct {
+	entries []audit.Entry
+	flushed int // entries durable at the last Flush
+}
+
+func (f *fakeSink) Append(_ context.Context, e audit.Entry) (uint64, error) {
+	f.entries = append(f.entries, e)
+	return uint64(len(f.entries)), nil
+}
+func (f *fakeSink) Flush(context.Context) error { f.flushed = len(f.entries); return nil }
+func (f *fakeSink) Close() error                { return nil }
+
+// A decision is a net.request made durable at once; an allowed request's
+// end is a net.end naming it by seq and id; a refusal has no net.end; a
+// refused peer is a net.refused, never a net.request.
+func TestAuditRecorderEgress(t *testing.T) {
+	sink := &fakeSink{}
+	r := &auditRecorder{open: func() (auditSink, error) { return sink, nil }}
+	ctx := t.Context()
+	open := netproxy.Record{ID: "a1", Phase: netproxy.PhaseOpen, Method: "CONNECT", Host: "a.example", Port: 443, Decision: netproxy.Allowed, Rule: "a.example"}
+	if err := r.RecordEgress(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.entries) != 1 || sink.entries[0].Kind != audit.KindNetRequest || sink.flushed != 1 {
+		t.Fatalf("after the decision: %+v, %d durable", sink.entries, sink.flushed)
+	}
+	deny := netproxy.Record{ID: "d1", Phase: netproxy.PhaseOpen, Method: "GET", Host: "b.example", Port: 80, Decision: netproxy.Denied, Rule: "not-allowed", Status: 403}
+	if err := r.RecordEgress(ctx, deny); err != nil || sink.flushed != 2 {
+		t.Fatalf("refusal: %v, %d durable", err, sink.flushed)
+	}
+	end := open
+	end.Phase, end.Status, end.BytesUp, end.BytesDown = netproxy.PhaseEnd, 200, 10, 20
+	if err := r.RecordEgress(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	last := sink.entries[len(sink.entries)-1]
+	p, _ := last.Payload.(map[string]any)
+	if last.Kind != kindNetEnd || p["request"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
+		t.Errorf("end entry %s %v", last.Kind, p)
+	}
+	if err := r.RecordPeerRefused(ctx, netproxy.PeerRefusal{Peer: netproxy.Peer{UID: 65534, PID: 7}, Reason: "not ours"}); err != nil {
+		t.Fatal(err)
+	}
+	if k := sink.entries[len(sink.entries)-1].Kind; k != kindNetRefused {
+		t.Errorf("peer refusal recorded as %s", k)
+	}
+	var requests int
+	for _, e := range sink.entries {
+		if e.Kind == audit.KindNetRequest {
+			requests++
+		}
+	}
+	if requests != 2 {
+		t.Errorf("%d net.request entries, want 2", requests)
 	}
 }

@@ -117,15 +117,30 @@ func parentOf(pid int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	ppid, err := statParent(b)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return ppid, nil
+}
+
+// statParent parses the parent pid out of a /proc/PID/stat line. The
+// command name (any process may choose its own, parentheses included)
+// ends at the line's last ')'.
+func statParent(b []byte) (int, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, errors.New("no command name")
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+		return 0, errors.New("too short")
 	}
-	return strconv.Atoi(string(f[1]))
+	ppid, err := strconv.Atoi(string(f[1]))
+	if err != nil || ppid < 0 {
+		return 0, fmt.Errorf("parent pid %q", f[1])
+	}
+	return ppid, nil
 }
 
 // checkPeer applies the proxy's peer policy to c. With a pidfd the peer is
