@@ -29,13 +29,13 @@ type auditRecorder struct {
 	// net is the egress allow-list for exec.start (nil: no proxy).
 	net map[string]any
 
-	mu     sync.Mutex
+	mu sync.Mutex
 	// netOpen maps an allowed egress request's id to the sequence
 	// number of its net.request entry, until its net.end.
 	netOpen map[string]uint64
-	log    auditSink
-	err    error
-	closed bool
+	log     auditSink
+	err     error
+	closed  bool
 }
 
 var _ sandbox.Observer = (*auditRecorder)(nil)

@@ -91,9 +91,9 @@ const (
 // Record is the audit view of one request or tunnel.
 type Record struct {
 	// ID links a request's records (random, unique per request).
-	ID    string
-	Phase Phase
-	Time  time.Time // when the request arrived
+	ID      string
+	Phase   Phase
+	Time    time.Time // when the request arrived
 	Sandbox string
 	Session string
 	// Method is the HTTP method, or "CONNECT" for a tunnel.
@@ -253,7 +253,7 @@ type Proxy struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	auditErr  error // first Recorder failure; latches refusal
+	auditErr  error       // first Recorder failure; latches refusal
 	refused   map[int]int // refused connections by peer uid
 
 	allowPeer func(Peer) error
