@@ -8,7 +8,33 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
 )
+
+// auditLogRecorder records into an audit log: ahead, a decision is
+// flushed before RecordEgress returns; otherwise everything is buffered.
+type auditLogRecorder struct {
+	l     *audit.Log
+	ahead bool
+}
+
+func (a *auditLogRecorder) RecordEgress(ctx context.Context, r Record) error {
+	kind := audit.KindNetRequest
+	if r.Phase == PhaseEnd {
+		kind = "net.end"
+	} else if !a.ahead && r.Decision == Allowed {
+		return nil // the end record stands for the request
+	}
+	if _, err := a.l.Append(ctx, audit.Entry{Kind: kind, Actor: "sandbox", Payload: map[string]any{
+		"id": r.ID, "host": r.Host, "port": r.Port, "decision": string(r.Decision), "bytes_down": r.BytesDown}}); err != nil {
+		return err
+	}
+	if a.ahead && r.Phase == PhaseOpen {
+		return a.l.Flush(ctx)
+	}
+	return nil
+}
 
 // BenchmarkRequest measures one small GET on loopback, keep-alive on,
 // directly and through the proxy (TCP and unix socket): the difference is
@@ -60,6 +86,30 @@ func BenchmarkRequest(b *testing.B) {
 			return d.DialContext(ctx, "unix", sock)
 		}})
 	})
+	// With a real audit log on disk: every decision flushed before the
+	// request goes on (as the CLI records them), against the records
+	// only appended (buffered), as when the proxy recorded each request
+	// once at its end.
+	for _, ahead := range []bool{false, true} {
+		name := "proxy-tcp-audit-buffered"
+		if ahead {
+			name = "proxy-tcp-audit-ahead"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			l, err := audit.Open(b.Context(), audit.Options{Path: dir + "/audit.db", KeyDir: dir + "/keys"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			p, _ := New(Options{Allow: al, Recorder: &auditLogRecorder{l: l, ahead: ahead}, AllowUncredentialed: true})
+			defer p.Close()
+			ln, _ := net.Listen("tcp", "127.0.0.1:0")
+			go p.Serve(ln)
+			u, _ := url.Parse("http://" + ln.Addr().String())
+			run(b, &http.Transport{Proxy: http.ProxyURL(u)})
+		})
+	}
 	b.Run("proxy-connect", func(b *testing.B) {
 		// A new tunnel per request: CONNECT set-up plus relaying.
 		p, _ := New(Options{Allow: al, Recorder: &memRecorder{}, AllowUncredentialed: true})
