@@ -315,6 +315,9 @@ func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) e
 			"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
 		}
 		r.mu.Lock()
+		if r.execSeq != 0 {
+			p["exec"] = r.execSeq
+		}
 		if seq, ok := r.netOpen[rec.ID]; ok {
 			p["request"] = seq
 			delete(r.netOpen, rec.ID)
@@ -331,6 +334,11 @@ func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) e
 		// A refusal is the request's only entry: its answer too.
 		p["reason"], p["status"] = rec.Reason, rec.Status
 	}
+	r.mu.Lock()
+	if r.execSeq != 0 {
+		p["exec"] = r.execSeq // the run whose sandbox asked
+	}
+	r.mu.Unlock()
 	seq, err := log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: p})
 	if err != nil {
 		return err
@@ -359,8 +367,14 @@ func (r *auditRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerR
 	if err != nil {
 		return err
 	}
-	_, err = log.Append(ctx, audit.Entry{Session: pr.Session, Kind: kindNetRefused, Actor: "proxy", Payload: map[string]any{
+	p := map[string]any{
 		"sandbox": pr.Sandbox, "peer_uid": pr.Peer.UID, "peer_gid": pr.Peer.GID, "peer_pid": pr.Peer.PID, "reason": pr.Reason,
-	}})
+	}
+	r.mu.Lock()
+	if r.execSeq != 0 {
+		p["exec"] = r.execSeq // the run whose proxy was approached
+	}
+	r.mu.Unlock()
+	_, err = log.Append(ctx, audit.Entry{Session: pr.Session, Kind: kindNetRefused, Actor: "proxy", Payload: p})
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
 func TestEgressRules(t *testing.T) {
@@ -161,6 +162,14 @@ func TestAuditRecorderEgress(t *testing.T) {
 	sink := &fakeSink{}
 	r := &auditRecorder{open: func() (auditSink, error) { return sink, nil }}
 	ctx := t.Context()
+	r.net = egressAudit(netproxy.NewAllowList(), nil)
+	if err := r.Start(ctx, sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := sink.entries[0].Payload.(map[string]any); p["egress"] == nil {
+		t.Errorf("exec.start %v names no allow-list", p)
+	}
+	sink.entries, sink.flushed = nil, 0
 	open := netproxy.Record{ID: "a1", Phase: netproxy.PhaseOpen, Method: "CONNECT", Host: "a.example", Port: 443, Decision: netproxy.Allowed, Rule: "a.example"}
 	if err := r.RecordEgress(ctx, open); err != nil {
 		t.Fatal(err)
@@ -179,7 +188,7 @@ func TestAuditRecorderEgress(t *testing.T) {
 	}
 	last := sink.entries[len(sink.entries)-1]
 	p, _ := last.Payload.(map[string]any)
-	if last.Kind != kindNetEnd || p["request"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
+	if last.Kind != kindNetEnd || p["request"] != uint64(1) || p["exec"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
 		t.Errorf("end entry %s %v", last.Kind, p)
 	}
 	if err := r.RecordPeerRefused(ctx, netproxy.PeerRefusal{Peer: netproxy.Peer{UID: 65534, PID: 7}, Reason: "not ours"}); err != nil {

@@ -33,6 +33,9 @@ type auditRecorder struct {
 	// netOpen maps an allowed egress request's id to the sequence
 	// number of its net.request entry, until its net.end.
 	netOpen map[string]uint64
+	// execSeq is the exec.start entry's sequence number: the run that
+	// egress entries belong to.
+	execSeq uint64
 	log     auditSink
 	err     error
 	closed  bool
@@ -101,10 +104,13 @@ func (r *auditRecorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	if r.net != nil {
 		p["egress"] = r.net
 	}
-	_, err = log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: p})
+	seq, err := log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: p})
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.execSeq = seq
+	r.mu.Unlock()
 	// exec.start is a buffered kind; the execution must not begin before
 	// its record is durable.
 	if err := log.Flush(ctx); err != nil {
