@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -202,5 +203,25 @@ func TestDecisionRecordedAhead(t *testing.T) {
 	}
 	if all[0].ID == all[2].ID {
 		t.Error("two requests share an ID")
+	}
+}
+
+// The socket is 0600 and, when asked, belongs to the sandbox's user.
+func TestListenUnixOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another uid needs root")
+	}
+	sock := t.TempDir() + "/egress.sock"
+	ln, err := ListenUnix(sock, 65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o600 || st.Uid != 65534 || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("socket %v owned by %d: want a 0600 socket of uid 65534", fi.Mode(), st.Uid)
 	}
 }
