@@ -21,10 +21,11 @@
 // returns an error the proxy refuses every later request (503) until it
 // is rebuilt.
 //
-// Only the proxy's owner and the processes its run started may use it:
-// every connection on a unix socket is checked against its peer's
-// credentials (SO_PEERCRED, see OwnerOrDescendant) before a byte is read,
-// and a refused peer is logged, never audited as a request of the owner.
+// Only processes of the proxy's owner and processes descending from the
+// proxy's own (the sandboxes it serves) may use it: every connection on a
+// unix socket is checked against its peer's credentials (SO_PEERCRED, see
+// OwnerOrDescendant) before a byte is read. A refused peer is logged and
+// reported to a PeerRecorder, never recorded as a request.
 //
 // Forward (the sandbox side) accepts TCP connections on loopback inside the
 // sandbox's network namespace and splices each to the proxy's unix socket;
