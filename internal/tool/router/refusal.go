@@ -133,6 +133,9 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 			err = policy.Normalize(op, r.o.Resolver.Workspace())
 			op.Paths = paths
 		}
+		if err == nil {
+			err = r.bind(t, op, a)
+		}
 		if err != nil {
 			return tool.Result{Output: fmt.Appendf(nil, "step %d (%s): %v", i+1, t.Name(), err), IsError: true}, nil
 		}
