@@ -74,7 +74,8 @@ var pythonModules = map[string]string{"pip": "pip", "pytest": "pytest", "build":
 //     command line, relative to the workspace and to each command's
 //     directory;
 //   - the build files of a known build tool or test runner (make:
-//     Makefile; npm: package.json; ...) in the directory it runs in.
+//     Makefile; npm: package.json; ...) in the directory it runs in and
+//     in each directory its arguments could name (make -C dir).
 //
 // Candidates outside the workspace are left out: the sandbox shows the
 // host's files read-only there. Whether a candidate is a file is for
@@ -120,8 +121,22 @@ func InputPaths(op *operation.Operation) ([]string, bool) {
 			}
 		}
 		if len(c.Argv) > 0 {
-			for _, f := range buildFiles[programName(c.Argv)] {
+			// The build files where the tool runs, and where any of its
+			// arguments could send it (make -C dir, npm --prefix dir).
+			bf := buildFiles[programName(c.Argv)]
+			for _, f := range bf {
 				add(dir, f)
+			}
+			for _, a := range c.Argv[1:] {
+				if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+					a = v
+				}
+				if a == "" || strings.HasPrefix(a, "-") {
+					continue
+				}
+				for _, f := range bf {
+					add(dir, filepath.Join(a, f))
+				}
 			}
 		}
 	}
