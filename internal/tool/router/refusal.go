@@ -172,6 +172,9 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		if it.Decision.Verdict != approval.Approved || it.Eval.Effect != approval.EffectApprove {
 			continue
 		}
+		if it.Op.Unbound != "" {
+			continue // what it runs is not bound: asked when it runs
+		}
 		if _, noToken := skipped[it.N]; r.o.Grants == nil || (tokens && noToken) {
 			r.planned[it.Op.Signature()]++
 		}
