@@ -179,8 +179,8 @@ func programName(argv []string) string {
 // inputRedirections returns the literal targets of a command line's input
 // redirections (< file, <> file): `sh < x.sh` runs x.sh.
 func inputRedirections(line string) []string {
-	if line == "" {
-		return nil
+	if !strings.Contains(line, "<") {
+		return nil // no input redirection: spare the parse
 	}
 	f, err := syntax.NewParser().Parse(strings.NewReader(line), "")
 	if err != nil {
@@ -224,6 +224,7 @@ func BindInputs(op *operation.Operation, src Source) {
 		return
 	}
 	var total int64
+	var buf []byte
 	seen := map[string]bool{}
 	for _, p := range paths {
 		c, inWS, err := src.Resolve(p)
@@ -251,8 +252,11 @@ func BindInputs(op *operation.Operation, src Source) {
 			op.Inputs, op.Unbound = nil, fmt.Sprintf("the command names more than %d files of the workspace", maxInputs)
 			return
 		}
+		if buf == nil {
+			buf = make([]byte, 8<<10)
+		}
 		h := sha256.New()
-		n, err := io.Copy(h, io.LimitReader(r, maxInputBytes-total+1))
+		n, err := io.CopyBuffer(h, io.LimitReader(r, maxInputBytes-total+1), buf)
 		r.Close()
 		total += n
 		if err != nil {
