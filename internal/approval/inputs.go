@@ -70,6 +70,8 @@ var pythonModules = map[string]string{"pip": "pip", "pytest": "pytest", "build":
 //   - every argument of every command (argv[0] included), the value of
 //     every --option=value argument, and every environment assignment's
 //     value, taken relative to the command's directory;
+//   - a bare program name in each directory of a PATH the line sets, and
+//     the module python -m runs (mod.py, mod/__main__.py, mod/__init__.py);
 //   - every literal target of an input redirection (< file) in the
 //     command line, relative to the workspace and to each command's
 //     directory;
@@ -120,6 +122,13 @@ func InputPaths(op *operation.Operation) ([]string, bool) {
 				add(dir, v)
 			}
 		}
+		if len(c.Argv) > 2 && strings.HasPrefix(filepath.Base(c.Argv[0]), "python") && c.Argv[1] == "-m" {
+			// python -m mod runs mod.py or the package mod.
+			mod := filepath.Join(strings.Split(c.Argv[2], ".")...)
+			add(dir, mod+".py")
+			add(dir, filepath.Join(mod, "__main__.py"))
+			add(dir, filepath.Join(mod, "__init__.py"))
+		}
 		if len(c.Argv) > 0 {
 			// The build files where the tool runs, and where any of its
 			// arguments could send it (make -C dir, npm --prefix dir).
@@ -140,7 +149,35 @@ func InputPaths(op *operation.Operation) ([]string, bool) {
 			}
 		}
 	}
-	for _, r := range inputRedirections(op.CommandLine) {
+	// A bare program name runs from PATH: when the line sets PATH (X=…
+	// prefix, env, export), the program as found in each of its
+	// directories is bound too.
+	redirs, linePaths := fromLine(op.CommandLine)
+	var pathDirs []string
+	for _, v := range linePaths {
+		pathDirs = append(pathDirs, filepath.SplitList(v)...)
+	}
+	for _, c := range op.Commands {
+		for _, w := range slices.Concat(c.Env, c.Argv) {
+			if v, ok := strings.CutPrefix(w, "PATH="); ok {
+				pathDirs = append(pathDirs, filepath.SplitList(v)...)
+			}
+		}
+	}
+	for i := range op.Commands {
+		c := &op.Commands[i]
+		if len(c.Argv) == 0 || strings.Contains(c.Argv[0], "/") {
+			continue
+		}
+		dir := commandDir(ws, c.Dir)
+		for _, d := range pathDirs {
+			if d == "" {
+				d = "." // an empty PATH entry is the current directory
+			}
+			add(dir, filepath.Join(d, c.Argv[0]))
+		}
+	}
+	for _, r := range redirs {
 		for _, d := range dirs {
 			add(d, r)
 		}
@@ -176,26 +213,36 @@ func programName(argv []string) string {
 	return name
 }
 
-// inputRedirections returns the literal targets of a command line's input
-// redirections (< file, <> file): `sh < x.sh` runs x.sh.
-func inputRedirections(line string) []string {
-	if !strings.Contains(line, "<") {
-		return nil // no input redirection: spare the parse
+// fromLine returns what the parsed commands do not keep of a command
+// line: the literal targets of its input redirections (< file, <> file:
+// `sh < x.sh` runs x.sh) and the literal values it assigns to PATH
+// (export PATH=…, PATH=…;).
+func fromLine(line string) (redirs, paths []string) {
+	if !strings.Contains(line, "<") && !strings.Contains(line, "PATH=") {
+		return nil, nil // spare the parse
 	}
 	f, err := syntax.NewParser().Parse(strings.NewReader(line), "")
 	if err != nil {
-		return nil // a line that does not parse runs nothing statically known
+		return nil, nil // a line that does not parse runs nothing statically known
 	}
-	var out []string
 	syntax.Walk(f, func(n syntax.Node) bool {
-		if r, ok := n.(*syntax.Redirect); ok && (r.Op == syntax.RdrIn || r.Op == syntax.RdrInOut) && r.Word != nil {
-			if lit := r.Word.Lit(); lit != "" {
-				out = append(out, lit)
+		switch n := n.(type) {
+		case *syntax.Redirect:
+			if (n.Op == syntax.RdrIn || n.Op == syntax.RdrInOut) && n.Word != nil {
+				if lit := n.Word.Lit(); lit != "" {
+					redirs = append(redirs, lit)
+				}
+			}
+		case *syntax.Assign:
+			if n.Name != nil && n.Name.Value == "PATH" && n.Value != nil {
+				if lit := n.Value.Lit(); lit != "" {
+					paths = append(paths, lit)
+				}
 			}
 		}
 		return true
 	})
-	return out
+	return redirs, paths
 }
 
 // Source reads files as the operation's command would see them: the
