@@ -222,3 +222,30 @@ func nulSplit(s string) []string {
 	}
 	return strings.Split(s, "\x00")
 }
+
+// TestPromptShowsBinding: the question shows what the token will bind,
+// with anything unprintable escaped.
+func TestPromptShowsBinding(t *testing.T) {
+	files := memSource{"/w/x.py": "print(1)\n"}
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{"PYTHONPATH=/tmp/evil python3 x.py", []string{"python3: env PYTHONPATH=/tmp/evil\n", "files: /w/x.py (sha256 "}},
+		{"cd sub && python3 ../x.py > out.txt", []string{"python3: in directory sub; writes /w/sub/out.txt\n", "files: /w/x.py (sha256 "}},
+		{"X=$'\\e[2J' python3 -c 1", []string{`python3: env "X=\x1b[2J"`}},
+	} {
+		op := lineOp(t, "s1", tc.line, files)
+		p := Request{ID: "r1", Session: "s1", Items: []Item{{N: 1, Step: Step{Op: op, Preview: tc.line}, Eval: Evaluation{Effect: EffectApprove}, Decision: Decision{Verdict: Pending}}}}.Prompt()
+		for _, w := range tc.want {
+			if !strings.Contains(p, w) {
+				t.Errorf("%q: prompt lacks %q:\n%s", tc.line, w, p)
+			}
+		}
+	}
+	op := operation.Operation{Tool: "shell.exec", Unbound: "the command names more than 64 files of the workspace"}
+	p := Request{Items: []Item{{N: 1, Step: Step{Op: op}, Eval: Evaluation{Effect: EffectApprove}, Decision: Decision{Verdict: Pending}}}}.Prompt()
+	if !strings.Contains(p, "asked every time, no approval carries over: ") {
+		t.Errorf("unbound not shown:\n%s", p)
+	}
+}

@@ -93,7 +93,7 @@ func (r *Router) requestApprovalTool() (*tool.Tool, error) {
 	return tool.New(tool.Definition[PlanIn]{
 		Name: RequestApprovalName,
 		Description: "Ask the user once to approve a plan of tool calls that need a person's approval (commands, reads outside the workspace, network). " +
-			"Each approved step may then be called once with exactly the same arguments without asking again. Blocked steps cannot be approved.",
+			"Each approved step may then be called once with exactly the same arguments without asking again, as long as the files it runs (its script, the Makefile, ...) are unchanged: an edit makes it a new step. Blocked steps cannot be approved.",
 		Action:    operation.Read,
 		Tags:      []string{"approval"},
 		Execution: tool.Execution{Class: tool.FastPath},
