@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
@@ -46,12 +49,25 @@ type inputSource struct {
 }
 
 func (s inputSource) Resolve(abs string) (string, bool, error) {
+	for c := range strings.SplitSeq(abs, "/") {
+		if len(c) > maxNameBytes {
+			// An argument no file can be named after (python3 -c
+			// with a long program): not an input.
+			return "", false, fs.ErrNotExist
+		}
+	}
 	p, err := s.res.Resolve(abs)
+	if errors.Is(err, tool.ErrPathLoop) {
+		return "", false, fs.ErrNotExist // nothing can be opened there
+	}
 	if err != nil {
 		return "", false, err
 	}
 	return p.Abs, p.InWorkspace, nil
 }
+
+// maxNameBytes is NAME_MAX.
+const maxNameBytes = 255
 
 func (s inputSource) Open(abs string) (io.ReadCloser, error) {
 	ws := s.res.Workspace()
@@ -61,6 +77,9 @@ func (s inputSource) Open(abs string) (io.ReadCloser, error) {
 	}
 	if cs, ok := s.cs.(*changeset.ChangeSet); ok && cs != nil {
 		e, err := cs.Stat(rel)
+		if errors.Is(err, syscall.ENOTDIR) {
+			return nil, fs.ErrNotExist // x.py/y: under a file
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +89,9 @@ func (s inputSource) Open(abs string) (io.ReadCloser, error) {
 		return cs.Open(rel)
 	}
 	fi, err := os.Lstat(abs)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, fs.ErrNotExist
+	}
 	if err != nil {
 		return nil, err
 	}
