@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -248,4 +249,27 @@ func TestPromptShowsBinding(t *testing.T) {
 	if !strings.Contains(p, "asked every time, no approval carries over: ") {
 		t.Errorf("unbound not shown:\n%s", p)
 	}
+}
+
+// FuzzInputPaths: any command line yields candidates that are clean,
+// absolute, strictly inside the workspace, sorted and unique.
+func FuzzInputPaths(f *testing.F) {
+	for _, l := range []string{"python3 x.py", "cd .. && sh < ../../etc/passwd", "export PATH=/w/bin:..; tool", "make -C ../x", "PATH=: a", "python3 -m ../../x"} {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, CommandLine: line, Session: operation.Session{Workspace: "/w"}}
+		if err := policy.Normalize(&op, "/w"); err != nil {
+			return
+		}
+		got, _ := InputPaths(&op)
+		for i, p := range got {
+			if p != filepath.Clean(p) || !strings.HasPrefix(p, "/w/") {
+				t.Fatalf("%q: candidate %q", line, p)
+			}
+			if i > 0 && got[i-1] >= p {
+				t.Fatalf("%q: not sorted and unique: %q", line, got)
+			}
+		}
+	})
 }
