@@ -2,6 +2,7 @@ package approval
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +67,18 @@ func BenchmarkParseVerdict(b *testing.B) {
 		if _, err := ParseVerdict(" VERDICT: no\n"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkBindInputs: what binding a typical command's files costs the
+// router on every call that runs something (here from memory: the cost
+// of the rule and the hashing, not of the change set's lookups).
+func BenchmarkBindInputs(b *testing.B) {
+	src := memSource{"/w/x.py": strings.Repeat("print(1)\n", 400), "/w/sub/": ""}
+	op := lineOp(b, "s1", "cd sub && PYTHONPATH=lib python3 ../x.py --out=res.txt > log.txt", src)
+	b.ReportAllocs()
+	for b.Loop() {
+		BindInputs(&op, src)
+		_ = op.Signature()
 	}
 }

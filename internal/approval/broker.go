@@ -185,7 +185,10 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 		case EffectAllow:
 			it.Decision = Decision{Verdict: Approved, Scope: ScopeOnce, Reason: "allowed by rule " + ev.Rule}
 		case EffectApprove:
-			if b.coveredForSession(session, ev.Rule, s.Op.Signature()) {
+			// An operation whose files could not be bound matches
+			// no earlier approval: its signature does not say what
+			// it runs.
+			if s.Op.Unbound == "" && b.coveredForSession(session, ev.Rule, s.Op.Signature()) {
 				it.Decision = Decision{Verdict: Approved, Scope: ScopeSession, Reason: "approved earlier for this session"}
 			} else {
 				it.Decision = Decision{Verdict: Pending}
@@ -287,7 +290,7 @@ func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 	p.req = next
 	p.version++
 	for _, it := range next.Items {
-		if it.Decision.Verdict == Approved && it.Decision.Scope == ScopeSession && it.Eval.Effect == EffectApprove {
+		if it.Decision.Verdict == Approved && it.Decision.Scope == ScopeSession && it.Eval.Effect == EffectApprove && it.Op.Unbound == "" {
 			b.rememberLocked(next.Session, it.Eval.Rule, it.Op.Signature())
 		}
 	}

@@ -246,11 +246,25 @@ func TestSessionScope(t *testing.T) {
 	if len(n.ch) != 0 {
 		t.Error("asked the person again for an operation approved for the session")
 	}
-	// Another argv, or another session, is asked again.
+	// Another argv, environment, directory, redirection or file content,
+	// or another session, is asked again.
+	with := func(f func(*operation.Operation)) Step {
+		s := cmd("curl", "example.com")
+		s.Op.Commands = []operation.Command{{Argv: s.Op.Argv}}
+		f(&s.Op)
+		return s
+	}
 	for _, c := range []struct {
 		session string
 		step    Step
-	}{{"s1", cmd("curl", "evil.example")}, {"s2", cmd("curl", "example.com")}} {
+	}{
+		{"s1", cmd("curl", "evil.example")},
+		{"s2", cmd("curl", "example.com")},
+		{"s1", with(func(op *operation.Operation) { op.Commands[0].Env = []string{"HTTPS_PROXY=evil:80"} })},
+		{"s1", with(func(op *operation.Operation) { op.Commands[0].Dir = "sub" })},
+		{"s1", with(func(op *operation.Operation) { op.Commands[0].Writes = []string{"/w/out"} })},
+		{"s1", with(func(op *operation.Operation) { op.Inputs = []operation.Input{{Path: "/w/curlrc", SHA256: "aa"}} })},
+	} {
 		done := ask(b, t.Context(), c.session, c.step)
 		r := <-n.ch
 		if err := b.Answer(t.Context(), r.ID, "/deny", Who{"ana", "cli"}); err != nil {
@@ -259,6 +273,22 @@ func TestSessionScope(t *testing.T) {
 		if got := verdictsOf((<-done).req); got != "D" {
 			t.Errorf("%s %v: %s", c.session, c.step.Op.Argv, got)
 		}
+	}
+	// An operation whose files could not be bound is asked each time,
+	// even after an approval "for session".
+	unbound := cmd("curl", "example.com")
+	unbound.Op.Unbound = "more than 64 files"
+	for i := range 2 {
+		done := ask(b, t.Context(), "s1", unbound)
+		select {
+		case res := <-done:
+			t.Fatalf("unbound operation, ask %d: not asked (%s)", i+1, verdictsOf(res.req))
+		case r := <-n.ch:
+			if err := b.Answer(t.Context(), r.ID, "/approve 1 for session", Who{"ana", "cli"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-done
 	}
 	b.EndSession("s1")
 	if b.CoveredForSession("s1", "net", cmd("curl", "example.com").Op.Signature()) {

@@ -22,8 +22,9 @@ type Issuer interface {
 
 // ErrNotExact is returned when an operation cannot be covered by tokens
 // that match it exactly: a resource holding a pattern character (* ? or
-// an argv element "..."), or a command that is not known statically. Such
-// a step is simply asked again when it runs.
+// an argv element "..."), a command that is not known statically, or input
+// files that could not be bound (Operation.Unbound). Such a step is simply
+// asked again when it runs.
 var ErrNotExact = errors.New("approval: the operation cannot be scoped exactly")
 
 // GrantOptions configures Grants.
@@ -97,8 +98,9 @@ func NewGrants(opts GrantOptions) (*Grants, error) {
 
 // Scopes returns the token scopes that cover op exactly: one per atom the
 // policy engine decides (each path, host and command, and each file a
-// command's redirection writes), with the atom's own action. It fails with
-// ErrNotExact when a resource would be read as a pattern.
+// command's redirection writes), with the atom's own action, each bound to
+// op's whole signature. It fails with ErrNotExact when a resource would be
+// read as a pattern or op's input files could not all be bound.
 func Scopes(op operation.Operation) ([]policy.Scope, error) {
 	if op.Session.ID == "" {
 		return nil, fmt.Errorf("%w: no session", ErrNotExact)
@@ -106,7 +108,13 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 	if strings.ContainsAny(op.Tool, "*?") || op.Tool == "" {
 		return nil, fmt.Errorf("%w: tool %q", ErrNotExact, op.Tool)
 	}
-	base := policy.Scope{Session: op.Session.ID, Tool: op.Tool, Action: op.Action}
+	if op.Unbound != "" {
+		return nil, fmt.Errorf("%w: %s", ErrNotExact, op.Unbound)
+	}
+	// Every token binds the whole operation (its signature), not only
+	// the atom it names: the same argv with other environment, directory,
+	// redirections, arguments or file content is asked again.
+	base := policy.Scope{Session: op.Session.ID, Tool: op.Tool, Action: op.Action, Op: op.Signature()}
 	var out []policy.Scope
 	addPath := func(action operation.Action, p string) error {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "*?\x00") {

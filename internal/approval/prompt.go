@@ -2,7 +2,10 @@ package approval
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/fluffy-agent/fluffy/internal/operation"
 )
 
 // Prompt renders the consolidated question a person reads: what needs
@@ -34,6 +37,11 @@ func (r Request) Prompt() string {
 			b.WriteString("\n")
 			if it.Decision.Verdict == Pending && it.Preview != "" {
 				for _, line := range strings.Split(strings.TrimRight(it.Preview, "\n"), "\n") {
+					fmt.Fprintf(&b, "       %s\n", line)
+				}
+			}
+			if it.Decision.Verdict == Pending {
+				for _, line := range binding(it.Op) {
 					fmt.Fprintf(&b, "       %s\n", line)
 				}
 			}
@@ -85,4 +93,55 @@ func describe(it Item) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// binding lists what an approval of op binds beyond its command text, so
+// the person sees what the token will cover: each command's environment
+// assignments, directory and redirections, and the files it runs with
+// their content digests (or why none carries over).
+func binding(op operation.Operation) []string {
+	var out []string
+	for _, c := range op.Commands {
+		var parts []string
+		if len(c.Env) > 0 {
+			parts = append(parts, "env "+visibleList(c.Env))
+		}
+		if c.Dir != "" {
+			parts = append(parts, "in directory "+visible(c.Dir))
+		}
+		if len(c.Writes) > 0 {
+			parts = append(parts, "writes "+visibleList(c.Writes))
+		}
+		if len(parts) > 0 && len(c.Argv) > 0 {
+			out = append(out, visible(c.Argv[0])+": "+strings.Join(parts, "; "))
+		}
+	}
+	if len(op.Inputs) > 0 {
+		files := make([]string, 0, len(op.Inputs))
+		for _, in := range op.Inputs {
+			files = append(files, fmt.Sprintf("%s (sha256 %.12s)", visible(in.Path), in.SHA256))
+		}
+		out = append(out, "files: "+strings.Join(files, ", "))
+	}
+	if op.Unbound != "" {
+		out = append(out, "asked every time, no approval carries over: "+visible(op.Unbound))
+	}
+	return out
+}
+
+// visible shows s as it is when it is plain printable text, quoted with
+// escapes otherwise.
+func visible(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s || strings.ContainsAny(s, " ;") {
+		return q
+	}
+	return s
+}
+
+func visibleList(ss []string) string {
+	vs := make([]string, len(ss))
+	for i, s := range ss {
+		vs[i] = visible(s)
+	}
+	return strings.Join(vs, " ")
 }

@@ -116,6 +116,28 @@ type Operation struct {
 	Tags []string `json:"tags,omitempty"`
 	// Tokens are capability tokens presented with the call.
 	Tokens []string `json:"tokens,omitempty"`
+	// ArgsSHA256 is the hex SHA-256 of the tool's decoded arguments,
+	// canonically encoded, for tools that write or run (the router fills
+	// it): a plan step is approved with exactly its arguments, so the same
+	// path written with other content is another operation.
+	ArgsSHA256 string `json:"args_sha256,omitempty"`
+	// Inputs are the files whose content a command runs or builds from
+	// (scripts, executables and build files in the workspace, as the
+	// sandbox would see them), sorted by path; the router fills them. An
+	// approval given for one content does not cover another.
+	Inputs []Input `json:"inputs,omitempty"`
+	// Unbound says why the inputs could not all be read (too many, too
+	// large, unreadable): such an operation can still be approved each
+	// time it runs, but no approval carries over to a later call.
+	Unbound string `json:"unbound,omitempty"`
+}
+
+// Input is one file an operation runs or builds from, and its content.
+type Input struct {
+	// Path is the canonical absolute path.
+	Path string `json:"path"`
+	// SHA256 is the hex digest of the file's content.
+	SHA256 string `json:"sha256"`
 }
 
 // HasTag reports whether the operation's tool carries tag.

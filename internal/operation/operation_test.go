@@ -20,6 +20,15 @@ func TestSignature(t *testing.T) {
 		"path":       func(o *Operation) { o.Paths = []Path{{Abs: "/w/y"}} },
 		"host":       func(o *Operation) { o.Hosts = []Host{{Name: "example.com", Port: 443}} },
 		"command":    func(o *Operation) { o.Commands = []Command{{Argv: []string{"rm"}}} },
+		"line":       func(o *Operation) { o.CommandLine = "rm -rf x" },
+		"env":        func(o *Operation) { o.Commands = []Command{{Argv: []string{"rm", "-rf", "x"}, Env: []string{"X=1"}}} },
+		"dir":        func(o *Operation) { o.Commands = []Command{{Argv: []string{"rm", "-rf", "x"}, Dir: "sub"}} },
+		"writes": func(o *Operation) {
+			o.Commands = []Command{{Argv: []string{"rm", "-rf", "x"}, Writes: []string{"/w/out"}}}
+		},
+		"arguments": func(o *Operation) { o.ArgsSHA256 = "00" },
+		"input":     func(o *Operation) { o.Inputs = []Input{{Path: "/w/x.py", SHA256: "00"}} },
+		"unbound":   func(o *Operation) { o.Unbound = "too many files" },
 	} {
 		other := base
 		mutate(&other)
@@ -41,5 +50,40 @@ func TestActions(t *testing.T) {
 	op := Operation{Tags: []string{"writes", "destructive"}}
 	if !op.HasTag("destructive") || op.HasTag("net") {
 		t.Error("HasTag")
+	}
+}
+
+// TestSignatureParts: every part of a command that changes what it does
+// changes the signature, including parts that sit at the same place in
+// two commands (one env entry "A=1 B=2" against two).
+func TestSignatureParts(t *testing.T) {
+	cmd := func(c Command) string {
+		return Operation{Tool: "shell.exec", Action: Exec, Commands: []Command{c}}.Signature()
+	}
+	argv := []string{"python3", "x.py"}
+	seen := map[string]string{}
+	for name, c := range map[string]Command{
+		"plain":       {Argv: argv},
+		"env":         {Argv: argv, Env: []string{"A=1"}},
+		"env joined":  {Argv: argv, Env: []string{"A=1 B=2"}},
+		"env split":   {Argv: argv, Env: []string{"A=1", "B=2"}},
+		"dir":         {Argv: argv, Dir: "sub"},
+		"dir abs":     {Argv: argv, Dir: "/w/sub"},
+		"writes":      {Argv: argv, Writes: []string{"/w/out"}},
+		"two writes":  {Argv: argv, Writes: []string{"/w/out", "/w/err"}},
+		"wrapper":     {Argv: argv, Wrapper: true},
+		"dynamic":     {Argv: argv, Dynamic: true},
+		"argv joined": {Argv: []string{"python3 x.py"}},
+	} {
+		sig := cmd(c)
+		if other, ok := seen[sig]; ok {
+			t.Errorf("%s and %s share a signature", name, other)
+		}
+		seen[sig] = name
+	}
+	a := Operation{Tool: "shell.exec", Inputs: []Input{{Path: "/w/x.py", SHA256: "aa"}}}
+	b := Operation{Tool: "shell.exec", Inputs: []Input{{Path: "/w/x.py", SHA256: "bb"}}}
+	if a.Signature() == b.Signature() {
+		t.Error("another content of the same input kept the signature")
 	}
 }

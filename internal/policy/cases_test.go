@@ -63,6 +63,10 @@ type caseToken struct {
 	Argv    []string `yaml:"argv"`
 	TTL     string   `yaml:"ttl"`
 	Uses    int      `yaml:"uses"`
+	// For binds the token to the signature of this operation (as the
+	// ops list writes one); a token with an argv and no for is bound to
+	// the operation of its own tool, action and argv.
+	For *caseOp `yaml:"for"`
 }
 
 // caseEnv is the world a case runs in: a temporary workspace, data
@@ -286,7 +290,19 @@ func runCase(t *testing.T, ar *txtar.Archive) string {
 			if sess == "" {
 				sess = "s1"
 			}
-			tok, err := tokens.Issue(Scope{Session: sess, Tool: it.Tool, Action: operation.Action(it.Action), Path: it.Path, Host: it.Host, Argv: it.Argv}, ttl.Std(), it.Uses)
+			sc := Scope{Session: sess, Tool: it.Tool, Action: operation.Action(it.Action), Path: it.Path, Host: it.Host, Argv: it.Argv}
+			bind := it.For
+			if bind == nil && len(it.Argv) > 0 {
+				bind = &caseOp{Tool: it.Tool, Action: it.Action, Argv: it.Argv, Session: sess}
+			}
+			if bind != nil {
+				op, err := bind.operation(env, nil, other)
+				if err != nil {
+					t.Fatalf("issue %s: for: %v", it.Name, err)
+				}
+				sc.Op = op.Signature()
+			}
+			tok, err := tokens.Issue(sc, ttl.Std(), it.Uses)
 			if err != nil {
 				t.Fatalf("issue %s: %v", it.Name, err)
 			}

@@ -158,11 +158,12 @@ func TestTokensConcurrentSingleUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := mustCompile(t, Options{Tokens: tokens}, "")
-	tok, err := tokens.Issue(Scope{Session: "s", Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}}, time.Hour, 1)
+	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Session: operation.Session{ID: "s"}}
+	tok, err := tokens.Issue(Scope{Session: "s", Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Op: op.Signature()}, time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Session: operation.Session{ID: "s"}, Tokens: []string{tok}}
+	op.Tokens = []string{tok}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	allowed := 0

@@ -34,6 +34,13 @@ var (
 // resource. A token covers an atom of an operation when the session, tool
 // and action match and the resource matches the atom's path, host or
 // command; a scope with no resource covers only atoms without one.
+//
+// Op, when set, binds the token to one whole operation: its
+// operation.Signature (argv, command line, environment assignments,
+// directories, redirections, arguments, the content of the files it
+// runs). Such a token covers nothing of any other operation. A command
+// (Argv) scope must set it: an argv alone says nothing of the
+// environment, directory or files a command runs with.
 type Scope struct {
 	Session string           `json:"sid"`
 	Tool    string           `json:"tool"`
@@ -41,6 +48,7 @@ type Scope struct {
 	Path    string           `json:"path,omitempty"`
 	Host    string           `json:"host,omitempty"`
 	Argv    []string         `json:"argv,omitempty"`
+	Op      string           `json:"op,omitempty"`
 }
 
 // claims is the signed payload. Its JSON encoding is canonical: field
@@ -148,7 +156,13 @@ func compileScope(s Scope) (*liveToken, error) {
 		lt.host = &h
 		n++
 	}
+	if s.Op != "" && !isSignature(s.Op) {
+		return nil, fmt.Errorf("%w: op must be an operation signature (64 hex digits)", ErrTokenMalformed)
+	}
 	if len(s.Argv) > 0 {
+		if s.Op == "" {
+			return nil, fmt.Errorf("%w: a command scope must bind the whole operation (op): argv alone leaves out its environment, directory, redirections and files", ErrTokenMalformed)
+		}
 		a, err := compileArgv(s.Argv)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrTokenMalformed, err)
@@ -160,6 +174,19 @@ func compileScope(s Scope) (*liveToken, error) {
 		return nil, fmt.Errorf("%w: at most one of path, host and argv", ErrTokenMalformed)
 	}
 	return lt, nil
+}
+
+// isSignature reports whether s has the form of operation.Signature.
+func isSignature(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *Tokens) mac(body string) []byte {
@@ -204,8 +231,9 @@ func (t *Tokens) parse(tok string) (claims, error) {
 // TokenID names a token in decisions and the audit log: session/nonce.
 func tokenID(c claims) string { return c.Session + "/" + strconv.FormatUint(c.Nonce, 10) }
 
-// check validates tok for atom a of op without using it up.
-func (t *Tokens) check(tok string, op *operation.Operation, a *atom) (liveKey, string, error) {
+// check validates tok for atom a of op without using it up. sig returns
+// op's signature, computed once per decision however many tokens ask.
+func (t *Tokens) check(tok string, op *operation.Operation, a *atom, sig func() string) (liveKey, string, error) {
 	c, err := t.parse(tok)
 	if err != nil {
 		return liveKey{}, "", err
@@ -225,6 +253,10 @@ func (t *Tokens) check(tok string, op *operation.Operation, a *atom) (liveKey, s
 		return k, id, ErrTokenUnknown
 	case c.Session != op.Session.ID || !lt.tool.match(op.Tool) || c.Action != a.action:
 		return k, id, ErrTokenScope
+	case c.Op != "" && c.Op != sig():
+		// The same argv or path in another operation: other
+		// environment, directory, redirections, arguments or files.
+		return k, id, ErrTokenScope
 	}
 	switch {
 	case a.path != "":
@@ -236,7 +268,7 @@ func (t *Tokens) check(tok string, op *operation.Operation, a *atom) (liveKey, s
 			return k, id, ErrTokenScope
 		}
 	case a.cmd != nil:
-		if lt.argv == nil || a.cmd.Dynamic || !lt.argv.match(a.cmd.Argv, true) {
+		if lt.argv == nil || c.Op == "" || a.cmd.Dynamic || !lt.argv.match(a.cmd.Argv, true) {
 			return k, id, ErrTokenScope
 		}
 	default:
@@ -299,10 +331,17 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 	covers := make([]cover, len(results))
 	var keys []liveKey
 	seen := map[liveKey]bool{}
+	var opSig string
+	sig := func() string {
+		if opSig == "" {
+			opSig = op.Signature()
+		}
+		return opSig
+	}
 	for _, i := range need {
 		found := false
 		for _, tok := range op.Tokens {
-			k, id, err := e.opts.Tokens.check(tok, op, results[i].a)
+			k, id, err := e.opts.Tokens.check(tok, op, results[i].a, sig)
 			if err != nil {
 				if id == "" {
 					id = "?"

@@ -93,7 +93,7 @@ func (r *Router) requestApprovalTool() (*tool.Tool, error) {
 	return tool.New(tool.Definition[PlanIn]{
 		Name: RequestApprovalName,
 		Description: "Ask the user once to approve a plan of tool calls that need a person's approval (commands, reads outside the workspace, network). " +
-			"Each approved step may then be called once with exactly the same arguments without asking again. Blocked steps cannot be approved.",
+			"Each approved step may then be called once with exactly the same arguments without asking again, as long as the files it runs (its script, the Makefile, ...) are unchanged: an edit makes it a new step. Blocked steps cannot be approved.",
 		Action:    operation.Read,
 		Tags:      []string{"approval"},
 		Execution: tool.Execution{Class: tool.FastPath},
@@ -133,6 +133,9 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 			err = policy.Normalize(op, r.o.Resolver.Workspace())
 			op.Paths = paths
 		}
+		if err == nil {
+			err = r.bind(t, op, a)
+		}
 		if err != nil {
 			return tool.Result{Output: fmt.Appendf(nil, "step %d (%s): %v", i+1, t.Name(), err), IsError: true}, nil
 		}
@@ -168,6 +171,9 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		b.WriteByte('\n')
 		if it.Decision.Verdict != approval.Approved || it.Eval.Effect != approval.EffectApprove {
 			continue
+		}
+		if it.Op.Unbound != "" {
+			continue // what it runs is not bound: asked when it runs
 		}
 		if _, noToken := skipped[it.N]; r.o.Grants == nil || (tokens && noToken) {
 			r.planned[it.Op.Signature()]++

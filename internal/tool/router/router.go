@@ -323,6 +323,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		err = policy.Normalize(op, r.o.Resolver.Workspace())
 		op.Paths = paths
 	}
+	if err == nil {
+		err = r.bind(t, op, args)
+	}
 	if err != nil {
 		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
 		if errors.Is(err, tool.ErrOutsideWorkspace) {
