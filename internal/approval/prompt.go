@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // Prompt renders the consolidated question a person reads: what needs
@@ -15,7 +16,9 @@ func (r Request) Prompt() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Approval %s for session %s", r.ID, r.Session)
 	if r.Summary != "" {
-		fmt.Fprintf(&b, ": %s", r.Summary)
+		// The model writes the summary: on one line, escaped, it cannot
+		// draw sections of its own (as the notes, quoted below).
+		fmt.Fprintf(&b, ": %s", termsafe.Line(r.Summary))
 	}
 	b.WriteString("\n")
 	section := func(title string, keep func(Item) bool, detail func(Item) string) {
@@ -83,13 +86,13 @@ func describe(it Item) string {
 		parts = append(parts, fmt.Sprintf("command %q", it.Op.CommandLine))
 	}
 	for _, p := range it.Op.Paths {
-		parts = append(parts, p.Abs)
+		parts = append(parts, termsafe.Line(p.Abs))
 	}
 	for _, h := range it.Op.Hosts {
 		if h.Port != 0 {
-			parts = append(parts, fmt.Sprintf("%s:%d", h.Name, h.Port))
+			parts = append(parts, fmt.Sprintf("%s:%d", termsafe.Line(h.Name), h.Port))
 		} else {
-			parts = append(parts, h.Name)
+			parts = append(parts, termsafe.Line(h.Name))
 		}
 	}
 	return strings.Join(parts, " ")

@@ -20,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // serveApprovals gives the kernel its approval broker and registers
@@ -178,7 +179,7 @@ With --watch it stays connected and prints each request as it is asked
 				if i > 0 {
 					fmt.Fprintln(a.Stdout)
 				}
-				fmt.Fprint(a.Stdout, r.Prompt)
+				fmt.Fprint(a.Stdout, termsafe.String(r.Prompt))
 			}
 			return nil
 		},
@@ -207,7 +208,7 @@ func (a *App) watchApprovals(ctx context.Context, c *ipc.Client, session string,
 	if err := c.Call(ctx, approval.MethodList, approval.ListParams{Session: session}, &open); err != nil {
 		return fmt.Errorf("list approvals: %w", err)
 	}
-	term := &approval.Terminal{W: a.Stdout}
+	term := &approval.Terminal{W: termsafe.NewWriter(a.Stdout)}
 	fmt.Fprintln(a.Stdout, "watching for approval requests (Ctrl-C to stop)")
 	shown := map[string]string{} // id -> last prompt shown
 	n := 0
@@ -293,7 +294,7 @@ otherwise.`,
 				if it.Decision.Reason != "" {
 					d += ": " + it.Decision.Reason
 				}
-				fmt.Fprintf(a.Stdout, "%d. %s\n", it.N, d)
+				fmt.Fprintf(a.Stdout, "%d. %s\n", it.N, termsafe.Line(d))
 				all = all && it.Decision.Verdict == approval.Approved
 			}
 			if !all {
@@ -351,7 +352,7 @@ already answered id exits 1. Steps the answer leaves open are asked again.`,
 				return fmt.Errorf("answer approval %s: %w", args[0], err)
 			}
 			if res.Open {
-				fmt.Fprintf(a.Stdout, "answer recorded; request %s still has open steps:\n\n%s", res.ID, res.Prompt)
+				fmt.Fprintf(a.Stdout, "answer recorded; request %s still has open steps:\n\n%s", res.ID, termsafe.String(res.Prompt))
 				return nil
 			}
 			fmt.Fprintf(a.Stdout, "answer recorded; request %s is decided\n", res.ID)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -288,7 +289,10 @@ func (p entryPrinter) print(e audit.Entry) error {
 	if session == "" {
 		session = "-"
 	}
-	_, err := fmt.Fprintf(p.a.Stdout, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano), session, e.Kind, e.Actor, payload)
+	// Payloads hold the model's text and file names; JSON leaves DEL, C1
+	// controls and bidirectional overrides raw.
+	_, err := fmt.Fprintf(p.a.Stdout, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
+		termsafe.Line(session), termsafe.Line(string(e.Kind)), termsafe.Line(e.Actor), termsafe.Line(string(payload)))
 	return err
 }
 

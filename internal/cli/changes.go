@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // changesFlags are shared by the changeset subcommands.
@@ -165,10 +166,10 @@ func newChangesLsCmd(a *App) *cobra.Command {
 
 func changeLine(c changeset.Change) string {
 	letter := map[changeset.Op]string{changeset.Added: "A", changeset.Modified: "M", changeset.Deleted: "D"}[c.Op]
-	s := fmt.Sprintf("%s %-7s %s", letter, c.Kind, c.Path)
+	s := fmt.Sprintf("%s %-7s %s", letter, c.Kind, termsafe.Line(c.Path))
 	switch {
 	case c.Kind == changeset.KindSymlink && c.Op != changeset.Deleted:
-		s += " -> " + c.NewTarget
+		s += " -> " + termsafe.Line(c.NewTarget)
 	case c.Op == changeset.Modified && c.OldMode != c.NewMode:
 		s += fmt.Sprintf(" (mode %04o -> %04o)", c.OldMode.Perm(), c.NewMode.Perm())
 	}
@@ -195,7 +196,7 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 			if err != nil {
 				return wrapPathErr(err)
 			}
-			fmt.Fprint(a.Stdout, d)
+			fmt.Fprint(a.Stdout, diffOut(a.Stdout, d))
 			return nil
 		},
 	}
@@ -231,7 +232,7 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			for _, c := range applied {
 				fmt.Fprintln(a.Stdout, changeLine(c))
 			}
-			fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(applied), cs.Workspace())
+			fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(applied), termsafe.Line(cs.Workspace()))
 			return nil
 		},
 	}

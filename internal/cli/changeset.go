@@ -16,6 +16,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // Session change sets from the command line: fluffy changeset ls|diff|
@@ -159,18 +160,18 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 		return nil
 	}
 	s := res.Session
-	fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", s.ID, s.Status, s.Workspace)
+	fmt.Fprintf(a.Stderr, "session %s · %s · %s\n", s.ID, s.Status, termsafe.Line(s.Workspace))
 	switch verb {
 	case "ls":
 		for _, c := range res.Changes {
 			fmt.Fprintln(a.Stdout, changeLine(c))
 		}
 	case "diff":
-		fmt.Fprint(a.Stdout, res.Diff)
+		fmt.Fprint(a.Stdout, diffOut(a.Stdout, res.Diff))
 	case "apply":
 		if len(res.Conflicts) > 0 {
 			for _, c := range res.Conflicts {
-				fmt.Fprintln(a.Stderr, c.Explain)
+				fmt.Fprintln(a.Stderr, termsafe.String(c.Explain))
 			}
 			var names []string
 			for _, c := range res.Conflicts {
@@ -183,7 +184,7 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 		for _, c := range res.Changes {
 			fmt.Fprintln(a.Stdout, changeLine(c))
 		}
-		fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(res.Changes), s.Workspace)
+		fmt.Fprintf(a.Stdout, "applied %d change(s) to %s\n", len(res.Changes), termsafe.Line(s.Workspace))
 	case "discard":
 		for _, c := range res.Changes {
 			fmt.Fprintln(a.Stdout, changeLine(c))

@@ -19,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // App carries what every command needs. Fields marked "required" must be
@@ -269,7 +270,7 @@ func (a *App) exitStatus(err error) (code int) {
 	var ee *ExitError
 	if errors.As(err, &ee) {
 		if ee.Msg != "" {
-			fmt.Fprintln(a.Stderr, "fluffy:", ee.Msg)
+			fmt.Fprintln(a.Stderr, "fluffy:", termsafe.String(ee.Msg))
 		}
 		return ee.Code
 	}
@@ -281,7 +282,9 @@ func (a *App) exitStatus(err error) (code int) {
 	} else if isCobraUsage(msg) {
 		code = ExitUsage
 	}
-	fmt.Fprintln(a.Stderr, "fluffy:", msg)
+	// Errors quote names and text from outside (paths, the model's tool
+	// names, a fault's message): escaped, they cannot act on the terminal.
+	fmt.Fprintln(a.Stderr, "fluffy:", termsafe.String(msg))
 	if code == ExitUsage && isCobraUsage(msg) {
 		fmt.Fprintln(a.Stderr, "Run 'fluffy --help' for usage.")
 	}

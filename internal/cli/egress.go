@@ -19,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // egress is a running egress proxy for one sandboxed command.
@@ -273,7 +274,7 @@ func (r *cliRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRef
 func (r *cliRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
 	if rec.Decision == netproxy.Denied {
 		r.mu.Lock()
-		fmt.Fprintln(r.stderr, "fluffy: egress:", rec.Summary())
+		fmt.Fprintln(r.stderr, "fluffy: egress:", termsafe.Line(rec.Summary()))
 		r.mu.Unlock()
 	}
 	var errs []error

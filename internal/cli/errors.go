@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // ExitInternal is the exit status of a panic: a bug in fluffy.
@@ -18,7 +20,7 @@ func (a *App) recoverPanic(code *int) {
 		return
 	}
 	*code = ExitInternal
-	fmt.Fprintf(a.Stderr, "fluffy: internal error: %v\n", p)
+	fmt.Fprintf(a.Stderr, "fluffy: internal error: %s\n", termsafe.String(fmt.Sprint(p)))
 	if a.debug {
 		fmt.Fprintf(a.Stderr, "%s", debug.Stack())
 		fmt.Fprintln(a.Stderr, "fix: this is a bug in fluffy; please report it with the trace above")

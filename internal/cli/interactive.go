@@ -22,6 +22,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tui"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // Ctrl-C: once cancels the turn; twice within detachWindow leaves the
@@ -362,7 +363,7 @@ func (k *console) create(ctx context.Context, task string) error {
 		return fmt.Errorf("create the session: %w", err)
 	}
 	if !k.f.asJSON {
-		fmt.Fprintf(k.a.Stderr, "session %s · %s · %s\n", info.ID, info.Model, info.Workspace)
+		fmt.Fprintf(k.a.Stderr, "session %s · %s · %s\n", info.ID, termsafe.Line(info.Model), termsafe.Line(info.Workspace))
 	}
 	if err := k.attach(ctx, info.ID); err != nil {
 		return err
@@ -482,7 +483,7 @@ func (k *console) answerApproval(ctx context.Context, e kernel.Event) error {
 		if cerr == nil {
 			return nil
 		}
-		k.printf("fluffy: %v\n", cerr)
+		k.printf("fluffy: %s\n", termsafe.String(cerr.Error()))
 		if strings.Contains(cerr.Error(), approval.ErrUnknownRequest.Error()) {
 			// Expired, or answered by another client: nothing to ask.
 			return nil
@@ -552,14 +553,14 @@ func (k *console) summary(ctx context.Context, out io.Writer) (kernel.DiffResult
 	} else {
 		fmt.Fprintf(out, "\n%d change(s):\n", len(d.Changes))
 		for _, ch := range d.Changes {
-			fmt.Fprintf(out, "  %-8s %s\n", ch.Op, ch.Path)
+			fmt.Fprintf(out, "  %-8s %s\n", ch.Op, termsafe.Line(ch.Path))
 		}
 		fmt.Fprintln(out)
 		fmt.Fprint(out, tui.Stat(k.caps, tui.SplitDiff(d.Diff), k.width()))
 		if !k.caps.TTY {
 			// Logs of pipes and CI keep the whole diff.
 			fmt.Fprintln(out)
-			fmt.Fprint(out, d.Diff)
+			fmt.Fprint(out, termsafe.String(d.Diff))
 		}
 	}
 	if k.r.tests != "" {
@@ -584,7 +585,7 @@ func (k *console) finish(ctx context.Context, res kernel.RunResult) error {
 	}
 	if res.AutoApply != nil {
 		k.r.endText()
-		fmt.Fprintln(out, res.AutoApply.Summary())
+		fmt.Fprintln(out, termsafe.String(res.AutoApply.Summary()))
 	}
 	d, err := k.summary(ctx, out)
 	if err != nil {
@@ -654,9 +655,9 @@ review:
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\n%s\n%s", k.caps.Paint(tui.Bold, fmt.Sprintf("[%d/%d] %s", i+1, len(paths), p)), tui.ColorDiff(k.caps, fd.Diff))
+		fmt.Fprintf(out, "\n%s\n%s", k.caps.Paint(tui.Bold, fmt.Sprintf("[%d/%d] %s", i+1, len(paths), termsafe.Line(p))), tui.ColorDiff(k.caps, fd.Diff))
 		for {
-			ans, err := k.ask(fmt.Sprintf("apply %s? [a]pply / [s]kip / [q]uit: ", p))
+			ans, err := k.ask(fmt.Sprintf("apply %s? [a]pply / [s]kip / [q]uit: ", termsafe.Line(p)))
 			if errors.Is(err, errDetach) {
 				return err
 			}
@@ -680,7 +681,7 @@ review:
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "applied %d change(s): %s\n", len(applied), strings.Join(chosen, ", "))
+		fmt.Fprintf(out, "applied %d change(s): %s\n", len(applied), termsafe.Line(strings.Join(chosen, ", ")))
 	}
 	rest, err := k.pending(ctx)
 	if err != nil {
@@ -701,7 +702,7 @@ func (k *console) switchMode(ctx context.Context, mode string) error {
 	k.r.stats.Mode, k.r.stats.TDD = string(res.To), string(res.State)
 	k.printf("tdd mode %s → %s (state %s)\n", res.From, res.To, res.State)
 	for _, p := range res.Reverted {
-		k.printf("reverted instrumentation: %s\n", p)
+		k.printf("reverted instrumentation: %s\n", termsafe.Line(p))
 	}
 	k.drawStatus()
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/tui"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 const interactiveHelp = `Type a task or a message and press Enter; each message is a turn of the same session.
@@ -108,7 +109,7 @@ func (a *App) interactive(ctx context.Context, f taskFlags) error {
 	defer done()
 	ctx = context.WithoutCancel(ctx)
 	if _, tty := k.in.(*ttyReader); tty {
-		fmt.Fprintf(k.out, "%s · %s · %s\n%s\n", k.caps.Paint(tui.Bold, "fluffy"), k.model, repoRoot(a.Cwd),
+		fmt.Fprintf(k.out, "%s · %s · %s\n%s\n", k.caps.Paint(tui.Bold, "fluffy"), termsafe.Line(k.model), termsafe.Line(repoRoot(a.Cwd)),
 			k.caps.Paint(tui.Dim, "Type a task. /help lists the commands; Ctrl-D or /quit leaves."))
 		k.drawStatus()
 	}
@@ -141,7 +142,7 @@ func (a *App) interactive(ctx context.Context, f taskFlags) error {
 				if errors.As(err, &ee) {
 					return err
 				}
-				k.printf("%s %v\n", k.caps.Paint(tui.Red, "fluffy:"), err)
+				k.printf("%s %s\n", k.caps.Paint(tui.Red, "fluffy:"), termsafe.String(err.Error()))
 			}
 			if quit {
 				return k.quit(ctx, last)
@@ -251,7 +252,7 @@ func (k *console) command(ctx context.Context, line string) (quit bool, err erro
 		}
 		k.printf("applied %d change(s) to the working tree:\n", len(applied))
 		for _, ch := range applied {
-			k.printf("  %-8s %s\n", ch.Op, ch.Path)
+			k.printf("  %-8s %s\n", ch.Op, termsafe.Line(ch.Path))
 		}
 	case "/discard":
 		if err := needSession(); err != nil {
@@ -281,7 +282,7 @@ func (k *console) command(ctx context.Context, line string) (quit bool, err erro
 		return false, errors.New("no approval is pending (approvals are asked while a turn runs; answer them there)")
 	case "/status":
 		if k.id == "" {
-			k.printf("no session yet · model %s · workspace %s\n", k.model, repoRoot(k.a.Cwd))
+			k.printf("no session yet · model %s · workspace %s\n", termsafe.Line(k.model), termsafe.Line(repoRoot(k.a.Cwd)))
 			return false, nil
 		}
 		var info kernel.Info
@@ -292,7 +293,7 @@ func (k *console) command(ctx context.Context, line string) (quit bool, err erro
 		if err != nil {
 			return false, err
 		}
-		k.printf("session %s · %s · %s\n", info.ID, info.Status, info.Workspace)
+		k.printf("session %s · %s · %s\n", info.ID, info.Status, termsafe.Line(info.Workspace))
 		st := k.r.stats
 		st.Model, st.Turns, st.Usage, st.Cost = info.Model, info.Turns, info.Usage, info.Cost
 		k.printf("%s\n", statusText(st, ""))

@@ -464,7 +464,7 @@ unified diff. Nothing is written: the workspace stays as it is.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprint(a.Stdout, d)
+			fmt.Fprint(a.Stdout, diffOut(a.Stdout, d))
 			return nil
 		},
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // instructions is fluffy's own part of every session's system prompt.
@@ -308,7 +309,7 @@ func newSessionCmd(a *App) *cobra.Command {
 				if s.Interrupted {
 					st += " (interrupted, resumable)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.ID, st, s.Model, s.Turns, oneLine(s.Task, 60))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.ID, st, termsafe.Line(s.Model), s.Turns, oneLine(s.Task, 60))
 			}
 			return tw.Flush()
 		},
@@ -340,7 +341,7 @@ func newSessionCmd(a *App) *cobra.Command {
 				if len(d.Changes) == 0 {
 					fmt.Fprintln(a.Stdout, "no changes")
 				}
-				fmt.Fprint(a.Stdout, d.Diff)
+				fmt.Fprint(a.Stdout, diffOut(a.Stdout, d.Diff))
 				return nil
 			})
 		},

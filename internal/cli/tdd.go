@@ -14,6 +14,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 func newTDDCmd(a *App) *cobra.Command {
@@ -143,7 +144,8 @@ func nonNil(xs []string) []string {
 }
 
 func printTDDStatus(w io.Writer, s tddStatus) {
-	row := func(k, v string) { fmt.Fprintf(w, "%-13s %s\n", k, v) }
+	// Values hold test names and paths from a test run's output.
+	row := func(k, v string) { fmt.Fprintf(w, "%-13s %s\n", k, termsafe.Line(v)) }
 	row("session", s.Session)
 	row("mode", string(s.Mode))
 	if !s.Started {
@@ -259,7 +261,7 @@ files that are reverted.`,
 			} else {
 				fmt.Fprintf(a.Stdout, "session %s: mode %s -> %s (state %s, transition %d)\n", session, tr.ModeSwitch.From, tr.ModeSwitch.To, tr.To, tr.Seq)
 				for _, p := range reverted {
-					fmt.Fprintf(a.Stdout, "reverted instrumentation: %s\n", p)
+					fmt.Fprintf(a.Stdout, "reverted instrumentation: %s\n", termsafe.Line(p))
 				}
 			}
 			if revertErr != nil {

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tui"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // renderer prints a session's events: model text as it streams, one
@@ -57,12 +60,12 @@ func (r *renderer) render(e kernel.Event) {
 	p := r.caps.Paint
 	switch e.Type {
 	case kernel.Type(agent.EventText):
-		fmt.Fprint(r.w, e.Agent.Text)
+		fmt.Fprint(r.w, termsafe.String(e.Agent.Text))
 		r.inText = true
 	case kernel.Type(agent.EventToolCall):
 		r.endText()
 		if c := e.Agent.Call; c != nil {
-			fmt.Fprintf(r.w, "%s %s %s\n", p(tui.Cyan, "→"), p(tui.Bold, c.Name), oneLine(string(c.Args), 120))
+			fmt.Fprintf(r.w, "%s %s %s\n", p(tui.Cyan, "→"), p(tui.Bold, termsafe.Line(c.Name)), oneLine(string(c.Args), 120))
 		}
 	case kernel.Type(agent.EventToolResult):
 		r.endText()
@@ -80,13 +83,13 @@ func (r *renderer) render(e kernel.Event) {
 				case strings.HasPrefix(res.Decision, "deny"), strings.HasPrefix(res.Decision, "block"):
 					dc = tui.Red
 				}
-				dec = " " + p(dc, "["+res.Decision+"]")
+				dec = " " + p(dc, "["+termsafe.Line(res.Decision)+"]")
 			}
-			fmt.Fprintf(r.w, "  %s %s%s: %s\n", p(colour, mark), e.Agent.Call.Name, dec, oneLine(res.Content, 160))
+			fmt.Fprintf(r.w, "  %s %s%s: %s\n", p(colour, mark), termsafe.Line(e.Agent.Call.Name), dec, oneLine(res.Content, 160))
 		}
 	case kernel.Type(agent.EventContext):
 		r.endText()
-		fmt.Fprintf(r.w, "%s\n", p(tui.Dim, "· "+e.Agent.Text))
+		fmt.Fprintf(r.w, "%s\n", p(tui.Dim, "· "+termsafe.String(e.Agent.Text)))
 	case kernel.Type(agent.EventStop):
 		r.endText()
 		u := e.Agent.Usage
@@ -94,18 +97,18 @@ func (r *renderer) render(e kernel.Event) {
 		if e.Agent.Cost > 0 {
 			cost = fmt.Sprintf(", $%.4f", e.Agent.Cost)
 		}
-		fmt.Fprintf(r.w, "%s\n", p(tui.Dim, fmt.Sprintf("· stopped: %s after %d turn(s), %d tokens in, %d out%s", e.Agent.Reason, e.Agent.Turn, u.InputTokens, u.OutputTokens, cost)))
+		fmt.Fprintf(r.w, "%s\n", p(tui.Dim, fmt.Sprintf("· stopped: %s after %d turn(s), %d tokens in, %d out%s", termsafe.Line(string(e.Agent.Reason)), e.Agent.Turn, u.InputTokens, u.OutputTokens, cost)))
 	case kernel.TypeError:
 		r.endText()
 		if f := e.Fault; f != nil {
-			fmt.Fprintf(r.w, "%s %s error: %s\n", p(tui.Red, "!"), f.Class, f.Message)
+			fmt.Fprintf(r.w, "%s %s error: %s\n", p(tui.Red, "!"), termsafe.Line(string(f.Class)), termsafe.String(f.Message))
 			if f.Fix != "" {
-				fmt.Fprintf(r.w, "  fix: %s\n", f.Fix)
+				fmt.Fprintf(r.w, "  fix: %s\n", termsafe.String(f.Fix))
 			}
 		}
 	case kernel.TypeApproval:
 		r.endText()
-		fmt.Fprintf(r.w, "%s\n%s\n", p(tui.Yellow, "? approval needed"), e.Text)
+		fmt.Fprintf(r.w, "%s\n%s\n", p(tui.Yellow, "? approval needed"), termsafe.String(e.Text))
 	case kernel.TypeDone:
 		r.endText()
 	}
@@ -146,10 +149,12 @@ func count(n int) string {
 	return b.String()
 }
 
+// oneLine shows untrusted s on one line: its words joined by single
+// spaces, escaped for the terminal, clipped to max runes.
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = s[:max] + "…"
+	s = termsafe.Line(strings.Join(strings.Fields(s), " "))
+	if utf8.RuneCountInString(s) > max {
+		s = string([]rune(s)[:max]) + "…"
 	}
 	return s
 }
@@ -181,4 +186,16 @@ func (a *App) auditRange(ctx context.Context, id string) (first, last uint64, er
 		}
 	}
 	return first, last, nil
+}
+
+// diffOut is a diff or file content as a data command (changes diff,
+// session diff, sandbox diff) writes it to w: escaped with
+// termsafe.String when w is a terminal, so a file's bytes cannot act on
+// it; byte for byte into a pipe or file, so the output still applies as a
+// patch (git apply) with its carriage returns and escapes intact.
+func diffOut(w io.Writer, s string) string {
+	if f, ok := w.(*os.File); ok && tui.IsTerminal(int(f.Fd())) {
+		return termsafe.String(s)
+	}
+	return s
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // Bar is a status line on the terminal's bottom row. While it is on, the
@@ -110,7 +112,9 @@ func (b *Bar) stopLocked() {
 func (b *Bar) drawLocked() {
 	// Save the cursor, go to the bottom row, draw in reverse video, clear
 	// the rest, come back.
-	fmt.Fprintf(b.w, "\x1b7\x1b[%d;1H\x1b[2K\x1b[7m %s \x1b[0m\x1b8", b.rows, Clip(b.text, b.cols-3))
+	// The text can hold names from outside (a model, a session's tests):
+	// escaped, it cannot move the cursor out of the row.
+	fmt.Fprintf(b.w, "\x1b7\x1b[%d;1H\x1b[2K\x1b[7m %s \x1b[0m\x1b8", b.rows, Clip(termsafe.Line(b.text), b.cols-3))
 }
 
 // Write writes p to the terminal under the bar's lock, so output and

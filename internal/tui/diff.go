@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // FileDiff is one file's part of a unified diff in git's format.
@@ -101,7 +104,7 @@ func Stat(c Caps, files []FileDiff, width int) string {
 	name := 0
 	most := 0
 	for _, f := range files {
-		name = max(name, len([]rune(f.Path)))
+		name = max(name, utf8.RuneCountInString(termsafe.Line(f.Path)))
 		most = max(most, f.Added+f.Deleted)
 	}
 	name = min(name, 50)
@@ -111,7 +114,7 @@ func Stat(c Caps, files []FileDiff, width int) string {
 	for _, f := range files {
 		adds += f.Added
 		dels += f.Deleted
-		p := Clip(f.Path, name)
+		p := Clip(termsafe.Line(f.Path), name)
 		if f.Binary {
 			fmt.Fprintf(&b, " %-*s | Bin\n", name, p)
 			continue
@@ -143,8 +146,12 @@ func plural(n int) string {
 }
 
 // ColorDiff colours a unified diff's lines: additions green, deletions
-// red, hunk headers cyan, file headers bold.
+// red, hunk headers cyan, file headers bold. The diff's text (file names
+// and contents from outside fluffy) is escaped with termsafe.String, in
+// colour or not, so a file cannot act on the terminal or hide a line
+// behind a bidirectional override.
 func ColorDiff(c Caps, diff string) string {
+	diff = termsafe.String(diff)
 	if !c.Color {
 		return diff
 	}
