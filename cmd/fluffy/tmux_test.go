@@ -663,6 +663,16 @@ func TestTerminalHostileModel(t *testing.T) {
 	rows = s.waitFor(`(?m)^· stopped: done after 3 turn\(s\)`)
 	has(t, rows, `(?m)^Done\.\\u009b2J\x{fffd}2J$`) // JSON made the raw byte U+FFFD
 	s.waitFor(`(?m)^fluffy›$`)
+	checkTitleClipboard := func() {
+		t.Helper()
+		if got := strings.TrimSpace(s.tmux("-S", s.sock, "display", "-p", "-t", "0", "#{pane_title}")); got != title || strings.Contains(got, "TITLE") {
+			t.Errorf("the pane's title changed from %q to %q", title, got)
+		}
+		if bufs := strings.TrimSpace(s.tmux("-S", s.sock, "list-buffers")); bufs != "" {
+			t.Errorf("the clipboard was written: %s", bufs)
+		}
+	}
+	checkTitleClipboard()
 
 	s.text("/diff")
 	s.keys("Enter")
@@ -673,12 +683,7 @@ func TestTerminalHostileModel(t *testing.T) {
 		`(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`,
 	)
 
-	if got := strings.TrimSpace(s.tmux("-S", s.sock, "display", "-p", "-t", "0", "#{pane_title}")); got != title || strings.Contains(got, "TITLE") {
-		t.Errorf("the pane's title changed from %q to %q", title, got)
-	}
-	if bufs := strings.TrimSpace(s.tmux("-S", s.sock, "list-buffers")); bufs != "" {
-		t.Errorf("the clipboard was written: %s", bufs)
-	}
+	checkTitleClipboard()
 	// The raw screen (with attributes) holds fluffy's colours only: no
 	// hidden (SGR 8) or red text the model asked for.
 	raw := s.tmux("-S", s.sock, "capture-pane", "-e", "-p", "-t", "0", "-S", "-1000")
