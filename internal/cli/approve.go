@@ -163,7 +163,7 @@ With --watch it stays connected and prints each request as it is asked
 			}
 			switch {
 			case asJSON:
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(res)
 			case ids:

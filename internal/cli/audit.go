@@ -222,13 +222,13 @@ sequence number and the kind of damage, and exits 1.`,
 			if err != nil {
 				var de *audit.DamageError
 				if errors.As(err, &de) && asJSON {
-					enc := json.NewEncoder(a.Stdout)
+					enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 					_ = enc.Encode(map[string]any{"ok": false, "seq": de.Seq, "damage": de.Damage, "detail": de.Detail})
 				}
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(a.Stdout).Encode(map[string]any{"ok": true, "origin": rep.Origin, "from": rep.From, "to": rep.To,
+				return json.NewEncoder(termsafe.NewJSONWriter(a.Stdout)).Encode(map[string]any{"ok": true, "origin": rep.Origin, "from": rep.From, "to": rep.To,
 					"size": rep.Size, "checkpoints": rep.Checkpoints, "newest_checkpoint": rep.Newest.Size, "anchor": rep.Anchor})
 			}
 			checked := "no new entries to check"
@@ -282,7 +282,7 @@ type entryPrinter struct {
 func (p entryPrinter) print(e audit.Entry) error {
 	payload, _ := e.Payload.(json.RawMessage)
 	if p.asJSON {
-		return json.NewEncoder(p.a.Stdout).Encode(map[string]any{"seq": e.Seq, "time": e.Time.UTC().Format(audit.TimeFormat),
+		return json.NewEncoder(termsafe.NewJSONWriter(p.a.Stdout)).Encode(map[string]any{"seq": e.Seq, "time": e.Time.UTC().Format(audit.TimeFormat),
 			"session": e.Session, "kind": e.Kind, "actor": e.Actor, "payload": payload})
 	}
 	session := e.Session
@@ -433,7 +433,7 @@ docs/audit.md says how to check it independently.`,
 			for _, h := range p.Hashes {
 				hashes = append(hashes, b64(h))
 			}
-			enc := json.NewEncoder(a.Stdout)
+			enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 			enc.SetIndent("", "  ")
 			return enc.Encode(map[string]any{
 				"entry": string(p.Body), "leaf_index": p.LeafIndex, "chain": b64(p.Chain),
@@ -624,7 +624,7 @@ func newAuditStatsCmd(a *App) *cobra.Command {
 			}
 			warnings := s.Warnings(int64(l.Config.Audit.WarnSize), 0)
 			if asJSON {
-				return json.NewEncoder(a.Stdout).Encode(map[string]any{"path": s.Path, "bytes": s.Bytes, "entries": s.Entries, "first": s.First, "last": s.Last,
+				return json.NewEncoder(termsafe.NewJSONWriter(a.Stdout)).Encode(map[string]any{"path": s.Path, "bytes": s.Bytes, "entries": s.Entries, "first": s.First, "last": s.Last,
 					"anchor": s.Anchor, "checkpoint": s.Checkpoint, "free_bytes": s.FreeBytes, "warnings": warnings})
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)

@@ -146,7 +146,7 @@ func newChangesLsCmd(a *App) *cobra.Command {
 				return wrapPathErr(err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				if ch == nil {
 					ch = []changeset.Change{}

@@ -149,7 +149,7 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.Stdout)
+		enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 func newConfigCmd(a *App) *cobra.Command {
@@ -56,7 +57,7 @@ func newConfigShowCmd(a *App) *cobra.Command {
 				rows = append(rows, shownKey{Key: k.Name, Value: valueOf(&l.Config, k.Name), Origin: l.Origins[k.Name], Env: k.Env, Type: k.Type, User: k.UserOnly})
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}

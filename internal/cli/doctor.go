@@ -17,6 +17,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -53,7 +54,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 				},
 			})
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(struct {
 					Healthy bool `json:"healthy"`

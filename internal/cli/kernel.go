@@ -17,6 +17,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/buildinfo"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // KernelStatus is the result of the kernel's "status" method.
@@ -335,7 +336,7 @@ func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error
 		return fmt.Errorf("kernel status: %w", err)
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.Stdout)
+		enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}

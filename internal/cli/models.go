@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 type shownProvider struct {
@@ -58,7 +59,7 @@ See docs/models.md.`,
 				rows = append(rows, r)
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"default": l.Config.Model, "providers": rows, "prices": l.Config.LLM.Prices})
 			}

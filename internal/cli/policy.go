@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -245,7 +246,7 @@ Exit status: 0 allow, 10 approve, 20 block, 2 bad input or invalid policy.`,
 			}
 			d := e.Decide(cmd.Context(), op)
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(d); err != nil {
 					return err
@@ -459,7 +460,7 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(struct {
 					Default string            `json:"default"`

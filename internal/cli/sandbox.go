@@ -21,6 +21,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -450,7 +451,7 @@ unified diff. Nothing is written: the workspace stays as it is.`,
 				if changes == nil {
 					changes = []changeset.Change{}
 				}
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(changes)
 			}

@@ -298,7 +298,7 @@ func newSessionCmd(a *App) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(list)
 			}
@@ -324,7 +324,7 @@ func newSessionCmd(a *App) *cobra.Command {
 				if err := c.Call(cmd.Context(), kernel.MethodGet, kernel.IDParams{ID: args[0]}, &i); err != nil {
 					return err
 				}
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(i)
 			})

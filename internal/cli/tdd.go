@@ -123,7 +123,7 @@ if it were true. Without --session, the most recently active session.`,
 				out.LastChange = &recs[len(recs)-1]
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
@@ -247,7 +247,7 @@ files that are reverted.`,
 				reverted, revertErr = sess.RevertInstrumentation(ctx)
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(struct {
 					Session    string          `json:"session"`
@@ -306,7 +306,7 @@ the report is malformed.`,
 				}
 				return err
 			}
-			enc := json.NewEncoder(a.Stdout)
+			enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 			enc.SetIndent("", "  ")
 			return enc.Encode(struct {
 				Outcome testrun.Outcome `json:"outcome"`

@@ -54,7 +54,7 @@ func (r *renderer) render(e kernel.Event) {
 	}
 	if r.asJSON {
 		b, _ := json.Marshal(e)
-		fmt.Fprintf(r.w, "%s\n", b)
+		fmt.Fprintf(r.w, "%s\n", termsafe.JSON(b))
 		return
 	}
 	p := r.caps.Paint

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/buildinfo"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 func newVersionCmd(a *App) *cobra.Command {
@@ -18,7 +19,7 @@ func newVersionCmd(a *App) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			i := buildinfo.Get()
 			if asJSON {
-				enc := json.NewEncoder(a.Stdout)
+				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(i)
 			}

@@ -20,10 +20,12 @@
 package termsafe
 
 import (
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -57,6 +59,54 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 // escaped form is usually longer than p.
 func (w *Writer) Write(p []byte) (int, error) {
 	if _, err := io.WriteString(w.w, String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// JSON returns the JSON text b with every rune Hidden would escape, and
+// any invalid UTF-8, written as a \u escape instead. Go's encoder already
+// escapes C0 controls and U+2028/U+2029 but leaves DEL, C1 controls,
+// bidirectional overrides and zero-width characters raw; outside strings
+// JSON text is ASCII, so only strings change, and they decode to the
+// same values (invalid UTF-8 as U+FFFD, as encoding/json decodes it).
+func JSON(b []byte) []byte {
+	if clean(string(b), false) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			out = append(out, `\ufffd`...)
+		case r >= 0x7f && Hidden(r):
+			if r > 0xffff {
+				r1, r2 := utf16.EncodeRune(r)
+				out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+			} else {
+				out = fmt.Appendf(out, `\u%04x`, r)
+			}
+		default:
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
+}
+
+// JSONWriter applies JSON to each write: for a json.Encoder, whose every
+// Encode is one write of whole values.
+type JSONWriter struct {
+	w io.Writer
+}
+
+// NewJSONWriter returns a JSONWriter writing to w.
+func NewJSONWriter(w io.Writer) *JSONWriter { return &JSONWriter{w: w} }
+
+// Write escapes p with JSON and writes it; it reports len(p) on success.
+func (w *JSONWriter) Write(p []byte) (int, error) {
+	if _, err := w.w.Write(JSON(p)); err != nil {
 		return 0, err
 	}
 	return len(p), nil

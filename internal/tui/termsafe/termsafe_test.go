@@ -3,7 +3,9 @@ package termsafe
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,5 +135,48 @@ func FuzzEscape(f *testing.F) {
 		if Safe(s) && out != s {
 			t.Fatalf("Safe(%q) but String changed it to %q", s, out)
 		}
+	})
+}
+
+func TestJSON(t *testing.T) {
+	for _, s := range append(Corpus(t), "plain", "\u00e9\u65e5\U0001f44d") {
+		b, err := json.Marshal(map[string]string{"k": s, s: "v"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := JSON(b)
+		var back, want map[string]string
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("JSON(%s) = %s: %v", b, out, err)
+		}
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, want) {
+			t.Fatalf("JSON(%s) = %s decodes to %q, want %q", b, out, back, want)
+		}
+		checkSafe(t, string(b), string(out), true)
+	}
+}
+
+func FuzzJSON(f *testing.F) {
+	for _, s := range Corpus(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Skip()
+		}
+		out := JSON(b)
+		var back, want string
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("JSON(%s) = %s: %v", b, out, err)
+		}
+		_ = json.Unmarshal(b, &want)
+		if back != want {
+			t.Fatalf("JSON(%s) = %s decodes to %q, want %q", b, out, back, want)
+		}
+		checkSafe(t, string(b), string(out), true)
 	})
 }
