@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/tui"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 func toolEvents() []kernel.Event {
@@ -130,5 +135,74 @@ func TestPump(t *testing.T) {
 	}
 	if i != n {
 		t.Fatalf("got %d events, want %d", i, n)
+	}
+}
+
+// hostileCorpus is internal/tui/termsafe's corpus of hostile text.
+func hostileCorpus(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../tui/termsafe/testdata/hostile.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s, err := strconv.Unquote(line)
+		if err != nil {
+			t.Fatalf("hostile.txt:%d: %v", n+1, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// fluffySGR is the only sequence the renderer emits itself (Paint).
+var fluffySGR = regexp.MustCompile(`\x1b\[[0-9]*m`)
+
+// TestRendererHostile puts each hostile text in every field of every event
+// the model, a tool or the kernel fills, and checks that nothing but
+// fluffy's own colours reaches the output, in colour, plain and JSON.
+func TestRendererHostile(t *testing.T) {
+	for _, s := range hostileCorpus(t) {
+		args, _ := json.Marshal(map[string]string{"path": s})
+		call := &llm.ToolCall{ID: "c1", Name: "fs.read" + s, Args: args}
+		events := []kernel.Event{
+			{Type: kernel.Type(agent.EventText), Agent: &agent.Event{Text: s}},
+			{Type: kernel.Type(agent.EventToolCall), Agent: &agent.Event{Call: call}},
+			{Type: kernel.Type(agent.EventToolResult), Agent: &agent.Event{Call: call, Result: &agent.Result{Content: s, Decision: "allow: " + s}}},
+			{Type: kernel.Type(agent.EventToolResult), Agent: &agent.Event{Call: &llm.ToolCall{Name: "test.run"}, Result: &agent.Result{Content: s, IsError: true}}},
+			{Type: kernel.Type(agent.EventContext), Agent: &agent.Event{Text: s}},
+			{Type: kernel.Type(agent.EventStop), Agent: &agent.Event{Reason: agent.Reason(s)}},
+			{Type: kernel.TypeError, Fault: &kernel.Fault{Class: kernel.FaultClass(s), Message: s, Fix: s}},
+			{Type: kernel.TypeApproval, Text: "Approval a1 for session s1: " + s + "\n"},
+		}
+		for _, caps := range []tui.Caps{{}, {TTY: true, Color: true}} {
+			for _, asJSON := range []bool{false, true} {
+				var out bytes.Buffer
+				r := &renderer{w: &out, caps: caps, asJSON: asJSON}
+				for _, e := range events {
+					r.render(e)
+				}
+				got := fluffySGR.ReplaceAllString(out.String(), "")
+				if !utf8.ValidString(got) {
+					t.Fatalf("%q (colour %v, json %v): invalid UTF-8 reached the output:\n%q", s, caps.Color, asJSON, got)
+				}
+				for i, c := range got {
+					if c == '\n' || c == '\t' && !asJSON {
+						continue
+					}
+					if termsafe.Hidden(c) {
+						t.Fatalf("%q (colour %v, json %v): %U at %d reached the output:\n%q", s, caps.Color, asJSON, c, i, got)
+					}
+				}
+				if r.tests != "" && !termsafe.Safe(r.tests) {
+					t.Fatalf("%q: the tests line %q", s, r.tests)
+				}
+			}
+		}
 	}
 }

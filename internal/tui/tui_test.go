@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 func TestPasteFilter(t *testing.T) {
@@ -193,5 +197,38 @@ func BenchmarkSplitDiffStat(b *testing.B) {
 	b.SetBytes(int64(len(diff)))
 	for b.Loop() {
 		_ = Stat(Caps{Color: true}, SplitDiff(diff), 120)
+	}
+}
+
+// TestHostileDiffAndBar: a diff whose file name and lines carry escapes,
+// bidirectional overrides and C1 controls comes out of Stat and ColorDiff
+// (in colour or not), and a status text out of the Bar, with nothing but
+// fluffy's own sequences.
+func TestHostileDiffAndBar(t *testing.T) {
+	own := regexp.MustCompile(`\x1b\[[0-9;]*[mrHKA]|\x1b[78]`)
+	for _, s := range []string{
+		"\x1b[2J\x1b[Hname",
+		"user\u202e \u2066admin\u2069",
+		"\u009b2J\x9b2J",
+		"a\rb\bc\x7f",
+		"\x1b]52;c;aGk=\x07",
+	} {
+		diff := "diff --git a/" + s + " b/" + s + "\n--- /dev/null\n+++ b/" + s + "\n@@ -0,0 +1 @@\n+" + s + "\n"
+		var out strings.Builder
+		for _, c := range []Caps{{}, {TTY: true, Color: true}} {
+			out.WriteString(Stat(c, SplitDiff(diff), 80))
+			out.WriteString(ColorDiff(c, diff))
+		}
+		var bar bytes.Buffer
+		b := NewBar(&bar, func() (int, int, error) { return 200, 10, nil })
+		b.Set("status " + s)
+		b.Start()
+		out.WriteString(bar.String())
+		got := own.ReplaceAllString(out.String(), "")
+		for _, r := range got {
+			if r != '\n' && termsafe.Hidden(r) || r == utf8.RuneError {
+				t.Fatalf("%q: %U reached the output:\n%q", s, r, got)
+			}
+		}
 	}
 }
