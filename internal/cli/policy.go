@@ -276,25 +276,28 @@ Exit status: 0 allow, 10 approve, 20 block, 2 bad input or invalid policy.`,
 }
 
 func printDecision(a *App, d policy.Decision) {
-	fmt.Fprintf(a.Stdout, "%s by %s\n", d.Effect, d.Rule)
-	fmt.Fprintf(a.Stdout, "  reason: %s\n", d.Reason)
+	// Rules, their reasons and sources can come from a project's policy
+	// file, which the repository's author wrote.
+	line := termsafe.Line
+	fmt.Fprintf(a.Stdout, "%s by %s\n", d.Effect, line(d.Rule))
+	fmt.Fprintf(a.Stdout, "  reason: %s\n", line(d.Reason))
 	if d.Subject != "" {
-		fmt.Fprintf(a.Stdout, "  on: %s\n", d.Subject)
+		fmt.Fprintf(a.Stdout, "  on: %s\n", line(d.Subject))
 	}
 	if d.Source != "" {
-		fmt.Fprintf(a.Stdout, "  rule from: %s\n", d.Source)
+		fmt.Fprintf(a.Stdout, "  rule from: %s\n", line(d.Source))
 	}
 	if len(d.Matched) > 0 {
 		fmt.Fprintln(a.Stdout, "  matched:")
 		for _, m := range d.Matched {
-			line := fmt.Sprintf("    %-7s %s (%s) on %s", m.Effect, m.Rule, m.Layer, m.Subject)
+			l := fmt.Sprintf("    %-7s %s (%s) on %s", m.Effect, line(m.Rule), m.Layer, line(m.Subject))
 			if m.Shadowed {
-				line += " [shadowed]"
+				l += " [shadowed]"
 			}
 			if m.Error != "" {
-				line += " [error: " + m.Error + "]"
+				l += " [error: " + line(m.Error) + "]"
 			}
-			fmt.Fprintln(a.Stdout, line)
+			fmt.Fprintln(a.Stdout, l)
 		}
 	}
 }
@@ -337,7 +340,7 @@ func newPolicyLintCmd(a *App) *cobra.Command {
 			e, err := policy.Compile(opts, srcs...)
 			if err != nil {
 				msg := strings.TrimPrefix(err.Error(), policy.ErrInvalid.Error()+":\n")
-				fmt.Fprintln(a.Stderr, msg)
+				fmt.Fprintln(a.Stderr, termsafe.String(msg))
 				return &ExitError{Code: ExitFailure, Msg: "policy is invalid"}
 			}
 			if len(srcs) == 0 {
@@ -481,7 +484,7 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RULE\tEFFECT\tLAYER\tSOURCE\tDESCRIPTION")
 			for _, r := range e.Rules() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Effect, r.Layer, r.Source, r.Description)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.ID), r.Effect, r.Layer, termsafe.Line(r.Source), termsafe.Line(r.Description))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
