@@ -3,7 +3,9 @@
 // bottom row while the output scrolls above it, diff statistics and
 // per-file diffs for review, and an input filter that keeps a bracketed
 // paste on one editable line. It knows nothing of sessions: internal/cli
-// feeds it text.
+// feeds it text. The diffs, names and status text it draws pass through
+// termsafe (internal/tui/termsafe), the escaper every untrusted text takes
+// on its way to a terminal.
 package tui
 
 import (
