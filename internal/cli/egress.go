@@ -263,7 +263,7 @@ var _ netproxy.PeerRecorder = (*cliRecorder)(nil)
 // from a process that may not use it, and passes it on.
 func (r *cliRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
 	r.mu.Lock()
-	fmt.Fprintf(r.stderr, "fluffy: egress: refused a connection to this run's proxy from another process: %s\n", pr.Reason)
+	fmt.Fprintf(r.stderr, "fluffy: egress: refused a connection to this run's proxy from another process: %s\n", termsafe.Line(pr.Reason))
 	r.mu.Unlock()
 	if n, ok := r.next.(netproxy.PeerRecorder); ok {
 		return n.RecordPeerRefused(ctx, pr)
