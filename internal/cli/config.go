@@ -68,7 +68,8 @@ func newConfigShowCmd(a *App) *cobra.Command {
 				if r.User {
 					key += " (user only)"
 				}
-				fmt.Fprintf(tw, "%s\t%v\t%s\n", key, format(r.Value), r.Origin)
+				// A project's configuration is the repository's text.
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", key, termsafe.Line(fmt.Sprint(format(r.Value))), termsafe.Line(fmt.Sprint(r.Origin)))
 			}
 			return tw.Flush()
 		},

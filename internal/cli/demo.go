@@ -24,6 +24,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -216,10 +217,10 @@ func (a *App) runDemo(ctx context.Context, lang string, keep bool) (err error) {
 	}
 	say("   The copy is still untouched. The session's change set holds:")
 	for _, ch := range d.Changes {
-		say("     %-8s %s", ch.Op, ch.Path)
+		say("     %-8s %s", ch.Op, termsafe.Line(ch.Path))
 	}
 	say("")
-	fmt.Fprint(w, indent(d.Diff, "   "))
+	fmt.Fprint(w, indent(termsafe.String(d.Diff), "   "))
 
 	step(5, "Apply")
 	var cr kernel.CloseResult

@@ -124,7 +124,7 @@ call does.`,
 			req := llm.Request{Model: name, MaxTokens: maxTokens, Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{llm.Text(prompt)}}}}
 			resp, err := llm.Collect(p.Stream(cmd.Context(), req), func(ev llm.Event) {
 				if ev.Type == llm.EventText {
-					fmt.Fprint(a.Stdout, ev.Text)
+					fmt.Fprint(a.Stdout, termsafe.String(ev.Text))
 				}
 			})
 			fmt.Fprintln(a.Stdout)
