@@ -631,7 +631,8 @@ func TestTerminalHostileModel(t *testing.T) {
 	if err := os.WriteFile(script, []byte(hostileTurns(t)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startScreen(t, ws, fluffyEnv(t, dir), "fluffy", "-m", "replay/"+script)
+	env := fluffyEnv(t, dir)
+	s := startScreen(t, ws, env, "fluffy", "-m", "replay/"+script)
 	// Let programs in the pane write tmux's clipboard (OSC 52), so a
 	// write would show as a paste buffer.
 	s.tmux("-S", s.sock, "set", "-g", "set-clipboard", "on")
@@ -695,8 +696,24 @@ func TestTerminalHostileModel(t *testing.T) {
 	s.keys("Enter")
 	rows = s.waitFor(`apply these changes`)
 	has(t, rows, `(?m)^  added +bidi\\u202etxt\.md$`)
-	s.keys("d", "Enter")
-	if code := s.waitExit(); code != 0 {
-		t.Errorf("exit status %d", code)
+	s.keys("k", "Enter")
+	rows = s.waitFor(`(?m)^EXIT=0$`)
+	m := regexp.MustCompile(`fluffy session close (s[0-9a-f]{12})`).FindStringSubmatch(strings.Join(rows, "\n"))
+	if m == nil {
+		t.Fatalf("no session id on the screen:\n%s", strings.Join(rows, "\n"))
+	}
+
+	// The data commands on a terminal: the diff and the names escaped.
+	for _, argv := range [][]string{{"fluffy", "session", "diff", m[1]}, {"fluffy", "changeset", "ls", "--session", m[1]}} {
+		d := startScreen(t, ws, env, argv...)
+		rows := d.waitFor(`(?m)^EXIT=0$`)
+		if argv[1] == "session" {
+			has(t, rows, `(?m)^\+\+\+ b/bidi\\u202etxt\.md$`, `(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`)
+		} else {
+			has(t, rows, `(?m)^A file +bidi\\u202etxt\.md$`)
+		}
+		if got := strings.TrimSpace(d.tmux("-S", d.sock, "display", "-p", "-t", "0", "#{pane_title}")); strings.Contains(got, "TITLE") {
+			t.Errorf("%v changed the pane's title to %q", argv, got)
+		}
 	}
 }
