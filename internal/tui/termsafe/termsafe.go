@@ -6,7 +6,8 @@
 // characters, escape sequences, C1 controls, bidirectional overrides,
 // invisible characters and invalid UTF-8 visibly escaped (\x1b, \u202e,
 // \xff), the way Go quotes a string, instead of letting the terminal act
-// on them.
+// on them. JSON output (--json) goes through JSON or a JSONWriter, which
+// write the same characters as \u escapes inside its strings.
 //
 // It differs from internal/tool's result sanitizer, which cleans what goes
 // back into the model's context (it strips sequences and caps sizes); this
