@@ -66,9 +66,12 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 
 // Apply writes the changes at or below paths (all when none) to the real
 // tree, all or nothing, and returns what it applied. A new file's missing
-// parent directories are applied with it. Sensitive paths (git hooks and
-// config, .fluffy/) are applied only when named exactly; otherwise Apply
-// returns a *SensitiveError and writes nothing. Apply must not run while a
+// parent directories are applied with it. Sensitive changes (git control
+// files in every form git discovers them, .fluffy/, setuid, setgid or
+// sticky bits, modes that let other users write; see Sensitive and
+// judge.reason) are applied only when named exactly; otherwise Apply
+// returns a *SensitiveError and writes nothing. fluffy's own files
+// (Protect) are never applied: *OwnFileError. Apply must not run while a
 // sandbox has this change set mounted: overlayfs forbids changing the
 // lower layer under a mount.
 func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, error) {
@@ -92,8 +95,11 @@ func (cs *ChangeSet) Apply(ctx context.Context, paths ...string) ([]Change, erro
 	if err := cs.validate(plan); err != nil {
 		return nil, err
 	}
-	if names := sensitiveUnnamed(plan, s); len(names) > 0 {
-		return nil, &SensitiveError{Paths: names}
+	if own := cs.ownFiles(plan); len(own) > 0 {
+		return nil, &OwnFileError{Paths: own}
+	}
+	if names, reasons := cs.newJudge(all).sensitiveUnnamed(plan, s); len(names) > 0 {
+		return nil, &SensitiveError{Paths: names, Reasons: reasons}
 	}
 	if conflicts := cs.conflicts(plan); len(conflicts) > 0 {
 		ce := &ConflictError{Conflicts: conflicts}

@@ -34,6 +34,9 @@ type ChangeSet struct {
 	dir       string // change set directory, "" for a bare upper
 	meta      *meta  // nil for a bare upper
 	real      applyFS
+	// own reports whether an absolute path is one of fluffy's own files
+	// (Protect); nil protects nothing.
+	own func(abs string) bool
 }
 
 // meta is what changeset.json holds.
@@ -146,6 +149,14 @@ func OpenUpper(upper, workspace string) (*ChangeSet, error) {
 	}
 	return &ChangeSet{workspace: ws, upper: up, real: osFS{root: ws}}, nil
 }
+
+// Protect makes Apply refuse, with an *OwnFileError and whatever the
+// selection, every change at a path for which own (given the absolute
+// path in the real tree) reports true: fluffy's data directory, keys,
+// configuration, policy and binaries. The caller passes the same
+// predicate the policy's built-in protected-write rule uses, so what the
+// agent may not write and what an apply may not land are one rule.
+func (cs *ChangeSet) Protect(own func(abs string) bool) { cs.own = own }
 
 // Workspace returns the canonical workspace root (the lower layer).
 func (cs *ChangeSet) Workspace() string { return cs.workspace }

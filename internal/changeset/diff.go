@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -51,7 +52,9 @@ func gitMode(k Kind, m fs.FileMode) string {
 func quote(prefix, p string) string {
 	s := prefix + p
 	for _, r := range s {
-		if r < 0x20 || r == '"' || r == '\\' || r == 0x7f || r == utf8.RuneError {
+		// Control characters (C0, DEL, C1) and format characters (bidi
+		// overrides, zero-width) never reach a terminal raw.
+		if !unicode.IsPrint(r) || r == '"' || r == '\\' || r == utf8.RuneError {
 			return strconv.Quote(s)
 		}
 	}
