@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -56,6 +57,9 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
+		if err := protectOwn(a, cs); err != nil {
+			return nil, err
+		}
 		// Keep base copies of what a sandbox changed while the real files
 		// are still the base: a later conflict shows three versions.
 		if _, err := cs.KeepBases(context.Background()); err != nil {
@@ -70,7 +74,17 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	return cs, nil
+	return cs, protectOwn(a, cs)
+}
+
+// protectOwn keeps every apply of cs off fluffy's own files.
+func protectOwn(a *App, cs *changeset.ChangeSet) error {
+	own, err := a.ownFiles(cs.Workspace())
+	if err != nil {
+		return err
+	}
+	cs.Protect(own)
+	return nil
 }
 
 func newChangesCmd(a *App) *cobra.Command {
@@ -166,12 +180,16 @@ func newChangesLsCmd(a *App) *cobra.Command {
 
 func changeLine(c changeset.Change) string {
 	letter := map[changeset.Op]string{changeset.Added: "A", changeset.Modified: "M", changeset.Deleted: "D"}[c.Op]
+	// Names and targets are the sandbox's bytes (termsafe escapes them);
+	// modes show setuid, setgid and sticky, which apply sets.
 	s := fmt.Sprintf("%s %-7s %s", letter, c.Kind, termsafe.Line(c.Path))
 	switch {
 	case c.Kind == changeset.KindSymlink && c.Op != changeset.Deleted:
 		s += " -> " + termsafe.Line(c.NewTarget)
 	case c.Op == changeset.Modified && c.OldMode != c.NewMode:
-		s += fmt.Sprintf(" (mode %04o -> %04o)", c.OldMode.Perm(), c.NewMode.Perm())
+		s += fmt.Sprintf(" (mode %s -> %s)", changeset.ModeString(c.OldMode), changeset.ModeString(c.NewMode))
+	case c.Op == changeset.Added && c.Kind != changeset.KindSymlink && c.NewMode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky|0o022) != 0:
+		s += fmt.Sprintf(" (mode %s)", changeset.ModeString(c.NewMode))
 	}
 	return s
 }

@@ -65,7 +65,7 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 	defer db.Close()
 	al := newSharedAudit(a, time.Minute)
 	defer al.Close()
-	sc := kernel.SessionChanges{DB: db, Audit: al}
+	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.kernelOwnFiles}
 	switch method {
 	case kernel.MethodChangesList:
 		res, err = sc.List(ctx, p)
@@ -175,7 +175,7 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 			}
 			var names []string
 			for _, c := range res.Conflicts {
-				names = append(names, c.Path)
+				names = append(names, quotePath(c.Path))
 			}
 			return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("nothing was applied: %d path(s) changed in the workspace since the change set began (%s).\n"+
 				"Apply the other paths by naming them (fluffy changeset apply --session %s PATH...), or discard the conflicting ones (fluffy changeset discard --session %s %s)",

@@ -76,10 +76,26 @@ func (a *App) policyOptions() (policy.Options, error) {
 		return policy.Options{}, fmt.Errorf("%w: policy.default: %v", errUsage, err)
 	}
 	home, _ := a.Getenv("HOME")
+	prot, err := a.protected(a.workspace())
+	if err != nil {
+		return policy.Options{}, err
+	}
+	return policy.Options{Default: def, Protected: prot, Home: home}, nil
+}
+
+// protected lists fluffy's own files for a workspace: what the policy's
+// built-in rules keep the agent from writing (and the keys from reading),
+// and what no apply of a change set over ws ever writes (ownFiles). One
+// list, so the gate and the apply cannot disagree.
+func (a *App) protected(ws string) (policy.Protected, error) {
+	l, err := a.Config()
+	if err != nil {
+		return policy.Protected{}, err
+	}
 	files := a.policyFiles()
 	dd, err := datadir.New(l.Config.Home)
 	if err != nil {
-		return policy.Options{}, fmt.Errorf("%w: %v", errUsage, err)
+		return policy.Protected{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	var prot policy.Protected
 	add := func(list *[]string, p string) {
@@ -105,14 +121,35 @@ func (a *App) policyOptions() (policy.Options, error) {
 	// exists: in a directory with neither .git nor .fluffy (no project
 	// root yet) the agent could otherwise create .fluffy/policy.yaml in
 	// its change set and have it applied.
-	add(&prot.Paths, filepath.Join(a.workspace(), ".fluffy"))
+	add(&prot.Paths, filepath.Join(ws, ".fluffy"))
 	// fluffy's own binaries: this one and those installed beside it.
 	add(&prot.Paths, a.Self)
 	for _, name := range []string{"fluffy", "fluffy-core", native.InitBinaryName} {
 		add(&prot.Paths, filepath.Join(filepath.Dir(a.Self), name))
 	}
 	add(&prot.Secret, dd.Path(datadir.Keys))
-	return policy.Options{Default: def, Protected: prot, Home: home}, nil
+	return prot, nil
+}
+
+// ownFiles returns the predicate changeset.ChangeSet.Protect takes for a
+// change set over ws: the policy's protected paths.
+func (a *App) ownFiles(ws string) (func(abs string) bool, error) {
+	prot, err := a.protected(ws)
+	if err != nil {
+		return nil, fmt.Errorf("cannot tell fluffy's own files from the rest, so nothing is applied: %w", err)
+	}
+	return prot.Covers, nil
+}
+
+// kernelOwnFiles is ownFiles for the kernel. The configuration was loaded
+// when the kernel started, so it does not fail there; if it ever does,
+// every path counts as fluffy's and applies are refused (fail closed).
+func (a *App) kernelOwnFiles(ws string) func(abs string) bool {
+	own, err := a.ownFiles(ws)
+	if err != nil {
+		return func(string) bool { return true }
+	}
+	return own
 }
 
 func (a *App) policyEngine() (*policy.Engine, policy.Files, error) {

@@ -93,6 +93,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker,
 		AutoApply: a.autoApplyOptions(),
+		OwnFiles:  a.kernelOwnFiles,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
 			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}

@@ -228,7 +228,7 @@ func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult, em *em
 
 // evalAutoApply is autoApply without the event.
 func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *AutoApplyReport {
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	cs, err := openChangeSet(info, k.o.OwnFiles)
 	if err != nil {
 		k.log.Error("open the change set", "session", info.ID, "err", err)
 		return nil

@@ -87,6 +87,9 @@ type SessionChanges struct {
 	DB      *store.DB
 	Audit   AuditLog
 	Reserve func(id string) (func(), error)
+	// OwnFiles names fluffy's own files for a workspace; Apply never
+	// writes them (changeset.ChangeSet.Protect).
+	OwnFiles OwnFiles
 }
 
 // Resolve returns the session p names (or the workspace's latest).
@@ -132,7 +135,7 @@ func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (
 			}
 		}
 	}
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	cs, err := openChangeSet(info, s.OwnFiles)
 	if err != nil {
 		return info, nil, release, fmt.Errorf("kernel: open the change set of %s: %w", info.ID, err)
 	}
@@ -259,7 +262,25 @@ func nonNilStrings(s []string) []string {
 // changes is the kernel's SessionChanges: a session running here is
 // refused apply and discard, and none starts while they work.
 func (k *Kernel) changes() SessionChanges {
-	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Reserve: k.reserveChanges}
+	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Reserve: k.reserveChanges, OwnFiles: k.o.OwnFiles}
+}
+
+// OwnFiles returns, for a workspace, the predicate that names fluffy's
+// own files (its data directory, keys, configuration, policy, binaries)
+// by absolute path: the policy's protected paths.
+type OwnFiles func(workspace string) func(abs string) bool
+
+// openChangeSet opens a session's change set with fluffy's own files
+// protected from Apply.
+func openChangeSet(info Info, own OwnFiles) (*changeset.ChangeSet, error) {
+	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	if own != nil {
+		cs.Protect(own(info.Workspace))
+	}
+	return cs, nil
 }
 
 // reserveChanges marks the session as busy (Run refuses it with ErrBusy)

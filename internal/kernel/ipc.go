@@ -153,7 +153,7 @@ func wireError(err error) error {
 		return ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
-	case errors.As(err, &ce), errors.Is(err, changeset.ErrSensitive):
+	case errors.As(err, &ce), errors.Is(err, changeset.ErrSensitive), errors.Is(err, changeset.ErrOwnFile):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	}
 	return err

@@ -112,6 +112,9 @@ type Options struct {
 	// AutoApply, when set and enabled, applies a session's change set at
 	// the end of a run whose criteria hold (autoapply.go).
 	AutoApply *AutoApplyOptions
+	// OwnFiles names fluffy's own files in a workspace; no apply (by
+	// hand, at close or automatic) writes them. nil protects nothing.
+	OwnFiles OwnFiles
 	// Limits bound each run of a session.
 	Limits agent.Limits
 	// Instructions is fluffy's own part of the system prompt.

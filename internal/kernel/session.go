@@ -474,7 +474,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	case StatusRunning:
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrBusy, p.ID)
 	}
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	cs, err := openChangeSet(info, k.o.OwnFiles)
 	if err != nil {
 		return CloseResult{}, fmt.Errorf("kernel: open the change set: %w", err)
 	}

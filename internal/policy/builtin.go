@@ -24,6 +24,15 @@ type Protected struct {
 	Secret []string
 }
 
+// Covers reports whether abs (absolute, canonical) is one of the
+// protected or secret paths or lies below one, compared as the built-in
+// rules compare them (fold). Change-set apply uses it so that what the
+// agent may not write and what may not land in the real tree are the
+// same list.
+func (p Protected) Covers(abs string) bool {
+	return newProtectedSet(p.Paths).covers(abs) || newProtectedSet(p.Secret).covers(abs)
+}
+
 // BuiltinRule describes one built-in rule, for explain and the docs.
 type BuiltinRule struct {
 	ID      string `json:"id"`
