@@ -270,11 +270,6 @@ func (j *judge) isGitDir(dir string) bool {
 
 // reason returns why the change c must be named to be applied, or "".
 func (j *judge) reason(c Change) string {
-	if c.Op != Deleted {
-		if r := modeReason(c); r != "" {
-			return r
-		}
-	}
 	if c.Op == Modified && !c.Content && c.Kind != KindSymlink {
 		// A mode change alone: only a widening one inside a git
 		// directory (another user could then replace its config or
@@ -285,12 +280,15 @@ func (j *judge) reason(c Change) string {
 		if j.underGit(c.Path) {
 			return fmt.Sprintf("mode change %s -> %s widens access to a git directory or its contents", modeString(c.OldMode), modeString(c.NewMode))
 		}
-		if c.Kind == KindDir {
-			return ""
+	}
+	if c.Op != Deleted {
+		if r := modeReason(c); r != "" {
+			return r
 		}
 	}
 	if c.Kind == KindDir && c.Op != Deleted {
-		// A new directory is judged by what it holds.
+		// A new directory is judged by what it holds; a directory's mode
+		// change that passed the checks above is harmless.
 		return ""
 	}
 	if r := lexicalReason(c.Path); r != "" {
