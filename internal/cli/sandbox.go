@@ -251,6 +251,11 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
+	masks, err := a.sandboxMasks(spec.Workspace)
+	if err != nil {
+		return err
+	}
+	spec.Mounts = append(spec.Mounts, masks...)
 	switch f.net {
 	case "":
 	case string(sandbox.NetworkNone), string(sandbox.NetworkProxy):

@@ -177,6 +177,9 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 			o.Runtime, o.RuntimeName = rt, name
 			o.Env = sandboxEnv
 			o.CacheDir = a.cacheDir()
+			if o.Masks, err = a.sandboxMasks(res.Workspace()); err != nil {
+				return nil, err
+			}
 		}
 		return router.New(o)
 	}

@@ -139,7 +139,10 @@ type Options struct {
 	// CacheDir, when set, holds the templates' persistent build caches
 	// (sandbox.Template.ApplyCaches), one directory per workspace.
 	CacheDir string
-	Logger   *slog.Logger
+	// Masks are read-only mounts added to every sandbox: they hide
+	// fluffy's own files that lie inside the workspace.
+	Masks  []sandbox.Mount
+	Logger *slog.Logger
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -750,6 +753,9 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
 	}
 	tpl.Apply(&spec)
+	if spec.Workspace != "" {
+		spec.Mounts = append(spec.Mounts, r.o.Masks...)
+	}
 	if r.o.CacheDir != "" && spec.Workspace != "" {
 		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
 			return tool.Result{}, err
