@@ -81,22 +81,35 @@ var gitData = map[string]bool{
 	"refs":           true,
 	"logs":           true,
 	"index":          true,
-	"HEAD":           true,
-	"ORIG_HEAD":      true,
-	"FETCH_HEAD":     true,
-	"COMMIT_EDITMSG": true,
+	"head":           true,
+	"orig_head":      true,
+	"fetch_head":     true,
+	"commit_editmsg": true,
 	"packed-refs":    true,
 	"description":    true,
+}
+
+// foldName is the form names are compared in: lower case, trailing dots
+// and spaces removed. A workspace on a case-insensitive file system (a
+// casefold ext4 directory, vfat, a mounted share) lets ".GIT/Config" or
+// "Head" be what git opens; folding only ever adds refusals.
+func foldName(s string) string {
+	if t := strings.TrimRight(s, ". "); t != "" {
+		s = t
+	}
+	return strings.ToLower(s)
 }
 
 // gitDataPath reports whether rest (a path relative to a git directory,
 // not ".") is data only.
 func gitDataPath(rest string) bool {
 	first, tail, _ := strings.Cut(rest, "/")
+	first = foldName(first)
 	if !gitData[first] {
 		return false
 	}
-	return first != "objects" || (tail != "info" && !strings.HasPrefix(tail, "info/"))
+	sub, _, _ := strings.Cut(tail, "/")
+	return first != "objects" || foldName(sub) != "info"
 }
 
 // gitMarkers are file names that make the directory holding them a git
@@ -104,7 +117,7 @@ func gitDataPath(rest string) bool {
 // bare repository git discovers), commondir (the main repository of a
 // linked worktree: its config and hooks are read from there), gitdir (a
 // worktree's back pointer), config.worktree (per-worktree config).
-var gitMarkers = map[string]bool{"HEAD": true, "commondir": true, "gitdir": true, "config.worktree": true}
+var gitMarkers = map[string]bool{"head": true, "commondir": true, "gitdir": true, "config.worktree": true}
 
 // Sensitive reports whether a change-set path (clean, relative), judged by
 // its name alone, is one whose arrival in the real tree can make programs
@@ -139,7 +152,7 @@ func Sensitive(rel string) bool {
 func lexicalReason(rel string) string {
 	parts := strings.Split(rel, "/")
 	for i, p := range parts {
-		switch p {
+		switch foldName(p) {
 		case ".fluffy":
 			return "fluffy's project policy and configuration"
 		case ".git":
@@ -153,7 +166,7 @@ func lexicalReason(rel string) string {
 			return ""
 		}
 	}
-	switch base := parts[len(parts)-1]; {
+	switch base := foldName(parts[len(parts)-1]); {
 	case base == ".gitmodules":
 		return "submodule configuration: git clones and checks out what it names"
 	case base == ".gitconfig":
@@ -183,7 +196,7 @@ func (cs *ChangeSet) newJudge(all []Change) *judge {
 		if c.Op == Deleted {
 			continue
 		}
-		base := path.Base(c.Path)
+		base := foldName(path.Base(c.Path))
 		if base != ".git" && base != "commondir" && base != "gitdir" {
 			continue
 		}
@@ -303,8 +316,10 @@ func (j *judge) reason(c Change) string {
 // underGit reports whether rel is a .git entry, lies below one, or lies
 // in (or is) a directory git treats as a git directory.
 func (j *judge) underGit(rel string) bool {
-	if rel == ".git" || strings.HasPrefix(rel, ".git/") || strings.HasSuffix(rel, "/.git") || strings.Contains(rel, "/.git/") {
-		return true
+	for _, p := range strings.Split(rel, "/") {
+		if foldName(p) == ".git" {
+			return true
+		}
 	}
 	for d := rel; ; d = path.Dir(d) {
 		if j.isGitDir(d) {

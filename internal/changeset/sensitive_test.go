@@ -58,6 +58,14 @@ func TestSensitive(t *testing.T) {
 		{".gitattributes", false},
 		{"a.fluffy", false},
 		{"xgit/config", false},
+		{".GIT/config", true},
+		{".Git./hooks/x", true},
+		{"sub/.git /config", true},
+		{"Sub/.GITMODULES", true},
+		{"bare/head", true},
+		{".git/Objects/info/alternates", true},
+		{".git/objects/INFO/alternates", true},
+		{".FLUFFY/policy.yaml", true},
 	} {
 		if got := Sensitive(c.path); got != c.want {
 			t.Errorf("Sensitive(%q) = %v, want %v", c.path, got, c.want)
