@@ -3,6 +3,7 @@ package changeset
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"path/filepath"
@@ -188,10 +189,13 @@ type judge struct {
 	// pointed are the directories a changed "gitdir:" or "commondir" file
 	// points at (workspace-relative).
 	pointed map[string]bool
+	// configs caches what each repository's real config points at
+	// (configRefsAt), by working tree.
+	configs map[string]gitConfigRefs
 }
 
 func (cs *ChangeSet) newJudge(all []Change) *judge {
-	j := &judge{cs: cs, gitDirs: map[string]bool{}, pointed: map[string]bool{}}
+	j := &judge{cs: cs, gitDirs: map[string]bool{}, pointed: map[string]bool{}, configs: map[string]gitConfigRefs{}}
 	for _, c := range all {
 		if c.Op == Deleted {
 			continue
@@ -229,12 +233,7 @@ func (cs *ChangeSet) readHead(rel string, n int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, n)
-	k, err := f.Read(buf)
-	if k == 0 && err != nil {
-		return nil, err
-	}
-	return buf[:k], nil
+	return io.ReadAll(io.LimitReader(f, n))
 }
 
 // relTarget resolves a pointer's target (relative to dir, or absolute)
@@ -310,7 +309,7 @@ func (j *judge) reason(c Change) string {
 	if d := j.inGitDir(c.Path); d != "" {
 		return "control file of " + quote("", d) + ", which git treats as a git directory (it holds HEAD, commondir, or objects and refs, or a changed gitdir:/commondir points at it): git reads it and runs what it names"
 	}
-	return ""
+	return j.configReason(c.Path)
 }
 
 // underGit reports whether rel is a .git entry, lies below one, or lies

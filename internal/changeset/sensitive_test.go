@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -120,7 +121,7 @@ func TestApplySensitive(t *testing.T) {
 var gitRepoTree = tree{
 	".git":                           "dir 0755",
 	".git/HEAD":                      "file 0644 ref: refs/heads/main\n",
-	".git/config":                    "file 0644 [core]\n\tbare = false\n",
+	".git/config":                    "file 0644 " + realConfig,
 	".git/objects":                   "dir 0755",
 	".git/refs/heads":                "dir 0755",
 	".git/hooks":                     "dir 0755",
@@ -134,6 +135,19 @@ var gitRepoTree = tree{
 	"shared":                         "dir 0755",
 	"shared/run.sh":                  "file 0755 #!/bin/sh\n",
 }
+
+// realConfig is the repository's config in gitRepoTree: it makes git run
+// or read files in the working tree.
+const realConfig = `[core]
+	bare = false
+	hooksPath = .husky
+[include]
+	path = ../project.gitconfig
+[alias]
+	fmt = "!tools/fmt.sh --all"
+[filter "x"]
+	clean = ./tools/clean.sh %f ; # a comment
+`
 
 // upperEntry plants one entry straight into the upper directory, as a
 // sandboxed command writing through the overlay would: "file MODE
@@ -269,6 +283,12 @@ func TestHostileUpper(t *testing.T) {
 		{name: "setgid file", upper: [][2]string{{"sg.sh", "file 02755 #!/bin/sh\n"}}, want: "sg.sh", never: true},
 		{name: "fluffy binary", upper: [][2]string{{"bin/fluffy-core", "file 0755 #!/bin/sh\nid\n"}}, want: "bin/fluffy-core", own: true},
 		{name: "fluffy data", upper: [][2]string{{"data/keys/audit.key", "file 0600 x"}}, want: "data/keys/audit.key", own: true},
+		{name: "hooksPath hook", upper: [][2]string{{".husky/pre-commit", "file 0755 #!/bin/sh\nid\n"}}, want: ".husky/pre-commit"},
+		{name: "included config", upper: [][2]string{{"project.gitconfig", "file 0644 [core]\n\tpager = id\n"}}, want: "project.gitconfig"},
+		{name: "alias script", upper: [][2]string{{"tools/fmt.sh", "file 0755 #!/bin/sh\nid\n"}}, want: "tools/fmt.sh"},
+		{name: "filter script", upper: [][2]string{{"tools/clean.sh", "file 0755 #!/bin/sh\nid\n"}}, want: "tools/clean.sh"},
+		{name: "home gitconfig", upper: [][2]string{{".gitconfig", "file 0644 [core]\n\tpager = id\n"}}, want: ".gitconfig"},
+		{name: "case-folded control file", upper: [][2]string{{".git/Hooks/pre-commit", "file 0755 #!/bin/sh\nid\n"}}, want: ".git/Hooks/pre-commit"},
 		{name: "name with escape", upper: [][2]string{{".git/hooks/\x1b]0;x\x07\u202e", "file 0755 #!/bin/sh\n"}}, want: ".git/hooks/\x1b]0;x\x07\u202e"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -374,4 +394,59 @@ func TestApplyOrdinaryGitWork(t *testing.T) {
 	if len(applied) == 0 {
 		t.Fatal("nothing applied")
 	}
+}
+
+func TestConfigRefs(t *testing.T) {
+	for _, c := range []struct {
+		name, text, cfgDir, top string
+		dirs, files             []string
+	}{
+		{name: "hooksPath", text: "[core]\n\thooksPath = .husky\n", cfgDir: ".git", top: ".", dirs: []string{".husky"}},
+		{name: "hooksPath quoted, mixed case", text: "[Core]\n  HooksPath = \"tools/hooks\"\n", cfgDir: ".git", top: ".", dirs: []string{"tools/hooks"}},
+		{name: "hooksPath outside", text: "[core]\nhooksPath = /etc/hooks\n", cfgDir: ".git", top: "."},
+		{name: "nested repo", text: "[core]\nhooksPath = hooks\n", cfgDir: "lib/.git", top: "lib", dirs: []string{"lib/hooks"}},
+		{name: "include", text: "[include]\n\tpath = ../shared.cfg\n[includeIf \"gitdir:~/x/\"]\n\tpath = more.cfg\n", cfgDir: ".git", top: ".", files: []string{"shared.cfg", ".git/more.cfg"}},
+		{name: "alias with bang", text: "[alias]\n\tx = !./run.sh a b\n\ty = status\n", cfgDir: ".git", top: ".", files: []string{"run.sh"}},
+		{name: "bare program name", text: "[core]\n\tpager = less -R\n", cfgDir: ".git", top: "."},
+		{name: "continued line", text: "[core]\n\tfsmonitor = tools/\\\n  fsmon.sh\n", cfgDir: ".git", top: ".", files: []string{"tools/fsmon.sh"}},
+		{name: "section and key on one line", text: "[core] sshCommand = 'bin/ssh wrap'\n", cfgDir: ".git", top: ".", files: []string{"bin/ssh wrap"}},
+		{name: "comment and garbage", text: "# x\n; y\n[broken\nnot a setting\n", cfgDir: ".git", top: "."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := configRefs(c.text, c.cfgDir, c.top, "/ws")
+			if !slices.Equal(r.dirs, c.dirs) || !slices.Equal(r.files, c.files) {
+				t.Errorf("configRefs = dirs %q files %q, want %q %q", r.dirs, r.files, c.dirs, c.files)
+			}
+		})
+	}
+}
+
+// FuzzGitConfig: any config text parses without panicking, and every path
+// it yields stays inside the workspace and is clean.
+func FuzzGitConfig(f *testing.F) {
+	f.Add(realConfig)
+	f.Add("[core]\n\thooksPath = ../../x\n[include]\npath=\"/ws/a\\\"b\"\n")
+	f.Add("[alias] a = \"!sh -c 'x'\" ; c\n\\\n\\")
+	f.Fuzz(func(t *testing.T, text string) {
+		r := configRefs(text, ".git", ".", "/ws")
+		for _, p := range append(r.dirs, r.files...) {
+			if p == ".." || strings.HasPrefix(p, "../") || strings.HasPrefix(p, "/") || path.Clean(p) != p {
+				t.Fatalf("configRefs(%q) yields %q", text, p)
+			}
+		}
+	})
+}
+
+// FuzzSensitive: the lexical judgement never panics, and whatever is
+// sensitive stays so under case changes (a case-insensitive file system
+// opens the same file).
+func FuzzSensitive(f *testing.F) {
+	for _, s := range []string{".git/config", "a/.git", "x/HEAD", ".gitmodules", "src/a.go", ".git/objects/info/alternates"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rel string) {
+		if Sensitive(rel) && !Sensitive(strings.ToUpper(rel)) {
+			t.Fatalf("Sensitive(%q) but not its upper case", rel)
+		}
+	})
 }
