@@ -376,9 +376,14 @@ func modeReason(c Change) string {
 	return ""
 }
 
-// modeString renders permission and special bits as a four-digit octal
-// mode (04755, 01777).
-func modeString(m fs.FileMode) string { return fmt.Sprintf("%04o", unixPerm(m)) }
+// modeString renders permission and special bits as octal with a leading
+// zero (0755, 04755, 01777).
+func modeString(m fs.FileMode) string {
+	if u := unixPerm(m); u > 0o777 {
+		return fmt.Sprintf("%05o", u)
+	}
+	return fmt.Sprintf("%04o", unixPerm(m))
+}
 
 // ModeString renders a change's mode with its setuid, setgid and sticky
 // bits, as octal (04755).

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -417,7 +418,9 @@ func upperChanges(ctx context.Context, workspace, upper string) ([]changeset.Cha
 // quoted, so a name cannot smuggle control sequences to the terminal.
 func quotePath(p string) string {
 	for _, r := range p {
-		if !unicode.IsPrint(r) || r == '"' || r == '\\' {
+		// An invalid byte (utf8.RuneError) may be a C1 control, 0x9b
+		// is CSI, on a terminal that reads 8-bit controls.
+		if !unicode.IsPrint(r) || r == '"' || r == '\\' || r == utf8.RuneError {
 			return strconv.Quote(p)
 		}
 	}
