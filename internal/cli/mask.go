@@ -36,13 +36,13 @@ func (a *App) sandboxMasks(ws string) ([]sandbox.Mount, error) {
 	}
 	var inside []string
 	for _, p := range append(append([]string(nil), prot.Paths...), prot.Secret...) {
-		if !strings.HasPrefix(p, cws+"/") && p != cws {
-			continue
+		if p == cws || strings.HasPrefix(cws, p+"/") {
+			// A sandbox over fluffy's own directory would see all of it.
+			return nil, fmt.Errorf("%w: the workspace %s is inside fluffy's own files (%s); run in another directory", errUsage, ws, p)
 		}
-		if p == cws {
-			return nil, fmt.Errorf("%w: the workspace %s is one of fluffy's own directories; run in another directory", errUsage, ws)
+		if strings.HasPrefix(p, cws+"/") {
+			inside = append(inside, p)
 		}
-		inside = append(inside, p)
 	}
 	if len(inside) == 0 {
 		return nil, nil

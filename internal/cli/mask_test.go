@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sandboxMasks hides exactly fluffy's own files that exist inside the
+// workspace: the data directory once (not its keys again below it), the
+// binaries beside the running one, the project's .fluffy; nothing outside
+// the workspace, nothing absent, no symlink.
+func TestSandboxMasks(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	data := filepath.Join(home, ".local/share/fluffy")
+	for _, d := range []string{data + "/keys", home + "/bin", home + "/.fluffy", home + "/src"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{home + "/bin/fluffy", home + "/bin/fluffy-core", data + "/keys/audit.key"} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("fluffy", home+"/bin/fluffy-sandbox-init"); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{Cwd: home, Self: home + "/bin/fluffy", Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + data, "XDG_CONFIG_HOME=" + root + "/config"}}
+	masks, err := a.sandboxMasks(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range masks {
+		kind := "file"
+		if fi, err := os.Stat(m.Source); err == nil && fi.IsDir() {
+			kind = "dir"
+		}
+		if m.Writable {
+			t.Errorf("mask %s is writable", m.Target)
+		}
+		got[strings.TrimPrefix(m.Target, home+"/")] = kind
+	}
+	want := map[string]string{".local/share/fluffy": "dir", ".fluffy": "dir", "bin/fluffy": "file", "bin/fluffy-core": "file"}
+	if len(got) != len(want) {
+		t.Errorf("masks %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("mask %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+
+	// A workspace without fluffy's files: no mounts at all.
+	if masks, err := a.sandboxMasks(home + "/src"); err != nil || len(masks) != 0 {
+		t.Errorf("sandboxMasks(src) = %v, %v", masks, err)
+	}
+	// The data directory, or a directory inside it, as the workspace:
+	// refused.
+	for _, ws := range []string{data, data + "/keys"} {
+		if _, err := a.sandboxMasks(ws); err == nil {
+			t.Errorf("sandboxMasks(%s) succeeded", ws)
+		}
+	}
+}
