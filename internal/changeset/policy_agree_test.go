@@ -24,7 +24,7 @@ func TestPolicyAgrees(t *testing.T) {
 		".git/unknown", "evil/HEAD", "evil/commondir", "x/gitdir", "x/config.worktree",
 		".gitmodules", "lib/.gitmodules", ".gitconfig",
 		".git/objects/ab/cdef", ".git/objects/pack/p.pack", ".git/refs/heads/main", ".git/logs/HEAD",
-		".git/index", ".git/HEAD", ".git/packed-refs", ".git/COMMIT_EDITMSG",
+		".git/index", ".git/HEAD", ".git/packed-refs", ".git/COMMIT_EDITMSG", ".git/description", ".git/ORIG_HEAD", ".git/FETCH_HEAD",
 		"src/main.go", ".gitattributes",
 	} {
 		op := operation.Operation{Tool: "fs.write", Action: operation.Write,
