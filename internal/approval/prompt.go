@@ -132,11 +132,13 @@ func binding(op operation.Operation) []string {
 	return out
 }
 
-// visible shows s as it is when it is plain printable text, quoted with
-// escapes otherwise.
+// visible shows s as it is when it is plain text, quoted otherwise: when
+// termsafe would escape any of it (the one judge of what a terminal must
+// not act on), or when a space, quote or semicolon would blur where one
+// value ends. The quote escapes everything termsafe escapes.
 func visible(s string) string {
-	if q := strconv.Quote(s); q[1:len(q)-1] != s || strings.ContainsAny(s, " ;") {
-		return q
+	if termsafe.Line(s) != s || strings.ContainsAny(s, " ;\"'") {
+		return strconv.Quote(s)
 	}
 	return s
 }
