@@ -131,7 +131,10 @@ func (b *builtins) list() (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
 			return b.insidePath(in.Path, op)
 		},
-		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+		Run: func(ctx context.Context, in *PathIn) (tool.Result, error) {
+			if err := ctx.Err(); err != nil {
+				return tool.Result{}, fmt.Errorf("fs.list: %w", err)
+			}
 			rel, err := b.rel(orDot(in.Path))
 			if err != nil {
 				return errResult(err), nil
@@ -173,7 +176,10 @@ func (b *builtins) exists() (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
 			return b.insidePath(in.Path, op)
 		},
-		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+		Run: func(ctx context.Context, in *PathIn) (tool.Result, error) {
+			if err := ctx.Err(); err != nil {
+				return tool.Result{}, fmt.Errorf("fs.exists: %w", err)
+			}
 			rel, err := b.rel(in.Path)
 			if err != nil {
 				return errResult(err), nil

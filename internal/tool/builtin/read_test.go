@@ -260,3 +260,37 @@ func TestReadToolCancelled(t *testing.T) {
 }
 
 var _ io.Reader = endless{}
+
+// Every fast-path tool ends with its context's error when cancelled (the
+// session cancelled, the kernel stopping), never with a partial answer
+// passed off as whole. The list is the registry's, so a new fast-path
+// tool is held to it too.
+func TestFastPathToolsCancelled(t *testing.T) {
+	e := newToolEnv(t, map[string]string{"a.txt": "NEEDLE\n", "d/b.txt": "x\n", ".git/HEAD": "ref: refs/heads/main\n"})
+	args := map[string]map[string]any{
+		"fs.read": {"path": "a.txt"}, "fs.list": {"path": "."}, "fs.exists": {"path": "a.txt"},
+		"search.grep": {"pattern": "NEEDLE"}, "search.glob": {"pattern": "*.txt"},
+		"git.status": {}, "git.diff": {}, "git.log": {},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	n := 0
+	for _, tl := range e.reg.List() {
+		if tl.Execution().Class != tool.FastPath {
+			continue
+		}
+		n++
+		in, ok := args[tl.Name()]
+		if !ok {
+			t.Errorf("fast-path tool %s: add its arguments to this test", tl.Name())
+			continue
+		}
+		r, err := e.run(t, ctx, tl.Name(), in)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s cancelled = %q, %v; want context.Canceled", tl.Name(), r.Output, err)
+		}
+	}
+	if n < len(args) {
+		t.Errorf("only %d fast-path tools registered, want %d", n, len(args))
+	}
+}
