@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -148,6 +149,7 @@ func readLinesFrom(cr *ctxReader, start, end, max int) ([]byte, error) {
 	line := 0      // lines seen
 	stopped := 0   // the line the size cap stopped at (0: none)
 	var cur []byte // the current line, at most max bytes of it
+	var l []byte   // the current line as shown
 	curLen := 0    // its whole length
 	eof := false
 	for !eof {
@@ -168,17 +170,18 @@ func readLinesFrom(cr *ctxReader, start, end, max int) ([]byte, error) {
 			// where fs.read stops reading).
 			line++
 			if want {
-				l := fmt.Sprintf("%6d\t%s", line, strings.TrimSuffix(string(cur), "\n"))
+				l = appendLineNo(l[:0], line)
+				l = append(l, bytes.TrimSuffix(cur, []byte("\n"))...)
 				switch {
 				case full:
-					l += fmt.Sprintf(" [line cut: more than %d bytes]", curLen)
+					l = fmt.Appendf(l, " [line cut: more than %d bytes]", curLen)
 				case curLen > max:
-					l += fmt.Sprintf(" [line cut: %d bytes]", curLen)
+					l = fmt.Appendf(l, " [line cut: %d bytes]", curLen)
 				}
 				if sb.Len() > 0 && sb.Len()+len(l) > max {
 					stopped = line
 				} else {
-					sb.WriteString(l)
+					sb.Write(l)
 					sb.WriteByte('\n')
 				}
 			}
@@ -199,6 +202,17 @@ func readLinesFrom(cr *ctxReader, start, end, max int) ([]byte, error) {
 		fmt.Fprintf(&sb, "[fs.read: the file has %d lines]\n", line)
 	}
 	return []byte(sb.String()), nil
+}
+
+// appendLineNo appends n right-aligned in six columns and a tab, as
+// fmt's "%6d\t" does.
+func appendLineNo(b []byte, n int) []byte {
+	var d [20]byte
+	num := strconv.AppendInt(d[:0], int64(n), 10)
+	for range 6 - len(num) {
+		b = append(b, ' ')
+	}
+	return append(append(b, num...), '\t')
 }
 
 // isBinary: a NUL in the first sniffLen bytes.
