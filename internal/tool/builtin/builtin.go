@@ -191,6 +191,9 @@ func (b *builtins) exists() (*tool.Tool, error) {
 			if err != nil {
 				return errResult(err), nil
 			}
+			if e.Kind == changeset.KindOther {
+				return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a special file (a FIFO, socket or device): the fs and search tools do not read it", in.Path)}, nil
+			}
 			return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a %s of %d bytes", in.Path, e.Kind, e.Size)}, nil
 		},
 	})

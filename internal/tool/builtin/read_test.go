@@ -200,7 +200,11 @@ func TestSpecialFiles(t *testing.T) {
 						t.Errorf("%s = %q (error %v), want an error containing %q", c.tool, r.Output, r.IsError, c.want)
 					}
 				}
-				r, err := e.run(t, t.Context(), "search.grep", map[string]any{"pattern": "NEEDLE"})
+				r, err := e.run(t, t.Context(), "fs.exists", map[string]any{"path": "special"})
+				if err != nil || !strings.Contains(string(r.Output), "yes: special is a special file (a FIFO, socket or device)") {
+					t.Errorf("fs.exists = %q, %v", r.Output, err)
+				}
+				r, err = e.run(t, t.Context(), "search.grep", map[string]any{"pattern": "NEEDLE"})
 				if err != nil || r.IsError || !strings.Contains(string(r.Output), "ok.txt:1:NEEDLE here") {
 					t.Errorf("search.grep = %q, %v", r.Output, err)
 				}
