@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -297,4 +298,59 @@ func TestFastPathToolsCancelled(t *testing.T) {
 	if n < len(args) {
 		t.Errorf("only %d fast-path tools registered, want %d", n, len(args))
 	}
+}
+
+// FuzzReadLines: any file content and range gives, without panicking, at
+// most about max bytes of numbered lines, in order, each the file's own
+// line (cut at max), and a text file read whole with a large cap gives
+// back every line.
+func FuzzReadLines(f *testing.F) {
+	f.Add("one\ntwo\nthree\n", 0, 0, 1000)
+	f.Add("a\r\nb", 2, 2, 10)
+	f.Add("x\x00y\n", 0, 0, 100)
+	f.Add(strings.Repeat("long line ", 50)+"\nshort\n", 1, 0, 64)
+	f.Add("\n\n\n", 3, 1, 5)
+	f.Fuzz(func(t *testing.T, data string, start, end, capBytes int) {
+		if capBytes <= 0 || capBytes > 1<<16 {
+			return
+		}
+		out, err := readLines(t.Context(), strings.NewReader(data), start, end, capBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.IndexByte(data[:min(len(data), sniffLen)], 0) >= 0 {
+			if string(out) != data {
+				t.Fatalf("binary content changed: %q", out)
+			}
+			return
+		}
+		lines := strings.SplitAfter(data, "\n")
+		if lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		prev, shown := 0, 0
+		for _, l := range strings.SplitAfter(string(out), "\n") {
+			if l == "" || strings.HasPrefix(l, "[fs.read: ") {
+				continue
+			}
+			num, text, ok := strings.Cut(l, "\t")
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(num), &n); !ok || err != nil {
+				t.Fatalf("line %q has no number", l)
+			}
+			if n <= prev || n < max(start, 1) || end > 0 && n > end || n > len(lines) {
+				t.Fatalf("line number %d after %d (start %d, end %d, %d lines)", n, prev, start, end, len(lines))
+			}
+			want := strings.TrimSuffix(lines[n-1], "\n")
+			text = strings.TrimSuffix(text, "\n")
+			if text != want && !(strings.Contains(text, " [line cut: ") && strings.HasPrefix(want, text[:strings.LastIndex(text, " [line cut: ")])) {
+				t.Fatalf("line %d = %q, the file has %q", n, text, want)
+			}
+			prev = n
+			shown += len(l)
+		}
+		if shown > capBytes+len(" [line cut: 1234567890 bytes]")+16 && prev > max(start, 1) {
+			t.Fatalf("%d bytes of lines shown over a cap of %d", shown, capBytes)
+		}
+	})
 }
