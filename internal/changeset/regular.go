@@ -80,6 +80,19 @@ func openFile(root, rel string) (*os.File, error) {
 	// O_NONBLOCK as well: should the inode not be what fstat said, the
 	// open still cannot wait.
 	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		// No /proc: open the path again, without waiting, and keep it
+		// only if it is the inode judged above.
+		fd, err = unix.Openat2(rfd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK, Resolve: resolveFlags})
+		if err != nil {
+			return nil, mapResolveErr(root, rel, err)
+		}
+		var st2 unix.Stat_t
+		if err := unix.Fstat(fd, &st2); err != nil || st2.Dev != st.Dev || st2.Ino != st.Ino {
+			unix.Close(fd)
+			return nil, &fs.PathError{Op: "open", Path: path.Join(root, rel), Err: errors.New("the file changed while it was opened")}
+		}
+	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path.Join(root, rel), Err: err}
 	}

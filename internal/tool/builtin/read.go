@@ -29,7 +29,8 @@ const (
 	// sniffLen: a NUL byte in the first sniffLen bytes makes a file
 	// binary, as git decides.
 	sniffLen = 8000
-	// maxEditFile caps the files fs.edit and fs.write's reads take in.
+	// maxEditFile caps the files read whole: fs.edit's, and the
+	// package.json test.run's runner detection reads.
 	maxEditFile = 16 << 20
 )
 
