@@ -117,20 +117,6 @@ func openDir(root, rel string) (int, error) {
 	return fd, nil
 }
 
-// openFile opens root/rel read-only, refusing symlinks anywhere.
-func openFile(root, rel string) (*os.File, error) {
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
-	}
-	defer unix.Close(rfd)
-	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolveFlags})
-	if err != nil {
-		return nil, mapResolveErr(root, rel, err)
-	}
-	return os.NewFile(uintptr(fd), path.Join(root, rel)), nil
-}
-
 func mapResolveErr(root, rel string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP):

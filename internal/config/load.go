@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -120,7 +119,7 @@ func Load(opts Options) (*Loaded, error) {
 		if f.path == "" {
 			continue
 		}
-		data, err := os.ReadFile(f.path)
+		data, err := readFile(f.path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -145,7 +144,7 @@ func Load(opts Options) (*Loaded, error) {
 // ValidateFile checks one file on its own, as the given layer (user or
 // project), against the defaults.
 func ValidateFile(path, layer string, env Env) error {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return &Error{File: path, Msg: err.Error()}
 	}

@@ -191,7 +191,7 @@ func (f *FS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, erro
 		if err != nil {
 			return nil, mapErr("open", name, err)
 		}
-		return &readFile{File: osf, name: name}, nil
+		return &readFile{File: osf, name: name, ctx: f.ctx}, nil
 	}
 	e, err := f.cs.Stat(rel)
 	exists := err == nil
@@ -420,6 +420,28 @@ func (i info) Mode() fs.FileMode {
 type readFile struct {
 	*os.File
 	name string
+	// ctx, when set, ends reads once it is done: git hashes whole files
+	// (a huge one takes long), and a cancelled tool must stop between
+	// chunks.
+	ctx context.Context
+}
+
+func (r *readFile) Read(p []byte) (int, error) {
+	if r.ctx != nil {
+		if err := r.ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return r.File.Read(p)
+}
+
+func (r *readFile) ReadAt(p []byte, off int64) (int, error) {
+	if r.ctx != nil {
+		if err := r.ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return r.File.ReadAt(p, off)
 }
 
 func (r *readFile) Name() string              { return r.name }

@@ -36,7 +36,8 @@ const (
 )
 
 // Message is one frame's JSON value. Which fields are set depends on Type;
-// see docs/ipc.md. Decoding is strict: unknown fields are errors.
+// see docs/ipc.md. Decoding is strict: unknown fields and duplicate keys
+// are errors.
 type Message struct {
 	Type   string          `json:"type"`
 	ID     uint64          `json:"id,omitempty"`
@@ -132,8 +133,9 @@ var methodRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
 func ValidMethod(name string) bool { return len(name) <= 128 && methodRE.MatchString(name) }
 
 // DecodeMessage parses one frame's payload strictly: a single JSON object,
-// no unknown fields, no trailing data, a known type with the fields that
-// type requires.
+// no unknown fields, no trailing data, no object naming a member twice
+// (at any depth, params and results included), a known type with the
+// fields that type requires.
 func DecodeMessage(payload []byte) (*Message, error) {
 	var m Message
 	if err := DecodeStrict(payload, &m); err != nil {
@@ -145,8 +147,9 @@ func DecodeMessage(payload []byte) (*Message, error) {
 	return &m, nil
 }
 
-// DecodeStrict decodes one JSON value from data into v: unknown fields
-// and trailing data are errors.
+// DecodeStrict decodes one JSON value from data into v: unknown fields,
+// trailing data and an object naming a member twice, at any depth
+// (exactly or but for case: *DuplicateKeyError), are errors.
 func DecodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -156,7 +159,8 @@ func DecodeStrict(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing data after the JSON value")
 	}
-	return nil
+	// data is one valid JSON value now, as checkKeys requires.
+	return checkKeys(data)
 }
 
 func (m *Message) validate() error {

@@ -155,7 +155,17 @@ type Server struct {
 	idleT    *time.Timer
 	done     chan struct{}  // closed when shutdown begins
 	conng    sync.WaitGroup // connection goroutines; Add only while !closing
+	// abandoned is closed when a Shutdown's ctx ended before every
+	// handler returned: Serve then returns without waiting for handlers
+	// that ignore their canceled context (stuck in a system call), so
+	// the process can exit.
+	abandoned   chan struct{}
+	abandonOnce sync.Once
 }
+
+// abandonGrace is how long Serve still waits, once Shutdown gave up, for
+// the handlers it canceled.
+const abandonGrace = time.Second
 
 // NewServer checks the options and returns a server.
 func NewServer(opts ServerOptions) (*Server, error) {
@@ -183,7 +193,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{opts: opts, log: log, uid: uint32(os.Geteuid()), pid: os.Getpid(),
-		conns: map[*conn]struct{}{}, done: make(chan struct{})}, nil
+		conns: map[*conn]struct{}{}, done: make(chan struct{}), abandoned: make(chan struct{})}, nil
 }
 
 // Serve accepts connections on ln until Shutdown (ErrServerClosed) or the
@@ -207,8 +217,27 @@ func (s *Server) Serve(ln *Listener) error {
 			s.mu.Unlock()
 			if closing {
 				// Return once every connection has been drained or
-				// dropped, so the caller may exit.
-				s.conng.Wait()
+				// dropped, so the caller may exit; or once Shutdown
+				// gave up on handlers that do not return.
+				all := make(chan struct{})
+				go func() {
+					s.conng.Wait()
+					close(all)
+				}()
+				select {
+				case <-all:
+				case <-s.abandoned:
+					// Handlers that honour their canceled context
+					// return within abandonGrace.
+					select {
+					case <-all:
+					case <-time.After(abandonGrace):
+						s.mu.Lock()
+						n := len(s.conns)
+						s.mu.Unlock()
+						s.log.Error("ipc: stopped with handlers still running: they ignored their canceled context", "connections", n)
+					}
+				}
 				if idle {
 					return ErrIdle
 				}
@@ -286,9 +315,10 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // Shutdown stops accepting, lets in-flight requests finish, tells every
 // client with a final shutting_down error frame and closes. New requests
 // meanwhile get CodeShuttingDown. When ctx ends first, handlers are
-// canceled, connections closed at once, and ctx's error returned. A
-// handler must not wait for Shutdown (it waits for the handler): start it
-// in a goroutine.
+// canceled, connections closed at once, and ctx's error returned; Serve
+// then returns without waiting for handlers that ignore the cancellation
+// (they are abandoned, so a process can exit on time). A handler must not
+// wait for Shutdown (it waits for the handler): start it in a goroutine.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing {
@@ -323,6 +353,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case <-all:
 	case <-ctx.Done():
+		s.abandonOnce.Do(func() { close(s.abandoned) })
 	}
 	return ctx.Err()
 }

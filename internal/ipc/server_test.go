@@ -696,6 +696,45 @@ func TestShutdownDeadlineCancelsHandlers(t *testing.T) {
 	}
 }
 
+// A handler stuck in a system call ignores its canceled context: once
+// Shutdown's deadline has passed, Serve returns all the same (after
+// abandonGrace), so the kernel can exit on SIGTERM. Before, Serve waited
+// for the handler for ever.
+func TestShutdownAbandonsStuckHandler(t *testing.T) {
+	mux := NewMux()
+	started, release := make(chan struct{}), make(chan struct{})
+	if err := mux.Handle("stuck", func(context.Context, *Request) (any, error) {
+		close(started)
+		<-release // deaf to ctx, as a blocking read(2) is
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(ServerOptions{Mux: mux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), SocketName)
+	ln, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	c := dial(t, path)
+	go func() { _ = c.Call(context.Background(), "stuck", nil, nil) }()
+	<-started
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve = %v, want ErrServerClosed", err)
+	}
+	close(release) // let the goroutine end before the leak check
+}
+
 // TestServerRestart: a server that crashed left its socket file; a new one
 // takes over the same path and clients reconnect.
 func TestServerRestart(t *testing.T) {

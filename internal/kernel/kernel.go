@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -239,25 +240,44 @@ func (k *Kernel) recover(ctx context.Context) ([]string, error) {
 }
 
 // Stop cancels running sessions (they stay resumable), waits for them up
-// to ctx's deadline, and records kernel.stop. It does not close the DB or
-// the audit log, which the caller owns.
+// to ctx's deadline, and records kernel.stop. A run that has not ended by
+// then (a tool stuck in a system call, deaf to its context) is abandoned:
+// kernel.stop names its session under "abandoned", the session stays
+// "running" in the database, and the next kernel marks it interrupted and
+// resumable, as after a crash. It does not close the DB or the audit
+// log, which the caller owns.
 func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	k.mu.Lock()
-	runs := make([]*run, 0, len(k.running))
-	for _, r := range k.running {
+	runs := make(map[string]*run, len(k.running))
+	for id, r := range k.running {
 		r.cancel()
-		runs = append(runs, r)
+		runs[id] = r
 	}
 	k.mu.Unlock()
-	for _, r := range runs {
+	abandoned := []string{}
+	for id, r := range runs {
 		select {
 		case <-r.done:
 		case <-ctx.Done():
 		}
+		select {
+		case <-r.done:
+		default:
+			abandoned = append(abandoned, id)
+		}
 	}
-	_, err := k.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: map[string]any{
-		"pid": os.Getpid(), "cause": cause, "uptime_ms": k.o.Now().Sub(k.started).Milliseconds(),
-	}})
+	slices.Sort(abandoned)
+	if len(abandoned) > 0 {
+		k.log.Error("kernel stopping with runs that did not end when cancelled; their sessions stay resumable", "sessions", abandoned)
+	}
+	// The wait may have used up ctx: the record gets a moment of its own.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	payload := map[string]any{"pid": os.Getpid(), "cause": cause, "uptime_ms": k.o.Now().Sub(k.started).Milliseconds()}
+	if len(abandoned) > 0 {
+		payload["abandoned"] = abandoned
+	}
+	_, err := k.o.Audit.Append(actx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: payload})
 	if k.lock != nil {
 		k.lock.Close()
 		k.lock = nil

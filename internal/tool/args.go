@@ -164,6 +164,7 @@ func parseValue(dec *json.Decoder, depth int) (any, error) {
 		switch x {
 		case '{':
 			m := map[string]any{}
+			folds := map[string]string{}
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
@@ -173,6 +174,10 @@ func parseValue(dec *json.Decoder, depth int) (any, error) {
 				if _, dup := m[k]; dup {
 					return nil, fmt.Errorf("duplicate key %q", truncate(k, 40))
 				}
+				if first, dup := folds[foldName(k)]; dup {
+					return nil, fmt.Errorf("duplicate key %q: %q differs from it only in case, and names are matched without regard to case", truncate(k, 40), truncate(first, 40))
+				}
+				folds[foldName(k)] = k
 				if m[k], err = parseValue(dec, depth+1); err != nil {
 					return nil, err
 				}

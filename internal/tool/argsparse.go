@@ -3,6 +3,8 @@ package tool
 import (
 	"encoding/json"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fluffy-agent/fluffy/internal/jsonnum"
 )
@@ -11,8 +13,8 @@ import (
 // (map[string]any, []any, string, float64, bool, nil) without a
 // json.Decoder and its tokens. It reports ok=false for anything it does
 // not accept, valid or not (errors, numbers out of range, duplicate
-// keys, nesting too deep), and the caller then asks tokenParse, which
-// words the error.
+// keys, exactly or but for case, nesting too deep), and the caller then
+// asks tokenParse, which words the error.
 func fastParse(raw []byte) (any, bool) {
 	p := fastParser{in: raw}
 	p.ws()
@@ -48,6 +50,7 @@ func (p *fastParser) value(depth int) (any, bool) {
 	case c == '{':
 		p.i++
 		m := map[string]any{}
+		var folds map[string]struct{} // the names seen, folded (foldName); made at the second
 		p.ws()
 		if p.i < len(p.in) && p.in[p.i] == '}' {
 			p.i++
@@ -64,6 +67,19 @@ func (p *fastParser) value(depth int) (any, bool) {
 			}
 			if _, dup := m[k]; dup {
 				return nil, false
+			}
+			if len(m) > 0 {
+				if folds == nil {
+					folds = make(map[string]struct{}, 4)
+					for k0 := range m {
+						folds[foldName(k0)] = struct{}{}
+					}
+				}
+				f := foldName(k)
+				if _, dup := folds[f]; dup {
+					return nil, false
+				}
+				folds[f] = struct{}{}
 			}
 			p.ws()
 			if p.i >= len(p.in) || p.in[p.i] != ':' {
@@ -184,4 +200,38 @@ func (p *fastParser) number() (any, bool) {
 		return nil, false
 	}
 	return f, true
+}
+
+// foldName maps a member name to one form shared by every name equal to
+// it under Unicode simple case folding: the least rune of each rune's
+// folding orbit ("K" for k, K and the Kelvin sign). encoding/json
+// matches member names to struct fields without regard to case, so
+// {"path":"a","PATH":"b"} would be one field set twice, the schema
+// having checked only one of the values: such names are duplicates.
+func foldName(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		b := []byte(s)
+		for i, c := range b {
+			if 'a' <= c && c <= 'z' {
+				b[i] = c - ('a' - 'A')
+			}
+		}
+		return string(b)
+	}
+	r := []rune(s)
+	for i, c := range r {
+		m := c
+		for f := unicode.SimpleFold(c); f != c; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		r[i] = m
+	}
+	return string(r)
 }

@@ -15,6 +15,8 @@ var parseSeeds = []string{
 	strings.Repeat(`[`, 64) + `1` + strings.Repeat(`]`, 64), strings.Repeat(`[`, 65) + `1` + strings.Repeat(`]`, 65),
 	strings.Repeat(`{"a":`, 64) + `{}` + strings.Repeat(`}`, 64), strings.Repeat(`{"a":`, 65) + `{}` + strings.Repeat(`}`, 65),
 	`{"":0}`, `{"\u0061":1,"a":2}`, "{\"a\":1}\n", "\ufeff{}",
+	`{"path":"a","PATH":"/etc/passwd"}`, `{"a":{"b":1,"c":2,"B":3}}`, `{"k":1,"\u212a":2}`, `{"s":1,"ſ":2}`, `{"é":1,"É":2}`,
+	`[{"a":1},{"A":1}]`, `{"ab":1,"aB":2}`,
 }
 
 // checkParsers: fastParse accepts only what tokenParse accepts, with

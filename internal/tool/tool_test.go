@@ -138,6 +138,8 @@ func TestDecodeProblems(t *testing.T) {
 		{"nested", `{"path":"a","edits":[{"old":"x","new":"y"},{"old":1}]}`, []Problem{{Path: "edits[1].new", Expected: "a value (required)", Got: "nothing"}, {Path: "edits[1].old", Expected: "string", Got: "number 1"}}},
 		{"array not object", `[1]`, []Problem{{Expected: "a JSON object", Got: "an array of 1 items"}}},
 		{"duplicate key", `{"path":"a","path":"/etc/passwd"}`, []Problem{{Expected: "one JSON object", Got: `duplicate key "path"`}}},
+		// encoding/json would set one field from both; the schema saw one.
+		{"duplicate key but for case", `{"path":"a","PATH":"/etc/passwd"}`, []Problem{{Expected: "one JSON object", Got: `duplicate key "PATH": "path" differs from it only in case, and names are matched without regard to case`}}},
 		{"trailing data", `{"path":"a"} {"path":"b"}`, []Problem{{Expected: "one JSON object", Got: "data after the JSON object"}}},
 		{"malformed", `{"path":`, []Problem{{Expected: "one JSON object", Got: "malformed JSON: unexpected end of input"}}},
 		{"huge number", `{"path":"a","start":1e999}`, []Problem{{Expected: "one JSON object", Got: "number 1e999 out of range"}}},

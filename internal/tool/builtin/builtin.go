@@ -117,82 +117,8 @@ type PathIn struct {
 	Path string `json:"path" jsonschema:"a path relative to the workspace root (or absolute inside it)"`
 }
 
-// ReadIn is fs.read's input.
-type ReadIn struct {
-	Path      string `json:"path" jsonschema:"the file to read, relative to the workspace root"`
-	StartLine int    `json:"start_line,omitempty" jsonschema:"first line to show (1-based); default 1"`
-	EndLine   int    `json:"end_line,omitempty" jsonschema:"last line to show (inclusive); default the end"`
-}
-
-func (b *builtins) read() (*tool.Tool, error) {
-	return tool.New(tool.Definition[ReadIn]{
-		Name:        "fs.read",
-		Description: "Read a text file of the workspace (with your pending edits), optionally a line range. Lines are numbered. Large files are cut; binary files are summarised.",
-		Action:      operation.Read,
-		Tags:        []string{tool.TagReads},
-		Execution:   tool.Execution{Class: tool.FastPath},
-		Normalize: func(_ context.Context, _ *tool.Resolver, in *ReadIn, op *operation.Operation) error {
-			return b.insidePath(in.Path, op)
-		},
-		Run: func(_ context.Context, in *ReadIn) (tool.Result, error) {
-			rel, err := b.rel(in.Path)
-			if err != nil {
-				return errResult(err), nil
-			}
-			data, err := b.o.ChangeSet.ReadFile(rel)
-			if err != nil {
-				return errResult(err), nil
-			}
-			return tool.Result{Output: numbered(data, in.StartLine, in.EndLine, b.o.MaxReadBytes)}, nil
-		},
-	})
-}
-
 func errResult(err error) tool.Result {
 	return tool.Result{Output: []byte(err.Error()), IsError: true}
-}
-
-// numbered returns lines [start, end] with their numbers, at most max
-// bytes (then a note). Binary content is returned as is: the sanitizer
-// summarises it.
-func numbered(data []byte, start, end, max int) []byte {
-	if isBinary(data) {
-		return data
-	}
-	if start < 1 {
-		start = 1
-	}
-	lines := strings.SplitAfter(string(data), "\n")
-	if n := len(lines); n > 0 && lines[n-1] == "" {
-		lines = lines[:n-1]
-	}
-	if end <= 0 || end > len(lines) {
-		end = len(lines)
-	}
-	var sb strings.Builder
-	for i := start; i <= end; i++ {
-		l := fmt.Sprintf("%6d\t%s", i, strings.TrimSuffix(lines[i-1], "\n"))
-		if sb.Len()+len(l) > max {
-			fmt.Fprintf(&sb, "[fs.read: stopped at line %d of %d (size cap %d bytes); read on with start_line=%d]\n", i, len(lines), max, i)
-			break
-		}
-		sb.WriteString(l)
-		sb.WriteByte('\n')
-	}
-	if start > len(lines) && len(lines) > 0 {
-		fmt.Fprintf(&sb, "[fs.read: the file has %d lines]\n", len(lines))
-	}
-	return []byte(sb.String())
-}
-
-func isBinary(b []byte) bool {
-	n := min(len(b), 8000)
-	for _, c := range b[:n] {
-		if c == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func (b *builtins) list() (*tool.Tool, error) {
@@ -205,7 +131,10 @@ func (b *builtins) list() (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
 			return b.insidePath(in.Path, op)
 		},
-		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+		Run: func(ctx context.Context, in *PathIn) (tool.Result, error) {
+			if err := ctx.Err(); err != nil {
+				return tool.Result{}, fmt.Errorf("fs.list: %w", err)
+			}
 			rel, err := b.rel(orDot(in.Path))
 			if err != nil {
 				return errResult(err), nil
@@ -247,7 +176,10 @@ func (b *builtins) exists() (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *PathIn, op *operation.Operation) error {
 			return b.insidePath(in.Path, op)
 		},
-		Run: func(_ context.Context, in *PathIn) (tool.Result, error) {
+		Run: func(ctx context.Context, in *PathIn) (tool.Result, error) {
+			if err := ctx.Err(); err != nil {
+				return tool.Result{}, fmt.Errorf("fs.exists: %w", err)
+			}
 			rel, err := b.rel(in.Path)
 			if err != nil {
 				return errResult(err), nil
@@ -258,6 +190,9 @@ func (b *builtins) exists() (*tool.Tool, error) {
 			}
 			if err != nil {
 				return errResult(err), nil
+			}
+			if e.Kind == changeset.KindOther {
+				return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a special file (a FIFO, socket or device): the fs and search tools do not read it", in.Path)}, nil
 			}
 			return tool.Result{Output: fmt.Appendf(nil, "yes: %s is a %s of %d bytes", in.Path, e.Kind, e.Size)}, nil
 		},

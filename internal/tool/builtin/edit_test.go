@@ -50,19 +50,6 @@ func FuzzReplaceOnce(f *testing.F) {
 	})
 }
 
-func TestNumbered(t *testing.T) {
-	data := []byte("one\ntwo\nthree\n")
-	if got := string(numbered(data, 2, 2, 1000)); got != "     2\ttwo\n" {
-		t.Errorf("range = %q", got)
-	}
-	if got := string(numbered(data, 0, 0, 20)); !strings.Contains(got, "stopped at line 2 of 3") {
-		t.Errorf("cap = %q", got)
-	}
-	if got := string(numbered(data, 9, 0, 1000)); !strings.Contains(got, "the file has 3 lines") {
-		t.Errorf("past the end = %q", got)
-	}
-}
-
 // A large file and a long old text that matches nothing must not make the
 // kernel spin: the error comes back quickly (scored on equal lines only).
 func TestReplaceOnceLargeInputs(t *testing.T) {

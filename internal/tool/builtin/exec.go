@@ -121,7 +121,7 @@ func (b *builtins) detect() (string, error) {
 	case has("pytest.ini") || has("pyproject.toml") || has("setup.cfg") || has("conftest.py"):
 		return "pytest", nil
 	case has("package.json"):
-		data, _ := b.o.ChangeSet.ReadFile("package.json")
+		data, _ := b.readAll("test.run", "package.json")
 		if bytes.Contains(data, []byte("vitest")) {
 			return "vitest", nil
 		}

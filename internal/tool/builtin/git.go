@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -93,6 +94,9 @@ func (b *builtins) gitRels(paths []string) ([]string, error) {
 // workspace-relative ones and runs fn; its error is the model's tool
 // error, its text the output.
 func (b *builtins) withRepo(ctx context.Context, paths []string, fn func(r *gitview.Repo, rels []string) (string, error)) (tool.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return tool.Result{}, fmt.Errorf("git: %w", err)
+	}
 	r, err := b.gitRepo(ctx)
 	if err != nil {
 		return errResult(err), nil
@@ -103,6 +107,10 @@ func (b *builtins) withRepo(ctx context.Context, paths []string, fn func(r *gitv
 		return errResult(err), nil
 	}
 	out, err := fn(r, rels)
+	if ctx.Err() != nil {
+		// Cancelled: a partial walk is not the answer.
+		return tool.Result{}, fmt.Errorf("git: %w", ctx.Err())
+	}
 	if err != nil {
 		return errResult(err), nil
 	}

@@ -60,6 +60,9 @@ func (b *builtins) glob() (*tool.Tool, error) {
 				}
 				return nil
 			})
+			if ctx.Err() != nil {
+				return tool.Result{}, fmt.Errorf("search.glob: %w", ctx.Err())
+			}
 			if err != nil && !errors.Is(err, errEnough) {
 				return errResult(err), nil
 			}

@@ -64,6 +64,9 @@ func (b *builtins) grep() (*tool.Tool, error) {
 				limit = b.o.MaxMatches
 			}
 			out, n, err := b.search(ctx, m, rel, in.Glob, limit, in.IncludeIgnored)
+			if ctx.Err() != nil {
+				return tool.Result{}, fmt.Errorf("search.grep: %w", ctx.Err())
+			}
 			if err != nil {
 				return errResult(err), nil
 			}
@@ -293,6 +296,7 @@ func (b *builtins) search(ctx context.Context, m *lineMatcher, rel, glob string,
 		return nil, 0, err
 	}
 	defer w.Close()
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	jobs := make(chan grepJob, 256)
@@ -368,6 +372,11 @@ func (b *builtins) search(ctx context.Context, m *lineMatcher, rel, glob string,
 				break
 			}
 		}
+	}
+	if err := parent.Err(); err != nil {
+		// Cancelled (the session, or the kernel stopping): what was
+		// found so far is not the answer.
+		return nil, 0, err
 	}
 	if total < limit && walkErr != nil && !errors.Is(walkErr, context.Canceled) {
 		return nil, 0, walkErr

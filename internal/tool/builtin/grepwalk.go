@@ -73,6 +73,16 @@ func (w *viewWalker) open(f fileRef) (*os.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: f.rel, Err: err}
 	}
+	// Regular files only: a FIFO opened O_NONBLOCK would make a read
+	// wait in the poller for a writer's data.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err == nil {
+			err = &changeset.NotRegularError{Path: f.rel, Type: changeset.FileType(st.Mode)}
+		}
+		return nil, &fs.PathError{Op: "open", Path: f.rel, Err: err}
+	}
 	return os.NewFile(uintptr(fd), f.rel), nil
 }
 

@@ -119,7 +119,7 @@ func (b *builtins) edit() (*tool.Tool, error) {
 			if err != nil {
 				return errResult(err), nil
 			}
-			data, err := b.o.ChangeSet.ReadFile(rel)
+			data, err := b.readAll("fs.edit", rel)
 			if err != nil {
 				return errResult(err), nil
 			}
@@ -176,7 +176,7 @@ func (b *builtins) applyDiff(only, diff string) (string, error) {
 		case !fp.New && e.Kind != changeset.KindFile:
 			return "", &EditError{Path: rel, Msg: fmt.Sprintf("is a %s, not a file", e.Kind)}
 		case !fp.New:
-			data, err := b.o.ChangeSet.ReadFile(rel)
+			data, err := b.readAll("fs.edit", rel)
 			if err != nil {
 				return "", err
 			}
