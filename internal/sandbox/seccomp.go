@@ -68,10 +68,9 @@ const (
 	tiocsti   = 0x5412
 	tioclinux = 0x541C
 
-	afUnix   = 1
-	afInet   = 2
-	afInet6  = 10
-	afPacket = 17
+	afUnix  = 1
+	afInet  = 2
+	afInet6 = 10
 
 	// personality flags that weaken ASLR or memory protections.
 	perDangerous = 0x0040000 | 0x0400000 | 0x0100000 | 0x0200000 | 0x8000000 // ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, ADDR_LIMIT_3GB
@@ -99,31 +98,39 @@ func baseRules() []Rule {
 	}
 }
 
+// socketFamilies returns the rule that refuses socket and socketpair for
+// every address family but the allowed ones, with EAFNOSUPPORT, which
+// libraries take as "this family does not exist here" (glibc's
+// getaddrinfo then assumes both IPv4 and IPv6 without asking netlink).
+// An allowlist, so that AF_NETLINK, AF_PACKET, AF_KEY, AF_ALG, AF_VSOCK,
+// AF_BLUETOOTH and the families the kernel adds later stay refused. The
+// comparisons are on all 64 bits while the kernel reads the family as a
+// 32-bit int: a family with high bits set matches no allowed one and is
+// refused, so it cannot pass for one.
+func socketFamilies(why string, allowed ...uint64) Rule {
+	r := Rule{Names: []string{"socket", "socketpair"}, Errno: syscall.EAFNOSUPPORT, Why: why}
+	for _, f := range allowed {
+		r.Args = append(r.Args, Arg{Index: 0, Op: OpNotEqual, Value: f})
+	}
+	return r
+}
+
 // Profiles returns the built-in profiles: strict, standard, standard-net.
 func Profiles() []Profile {
-	eperm := syscall.EPERM
 	strict := Profile{
 		Name:        "strict",
 		Description: "base rules; sockets other than AF_UNIX refused",
-		Rules: append(baseRules(),
-			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpNotEqual, Value: afUnix}}, Errno: syscall.EAFNOSUPPORT, Why: "only local (AF_UNIX) sockets"},
-		),
+		Rules:       append(baseRules(), socketFamilies("only local (AF_UNIX) sockets", afUnix)),
 	}
 	standard := Profile{
 		Name:        "standard",
-		Description: "base rules; IP and packet sockets refused",
-		Rules: append(baseRules(),
-			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afInet}}, Errno: syscall.EAFNOSUPPORT, Why: "no IPv4"},
-			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afInet6}}, Errno: syscall.EAFNOSUPPORT, Why: "no IPv6"},
-			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afPacket}}, Errno: eperm, Why: "no raw packets"},
-		),
+		Description: "base rules; sockets other than AF_UNIX refused (no IP, netlink, packet, ... sockets)",
+		Rules:       append(baseRules(), socketFamilies("no network: only local (AF_UNIX) sockets", afUnix)),
 	}
 	standardNet := Profile{
 		Name:        "standard-net",
-		Description: "base rules; IP sockets allowed (reachability is the network namespace's and the proxy's business); packet sockets refused",
-		Rules: append(baseRules(),
-			Rule{Names: []string{"socket"}, Args: []Arg{{Index: 0, Op: OpEqual, Value: afPacket}}, Errno: eperm, Why: "no raw packets"},
-		),
+		Description: "base rules; AF_UNIX, AF_INET and AF_INET6 sockets allowed (reachability is the network namespace's and the proxy's business); every other family (netlink, packet, ...) refused",
+		Rules:       append(baseRules(), socketFamilies("only local and IP sockets", afUnix, afInet, afInet6)),
 	}
 	return []Profile{strict, standard, standardNet}
 }
@@ -184,6 +191,24 @@ type dockerArg struct {
 	Op       string `json:"op"`
 }
 
+// notInSet reports whether args say "argument idx is none of vals"
+// (two or more not-equal conditions on one argument, nothing else) and
+// returns the values sorted; only small values (an enumeration such as
+// address families) qualify.
+func notInSet(args []Arg) (idx uint32, vals []uint64, ok bool) {
+	if len(args) < 2 {
+		return 0, nil, false
+	}
+	for _, a := range args {
+		if a.Op != OpNotEqual || a.Index != args[0].Index || a.Value > 1024 {
+			return 0, nil, false
+		}
+		vals = append(vals, a.Value)
+	}
+	slices.Sort(vals)
+	return args[0].Index, slices.Compact(vals), true
+}
+
 var dockerArches = map[string]string{"amd64": "SCMP_ARCH_X86_64", "arm64": "SCMP_ARCH_AARCH64"}
 
 // DockerJSON exports the profile in the Docker / OCI seccomp format for
@@ -204,6 +229,22 @@ func (p Profile) DockerJSON(goarch string) ([]byte, error) {
 		errno := uint(r.Errno)
 		base := dockerSyscall{Names: slices.Clone(r.Names), Action: "SCMP_ACT_ERRNO", ErrnoRet: &errno, Comment: r.Why}
 		sort.Strings(base.Names)
+		if idx, vals, ok := notInSet(r.Args); ok {
+			// libseccomp compares an argument once per rule: "none of
+			// these values" becomes one rule per value between them and
+			// one for those above.
+			for v := uint64(0); v < vals[len(vals)-1]; v++ {
+				if !slices.Contains(vals, v) {
+					s := base
+					s.Args = []dockerArg{{Index: idx, Value: v, Op: "SCMP_CMP_EQ"}}
+					out.Syscalls = append(out.Syscalls, s)
+				}
+			}
+			s := base
+			s.Args = []dockerArg{{Index: idx, Value: vals[len(vals)-1], Op: "SCMP_CMP_GT"}}
+			out.Syscalls = append(out.Syscalls, s)
+			continue
+		}
 		// Expand bits-set conditions (at most one per rule here).
 		variants := [][]dockerArg{nil}
 		for _, a := range r.Args {
