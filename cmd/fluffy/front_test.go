@@ -13,6 +13,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
 )
@@ -387,5 +390,83 @@ func auditDiskFull(t *testing.T, work string, fluffy func(home string, args ...s
 	}
 	if out, errOut, code := fluffy(home, "audit", "verify"); code != 0 || !strings.Contains(out, "audit log intact") {
 		t.Errorf("audit verify after the full disk: exit %d, %q %q", code, out, errOut)
+	}
+}
+
+// filterEnv names the seccomp filters (comma-separated: "allow",
+// "deny-getpriority") the test binary stacks, in its init, before it
+// executes its arguments: a client that confined itself.
+const filterEnv = "FLUFFY_TEST_STACK_FILTERS"
+
+func init() {
+	v, ok := os.LookupEnv(filterEnv)
+	if !ok {
+		return
+	}
+	os.Unsetenv(filterEnv)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "no_new_privs:", err)
+		os.Exit(1)
+	}
+	for _, name := range strings.Split(v, ",") {
+		var ins []unix.SockFilter
+		switch name {
+		case "allow":
+			ins = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+		case "deny-getpriority":
+			ins = []unix.SockFilter{
+				{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0}, // seccomp_data.nr
+				{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.SYS_GETPRIORITY, Jt: 0, Jf: 1},
+				{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+				{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+			}
+		default:
+			fmt.Fprintln(os.Stderr, "unknown filter", name)
+			os.Exit(1)
+		}
+		prog := unix.SockFprog{Len: uint16(len(ins)), Filter: &ins[0]}
+		if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog))); e != 0 {
+			fmt.Fprintln(os.Stderr, "seccomp:", e)
+			os.Exit(1)
+		}
+	}
+	err := syscall.Exec(os.Args[1], os.Args[1:], os.Environ())
+	fmt.Fprintln(os.Stderr, "exec:", err)
+	os.Exit(1)
+}
+
+// TestFrontStackedFilter: a client that stacked a seccomp filter on top
+// of the ones a sandbox server was started under is not served by that
+// server, whose commands run without the extra filter: its filter still
+// applies to its command (it runs under another server, started with
+// the client's filters, or in the client's own process).
+func TestFrontStackedFilter(t *testing.T) {
+	bin, work, _, env := frontInstall(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fluffy := func(filters string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(self, append([]string{filepath.Join(bin, "fluffy")}, args...)...)
+		cmd.Dir, cmd.Env = work, append(slices.Clone(env), filterEnv+"="+filters)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("fluffy %q: %v", args, err)
+		}
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	// A server started under one filter (which allows everything).
+	if out, errOut, code := fluffy("allow", "sandbox", "run", "--no-workspace", "--", "nice"); code != 0 || out != "0\n" {
+		t.Fatalf("nice under one filter: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// The same user, the same filter and one more that refuses
+	// getpriority: nice must fail inside the sandbox.
+	out, errOut, code := fluffy("allow,deny-getpriority", "sandbox", "run", "--no-workspace", "--", "nice")
+	if code == 0 || !strings.Contains(errOut, "cannot get niceness") {
+		t.Errorf("nice under a stacked filter that refuses getpriority: exit %d, stdout %q, stderr %q; want it refused (the filter shed)", code, out, errOut)
 	}
 }

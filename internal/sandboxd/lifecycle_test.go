@@ -489,6 +489,8 @@ func TestPeerIdentity(t *testing.T) {
 		{"same identity", nil, false, ""},
 		{"umask", []string{"/bin/sh", "-c", "umask " + umask + "; exec \"$0\" \"$@\""}, false, "umask"},
 		{"no_new_privs", []string{"setpriv", "--nnp"}, false, "no_new_privs"},
+		{"seccomp filter", []string{self, modeFilter}, false, "seccomp filters"},
+		{"resource limits", []string{"/bin/sh", "-c", "ulimit -S -s 4096; exec \"$0\" \"$@\""}, false, "resource limits"},
 		{"user namespace", []string{"unshare", "--user", "--map-current-user"}, false, "user namespace"},
 		{"mount namespace", []string{"unshare", "--mount"}, true, "mnt namespace"},
 		{"network namespace", []string{"unshare", "--net"}, true, "net namespace"},

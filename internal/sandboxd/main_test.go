@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,6 +26,9 @@ const (
 	modeServer = "__sandboxd_server" // --socket S [--idle D] [--grace D] [--ready-fd N]
 	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code ($SANDBOXD_TEST_CATCH_AFTER: ClientOptions.CatchSignalsAfter)
 	modeRaw    = "__sandboxd_raw"    // SOCKET: connect, send a request, print what comes back
+	// modeFilter stacks one more seccomp filter (it allows every call)
+	// and executes ARGS.
+	modeFilter = "__sandboxd_filter" // ARGS...
 )
 
 // Exit codes of the client mode for the outcomes that are not a reply.
@@ -43,6 +47,8 @@ func TestMain(m *testing.M) {
 			os.Exit(clientMain(os.Args[2:]))
 		case modeRaw:
 			os.Exit(rawMain(os.Args[2:]))
+		case modeFilter:
+			os.Exit(filterMain(os.Args[2:]))
 		}
 	}
 	killOrphanServers()
@@ -384,4 +390,30 @@ func readFile(t testing.TB, f *os.File) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// filterMain stacks a seccomp filter that allows every call (it changes
+// nothing but the count of filters) and executes args.
+func filterMain(args []string) int {
+	if err := stackAllowFilter(); err != nil {
+		fmt.Fprintln(os.Stderr, "filter:", err)
+		return 1
+	}
+	err := syscall.Exec(args[0], args, os.Environ())
+	fmt.Fprintln(os.Stderr, "exec:", err)
+	return 1
+}
+
+// stackAllowFilter adds a one-instruction seccomp filter ("allow") to
+// every thread of this process, under no_new_privs.
+func stackAllowFilter() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	ins := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	prog := unix.SockFprog{Len: uint16(len(ins)), Filter: &ins[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog))); e != 0 {
+		return e
+	}
+	return nil
 }

@@ -120,8 +120,9 @@ func privateDir(dir string, uid int) error {
 // socketName is sandbox-<hash>.sock, the hash over core's path, device,
 // inode, size, mtime and ctime (a rebuilt or replaced binary gets another
 // server) and this process's identity: umask (a server's children
-// inherit its umask), groups, capabilities, no_new_privs, seccomp and
-// namespaces (see identity). Processes that differ in any of them never
+// inherit its umask), ids and groups, capabilities, no_new_privs, seccomp
+// mode and filter count, resource limits, cgroups and namespaces (see
+// identity). Processes that differ in any of them never
 // share a server.
 func socketName(core string) (string, error) {
 	abs, err := filepath.Abs(core)

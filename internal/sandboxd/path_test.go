@@ -185,7 +185,7 @@ func TestReadIdentity(t *testing.T) {
 			t.Errorf("namespace %s: %q", nsNames[i], ns)
 		}
 	}
-	if id.Gid != strconv.Itoa(os.Getegid()) {
+	if g := strings.Fields(id.Gid); len(g) != 4 || g[1] != strconv.Itoa(os.Getegid()) {
 		t.Errorf("gid %q, want %d", id.Gid, os.Getegid())
 	}
 	parent, err := readIdentity("/proc/" + strconv.Itoa(os.Getppid()))
@@ -201,6 +201,29 @@ func TestReadIdentity(t *testing.T) {
 	other.NNP = "1"
 	if d := id.diff(other); d != "no_new_privs, mnt namespace" {
 		t.Errorf("diff = %q, want no_new_privs, mnt namespace", d)
+	}
+	// Each compared field, changed alone, is named and changes the key.
+	for _, tc := range []struct {
+		name   string
+		change func(*identity)
+	}{
+		{"user ids", func(i *identity) { i.Uid += "1" }},
+		{"permitted capabilities", func(i *identity) { i.CapPrm = "0" }},
+		{"inheritable capabilities", func(i *identity) { i.CapInh = "1" }},
+		{"ambient capabilities", func(i *identity) { i.CapAmb = "1" }},
+		{"seccomp filters", func(i *identity) { i.Filters += "1" }},
+		{"resource limits", func(i *identity) { i.Limits += "x" }},
+		{"cgroups", func(i *identity) { i.Cgroup = "0::/other" }},
+		{"time namespace", func(i *identity) { i.NS[len(nsNames)-1] = "time:[1]" }},
+	} {
+		o := id
+		tc.change(&o)
+		if d := id.diff(o); d != tc.name {
+			t.Errorf("%s changed: diff = %q", tc.name, d)
+		}
+		if o.key() == id.key() {
+			t.Errorf("%s changed: same socket key", tc.name)
+		}
 	}
 	if _, err := readIdentity("/proc/does-not-exist"); err == nil {
 		t.Error("identity of no process")

@@ -44,7 +44,8 @@
 // group or others). The server accepts only peers with its own uid
 // (SO_PEERCRED), and the client talks only to a server with its own uid.
 // Beyond the uid, the server serves only a peer of its own identity
-// (umask, groups, capabilities, no_new_privs, seccomp, namespaces: see
+// (umask, ids, groups, capabilities, no_new_privs, seccomp mode and
+// filters, resource limits, cgroups, namespaces: see
 // identity), so that a process that confined itself cannot have commands
 // run outside its confinement; the socket's name hashes that identity, so
 // such a process gets a server of its own. A server started by a client
