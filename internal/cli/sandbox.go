@@ -82,9 +82,12 @@ func newSandboxRunCmd(a *App) *cobra.Command {
 The workspace (default: the current directory) is visible at its own path,
 read-only underneath: every write lands in the change set directory
 (--changeset). Without --changeset the writes go to a temporary change set
-that is discarded afterwards: in memory (/dev/shm, counted against the
-memory limit) unless TMPDIR is set, else in TMPDIR. Review what was written
-with 'fluffy sandbox diff --changeset DIR'.
+that is discarded afterwards: in memory unless TMPDIR is set, else in TMPDIR.
+In memory it is a file system of the sandbox's own, at most the memory limit
+(--memory) in size: writes beyond it fail (no space left on device) and the
+run exits 123 if the command did not fail itself; with a memory cgroup what
+it holds counts against the limit as well. Review what was written with
+'fluffy sandbox diff --changeset DIR'.
 
 Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
@@ -96,7 +99,8 @@ configuration) through fluffy's audited egress proxy; anything else gets a
 403 naming the rule, reported here. See docs/network.md.
 
 Exit status: the command's own; 128+N when signal N ended it;
-  123  a resource limit (memory, CPU time, file size) killed it
+  123  a resource limit (memory, CPU time, file size) killed it, or the
+       in-memory change set filled up
   124  the timeout killed it
   125  the sandbox could not be set up (nothing ran)
   127  the command was not found inside the sandbox
@@ -238,6 +242,12 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 				}
 			}
 			tempInMemory = inMemory
+			if inMemory && spec.Limits.Memory > 0 {
+				// Kept inside the sandbox, bounded by the memory limit:
+				// an RLIMIT_AS fallback does not count tmpfs pages, and
+				// the host's /dev/shm is sized to all of RAM.
+				spec.ChangeSetSize = spec.Limits.Memory
+			}
 			defer os.RemoveAll(dir)
 			cs = filepath.Join(dir, "upper")
 			tempCS = cs
@@ -349,11 +359,19 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 			return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox: " + err.Error()}
 		}
 	}
-	if tempCS != "" {
+	csFull := res.HitLimit(sandbox.LimitChangeSet)
+	switch {
+	case tempCS != "" && spec.ChangeSetSize > 0:
+		// Kept inside the sandbox: gone with it, counted there.
+		if res.ChangeSetWritten {
+			fmt.Fprintln(a.Stderr, "fluffy: sandbox: the changes to the workspace were discarded (the throw-away change set was in memory); pass --changeset DIR to keep them")
+		}
+	case tempCS != "":
 		if ch, err := upperChanges(ctx, spec.Workspace, tempCS); err == nil && len(ch) > 0 {
 			fmt.Fprintf(a.Stderr, "fluffy: sandbox: %d change(s) to the workspace were discarded; pass --changeset DIR to keep them\n", len(ch))
 		}
 	}
+	csFullMsg := fmt.Sprintf("sandbox: the throw-away change set hit its size bound (%s, the memory limit): writes to the workspace beyond it failed with ENOSPC (no space left on device); pass --changeset DIR to write them to disk, or raise --memory", units.Size(spec.ChangeSetSize))
 	if res.HitLimit(sandbox.LimitPids) && !f.quiet {
 		fmt.Fprintf(a.Stderr, "fluffy: sandbox: the process limit (%d) refused at least one fork\n", spec.Limits.Pids)
 	}
@@ -367,7 +385,9 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		msg := fmt.Sprintf("sandbox: killed: the memory limit (%s) was reached", units.Size(spec.Limits.Memory))
 		// The hint only when the workspace writes are a real part of
 		// the limit: a plain memory hog should not be told about them.
-		if tempInMemory && tempCS != "" {
+		if tempInMemory && tempCS != "" && spec.ChangeSetSize > 0 && res.ChangeSetWritten {
+			msg += "; what the command wrote to the workspace counts against it (the throw-away change set is in memory): pass --changeset DIR to write it to disk"
+		} else if tempInMemory && tempCS != "" {
 			if n := treeBytes(tempCS); n >= spec.Limits.Memory/10 {
 				msg += fmt.Sprintf("; the %s the command wrote to the workspace count against it (the throw-away change set is in memory, in %s): pass --changeset DIR to write them to disk", units.Size(n).Approx(), memScratch)
 			}
@@ -375,6 +395,14 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 		return &ExitError{Code: ExitSandboxLimit, Msg: msg}
 	case sandbox.LimitCPU, sandbox.LimitFileSize:
 		return &ExitError{Code: ExitSandboxLimit, Msg: fmt.Sprintf("sandbox: killed: the %s limit was reached", res.Killed)}
+	}
+	if csFull {
+		if res.Signal == 0 && res.ExitCode == 0 {
+			// Writes were lost and the command did not say so: the run
+			// fails rather than look complete.
+			return &ExitError{Code: ExitSandboxLimit, Msg: csFullMsg}
+		}
+		fmt.Fprintln(a.Stderr, "fluffy: "+csFullMsg)
 	}
 	if res.Signal != 0 {
 		return &ExitError{Code: 128 + res.Signal, Msg: fmt.Sprintf("sandbox: the command was killed by signal %d (%s)", res.Signal, syscall.Signal(res.Signal))}

@@ -109,6 +109,16 @@ type Spec struct {
 	// ChangeSet is the host directory that receives every write to the
 	// workspace (the overlay's upper layer). Required with Workspace.
 	ChangeSet string
+	// ChangeSetSize, when above zero, makes the change set a throw-away
+	// one kept in memory inside the sandbox (native runtime): a tmpfs of
+	// this many bytes over ChangeSet's parent directory, in the
+	// sandbox's mount namespace only, gone with the sandbox. The host's
+	// ChangeSet directory stays empty; writes to the workspace beyond
+	// the size fail with ENOSPC (Result.Hit has LimitChangeSet), and
+	// they are charged to the sandbox's memory cgroup when it has one.
+	// Backends that cannot do it ignore it (the change set is then an
+	// ordinary directory).
+	ChangeSetSize int64
 	// Mounts are extra bind mounts, read-only unless marked Writable.
 	Mounts []Mount
 	// TmpSize is the size of the sandbox's private /tmp (tmpfs), bytes.
@@ -182,7 +192,10 @@ const (
 	LimitPids     Limit = "pids"      // a fork or clone was refused
 	LimitFileSize Limit = "file-size" // a write beyond Limits.FileSize (SIGXFSZ)
 	LimitTmp      Limit = "tmp"       // /tmp filled up (ENOSPC)
-	LimitOutput   Limit = "output"    // output was truncated
+	// LimitChangeSet: a throw-away change set in memory
+	// (Spec.ChangeSetSize) filled up (ENOSPC).
+	LimitChangeSet Limit = "changeset"
+	LimitOutput    Limit = "output" // output was truncated
 )
 
 // Result is the outcome of a command that ran.
@@ -196,6 +209,9 @@ type Result struct {
 	// Hit lists every limit reached during the run (a refused fork, a full
 	// /tmp, truncated output), including Killed.
 	Hit []Limit
+	// ChangeSetWritten says the command wrote to a throw-away change set
+	// kept in memory (Spec.ChangeSetSize), which went with the sandbox.
+	ChangeSetWritten bool
 	// Stdout and Stderr are the captured output, at most Limits.Output
 	// bytes each, followed by TruncationMarker when cut.
 	Stdout, Stderr []byte

@@ -63,7 +63,7 @@ const (
 	directStatus = reaper.StatusFD // 4
 	directReaper = 5               // the reaper's memfd
 	directPidR   = reaper.PidFD    // 6
-	directPidW   = 7
+	directPidW   = reaper.UpperFD  // 7, then the workspace of a throw-away change set
 	// directGate is PID 1's end of a socket pair: "id maps written"
 	// goes out on it, the gate's verdict (gated runs) comes in.
 	directGate  = 8
@@ -216,14 +216,33 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 			ms = append(ms, m{ws, func() {
 				p.mountPoint(nr+ws, true)
 				lower, upper, work := or+ws, or+cfg.Upper, or+cfg.Work
+				csDir := or + filepath.Dir(cfg.Upper)
 				if cfg.LowerFD {
 					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
+					csDir = "/cs"
+				}
+				if cfg.UpperSize > 0 {
+					// A throw-away change set: bounded, in this mount
+					// namespace only (nsinit.Config.UpperSize).
+					p.mount(mnt, "the change set's tmpfs", "tmpfs", csDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size="+strconv.FormatInt(cfg.UpperSize, 10))
+					p.mkdir(mnt, upper, 0o755, false)
+					p.mkdir(mnt, work, 0o755, false)
 				}
 				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
 				// volatile: see nsinit.setupRoot; kernels before 5.10 lack it.
 				i := p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
 				p.ops[i].kind = opOr
 				p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+				if cfg.UpperSize > 0 {
+					// The inodes the overlay made itself (its work
+					// directories, its checks), into this process's
+					// memory, which the child shares: the reaper's
+					// count at the end is compared with it.
+					p.upperBase = &unix.Statfs_t{}
+					op := childOp{nr: unix.SYS_STATFS}
+					op.p[0], op.p[1] = p.str(nr+ws), p.ptr(p.upperBase, unsafe.Pointer(p.upperBase))
+					p.add("overlay", "statfs the change set's tmpfs", op)
+				}
 			}})
 		}
 	}
@@ -321,10 +340,24 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	if nested {
 		p.add("start", "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: landlockRuleset, inArg: 0})
 	}
+	upperWS := cfg.UpperSize > 0 && cfg.Workspace != "" && !cfg.WorkspaceRO
+	if upperWS {
+		// The reaper reports on the throw-away change set through the
+		// workspace's overlay (whose statfs is its upper layer's), on
+		// reaper.UpperFD: opened while directPidW still holds that
+		// number, moved there once it is closed.
+		op = childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_PATH | unix.O_DIRECTORY}, out: upperSlot}
+		op.p[1] = p.str(cfg.Workspace)
+		p.add("start", "open the workspace for the reaper", op)
+	}
 	op = childOp{nr: unix.SYS_WRITE, a: [6]uintptr{directPidW, 0, 8}}
 	op.p[1] = unsafe.Pointer(&p.slots[1])
 	p.add("start", "hand the command's pid to the reaper", op)
 	p.closeFD(directPidW)
+	if upperWS {
+		p.add("start", "the workspace to the reaper's descriptor", childOp{nr: unix.SYS_DUP3, a: [6]uintptr{0, reaper.UpperFD, 0}, in: upperSlot, inArg: 0})
+		p.add("start", "close the workspace's first descriptor", childOp{nr: unix.SYS_CLOSE, in: upperSlot, inArg: 0})
+	}
 	for fd := 0; fd <= 2; fd++ {
 		p.closeFD(fd)
 	}
@@ -484,8 +517,11 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 }
 
 // landlockRuleset is the slot that holds the landlock ruleset's
-// descriptor.
-const landlockRuleset = 2
+// descriptor; upperSlot the workspace's, for the reaper.
+const (
+	landlockRuleset = 2
+	upperSlot       = 4
+)
 
 // execOp returns the command's exec: its path, or each candidate of the
 // sandbox's PATH in turn (nsinit.lookPath's search, done by execve), and

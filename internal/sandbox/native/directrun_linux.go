@@ -483,7 +483,10 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	if stErr == nil && !rep.Reaped {
 		stErr = errors.New("the reaper did not see the command end")
 	}
-	st := nsinit.Status{Started: true, TmpFull: rep.TmpFull}
+	st := nsinit.Status{Started: true, TmpFull: rep.TmpFull, UpperFull: rep.UpperFull}
+	if b := prog.upperBase; b != nil && rep.UpperInodes != 0 {
+		st.UpperWritten = uint64(rep.UpperInodes) > b.Files-b.Ffree
+	}
 	ws := unix.WaitStatus(rep.WaitStatus)
 	if ws.Signaled() {
 		st.ExitCode, st.Signal = -1, int(ws.Signal())

@@ -417,6 +417,7 @@ func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, serve bool, res *
 				return nil, fmt.Errorf("%w: the change set %s and the workspace %s must not contain each other", sandbox.ErrInvalidSpec, up, ws)
 			}
 			cfg.Upper = up
+			cfg.UpperSize = max(spec.ChangeSetSize, 0)
 			for _, p := range []string{ws, up} {
 				if strings.ContainsAny(p, ",:\\\n") {
 					return nil, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)
@@ -1080,6 +1081,10 @@ func applyStatus(res *sandbox.Result, st nsinit.Status, gotStatus, haveCgroup bo
 		if st.TmpFull {
 			res.Hit = append(res.Hit, sandbox.LimitTmp)
 		}
+		if st.UpperFull {
+			res.Hit = append(res.Hit, sandbox.LimitChangeSet)
+		}
+		res.ChangeSetWritten = st.UpperWritten
 	}
 	if haveCgroup {
 		if oomKills > 0 && res.Killed == "" {

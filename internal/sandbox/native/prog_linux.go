@@ -40,6 +40,10 @@ type childProg struct {
 	// times, when not nil (a traced run), receives each op's end on
 	// CLOCK_MONOTONIC (marks).
 	times []int64
+	// upperBase, when not nil, receives the statfs of a throw-away
+	// change set's tmpfs once the overlay is mounted (the child writes
+	// it; read after the run).
+	upperBase *unix.Statfs_t
 	// tail is an ahead start's placeholders (ahead_linux.go).
 	tail aheadTail
 	// keep holds what ops point to, alive until the child is done.

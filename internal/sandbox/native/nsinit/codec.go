@@ -198,6 +198,7 @@ func (c *Config) AppendBinary(b []byte) []byte {
 	e.bool(c.Trace)
 	e.bool(c.Spare)
 	e.bool(c.NullStdin)
+	e.int(c.UpperSize)
 	return e.b
 }
 
@@ -242,6 +243,7 @@ func DecodeConfig(b []byte) (Config, error) {
 	c.Trace = d.bool()
 	c.Spare = d.bool()
 	c.NullStdin = d.bool()
+	c.UpperSize = d.int()
 	if err := d.done(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
@@ -265,6 +267,8 @@ func (s *Status) AppendBinary(b []byte) []byte {
 	}
 	e.int(s.CommandCPU[0])
 	e.int(s.CommandCPU[1])
+	e.bool(s.UpperFull)
+	e.bool(s.UpperWritten)
 	return e.b
 }
 
@@ -286,6 +290,8 @@ func DecodeStatus(b []byte) (Status, error) {
 		}
 	}
 	s.CommandCPU = [2]int64{d.int(), d.int()}
+	s.UpperFull = d.bool()
+	s.UpperWritten = d.bool()
 	if err := d.done(); err != nil {
 		return Status{}, fmt.Errorf("status: %w", err)
 	}

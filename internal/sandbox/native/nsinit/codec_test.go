@@ -14,7 +14,7 @@ func sampleConfig() Config {
 		Protocol: Protocol, Argv: []string{"/bin/sh", "-c", "echo 'hi'\n"}, Env: []string{"PATH=/usr/bin:/bin", "HOME=/tmp"},
 		Dir: "/work", Workspace: "/work", Upper: "/cs/upper", Work: "/cs/.fluffy-work-1", LowerFD: true,
 		Mounts:  []MountSpec{{Source: "/a", Target: "/b", Writable: true}, {Source: "/c", Target: "/c"}},
-		TmpSize: 64 << 20, Seccomp: []byte{0x20, 0, 0, 0, 4, 0, 0, 0}, Landlock: 7, LandlockNet: true,
+		TmpSize: 64 << 20, UpperSize: 64 << 20, Seccomp: []byte{0x20, 0, 0, 0, 4, 0, 0, 0}, Landlock: 7, LandlockNet: true,
 		Rlimits:     []Rlimit{{Resource: 9, Value: 1 << 62}, {Resource: 1, Value: 0}},
 		ProxySocket: "/run/proxy.sock", ProxyListen: "127.0.0.1:3128", ProxyFD: true, Serve: true, Trace: true, Spare: true, NullStdin: true,
 	}
@@ -28,7 +28,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 	}
 	for _, s := range []Status{{}, {Stage: "mount", Error: "boom", Started: true, ExitCode: -1, Signal: 9, TmpFull: true, SetupNanos: 123456,
-		Marks: []Mark{{"a", 1}, {"b", 1 << 60}}, CommandCPU: [2]int64{5, 6}}} {
+		Marks: []Mark{{"a", 1}, {"b", 1 << 60}}, CommandCPU: [2]int64{5, 6}, UpperFull: true, UpperWritten: true}} {
 		got, err := DecodeStatus(s.AppendBinary(nil))
 		if err != nil || !reflect.DeepEqual(got, s) {
 			t.Errorf("status: got %+v (%v), want %+v", got, err, s)

@@ -212,6 +212,11 @@ func Main() int {
 	if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
 		st.TmpFull = true
 	}
+	if cfg.UpperSize > 0 && cfg.Workspace != "" && !cfg.WorkspaceRO {
+		var inodes int64
+		st.UpperFull, inodes = upperState(cfg.Workspace)
+		st.UpperWritten = inodes > cfg.upperBase
+	}
 	tr.Mark("rest killed and reaped")
 	st.Marks = tr.Marks
 	if tr.On {
@@ -408,8 +413,15 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 					return err
 				}
 				lower, upper, work := oldRoot+ws, oldRoot+cfg.Upper, oldRoot+cfg.Work
+				csDir := oldRoot + filepath.Dir(cfg.Upper)
 				if cfg.LowerFD {
 					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
+					csDir = "/cs"
+				}
+				if cfg.UpperSize > 0 {
+					if err := upperTmpfs(csDir, upper, work, cfg.UpperSize); err != nil {
+						return err
+					}
 				}
 				// volatile: the overlay does not sync its upper layer,
 				// neither on the command's fsync nor when it is unmounted
@@ -424,6 +436,11 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 				}
 				if err != nil {
 					return fmt.Errorf("overlay at %s: %w", ws, err)
+				}
+				if cfg.UpperSize > 0 {
+					// What the overlay itself made (its work
+					// directories, its checks) is not the command's.
+					_, cfg.upperBase = upperState(newRoot + ws)
 				}
 				return nil
 			}, "overlay"})
@@ -736,3 +753,31 @@ func SystemDirs() []string { return append([]string(nil), systemDirs...) }
 // Devices returns the device files of the sandbox's /dev, bound from the
 // host's.
 func Devices() []string { return append([]string(nil), devices...) }
+
+// upperTmpfs mounts the throw-away change set's tmpfs (Config.UpperSize
+// bytes) over dir, the change set's directory, and makes the overlay's
+// upper and work directories in it: in this mount namespace only, so
+// that the command's writes to the workspace are bounded and counted as
+// memory of this sandbox whatever the host's memory file systems hold.
+func upperTmpfs(dir, upper, work string, size int64) error {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=0700,size=%d", size)); err != nil {
+		return fmt.Errorf("the change set's tmpfs at %s: %w", dir, err)
+	}
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("the change set's tmpfs: %w", err)
+		}
+	}
+	return nil
+}
+
+// upperState reads the throw-away change set's state from the statfs
+// of the workspace's overlay (which reports its upper layer's file
+// system): full (no block or no inode left) and the inodes in use.
+func upperState(ws string) (full bool, inodes int64) {
+	var sfs unix.Statfs_t
+	if unix.Statfs(ws, &sfs) != nil {
+		return false, 0
+	}
+	return sfs.Bavail == 0 || sfs.Ffree == 0, int64(sfs.Files - sfs.Ffree)
+}

@@ -27,6 +27,15 @@ type Config struct {
 
 	Mounts  []MountSpec `json:"mounts,omitempty"`
 	TmpSize int64       `json:"tmp_size"`
+	// UpperSize, when above zero, keeps the overlay's upper and work
+	// directories in a tmpfs of that many bytes mounted over Upper's
+	// parent inside the sandbox (a throw-away change set): what the
+	// command writes to the workspace is bounded by it (ENOSPC beyond)
+	// and gone with the sandbox; the host's directory stays empty.
+	UpperSize int64 `json:"upper_size,omitempty"`
+	// upperBase is the inodes in use in the UpperSize tmpfs once the
+	// overlay is mounted (the init's own, not sent).
+	upperBase int64
 
 	// Seccomp is the raw BPF program; empty means none (degraded).
 	Seccomp []byte `json:"seccomp,omitempty"`
@@ -68,7 +77,7 @@ type Config struct {
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 4
+const Protocol = 5
 
 // ProxyFD is the init's descriptor for the egress proxy's socket as a
 // detached mount (network mode proxy, root callers; Config.ProxyFD).
@@ -98,6 +107,12 @@ type Status struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   int    `json:"signal"`
 	TmpFull  bool   `json:"tmp_full,omitempty"`
+	// UpperFull says the throw-away change set (Config.UpperSize) had
+	// no block or inode left at the end; UpperWritten that its file
+	// system held more inodes then than once the overlay was mounted
+	// (the command created, changed or deleted something).
+	UpperFull    bool `json:"upper_full,omitempty"`
+	UpperWritten bool `json:"upper_written,omitempty"`
 	// SetupNanos is the init's own setup time.
 	SetupNanos int64 `json:"setup_ns"`
 	// Marks is the init's trace (Config.Trace).

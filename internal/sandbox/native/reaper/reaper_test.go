@@ -7,11 +7,13 @@ import (
 
 // FuzzParseReport: the report comes from inside the sandbox (a reaper
 // the command took over could write anything): any bytes parse without a
-// panic, and only a 12-byte report is accepted, word by word.
+// panic, and only a 16-byte report is accepted, word by word.
 func FuzzParseReport(f *testing.F) {
-	f.Add([]byte{0, 7, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 7, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 7, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0})
 	f.Add([]byte{})
 	f.Add(make([]byte, 13))
+	f.Add(make([]byte, 17))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, ok := ParseReport(b)
 		if ok != (len(b) == ReportSize) {
@@ -20,7 +22,8 @@ func FuzzParseReport(f *testing.F) {
 		if !ok {
 			return
 		}
-		if r.WaitStatus != binary.NativeEndian.Uint32(b) || r.Reaped != (binary.NativeEndian.Uint32(b[4:]) == 1) || r.TmpFull != (binary.NativeEndian.Uint32(b[8:]) == 1) {
+		if r.WaitStatus != binary.NativeEndian.Uint32(b) || r.Reaped != (binary.NativeEndian.Uint32(b[4:]) == 1) || r.TmpFull != (b[8]&1 != 0) ||
+			r.UpperFull != (b[8]&2 != 0) || r.UpperInodes != binary.NativeEndian.Uint32(b[12:]) {
 			t.Fatalf("%x: %+v", b, r)
 		}
 	})
