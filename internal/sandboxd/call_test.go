@@ -456,6 +456,16 @@ func TestServerRefusesMalformed(t *testing.T) {
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
 	dn := int(devnull.Fd())
+	pf := proofFD(t)
+	// A file of the same content as the server's environ, and another
+	// process's environ: neither proves reach.
+	fake := filepath.Join(t.TempDir(), "environ")
+	env, _ := os.ReadFile("/proc/self/environ")
+	os.WriteFile(fake, env, 0o600)
+	fakeF, _ := os.Open(fake)
+	defer fakeF.Close()
+	parentF, _ := os.Open("/proc/" + strconv.Itoa(os.Getppid()) + "/environ")
+	defer parentF.Close()
 	for _, tc := range []struct {
 		name   string
 		frames [][]byte
@@ -464,12 +474,16 @@ func TestServerRefusesMalformed(t *testing.T) {
 	}{
 		{"no descriptors", [][]byte{good}, nil, "refused"},
 		{"one descriptor", [][]byte{good}, []int{dn}, "refused"},
-		{"three descriptors", [][]byte{good}, []int{dn, dn, dn}, "refused"},
-		{"another version", [][]byte{v2}, []int{dn, dn}, "refused"},
-		{"stdin first", [][]byte{{byte(frameStdin), 'x'}}, []int{dn, dn}, "refused"},
-		{"garbage", [][]byte{{0xff}}, []int{dn, dn}, "refused"},
-		{"bad body", [][]byte{{byte(frameRequest), 0, 1, 0, 0, 0, 3, 1, 2, 3}}, []int{dn, dn}, "refused"},
-		{"short then gone", [][]byte{long}, []int{dn, dn}, "refused"},
+		{"two descriptors (no proof)", [][]byte{good}, []int{dn, dn}, "refused"},
+		{"a proof that is not the server's environ", [][]byte{good}, []int{dn, dn, dn}, "refused"},
+		{"a copy of the server's environ", [][]byte{good}, []int{dn, dn, int(fakeF.Fd())}, "refused"},
+		{"another process's environ", [][]byte{good}, []int{dn, dn, int(parentF.Fd())}, "refused"},
+		{"four descriptors", [][]byte{good}, []int{dn, dn, pf, dn}, "refused"},
+		{"another version", [][]byte{v2}, []int{dn, dn, pf}, "refused"},
+		{"stdin first", [][]byte{{byte(frameStdin), 'x'}}, []int{dn, dn, pf}, "refused"},
+		{"garbage", [][]byte{{0xff}}, []int{dn, dn, pf}, "refused"},
+		{"bad body", [][]byte{{byte(frameRequest), 0, 1, 0, 0, 0, 3, 1, 2, 3}}, []int{dn, dn, pf}, "refused"},
+		{"short then gone", [][]byte{long}, []int{dn, dn, pf}, "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := connect(ts.sock, time.Now().Add(time.Second))
@@ -685,6 +699,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 		return len(ents)
 	}
 	s := newStdio(t, nil)
+	pf := proofFD(t)
 	call(t.Context(), ClientOptions{Socket: ts.sock}, Request{Args: []string{"exit", "0"}, Cwd: "/"}, s.io(nil)) // warm up
 	before := count()
 	for i := range 30 {
@@ -701,7 +716,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 				t.Fatal(err)
 			}
 			body, _ := encodeRequest(Request{Args: []string{"x"}, Cwd: "/"})
-			c.send(requestFrames(body, MaxFrame)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd())))
+			c.send(requestFrames(body, MaxFrame)[0][:10], unix.UnixRights(int(s.out.Fd()), int(s.err.Fd()), pf))
 			c.Close()
 		}
 	}
@@ -785,7 +800,7 @@ func TestClientProtocolViolations(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if err := c.send(requestFramesOf(t, Request{Args: []string{"x"}, Cwd: "/"}), unix.UnixRights(dn, dn)); err != nil {
+			if err := c.send(requestFramesOf(t, Request{Args: []string{"x"}, Cwd: "/"}), unix.UnixRights(dn, dn, proofFD(t))); err != nil {
 				t.Fatal(err)
 			}
 			buf := make([]byte, MaxFrame+1)
@@ -833,4 +848,16 @@ func TestResetBeforeStarted(t *testing.T) {
 	if n := conns.Load(); n != 2 {
 		t.Errorf("%d connections, want 2 (one retry)", n)
 	}
+}
+
+// proofFD is a client's proof of reach to a server in this process
+// (reachProof), closed when the test ends.
+func proofFD(t *testing.T) int {
+	t.Helper()
+	fd, err := reachProof(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }

@@ -213,13 +213,23 @@ func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (
 			c.Close()
 		}
 	}()
-	if uid, pid, err := c.peerUID(); err != nil {
+	uid, pid, err := c.peerUID()
+	if err != nil {
 		return Reply{}, unavailable("%v", err)
 	} else if uid != os.Geteuid() {
 		return Reply{}, unavailable("the server on %s (pid %d) runs as uid %d, not as you (uid %d): refused", opts.Socket, pid, uid, os.Geteuid())
 	}
+	// Without the proof the request still goes, with a descriptor that
+	// proves nothing in its place: the server names what differs (an
+	// identity in /proc first), and refuses.
+	proof, proofErr := reachProof(pid)
+	if proofErr != nil {
+		proof = cio.stderr
+	} else {
+		defer unix.Close(proof)
+	}
 	maxSend := c.maxSend()
-	rights := unix.UnixRights(cio.stdout, cio.stderr)
+	rights := unix.UnixRights(cio.stdout, cio.stderr, proof)
 	for i, f := range requestFrames(body, maxSend) {
 		var oob []byte
 		if i == 0 {
@@ -240,6 +250,9 @@ func attempt(ctx context.Context, opts ClientOptions, body []byte, cio callIO) (
 		return Reply{}, unavailable("%v", err)
 	}
 	f, err := recvFrame(c, buf)
+	if proofErr != nil && err == nil && f.Type == frameRefused {
+		f.Message += " (" + proofErr.Error() + ")"
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// Close the receiving side first: from then on the server's
 		// "started" cannot be sent, so it will not run the command.
@@ -530,4 +543,18 @@ func hideInheritedFDs(start func()) {
 			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
 		}
 	}
+}
+
+// reachProof opens the server's /proc/PID/environ, which the kernel lets
+// a process open only with ptrace read access to the server: a process
+// in a landlock domain the server is not in (or confined so by another
+// LSM) is refused. The server checks that the descriptor is its own
+// entry (see proveReach): such a client, whose confinement /proc does not
+// show, cannot have commands run outside it.
+func reachProof(serverPID int) (int, error) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(serverPID)+"/environ", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("cannot open the server's /proc/%d/environ (%w): this process is confined in a way /proc does not show (a landlock domain, an LSM profile), so the server must not run its commands", serverPID, err)
+	}
+	return fd, nil
 }

@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 			os.Exit(rawMain(os.Args[2:]))
 		case modeFilter:
 			os.Exit(filterMain(os.Args[2:]))
+
 		}
 	}
 	killOrphanServers()
@@ -151,7 +152,13 @@ func rawMain(args []string) int {
 		return 1
 	}
 	body, _ := encodeRequest(Request{Args: []string{"exit", "0"}, Cwd: "/"})
-	if err := c.send(requestFrames(body, MaxFrame)[0], unix.UnixRights(1, 2)); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+	rights := unix.UnixRights(1, 2)
+	if _, pid, err := c.peerUID(); err == nil {
+		if proof, err := reachProof(pid); err == nil {
+			rights = unix.UnixRights(1, 2, proof)
+		}
+	}
+	if err := c.send(requestFrames(body, MaxFrame)[0], rights); errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		fmt.Println("closed")
 		return 0
 	} else if err != nil {

@@ -373,8 +373,13 @@ func (s *server) serveConn(c *conn) {
 		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: truncate(err.Error(), maxMessage)})
 		return
 	}
-	if why := peerDiffers(c, pid, s.id); why != "" {
-		closeFDs(fds)
+	why := peerDiffers(c, pid, s.id)
+	if why == "" {
+		why = proveReach(fds[2])
+	}
+	unix.Close(fds[2])
+	if why != "" {
+		closeFDs(fds[:2])
 		log.Warn("request refused: the client differs from the server", "in", why)
 		_ = c.sendFrame(frame{Type: frameRefused, Version: Version, Message: "the client differs from the server in: " + why})
 		return
@@ -540,8 +545,8 @@ func readRequest(c *conn, buf []byte) (Request, []int, error) {
 		}
 		switch {
 		case body == nil && f.Type == frameRequest:
-			if len(fds) != 2 {
-				return Request{}, fds, fmt.Errorf("request carries %d descriptors, want 2 (stdout and stderr)", len(fds))
+			if len(fds) != 3 {
+				return Request{}, fds, fmt.Errorf("request carries %d descriptors, want 3 (stdout, stderr and the server's /proc/PID/environ)", len(fds))
 			}
 			total = int(f.Total)
 			body = make([]byte, 0, min(total, 1<<20))
@@ -668,4 +673,22 @@ func peerDiffers(c *conn, pid int, want identity) string {
 		}
 	}
 	return want.diff(id)
+}
+
+// proveReach checks the client's proof (reachProof): fd must be this
+// process's own /proc/PID/environ, which only a process with ptrace read
+// access to this one can open. It says in what the client differs when
+// it is not ("" when it is). A landlock domain is not in /proc: this is
+// how a client in one the server is not in is told apart.
+func proveReach(fd int) string {
+	const what = "confinement /proc does not show (it could not open this server's /proc entry: a landlock domain or an LSM profile)"
+	var got, want unix.Stat_t
+	if unix.Fstat(fd, &got) != nil || unix.Stat("/proc/self/environ", &want) != nil {
+		return what
+	}
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(fd, &sfs) != nil || sfs.Type != unix.PROC_SUPER_MAGIC || got.Dev != want.Dev || got.Ino != want.Ino {
+		return what
+	}
+	return ""
 }

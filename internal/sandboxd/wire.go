@@ -17,7 +17,9 @@ import (
 //
 //	0x01 request       version u16, total u32, chunk: the first bytes of
 //	                   the encoded Request (total bytes in all); carries
-//	                   the client's fds 1 and 2 (SCM_RIGHTS). Always the
+//	                   the client's fds 1 and 2 and its proof of reach,
+//	                   the server's /proc/PID/environ opened read-only
+//	                   (SCM_RIGHTS, in that order). Always the
 //	                   first frame; the version is at the same place in
 //	                   every future version.
 //	0x02 request-more  chunk: the next bytes of the Request, until total
