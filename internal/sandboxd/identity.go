@@ -22,9 +22,9 @@ import (
 //
 // Seccomp is compared by mode and by the number of filters stacked
 // (Seccomp_filters, Linux 5.9): filters are only ever added, and a
-// process inherits its parent's, so a client with the server's count
-// and mode descends from the same stack; one that added a filter has
-// more. Not covered here (not visible in /proc): landlock domains and
+// process inherits its parent's, so a client that stacked one more on
+// the server's stack has more (a stack of its own of the same height is
+// not told apart: /proc shows no more). Not covered here (not visible in /proc): landlock domains and
 // other LSM confinement, which the client proves it lacks another way
 // (see proveReach); the terminal. docs/sandbox-server.md says so.
 type identity struct {
