@@ -177,6 +177,21 @@ type Case struct {
 	Check func(t *testing.T, h *host, res sandbox.Result)
 }
 
+// socketProbe tries AF_NETLINK, AF_PACKET, AF_VSOCK, AF_ALG, AF_INET
+// and AF_NETLINK with high bits set, and AF_UNIX with them.
+var socketProbe = []string{"sockets", "16:3", "17:3", "40:1", "38:5", "0x100000002:1", "0x100000010:3", "0x100000001:1"}
+
+// refusedFamilies: every socket of the socket probe was refused with
+// EAFNOSUPPORT (seccomp's answer to a family outside the profile's
+// allowlist).
+func refusedFamilies(t *testing.T, _ *host, res sandbox.Result) {
+	t.Helper()
+	failed(t, res)
+	if n := strings.Count(string(res.Stdout), ": address family not supported"); n != len(socketProbe)-1 {
+		t.Errorf("stdout %q: %d sockets refused with EAFNOSUPPORT, want %d", res.Stdout, n, len(socketProbe)-1)
+	}
+}
+
 func failed(t *testing.T, res sandbox.Result) {
 	t.Helper()
 	if res.ExitCode == 0 && res.Signal == 0 {
@@ -306,6 +321,15 @@ func Run(t *testing.T, opts Options) {
 		{Name: "host-env", Script: `env`, Check: func(t *testing.T, h *host, r sandbox.Result) {
 			notContains(t, r, "sk-host-secret-123", "FLUFFY_SBXTEST_API_KEY")
 		}},
+		// Sockets of families no template needs (netlink, packet,
+		// vsock, alg), and families with high bits set (the kernel reads
+		// an int): refused by seccomp (EAFNOSUPPORT), with and without
+		// network. Without a memory limit: under RLIMIT_AS (an ordinary
+		// user's fallback) the Go probe may fail to start, which these
+		// checks, unlike a plain "it failed", would not take for a
+		// refusal.
+		{Name: "sockets", Probe: socketProbe, Setup: func(s *sandbox.Spec) { s.Limits.Memory = 0 }, Check: refusedFamilies},
+		{Name: "sockets-standard-net", Probe: socketProbe, Setup: func(s *sandbox.Spec) { s.Seccomp = "standard-net"; s.Limits.Memory = 0 }, Check: refusedFamilies},
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
