@@ -195,6 +195,7 @@ func defaultAction(tool string) operation.Action {
 type opSpec struct {
 	tool, action, size, shell, mode string
 	paths, hosts, argv              []string
+	written                         []string // files the agent wrote (--agent-written)
 }
 
 // build turns flags into a normalized operation in the workspace.
@@ -251,6 +252,13 @@ func (a *App) buildOperation(s opSpec) (operation.Operation, error) {
 	if err := policy.Normalize(&op, a.Cwd); err != nil {
 		return op, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	for _, w := range s.written {
+		c, err := policy.Canonicalize(w, a.Cwd)
+		if err != nil {
+			return op, fmt.Errorf("%w: --agent-written %q: %v", errUsage, w, err)
+		}
+		op.AgentWritten = append(op.AgentWritten, c)
+	}
 	return op, nil
 }
 
@@ -258,7 +266,7 @@ func newPolicyCheckCmd(a *App) *cobra.Command {
 	var s opSpec
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "check --tool TOOL [--path P] [--host H:PORT] [--size N] [--shell 'CMDLINE' | -- ARGV...]",
+		Use:   "check --tool TOOL [--path P] [--host H:PORT] [--size N] [--agent-written PATH] [--shell 'CMDLINE' | -- ARGV...]",
 		Short: "Decide one operation with the effective policy",
 		Long: `check evaluates one operation in the current directory's workspace with the
 effective policy and prints the decision, the deciding rule and the reason.
@@ -308,6 +316,7 @@ Exit status: 0 allow, 10 approve, 20 block, 2 bad input or invalid policy.`,
 	f.StringVar(&s.size, "size", "", "bytes written or sent (12MiB, 1GB, 4096)")
 	f.StringVar(&s.shell, "shell", "", "a command line as a model writes it")
 	f.StringVar(&s.mode, "mode", "", "TDD mode of the session (default tdd.mode)")
+	f.StringArrayVar(&s.written, "agent-written", nil, "a file the agent wrote in the session, as the change set would say (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the decision as JSON")
 	return cmd
 }
@@ -413,8 +422,10 @@ type policyTestCase struct {
 	Shell  string   `yaml:"shell"`
 	Argv   []string `yaml:"argv"`
 	Mode   string   `yaml:"mode"`
-	Want   string   `yaml:"want"`
-	Rule   string   `yaml:"rule"`
+	// AgentWritten lists files the agent wrote (as --agent-written).
+	AgentWritten []string `yaml:"agent_written"`
+	Want         string   `yaml:"want"`
+	Rule         string   `yaml:"rule"`
 }
 
 func newPolicyTestCmd(a *App) *cobra.Command {
@@ -457,7 +468,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 					if err != nil {
 						return fmt.Errorf("%w: %s: test %q: want: %v", errUsage, file, name, err)
 					}
-					op, err := a.buildOperation(opSpec{tool: tc.Tool, action: tc.Action, size: tc.Size, shell: tc.Shell, mode: tc.Mode, paths: tc.Path, hosts: tc.Host, argv: tc.Argv})
+					op, err := a.buildOperation(opSpec{tool: tc.Tool, action: tc.Action, size: tc.Size, shell: tc.Shell, mode: tc.Mode, paths: tc.Path, hosts: tc.Host, argv: tc.Argv, written: tc.AgentWritten})
 					if err != nil {
 						return fmt.Errorf("%s: test %q: %w", file, name, err)
 					}
