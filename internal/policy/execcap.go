@@ -292,6 +292,7 @@ func (l *loader) parseTrigger(n *yaml.Node) (execTrigger, bool) {
 	case t.join && t.positional == 0:
 		l.errf(n, "%s: join needs positional", key)
 	}
+	t.files = slices.Clip(t.files)
 	return t, len(l.errs) == before
 }
 
@@ -442,9 +443,12 @@ func (f *execFinding) addShell(text, why string) {
 // analyse finds p's triggers in c.
 func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 	args := c.Argv[1:]
-	var opts []argvOption
-	var operands []string
-	operandAt := []int{} // index in args of each operand
+	// Most commands have a few options and operands: keep them off the
+	// heap (this runs for every command of every decision).
+	var obuf [8]argvOption
+	var pbuf [8]string
+	var ibuf [8]int
+	opts, operands, operandAt := obuf[:0], pbuf[:0], ibuf[:0] // operandAt: index in args of each operand
 	endOpts := false
 	safe := false
 	for i := 0; i < len(args); i++ {
@@ -504,7 +508,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 		}
 		// Short options, possibly grouped (-lne CODE).
 		for j := 1; j < len(a); j++ {
-			name := "-" + a[j:j+1]
+			name := dash(a[j])
 			if slices.Contains(p.safeFlags, name) {
 				safe = true
 			}
@@ -528,7 +532,11 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 			f.dir = o.val
 		}
 	}
-	used := make([]bool, len(opts))
+	var ubuf [8]bool
+	used := ubuf[:0]
+	for range opts {
+		used = append(used, false)
+	}
 	for _, t := range p.triggers {
 		if t.runs == runCode && safe {
 			continue
@@ -549,11 +557,16 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 					continue
 				}
 				used[i] = true
-				what := prog(c) + " " + o.name
 				rest := o.val
 				if t.value != "" {
-					what += " " + strings.TrimRight(t.value, "=")
 					rest = strings.TrimLeft(o.val[len(t.value):], "= \t")
+				}
+				what := ""
+				if t.describes() {
+					what = prog(c) + " " + o.name
+					if t.value != "" {
+						what += " " + strings.TrimRight(t.value, "=")
+					}
 				}
 				p.apply(c, t, what, rest, nil, f)
 			}
@@ -562,15 +575,21 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 				continue
 			}
 			k := t.positional - 1
-			what := fmt.Sprintf("%s operand %d", prog(c), t.positional)
-			if t.runs == runArgv {
+			what := ""
+			switch {
+			case t.runs == runArgv:
 				what = prog(c) + " " + strings.Join(args[:operandAt[k]], " ")
+			case t.describes():
+				what = fmt.Sprintf("%s operand %d", prog(c), t.positional)
 			}
 			p.apply(c, t, what, operands[k], args[operandAt[k]:], f)
 		default:
-			what := prog(c)
-			if len(t.subcommand) > 0 {
-				what += " " + strings.Join(t.subcommandOf(operands), " ")
+			what := ""
+			if t.describes() {
+				what = prog(c)
+				if len(t.subcommand) > 0 {
+					what += " " + strings.Join(t.subcommandOf(operands), " ")
+				}
 			}
 			p.apply(c, t, what, "", nil, f)
 		}
@@ -578,6 +597,28 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 }
 
 func prog(c *operation.Command) string { return path.Base(c.Argv[0]) }
+
+// describes reports whether a finding of t needs a description (files and
+// harmless values have none shown).
+func (t execTrigger) describes() bool {
+	return t.reason == "" && t.runs != runFile && t.runs != runNone
+}
+
+// dashLetters holds "-a", "-b", ...: the names of short options, without
+// building a string per letter.
+var dashLetters = func() (d [128]string) {
+	for i := range d {
+		d[i] = "-" + string(rune(i))
+	}
+	return d
+}()
+
+func dash(b byte) string {
+	if b < 128 {
+		return dashLetters[b]
+	}
+	return "-" + string(b)
+}
 
 // subOption reports whether name is an option of a trigger bound to a
 // subcommand (git rebase --exec), recognised after the subcommand.
@@ -627,7 +668,9 @@ func (p *execProgram) apply(c *operation.Command, t execTrigger, what, val strin
 		}
 		f.addCode(why)
 	case runFile:
-		if len(t.files) > 0 {
+		if len(t.files) > 0 && f.files == nil {
+			f.files = t.files // clipped when loaded: an append copies
+		} else if len(t.files) > 0 {
 			f.files = append(f.files, t.files...)
 		} else if val != "" {
 			f.files = append(f.files, val)
