@@ -496,7 +496,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 }
 
 func newPolicyExplainCmd(a *App) *cobra.Command {
-	var showDefault, asJSON bool
+	var showDefault, showExec, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "explain",
 		Short: "List the effective rules and where each came from",
@@ -509,6 +509,9 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 			e, files, err := a.policyEngine()
 			if err != nil {
 				return err
+			}
+			if showExec {
+				return printExecTable(a, e, asJSON)
 			}
 			if asJSON {
 				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
@@ -542,6 +545,28 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&showDefault, "default", false, "print the default rule set (YAML)")
+	cmd.Flags().BoolVar(&showExec, "exec-capable", false, "list the exec-capable table: the programs and variables that run other code, with their sources")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+// printExecTable lists the effective exec-capable table: entries of the
+// policy files first, then the embedded ones.
+func printExecTable(a *App, e *policy.Engine, asJSON bool) error {
+	entries := e.ExecEntries()
+	if asJSON {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMES\tORIGIN\tSOURCE")
+	for _, x := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.Join(x.Names, ","), x.Origin, x.Source)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.Stdout, "\nAn allow rule for one of these programs does not allow what it is told to run\n(see docs/policy.md, \"Programs that run other code\").")
+	return nil
 }

@@ -87,6 +87,7 @@ type envTrigger struct {
 // execTable is the compiled table: programs by base name, then variables.
 type execTable struct {
 	progs map[string][]*execProgram
+	list  []*execProgram // every entry, in the order they were read
 	env   []*envTrigger
 }
 
@@ -98,6 +99,7 @@ func (t *execTable) add(o *execTable) {
 	for name, ps := range o.progs {
 		t.progs[name] = append(t.progs[name], ps...)
 	}
+	t.list = append(t.list, o.list...)
 	t.env = append(t.env, o.env...)
 }
 
@@ -118,6 +120,7 @@ func (l *loader) parseExecTable(n *yaml.Node) *execTable {
 			}
 			for _, pn := range v.Content {
 				if p := l.parseExecProgram(pn); p != nil {
+					t.list = append(t.list, p)
 					for _, name := range p.names {
 						t.progs[name] = append(t.progs[name], p)
 					}
@@ -332,6 +335,27 @@ func (l *loader) parseEnvTrigger(n *yaml.Node) *envTrigger {
 		return nil
 	}
 	return e
+}
+
+// ExecEntry describes one entry of the effective exec-capable table, for
+// explain.
+type ExecEntry struct {
+	Names  []string `json:"names"`
+	Source string   `json:"source"`
+	Origin string   `json:"origin"`
+}
+
+// ExecEntries lists the effective exec-capable table: the policy files'
+// entries first, then the embedded ones, variables last.
+func (e *Engine) ExecEntries() []ExecEntry {
+	var out []ExecEntry
+	for _, p := range e.exec.list {
+		out = append(out, ExecEntry{Names: p.names, Source: p.source, Origin: p.origin})
+	}
+	for _, v := range e.exec.env {
+		out = append(out, ExecEntry{Names: []string{"$" + v.name.pat}, Source: v.source, Origin: v.origin})
+	}
+	return out
 }
 
 // execFinding is what the table says about one command.
