@@ -397,6 +397,10 @@ func (t *execTable) analyse(c *operation.Command) execFinding {
 		for _, a := range c.Argv[1:] {
 			if isAssignWord(a) {
 				env = append(env, a)
+			} else if t.envNamed(a) {
+				// export PAGER: its value was set apart (PAGER=…;
+				// export PAGER), where the table does not look.
+				f.addCode("the variable " + a + " is exported with a value set elsewhere")
 			}
 		}
 		t.envFindings(env, &f)
@@ -419,6 +423,16 @@ func isAssignWord(s string) bool {
 		return false
 	}
 	return true
+}
+
+// envNamed reports whether a variable named name runs something.
+func (t *execTable) envNamed(name string) bool {
+	for _, e := range t.env {
+		if e.name.match(name) {
+			return e.runs != runNone
+		}
+	}
+	return false
 }
 
 func (t *execTable) envFindings(env []string, f *execFinding) {
@@ -491,7 +505,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 		}
 		after := len(operands) > 0
 		known := func(name string) bool {
-			return p.valueOpts[name] && !(p.subcommands && after && !p.subOption(name))
+			return p.valueOpts[name] && !(p.subcommands && after && !p.subOption(name, operands))
 		}
 		take := func(name, val string, attached bool) bool {
 			if !attached {
@@ -644,11 +658,12 @@ func dash(b byte) string {
 	return "-" + string(b)
 }
 
-// subOption reports whether name is an option of a trigger bound to a
-// subcommand (git rebase --exec), recognised after the subcommand.
-func (p *execProgram) subOption(name string) bool {
+// subOption reports whether name is an option of a trigger bound to the
+// subcommand the operands start with (git rebase --exec), recognised
+// after it.
+func (p *execProgram) subOption(name string, operands []string) bool {
 	for _, t := range p.triggers {
-		if len(t.subcommand) > 0 && slices.Contains(t.options, name) {
+		if len(t.subcommand) > 0 && slices.Contains(t.options, name) && t.subcommandOf(operands) != nil {
 			return true
 		}
 	}

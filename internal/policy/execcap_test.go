@@ -89,7 +89,8 @@ func TestExecAnalyse(t *testing.T) {
 		{argv: []string{"gawk", "-S", "{print $1}"}},
 		{argv: []string{"vim", "+!id"}, code: "vim command"},
 		{argv: []string{"make", "-C", "sub", "test"}, files: []string{"GNUmakefile", "makefile", "Makefile"}},
-		{argv: []string{"npm", "test"}, files: []string{"package.json"}},
+		{argv: []string{"npm", "test"}, files: []string{"package.json", ".npmrc", ".yarnrc", ".yarnrc.yml"}},
+		{argv: []string{"git", "clone", "-c", "core.fsmonitor=id", "url"}, code: "git clone --config"},
 		{argv: []string{"npm", "view", "x"}},
 		{argv: []string{"./run.sh", "x"}, files: []string{"./run.sh"}},
 		{argv: []string{"ls"}, env: []string{"PAGER=less"}, nested: [][]string{{"less"}}},
@@ -97,6 +98,10 @@ func TestExecAnalyse(t *testing.T) {
 		{argv: []string{"cargo", "test"}, env: []string{"CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=id"}, nested: [][]string{{"id"}}, files: []string{"."}},
 		{argv: []string{"export", "EDITOR=vi", "X=1"}, nested: [][]string{{"vi"}}},
 		{argv: []string{"ls"}, env: []string{"PAGER="}},
+		{argv: []string{"export", "-n", "PAGER"}, code: "exported with a value set elsewhere"},
+		{argv: []string{"rg", "--pre", "sh -c id", "TODO"}, nested: [][]string{{"sh", "-c"}, {"id"}}},
+		{argv: []string{"rg", "-e", "--pre", "x"}},
+		{argv: []string{"git", "send-email", "--sendmail-cmd=id", "x.patch"}, nested: [][]string{{"id"}}},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.argv, " "), func(t *testing.T) {
