@@ -56,6 +56,8 @@ type execTrigger struct {
 	runs       runKind
 	join       bool     // runs shell: the operand and every later word, joined by spaces
 	files      []string // runs file without option or operand: these files, in the command's directory
+	stdin      bool     // applies when there is no operand and none of unless was given (a REPL or a program read from stdin)
+	unless     []string // options that make a stdin trigger not apply (-c, -m, --version)
 	reason     string
 }
 
@@ -279,6 +281,12 @@ func (l *loader) parseTrigger(n *yaml.Node) (execTrigger, bool) {
 			}
 		},
 		"reason": func(_, v *yaml.Node) { t.reason, _ = l.scalar(v, key+".reason") },
+		"stdin":  func(_, v *yaml.Node) { t.stdin = l.boolean(v, key+".stdin") },
+		"unless": func(_, v *yaml.Node) {
+			for _, s := range l.strings(v, key+".unless") {
+				t.unless = append(t.unless, s.Value)
+			}
+		},
 	})
 	if n.Kind != yaml.MappingNode {
 		return t, false
@@ -294,6 +302,8 @@ func (l *loader) parseTrigger(n *yaml.Node) (execTrigger, bool) {
 		l.errf(fileNode, "%s.file: only for runs: file without option or positional", key)
 	case t.join && t.positional == 0:
 		l.errf(n, "%s: join needs positional", key)
+	case t.stdin && (len(t.options) > 0 || t.positional > 0 || t.runs != runCode):
+		l.errf(n, "%s: stdin is a trigger of its own (no option, no positional) and runs code", key)
 	}
 	t.files = slices.Clip(t.files)
 	return t, len(l.errs) == before
@@ -608,6 +618,15 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 				}
 				p.apply(c, t, what, rest, nil, f)
 			}
+		case t.stdin:
+			if len(operands) > 0 || slices.ContainsFunc(opts, func(o argvOption) bool { return slices.Contains(t.unless, o.name) }) {
+				continue
+			}
+			what := ""
+			if t.describes() {
+				what = prog(c) + " without a script reads its program from stdin, and"
+			}
+			p.apply(c, t, what, "", nil, f)
 		case t.positional > 0:
 			if len(operands) < t.positional {
 				continue
