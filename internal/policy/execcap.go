@@ -256,7 +256,7 @@ func (l *loader) parseTrigger(n *yaml.Node) (execTrigger, bool) {
 		},
 		"value": func(_, v *yaml.Node) {
 			s, _ := l.scalar(v, key+".value")
-			t.value = strings.ToLower(s)
+			t.value = lowerASCII(s)
 		},
 		"positional": func(_, v *yaml.Node) {
 			var i int
@@ -601,7 +601,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 				if len(t.subcommand) > 0 && o.operands < len(t.subcommandOf(operands)) {
 					continue
 				}
-				if t.value != "" && !strings.HasPrefix(strings.ToLower(o.val), t.value) {
+				if t.value != "" && !hasPrefixFold(o.val, t.value) {
 					continue
 				}
 				used[i] = true
@@ -654,6 +654,35 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 }
 
 func prog(c *operation.Command) string { return path.Base(c.Argv[0]) }
+
+// hasPrefixFold reports whether s starts with prefix (lower-case), ASCII
+// letters compared without case: git and ssh fold their keys this way,
+// and only this way.
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
 
 // describes reports whether a finding of t needs a description (files and
 // harmless values have none shown).
