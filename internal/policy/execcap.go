@@ -373,7 +373,6 @@ type execFinding struct {
 	code   string   // non-empty: the command runs code not known statically; the reason
 	nested []nested // commands it runs that are known statically
 	files  []string // files it runs, as written (relative to dir)
-	dir    string   // the directory the files are relative to, "" for the command's
 }
 
 type nested struct {
@@ -575,9 +574,12 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 			opts = append(opts, argvOption{name: name, operands: len(operands)})
 		}
 	}
+	dir := "" // where this program's files are (make -C): per entry, so no entry moves another's
 	for _, o := range opts {
-		if p.dirOpts[o.name] {
-			f.dir = o.val
+		if p.dirOpts[o.name] && path.IsAbs(o.val) {
+			dir = o.val
+		} else if p.dirOpts[o.name] {
+			dir = path.Join(dir, o.val)
 		}
 	}
 	var ubuf [8]bool
@@ -616,7 +618,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 						what += " " + strings.TrimRight(t.value, "=")
 					}
 				}
-				p.apply(c, t, what, rest, nil, f)
+				p.apply(t, what, rest, nil, dir, f)
 			}
 		case t.stdin:
 			if len(operands) > 0 || slices.ContainsFunc(opts, func(o argvOption) bool { return slices.Contains(t.unless, o.name) }) {
@@ -626,7 +628,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 			if t.describes() {
 				what = prog(c) + " without a script reads its program from stdin, and"
 			}
-			p.apply(c, t, what, "", nil, f)
+			p.apply(t, what, "", nil, dir, f)
 		case t.positional > 0:
 			if len(operands) < t.positional {
 				continue
@@ -639,7 +641,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 			case t.describes():
 				what = fmt.Sprintf("%s operand %d", prog(c), t.positional)
 			}
-			p.apply(c, t, what, operands[k], args[operandAt[k]:], f)
+			p.apply(t, what, operands[k], args[operandAt[k]:], dir, f)
 		default:
 			what := ""
 			if t.describes() {
@@ -648,7 +650,7 @@ func (p *execProgram) analyse(c *operation.Command, f *execFinding) {
 					what += " " + strings.Join(t.subcommandOf(operands), " ")
 				}
 			}
-			p.apply(c, t, what, "", nil, f)
+			p.apply(t, what, "", nil, dir, f)
 		}
 	}
 }
@@ -733,7 +735,7 @@ func (t execTrigger) subcommandMatches(operands []string) bool {
 
 // apply records what trigger t found: val is the option value or operand,
 // rest the words from the operand on.
-func (p *execProgram) apply(c *operation.Command, t execTrigger, what, val string, rest []string, f *execFinding) {
+func (p *execProgram) apply(t execTrigger, what, val string, rest []string, dir string, f *execFinding) {
 	why := t.reason
 	switch t.runs {
 	case runShell:
@@ -755,12 +757,19 @@ func (p *execProgram) apply(c *operation.Command, t execTrigger, what, val strin
 		}
 		f.addCode(why)
 	case runFile:
-		if len(t.files) > 0 && f.files == nil {
-			f.files = t.files // clipped when loaded: an append copies
-		} else if len(t.files) > 0 {
-			f.files = append(f.files, t.files...)
-		} else if val != "" {
-			f.files = append(f.files, val)
+		files := t.files
+		if len(files) == 0 && val != "" {
+			files = []string{val}
+		}
+		if dir == "" && f.files == nil {
+			f.files = files // clipped when loaded: an append copies
+			break
+		}
+		for _, file := range files {
+			if dir != "" && !path.IsAbs(file) {
+				file = path.Join(dir, file)
+			}
+			f.files = append(f.files, file)
 		}
 	}
 }
@@ -771,13 +780,6 @@ func (p *execProgram) apply(c *operation.Command, t execTrigger, what, val strin
 func runsWritten(f *execFinding, written []string, base string) bool {
 	if len(written) == 0 || len(f.files) == 0 {
 		return false
-	}
-	if f.dir != "" {
-		if filepath.IsAbs(f.dir) {
-			base = f.dir
-		} else {
-			base = filepath.Join(base, f.dir)
-		}
 	}
 	for _, file := range f.files {
 		p := file
