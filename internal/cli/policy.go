@@ -195,6 +195,7 @@ func defaultAction(tool string) operation.Action {
 type opSpec struct {
 	tool, action, size, shell, mode string
 	paths, hosts, argv              []string
+	written                         []string // files the agent wrote (--agent-written)
 }
 
 // build turns flags into a normalized operation in the workspace.
@@ -251,6 +252,13 @@ func (a *App) buildOperation(s opSpec) (operation.Operation, error) {
 	if err := policy.Normalize(&op, a.Cwd); err != nil {
 		return op, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	for _, w := range s.written {
+		c, err := policy.Canonicalize(w, a.Cwd)
+		if err != nil {
+			return op, fmt.Errorf("%w: --agent-written %q: %v", errUsage, w, err)
+		}
+		op.AgentWritten = append(op.AgentWritten, c)
+	}
 	return op, nil
 }
 
@@ -258,7 +266,7 @@ func newPolicyCheckCmd(a *App) *cobra.Command {
 	var s opSpec
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "check --tool TOOL [--path P] [--host H:PORT] [--size N] [--shell 'CMDLINE' | -- ARGV...]",
+		Use:   "check --tool TOOL [--path P] [--host H:PORT] [--size N] [--agent-written PATH] [--shell 'CMDLINE' | -- ARGV...]",
 		Short: "Decide one operation with the effective policy",
 		Long: `check evaluates one operation in the current directory's workspace with the
 effective policy and prints the decision, the deciding rule and the reason.
@@ -308,6 +316,7 @@ Exit status: 0 allow, 10 approve, 20 block, 2 bad input or invalid policy.`,
 	f.StringVar(&s.size, "size", "", "bytes written or sent (12MiB, 1GB, 4096)")
 	f.StringVar(&s.shell, "shell", "", "a command line as a model writes it")
 	f.StringVar(&s.mode, "mode", "", "TDD mode of the session (default tdd.mode)")
+	f.StringArrayVar(&s.written, "agent-written", nil, "a file the agent wrote in the session, as the change set would say (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the decision as JSON")
 	return cmd
 }
@@ -413,8 +422,10 @@ type policyTestCase struct {
 	Shell  string   `yaml:"shell"`
 	Argv   []string `yaml:"argv"`
 	Mode   string   `yaml:"mode"`
-	Want   string   `yaml:"want"`
-	Rule   string   `yaml:"rule"`
+	// AgentWritten lists files the agent wrote (as --agent-written).
+	AgentWritten []string `yaml:"agent_written"`
+	Want         string   `yaml:"want"`
+	Rule         string   `yaml:"rule"`
 }
 
 func newPolicyTestCmd(a *App) *cobra.Command {
@@ -457,7 +468,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 					if err != nil {
 						return fmt.Errorf("%w: %s: test %q: want: %v", errUsage, file, name, err)
 					}
-					op, err := a.buildOperation(opSpec{tool: tc.Tool, action: tc.Action, size: tc.Size, shell: tc.Shell, mode: tc.Mode, paths: tc.Path, hosts: tc.Host, argv: tc.Argv})
+					op, err := a.buildOperation(opSpec{tool: tc.Tool, action: tc.Action, size: tc.Size, shell: tc.Shell, mode: tc.Mode, paths: tc.Path, hosts: tc.Host, argv: tc.Argv, written: tc.AgentWritten})
 					if err != nil {
 						return fmt.Errorf("%s: test %q: %w", file, name, err)
 					}
@@ -485,7 +496,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 }
 
 func newPolicyExplainCmd(a *App) *cobra.Command {
-	var showDefault, asJSON bool
+	var showDefault, showExec, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "explain",
 		Short: "List the effective rules and where each came from",
@@ -498,6 +509,9 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 			e, files, err := a.policyEngine()
 			if err != nil {
 				return err
+			}
+			if showExec {
+				return printExecTable(a, e, asJSON)
 			}
 			if asJSON {
 				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
@@ -531,6 +545,28 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&showDefault, "default", false, "print the default rule set (YAML)")
+	cmd.Flags().BoolVar(&showExec, "exec-capable", false, "list the exec-capable table: the programs and variables that run other code, with their sources")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+// printExecTable lists the effective exec-capable table: entries of the
+// policy files first, then the embedded ones.
+func printExecTable(a *App, e *policy.Engine, asJSON bool) error {
+	entries := e.ExecEntries()
+	if asJSON {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMES\tORIGIN\tSOURCE")
+	for _, x := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.Join(x.Names, ","), x.Origin, x.Source)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.Stdout, "\nAn allow rule for one of these programs does not allow what it is told to run\n(see docs/policy.md, \"Programs that run other code\").")
+	return nil
 }

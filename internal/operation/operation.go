@@ -130,6 +130,10 @@ type Operation struct {
 	// large, unreadable): such an operation can still be approved each
 	// time it runs, but no approval carries over to a later call.
 	Unbound string `json:"unbound,omitempty"`
+	// AgentWritten lists canonical absolute paths the agent has written
+	// in this session (its change set); policy tells apart commands that
+	// run one of them (a script, a Makefile, a package.json).
+	AgentWritten []string `json:"agent_written,omitempty"`
 }
 
 // Input is one file an operation runs or builds from, and its content.

@@ -62,6 +62,7 @@ func Builtins() []BuiltinRule {
 		{RuleProtectedArg, Block, "a command may not name fluffy's protected files"},
 		{RuleOutsideWrite, Block, "writes outside the workspace are not allowed"},
 		{RuleUnresolved, Approve, "the command cannot be resolved statically (a variable, substitution, eval, source, a script or stdin, or unparseable text): a person must look at it"},
+		{RuleExecCapable, Approve, "the command is told to run code the policy cannot see (an inline script, an expression language, an editor command); only an allow rule with exec_capable: true covers it"},
 	}
 }
 

@@ -43,6 +43,9 @@ type caseOp struct {
 	Repeat  int           `yaml:"repeat"`
 	Note    string        `yaml:"note"`
 	Raw     *rawOperation `yaml:"raw"`
+	// Written lists files the agent wrote in the session (workspace
+	// relative), for op.AgentWritten.
+	Written []string `yaml:"written"`
 }
 
 // rawOperation bypasses normalization, to test the engine's own defences.
@@ -399,6 +402,13 @@ func (c caseOp) operation(env caseEnv, issued map[string]string, other *Tokens) 
 	}
 	if err := Normalize(&op, env.ws); err != nil {
 		return op, err
+	}
+	for _, w := range c.Written {
+		p, err := Canonicalize(w, env.ws)
+		if err != nil {
+			return op, err
+		}
+		op.AgentWritten = append(op.AgentWritten, p)
 	}
 	return op, nil
 }

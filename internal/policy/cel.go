@@ -20,19 +20,23 @@ import (
 // CELOp is what a when expression sees as op: one atom of the operation.
 // Field names are the cel tags.
 type CELOp struct {
-	Tool        string     `cel:"tool"`
-	Action      string     `cel:"action"`
-	Path        string     `cel:"path"`
-	InWorkspace bool       `cel:"in_workspace"`
-	Argv        []string   `cel:"argv"`
-	Env         []string   `cel:"env"`
-	Wrapper     bool       `cel:"wrapper"`
-	Dynamic     bool       `cel:"dynamic"`
-	Host        string     `cel:"host"`
-	Port        int64      `cel:"port"`
-	Size        int64      `cel:"size"`
-	Tags        []string   `cel:"tags"`
-	Session     CELSession `cel:"session"`
+	Tool        string   `cel:"tool"`
+	Action      string   `cel:"action"`
+	Path        string   `cel:"path"`
+	InWorkspace bool     `cel:"in_workspace"`
+	Argv        []string `cel:"argv"`
+	Env         []string `cel:"env"`
+	Wrapper     bool     `cel:"wrapper"`
+	Dynamic     bool     `cel:"dynamic"`
+	// ExecCapable: the command runs code the exec-capable table cannot
+	// model; AgentWritten: it runs a file the agent wrote.
+	ExecCapable  bool       `cel:"exec_capable"`
+	AgentWritten bool       `cel:"agent_written"`
+	Host         string     `cel:"host"`
+	Port         int64      `cel:"port"`
+	Size         int64      `cel:"size"`
+	Tags         []string   `cel:"tags"`
+	Session      CELSession `cel:"session"`
 }
 
 // CELSession is op.session in a when expression.

@@ -68,6 +68,7 @@ func signature(ruleID string, c *CELOp) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s\x00%d\x00%d\x00", ruleID, c.Tool, c.Action, c.Path, c.InWorkspace, c.Host, c.Port, c.Size)
 	fmt.Fprintf(h, "%q\x00%q\x00%q\x00%t\x00%t\x00%s\x00%s", c.Argv, c.Env, c.Tags, c.Wrapper, c.Dynamic, c.Session.Mode, c.Session.State)
+	fmt.Fprintf(h, "\x00%t\x00%t", c.ExecCapable, c.AgentWritten)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy/shell"
 )
@@ -53,6 +55,7 @@ type Engine struct {
 	defaults  *group // the default rule set
 	all       []*rule
 	classes   *classCache
+	exec      *execTable // the exec-capable table: user, project, then embedded
 }
 
 // group is an ordered list of rules with an index by tool and action.
@@ -146,6 +149,8 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	defSrc := Source{Name: DefaultRulesName, Layer: LayerDefault, Data: DefaultRules}
 	defFile, derrs := parseSource(defSrc, env, opts.Home)
 	errs = append(errs, derrs...)
+	defExec, xerrs := parseExecSource(Source{Name: ExecTableName, Layer: LayerDefault, Data: ExecTable})
+	errs = append(errs, xerrs...)
 	var layered []*rule
 	trust := false
 	files := make([]*file, len(sources))
@@ -197,6 +202,13 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n%w", ErrInvalid, errors.Join(errs...))
 	}
+	e.exec = newExecTable()
+	for _, f := range files {
+		if f != nil && f.exec != nil {
+			e.exec.add(f.exec)
+		}
+	}
+	e.exec.add(defExec)
 	e.layered = newGroup(layered)
 	e.defaults = newGroup(defFile.rules)
 	e.all = append(slices.Clone(layered), defFile.rules...)
@@ -210,6 +222,20 @@ func parseSource(src Source, env *celEnv, home string) (*file, []error) {
 		return nil, l.errs
 	}
 	return f, nil
+}
+
+// parseExecSource reads the embedded exec-capable table.
+func parseExecSource(src Source) (*execTable, []error) {
+	l := &loader{src: src}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src.Data, &doc); err != nil {
+		return nil, []error{fmt.Errorf("%s: %w", src.Name, err)}
+	}
+	t := l.parseExecTable(doc.Content[0])
+	if len(l.errs) > 0 {
+		return nil, l.errs
+	}
+	return t, nil
 }
 
 func (e *Engine) extLimits() extLimits {
@@ -313,6 +339,9 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 	if d.Reason == "" {
 		d.Reason = fmt.Sprintf("rule %s: %s", d.Rule, d.Effect)
 	}
+	if r.a.via != "" && d.Effect > Allow {
+		d.Reason = r.a.via + ": " + d.Reason
+	}
 	return d
 }
 
@@ -334,20 +363,71 @@ func (e *Engine) atoms(op *operation.Operation, ws string, out []atom) []atom {
 		}
 	}
 	for i := range cmds {
-		c := &cmds[i]
-		out = append(out, atom{action: op.Action, cmd: c})
-		for _, w := range c.Writes {
-			p := w
-			if !filepath.IsAbs(p) && ws != "" {
-				p = filepath.Join(ws, p)
-			} else if filepath.IsAbs(p) {
-				p = filepath.Clean(p)
-			}
-			out = append(out, atom{action: operation.Write, path: p, inWS: ws != "" && filepath.IsAbs(p) && within(p, ws)})
-		}
+		out = e.cmdAtoms(op, &cmds[i], "", ws, 0, out)
 	}
 	if len(out) == 0 {
 		out = append(out, atom{action: op.Action})
+	}
+	return out
+}
+
+// cmdAtoms appends the atoms of one command: the command, its redirection
+// targets, and — through the exec-capable table — the commands it can be
+// told to run, each judged on its own like the commands of sh -c.
+func (e *Engine) cmdAtoms(op *operation.Operation, c *operation.Command, via, ws string, depth int, out []atom) []atom {
+	a := atom{action: op.Action, cmd: c, via: via}
+	var f execFinding
+	if e.exec != nil {
+		f = e.exec.analyse(c)
+	}
+	a.exec = f.code
+	if len(op.AgentWritten) > 0 {
+		base := ws
+		if d := c.Dir; d != "" {
+			if filepath.IsAbs(d) {
+				base = d
+			} else if ws != "" {
+				base = filepath.Join(ws, d)
+			}
+		}
+		a.written = runsWritten(&f, op.AgentWritten, base)
+	}
+	if len(f.nested) > 0 && depth >= maxExecDepth && a.exec == "" {
+		a.exec = fmt.Sprintf("commands nested deeper than %d through exec-capable arguments", maxExecDepth)
+	}
+	out = append(out, a)
+	for _, w := range c.Writes {
+		p := w
+		if !filepath.IsAbs(p) && ws != "" {
+			p = filepath.Join(ws, p)
+		} else if filepath.IsAbs(p) {
+			p = filepath.Clean(p)
+		}
+		out = append(out, atom{action: operation.Write, path: p, inWS: ws != "" && filepath.IsAbs(p) && within(p, ws), via: via})
+	}
+	if depth >= maxExecDepth {
+		return out
+	}
+	for _, n := range f.nested {
+		for j := range n.cmds {
+			nc := &n.cmds[j]
+			if c.Dir != "" {
+				if nc.Dir == "" {
+					nc.Dir = c.Dir
+				} else if !filepath.IsAbs(nc.Dir) {
+					nc.Dir = filepath.Join(c.Dir, nc.Dir)
+				}
+			}
+			if c.Dynamic && !nc.Dynamic {
+				nc.Dynamic, nc.Unresolved = true, c.Unresolved
+			}
+			if len(nc.Writes) > 0 && !nc.Dynamic {
+				// Normalization did not see these targets: they are
+				// not canonical (symlinks unresolved).
+				nc.Dynamic, nc.Unresolved = true, "a redirection in a command run through an exec-capable argument is not resolved"
+			}
+			out = e.cmdAtoms(op, nc, n.via, ws, depth+1, out)
+		}
 	}
 	return out
 }
@@ -386,6 +466,13 @@ func (e *Engine) decideAtom(ctx context.Context, op *operation.Operation, a *ato
 			layer = Match{Rule: "fallback", Effect: e.opts.Default, Layer: LayerFallback, Subject: a.subject(),
 				Message: "no rule matches " + a.subject() + "; the configured default (policy.default) is " + e.opts.Default.String()}
 		}
+	}
+	if a.exec != "" && layer.Layer == LayerFallback {
+		// No rule said exec_capable: true; the configured default does
+		// not speak for code nobody can see.
+		layer = Match{Rule: RuleExecCapable, Effect: max(Approve, e.opts.Default), Layer: LayerBuiltin, Subject: a.subject(),
+			Message: a.exec + "; a person must look at it (an allow rule covers it only with exec_capable: true)"}
+		*ms = append(*ms, layer)
 	}
 	res := atomResult{effect: layer.Effect, deciding: layer, a: a}
 	if bm, ok := strongest((*ms)[start:bEnd]); ok {
@@ -429,6 +516,7 @@ func (ev *evalCtx) celOp() *CELOp {
 			c.Env = cmd.Env
 		}
 		c.Wrapper, c.Dynamic = cmd.Wrapper, cmd.Dynamic
+		c.ExecCapable, c.AgentWritten = ev.a.exec != "", ev.a.written
 	}
 	if h := ev.a.host; h != nil {
 		c.Host, c.Port = h.Name, int64(h.Port)
@@ -454,6 +542,9 @@ func (e *Engine) evalGroup(ctx context.Context, g *group, ev *evalCtx, shadowed 
 // matches; an allow rule does not.
 func (e *Engine) evalRule(ctx context.Context, r *rule, ev *evalCtx) (Match, bool) {
 	strict := r.effect == Allow
+	if strict && ev.a.exec != "" && (r.match == nil || r.match.execCapable == nil || !*r.match.execCapable) {
+		return Match{}, false // allowing a program is not allowing the code it is told to run
+	}
 	if r.match != nil && !r.match.matches(ev.op, ev.a, ev.ws, strict) {
 		return Match{}, false
 	}
@@ -493,7 +584,7 @@ func (e *Engine) evalRule(ctx context.Context, r *rule, ev *evalCtx) (Match, boo
 			m.Message = "extension failed; a person must decide"
 			return m, true
 		}
-		if eff == 0 {
+		if eff == 0 || eff == Allow && ev.a.exec != "" {
 			return Match{}, false
 		}
 		m.Effect, m.Message = eff, msg

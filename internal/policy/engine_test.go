@@ -235,6 +235,7 @@ func FuzzCompile(f *testing.F) {
 		"rules: [",
 		"extensions: [a.star]\n",
 		"rules:\n  - id: d\n    effect: block\n    match: {}\n    when: 'op.argv.exists(a, a.matches(\"^-f\"))'\n",
+		"exec_capable:\n  programs:\n    - names: [go]\n      source: \"go help test: -exec\"\n      triggers:\n        - {option: -x, value: \"İk\", runs: shell}\n        - {positional: 2, runs: argv}\n        - {stdin: true, runs: code}\n  env:\n    - {name: \"X*\", runs: shell, source: s}\nrules:\n  - id: e\n    effect: allow\n    match: {exec_capable: true, written_by_agent: false}\n",
 	} {
 		f.Add(s)
 	}

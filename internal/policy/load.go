@@ -65,6 +65,7 @@ type file struct {
 	rules             []*rule
 	extensions        []extRef
 	trustProjectAllow bool
+	exec              *execTable
 }
 
 type extRef struct {
@@ -139,6 +140,7 @@ func (l *loader) parseFile() *file {
 				f.extensions = append(f.extensions, extRef{name: s.Value, line: s.Line, col: s.Column})
 			}
 		},
+		"exec_capable": func(_, v *yaml.Node) { f.exec = l.parseExecTable(v) },
 		"trust_project_allow": func(_, v *yaml.Node) {
 			if l.src.Layer != LayerUser {
 				l.errf(v, "trust_project_allow: only the user's policy file may set it")
@@ -430,8 +432,16 @@ func (l *loader) parseMatcher(n *yaml.Node, key string) *matcher {
 			}
 		},
 		"workspace": func(_, v *yaml.Node) { b := l.boolean(v, key+".workspace"); m.workspace = &b },
-		"wrapper":   func(_, v *yaml.Node) { b := l.boolean(v, key+".wrapper"); m.wrapper = &b },
-		"dynamic":   func(_, v *yaml.Node) { b := l.boolean(v, key+".dynamic"); m.dynamic = &b },
+		"exec_capable": func(_, v *yaml.Node) {
+			b := l.boolean(v, key+".exec_capable")
+			m.execCapable = &b
+		},
+		"written_by_agent": func(_, v *yaml.Node) {
+			b := l.boolean(v, key+".written_by_agent")
+			m.writtenByAgent = &b
+		},
+		"wrapper": func(_, v *yaml.Node) { b := l.boolean(v, key+".wrapper"); m.wrapper = &b },
+		"dynamic": func(_, v *yaml.Node) { b := l.boolean(v, key+".dynamic"); m.dynamic = &b },
 	})
 	return m
 }

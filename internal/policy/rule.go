@@ -67,6 +67,10 @@ type matcher struct {
 	env       []glob
 	wrapper   *bool
 	dynamic   *bool
+	// execCapable and writtenByAgent match what the exec-capable table
+	// says of a command (see execcap.go).
+	execCapable    *bool
+	writtenByAgent *bool
 }
 
 // atom is one part of an operation that is decided on its own: one path,
@@ -79,6 +83,14 @@ type atom struct {
 	host   *operation.Host
 	cmd    *operation.Command
 	subj   string
+	// via is set on a command found through an exec-capable argument
+	// (git -c core.pager=CMD): what ran it, for the reason.
+	via string
+	// exec is set when the command runs code the table cannot model
+	// (python -c, awk): why.
+	exec string
+	// written is set when the command runs a file the agent wrote.
+	written bool
 }
 
 func (a *atom) subject() string {
@@ -215,6 +227,12 @@ func (m *matcher) matches(op *operation.Operation, a *atom, ws string, strict bo
 		return false
 	}
 	if m.dynamic != nil && (a.cmd == nil || a.cmd.Dynamic != *m.dynamic) {
+		return false
+	}
+	if m.execCapable != nil && (a.cmd == nil || (a.exec != "") != *m.execCapable) {
+		return false
+	}
+	if m.writtenByAgent != nil && (a.cmd == nil || a.written != *m.writtenByAgent) {
 		return false
 	}
 	return true

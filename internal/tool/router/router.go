@@ -329,6 +329,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	if err == nil {
 		err = r.bind(t, op, args)
 	}
+	if err == nil && op.Action == operation.Exec && r.o.ChangeSet != nil {
+		// Policy tells apart a command that runs a file the agent wrote
+		// (a script, a Makefile): the change set says which those are.
+		op.AgentWritten, err = policy.AgentWritten(r.o.ChangeSet.UpperDir(), op.Session.Workspace)
+	}
 	if err != nil {
 		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
 		if errors.Is(err, tool.ErrOutsideWorkspace) {

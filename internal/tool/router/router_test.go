@@ -800,3 +800,36 @@ func TestCommandWritesFeedTDD(t *testing.T) {
 		t.Errorf("test written by a command: %s", res.Content)
 	}
 }
+
+// The router tells the policy which files the agent wrote (the change
+// set), so that a rule can tell `make test` of the repository's Makefile
+// from `make test` of one the agent wrote.
+func TestAgentWrittenFromTheChangeSet(t *testing.T) {
+	e := newEnv(t, setup{mode: tdd.Explore, approver: true, userPolicy: []byte(`
+rules:
+  - id: test.agent-scripts
+    effect: block
+    message: this runs a file the agent wrote
+    match: {action: exec, written_by_agent: true}
+  - id: test.make-ask
+    effect: approve
+    match: {action: exec, argv: [make, test]}
+`)})
+	e.answer = "/deny not now"
+	ctx := t.Context()
+	res, err := e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "make test"}))
+	must(t, err)
+	if !strings.Contains(res.Content, "refused by the approval gate (rule test.make-ask)") {
+		t.Fatalf("make test of an untouched tree: %s", res.Content)
+	}
+	res, err = e.r.Call(ctx, tc("fs.write", map[string]any{"path": "Makefile", "content": "test:\n\tcurl https://x\n"}))
+	must(t, err)
+	if res.IsError {
+		t.Fatalf("write: %s", res.Content)
+	}
+	res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "make test"}))
+	must(t, err)
+	if !strings.Contains(res.Content, "refused by the policy gate (rule test.agent-scripts)") {
+		t.Fatalf("make test after the agent wrote the Makefile: %s", res.Content)
+	}
+}
