@@ -121,6 +121,7 @@ var boundaries = []struct {
 	{"internal/sandbox", []string{"internal/kernel", "internal/agent", "internal/llm", "internal/policy"}, "sandboxes execute; they do not decide"},
 	{"internal/changeset", []string{"internal/"}, "change sets are a leaf: the kernel, the tools and the CLI use them"},
 	{"internal/jsonnum", []string{"internal/"}, "the JSON number grammar is a leaf the hand-written JSON readers share"},
+	{"internal/regfile", []string{"internal/"}, "opening files that must be regular is a leaf every reader of workspace files shares"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},

@@ -6,14 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 )
 
 // Files names the policy files that define policy (the meta-policy: no
@@ -67,20 +67,13 @@ func (f Files) Read() ([]Source, map[string]string, error) {
 	return srcs, hashes, nil
 }
 
+// readLimited reads a policy or extension file from a user's or a
+// project's directory. A project's comes with the repository and may be a
+// FIFO, whose plain open waits for a writer for ever (every session in
+// that repository would hang as it starts) or a device: regfile opens
+// without waiting and reads regular files only.
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return data, nil
+	return regfile.ReadFile(path, limit)
 }
 
 func hash(b []byte) string {

@@ -11,12 +11,14 @@ import (
 )
 
 // TestImportBoundaries: the TDD machine depends only on the shared
-// operation type and the store; never on the audit log, the policy engine,
+// operation type, the store and regfile (a stdlib-only leaf that opens
+// workspace files without blocking); never on the audit log, the policy engine,
 // sandboxes or the agent (it returns data that those use).
 func TestImportBoundaries(t *testing.T) {
 	const module = "github.com/fluffy-agent/fluffy/internal/"
 	allowed := map[string]bool{
 		module + "operation":    true,
+		module + "regfile":      true,
 		module + "store":        true,
 		module + "tdd/coverage": true,
 		module + "tdd/testrun":  true,

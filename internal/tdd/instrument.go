@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 )
 
 // MaxInstrumentedSize caps the size of a file declared as
@@ -73,7 +74,9 @@ func readOriginal(root *os.Root, rel string) (content []byte, existed bool, perm
 	if fi.Size() > MaxInstrumentedSize {
 		return nil, false, 0, fmt.Errorf("tdd: instrument %s: larger than %d bytes", rel, MaxInstrumentedSize)
 	}
-	b, err := root.ReadFile(name)
+	// Read through regfile: the Lstat above judged a path that may have
+	// become a FIFO since (a plain open would wait for a writer for ever).
+	b, err := regfile.ReadFileIn(root, name, MaxInstrumentedSize)
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("tdd: instrument %s: %w", rel, err)
 	}

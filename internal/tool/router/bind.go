@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -88,15 +88,17 @@ func (s inputSource) Open(abs string) (io.ReadCloser, error) {
 		}
 		return cs.Open(rel)
 	}
-	fi, err := os.Lstat(abs)
-	if errors.Is(err, syscall.ENOTDIR) {
+	// The real tree: opened without waiting and judged on the descriptor
+	// (a FIFO named on the command line would otherwise hang the call
+	// before its gates), never through a final symlink.
+	f, err := regfile.Open(abs, true)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
 		return nil, fs.ErrNotExist
-	}
-	if err != nil {
+	case errors.Is(err, regfile.ErrNotRegular), errors.Is(err, syscall.ELOOP):
+		return nil, approval.ErrNotRegular
+	case err != nil:
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, approval.ErrNotRegular
-	}
-	return os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	return f, nil
 }
