@@ -680,7 +680,7 @@ func TestTerminalHostileModel(t *testing.T) {
 	rows = s.waitFor(`(?m)^\+\\x1b\[2Kred`)
 	has(t, rows,
 		`(?m)^ bidi\\u202etxt\.md \|\s+2 \+\+$`,
-		`(?m)^\+\+\+ b/bidi\\u202etxt\.md$`,
+		`(?m)^\+\+\+ "b/bidi\\u202etxt\.md"$`,
 		`(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`,
 	)
 
@@ -708,7 +708,7 @@ func TestTerminalHostileModel(t *testing.T) {
 		d := startScreen(t, ws, env, argv...)
 		rows := d.waitFor(`(?m)^EXIT=0$`)
 		if argv[1] == "session" {
-			has(t, rows, `(?m)^\+\+\+ b/bidi\\u202etxt\.md$`, `(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`)
+			has(t, rows, `(?m)^\+\+\+ "b/bidi\\u202etxt\.md"$`, `(?m)^\+\\x1b\[2Kred\\x1b\]2;DIFF-TITLE\\x1b\\ \\u200bzero$`)
 		} else {
 			has(t, rows, `(?m)^A file +bidi\\u202etxt\.md$`)
 		}

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -365,16 +365,9 @@ func newPolicyLintCmd(a *App) *cobra.Command {
 				if project {
 					layer = policy.LayerProject
 				}
-				data, err := os.ReadFile(args[0])
+				src, err := policy.ReadSource(args[0], layer)
 				if err != nil {
 					return fmt.Errorf("%w: %v", errUsage, err)
-				}
-				src := policy.Source{Name: args[0], Layer: layer, Data: data, Extensions: map[string][]byte{}}
-				stars, _ := filepath.Glob(filepath.Join(filepath.Dir(args[0]), "*.star"))
-				for _, s := range stars {
-					if b, err := os.ReadFile(s); err == nil {
-						src.Extensions[filepath.Base(s)] = b
-					}
 				}
 				srcs = append(srcs, src)
 			} else {
@@ -408,6 +401,9 @@ func newPolicyLintCmd(a *App) *cobra.Command {
 }
 
 // policyTestFile is the format of fluffy policy test's files.
+// maxPolicyTestFile bounds one file of `fluffy policy test`.
+const maxPolicyTestFile = 1 << 20
+
 type policyTestFile struct {
 	Tests []policyTestCase `yaml:"tests"`
 }
@@ -449,7 +445,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 			sort.Strings(files)
 			pass, fail := 0, 0
 			for _, file := range files {
-				data, err := os.ReadFile(file)
+				data, err := regfile.ReadFile(file, maxPolicyTestFile)
 				if err != nil {
 					return err
 				}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
@@ -292,7 +292,9 @@ the report is malformed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in := a.Stdin
 			if len(args) == 1 {
-				f, err := os.Open(args[0])
+				// A report a test run left may be anything: never wait
+				// on a FIFO or read a device.
+				f, err := regfile.Open(args[0], false)
 				if err != nil {
 					return err
 				}

@@ -39,7 +39,7 @@ func (f Files) Read() ([]Source, map[string]string, error) {
 		if x.path == "" {
 			continue
 		}
-		data, err := readLimited(x.path, maxFileSize)
+		src, err := readSource(x.path, x.layer, hashes)
 		if errors.Is(err, fs.ErrNotExist) {
 			hashes[x.path] = "absent"
 			continue
@@ -47,24 +47,42 @@ func (f Files) Read() ([]Source, map[string]string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("policy: %w", err)
 		}
-		hashes[x.path] = hash(data)
-		src := Source{Name: x.path, Layer: x.layer, Data: data, Extensions: map[string][]byte{}}
-		stars, _ := filepath.Glob(filepath.Join(filepath.Dir(x.path), "*.star"))
-		sort.Strings(stars)
-		if len(stars) > maxExtensions {
-			stars = stars[:maxExtensions]
-		}
-		for _, s := range stars {
-			code, err := readLimited(s, maxExtensionSize+1)
-			if err != nil {
-				continue
-			}
-			src.Extensions[filepath.Base(s)] = code
-			hashes[s] = hash(code)
-		}
 		srcs = append(srcs, src)
 	}
 	return srcs, hashes, nil
+}
+
+// ReadSource reads one policy file and the extensions (*.star) beside it,
+// as a source of the given layer: what a session loads, and what `fluffy
+// policy lint FILE` checks.
+func ReadSource(path string, layer Layer) (Source, error) {
+	return readSource(path, layer, map[string]string{})
+}
+
+// readSource reads path and its extensions, noting the hash of each file
+// read in hashes. An extension that cannot be read (too large, not a
+// regular file) is left out; the rules that name it then fail to compile.
+func readSource(path string, layer Layer, hashes map[string]string) (Source, error) {
+	data, err := readLimited(path, maxFileSize)
+	if err != nil {
+		return Source{}, err
+	}
+	hashes[path] = hash(data)
+	src := Source{Name: path, Layer: layer, Data: data, Extensions: map[string][]byte{}}
+	stars, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.star"))
+	sort.Strings(stars)
+	if len(stars) > maxExtensions {
+		stars = stars[:maxExtensions]
+	}
+	for _, s := range stars {
+		code, err := readLimited(s, maxExtensionSize+1)
+		if err != nil {
+			continue
+		}
+		src.Extensions[filepath.Base(s)] = code
+		hashes[s] = hash(code)
+	}
+	return src, nil
 }
 
 // readLimited reads a policy or extension file from a user's or a
