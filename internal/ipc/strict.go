@@ -3,8 +3,9 @@ package ipc
 import (
 	"encoding/json"
 	"fmt"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/jsonname"
 )
 
 // DuplicateKeyError: a JSON object names one member twice. encoding/json
@@ -63,7 +64,7 @@ func checkKeys(data []byte) error {
 				if stack[top] == nil {
 					stack[top] = map[string]string{}
 				}
-				f := foldKey(k)
+				f := jsonname.Fold(k)
 				if first, dup := stack[top][f]; dup {
 					return &DuplicateKeyError{Key: k, First: first}
 				}
@@ -110,35 +111,4 @@ func jsonKey(q []byte) (string, error) {
 		return "", err
 	}
 	return s, nil
-}
-
-// foldKey maps a name to one form shared by every name equal to it under
-// Unicode simple case folding (what encoding/json's field matching
-// ignores, "K" and the Kelvin sign included).
-func foldKey(s string) string {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
-		b := []byte(s)
-		for i, c := range b {
-			if 'a' <= c && c <= 'z' { // the orbit's least rune, as below
-				b[i] = c - ('a' - 'A')
-			}
-		}
-		return string(b)
-	}
-	r := []rune(s)
-	for i, c := range r {
-		m := c
-		for f := unicode.SimpleFold(c); f != c; f = unicode.SimpleFold(f) {
-			m = min(m, f)
-		}
-		r[i] = m
-	}
-	return string(r)
 }

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/fluffy-agent/fluffy/internal/jsonname"
 )
 
 // Limits on a call's arguments.
@@ -174,10 +176,10 @@ func parseValue(dec *json.Decoder, depth int) (any, error) {
 				if _, dup := m[k]; dup {
 					return nil, fmt.Errorf("duplicate key %q", truncate(k, 40))
 				}
-				if first, dup := folds[foldName(k)]; dup {
+				if first, dup := folds[jsonname.Fold(k)]; dup {
 					return nil, fmt.Errorf("duplicate key %q: %q differs from it only in case, and names are matched without regard to case", truncate(k, 40), truncate(first, 40))
 				}
-				folds[foldName(k)] = k
+				folds[jsonname.Fold(k)] = k
 				if m[k], err = parseValue(dec, depth+1); err != nil {
 					return nil, err
 				}

@@ -3,9 +3,8 @@ package tool
 import (
 	"encoding/json"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/fluffy-agent/fluffy/internal/jsonname"
 	"github.com/fluffy-agent/fluffy/internal/jsonnum"
 )
 
@@ -50,7 +49,7 @@ func (p *fastParser) value(depth int) (any, bool) {
 	case c == '{':
 		p.i++
 		m := map[string]any{}
-		var folds map[string]struct{} // the names seen, folded (foldName); made at the second
+		var folds map[string]struct{} // the names seen, folded (jsonname.Fold); made at the second
 		p.ws()
 		if p.i < len(p.in) && p.in[p.i] == '}' {
 			p.i++
@@ -72,10 +71,10 @@ func (p *fastParser) value(depth int) (any, bool) {
 				if folds == nil {
 					folds = make(map[string]struct{}, 4)
 					for k0 := range m {
-						folds[foldName(k0)] = struct{}{}
+						folds[jsonname.Fold(k0)] = struct{}{}
 					}
 				}
-				f := foldName(k)
+				f := jsonname.Fold(k)
 				if _, dup := folds[f]; dup {
 					return nil, false
 				}
@@ -200,38 +199,4 @@ func (p *fastParser) number() (any, bool) {
 		return nil, false
 	}
 	return f, true
-}
-
-// foldName maps a member name to one form shared by every name equal to
-// it under Unicode simple case folding: the least rune of each rune's
-// folding orbit ("K" for k, K and the Kelvin sign). encoding/json
-// matches member names to struct fields without regard to case, so
-// {"path":"a","PATH":"b"} would be one field set twice, the schema
-// having checked only one of the values: such names are duplicates.
-func foldName(s string) string {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
-		b := []byte(s)
-		for i, c := range b {
-			if 'a' <= c && c <= 'z' {
-				b[i] = c - ('a' - 'A')
-			}
-		}
-		return string(b)
-	}
-	r := []rune(s)
-	for i, c := range r {
-		m := c
-		for f := unicode.SimpleFold(c); f != c; f = unicode.SimpleFold(f) {
-			m = min(m, f)
-		}
-		r[i] = m
-	}
-	return string(r)
 }
