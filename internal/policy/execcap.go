@@ -404,7 +404,7 @@ func (t *execTable) analyse(c *operation.Command) execFinding {
 		// Exported variables reach the commands that follow.
 		var env []string
 		for _, a := range c.Argv[1:] {
-			if isAssignWord(a) {
+			if shell.IsAssign(a) {
 				env = append(env, a)
 			} else if t.envNamed(a) {
 				// export PAGER: its value was set apart (PAGER=…;
@@ -418,20 +418,6 @@ func (t *execTable) analyse(c *operation.Command) execFinding {
 		p.analyse(c, &f)
 	}
 	return f
-}
-
-func isAssignWord(s string) bool {
-	name, _, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
-		return false
-	}
-	for i, r := range name {
-		if r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9' {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // envNamed reports whether a variable named name runs something.

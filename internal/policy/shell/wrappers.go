@@ -123,7 +123,7 @@ func (o opts) parse(args []string, onOpt func(name, val string) error) (env []st
 	}
 	if o.envAssign {
 		for ; i < len(args); i++ {
-			if !isAssign(args[i]) {
+			if !IsAssign(args[i]) {
 				break
 			}
 			env = append(env, args[i])
@@ -132,7 +132,10 @@ func (o opts) parse(args []string, onOpt func(name, val string) error) (env []st
 	return env, args[i:], nil
 }
 
-func isAssign(s string) bool {
+// IsAssign reports whether a word is an environment assignment NAME=value
+// as env(1) and a shell's prefix take it (a name of letters, digits and
+// underscores, not starting with a digit).
+func IsAssign(s string) bool {
 	name, _, ok := strings.Cut(s, "=")
 	if !ok || name == "" {
 		return false
