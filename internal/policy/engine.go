@@ -224,9 +224,8 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 
 // Digest names the effective policy: a SHA-256 over everything Compile
 // read that decides (the default rules and exec-capable table, each
-// source's name, layer, text
-// and extensions, the fallback effect, the protected paths, the home
-// directory and the extension limits), hex. Two engines with the same
+// source's name, layer, text and extensions, the fallback effect, the
+// protected paths, the home directory and the extension limits), hex. Two engines with the same
 // digest decide alike. A capability token and an approval "for session"
 // carry the digest of the policy they were given under, and count only
 // under that policy.
