@@ -29,7 +29,7 @@ func (p PolicyEvaluator) Evaluate(ctx context.Context, op operation.Operation) (
 		return Evaluation{}, errors.New("approval: no policy engine")
 	}
 	d := p.Engine.Explain(ctx, op)
-	ev := Evaluation{Rule: d.Rule, Reason: d.Reason}
+	ev := Evaluation{Rule: d.Rule, Reason: d.Reason, Policy: d.Policy}
 	switch d.Effect {
 	case policy.Allow:
 		ev.Effect = EffectAllow

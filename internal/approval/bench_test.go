@@ -20,7 +20,7 @@ func BenchmarkMint(b *testing.B) {
 		Eval: Evaluation{Effect: EffectApprove, Rule: "destructive"}, Decision: Decision{Verdict: Approved}}}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := g.Mint(req); err != nil {
+		if _, _, err := g.Mint(req, rp.engine.Digest()); err != nil {
 			b.Fatal(err)
 		}
 		g.EndSession("s")
@@ -44,7 +44,7 @@ func BenchmarkDecidePresented(b *testing.B) {
 				}
 				req := Request{Session: "s", Items: []Item{{N: 1, Step: Step{Op: shellOp("s", argv...)},
 					Eval: Evaluation{Effect: EffectApprove}, Decision: Decision{Verdict: Approved}}}}
-				if _, _, err := g.Mint(req); err != nil {
+				if _, _, err := g.Mint(req, rp.engine.Digest()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -61,7 +61,7 @@ func TestTokenBindsTheWholeOperation(t *testing.T) {
 		t.Helper()
 		req := Request{Session: "s1", Items: []Item{{N: 1, Step: Step{Op: lineOp(t, "s1", line, src)},
 			Eval: Evaluation{Effect: EffectApprove}, Decision: Decision{Verdict: Approved, Scope: ScopeSession}}}}
-		if _, skipped, err := g.Mint(req); err != nil || len(skipped) > 0 {
+		if _, skipped, err := g.Mint(req, rp.engine.Digest()); err != nil || len(skipped) > 0 {
 			t.Fatal(err, skipped)
 		}
 	}
@@ -204,6 +204,7 @@ func FuzzTokenBinding(f *testing.F) {
 			if s.Op != a.Signature() {
 				t.Fatalf("scope not bound to the operation: %+v", s)
 			}
+			s.Policy = rp.engine.Digest()
 			tok, err := rp.tokens.Issue(s, 3600e9, 1)
 			if err != nil {
 				continue // a resource the token syntax cannot hold: no token

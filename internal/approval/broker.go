@@ -28,6 +28,9 @@ type Evaluation struct {
 	Effect Effect `json:"effect"`
 	Rule   string `json:"rule"`
 	Reason string `json:"reason"`
+	// Policy is the digest of the policy that evaluated (policy
+	// Engine.Digest): an approval "for session" counts only under it.
+	Policy string `json:"policy,omitempty"`
 }
 
 // Evaluator pre-evaluates a step (the policy engine, wired by the kernel).
@@ -138,8 +141,9 @@ type Broker struct {
 	// pending maps a request id to its state.
 	pending map[string]*pending
 	// sessionOK holds approvals given "for session":
-	// session -> rule -> signature.
-	sessionOK map[string]map[string]map[string]bool
+	// session -> sessionKey(rule, signature) -> the policy digest they
+	// were given under.
+	sessionOK map[string]map[string]string
 }
 
 type pending struct {
@@ -159,7 +163,7 @@ func NewBroker(opts Options) (*Broker, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Broker{opts: opts, pending: map[string]*pending{}, sessionOK: map[string]map[string]map[string]bool{}}, nil
+	return &Broker{opts: opts, pending: map[string]*pending{}, sessionOK: map[string]map[string]string{}}, nil
 }
 
 // Ask evaluates every step, asks the person ONE question about the steps
@@ -188,9 +192,18 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 			// An operation whose files could not be bound matches
 			// no earlier approval: its signature does not say what
 			// it runs.
-			if s.Op.Unbound == "" && b.coveredForSession(session, ev.Rule, s.Op.Signature()) {
+			covered, stale := false, false
+			if s.Op.Unbound == "" {
+				covered, stale = b.coveredForSession(session, ev.Policy, ev.Rule, s.Op.Signature())
+			}
+			switch {
+			case covered:
 				it.Decision = Decision{Verdict: Approved, Scope: ScopeSession, Reason: "approved earlier for this session"}
-			} else {
+			case stale:
+				// Say why a person is asked again.
+				it.Decision = Decision{Verdict: Pending}
+				it.Eval.Reason += " (approved earlier for this session, but the policy changed since this approval: asked again)"
+			default:
 				it.Decision = Decision{Verdict: Pending}
 			}
 		default:
@@ -291,7 +304,7 @@ func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 	p.version++
 	for _, it := range next.Items {
 		if it.Decision.Verdict == Approved && it.Decision.Scope == ScopeSession && it.Eval.Effect == EffectApprove && it.Op.Unbound == "" {
-			b.rememberLocked(next.Session, it.Eval.Rule, it.Op.Signature())
+			b.rememberLocked(next.Session, it.Eval.Policy, it.Eval.Rule, it.Op.Signature())
 		}
 	}
 	open := next.Open()
@@ -323,9 +336,11 @@ func (b *Broker) Pending(session string) []Request {
 }
 
 // CoveredForSession reports whether a person approved operations with this
-// rule and signature for the rest of the session.
-func (b *Broker) CoveredForSession(session, rule, signature string) bool {
-	return b.coveredForSession(session, rule, signature)
+// rule and signature for the rest of the session, under the policy with
+// this digest.
+func (b *Broker) CoveredForSession(session, policyDigest, rule, signature string) bool {
+	ok, _ := b.coveredForSession(session, policyDigest, rule, signature)
+	return ok
 }
 
 // EndSession forgets the session's approvals.
@@ -335,20 +350,22 @@ func (b *Broker) EndSession(session string) {
 	delete(b.sessionOK, session)
 }
 
-func (b *Broker) coveredForSession(session, rule, sig string) bool {
+func sessionKey(rule, sig string) string { return rule + "\x00" + sig }
+
+// coveredForSession reports whether the approval holds under policy, and
+// whether one was given under another policy (stale).
+func (b *Broker) coveredForSession(session, policy, rule, sig string) (ok, stale bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.sessionOK[session][rule][sig]
+	given, found := b.sessionOK[session][sessionKey(rule, sig)]
+	return found && given == policy, found && given != policy
 }
 
-func (b *Broker) rememberLocked(session, rule, sig string) {
+func (b *Broker) rememberLocked(session, policy, rule, sig string) {
 	if b.sessionOK[session] == nil {
-		b.sessionOK[session] = map[string]map[string]bool{}
+		b.sessionOK[session] = map[string]string{}
 	}
-	if b.sessionOK[session][rule] == nil {
-		b.sessionOK[session][rule] = map[string]bool{}
-	}
-	b.sessionOK[session][rule][sig] = true
+	b.sessionOK[session][sessionKey(rule, sig)] = policy
 }
 
 // expire denies every open step of request id.

@@ -291,7 +291,7 @@ func TestSessionScope(t *testing.T) {
 		<-done
 	}
 	b.EndSession("s1")
-	if b.CoveredForSession("s1", "net", cmd("curl", "example.com").Op.Signature()) {
+	if b.CoveredForSession("s1", "", "net", cmd("curl", "example.com").Op.Signature()) {
 		t.Error("session approvals survive the session")
 	}
 }
@@ -400,5 +400,62 @@ func TestMalformedAnswerKeepsRequestOpen(t *testing.T) {
 	}
 	if got := verdictsOf((<-done).req); got != "A" {
 		t.Error(got)
+	}
+}
+
+// digestEvaluator answers approve under the policy whose digest it holds,
+// which a test changes as a person would edit the policy file.
+type digestEvaluator struct {
+	mu     sync.Mutex
+	digest string
+}
+
+func (d *digestEvaluator) Evaluate(context.Context, operation.Operation) (Evaluation, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Evaluation{Effect: EffectApprove, Rule: "default", Reason: "nothing matched", Policy: d.digest}, nil
+}
+
+// TestSessionScopeBoundToPolicy: an approval "for session" counts under
+// the policy it was given under only; after a change the person is asked
+// again and told why, and the new answer counts under the new policy.
+// Ending the session forgets both.
+func TestSessionScopeBoundToPolicy(t *testing.T) {
+	ev := &digestEvaluator{digest: "p1"}
+	n := newInbox()
+	b, err := NewBroker(Options{Evaluator: ev, Notifier: n, Recorder: &journal{}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approveForSession := func() Request {
+		t.Helper()
+		done := ask(b, t.Context(), "s1", cmd("make", "install"))
+		r := <-n.ch
+		if err := b.Answer(t.Context(), r.ID, "/approve 1 for session", Who{"ana", "cli"}); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		return r
+	}
+	approveForSession()
+	if res, err := b.Ask(t.Context(), "s1", "again", []Step{cmd("make", "install")}); err != nil || verdictsOf(res) != "S" {
+		t.Fatalf("same policy: %s, %v", verdictsOf(res), err)
+	}
+	ev.mu.Lock()
+	ev.digest = "p2"
+	ev.mu.Unlock()
+	r := approveForSession()
+	if len(r.Items) != 1 || !strings.Contains(r.Items[0].Eval.Reason, "the policy changed since this approval") {
+		t.Errorf("asked again without saying why: %+v", r.Items)
+	}
+	if !b.CoveredForSession("s1", "p2", "default", cmd("make", "install").Op.Signature()) {
+		t.Error("the new approval does not count under the new policy")
+	}
+	if b.CoveredForSession("s1", "p1", "default", cmd("make", "install").Op.Signature()) {
+		t.Error("an approval counts under a policy it was not given under")
+	}
+	b.EndSession("s1")
+	if b.CoveredForSession("s1", "p2", "default", cmd("make", "install").Op.Signature()) {
+		t.Error("session approvals survive the session")
 	}
 }

@@ -32,8 +32,8 @@ type GrantOptions struct {
 	// Issuer mints the tokens (required).
 	Issuer Issuer
 	// TTL is how long a token lives (config approval.token_ttl); default
-	// 30 minutes. Tokens also end with their session (policy
-	// Tokens.EndSession).
+	// 30 minutes. Tokens also end with their session: the kernel ends a
+	// closed or removed session here and in the policy Tokens.
 	TTL time.Duration
 	// Uses is how many times a step approved once may run (config
 	// approval.token_uses); default 1.
@@ -68,7 +68,10 @@ type heldToken struct {
 }
 
 // scopeKey identifies an exact scope, to pick the tokens worth presenting.
+// The policy digest is left out: a token approved under another policy is
+// presented, and the engine refuses it saying why (the policy changed).
 func scopeKey(s policy.Scope) string {
+	s.Policy = ""
 	b, _ := json.Marshal(s)
 	return string(b)
 }
@@ -187,11 +190,13 @@ func Scopes(op operation.Operation) ([]policy.Scope, error) {
 }
 
 // Mint issues tokens for every step of req a person approved (steps the
-// policy already allowed need none). It returns the tokens by step number
-// and keeps them for Present. A step that cannot be scoped exactly gets no
-// token (it will be asked again when it runs) and is listed in skipped;
-// an Issuer failure is an error and nothing is kept.
-func (g *Grants) Mint(req Request) (tokens map[int][]string, skipped map[int]error, err error) {
+// policy already allowed need none), each bound to policyDigest, the
+// Digest of the policy engine that will check them: under other rules
+// they do not count. It returns the tokens by step number and keeps them
+// for Present. A step that cannot be scoped exactly gets no token (it
+// will be asked again when it runs) and is listed in skipped; an Issuer
+// failure is an error and nothing is kept.
+func (g *Grants) Mint(req Request, policyDigest string) (tokens map[int][]string, skipped map[int]error, err error) {
 	tokens, skipped = map[int][]string{}, map[int]error{}
 	var minted []heldToken
 	exp := g.opts.Now().Add(g.opts.TTL)
@@ -217,6 +222,7 @@ func (g *Grants) Mint(req Request) (tokens map[int][]string, skipped map[int]err
 			uses = g.opts.SessionUses
 		}
 		for _, s := range scopes {
+			s.Policy = policyDigest
 			tok, ierr := g.opts.Issuer.Issue(s, g.opts.TTL, uses)
 			if ierr != nil {
 				return nil, nil, fmt.Errorf("approval: token for step %d: %w", it.N, ierr)

@@ -113,7 +113,7 @@ func TestTokensFromApprovals(t *testing.T) {
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
-	toks, skipped, err := g.Mint(res.req)
+	toks, skipped, err := g.Mint(res.req, rp.engine.Digest())
 	if err != nil || len(skipped) != 0 {
 		t.Fatal(err, skipped)
 	}
@@ -210,7 +210,7 @@ rules:
 		{N: 2, Step: Step{Op: line("echo hi > out.log")}, Eval: Evaluation{Effect: EffectApprove, Rule: "echo"}, Decision: Decision{Verdict: Approved}},
 		{N: 3, Step: Step{Op: write("/w/b.txt")}, Eval: Evaluation{Effect: EffectApprove, Rule: "writes"}, Decision: Decision{Verdict: Denied}},
 	}}
-	toks, skipped, err := g.Mint(req)
+	toks, skipped, err := g.Mint(req, rp.engine.Digest())
 	if err != nil || len(skipped) != 0 || len(toks[3]) != 0 {
 		t.Fatal(toks, skipped, err)
 	}
@@ -343,6 +343,7 @@ func FuzzScopes(f *testing.F) {
 					t.Fatalf("spread in scope %+v", s)
 				}
 			}
+			s.Policy = strings.Repeat("ab", 32)
 			if _, err := toks.Issue(s, time.Minute, 1); err != nil {
 				t.Fatalf("scope %+v not issuable: %v", s, err)
 			}

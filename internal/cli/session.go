@@ -23,6 +23,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
@@ -79,6 +80,22 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	if err != nil {
 		return fail(err)
 	}
+	// Approved plan steps become capability tokens, signed with the
+	// kernel's token key; without a key they are honoured once by their
+	// exact operation signature.
+	toks, grants, err := a.approvalTokens()
+	if err != nil {
+		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
+	}
+	// A closed or removed session's tokens and approvals "for session"
+	// end with it.
+	var revokers []kernel.Revoker
+	if broker != nil {
+		revokers = append(revokers, broker)
+	}
+	if toks != nil {
+		revokers = append(revokers, toks, grants)
+	}
 	ag := l.Config.Agent
 	copts := catalog.Options{Env: a.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
 		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
@@ -87,11 +104,11 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: a.sessionTools(log, broker),
+		Tools: a.sessionTools(log, broker, toks, grants),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
-		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker,
+		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
 		AutoApply: a.autoApplyOptions(),
 		OwnFiles:  a.kernelOwnFiles,
 		Price: func(model string) llm.Price {
@@ -129,7 +146,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 // of the session's workspace, and the sandbox runtime sandbox.runtime
 // resolves to for shell.exec and test.run (when none is usable, those
 // calls are refused).
-func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.ToolsFactory {
+func (a *App) sessionTools(log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants) kernel.ToolsFactory {
 	// Resolved at the first session, not at kernel start (detection
 	// starts a probe sandbox).
 	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return a.sessionRuntime(context.Background(), log) })
@@ -141,13 +158,6 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver) kernel.To
 		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
 	sandboxEnv := []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off"}
-	// Approved plan steps become capability tokens, signed with the
-	// kernel's token key; without a key they are honoured once by their
-	// exact operation signature.
-	toks, grants, err := a.approvalTokens()
-	if err != nil {
-		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
-	}
 	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {

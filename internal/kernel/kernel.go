@@ -60,6 +60,12 @@ var (
 	ErrOpen = errors.New("kernel: session is open")
 )
 
+// Revoker forgets what was granted to a session: *policy.Tokens,
+// *approval.Grants and *approval.Broker implement it.
+type Revoker interface {
+	EndSession(session string)
+}
+
 // ModelOpener opens a model by its "provider/name" string; it returns the
 // provider and the model name to send.
 type ModelOpener func(ctx context.Context, model string) (llm.Provider, string, error)
@@ -107,6 +113,10 @@ type Options struct {
 	// Approvals answers approval requests (session.approve); nil refuses
 	// answers.
 	Approvals Answerer
+	// Revokers hold what a person granted a session (capability tokens,
+	// approvals "for session"): a session that is closed or removed is
+	// ended in each at once, so nothing approved for it outlives it.
+	Revokers []Revoker
 	// Price returns a model's price ("provider/name") for cost accounting
 	// and Limits.MaxCost; nil prices every model at zero.
 	Price func(model string) llm.Price

@@ -65,6 +65,9 @@ func (k *Kernel) Remove(ctx context.Context, p RemoveParams) (RemoveResult, erro
 	if err := k.o.Audit.Flush(ctx); err != nil {
 		return res, fmt.Errorf("kernel: audit session.rm: %w", err)
 	}
+	// What was granted to it goes with it, also when it was open
+	// (--force) and the rest of the removal fails.
+	k.revoke(info.ID)
 	err = k.o.DB.Tx(ctx, func(tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM tdd_transitions WHERE session_id = ?`,

@@ -499,10 +499,20 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	if err := k.setStatus(ctx, p.ID, StatusClosed, info.StopReason, ""); err != nil {
 		return res, err
 	}
+	k.revoke(p.ID)
 	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: "session.close", Actor: "user", Payload: map[string]any{"applied": len(res.Applied), "discarded": res.Discarded}}); err != nil {
 		return res, err
 	}
 	return res, k.o.Audit.Flush(ctx)
+}
+
+// revoke ends session id in every Revoker: its capability tokens no
+// longer verify and its approvals "for session" no longer count. They
+// live in the kernel's memory only, so a kernel that restarts holds none.
+func (k *Kernel) revoke(id string) {
+	for _, r := range k.o.Revokers {
+		r.EndSession(id)
+	}
 }
 
 // Diff returns the session's change set as a unified diff and its list

@@ -293,7 +293,7 @@ func runCase(t *testing.T, ar *txtar.Archive) string {
 			if sess == "" {
 				sess = "s1"
 			}
-			sc := Scope{Session: sess, Tool: it.Tool, Action: operation.Action(it.Action), Path: it.Path, Host: it.Host, Argv: it.Argv}
+			sc := Scope{Session: sess, Tool: it.Tool, Action: operation.Action(it.Action), Path: it.Path, Host: it.Host, Argv: it.Argv, Policy: eng.Digest()}
 			bind := it.For
 			if bind == nil && len(it.Argv) > 0 {
 				bind = &caseOp{Tool: it.Tool, Action: it.Action, Argv: it.Argv, Session: sess}

@@ -2,11 +2,16 @@ package policy
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -56,6 +61,7 @@ type Engine struct {
 	all       []*rule
 	classes   *classCache
 	exec      *execTable // the exec-capable table: user, project, then embedded
+	digest    string     // see Digest
 }
 
 // group is an ordered list of rules with an index by tool and action.
@@ -144,6 +150,7 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 		protected: newProtectedSet(opts.Protected.Paths),
 		secret:    newProtectedSet(opts.Protected.Secret),
 		classes:   newClassCache(),
+		digest:    digestOf(opts, sources),
 	}
 	var errs []error
 	defSrc := Source{Name: DefaultRulesName, Layer: LayerDefault, Data: DefaultRules}
@@ -213,6 +220,55 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	e.defaults = newGroup(defFile.rules)
 	e.all = append(slices.Clone(layered), defFile.rules...)
 	return e, nil
+}
+
+// Digest names the effective policy: a SHA-256 over everything Compile
+// read that decides (the default rules and exec-capable table, each
+// source's name, layer, text and extensions, the fallback effect, the
+// protected paths, the home directory and the extension limits), hex. Two engines with the same
+// digest decide alike. A capability token and an approval "for session"
+// carry the digest of the policy they were given under, and count only
+// under that policy.
+func (e *Engine) Digest() string { return e.digest }
+
+// digestOf computes Digest: each field is length-prefixed, so no two
+// inputs encode alike.
+func digestOf(opts Options, sources []Source) string {
+	h := sha256.New()
+	field := func(b []byte) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	str := func(s string) { field([]byte(s)) }
+	str("fluffy.policy.digest.v1")
+	field(DefaultRules)
+	field(ExecTable)
+	str(opts.Default.String())
+	str(opts.Home)
+	for _, l := range [][]string{opts.Protected.Paths, opts.Protected.Secret} {
+		str(strconv.Itoa(len(l)))
+		for _, p := range l {
+			str(p)
+		}
+	}
+	str(strconv.FormatUint(opts.ExtensionSteps, 10))
+	str(opts.ExtensionTimeout.String())
+	str(strconv.FormatBool(opts.Classifier != nil))
+	str(strconv.Itoa(len(sources)))
+	for _, src := range sources {
+		str(src.Name)
+		str(string(src.Layer))
+		field(src.Data)
+		names := slices.Sorted(maps.Keys(src.Extensions))
+		str(strconv.Itoa(len(names)))
+		for _, n := range names {
+			str(n)
+			field(src.Extensions[n])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func parseSource(src Source, env *celEnv, home string) (*file, []error) {
@@ -308,7 +364,7 @@ type atomResult struct {
 
 func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bool) Decision {
 	if id, detail := malformed(op); id != "" {
-		return Decision{Effect: Block, Rule: id, Layer: LayerBuiltin, Reason: builtinMessage(id) + ": " + detail, Subject: op.Tool,
+		return Decision{Effect: Block, Rule: id, Layer: LayerBuiltin, Reason: builtinMessage(id) + ": " + detail, Subject: op.Tool, Policy: e.digest,
 			Matched: []Match{{Rule: id, Effect: Block, Layer: LayerBuiltin, Subject: op.Tool, Message: detail}}}
 	}
 	ws := op.Session.Workspace
@@ -321,8 +377,8 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 	for i := range atoms {
 		results = append(results, e.decideAtom(ctx, op, &atoms[i], ws, explain, &matched))
 	}
-	d := Decision{Matched: matched}
-	e.applyTokens(op, results, &d, explain)
+	d := Decision{Matched: matched, Policy: e.digest}
+	stale := e.applyTokens(op, results, &d, explain)
 	best := -1
 	for i, r := range results {
 		if best < 0 || r.effect > results[best].effect {
@@ -342,8 +398,15 @@ func (e *Engine) decide(ctx context.Context, op *operation.Operation, explain bo
 	if r.a.via != "" && d.Effect > Allow {
 		d.Reason = r.a.via + ": " + d.Reason
 	}
+	if stale && d.Effect == Approve {
+		d.Reason += " (" + policyChanged + ")"
+	}
 	return d
 }
+
+// policyChanged is said when an approval given under another policy is
+// presented: it does not count, and the person is asked again.
+const policyChanged = "an earlier approval does not count: the policy changed since this approval"
 
 // atoms splits op into the parts decided one by one.
 func (e *Engine) atoms(op *operation.Operation, ws string, out []atom) []atom {

@@ -152,6 +152,9 @@ rules:
 	}
 }
 
+// testDigest stands for a policy digest where no engine checks it.
+var testDigest = strings.Repeat("ab", 32)
+
 func TestTokensConcurrentSingleUse(t *testing.T) {
 	tokens, err := NewTokens(bytes.Repeat([]byte{1}, 32), nil)
 	if err != nil {
@@ -159,7 +162,7 @@ func TestTokensConcurrentSingleUse(t *testing.T) {
 	}
 	e := mustCompile(t, Options{Tokens: tokens}, "")
 	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Session: operation.Session{ID: "s"}}
-	tok, err := tokens.Issue(Scope{Session: "s", Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Op: op.Signature()}, time.Hour, 1)
+	tok, err := tokens.Issue(Scope{Session: "s", Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Op: op.Signature(), Policy: e.Digest()}, time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +191,7 @@ func TestTokenNoncesAreMonotonic(t *testing.T) {
 	tokens, _ := NewTokens(bytes.Repeat([]byte{1}, 32), nil)
 	var last uint64
 	for range 5 {
-		tok, err := tokens.Issue(Scope{Session: "s", Tool: "x", Action: operation.Read}, time.Hour, 1)
+		tok, err := tokens.Issue(Scope{Session: "s", Tool: "x", Action: operation.Read, Policy: testDigest}, time.Hour, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +202,7 @@ func TestTokenNoncesAreMonotonic(t *testing.T) {
 		last = c.Nonce
 	}
 	tokens.EndSession("s")
-	tok, _ := tokens.Issue(Scope{Session: "s", Tool: "x", Action: operation.Read}, time.Hour, 1)
+	tok, _ := tokens.Issue(Scope{Session: "s", Tool: "x", Action: operation.Read, Policy: testDigest}, time.Hour, 1)
 	if c, _ := tokens.parse(tok); c.Nonce != 6 {
 		t.Fatalf("nonce restarted after EndSession: %d", c.Nonce)
 	}
@@ -213,7 +216,7 @@ func TestTokenNoncesAreMonotonic(t *testing.T) {
 // a canonical encoding has one spelling).
 func FuzzTokenParse(f *testing.F) {
 	tokens, _ := NewTokens(bytes.Repeat([]byte{1}, 32), func() time.Time { return time.Unix(1e9, 0) })
-	good, _ := tokens.Issue(Scope{Session: "s", Tool: "fs.*", Action: operation.Read, Path: "/x/**"}, time.Hour, 2)
+	good, _ := tokens.Issue(Scope{Session: "s", Tool: "fs.*", Action: operation.Read, Path: "/x/**", Policy: testDigest}, time.Hour, 2)
 	f.Add(good)
 	f.Add("fft1.e30.AAAA")
 	f.Add("")
@@ -395,4 +398,86 @@ func FuzzWhen(f *testing.F) {
 		}
 		_, _ = p.eval(&CELOp{Argv: []string{"go", "test"}, Env: noStrings, Tags: noStrings, Path: "/w/a"})
 	})
+}
+
+// TestDigest: the digest names what decides, and only that.
+func TestDigest(t *testing.T) {
+	user := func(data string) Source { return Source{Name: "/u/policy.yaml", Layer: LayerUser, Data: []byte(data)} }
+	rule := "rules:\n  - id: x\n    effect: block\n    match: {tool: net.fetch}\n"
+	base := func() (Options, []Source) { return Options{Home: "/home/u"}, []Source{user(rule)} }
+	digest := func(o Options, s []Source) string {
+		t.Helper()
+		e, err := Compile(o, s...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Digest()
+	}
+	o, s := base()
+	want := digest(o, s)
+	if !isSignature(want) {
+		t.Fatalf("digest %q is not 64 hex digits", want)
+	}
+	// Same inputs, same digest; a classifier or token store of another
+	// identity changes nothing that decides.
+	o.Tokens, _ = NewTokens(bytes.Repeat([]byte{9}, 32), nil)
+	if got := digest(o, s); got != want {
+		t.Errorf("same policy, digest %s != %s", got, want)
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*Options, *[]Source)
+	}{
+		{"a rule's text", func(_ *Options, s *[]Source) { (*s)[0].Data = append([]byte("# edited\n"), (*s)[0].Data...) }},
+		{"the file's name", func(_ *Options, s *[]Source) { (*s)[0].Name = "/v/policy.yaml" }},
+		{"a project file", func(_ *Options, s *[]Source) {
+			*s = append(*s, Source{Name: "/w/.fluffy/policy.yaml", Layer: LayerProject, Data: []byte("rules: []\n")})
+		}},
+		{"an extension", func(_ *Options, s *[]Source) {
+			(*s)[0].Extensions = map[string][]byte{"x.star": []byte("def decide(op):\n    return None\n")}
+		}},
+		{"the default effect", func(o *Options, _ *[]Source) { o.Default = Block }},
+		{"a protected path", func(o *Options, _ *[]Source) { o.Protected.Paths = []string{"/p"} }},
+		{"home", func(o *Options, _ *[]Source) { o.Home = "/home/v" }},
+		{"extension limits", func(o *Options, _ *[]Source) { o.ExtensionSteps = 7 }},
+	} {
+		o, s := base()
+		c.change(&o, &s)
+		if got := digest(o, s); got == want {
+			t.Errorf("%s changed, the digest did not", c.name)
+		}
+	}
+}
+
+// TestTokenBoundToPolicy: a token approved under one policy turns approve
+// into allow only in an engine with that policy; another says why it
+// asks again, and does not use the token up.
+func TestTokenBoundToPolicy(t *testing.T) {
+	tokens, _ := NewTokens(bytes.Repeat([]byte{1}, 32), nil)
+	before := mustCompile(t, Options{Tokens: tokens}, "")
+	after := mustCompile(t, Options{Tokens: tokens}, "rules:\n  - id: y\n    effect: block\n    match: {tool: net.fetch}\n")
+	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"}, Session: operation.Session{ID: "s"}}
+	tok, err := tokens.Issue(Scope{Session: "s", Tool: "shell.exec", Action: operation.Exec, Argv: op.Argv, Op: op.Signature(), Policy: before.Digest()}, time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Tokens = []string{tok}
+	d := after.Decide(context.Background(), op)
+	if d.Effect != Approve || !strings.Contains(d.Reason, "the policy changed since this approval") {
+		t.Fatalf("under a changed policy: %+v", d)
+	}
+	found := false
+	for _, m := range d.Matched {
+		found = found || m.Error == ErrTokenPolicy.Error()
+	}
+	if !found || d.Policy != after.Digest() {
+		t.Errorf("decision %+v: want a token match with %v and the deciding policy's digest", d, ErrTokenPolicy)
+	}
+	if d := before.Decide(context.Background(), op); d.Effect != Allow {
+		t.Errorf("under its own policy the token does not count: %+v", d)
+	}
+	// A scope without a policy digest is not issued.
+	if _, err := tokens.Issue(Scope{Session: "s", Tool: "x", Action: operation.Read}, time.Hour, 1); !errors.Is(err, ErrTokenMalformed) {
+		t.Errorf("issue without a policy digest = %v, want ErrTokenMalformed", err)
+	}
 }

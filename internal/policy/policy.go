@@ -121,6 +121,8 @@ type Decision struct {
 	Matched []Match `json:"matched,omitempty"`
 	// Token is the id of the capability token used, if any.
 	Token string `json:"token,omitempty"`
+	// Policy is the Digest of the engine that decided.
+	Policy string `json:"policy,omitempty"`
 }
 
 func (d Decision) String() string {

@@ -26,6 +26,7 @@ var (
 	ErrTokenScope     = errors.New("token: does not cover this operation")
 	ErrTokenSpent     = errors.New("token: already used up or revoked (replay)")
 	ErrTokenUnknown   = errors.New("token: never issued by this kernel")
+	ErrTokenPolicy    = errors.New("token: " + policyChanged)
 )
 
 // Scope is what a capability token covers. Tool is a glob, Action exact;
@@ -41,6 +42,11 @@ var (
 // runs). Such a token covers nothing of any other operation. A command
 // (Argv) scope must set it: an argv alone says nothing of the
 // environment, directory or files a command runs with.
+//
+// Policy is the Digest of the policy the approval was given under
+// (required): an engine with other rules refuses the token
+// (ErrTokenPolicy), so a person's approval never carries over to a policy
+// they did not see.
 type Scope struct {
 	Session string           `json:"sid"`
 	Tool    string           `json:"tool"`
@@ -49,6 +55,7 @@ type Scope struct {
 	Host    string           `json:"host,omitempty"`
 	Argv    []string         `json:"argv,omitempty"`
 	Op      string           `json:"op,omitempty"`
+	Policy  string           `json:"pol"`
 }
 
 // claims is the signed payload. Its JSON encoding is canonical: field
@@ -112,6 +119,9 @@ func NewTokens(key []byte, now func() time.Time) (*Tokens, error) {
 func (t *Tokens) Issue(s Scope, ttl time.Duration, uses int) (string, error) {
 	if s.Session == "" || s.Tool == "" || !s.Action.Valid() {
 		return "", fmt.Errorf("%w: scope needs a session, a tool and a valid action", ErrTokenMalformed)
+	}
+	if !isSignature(s.Policy) {
+		return "", fmt.Errorf("%w: scope needs the digest of the policy the approval was given under (Engine.Digest)", ErrTokenMalformed)
 	}
 	if uses < 1 || ttl <= 0 {
 		return "", fmt.Errorf("%w: uses and ttl must be positive", ErrTokenMalformed)
@@ -233,7 +243,7 @@ func tokenID(c claims) string { return c.Session + "/" + strconv.FormatUint(c.No
 
 // check validates tok for atom a of op without using it up. sig returns
 // op's signature, computed once per decision however many tokens ask.
-func (t *Tokens) check(tok string, op *operation.Operation, a *atom, sig func() string) (liveKey, string, error) {
+func (t *Tokens) check(tok string, op *operation.Operation, a *atom, sig func() string, policy string) (liveKey, string, error) {
 	c, err := t.parse(tok)
 	if err != nil {
 		return liveKey{}, "", err
@@ -253,6 +263,10 @@ func (t *Tokens) check(tok string, op *operation.Operation, a *atom, sig func() 
 		return k, id, ErrTokenUnknown
 	case c.Session != op.Session.ID || !lt.tool.match(op.Tool) || c.Action != a.action:
 		return k, id, ErrTokenScope
+	case c.Policy != policy:
+		// Approved under rules the engine no longer has: the person
+		// judged it against another policy.
+		return k, id, ErrTokenPolicy
 	case c.Op != "" && c.Op != sig():
 		// The same argv or path in another operation: other
 		// environment, directory, redirections, arguments or files.
@@ -311,9 +325,11 @@ func (t *Tokens) EndSession(session string) {
 
 // applyTokens turns approve into allow for the atoms presented tokens
 // cover, when every approving atom is covered; it uses each token once.
-func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *Decision, dry bool) {
+// It reports whether a token was refused because it was approved under
+// another policy.
+func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *Decision, dry bool) (stale bool) {
 	if e.opts.Tokens == nil || len(op.Tokens) == 0 {
-		return
+		return false
 	}
 	var need []int
 	for i, r := range results {
@@ -322,7 +338,7 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 		}
 	}
 	if len(need) == 0 {
-		return
+		return false
 	}
 	type cover struct {
 		k  liveKey
@@ -341,8 +357,9 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 	for _, i := range need {
 		found := false
 		for _, tok := range op.Tokens {
-			k, id, err := e.opts.Tokens.check(tok, op, results[i].a, sig)
+			k, id, err := e.opts.Tokens.check(tok, op, results[i].a, sig, e.digest)
 			if err != nil {
+				stale = stale || errors.Is(err, ErrTokenPolicy)
 				if id == "" {
 					id = "?"
 				}
@@ -358,12 +375,12 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 			break
 		}
 		if !found {
-			return
+			return stale
 		}
 	}
 	if !dry && !e.opts.Tokens.consume(keys) {
 		d.Matched = append(d.Matched, Match{Rule: "token", Layer: LayerToken, Effect: Approve, Error: ErrTokenSpent.Error()})
-		return
+		return false
 	}
 	var ids []string
 	for _, i := range need {
@@ -377,4 +394,5 @@ func (e *Engine) applyTokens(op *operation.Operation, results []atomResult, d *D
 		}
 	}
 	d.Token = strings.Join(ids, ",")
+	return false
 }

@@ -66,5 +66,5 @@ func Example() {
 	// Output:
 	// path expected string got number 7
 	// fs.read read true
-	// hello token=[REDACTED]
+	// \x1b[31mhello\x1b[0m token=[REDACTED]
 }

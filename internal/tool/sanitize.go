@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // DefaultMaxOutput is the output cap when SanitizerOptions.MaxBytes is 0.
@@ -40,13 +42,19 @@ type SanitizerOptions struct {
 	Redaction string
 }
 
-// Sanitizer cleans tool output for the model: terminal control sequences
-// (CSI, OSC, DCS, SOS, PM, APC, other escapes, C0 and C1 controls except
-// newline and tab) are removed, invalid UTF-8 becomes U+FFFD, carriage
-// returns become newlines, every secret value is replaced (also across
-// write boundaries), the text is capped with a marker saying how much was
-// cut, and binary output is summarised instead of shown. Safe for
-// concurrent use; each Stream is not.
+// Sanitizer cleans tool output for the model. Nothing is hidden from it
+// and nothing reaches it raw that could hide text: every character
+// termsafe.Hidden names (C0 and C1 controls but newline and tab, ESC and
+// so every escape sequence, DEL, bidirectional overrides and isolates,
+// zero-width and other invisible characters) and every byte of invalid
+// UTF-8 is shown escaped the way internal/tui/termsafe shows it on a
+// terminal (\x1b, \u202e, \xff), so a file named "a\u202eb" is told apart
+// from "ab" and a colour sequence shows as text. CR LF becomes a newline,
+// a lone CR is escaped (\r). Every secret value is replaced (also across
+// write boundaries, and also when control characters were put inside it:
+// then the whole output is withheld), the text is capped with a marker
+// saying how much was cut, and binary output is summarised instead of
+// shown. Safe for concurrent use; each Stream is not.
 type Sanitizer struct {
 	max     int
 	tail    int
@@ -88,8 +96,13 @@ type Sanitized struct {
 	CutBytes int64 `json:"cut_bytes,omitempty"`
 	// Redactions counts the secret occurrences replaced.
 	Redactions int `json:"redactions,omitempty"`
-	// Stripped counts the control sequences and characters removed.
+	// Stripped counts the control and invisible characters and invalid
+	// bytes shown escaped (the name is the audit field's: they used to be
+	// removed).
 	Stripped int `json:"stripped,omitempty"`
+	// Withheld is set when control characters split a secret value: the
+	// output is not shown at all.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // maxPooledStream: streams whose buffers grew past this are dropped, not
@@ -105,7 +118,7 @@ func (s *Sanitizer) Sanitize(b []byte) Sanitized {
 	st.init(s)
 	_, _ = st.Write(b)
 	r := st.Close()
-	if st.out.Cap()+cap(st.ring)+cap(st.red.pend)+cap(st.strip.buf)+cap(st.sniff) <= maxPooledStream {
+	if st.out.Cap()+cap(st.ring)+cap(st.red.pend)+cap(st.esc.buf)+cap(st.chk.buf)+cap(st.chkRed.pend)+cap(st.sniff) <= maxPooledStream {
 		st.init(nil)
 		s.streams.Put(st)
 	}
@@ -125,24 +138,33 @@ func (st *Stream) init(s *Sanitizer) {
 	out := st.out
 	out.Reset()
 	*st = Stream{s: s, out: out, sniff: st.sniff[:0], ring: st.ring[:0],
-		strip: stripper{buf: st.strip.buf[:0]}, red: redactor{pend: st.red.pend[:0]}}
+		esc: escaper{buf: st.esc.buf[:0]}, red: redactor{pend: st.red.pend[:0]},
+		chk: stripper{buf: st.chk.buf[:0]}, chkRed: redactor{pend: st.chkRed.pend[:0]}}
 	if s != nil && s.secrets != nil {
-		seen := map[string]bool{}
+		seen, seenStripped := map[string]bool{}, map[string]bool{}
 		for _, v := range s.secrets() {
-			// The model sees cleaned text, so look for the cleaned form.
+			// The model sees escaped text, so look for the escaped
+			// form; the check looks for the stripped form in the
+			// output with its control characters removed.
+			var e escaper
+			var esc []byte
+			e.feed([]byte(v), func(b []byte) { esc = append(esc, b...) })
+			e.flush(func(b []byte) { esc = append(esc, b...) })
+			if len(esc) > 0 && !seen[string(esc)] {
+				seen[string(esc)] = true
+				st.red.secrets = append(st.red.secrets, esc)
+			}
 			var c stripper
-			var buf []byte
-			c.feed([]byte(v), func(b []byte) { buf = append(buf, b...) })
-			c.flush(func(b []byte) { buf = append(buf, b...) })
-			if len(buf) > 0 && !seen[string(buf)] {
-				seen[string(buf)] = true
-				st.red.secrets = append(st.red.secrets, buf)
+			var stripped []byte
+			c.feed([]byte(v), func(b []byte) { stripped = append(stripped, b...) })
+			c.flush(func(b []byte) { stripped = append(stripped, b...) })
+			if len(stripped) > 0 && !seenStripped[string(stripped)] {
+				seenStripped[string(stripped)] = true
+				st.chkRed.secrets = append(st.chkRed.secrets, stripped)
 			}
 		}
-		slices.SortFunc(st.red.secrets, func(a, b []byte) int { return len(b) - len(a) })
-		for _, v := range st.red.secrets {
-			st.red.first[v[0]] = true
-		}
+		st.red.index()
+		st.chkRed.index()
 	}
 }
 
@@ -154,8 +176,14 @@ type Stream struct {
 	decided bool
 	binary  bool
 	sum     hash.Hash
-	strip   stripper
-	red     redactor
+	esc     escaper  // what the model sees
+	red     redactor // secrets in the escaped text
+	// chk and chkRed look for secrets in the text with its control
+	// characters removed: a secret they find more often than red was
+	// split by controls, and the output is withheld. Unused without
+	// secrets.
+	chk     stripper
+	chkRed  redactor
 	out     bytes.Buffer
 	emitted int64
 	full    bool   // the head is full: the rest goes to the tail ring
@@ -199,10 +227,15 @@ func (st *Stream) process(p []byte) {
 		st.sum.Write(p)
 		return
 	}
-	st.strip.feed(p, st.redact)
+	st.esc.feed(p, st.redact)
+	if len(st.chkRed.secrets) > 0 {
+		st.chk.feed(p, st.check)
+	}
 }
 
-func (st *Stream) redact(b []byte) { st.red.feed(b, false, st) }
+func (st *Stream) redact(b []byte) { st.red.feed(b, false, st.s.label, st.emit) }
+
+func (st *Stream) check(b []byte) { st.chkRed.feed(b, false, "", nil) }
 
 // emit is the redactor's output: the first max bytes are kept; beyond
 // them only the last tail bytes are, in a ring.
@@ -278,10 +311,20 @@ func (st *Stream) Close() Sanitized {
 		st.result = r
 		return r
 	}
-	st.strip.flush(st.redact)
-	st.red.feed(nil, true, st)
+	st.esc.flush(st.redact)
+	st.red.feed(nil, true, st.s.label, st.emit)
 	r.Redactions = st.red.count
-	r.Stripped = st.strip.stripped
+	r.Stripped = st.esc.escaped
+	if len(st.chkRed.secrets) > 0 {
+		st.chk.flush(st.check)
+		st.chkRed.feed(nil, true, "", nil)
+		if st.chkRed.count > st.red.count {
+			r.Withheld = true
+			r.Text = fmt.Sprintf("[output withheld: %d bytes; control characters inside it split a secret value, which would reach the model unredacted]", st.total)
+			st.result = r
+			return r
+		}
+	}
 	text := st.out.String()
 	if st.full {
 		head, tail := st.cut()
@@ -311,7 +354,8 @@ func looksBinary(b []byte) bool {
 }
 
 // redactor replaces secrets in the cleaned stream, holding back a tail
-// that could be the start of one until the next write settles it.
+// that could be the start of one until the next write settles it. With a
+// nil emit it only counts.
 type redactor struct {
 	secrets [][]byte // longest first
 	first   [256]bool
@@ -319,17 +363,28 @@ type redactor struct {
 	count   int
 }
 
-func (r *redactor) feed(b []byte, final bool, st *Stream) {
+// index sorts the secrets longest first and notes their first bytes.
+func (r *redactor) index() {
+	slices.SortFunc(r.secrets, func(a, b []byte) int { return len(b) - len(a) })
+	for _, v := range r.secrets {
+		r.first[v[0]] = true
+	}
+}
+
+func (r *redactor) feed(b []byte, final bool, label string, emit func([]byte)) {
+	if emit == nil {
+		emit = func([]byte) {}
+	}
 	if len(r.secrets) == 0 {
 		if len(b) > 0 {
-			st.emit(b)
+			emit(b)
 		}
 		return
 	}
 	r.pend = append(r.pend, b...)
 	p := r.pend
 	start, i := 0, 0
-	label := []byte(st.s.label)
+	lab := []byte(label)
 scan:
 	for i < len(p) {
 		if !r.first[p[i]] {
@@ -339,9 +394,9 @@ scan:
 		for _, s := range r.secrets {
 			if bytes.HasPrefix(p[i:], s) {
 				if i > start {
-					st.emit(p[start:i])
+					emit(p[start:i])
 				}
-				st.emit(label)
+				emit(lab)
 				r.count++
 				i += len(s)
 				start = i
@@ -354,13 +409,125 @@ scan:
 		i++
 	}
 	if i > start {
-		st.emit(p[start:i])
+		emit(p[start:i])
 	}
 	r.pend = append(r.pend[:0], p[i:]...)
 }
 
-// stripper removes terminal control sequences, byte by byte, with its
-// state kept across writes.
+// escaper shows what termsafe.Hidden names, and invalid UTF-8, escaped
+// as termsafe.String does, byte by byte with its state (a pending CR, a
+// partial rune) kept across writes.
+type escaper struct {
+	utf     [4]byte
+	utfN    int
+	cr      bool
+	escaped int
+	buf     []byte
+}
+
+func (e *escaper) feed(p []byte, emit func([]byte)) {
+	e.buf = slices.Grow(e.buf[:0], len(p))
+	for i := 0; i < len(p); {
+		if !e.cr && e.utfN == 0 {
+			// Fast path: a run of printable ASCII is copied as is.
+			j := i
+			for j < len(p) && p[j] >= 0x20 && p[j] < 0x7f {
+				j++
+			}
+			if j > i {
+				e.buf = append(e.buf, p[i:j]...)
+				i = j
+				continue
+			}
+		}
+		e.step(p[i])
+		i++
+	}
+	if len(e.buf) > 0 {
+		emit(e.buf)
+	}
+}
+
+// flush ends the stream: a pending CR or partial rune is shown escaped.
+func (e *escaper) flush(emit func([]byte)) {
+	e.buf = e.buf[:0]
+	e.settle()
+	if len(e.buf) > 0 {
+		emit(e.buf)
+	}
+}
+
+// settle shows what is pending as escaped bytes.
+func (e *escaper) settle() {
+	if e.cr {
+		e.cr = false
+		e.show([]byte{'\r'})
+	}
+	for _, b := range e.utf[:e.utfN] {
+		e.show([]byte{b})
+	}
+	e.utfN = 0
+}
+
+// show writes seq (one rune, or one byte that is not UTF-8) escaped.
+func (e *escaper) show(seq []byte) {
+	e.escaped++
+	e.buf = append(e.buf, termsafe.String(string(seq))...)
+}
+
+func (e *escaper) step(b byte) {
+	if e.cr {
+		e.cr = false
+		if b == '\n' {
+			e.buf = append(e.buf, '\n') // CR LF is a line end
+			return
+		}
+		e.show([]byte{'\r'})
+	}
+	if e.utfN > 0 {
+		if b&0xc0 == 0x80 {
+			e.utf[e.utfN] = b
+			e.utfN++
+			if e.utfN < utfLen(e.utf[0]) {
+				return
+			}
+			seq := e.utf[:e.utfN]
+			e.utfN = 0
+			switch r, n := utf8.DecodeRune(seq); {
+			case r == utf8.RuneError && n == 1: // overlong, a surrogate, out of range
+				for _, c := range seq {
+					e.show([]byte{c})
+				}
+			case termsafe.Hidden(r):
+				e.show(seq)
+			default:
+				e.buf = append(e.buf, seq...)
+			}
+			return
+		}
+		e.settle()
+	}
+	switch {
+	case b == '\n' || b == '\t':
+		e.buf = append(e.buf, b)
+	case b == '\r':
+		e.cr = true
+	case b < 0x20 || b == 0x7f:
+		e.show([]byte{b})
+	case b < 0x80:
+		e.buf = append(e.buf, b)
+	case utfLen(b) > 1:
+		e.utf[0] = b
+		e.utfN = 1
+	default:
+		e.show([]byte{b}) // a stray continuation byte or an invalid lead
+	}
+}
+
+// stripper removes terminal control sequences and invisible characters,
+// byte by byte, with its state kept across writes. Its output is never
+// shown: it is the text a secret could hide in once the controls put
+// inside it are taken out (see Stream.chk).
 type stripper struct {
 	state    int
 	strLen   int
@@ -547,8 +714,8 @@ func (c *stripper) rune(seq []byte) {
 		c.stripped++
 	case r >= 0x80 && r <= 0x9f:
 		c.stripped++
-	case r == 0x2028 || r == 0x2029 || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
-		c.stripped++ // bidirectional and line-separator controls
+	case termsafe.Hidden(r):
+		c.stripped++ // bidirectional, invisible and line-separator characters
 	default:
 		c.out(seq...)
 	}

@@ -7,34 +7,35 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
-func TestSanitizeStrips(t *testing.T) {
+func TestSanitizeEscapes(t *testing.T) {
 	s := NewSanitizer(SanitizerOptions{})
 	cases := []struct{ name, in, want string }{
 		{"plain", "hello\n\tworld\n", "hello\n\tworld\n"},
 		{"unicode", "héllo wörld ✓ 日本\n", "héllo wörld ✓ 日本\n"},
-		{"sgr colours", "\x1b[1;31mred\x1b[0m plain", "red plain"},
-		{"cursor movement", "a\x1b[2Ab\x1b[10;20Hc\x1b[?25l\x1b[K", "abc"},
-		{"osc title bel", "\x1b]0;pwned title\x07after", "after"},
-		{"osc hyperlink st", "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\", "click"},
-		{"osc 52 clipboard", "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07ok", "ok"},
-		{"dcs", "\x1bPq#0;2;0;0;0#0~~@@\x1b\\x", "x"},
-		{"apc pm sos", "\x1b_apc\x1b\\\x1b^pm\x1b\\\x1bXsos\x1b\\y", "y"},
-		{"c1 csi as utf-8", "\u009b31mred", "red"},
-		{"c1 osc as utf-8", "\u009d0;title\u009cok", "ok"},
-		{"c1 other", "a\u0085b\u008dc", "abc"},
-		{"raw 8-bit c1 is not a control", "\x9b31m", "\uFFFD31m"},
-		{"invalid utf-8", "a\xff\xfeb\xc3", "a\uFFFD\uFFFDb\uFFFD"},
-		{"backspace overwrite", "safe\b\b\b\bevil", "safeevil"},
-		{"bell and nul-free c0", "a\x07b\x01c\x7fd", "abcd"},
-		{"carriage return", "10%\r100%\r\ndone\r", "10%\n100%\ndone\n"},
-		{"bidi override", "file\u202Egpj.exe", "filegpj.exe"},
-		{"unterminated osc", "a\x1b]0;never ends", "a"},
-		{"two-byte escapes", "\x1b=\x1b>\x1b(B\x1b7x\x1b8", "x"},
-		{"escape then newline", "a\x1b\nb", "a\nb"},
-		{"aborted csi", "\x1b[12\nnext", "\nnext"},
-		{"esc inside osc starts a new escape", "\x1b]0;t\x1b[31mz", "z"},
+		{"sgr colours", "\x1b[1;31mred\x1b[0m plain", `\x1b[1;31mred\x1b[0m plain`},
+		{"osc title bel", "\x1b]0;pwned title\x07after", `\x1b]0;pwned title\aafter`},
+		{"osc hyperlink st", "\x1b]8;;https://evil.example\x1b\\click", `\x1b]8;;https://evil.example\x1b\click`},
+		{"c1 csi as utf-8", "\u009b31mred", `\u009b31mred`},
+		{"c1 other", "a\u0085b\u008dc", `a\u0085b\u008dc`},
+		{"raw 8-bit c1", "\x9b31m", `\x9b31m`},
+		{"invalid utf-8", "a\xff\xfeb\xc3", `a\xff\xfeb\xc3`},
+		{"truncated rune then ascii", "\xe2\x80A", `\xe2\x80A`},
+		{"overlong", "\xe0\x80\x80", `\xe0\x80\x80`},
+		{"surrogate", "\xed\xa0\x80", `\xed\xa0\x80`},
+		{"backspace overwrite", "safe\b\b\b\bevil", `safe\b\b\b\bevil`},
+		{"c0 and del", "a\x07b\x01c\x7fd", `a\ab\x01c\x7fd`},
+		{"carriage return", "10%\r100%\r\ndone\r", `10%\r100%` + "\n" + `done\r`},
+		{"bidi override in a name", "bidi\u202etxt.md", `bidi\u202etxt.md`},
+		{"isolates and marks", "a\u2066b\u2069c\u200fd", `a\u2066b\u2069c\u200fd`},
+		{"zero width", "a\u200bb\u200dc\ufeffd", `a\u200bb\u200dc\ufeffd`},
+		{"line separator", "a\u2028b", `a\u2028b`},
+		{"tag characters", "a\U000e0041b", `a\U000e0041b`},
+		{"hangul filler", "a\u3164b", `a\u3164b`},
+		{"replacement char stays", "a\ufffdb", "a\ufffdb"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,16 +46,27 @@ func TestSanitizeStrips(t *testing.T) {
 			if got.Binary || got.CutBytes != 0 {
 				t.Errorf("result %+v", got)
 			}
+			// One definition of what must not pass raw: the
+			// terminal's.
+			if got.Text != termsafe.String(got.Text) {
+				t.Errorf("termsafe would still escape %q", got.Text)
+			}
 		})
 	}
 }
 
-func TestSanitizeLongOSCEnds(t *testing.T) {
-	in := "\x1b]0;" + strings.Repeat("x", maxStringSeq+10)
-	got := NewSanitizer(SanitizerOptions{}).Sanitize([]byte(in))
-	// "0;" and the first maxStringSeq-1 x's are swallowed, the rest is text.
-	if got.Text != strings.Repeat("x", 11) {
-		t.Errorf("got %d bytes", len(got.Text))
+// TestSanitizeTellsNamesApart: names that differ only by characters a
+// reader cannot see stay different.
+func TestSanitizeTellsNamesApart(t *testing.T) {
+	s := NewSanitizer(SanitizerOptions{})
+	names := []string{"biditxt.md", "bidi\u202etxt.md", "bidi\u200btxt.md", "bidi\u2066txt.md", "bidi\x1btxt.md", "bidi\xfftxt.md", "bidi\u00a0txt.md"}
+	seen := map[string]string{}
+	for _, n := range names {
+		got := s.Sanitize([]byte(n)).Text
+		if prev, ok := seen[got]; ok {
+			t.Errorf("%q and %q both show as %q", prev, n, got)
+		}
+		seen[got] = n
 	}
 }
 
@@ -66,13 +78,19 @@ func TestSanitizeRedacts(t *testing.T) {
 		{"key=sk-live-ABC;", "key=[REDACTED];"},
 		{"key=sk-live-ABCD", "key=[REDACTED]D"},
 		{"hunter2hunter2", "[REDACTED][REDACTED]"},
-		{"hunt\x1b[0mer2", "[REDACTED]"}, // hidden by an escape in between
-		{"pw", "[REDACTED]"},             // the secret's own cleaned form
+		{"\x1b[1mpw\x1b[0m", "[REDACTED]"}, // the secret as it was given
 		{"hunter", "hunter"},
 	}
 	for _, c := range cases {
 		if got := s.Sanitize([]byte(c.in)); got.Text != c.want {
 			t.Errorf("Sanitize(%q) = %q, want %q", c.in, got.Text, c.want)
+		}
+	}
+	// Controls put inside a secret would carry it past the redaction
+	// in escaped form: the output is withheld.
+	for _, in := range []string{"hunt\x1b[0mer2", "x hunt\u200ber2 y", "pw"} {
+		if got := s.Sanitize([]byte(in)); !got.Withheld || strings.Contains(got.Text, "hun") || !strings.HasPrefix(got.Text, "[output withheld: ") {
+			t.Errorf("Sanitize(%q) = %+v, want it withheld", in, got)
 		}
 	}
 	// Across every possible chunk boundary.
@@ -104,7 +122,7 @@ func TestSanitizeCaps(t *testing.T) {
 		{"tail only", 10, 10, "0123456789abcdef", "\n[output truncated: 6 bytes cut; showing the first 0 and the last 10 bytes]\n6789abcdef", 6},
 		{"rune split at the head", 10, -1, "012345678é", "012345678\n[output truncated: 2 bytes cut; showing the first 9 and the last 0 bytes]\n", 2},
 		{"rune split at the tail", 4, 2, "ab_éz_cd_éz", "ab\n[output truncated: 10 bytes cut; showing the first 2 and the last 1 bytes]\nz", 10},
-		{"escapes do not count", 10, 0, "\x1b[31m0123456789\x1b[0m", "0123456789", 0},
+		{"escapes count as shown", 12, -1, "\x1b[31m01", `\x1b[31m01`, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,12 +204,15 @@ func FuzzSanitize(f *testing.F) {
 			t.Fatalf("invalid UTF-8: %q", text)
 		}
 		for _, r := range text {
-			if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x202e {
-				t.Fatalf("control %U left in %q", r, text)
+			if r != '\n' && r != '\t' && termsafe.Hidden(r) {
+				t.Fatalf("control or invisible %U left raw in %q", r, text)
 			}
 		}
+		if one.Withheld {
+			return
+		}
 		var cs []byte
-		var c stripper
+		var c escaper
 		c.feed([]byte(secret), func(b []byte) { cs = append(cs, b...) })
 		c.flush(func(b []byte) { cs = append(cs, b...) })
 		if len(cs) > 0 && one.CutBytes == 0 {

@@ -71,6 +71,10 @@ type builtins struct{ o Options }
 // root); paths outside the workspace are refused here (the policy gate has
 // already judged them; these tools only reach the workspace's view).
 func (b *builtins) rel(raw string) (string, error) {
+	raw, err := nameArg(raw)
+	if err != nil {
+		return "", err
+	}
 	p, err := b.o.Resolver.Resolve(raw)
 	if err != nil {
 		return "", err
@@ -89,6 +93,10 @@ func (b *builtins) rel(raw string) (string, error) {
 func (b *builtins) onePath(raw string, op *operation.Operation) error {
 	if raw == "" {
 		raw = "."
+	}
+	raw, err := nameArg(raw)
+	if err != nil {
+		return err
 	}
 	p, err := b.o.Resolver.Resolve(raw)
 	if err != nil {
@@ -124,7 +132,7 @@ func errResult(err error) tool.Result {
 func (b *builtins) list() (*tool.Tool, error) {
 	return tool.New(tool.Definition[PathIn]{
 		Name:        "fs.list",
-		Description: "List a directory of the workspace (with your pending edits): one entry per line, directories end with /.",
+		Description: "List a directory of the workspace (with your pending edits): one entry per line, directories end with /. A name with unusual characters (control, invisible or bidirectional characters, quotes, backslashes) is shown in double quotes with them escaped, as git quotes names; pass it back exactly so, quotes included, to name that file.",
 		Action:      operation.Read,
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
@@ -145,12 +153,12 @@ func (b *builtins) list() (*tool.Tool, error) {
 			}
 			var sb strings.Builder
 			for _, e := range ents {
-				sb.WriteString(path.Base(e.Path))
+				sb.WriteString(showName(path.Base(e.Path)))
 				switch e.Kind {
 				case changeset.KindDir:
 					sb.WriteByte('/')
 				case changeset.KindSymlink:
-					sb.WriteString(" -> " + e.Target)
+					sb.WriteString(" -> " + showName(e.Target))
 				}
 				sb.WriteByte('\n')
 			}

@@ -33,10 +33,14 @@ type EditError struct {
 }
 
 func (e *EditError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.Path, e.Line, e.Msg)
+	name := e.Path
+	if name != "" {
+		name = showName(name)
 	}
-	return fmt.Sprintf("%s: %s", e.Path, e.Msg)
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", name, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", name, e.Msg)
 }
 
 // filePatch is one file's part of a unified diff.

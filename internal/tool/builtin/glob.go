@@ -25,7 +25,7 @@ const maxGlobResults = 1000
 func (b *builtins) glob() (*tool.Tool, error) {
 	return tool.New(tool.Definition[GlobIn]{
 		Name:        "search.glob",
-		Description: "List the workspace's files (with your pending edits) whose path matches a glob such as **/*.go or cmd/*/main.go. Skips .git and what .gitignore excludes (include_ignored lists those too).",
+		Description: "List the workspace's files (with your pending edits) whose path matches a glob such as **/*.go or cmd/*/main.go. Skips .git and what .gitignore excludes (include_ignored lists those too). A path with unusual characters is shown in double quotes, escaped, as fs.list shows it.",
 		Action:      operation.Read,
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
@@ -53,7 +53,7 @@ func (b *builtins) glob() (*tool.Tool, error) {
 					sub = f.rel
 				}
 				if ok, _ := globMatch(in.Pattern, sub); ok {
-					out = append(out, f.rel)
+					out = append(out, showName(f.rel))
 					if len(out) >= maxGlobResults {
 						return errEnough
 					}

@@ -38,7 +38,7 @@ const (
 func (b *builtins) grep() (*tool.Tool, error) {
 	return tool.New(tool.Definition[GrepIn]{
 		Name:        "search.grep",
-		Description: "Search the workspace's files (with your pending edits) for a regular expression; prints path:line:text. Skips .git, binary files and what .gitignore excludes (include_ignored searches those too).",
+		Description: "Search the workspace's files (with your pending edits) for a regular expression; prints path:line:text (a path with unusual characters or a ':' in double quotes, escaped, as fs.list shows it). Skips .git, binary files and what .gitignore excludes (include_ignored searches those too).",
 		Action:      operation.Read,
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
@@ -209,6 +209,13 @@ func required(re *syntax.Regexp) string {
 // scan appends "rel:line:text\n" for the matching lines of data to out,
 // at most limit lines, and returns how many it appended.
 func (m *lineMatcher) scan(rel string, data, out []byte, limit int) ([]byte, int) {
+	// One field of the line whatever the name holds: a newline or a ':'
+	// in it is quoted.
+	if strings.ContainsRune(rel, ':') {
+		rel = quoteName(rel)
+	} else {
+		rel = showName(rel)
+	}
 	n := 0
 	line, counted := 1, 0 // line number of the byte at counted
 	emit := func(ls, le int) {

@@ -39,7 +39,7 @@ func (b *builtins) write() (*tool.Tool, error) {
 			if err := b.put(rel, []byte(in.Content)); err != nil {
 				return errResult(err), nil
 			}
-			return tool.Result{Output: fmt.Appendf(nil, "wrote %s (%d bytes) to the change set", rel, len(in.Content))}, nil
+			return tool.Result{Output: fmt.Appendf(nil, "wrote %s (%d bytes) to the change set", showName(rel), len(in.Content))}, nil
 		},
 	})
 }
@@ -130,7 +130,7 @@ func (b *builtins) edit() (*tool.Tool, error) {
 			if err := b.put(rel, []byte(out)); err != nil {
 				return errResult(err), nil
 			}
-			return tool.Result{Output: fmt.Appendf(nil, "edited %s in the change set", rel)}, nil
+			return tool.Result{Output: fmt.Appendf(nil, "edited %s in the change set", showName(rel))}, nil
 		},
 	})
 }
@@ -201,7 +201,7 @@ func (b *builtins) applyDiff(only, diff string) (string, error) {
 			if err := b.o.ChangeSet.Remove(r.rel, false); err != nil {
 				return "", fmt.Errorf("%s: %w", r.rel, err)
 			}
-			msg = append(msg, "deleted "+r.rel)
+			msg = append(msg, "deleted "+showName(r.rel))
 		default:
 			if err := b.put(r.rel, r.data); err != nil {
 				return "", fmt.Errorf("%s: %w", r.rel, err)
@@ -210,7 +210,7 @@ func (b *builtins) applyDiff(only, diff string) (string, error) {
 			if r.created {
 				verb = "created"
 			}
-			msg = append(msg, fmt.Sprintf("%s %s (%d hunk(s))", verb, r.rel, r.hunks))
+			msg = append(msg, fmt.Sprintf("%s %s (%d hunk(s))", verb, showName(r.rel), r.hunks))
 		}
 	}
 	return strings.Join(msg, "; ") + " in the change set", nil

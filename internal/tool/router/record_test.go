@@ -99,7 +99,7 @@ func TestReadRecordFormat(t *testing.T) {
 			}
 			if c.tool == "test.fail" {
 				w.Error = res.Content
-				if !res.IsError || !strings.Contains(res.Content, `it broke "badly"`) {
+				if !res.IsError || !strings.Contains(res.Content, `it broke \x1b[1m"badly"`) {
 					t.Fatalf("result %+v", res)
 				}
 			}

@@ -155,7 +155,7 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 	tokens := false
 	if r.o.Grants != nil {
 		var err error
-		if _, skipped, err = r.o.Grants.Mint(req); err != nil {
+		if _, skipped, err = r.o.Grants.Mint(req, r.policyDigest()); err != nil {
 			r.o.Logger.Warn("approved steps got no tokens; they will be asked again", "err", err)
 			skipped = nil
 		} else {
@@ -189,4 +189,14 @@ func jsonMarshal(v map[string]any) ([]byte, error) {
 		return []byte("{}"), nil
 	}
 	return json.Marshal(v)
+}
+
+// policyDigest is the digest of the policy gate's rules (policy
+// Engine.Digest) that tokens minted now are bound to; "" when the gate
+// does not say, and then no token is minted.
+func (r *Router) policyDigest() string {
+	if d, ok := r.o.Policy.(interface{ Digest() string }); ok {
+		return d.Digest()
+	}
+	return ""
 }

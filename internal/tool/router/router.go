@@ -82,7 +82,7 @@ type Approver interface {
 // engine must validate the same tokens (policy.Options.Tokens): it alone
 // decides whether a token covers an operation.
 type Grants interface {
-	Mint(req approval.Request) (tokens map[int][]string, skipped map[int]error, err error)
+	Mint(req approval.Request, policyDigest string) (tokens map[int][]string, skipped map[int]error, err error)
 	Present(op *operation.Operation)
 }
 

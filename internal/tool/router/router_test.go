@@ -510,8 +510,8 @@ func TestSanitizing(t *testing.T) {
 	if strings.Contains(res.Content, "hunter2") || !strings.Contains(res.Content, "[REDACTED]") {
 		t.Errorf("secret not redacted: %q", res.Content)
 	}
-	if !strings.Contains(res.Content, "red ok") {
-		t.Errorf("text lost: %q", res.Content)
+	if !strings.Contains(res.Content, `\x1b[31mred\x1b[0m \x1b]0;title\aok`) {
+		t.Errorf("text lost or not shown escaped: %q", res.Content)
 	}
 	// The secret is not in the audit log either (only the sanitized
 	// output's hash is).

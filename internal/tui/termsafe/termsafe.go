@@ -9,10 +9,10 @@
 // on them. JSON output (--json) goes through JSON or a JSONWriter, which
 // write the same characters as \u escapes inside its strings.
 //
-// It differs from internal/tool's result sanitizer, which cleans what goes
-// back into the model's context (it strips sequences and caps sizes); this
-// package is for a person's screen, where nothing may be hidden or dropped
-// silently.
+// internal/tool's result sanitizer, which cleans what goes back into the
+// model's context, escapes by the same rule (Hidden) and also redacts
+// secrets and caps sizes; this package is for a person's screen, where
+// nothing may be hidden or dropped silently.
 //
 // The escaped form is idempotent: escaping escaped text changes nothing,
 // so text may pass through more than one surface safely. A backslash is
