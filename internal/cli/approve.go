@@ -61,45 +61,62 @@ func (a *App) serveApprovals(mux *ipc.Mux, held *refusals, extra approval.Notifi
 	return b, approval.Register(mux, b, w)
 }
 
-// policyNow evaluates with the policy files as they are now: it reads
-// them at each evaluation and compiles them again when they changed. A
-// policy that does not load makes every step blocked, with the error as
-// the reason. The engine (and its per-session classifier cache) is kept
-// while the files do not change.
+// policyNow evaluates with the policy files as they are now, those of the
+// step's own workspace: the user's policy and <workspace>/.fluffy/policy.yaml,
+// with fluffy's own files protected for that workspace, exactly the policy
+// the session's router enforces (the kernel serves sessions of several
+// repositories; its own working directory's policy is none of theirs). It
+// reads the files at each evaluation and compiles them again when they
+// changed. A policy that does not load makes every step blocked, with the
+// error as the reason. An engine (and its per-session classifier cache) is
+// kept per workspace while its files do not change.
 type policyNow struct {
 	a          *App
 	classifier policy.Classifier
 
-	mu     sync.Mutex // guards engine and hashes
+	mu      sync.Mutex // guards engines
+	engines map[string]compiledPolicy
+}
+
+type compiledPolicy struct {
 	engine *policy.Engine
 	hashes map[string]string
 }
 
-func (p *policyNow) current() (*policy.Engine, error) {
-	opts, err := p.a.policyOptions()
+// current returns the engine for workspace ws ("" for a step of no
+// workspace: the kernel's working directory's, as for any command).
+func (p *policyNow) current(ws string) (*policy.Engine, error) {
+	wa := *p.a
+	if ws != "" {
+		wa.Cwd = ws
+	}
+	opts, err := wa.policyOptions()
 	if err != nil {
 		return nil, err
 	}
 	opts.Classifier = p.classifier
-	srcs, hashes, err := p.a.policyFiles().Read()
+	srcs, hashes, err := wa.policyFiles().Read()
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.engine != nil && maps.Equal(hashes, p.hashes) {
-		return p.engine, nil
+	if c, ok := p.engines[ws]; ok && maps.Equal(hashes, c.hashes) {
+		return c.engine, nil
 	}
 	e, err := policy.Compile(opts, srcs...)
 	if err != nil {
 		return nil, err
 	}
-	p.engine, p.hashes = e, hashes
+	if p.engines == nil {
+		p.engines = map[string]compiledPolicy{}
+	}
+	p.engines[ws] = compiledPolicy{engine: e, hashes: hashes}
 	return e, nil
 }
 
 func (p *policyNow) Explain(ctx context.Context, op operation.Operation) policy.Decision {
-	e, err := p.current()
+	e, err := p.current(op.Session.Workspace)
 	if err != nil {
 		return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
 	}
