@@ -2,7 +2,7 @@
 # Kernel cold start and idle memory, as a distribution: runs `fluffy status`
 # N times, each against a fresh data directory (so each run starts a
 # kernel), and reads the idle kernel's RSS from /proc. Figures go to
-# docs/benchmarks.md (## IPC and kernel start).
+# docs/benchmarks.md (the kernel start and idle memory rows).
 #   scripts/bench-kernel.sh [BIN] [N]      default: bin/fluffy 40
 set -euo pipefail
 bin=${1:-bin/fluffy}
