@@ -19,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
@@ -223,12 +224,11 @@ func ownedByMe(fi os.FileInfo) bool {
 
 // sandboxHostUID is the host uid a native sandbox's processes run as,
 // which must be able to connect to the proxy's socket (it reaches the
-// socket through a mount, not the path): the caller's own, or nobody
-// for root (see the native runtime's hostIDs). -1 keeps the socket's
-// owner.
+// socket through a mount, not the path): the caller's own, or
+// native.SandboxUID for root. -1 keeps the socket's owner.
 func sandboxHostUID() int {
 	if os.Geteuid() == 0 {
-		return 65534
+		return native.SandboxUID
 	}
 	return -1
 }

@@ -81,7 +81,7 @@ func TestCgroupBornInside(t *testing.T) {
 // gate error starts nothing and leaves nothing behind.
 func TestRunGated(t *testing.T) {
 	rt := newRuntime(t, Options{Init: smallInit(t)})
-	// Where the sandbox's user (nobody, for root) can write.
+	// Where the sandbox's user (SandboxUID, for root) can write.
 	dir, err := os.MkdirTemp("/var/tmp", "fluffy-gated-")
 	if err != nil {
 		t.Fatal(err)

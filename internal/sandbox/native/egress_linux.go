@@ -13,7 +13,7 @@ import (
 
 // proxySocket prepares the egress proxy's socket for network mode proxy:
 // it appears inside at sandbox.ProxySocketPath, and the init forwards
-// sandbox.ProxyListen to it. A root caller's sandbox runs as host nobody,
+// sandbox.ProxyListen to it. A root caller's sandbox runs as host SandboxUID,
 // who may not be able to traverse the socket's host directories, so the
 // parent clones the socket's mount (open_tree) and hands it to the init as
 // a descriptor; other callers' sandboxes run as themselves and bind the

@@ -68,7 +68,7 @@ func TestEgressProxy(t *testing.T) {
 	// The socket is 0600: it belongs to the sandbox's host user.
 	uid := -1
 	if os.Geteuid() == 0 {
-		uid = nobody
+		uid = SandboxUID
 	}
 	ln, err := netproxy.ListenUnix(sock, uid)
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 // TestMountsUnderPrivateDir: extra mounts whose host path sits under a
 // directory only its owner may enter (root's 0700 data directory, where
 // the build caches live) reach the sandbox — as root through idmapped
-// trees, since root's sandboxes run as host nobody. A writable mount takes
-// writes, owned on disk by the caller (never by nobody); a read-only one
+// trees, since root's sandboxes run as host SandboxUID. A writable mount takes
+// writes, owned on disk by the caller (never by SandboxUID); a read-only one
 // refuses them; both stay where they were mounted.
 func TestMountsUnderPrivateDir(t *testing.T) {
 	rt := newRuntime(t, Options{})

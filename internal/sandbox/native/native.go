@@ -230,15 +230,25 @@ const InitBinaryName = "fluffy-sandbox-init"
 // InitPath returns the binary this Runtime starts as the sandbox init.
 func (r *Runtime) InitPath() string { return r.opts.Init }
 
-// nobody is the host uid and gid that root's sandboxes run as.
-const nobody = 65534
+// SandboxUID is the host uid and gid that root's sandboxes run as (uid 0
+// inside maps to it). It is an id of the sandboxes' own, not nobody
+// (65534): any process of the same host uid may signal a sandbox's
+// processes and, once they are dumpable (every execve makes them so),
+// ptrace them and read their /proc entries (root, environ, fd), and
+// nobody is what many daemons run as. 65525 is in the range that Debian
+// reserves (65000–65533) and that systemd leaves unused (65520–65533):
+// no account or dynamic service user gets it; it is below 65536, so it
+// is mapped wherever fluffy runs as root of a container's usual 65536-id
+// user namespace. docs/sandbox.md states it.
+const SandboxUID = 65525
 
 // hostIDs returns the host uid and gid that uid 0 inside maps to: the
-// caller's own, or nobody when the caller is root (so a sandbox never
-// holds host root's file ownership).
+// caller's own, or SandboxUID when the caller is root (so a sandbox never
+// holds host root's file ownership and shares its host uid with nothing
+// else).
 func (r *Runtime) hostIDs() (int, int) {
 	if r.uid == 0 {
-		return nobody, nobody
+		return SandboxUID, SandboxUID
 	}
 	return r.uid, r.gid
 }
@@ -887,7 +897,7 @@ func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err 
 		_ = sp.writeConfig(o.cfg)
 	}
 	// The init is executed through a descriptor: the sandbox's user
-	// (nobody, for root) need not be able to traverse the binary's
+	// (SandboxUID, for root) need not be able to traverse the binary's
 	// directories (go test builds in 0700 directories).
 	selfF, err := os.Open(r.opts.Init)
 	if err != nil {
@@ -1113,9 +1123,9 @@ func applyStatus(res *sandbox.Result, st nsinit.Status, gotStatus, haveCgroup bo
 // sendIdmappedTrees clones the workspace mount (read-only), the change
 // set's parent directory and the extra mounts (read-only unless
 // writable), maps their ids through the sandbox's user namespace (on-disk
-// uid 0 becomes the sandbox's uid 0, which is host nobody) and sends the
+// uid 0 becomes the sandbox's uid 0, which is host SandboxUID) and sends the
 // detached trees to the init, in that order. On disk everything stays
-// owned by root; no path needs to be traversable by nobody. The sandbox's
+// owned by root; no path needs to be traversable by SandboxUID. The sandbox's
 // user namespace is pid's, or, when pid is stage 1, the one stage 1 sends
 // on sock.
 func sendIdmappedTrees(sock, pid int, stage1 bool, ws, csParent string, mounts []nsinit.MountSpec) error {
@@ -1220,7 +1230,7 @@ func (r *Runtime) wantsCgroup(lim sandbox.Limits) bool {
 
 // lowerFD says whether cfg's workspace (and change set, and mounts) come
 // as idmapped trees (nsinit.Config.LowerFD): root's sandboxes are host
-// uid nobody, and an idmapped clone of the workspace makes its
+// uid SandboxUID, and an idmapped clone of the workspace makes its
 // root-owned files the sandbox root's.
 func (r *Runtime) lowerFD(cfg *nsinit.Config) bool {
 	return r.uid == 0 && cfg.Workspace != "" && !cfg.WorkspaceRO

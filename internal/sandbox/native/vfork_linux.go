@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -26,13 +27,20 @@ import (
 // process copied, its pages write-protected, the copy torn down again at
 // the init's exec, copy-on-write faults here afterwards: 1–2 ms of CPU
 // for a small caller, about 10 ms for the full fluffy binary or for a
-// process with 64 MB of heap; docs/benchmarks.md, Round 5). Here the child writes its own id maps, which the kernel allows
-// for the one id its creator runs as. Root's sandboxes map uid 0 to
-// nobody, not to root, so for the moment of the clone the creating
-// thread (and only it: credentials are per thread for the kernel) takes
-// nobody as its effective uid and gid and drops its supplementary
-// groups; the new user namespace is then nobody's and the child maps
-// nobody. The thread takes root back right after.
+// process with 64 MB of heap; docs/benchmarks.md, Round 5).
+//
+// A caller that maps its own ids (an ordinary user) has the child write
+// its own id maps, which the kernel allows for the one id its creator
+// runs as. Root's sandboxes map uid 0 to SandboxUID, not to root, and
+// the new user namespace must stay root's: a namespace is owned by the
+// effective uid of the thread that clones it, and its owner holds every
+// capability in it, so a namespace owned by the sandbox's host uid would
+// let any process of that uid setns into the sandbox's namespaces,
+// ptrace its processes and read its files through /proc. The thread
+// therefore clones as root, and another thread of this process writes
+// the child's maps (only a writer privileged over the parent namespace
+// may map an id other than its own): the child asks on a socket pair
+// first thing and waits for the answer (writeChildMaps).
 
 // Go's hooks around a fork (runtime, pushed to package syscall).
 //
@@ -91,10 +99,17 @@ type vforkArgs struct {
 
 	uidMapPath, setgroupsPath, gidMapPath *byte
 	uidMap, deny, gidMap                  []byte
-	setsid                                bool
-	pdeathsig                             uintptr
-	nofile                                unix.Rlimit
-	setNofile                             bool
+	// mapSync, when not -1, is the child's end of the socket pair on
+	// which it asks this process to write its id maps (root callers);
+	// mapErr is what writeChildMaps failed with, 0 when it did not;
+	// mapByte is the child's buffer for the exchange.
+	mapSync   int
+	mapErr    syscall.Errno
+	mapByte   [1]byte
+	setsid    bool
+	pdeathsig uintptr
+	nofile    unix.Rlimit
+	setNofile bool
 	// prog, when set, replaces the exec: the child runs it (it ends
 	// with an exec of its own).
 	prog *childProg
@@ -108,6 +123,7 @@ type vforkStep uintptr
 
 const (
 	stepUIDMap vforkStep = iota
+	stepParentMaps
 	stepSetgroups
 	stepGIDMap
 	stepIDs
@@ -121,6 +137,8 @@ func (s vforkStep) String() string {
 	switch s {
 	case stepUIDMap:
 		return "write its /proc/self/uid_map"
+	case stepParentMaps:
+		return "have its id maps written by its parent"
 	case stepSetgroups:
 		return "write its /proc/self/setgroups"
 	case stepGIDMap:
@@ -193,8 +211,8 @@ func (p *vforkProcess) Start() (err error) {
 		return errors.New("vfork start: needs one uid and one gid mapping")
 	}
 	hostUID, hostGID := sys.UidMappings[0].HostID, sys.GidMappings[0].HostID
-	juggle := os.Geteuid() != hostUID || os.Getegid() != hostGID
-	if juggle && os.Geteuid() != 0 {
+	parentMaps := os.Geteuid() != hostUID || os.Getegid() != hostGID
+	if parentMaps && os.Geteuid() != 0 {
 		return fmt.Errorf("vfork start: cannot map uid %d as uid %d", hostUID, os.Geteuid())
 	}
 	// The parent's ends of the pipes, closed here if the start fails
@@ -259,7 +277,7 @@ func (p *vforkProcess) Start() (err error) {
 	}
 	child = append(child, c.ExtraFiles...)
 
-	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog}
+	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1}
 	// On the heap, never on this goroutine's stack: the clone gets the
 	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
 	// growth before the clone (a deeper call, bigger race-instrumented
@@ -308,63 +326,55 @@ func (p *vforkProcess) Start() (err error) {
 		a.trap, a.a1, a.a3 = unix.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), uintptr(unsafe.Pointer(&a.pidfd))
 	}
 
-	runtime.LockOSThread()
-	// ForkLock from before the change of ids to after their restoration:
-	// the dumpable flag belongs to the whole process, and any thread's
-	// change of effective uid resets it, so another start's juggle (or
-	// its PID 1's undump) between this one's restoration of the flag and
-	// its clone would leave the child's /proc/self/uid_map owned by host
-	// root, and its write EACCES (TestConcurrentStarts).
-	syscall.ForkLock.Lock()
-	var groups []int
-	dumpable := 1
-	if juggle {
-		// This thread only (raw system calls: Go's Setresuid and
-		// friends change every thread). A change of effective uid also
-		// makes the process not dumpable, which would leave the child's
-		// /proc/self/uid_map owned by host root: the flag is restored.
-		if groups, err = unix.Getgroups(); err != nil {
-			syscall.ForkLock.Unlock()
-			runtime.UnlockOSThread()
-			return err
+	// The socket pair on which a root caller's child asks for its id
+	// maps (writeChildMaps), made before ForkLock: close-on-exec, and
+	// the child closes its end itself.
+	var syncParent int
+	if parentMaps {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("vfork start: socket pair for the id maps: %w", err)
 		}
+		a.mapSync, syncParent = pair[0], pair[1]
+	}
+
+	runtime.LockOSThread()
+	// ForkLock from before the clone to after it: the dumpable flag
+	// belongs to the whole process, and a change of effective uid
+	// resets it: an ordinary caller's child writes its own
+	// /proc/self/uid_map, which a flag cleared meanwhile by another
+	// start (its PID 1's undump, or its child becoming the sandbox's
+	// uid) would leave owned by host root, and its write EACCES
+	// (TestConcurrentStarts).
+	syscall.ForkLock.Lock()
+	dumpable := -1
+	if parentMaps || (a.prog != nil && a.prog.undumps) {
+		// A root caller's child becoming the sandbox's uid, and PID 1's
+		// undump (prog.undumps), clear the flag in this process too
+		// (they share the memory): it is put back.
 		if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err == nil {
 			dumpable = d
 		}
-		if err := threadCreds(-1, hostUID, -1, -1, hostGID, -1, []int{}); err != nil {
-			p.restoreCreds(groups, dumpable)
-			syscall.ForkLock.Unlock()
-			return err
-		}
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
-			p.restoreCreds(groups, dumpable)
-			syscall.ForkLock.Unlock()
-			return err
-		}
 	}
-	// PID 1's undump (prog.undumps) clears the flag in this process too
-	// (they share the memory): it is put back.
-	dumpableNow := -1
-	if a.prog != nil && a.prog.undumps {
-		if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err == nil {
-			dumpableNow = d
-		}
+	if parentMaps {
+		go writeChildMaps(syncParent, a)
 	}
 	pid, errno := vforkBlocking(a)
+	if parentMaps {
+		// The writer sees the end of the exchange once the child has
+		// closed its end too (at its exec or exit, or just after it).
+		unix.Close(a.mapSync)
+	}
 	if p.handoff != nil && p.handoff.reclaim() {
-		// Given up meanwhile: the restorations below change the
+		// Given up meanwhile: the restoration below changes the
 		// dumpable flag.
 		syscall.ForkLock.Lock()
 	}
-	if dumpableNow >= 0 {
-		_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpableNow), 0, 0, 0)
+	if dumpable >= 0 {
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpable), 0, 0, 0)
 	}
 	unix.Close(pipe[1])
-	if juggle {
-		p.restoreCreds(groups, dumpable)
-	} else {
-		runtime.UnlockOSThread()
-	}
+	runtime.UnlockOSThread()
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(a)
 	if errno != 0 {
@@ -435,51 +445,70 @@ func (h *forkHandoff) reclaim() bool {
 	return h.released
 }
 
-// restoreCreds gives this thread root's ids and groups back; if it
-// cannot, the thread stays locked (tainted) and is never reused.
-func (p *vforkProcess) restoreCreds(groups []int, dumpable int) {
-	if threadCreds(-1, 0, -1, -1, 0, -1, groups) != nil {
-		p.tainted = true
-		return
+// writeChildMaps writes the id maps of a root caller's child when it
+// asks for them (one byte on sync) and answers with one byte: a.mapErr
+// says whether it failed. It runs on a thread of its own while the
+// cloning thread waits in the clone. The child's pid comes from its
+// pidfd, which the kernel stores (in a.pidfd) before the child runs; it
+// cannot be another process's: the child waits for the answer, and the
+// pid of a child that died meanwhile stays its own until it is reaped.
+func writeChildMaps(sync int, a *vforkArgs) {
+	defer unix.Close(sync)
+	var b [1]byte
+	if n, err := readRetry(sync, b[:]); n != 1 || err != nil {
+		return // the child died or executed before it asked
 	}
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(dumpable), 0, 0, 0)
-	runtime.UnlockOSThread()
+	if err := writeMaps(int(atomic.LoadInt32(&a.pidfd)), a.uidMap, a.gidMap); err != nil {
+		a.mapErr = syscall.EPERM
+		if errno, ok := errors.AsType[syscall.Errno](err); ok {
+			a.mapErr = errno
+		}
+	}
+	_, _ = unix.Write(sync, b[:])
 }
 
-// threadCreds sets the calling thread's uids, gids (-1 keeps one) and
-// supplementary groups: uids last when dropping root, first when taking
-// it back, so each step is allowed.
-func threadCreds(ruid, euid, suid, rgid, egid, sgid int, groups []int) error {
-	setUID := func() error {
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(ruid), uintptr(euid), uintptr(suid)); e != 0 {
-			return fmt.Errorf("setresuid: %w", e)
-		}
-		return nil
+// writeMaps writes the uid and gid maps of the process that pidfd refers
+// to.
+func writeMaps(pidfd int, uidMap, gidMap []byte) error {
+	info, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
+	if err != nil {
+		return fmt.Errorf("the new process's pid: %w", err)
 	}
-	if euid == 0 {
-		if err := setUID(); err != nil {
-			return err
+	pid := -1
+	for line := range strings.Lines(string(info)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	var gp uintptr
-	if len(groups) > 0 {
-		g := make([]uint32, len(groups))
-		for i, v := range groups {
-			g[i] = uint32(v)
+	if pid <= 0 {
+		return fmt.Errorf("the new process's pid: none in the fdinfo of its pidfd: %w", syscall.ESRCH)
+	}
+	for _, m := range []struct {
+		file string
+		data []byte
+	}{{"uid_map", uidMap}, {"gid_map", gidMap}} {
+		path := "/proc/" + strconv.Itoa(pid) + "/" + m.file
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: path, Err: err}
 		}
-		gp = uintptr(unsafe.Pointer(&g[0]))
-		defer runtime.KeepAlive(g)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), gp, 0); e != 0 {
-		return fmt.Errorf("setgroups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(rgid), uintptr(egid), uintptr(sgid)); e != 0 {
-		return fmt.Errorf("setresgid: %w", e)
-	}
-	if euid != 0 {
-		return setUID()
+		_, err = unix.Write(fd, m.data)
+		unix.Close(fd)
+		if err != nil {
+			return &os.PathError{Op: "write", Path: path, Err: err}
+		}
 	}
 	return nil
+}
+
+// readRetry is a read that goes on after EINTR.
+func readRetry(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // Wait waits for the process to exit and for its output to be copied.
@@ -574,6 +603,37 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 	}
 	// In the child, on the parent's stack: raw system calls only.
 	pipe = a.pipe
+	if a.mapSync >= 0 {
+		// A root caller's child: the parent writes the maps
+		// (writeChildMaps); the namespace stays root's.
+		a.step = uintptr(stepParentMaps)
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1); err1 != 0 {
+			goto childerror
+		}
+		for {
+			fd, _, err1 = syscall.RawSyscall(syscall.SYS_READ, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1)
+			if err1 != syscall.EINTR {
+				break
+			}
+		}
+		if err1 == 0 && fd != 1 {
+			err1 = syscall.EPIPE
+		}
+		if err1 == 0 {
+			err1 = a.mapErr
+		}
+		if err1 != 0 {
+			goto childerror
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapSync), 0, 0)
+		// Root's supplementary groups go (a privileged writer's gid map
+		// leaves setgroups allowed).
+		a.step = uintptr(stepSetgroups)
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); err1 != 0 {
+			goto childerror
+		}
+		goto ids
+	}
 	a.step = uintptr(stepUIDMap)
 	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.uidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
 		goto childerror
@@ -598,6 +658,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		goto childerror
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+ids:
 	// uid and gid 0 inside, for the real and saved ids too.
 	a.step = uintptr(stepIDs)
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETRESGID, 0, 0, 0); err1 != 0 {

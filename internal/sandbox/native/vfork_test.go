@@ -19,7 +19,7 @@ func vforkCmd(t *testing.T, path string, args ...string) (*exec.Cmd, *bytes.Buff
 	host := os.Getuid()
 	hostG := os.Getgid()
 	if host == 0 {
-		host, hostG = nobody, nobody
+		host, hostG = SandboxUID, SandboxUID
 	}
 	var out bytes.Buffer
 	return &exec.Cmd{
@@ -39,15 +39,16 @@ func vforkCmd(t *testing.T, path string, args ...string) (*exec.Cmd, *bytes.Buff
 }
 
 // TestVforkProcess starts processes the way the init is started: in new
-// namespaces, uid 0 inside, the host id mapped, setgroups denied, a session of its
-// own, output captured; a failed exec is reported and leaves no child.
+// namespaces, uid 0 inside, the host id mapped, setgroups denied (allowed
+// for root's, whose maps the parent writes), a session of its own, output
+// captured; a failed exec is reported and leaves no child.
 func TestVforkProcess(t *testing.T) {
 	newRuntime(t, Options{}) // skips without user namespaces
-	host := os.Getuid()
+	host, setgroups := os.Getuid(), "deny"
 	if host == 0 {
-		host = nobody
+		host, setgroups = SandboxUID, "allow"
 	}
-	cmd, out := vforkCmd(t, "/bin/sh", "-c", `echo "$(id -u) $(id -g) $(cat /proc/self/uid_map) $(cat /proc/self/setgroups) $$"; exit 3`)
+	cmd, out := vforkCmd(t, "/bin/sh", "-c", `echo "$(id -u) $(id -g) $(cat /proc/self/uid_map) $(cat /proc/self/setgroups) $$ $(grep Groups: /proc/self/status)"; exit 3`)
 	p := &vforkProcess{cmd: cmd}
 	if _, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
 		t.Fatal(err)
@@ -57,8 +58,8 @@ func TestVforkProcess(t *testing.T) {
 		t.Errorf("wait: %v, want exit status 3", err)
 	}
 	f := strings.Fields(out.String())
-	if len(f) != 7 || f[0] != "0" || f[1] != "0" || f[2] != "0" || f[3] != strconv.Itoa(host) || f[5] != "deny" || f[6] != "1" {
-		t.Errorf("inside: %q, want uid 0, gid 0, uid_map 0 %d 1, setgroups deny, pid 1", out.String(), host)
+	if len(f) != 8 || f[0] != "0" || f[1] != "0" || f[2] != "0" || f[3] != strconv.Itoa(host) || f[5] != setgroups || f[6] != "1" || f[7] != "Groups:" {
+		t.Errorf("inside: %q, want uid 0, gid 0, uid_map 0 %d 1, setgroups %s, pid 1, no supplementary groups", out.String(), host, setgroups)
 	}
 	if !errors.Is(p.Signal(syscall.SIGKILL), os.ErrProcessDone) {
 		t.Error("a signal after Wait must not reach anything")
@@ -94,16 +95,22 @@ func TestVforkProcess(t *testing.T) {
 
 // TestVforkStepErrors: a child that fails before its exec says which of
 // its steps failed (vforkStep), and leaves nothing behind. An id map that
-// maps a host id no one may map (-1) fails its write, for root too.
+// maps a host id no one may map (-1) fails its write, for root too (whose
+// child's maps the parent writes).
 func TestVforkStepErrors(t *testing.T) {
 	newRuntime(t, Options{}) // skips without user namespaces
+	uidWant, gidWant := "the new process could not write its /proc/self/uid_map: ", "the new process could not write its /proc/self/gid_map: "
+	if os.Getuid() == 0 {
+		uidWant = "the new process could not have its id maps written by its parent: "
+		gidWant = uidWant
+	}
 	for _, c := range []struct {
 		name string
 		bad  func(*syscall.SysProcAttr)
 		want string
 	}{
-		{"uid map", func(a *syscall.SysProcAttr) { a.UidMappings[0].HostID = -1 }, "the new process could not write its /proc/self/uid_map: "},
-		{"gid map", func(a *syscall.SysProcAttr) { a.GidMappings[0].HostID = -1 }, "the new process could not write its /proc/self/gid_map: "},
+		{"uid map", func(a *syscall.SysProcAttr) { a.UidMappings[0].HostID = -1 }, uidWant},
+		{"gid map", func(a *syscall.SysProcAttr) { a.GidMappings[0].HostID = -1 }, gidWant},
 	} {
 		cmd, _ := vforkCmd(t, "/bin/true")
 		c.bad(cmd.SysProcAttr)

@@ -372,8 +372,8 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 	}
 	var ms []m
 	// Root's sandboxes receive idmapped clones of the workspace, the
-	// change set's directory and every extra mount: nobody (their host
-	// uid) need not be able to reach the host paths.
+	// change set's directory and every extra mount: their host uid (the
+	// sandbox's) need not be able to reach the host paths.
 	mountSrc := func(i int) string { return oldRoot + cfg.Mounts[i].Source }
 	if cfg.LowerFD {
 		fds, err := receiveFDs(5, 2+len(cfg.Mounts))
