@@ -17,17 +17,37 @@ import (
 // sandbox.
 func IsProbe() bool { return os.Getenv("FLUFFY_SANDBOX_PROBE") == "1" }
 
-// ProbeMain performs the attack named by os.Args[1]; it exits 0 when the
-// attack worked and 1 when the kernel refused it, printing the error.
+// ProbeStarted is the first line of every attempt's output, the
+// probe's and the script cases' alike: output without it means the
+// attempt never ran (a Go probe that died at its start under a tight
+// RLIMIT_AS, a shell that could not start), which is not a refusal.
+const ProbeStarted = "sbxtest: started"
+
+// ProbeRefusedExit is the probe's exit status when the kernel refused
+// the attack. It is none of the statuses of a probe that did not get
+// that far: a Go runtime's fatal error or panic exits 2, a failed exec
+// 126 or 127, a kill is a signal.
+const ProbeRefusedExit = 3
+
+// ProbeMain performs the attack named by os.Args[1] after printing
+// ProbeStarted; it exits 0, printing "succeeded", when the attack
+// worked, and ProbeRefusedExit, printing "refused: ERRNO: message", when
+// the kernel refused it.
 func ProbeMain() int {
+	fmt.Println(ProbeStarted)
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "probe: no action")
 		return 2
 	}
 	err := probe(os.Args[1], os.Args[2:])
 	if err != nil {
-		fmt.Println("refused:", err)
-		return 1
+		name := "-"
+		var e unix.Errno
+		if errors.As(err, &e) {
+			name = unix.ErrnoName(e)
+		}
+		fmt.Printf("refused: %s: %v\n", name, err)
+		return ProbeRefusedExit
 	}
 	fmt.Println("succeeded")
 	return 0
@@ -103,19 +123,6 @@ func probe(action string, args []string) error {
 			return nil
 		}
 		return errors.New("every socket refused")
-	case "hog":
-		var chunks [][]byte
-		for i := 0; i < 4096; i++ {
-			b := make([]byte, 16<<20)
-			for j := range b {
-				if j%4096 == 0 {
-					b[j] = 1
-				}
-			}
-			chunks = append(chunks, b)
-		}
-		fmt.Println("allocated", len(chunks)*16, "MiB")
-		return nil
 	}
 	return fmt.Errorf("unknown action %q", action)
 }
