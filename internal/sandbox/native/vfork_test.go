@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // vforkCmd describes a process in new namespaces the way run does.
@@ -184,6 +186,42 @@ func TestParseNofile(t *testing.T) {
 		soft, hard, ok := parseNofile(tc.in)
 		if ok != tc.ok || ok && (soft != tc.soft || hard != tc.hard) {
 			t.Errorf("parseNofile(%q) = %d, %d, %v; want %d, %d, %v", tc.in, soft, hard, ok, tc.soft, tc.hard, tc.ok)
+		}
+	}
+}
+
+// TestWriteMaps: the parent's write of a root caller's child's id maps
+// fails with a clear error, never silently, when the descriptor is no
+// pidfd or the process's namespace cannot take the maps (one of the
+// initial user namespace, whose maps are fixed).
+func TestWriteMaps(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	sleep := exec.Command("/bin/sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	pidfd, err := unix.PidfdOpen(sleep.Process.Pid, 0)
+	if err != nil {
+		t.Skipf("no pidfd_open: %v", err)
+	}
+	defer unix.Close(pidfd)
+	for _, c := range []struct {
+		name string
+		fd   int
+		want string
+	}{
+		{"not a pidfd", int(devNull.Fd()), "the new process's pid: none in the fdinfo of its pidfd"},
+		{"no descriptor", 1 << 20, "the new process's pid: open /proc/self/fdinfo/"},
+		{"initial namespace", pidfd, "/uid_map: "},
+	} {
+		err := writeMaps(c.fd, []byte("0 1 1\n"), []byte("0 1 1\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
 }
