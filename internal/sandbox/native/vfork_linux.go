@@ -103,9 +103,14 @@ type vforkArgs struct {
 	// which it asks this process to write its id maps (root callers);
 	// mapErr is what writeChildMaps failed with, 0 when it did not;
 	// mapByte is the child's buffer for the exchange.
-	mapSync   int
-	mapErr    syscall.Errno
-	mapByte   [1]byte
+	mapSync int
+	mapErr  syscall.Errno
+	mapByte [1]byte
+	// dumpable, when not -1, is this process's dumpable flag, which a
+	// root caller's child sets back right after it becomes the
+	// sandbox's uid (a change of effective uid clears the flag of the
+	// memory it shares with this process).
+	dumpable  int
 	setsid    bool
 	pdeathsig uintptr
 	nofile    unix.Rlimit
@@ -277,7 +282,7 @@ func (p *vforkProcess) Start() (err error) {
 	}
 	child = append(child, c.ExtraFiles...)
 
-	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1}
+	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1, dumpable: -1}
 	// On the heap, never on this goroutine's stack: the clone gets the
 	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
 	// growth before the clone (a deeper call, bigger race-instrumented
@@ -357,6 +362,7 @@ func (p *vforkProcess) Start() (err error) {
 		}
 	}
 	if parentMaps {
+		a.dumpable = dumpable
 		go writeChildMaps(syncParent, a)
 	}
 	pid, errno := vforkBlocking(a)
@@ -666,6 +672,11 @@ ids:
 	}
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETRESUID, 0, 0, 0); err1 != 0 {
 		goto childerror
+	}
+	if a.dumpable >= 0 {
+		// At once, so that whoever takes ForkLock after this start has
+		// given it up (forkHandoff) sees this process as it was.
+		syscall.RawSyscall6(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, uintptr(a.dumpable), 0, 0, 0, 0)
 	}
 	a.step = uintptr(stepSetsid)
 	if a.setsid {

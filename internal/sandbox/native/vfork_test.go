@@ -51,9 +51,15 @@ func TestVforkProcess(t *testing.T) {
 		host, setgroups = SandboxUID, "allow"
 	}
 	cmd, out := vforkCmd(t, "/bin/sh", "-c", `echo "$(id -u) $(id -g) $(cat /proc/self/uid_map) $(cat /proc/self/setgroups) $$ $(grep Groups: /proc/self/status)"; exit 3`)
+	dumpable, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	p := &vforkProcess{cmd: cmd}
 	if _, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{})); err != nil {
 		t.Fatal(err)
+	}
+	// The child's change of uid (root callers) cleared the flag of the
+	// memory it shared with this process, and it was set back.
+	if d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); d != dumpable {
+		t.Errorf("dumpable %d after the start, was %d", d, dumpable)
 	}
 	err := p.Wait()
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
