@@ -12,7 +12,7 @@ import (
 // begin over a small workspace, row, audit entry) to its first event (the
 // run persisted as running, model opened, tools built, turn_start), then
 // the rest of a one-turn run. In process: IPC adds one round trip
-// (see ## IPC and kernel start).
+// (docs/benchmarks.md, the rows "IPC round trip" and "kernel start").
 func BenchmarkCreateFirstEvent(b *testing.B) {
 	ctx := context.Background()
 	e := openEnv(b, b.TempDir(), newWorkspace(b))

@@ -176,7 +176,7 @@ func New(opts Options) (*Runtime, error) {
 // clone with CLONE_NEWUSER cannot be a vfork (Go's child waits for its id
 // maps), so it copies the page tables of every anonymous page and both
 // processes then take copy-on-write faults: about 0.1 ms of CPU per MB
-// (docs/benchmarks.md, Round 4). Stage 1 is a vfork of this process plus a
+// (docs/benchmarks.md, the rows "the caller's heap" and "stage 1 forced"). Stage 1 is a vfork of this process plus a
 // second start of the small Go runtime, a constant of about 3 ms of CPU:
 // worth it only for a big process (a long-lived agent), not for the
 // fluffy command (about 7 MB). Only when the init cannot be started by

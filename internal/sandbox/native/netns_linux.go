@@ -11,7 +11,7 @@ import (
 //
 // A new network namespace is the dearest part of a sandbox's clone
 // (its loopback device, every protocol's per-namespace state): about
-// 0.75 ms of the direct start's 2.7 ms here (benchmarks.md), all on the
+// 0.7 ms of the clone (docs/benchmarks.md, the row "inside the clone": 0.60 ms made ahead, 1.30 with CLONE_NEWNET), all on the
 // command's critical path. A root Runtime makes the next run's namespace
 // while nothing waits for it, right after a run took the last one: a
 // thread of its own unshares one, keeps a descriptor, and goes back to

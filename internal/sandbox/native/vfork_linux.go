@@ -27,7 +27,7 @@ import (
 // process copied, its pages write-protected, the copy torn down again at
 // the init's exec, copy-on-write faults here afterwards: 1–2 ms of CPU
 // for a small caller, about 10 ms for the full fluffy binary or for a
-// process with 64 MB of heap; docs/benchmarks.md, Round 5).
+// process with 64 MB of heap; docs/benchmarks.md, the row "the caller's heap").
 //
 // A caller that maps its own ids (an ordinary user) has the child write
 // its own id maps, which the kernel allows for the one id its creator
