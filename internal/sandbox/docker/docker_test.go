@@ -285,7 +285,7 @@ func TestProbeRunsInside(t *testing.T) {
 	}
 	res := run(t, rt, sandbox.Spec{Argv: []string{"/opt/probe", "mount"}, Env: []string{"PATH=/bin", "FLUFFY_SANDBOX_PROBE=1"},
 		Mounts: []sandbox.Mount{{Source: self, Target: "/opt/probe"}}})
-	if got := string(res.Stdout); res.ExitCode != 1 || !strings.Contains(got, "refused: operation not permitted") {
+	if got := string(res.Stdout); res.ExitCode != sandboxtest.ProbeRefusedExit || !strings.HasPrefix(got, sandboxtest.ProbeStarted) || !strings.Contains(got, "refused: EPERM: operation not permitted") {
 		t.Fatalf("probe: exit %d stdout %q stderr %q", res.ExitCode, got, res.Stderr)
 	}
 }

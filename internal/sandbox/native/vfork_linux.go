@@ -103,7 +103,14 @@ type vforkArgs struct {
 	// which it asks this process to write its id maps (root callers);
 	// mapErr is what writeChildMaps failed with, 0 when it did not;
 	// mapByte is the child's buffer for the exchange.
+	// mapPeer is this process's end, which the child inherits and closes
+	// first: else, were this process killed while the child waits for
+	// its maps, the child's own copy would keep the pair open, the wait
+	// would never end (no parent-death signal is set yet), and the child
+	// would hold every descriptor it inherited, the audit log's lock
+	// among them, for good.
 	mapSync int
+	mapPeer int
 	mapErr  syscall.Errno
 	mapByte [1]byte
 	// dumpable, when not -1, is this process's dumpable flag, which a
@@ -341,6 +348,7 @@ func (p *vforkProcess) Start() (err error) {
 			return fmt.Errorf("vfork start: socket pair for the id maps: %w", err)
 		}
 		a.mapSync, syncParent = pair[0], pair[1]
+		a.mapPeer = syncParent
 	}
 
 	runtime.LockOSThread()
@@ -613,6 +621,7 @@ func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 		// A root caller's child: the parent writes the maps
 		// (writeChildMaps); the namespace stays root's.
 		a.step = uintptr(stepParentMaps)
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapPeer), 0, 0)
 		if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1); err1 != 0 {
 			goto childerror
 		}
