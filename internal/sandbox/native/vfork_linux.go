@@ -195,6 +195,9 @@ type vforkProcess struct {
 	handoff *forkHandoff
 	// status is the wait status Wait collected.
 	status unix.WaitStatus
+	// mapWriter, when set, stands in for writeChildMaps (a test plays a
+	// parent that goes away without answering).
+	mapWriter func(sync int, a *vforkArgs)
 }
 
 func (p *vforkProcess) Pid() int { return p.pid }
@@ -371,7 +374,11 @@ func (p *vforkProcess) Start() (err error) {
 	}
 	if parentMaps {
 		a.dumpable = dumpable
-		go writeChildMaps(syncParent, a)
+		w := writeChildMaps
+		if p.mapWriter != nil {
+			w = p.mapWriter
+		}
+		go w(syncParent, a)
 	}
 	pid, errno := vforkBlocking(a)
 	if parentMaps {

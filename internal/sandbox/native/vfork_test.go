@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -132,6 +133,42 @@ func TestVforkStepErrors(t *testing.T) {
 		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD && pid != 0 {
 			t.Errorf("%s: a child was left behind: pid %d err %v", c.name, pid, err)
 		}
+	}
+}
+
+// TestVforkParentGone: a root caller's child that waits for its id maps
+// ends when its parent goes away without writing them (here the writer
+// closes its end unanswered, as a parent's kill -9 does), reporting
+// EPIPE. It used to wait for good on its own inherited copy of the
+// parent's end, holding every descriptor it inherited, the audit log's
+// lock among them.
+func TestVforkParentGone(t *testing.T) {
+	newRuntime(t, Options{}) // skips without user namespaces
+	if os.Getuid() != 0 {
+		t.Skip("only a root caller's child has its maps written by its parent")
+	}
+	cmd, _ := vforkCmd(t, "/bin/true")
+	p := &vforkProcess{cmd: cmd, mapWriter: func(sync int, _ *vforkArgs) {
+		var b [1]byte
+		_, _ = readRetry(sync, b[:]) // the child asks...
+		syscall.Close(sync)          // ...and its parent is gone
+	}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := startOnThread(nil, nil, nil, p.Start, p.Reusable, make(chan struct{}))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "could not have its id maps written by its parent") || !errors.Is(err, syscall.EPIPE) {
+			t.Errorf("start: %v; want the id-map step to fail with EPIPE", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child still waits for its id maps 30s after its parent went away")
+	}
+	var ws syscall.WaitStatus
+	if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD && pid != 0 {
+		t.Errorf("a child was left behind: pid %d err %v", pid, err)
 	}
 }
 
