@@ -484,7 +484,9 @@ const demoTmpPrefix = "fluffy-demo-"
 // sweepDemoLeftovers removes the temporary directories of demos that were
 // killed before they could clean up: the demo's pid no longer runs and no
 // kernel holds the directory's data (its kernel.lock is free). It returns
-// how many it removed.
+// how many it removed. Only the caller's own directories are swept: the
+// temporary directory is shared, and a demo run as root must not remove
+// another user's directory that merely bears the demo's name.
 func sweepDemoLeftovers(dir string) int {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -496,6 +498,9 @@ func sweepDemoLeftovers(dir string) int {
 		pid, _, ok2 := strings.Cut(rest, "-")
 		p, err := strconv.Atoi(pid)
 		if !ok || !ok2 || err != nil || p <= 0 || !e.IsDir() {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || !ownedBy(fi, os.Geteuid()) {
 			continue
 		}
 		if err := syscall.Kill(p, 0); err == nil || errors.Is(err, syscall.EPERM) {
@@ -514,6 +519,12 @@ func sweepDemoLeftovers(dir string) int {
 		}
 	}
 	return n
+}
+
+// ownedBy reports whether fi's owner is uid.
+func ownedBy(fi os.FileInfo, uid int) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == uid
 }
 
 // stopDemoKernel stops the demo's kernel, if it runs.

@@ -31,6 +31,16 @@ func TestSweepDemoLeftovers(t *testing.T) {
 	live := mk("fluffy-demo-" + strconv.Itoa(os.Getpid()) + "-222")
 	locked := mk("fluffy-demo-" + deadPID + "-333")
 	other := mk("fluffy-demo-x-444")
+	// Another user's directory with the demo's name and a dead pid: a
+	// demo run as root leaves it alone.
+	foreign := mk("fluffy-demo-" + deadPID + "-555")
+	if os.Geteuid() == 0 {
+		if err := os.Chown(foreign, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		foreign = other // only root can make another user's directory
+	}
 	f, err := os.OpenFile(filepath.Join(locked, "home", kernel.LockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +55,7 @@ func TestSweepDemoLeftovers(t *testing.T) {
 	if _, err := os.Stat(gone); !os.IsNotExist(err) {
 		t.Errorf("the killed demo's directory is still there")
 	}
-	for _, p := range []string{live, locked, other} {
+	for _, p := range []string{live, locked, other, foreign} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s was removed", p)
 		}
