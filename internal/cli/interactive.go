@@ -484,7 +484,7 @@ func (k *console) answerApproval(ctx context.Context, e kernel.Event) error {
 			return nil
 		}
 		k.printf("fluffy: %s\n", termsafe.String(cerr.Error()))
-		if strings.Contains(cerr.Error(), approval.ErrUnknownRequest.Error()) {
+		if ie, ok := errors.AsType[*ipc.Error](cerr); ok && ie.Code == approval.CodeUnknownRequest {
 			// Expired, or answered by another client: nothing to ask.
 			return nil
 		}

@@ -351,7 +351,7 @@ func sandboxOutcome(ctx context.Context, a *App, f *sandboxRunFlags, spec sandbo
 			return &ExitError{Code: 128 + int(sig), Msg: fmt.Sprintf("sandbox: interrupted by %s; the command and everything it started were killed", sandboxd.SignalName(sig))}
 		}
 		switch {
-		case errors.Is(err, sandbox.ErrInvalidSpec) && strings.Contains(err.Error(), "command not found"):
+		case errors.Is(err, sandbox.ErrCommandNotFound):
 			return &ExitError{Code: ExitSandboxNoCmd, Msg: "sandbox: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidSpec.Error()+": ")}
 		case errors.Is(err, sandbox.ErrInvalidSpec):
 			return fmt.Errorf("%w: %w", errUsage, err)

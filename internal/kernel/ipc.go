@@ -118,6 +118,11 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 				who.Name = fmt.Sprintf("uid:%d", r.Peer.Cred.UID)
 			}
 			if err := k.o.Approvals.Answer(ctx, p.Request, p.Answer, who); err != nil {
+				if errors.Is(err, approval.ErrUnknownRequest) {
+					// Answered elsewhere or expired: a code the client
+					// can tell from a bad answer.
+					return nil, ipc.Errorf(approval.CodeUnknownRequest, "%v", err)
+				}
 				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
 			}
 			return struct{}{}, nil

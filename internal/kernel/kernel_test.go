@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
@@ -467,6 +468,13 @@ func TestKill9Recovery(t *testing.T) {
 	}
 }
 
+// unknownRequests is an approval broker with nothing pending.
+type unknownRequests struct{}
+
+func (unknownRequests) Answer(_ context.Context, id, _ string, _ approval.Who) error {
+	return fmt.Errorf("%w: %q", approval.ErrUnknownRequest, id)
+}
+
 // TestIPC drives the session methods over a real socket: create, attach
 // (subscribe), run with the events pushed, diff, close; an unknown
 // session is invalid_params.
@@ -478,8 +486,9 @@ func TestIPC(t *testing.T) {
 	mux := ipc.NewMux()
 	var srv *ipc.Server
 	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
-		Tools:   func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &writeTools{env: env}, nil },
-		Publish: func(topic string, data any) { _, _ = srv.Publish(topic, data) }})
+		Tools:     func(_ context.Context, env kernel.Env) (agent.Tools, error) { return &writeTools{env: env}, nil },
+		Publish:   func(topic string, data any) { _, _ = srv.Publish(topic, data) },
+		Approvals: unknownRequests{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,6 +566,12 @@ func TestIPC(t *testing.T) {
 	err = c.Call(ctx, kernel.MethodGet, kernel.IDParams{ID: "snosuch"}, &info)
 	if !errors.As(err, &ie) || ie.Code != ipc.CodeInvalidParams {
 		t.Errorf("unknown session: %v", err)
+	}
+	// An answer to a request no longer pending has a code of its own:
+	// the interactive client tells it from a bad answer by the code.
+	err = c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: "anosuch", Answer: "/approve"}, nil)
+	if !errors.As(err, &ie) || ie.Code != approval.CodeUnknownRequest {
+		t.Errorf("answer to an unknown request: %v; want code %s", err, approval.CodeUnknownRequest)
 	}
 	if _, err := os.Stat(filepath.Join(e.ws, "hello.go")); !os.IsNotExist(err) {
 		t.Errorf("discarded change reached the workspace: %v", err)

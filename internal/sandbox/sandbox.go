@@ -241,6 +241,9 @@ const TruncationMarker = "\n[fluffy: output truncated]\n"
 var (
 	// ErrInvalidSpec: the spec itself is wrong; fix the caller.
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrCommandNotFound: the command's program is not on the sandbox's
+	// PATH; always with ErrInvalidSpec.
+	ErrCommandNotFound = errors.New("command not found")
 	// ErrSetup: the sandbox could not be set up or the command could not
 	// start; nothing ran.
 	ErrSetup = errors.New("sandbox setup failed")

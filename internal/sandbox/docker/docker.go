@@ -491,7 +491,7 @@ func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (s
 	}
 	if ins.ExitCode == 126 || ins.ExitCode == 127 {
 		if msg := stdout.String() + stderr.String(); strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory") && strings.Contains(msg, "OCI runtime exec failed") {
-			return res, fmt.Errorf("%w: command not found: %s", sandbox.ErrInvalidSpec, argv[0])
+			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, argv[0])
 		}
 	}
 	after := in.cg.events()

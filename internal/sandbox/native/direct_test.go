@@ -136,7 +136,7 @@ func TestDirectErrors(t *testing.T) {
 		is   error
 		want []string
 	}{
-		{"command not found", sandbox.Spec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin:/nowhere"}}, sandbox.ErrInvalidSpec,
+		{"command not found", sandbox.Spec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin:/nowhere"}}, sandbox.ErrCommandNotFound,
 			[]string{"no-such-command: command not found in the sandbox (PATH=/usr/bin:/nowhere)"}},
 		{"not executable", sandbox.Spec{Argv: []string{"/etc/passwd"}}, sandbox.ErrInvalidSpec, []string{"execute /etc/passwd", "permission denied"}},
 		{"no working directory", sandbox.Spec{Argv: []string{"/bin/true"}, Dir: "/no/such/dir"}, sandbox.ErrInvalidSpec, []string{"working directory /no/such/dir"}},

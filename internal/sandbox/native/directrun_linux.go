@@ -563,6 +563,9 @@ func (r *Runtime) directStartError(err error) error {
 			f.Fix = overlayFix
 			return &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
 		case "command", "chdir":
+			if oe.Stage == "command" && oe.Errno == syscall.ENOENT {
+				return fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, &notFoundError{msg: oe.Error()})
+			}
 			return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, oe.Error())
 		}
 		return fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, oe.Stage, oe.Error())

@@ -203,7 +203,7 @@ func (in *instance) Exec(ctx context.Context, argv []string) (res sandbox.Result
 	}
 	if st.Error != "" {
 		if st.Stage == "command" {
-			return res, fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, st.Error)
+			return res, specError(st)
 		}
 		return res, fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, st.Stage, st.Error)
 	}
@@ -232,3 +232,20 @@ func (in *instance) shutdown() {
 		in.err = <-in.runErr
 	})
 }
+
+// specError is the error of an init whose command could not start: the
+// spec's fault, and ErrCommandNotFound too when its program was not on
+// the PATH.
+func specError(st nsinit.Status) error {
+	if st.NotFound {
+		return fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, &notFoundError{msg: st.Error})
+	}
+	return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, st.Error)
+}
+
+// notFoundError keeps the init's own words ("x: command not found in the
+// sandbox (PATH=...)") and matches sandbox.ErrCommandNotFound.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return sandbox.ErrCommandNotFound }

@@ -723,7 +723,7 @@ func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer,
 			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
 		}
 		if st.Stage == "command" || st.Stage == "chdir" {
-			return res, fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, st.Error)
+			return res, specError(st)
 		}
 		return res, err
 	}

@@ -243,7 +243,7 @@ func TestBasics(t *testing.T) {
 	})
 	t.Run("command not found", func(t *testing.T) {
 		_, err := rt.Run(context.Background(), sandbox.Spec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin"}})
-		if !errors.Is(err, sandbox.ErrInvalidSpec) || !strings.Contains(err.Error(), "not found") {
+		if !errors.Is(err, sandbox.ErrInvalidSpec) || !errors.Is(err, sandbox.ErrCommandNotFound) || !strings.Contains(err.Error(), "no-such-command") {
 			t.Errorf("err = %v", err)
 		}
 	})

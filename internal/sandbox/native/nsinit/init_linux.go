@@ -46,6 +46,7 @@ func Main() int {
 	st := Status{}
 	fail := func(stage string, err error) int {
 		st.Stage, st.Error = stage, err.Error()
+		st.NotFound = errors.Is(err, errNotFound)
 		st.Marks = tr.Marks
 		writeStatus(statusFile, &st)
 		return 125
@@ -280,8 +281,11 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: command not found in the sandbox (PATH=%s)", name, path)
+	return "", fmt.Errorf("%s: %w in the sandbox (PATH=%s)", name, errNotFound, path)
 }
+
+// errNotFound is lookPath's failure, reported in Status.NotFound.
+var errNotFound = errors.New("command not found")
 
 // systemDirs are bound read-only from the host (or recreated as the same
 // symlinks, on merged-/usr systems).
@@ -701,7 +705,7 @@ func runOne(cfg *Config, msg []byte, flags int, fds []int, asLimit *unix.Rlimit)
 	}
 	path, err := lookPath(req.Argv[0], cfg.Env)
 	if err != nil {
-		st.Stage, st.Error = "command", err.Error()
+		st.Stage, st.Error, st.NotFound = "command", err.Error(), errors.Is(err, errNotFound)
 		return st
 	}
 	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}})

@@ -107,6 +107,9 @@ type Status struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   int    `json:"signal"`
 	TmpFull  bool   `json:"tmp_full,omitempty"`
+	// NotFound says the command's program was not found on its PATH
+	// (Stage "command").
+	NotFound bool `json:"not_found,omitempty"`
 	// UpperFull says the throw-away change set (Config.UpperSize) had
 	// no block or inode left at the end; UpperWritten that its file
 	// system held more inodes then than once the overlay was mounted
