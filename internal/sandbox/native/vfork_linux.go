@@ -219,34 +219,17 @@ func (p *vforkProcess) Signal(sig syscall.Signal) error {
 }
 
 // Start clones and executes the process.
-func (p *vforkProcess) Start() (err error) {
-	c := p.cmd
-	sys := c.SysProcAttr
-	if sys == nil || len(sys.UidMappings) != 1 || len(sys.GidMappings) != 1 || sys.UidMappings[0].Size != 1 || sys.GidMappings[0].Size != 1 {
-		return errors.New("vfork start: needs one uid and one gid mapping")
-	}
-	hostUID, hostGID := sys.UidMappings[0].HostID, sys.GidMappings[0].HostID
-	parentMaps := os.Geteuid() != hostUID || os.Getegid() != hostGID
-	if parentMaps && os.Geteuid() != 0 {
-		return fmt.Errorf("vfork start: cannot map uid %d as uid %d", hostUID, os.Geteuid())
-	}
-	// The parent's ends of the pipes, closed here if the start fails
-	// (otherwise by the copies).
-	var parentEnds []*os.File
-	defer func() {
-		if err != nil {
-			for _, f := range append(p.closeAfter, parentEnds...) {
-				f.Close()
-			}
-			p.closeAfter, p.copies = nil, nil
-		}
-	}()
-	// Standard streams, as os/exec sets them up.
-	child := make([]*os.File, 3, 3+len(c.ExtraFiles))
+// streams sets up the child's standard streams as os/exec does (its
+// ExtraFiles after them): the child's ends, which p.closeAfter closes
+// once it runs, the copies between pipes and c's readers and writers
+// (p.copies), and this process's ends of the pipes, returned even on
+// error for the caller to close.
+func (p *vforkProcess) streams(c *exec.Cmd) (child, parentEnds []*os.File, err error) {
+	child = make([]*os.File, 3, 3+len(c.ExtraFiles))
 	if c.Stdin == nil {
 		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+			return nil, parentEnds, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
 		}
 		f := os.NewFile(uintptr(fd), os.DevNull)
 		child[0] = f
@@ -254,7 +237,7 @@ func (p *vforkProcess) Start() (err error) {
 	} else {
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			return err
+			return nil, parentEnds, err
 		}
 		child[0] = pr
 		p.closeAfter = append(p.closeAfter, pr)
@@ -279,7 +262,7 @@ func (p *vforkProcess) Start() (err error) {
 		}
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			return err
+			return nil, parentEnds, err
 		}
 		child[1+i] = pw
 		p.closeAfter = append(p.closeAfter, pw)
@@ -291,6 +274,36 @@ func (p *vforkProcess) Start() (err error) {
 		})
 	}
 	child = append(child, c.ExtraFiles...)
+	return child, parentEnds, nil
+}
+
+func (p *vforkProcess) Start() (err error) {
+	c := p.cmd
+	sys := c.SysProcAttr
+	if sys == nil || len(sys.UidMappings) != 1 || len(sys.GidMappings) != 1 || sys.UidMappings[0].Size != 1 || sys.GidMappings[0].Size != 1 {
+		return errors.New("vfork start: needs one uid and one gid mapping")
+	}
+	hostUID, hostGID := sys.UidMappings[0].HostID, sys.GidMappings[0].HostID
+	parentMaps := os.Geteuid() != hostUID || os.Getegid() != hostGID
+	if parentMaps && os.Geteuid() != 0 {
+		return fmt.Errorf("vfork start: cannot map uid %d as uid %d", hostUID, os.Geteuid())
+	}
+	// The parent's ends of the pipes, closed here if the start fails
+	// (otherwise by the copies).
+	var parentEnds []*os.File
+	defer func() {
+		if err != nil {
+			for _, f := range append(p.closeAfter, parentEnds...) {
+				f.Close()
+			}
+			p.closeAfter, p.copies = nil, nil
+		}
+	}()
+	child, ends, err := p.streams(c)
+	parentEnds = ends
+	if err != nil {
+		return err
+	}
 
 	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1, dumpable: -1}
 	// On the heap, never on this goroutine's stack: the clone gets the
