@@ -202,50 +202,9 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		rep.Newest = cp
 	}
 	// Checkpoints kept outside the database.
-	trusted := map[uint64]Checkpoint{}
-	minTrusted := uint64(1<<64 - 1)
-	var trustedNotes [][]byte
-	for _, msg := range opts.Trusted {
-		if !isWitnessFile(msg) {
-			trustedNotes = append(trustedNotes, msg)
-			continue
-		}
-		// The checkpoint file under keys/ (or a copy): its newest intact
-		// slot (the other holds an older state). A torn slot (a crash
-		// during its write) is skipped; a file with none intact is
-		// damage; an intact slot that does not verify is caught below.
-		notes, damaged := witnessSlots(msg)
-		if len(notes) == 0 {
-			return rep, damage(rep.Anchor+1, DamageCheckpoint, "a checkpoint file kept outside the database has no intact checkpoint (%d damaged slots): it was edited or the disk failed", damaged)
-		}
-		newest, newestSize := notes[0].note, uint64(0)
-		for _, n := range notes {
-			if _, err := ParseCheckpoint(n.note, opts.Verifier); err != nil {
-				newest = n.note // reported below
-				break
-			}
-			if size, _ := noteSize(n.note); size >= newestSize {
-				newest, newestSize = n.note, size
-			}
-		}
-		trustedNotes = append(trustedNotes, newest)
-	}
-	for _, msg := range trustedNotes {
-		cp, err := ParseCheckpoint(msg, opts.Verifier)
-		if err != nil {
-			origin := checkpointOrigin(msg)
-			if origin != v.Name() {
-				return rep, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database is from log %q, the key is %q", origin, v.Name())
-			}
-			return rep, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database does not verify with the key: %v", err)
-		}
-		rep.Checkpoints++
-		if cp.Size < rep.Anchor {
-			rep.Unchecked = append(rep.Unchecked, cp.Size)
-			continue
-		}
-		trusted[cp.Size] = cp
-		minTrusted = min(minTrusted, cp.Size)
+	trusted, minTrusted, err := trustedCheckpoints(opts, v.Name(), &rep)
+	if err != nil {
+		return rep, err
 	}
 	if rep.Anchor > 0 {
 		if _, ok := cps[rep.Anchor]; !ok {
@@ -385,6 +344,61 @@ func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error)
 		}
 	}
 	return rep, nil
+}
+
+// trustedCheckpoints reads the checkpoints kept outside the database
+// (opts.Trusted: bare notes, or the checkpoint file under keys/), each
+// verified with the key named name. It counts them in rep, lists those
+// older than the anchor in rep.Unchecked, and returns the others by size
+// with the smallest size (the incremental walk must start at or before
+// it).
+func trustedCheckpoints(opts VerifyOptions, name string, rep *Report) (map[uint64]Checkpoint, uint64, error) {
+	trusted := map[uint64]Checkpoint{}
+	minTrusted := uint64(1<<64 - 1)
+	var trustedNotes [][]byte
+	for _, msg := range opts.Trusted {
+		if !isWitnessFile(msg) {
+			trustedNotes = append(trustedNotes, msg)
+			continue
+		}
+		// The checkpoint file under keys/ (or a copy): its newest intact
+		// slot (the other holds an older state). A torn slot (a crash
+		// during its write) is skipped; a file with none intact is
+		// damage; an intact slot that does not verify is caught below.
+		notes, damaged := witnessSlots(msg)
+		if len(notes) == 0 {
+			return nil, 0, damage(rep.Anchor+1, DamageCheckpoint, "a checkpoint file kept outside the database has no intact checkpoint (%d damaged slots): it was edited or the disk failed", damaged)
+		}
+		newest, newestSize := notes[0].note, uint64(0)
+		for _, n := range notes {
+			if _, err := ParseCheckpoint(n.note, opts.Verifier); err != nil {
+				newest = n.note // reported below
+				break
+			}
+			if size, _ := noteSize(n.note); size >= newestSize {
+				newest, newestSize = n.note, size
+			}
+		}
+		trustedNotes = append(trustedNotes, newest)
+	}
+	for _, msg := range trustedNotes {
+		cp, err := ParseCheckpoint(msg, opts.Verifier)
+		if err != nil {
+			origin := checkpointOrigin(msg)
+			if origin != name {
+				return nil, 0, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database is from log %q, the key is %q", origin, name)
+			}
+			return nil, 0, damage(rep.Anchor+1, DamageForeign, "a checkpoint kept outside the database does not verify with the key: %v", err)
+		}
+		rep.Checkpoints++
+		if cp.Size < rep.Anchor {
+			rep.Unchecked = append(rep.Unchecked, cp.Size)
+			continue
+		}
+		trusted[cp.Size] = cp
+		minTrusted = min(minTrusted, cp.Size)
+	}
+	return trusted, minTrusted, nil
 }
 
 // pruneRecordStart is how the canonical bytes of a prune record begin.
