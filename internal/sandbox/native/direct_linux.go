@@ -106,12 +106,20 @@ type directOpts struct {
 	ahead bool
 }
 
+// The direct start's new root and the host's root under it while it is
+// built, and the stage name of its mount steps.
+const (
+	directNewRoot = "/newroot"
+	directOldRoot = "/oldroot"
+	directMount   = "mount"
+)
+
 // directProg builds the direct child's program for cfg.
 func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	trees, gated := o.trees, o.gated || o.ahead
 	p := &childProg{}
-	const nr, or = "/newroot", "/oldroot"
-	const mnt, pivot = "mount", "pivot_root"
+	const nr, or = directNewRoot, directOldRoot
+	const mnt, pivot = directMount, "pivot_root"
 	// nested: the command gets a landlock domain of its own, and PID 1
 	// never touches the dumpable flag (above).
 	nested := cfg.Landlock > 0
@@ -131,35 +139,9 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	p.chdir(mnt, "chdir /", "/")
 	p.mkdir(mnt, nr, 0o755, false)
 	p.mount(mnt, "root tmpfs", "tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m")
-	for _, d := range nsinit.SystemDirs() {
-		fi, err := os.Lstat(d)
-		if err != nil {
-			continue
-		}
-		if fi.Mode()&os.ModeSymlink != 0 {
-			t, err := os.Readlink(d)
-			if err != nil {
-				return nil, fmt.Errorf("symlink %s: %w", d, err)
-			}
-			p.symlink(mnt, t, nr+d)
-			continue
-		}
-		p.mkdir(mnt, nr+d, 0o755, true)
-		p.bind(or+d, nr+d, false, d)
+	if err := p.systemTree(); err != nil {
+		return nil, err
 	}
-	p.mkdir(mnt, nr+"/proc", 0o555, false)
-	p.mount(mnt, "proc", "proc", nr+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	dev := nr + "/dev"
-	p.mkdir(mnt, dev, 0o755, false)
-	p.mount(mnt, "dev", "tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
-	for _, d := range nsinit.Devices() {
-		p.file(mnt, dev+"/"+d)
-		p.mount(mnt, "dev/"+d, or+"/dev/"+d, dev+"/"+d, "", unix.MS_BIND, "")
-	}
-	for _, l := range [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
-		p.symlink(mnt, l[1], dev+"/"+l[0])
-	}
-	p.mount(mnt, "dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
 	p.mkdir(mnt, nr+"/tmp", 0o1777, false)
 	tmpOpts := "mode=1777"
 	if cfg.TmpSize > 0 {
@@ -170,32 +152,8 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	// The idmapped trees (root callers), attached in the scratch root.
 	mountSrc := func(i int) string { return or + cfg.Mounts[i].Source }
 	if cfg.LowerFD {
-		if trees != 2+len(cfg.Mounts) {
-			return nil, fmt.Errorf("direct start: %d idmapped trees for %d mounts", trees, len(cfg.Mounts))
-		}
-		for i := 0; i < trees; i++ {
-			at := "/m" + strconv.Itoa(i-2)
-			switch i {
-			case 0:
-				at = "/lower"
-			case 1:
-				at = "/cs"
-			}
-			dir := true
-			if i >= 2 {
-				if st, err := os.Stat(cfg.Mounts[i-2].Source); err == nil && !st.IsDir() {
-					dir = false
-				}
-			}
-			if dir {
-				p.mkdir(mnt, at, 0o755, false)
-			} else {
-				p.file(mnt, at)
-			}
-			op := childOp{nr: unix.SYS_MOVE_MOUNT, a: [6]uintptr{uintptr(directTrees + i), 0, uintptr(atFDCWD), 0, unix.MOVE_MOUNT_F_EMPTY_PATH}}
-			op.p[1], op.p[3] = p.str(""), p.str(at)
-			p.add(mnt, "attach the idmapped "+at, op)
-			p.closeFD(directTrees + i)
+		if err := p.attachTrees(cfg, trees); err != nil {
+			return nil, err
 		}
 		mountSrc = func(i int) string { return "/m" + strconv.Itoa(i) }
 	}
@@ -213,37 +171,7 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 				p.bind(or+ws, nr+ws, false, ws)
 			}})
 		} else {
-			ms = append(ms, m{ws, func() {
-				p.mountPoint(nr+ws, true)
-				lower, upper, work := or+ws, or+cfg.Upper, or+cfg.Work
-				csDir := or + filepath.Dir(cfg.Upper)
-				if cfg.LowerFD {
-					lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
-					csDir = "/cs"
-				}
-				if cfg.UpperSize > 0 {
-					// A throw-away change set: bounded, in this mount
-					// namespace only (nsinit.Config.UpperSize).
-					p.mount(mnt, "the change set's tmpfs", "tmpfs", csDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size="+strconv.FormatInt(cfg.UpperSize, 10))
-					p.mkdir(mnt, upper, 0o755, false)
-					p.mkdir(mnt, work, 0o755, false)
-				}
-				opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-				// volatile: see nsinit.setupRoot; kernels before 5.10 lack it.
-				i := p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
-				p.ops[i].kind = opOr
-				p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
-				if cfg.UpperSize > 0 {
-					// The inodes the overlay made itself (its work
-					// directories, its checks), into this process's
-					// memory, which the child shares: the reaper's
-					// count at the end is compared with it.
-					p.upperBase = &unix.Statfs_t{}
-					op := childOp{nr: unix.SYS_STATFS}
-					op.p[0], op.p[1] = p.str(nr+ws), p.ptr(p.upperBase, unsafe.Pointer(p.upperBase))
-					p.add("overlay", "statfs the change set's tmpfs", op)
-				}
-			}})
+			ms = append(ms, m{ws, func() { p.overlayWorkspace(cfg) }})
 		}
 	}
 	for i, mo := range cfg.Mounts {
@@ -372,6 +300,115 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
 	}
 	return p, nil
+}
+
+// systemTree puts the host's system directories (read-only binds, their
+// symlinks as they are), /proc and a read-only /dev of the usual devices
+// into the new root.
+func (p *childProg) systemTree() error {
+	const nr, or, mnt = directNewRoot, directOldRoot, directMount
+	for _, d := range nsinit.SystemDirs() {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(d)
+			if err != nil {
+				return fmt.Errorf("symlink %s: %w", d, err)
+			}
+			p.symlink(mnt, t, nr+d)
+			continue
+		}
+		p.mkdir(mnt, nr+d, 0o755, true)
+		p.bind(or+d, nr+d, false, d)
+	}
+	p.mkdir(mnt, nr+"/proc", 0o555, false)
+	p.mount(mnt, "proc", "proc", nr+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	dev := nr + "/dev"
+	p.mkdir(mnt, dev, 0o755, false)
+	p.mount(mnt, "dev", "tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+	for _, d := range nsinit.Devices() {
+		p.file(mnt, dev+"/"+d)
+		p.mount(mnt, "dev/"+d, or+"/dev/"+d, dev+"/"+d, "", unix.MS_BIND, "")
+	}
+	for _, l := range [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
+		p.symlink(mnt, l[1], dev+"/"+l[0])
+	}
+	p.mount(mnt, "dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+	return nil
+}
+
+// overlayWorkspace mounts the workspace at its path in the new root: an
+// overlay of the change set's upper directory on the workspace, and for
+// a throw-away change set (cfg.UpperSize) the tmpfs that bounds it, with
+// the count of inodes the overlay made itself (p.upperBase).
+func (p *childProg) overlayWorkspace(cfg *nsinit.Config) {
+	const nr, or, mnt = directNewRoot, directOldRoot, directMount
+	ws := cfg.Workspace
+	p.mountPoint(nr+ws, true)
+	lower, upper, work := or+ws, or+cfg.Upper, or+cfg.Work
+	csDir := or + filepath.Dir(cfg.Upper)
+	if cfg.LowerFD {
+		lower, upper, work = "/lower", "/cs/"+filepath.Base(cfg.Upper), "/cs/"+filepath.Base(cfg.Work)
+		csDir = "/cs"
+	}
+	if cfg.UpperSize > 0 {
+		// A throw-away change set: bounded, in this mount
+		// namespace only (nsinit.Config.UpperSize).
+		p.mount(mnt, "the change set's tmpfs", "tmpfs", csDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size="+strconv.FormatInt(cfg.UpperSize, 10))
+		p.mkdir(mnt, upper, 0o755, false)
+		p.mkdir(mnt, work, 0o755, false)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
+	// volatile: see nsinit.setupRoot; kernels before 5.10 lack it.
+	i := p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+	p.ops[i].kind = opOr
+	p.mount("overlay", "overlay at "+ws, "overlay", nr+ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	if cfg.UpperSize > 0 {
+		// The inodes the overlay made itself (its work
+		// directories, its checks), into this process's
+		// memory, which the child shares: the reaper's
+		// count at the end is compared with it.
+		p.upperBase = &unix.Statfs_t{}
+		op := childOp{nr: unix.SYS_STATFS}
+		op.p[0], op.p[1] = p.str(nr+ws), p.ptr(p.upperBase, unsafe.Pointer(p.upperBase))
+		p.add("overlay", "statfs the change set's tmpfs", op)
+	}
+}
+
+// attachTrees attaches the idmapped trees a root caller hands over
+// (cfg.LowerFD) in the scratch root: the workspace at /lower, the change
+// sets' directory at /cs, and each extra mount at /m<i>.
+func (p *childProg) attachTrees(cfg *nsinit.Config, trees int) error {
+	if trees != 2+len(cfg.Mounts) {
+		return fmt.Errorf("direct start: %d idmapped trees for %d mounts", trees, len(cfg.Mounts))
+	}
+	for i := 0; i < trees; i++ {
+		at := "/m" + strconv.Itoa(i-2)
+		switch i {
+		case 0:
+			at = "/lower"
+		case 1:
+			at = "/cs"
+		}
+		dir := true
+		if i >= 2 {
+			if st, err := os.Stat(cfg.Mounts[i-2].Source); err == nil && !st.IsDir() {
+				dir = false
+			}
+		}
+		if dir {
+			p.mkdir(directMount, at, 0o755, false)
+		} else {
+			p.file(directMount, at)
+		}
+		op := childOp{nr: unix.SYS_MOVE_MOUNT, a: [6]uintptr{uintptr(directTrees + i), 0, uintptr(atFDCWD), 0, unix.MOVE_MOUNT_F_EMPTY_PATH}}
+		op.p[1], op.p[3] = p.str(""), p.str(at)
+		p.add(directMount, "attach the idmapped "+at, op)
+		p.closeFD(directTrees + i)
+	}
+	return nil
 }
 
 // mountPoint creates the directory or empty file a mount goes on, and
