@@ -86,16 +86,16 @@ type compiledPolicy struct {
 // current returns the engine for workspace ws ("" for a step of no
 // workspace: the kernel's working directory's, as for any command).
 func (p *policyNow) current(ws string) (*policy.Engine, error) {
-	wa := *p.a
+	u := p.a.user()
 	if ws != "" {
-		wa.Cwd = ws
+		u = u.WithCwd(ws)
 	}
-	opts, err := wa.policyOptions()
+	opts, err := u.PolicyOptions()
 	if err != nil {
 		return nil, err
 	}
 	opts.Classifier = p.classifier
-	srcs, hashes, err := wa.policyFiles().Read()
+	srcs, hashes, err := u.PolicyFiles().Read()
 	if err != nil {
 		return nil, err
 	}

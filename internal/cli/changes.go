@@ -79,7 +79,7 @@ func (f *changesFlags) open(a *App) (*changeset.ChangeSet, error) {
 
 // protectOwn keeps every apply of cs off fluffy's own files.
 func protectOwn(a *App, cs *changeset.ChangeSet) error {
-	own, err := a.ownFiles(cs.Workspace())
+	own, err := a.user().OwnFiles(cs.Workspace())
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 	defer db.Close()
 	al := newSharedAudit(a, time.Minute)
 	defer al.Close()
-	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.kernelOwnFiles}
+	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.user().KernelOwnFiles}
 	switch method {
 	case kernel.MethodChangesList:
 		res, err = sc.List(ctx, p)
@@ -205,9 +205,7 @@ func (a *App) autoApplyOptions() *kernel.AutoApplyOptions {
 	return &kernel.AutoApplyOptions{Enabled: c.Enabled, MaxFiles: c.MaxFiles, RequireTestsGreen: c.RequireTestsGreen,
 		AllowDeletions: c.AllowDeletions, AllowBinary: c.AllowBinary,
 		Policy: func(_ context.Context, workspace string) (kernel.PolicyExplainer, error) {
-			wa := *a
-			wa.Cwd = workspace
-			eng, _, err := wa.policyEngineTokens(nil)
+			eng, _, err := a.user().WithCwd(workspace).PolicyEngine(nil)
 			return eng, err
 		}}
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,6 +19,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // App carries what every command needs. Fields marked "required" must be
@@ -61,8 +61,7 @@ type App struct {
 	logLevel   string
 	debug      bool
 
-	loaded *config.Loaded
-	logger *slog.Logger
+	env *userenv.Env
 }
 
 // ExitError makes a command end with a specific exit status. Msg, when not
@@ -88,111 +87,39 @@ const (
 
 // errUsage marks errors that are the caller's input, not a failure: wrap
 // it (fmt.Errorf("%w: ...", errUsage)) to exit with ExitUsage.
-var errUsage = errors.New("usage")
+var errUsage = userenv.ErrUsage
+
+// user is this invocation's view of its user (configuration, data
+// directory, policy...), built from the App's fields once the flags are
+// parsed.
+func (a *App) user() *userenv.Env {
+	if a.env == nil {
+		a.env = &userenv.Env{Environ: a.Environ, Cwd: a.Cwd, Self: a.Self, Stderr: a.Stderr,
+			Home: a.home, UserConfig: a.userConfig, Sets: a.sets, LogLevel: a.logLevel, Debug: a.debug}
+	}
+	return a.env
+}
 
 // Getenv looks a variable up in the app's environment.
-func (a *App) Getenv(key string) (string, bool) {
-	for i := len(a.Environ) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(a.Environ[i], "="); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
-}
+func (a *App) Getenv(key string) (string, bool) { return a.user().Getenv(key) }
 
 // abs makes a path from the command line absolute against the app's
 // working directory, which is not the process's in the sandbox server.
-func (a *App) abs(p string) string {
-	if p == "" || filepath.IsAbs(p) {
-		return filepath.Clean(p)
-	}
-	return filepath.Join(a.Cwd, p)
-}
+func (a *App) abs(p string) string { return a.user().Abs(p) }
 
-// tempDir is the directory for temporary files: $TMPDIR of the app's
-// environment, else the system's.
-func (a *App) tempDir() string {
-	if d, ok := a.Getenv("TMPDIR"); ok && filepath.IsAbs(d) {
-		return d
-	}
-	return os.TempDir()
-}
-
-// loadOptions returns the configuration sources for this invocation.
-func (a *App) loadOptions() config.Options {
-	flags := append([]string(nil), a.sets...)
-	if a.home != "" {
-		flags = append(flags, "home="+a.abs(a.home))
-	}
-	if a.logLevel != "" {
-		flags = append(flags, "log.level="+a.logLevel)
-	} else if a.debug {
-		flags = append(flags, "log.level=debug")
-	}
-	user := a.userConfig
-	if user != "" {
-		user = a.abs(user)
-	} else {
-		user = config.UserFile(a.Getenv)
-	}
-	return config.Options{
-		Env:         a.Getenv,
-		UserFile:    user,
-		ProjectFile: config.ProjectFile(a.Cwd),
-		Flags:       flags,
-	}
-}
+// tempDir is the directory for temporary files.
+func (a *App) tempDir() string { return a.user().TempDir() }
 
 // Config loads the effective configuration once. An error names the file,
 // line and key; the command must stop.
-func (a *App) Config() (*config.Loaded, error) {
-	if a.loaded != nil {
-		return a.loaded, nil
-	}
-	errs := config.UnknownEnv(a.Environ)
-	l, err := config.Load(a.loadOptions())
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: invalid configuration:\n%w", errUsage, errors.Join(errs...))
-	}
-	a.loaded = l
-	return l, nil
-}
+func (a *App) Config() (*config.Loaded, error) { return a.user().Config() }
 
 // DataDir returns the data directory, created with 0700 permissions.
-func (a *App) DataDir() (datadir.Dir, error) {
-	l, err := a.Config()
-	if err != nil {
-		return datadir.Dir{}, err
-	}
-	d, err := datadir.New(l.Config.Home)
-	if err != nil {
-		return datadir.Dir{}, err
-	}
-	return d, d.Ensure()
-}
+func (a *App) DataDir() (datadir.Dir, error) { return a.user().DataDir() }
 
 // Logger returns the logger for fluffy's own diagnostics (stderr).
-func (a *App) Logger() *slog.Logger {
-	if a.logger != nil {
-		return a.logger
-	}
-	level := slog.LevelInfo
-	format := "text"
-	if l, err := a.Config(); err == nil {
-		_ = level.UnmarshalText([]byte(l.Config.Log.Level))
-		format = l.Config.Log.Format
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if format == "json" {
-		a.logger = slog.New(slog.NewJSONHandler(a.Stderr, opts))
-	} else {
-		a.logger = slog.New(slog.NewTextHandler(a.Stderr, opts))
-	}
-	return a.logger
-}
+func (a *App) Logger() *slog.Logger { return a.user().Logger() }
+
 
 // NewRoot builds the command tree. Each subcommand lives in its own file
 // and is added by addCommands (commands.go).

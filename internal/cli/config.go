@@ -148,7 +148,7 @@ func newConfigPathCmd(a *App) *cobra.Command {
 		Short: "Print where fluffy looks for configuration and keeps its data",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := a.loadOptions()
+			opts := a.user().LoadOptions()
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			exists := func(p string) string {
 				if p == "" {

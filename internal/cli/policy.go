@@ -12,12 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/fluffy-agent/fluffy/internal/config"
-	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/regfile"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -42,135 +39,6 @@ See docs/policy.md.`,
 	return cmd
 }
 
-// policyFiles returns the files that define policy for this invocation.
-func (a *App) policyFiles() policy.Files {
-	user := a.userConfig
-	if user == "" {
-		user = config.UserFile(a.Getenv)
-	}
-	f := policy.Files{User: filepath.Join(filepath.Dir(user), "policy.yaml")}
-	if root := config.ProjectRoot(a.Cwd); root != "" {
-		f.Project = filepath.Join(root, ".fluffy", "policy.yaml")
-	}
-	return f
-}
-
-// workspace is the project root of the working directory, or the working
-// directory itself.
-func (a *App) workspace() string {
-	if root := config.ProjectRoot(a.Cwd); root != "" {
-		return root
-	}
-	return a.Cwd
-}
-
-// policyOptions builds the engine options from the configuration: the
-// default effect and what the built-in rules protect.
-func (a *App) policyOptions() (policy.Options, error) {
-	l, err := a.Config()
-	if err != nil {
-		return policy.Options{}, err
-	}
-	def, err := policy.ParseEffect(l.Config.Policy.Default)
-	if err != nil {
-		return policy.Options{}, fmt.Errorf("%w: policy.default: %v", errUsage, err)
-	}
-	home, _ := a.Getenv("HOME")
-	prot, err := a.protected(a.workspace())
-	if err != nil {
-		return policy.Options{}, err
-	}
-	return policy.Options{Default: def, Protected: prot, Home: home}, nil
-}
-
-// protected lists fluffy's own files for a workspace: what the policy's
-// built-in rules keep the agent from writing (and the keys from reading),
-// and what no apply of a change set over ws ever writes (ownFiles). One
-// list, so the gate and the apply cannot disagree.
-func (a *App) protected(ws string) (policy.Protected, error) {
-	l, err := a.Config()
-	if err != nil {
-		return policy.Protected{}, err
-	}
-	files := a.policyFiles()
-	dd, err := datadir.New(l.Config.Home)
-	if err != nil {
-		return policy.Protected{}, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	var prot policy.Protected
-	add := func(list *[]string, p string) {
-		if p == "" || !filepath.IsAbs(p) {
-			return
-		}
-		*list = append(*list, filepath.Clean(p))
-		if c, err := policy.Canonicalize(p, "/"); err == nil && c != p {
-			*list = append(*list, c)
-		}
-	}
-	add(&prot.Paths, dd.Root)
-	add(&prot.Paths, filepath.Dir(files.User))
-	user := a.userConfig
-	if user == "" {
-		user = config.UserFile(a.Getenv)
-	}
-	add(&prot.Paths, user)
-	if files.Project != "" {
-		add(&prot.Paths, filepath.Dir(files.Project))
-	}
-	// The workspace's .fluffy directory is protected even before it
-	// exists: in a directory with neither .git nor .fluffy (no project
-	// root yet) the agent could otherwise create .fluffy/policy.yaml in
-	// its change set and have it applied.
-	add(&prot.Paths, filepath.Join(ws, ".fluffy"))
-	// fluffy's own binaries: this one and those installed beside it.
-	add(&prot.Paths, a.Self)
-	for _, name := range []string{"fluffy", "fluffy-core", native.InitBinaryName} {
-		add(&prot.Paths, filepath.Join(filepath.Dir(a.Self), name))
-	}
-	add(&prot.Secret, dd.Path(datadir.Keys))
-	return prot, nil
-}
-
-// ownFiles returns the predicate changeset.ChangeSet.Protect takes for a
-// change set over ws: the policy's protected paths.
-func (a *App) ownFiles(ws string) (func(abs string) bool, error) {
-	prot, err := a.protected(ws)
-	if err != nil {
-		return nil, fmt.Errorf("cannot tell fluffy's own files from the rest, so nothing is applied: %w", err)
-	}
-	return prot.Covers, nil
-}
-
-// kernelOwnFiles is ownFiles for the kernel. The configuration was loaded
-// when the kernel started, so it does not fail there; if it ever does,
-// every path counts as fluffy's and applies are refused (fail closed).
-func (a *App) kernelOwnFiles(ws string) func(abs string) bool {
-	own, err := a.ownFiles(ws)
-	if err != nil {
-		return func(string) bool { return true }
-	}
-	return own
-}
-
-func (a *App) policyEngine() (*policy.Engine, policy.Files, error) {
-	return a.policyEngineTokens(nil)
-}
-
-// policyEngineTokens builds the effective policy engine validating toks
-// (nil: presented tokens are ignored).
-func (a *App) policyEngineTokens(toks *policy.Tokens) (*policy.Engine, policy.Files, error) {
-	opts, err := a.policyOptions()
-	if err != nil {
-		return nil, policy.Files{}, err
-	}
-	opts.Tokens = toks
-	files := a.policyFiles()
-	e, err := policy.Load(opts, files)
-	if err != nil {
-		return nil, files, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return e, files, nil
-}
 
 // defaultAction derives the action from the tool name.
 func defaultAction(tool string) operation.Action {
@@ -223,7 +91,7 @@ func (a *App) buildOperation(s opSpec) (operation.Operation, error) {
 		}
 	}
 	op := operation.Operation{Tool: s.tool, Action: act, Argv: s.argv, CommandLine: s.shell,
-		Session: operation.Session{ID: "cli", Mode: mode, Workspace: a.workspace()}}
+		Session: operation.Session{ID: "cli", Mode: mode, Workspace: a.user().Workspace()}}
 	if s.size != "" {
 		n, err := units.ParseSize(s.size)
 		if err != nil {
@@ -281,7 +149,7 @@ Exit status: 0 allow, 10 approve, 20 block, 2 bad input or invalid policy.`,
 			} else if len(args) > 0 {
 				return fmt.Errorf("%w: unexpected arguments %q (put a command after --)", errUsage, args)
 			}
-			e, _, err := a.policyEngine()
+			e, _, err := a.user().PolicyEngine(nil)
 			if err != nil {
 				return err
 			}
@@ -355,7 +223,7 @@ func newPolicyLintCmd(a *App) *cobra.Command {
 		Short: "Check policy files: the effective ones, or one file",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := a.policyOptions()
+			opts, err := a.user().PolicyOptions()
 			if err != nil {
 				return err
 			}
@@ -371,7 +239,7 @@ func newPolicyLintCmd(a *App) *cobra.Command {
 				}
 				srcs = append(srcs, src)
 			} else {
-				srcs, _, err = a.policyFiles().Read()
+				srcs, _, err = a.user().PolicyFiles().Read()
 				if err != nil {
 					return err
 				}
@@ -430,7 +298,7 @@ func newPolicyTestCmd(a *App) *cobra.Command {
 		Short: "Run your own policy test cases (DIR/*.yaml) against the effective policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, _, err := a.policyEngine()
+			e, _, err := a.user().PolicyEngine(nil)
 			if err != nil {
 				return err
 			}
@@ -502,7 +370,7 @@ func newPolicyExplainCmd(a *App) *cobra.Command {
 				_, err := a.Stdout.Write(policy.DefaultRules)
 				return err
 			}
-			e, files, err := a.policyEngine()
+			e, files, err := a.user().PolicyEngine(nil)
 			if err != nil {
 				return err
 			}

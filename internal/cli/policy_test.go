@@ -17,7 +17,7 @@ func TestPolicyProtectsEveryBinary(t *testing.T) {
 	a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Cwd: dir,
 		Self:    filepath.Join(bin, "fluffy-core"),
 		Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}}
-	opts, err := a.policyOptions()
+	opts, err := a.user().PolicyOptions()
 	if err != nil {
 		t.Fatal(err)
 	}

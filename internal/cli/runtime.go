@@ -8,23 +8,10 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
-	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 )
-
-// cacheDir is where the sessions' sandboxes keep their persistent build
-// caches (data directory's cache/, one directory per workspace; see
-// sandbox.Template.ApplyCaches). Empty when the data directory is not
-// usable: sandboxes then run without caches.
-func (a *App) cacheDir() string {
-	d, err := a.DataDir()
-	if err != nil {
-		return ""
-	}
-	return d.Path(datadir.Cache)
-}
 
 // runtimeProbes say whether each sandbox runtime is usable here; they are
 // fields so that tests can stand in for the host.

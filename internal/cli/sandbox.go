@@ -89,7 +89,7 @@ run exits 123 if the command did not fail itself; with a memory cgroup what
 it holds counts against the limit as well. Review what was written with
 'fluffy sandbox diff --changeset DIR'.
 
-Nothing from your environment enters the sandbox except PATH, HOME=/tmp and
+Nothing from your environment enters the sandbox except your PATH, HOME=/tmp and
 LANG, and what you pass with --env KEY=VALUE (or --env KEY to pass your own
 value of KEY).
 
@@ -167,7 +167,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	}
 	spec := sandbox.Spec{
 		Argv:    args,
-		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME=/tmp", "LANG=C.UTF-8"},
+		Env:     a.user().SandboxEnv(),
 		TmpSize: int64(c.TmpSize),
 		Limits: sandbox.Limits{
 			Wall:   time.Duration(c.Timeout),
@@ -262,7 +262,7 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 	if f.noWorkspace {
 		spec.Workspace, spec.ChangeSet = "", ""
 	}
-	masks, err := a.sandboxMasks(spec.Workspace)
+	masks, err := a.user().SandboxMasks(spec.Workspace)
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,8 @@ func runSandbox(cmd *cobra.Command, a *App, f *sandboxRunFlags, args []string) e
 		defer eg.close()
 		spec.ProxySocket = eg.socket
 		// The proxy variables first: a later --env of the same name wins.
-		spec.Env = append(append(spec.Env[:3:3], eg.env...), spec.Env[3:]...)
+		base := len(a.user().SandboxEnv())
+		spec.Env = append(append(spec.Env[:base:base], eg.env...), spec.Env[base:]...)
 	} else if len(f.allowHosts) > 0 || f.egressLog != "" {
 		return fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", errUsage)
 	} else if rec != nil {

@@ -83,7 +83,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	// Approved plan steps become capability tokens, signed with the
 	// kernel's token key; without a key they are honoured once by their
 	// exact operation signature.
-	toks, grants, err := a.approvalTokens()
+	toks, grants, err := a.user().ApprovalTokens()
 	if err != nil {
 		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
 	}
@@ -110,7 +110,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
 		AutoApply: a.autoApplyOptions(),
-		OwnFiles:  a.kernelOwnFiles,
+		OwnFiles:  a.user().KernelOwnFiles,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
 			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
@@ -151,13 +151,9 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver, toks *pol
 	// starts a probe sandbox).
 	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return a.sessionRuntime(context.Background(), log) })
 	l, _ := a.Config()
-	// Sandboxed commands find the user's tools (go, cargo, pytest...) on
-	// the user's PATH; nothing else of the environment goes in.
-	path, _ := a.Getenv("PATH")
-	if path == "" {
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
-	sandboxEnv := []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off"}
+	// Sessions have no network: Go builds use the toolchain and modules
+	// at hand rather than trying to fetch others.
+	sandboxEnv := append(a.user().SandboxEnv(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off")
 	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
@@ -168,9 +164,7 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver, toks *pol
 			return nil, err
 		}
 		// The policy is the one of the session's workspace.
-		wa := *a
-		wa.Cwd = env.Workspace
-		eng, _, err := wa.policyEngineTokens(toks)
+		eng, _, err := a.user().WithCwd(env.Workspace).PolicyEngine(toks)
 		if err != nil {
 			return nil, err
 		}
@@ -186,8 +180,8 @@ func (a *App) sessionTools(log *slog.Logger, approver router.Approver, toks *pol
 		if rt, name := runtime(); rt != nil {
 			o.Runtime, o.RuntimeName = rt, name
 			o.Env = sandboxEnv
-			o.CacheDir = a.cacheDir()
-			if o.Masks, err = a.sandboxMasks(res.Workspace()); err != nil {
+			o.CacheDir = a.user().CacheDir()
+			if o.Masks, err = a.user().SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
 		}

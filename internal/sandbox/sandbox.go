@@ -292,3 +292,22 @@ type Facility struct {
 	// Version is a numeric level where one exists (the landlock ABI).
 	Version int `json:"version,omitempty"`
 }
+
+// InitBinaryName is the file name of the small sandbox init binary,
+// installed beside the fluffy binary.
+const InitBinaryName = "fluffy-sandbox-init"
+
+// DefaultPath is the sandbox's PATH when the user's is unknown.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// BaseEnv is the environment every sandboxed command starts from, the
+// agent's and 'fluffy sandbox run's alike: the user's PATH (so the user's
+// tools — go, cargo, pytest — are found where the user finds them;
+// DefaultPath when path is empty), HOME=/tmp and LANG=C.UTF-8. Nothing
+// else of the user's environment goes in.
+func BaseEnv(path string) []string {
+	if path == "" {
+		path = DefaultPath
+	}
+	return []string{"PATH=" + path, "HOME=/tmp", "LANG=C.UTF-8"}
+}

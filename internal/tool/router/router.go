@@ -194,7 +194,7 @@ func New(o Options) (*Router, error) {
 		o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{})
 	}
 	if o.Env == nil {
-		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+		o.Env = sandbox.BaseEnv("")
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute

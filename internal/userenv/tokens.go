@@ -1,4 +1,4 @@
-package cli
+package userenv
 
 import (
 	"crypto/rand"
@@ -16,15 +16,15 @@ import (
 // TokenKeyFile is the kernel's capability-token key under keys/.
 const TokenKeyFile = "policy-tokens.key"
 
-// approvalTokens returns the token store (for the policy engine) and the
+// ApprovalTokens returns the token store (for the policy engine) and the
 // grants (for the router) signed with the key in keys/, creating the key
 // on first use.
-func (a *App) approvalTokens() (*policy.Tokens, *approval.Grants, error) {
-	l, err := a.Config()
+func (e *Env) ApprovalTokens() (*policy.Tokens, *approval.Grants, error) {
+	l, err := e.Config()
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := a.DataDir()
+	d, err := e.DataDir()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package cli
+package userenv
 
 import (
 	"os"
@@ -31,8 +31,8 @@ func TestSandboxMasks(t *testing.T) {
 	if err := os.Symlink("fluffy", home+"/bin/fluffy-sandbox-init"); err != nil {
 		t.Fatal(err)
 	}
-	a := &App{Cwd: home, Self: home + "/bin/fluffy", Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + data, "XDG_CONFIG_HOME=" + root + "/config"}}
-	masks, err := a.sandboxMasks(home)
+	a := &Env{Cwd: home, Self: home + "/bin/fluffy", Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + data, "XDG_CONFIG_HOME=" + root + "/config"}}
+	masks, err := a.SandboxMasks(home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +58,13 @@ func TestSandboxMasks(t *testing.T) {
 	}
 
 	// A workspace without fluffy's files: no mounts at all.
-	if masks, err := a.sandboxMasks(home + "/src"); err != nil || len(masks) != 0 {
+	if masks, err := a.SandboxMasks(home + "/src"); err != nil || len(masks) != 0 {
 		t.Errorf("sandboxMasks(src) = %v, %v", masks, err)
 	}
 	// The data directory, or a directory inside it, as the workspace:
 	// refused.
 	for _, ws := range []string{data, data + "/keys"} {
-		if _, err := a.sandboxMasks(ws); err == nil {
+		if _, err := a.SandboxMasks(ws); err == nil {
 			t.Errorf("sandboxMasks(%s) succeeded", ws)
 		}
 	}
