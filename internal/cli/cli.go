@@ -120,7 +120,6 @@ func (a *App) DataDir() (datadir.Dir, error) { return a.user().DataDir() }
 // Logger returns the logger for fluffy's own diagnostics (stderr).
 func (a *App) Logger() *slog.Logger { return a.user().Logger() }
 
-
 // NewRoot builds the command tree. Each subcommand lives in its own file
 // and is added by addCommands (commands.go).
 func NewRoot(a *App) *cobra.Command {

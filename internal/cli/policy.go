@@ -39,7 +39,6 @@ See docs/policy.md.`,
 	return cmd
 }
 
-
 // defaultAction derives the action from the tool name.
 func defaultAction(tool string) operation.Action {
 	prefix, _, _ := strings.Cut(tool, ".")
