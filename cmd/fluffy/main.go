@@ -11,6 +11,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/cli"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/wiring"
 )
 
 func main() {
@@ -35,5 +36,6 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "fluffy:", err)
 		return 1
 	}
+	app.Core = wiring.New()
 	return cli.Main(ctx, app, os.Args[1:])
 }

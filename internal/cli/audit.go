@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
-	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -37,87 +35,14 @@ format). Any edit, deletion, reordering or truncation is detected by
 	return cmd
 }
 
-// auditPaths returns the database path and key directory.
-func auditPaths(a *App) (db, keys string, err error) {
-	d, err := a.DataDir()
-	if err != nil {
-		return "", "", err
-	}
-	return d.Path(datadir.AuditDB), d.Path(datadir.Keys), nil
-}
-
 // openAuditLog opens the log for writing with the configured settings,
-// waiting a moment for another process that holds it (a sandbox server
-// between runs lets go when asked: askServerToRelease).
+// waiting a moment for another process that holds it.
 func openAuditLog(ctx context.Context, a *App) (*audit.Log, error) {
-	return openAuditLogWait(ctx, a, 3*time.Second, false)
-}
-
-// openAuditLogWait opens the log for writing, waiting up to wait for
-// another process holding the writer's lock. keepWAL is for the writers
-// that run often and briefly (a sandboxed command, the kernel between
-// sessions): their Close leaves SQLite's write-ahead log for the next
-// opener instead of copying it into audit.db (audit.Options.KeepWAL:
-// three fsyncs fewer after the command); one-off commands such as
-// 'fluffy audit append' leave a self-contained audit.db.
-func openAuditLogWait(ctx context.Context, a *App, wait time.Duration, keepWAL bool) (*audit.Log, error) {
-	opts, err := auditLogOptions(a, wait, keepWAL)
-	if err != nil {
-		return nil, err
-	}
-	opts.Logger = a.Logger()
-	return audit.Open(ctx, opts)
-}
-
-// auditLogOptions are the options of the audit log of a's data directory,
-// from a's configuration (no logger).
-func auditLogOptions(a *App, wait time.Duration, keepWAL bool) (audit.Options, error) {
-	l, err := a.Config()
-	if err != nil {
-		return audit.Options{}, err
-	}
-	db, keys, err := auditPaths(a)
-	if err != nil {
-		return audit.Options{}, err
-	}
-	c := l.Config.Audit
-	return audit.Options{
-		Path: db, KeyDir: keys,
-		FlushEntries: c.FlushEntries, FlushInterval: c.FlushInterval.Std(),
-		CheckpointEvery: c.CheckpointEvery, CheckpointAfter: c.CheckpointAfter.Std(),
-		WarnSize: int64(c.WarnSize), LockWait: wait, KeepWAL: keepWAL,
-		OnLocked: askServerToRelease,
-	}, nil
-}
-
-// askServerToRelease asks the process holding the audit log's writer
-// lock to let go when it is a sandbox server of this user (fluffy-core
-// sandbox serve), which keeps the log open between runs and closes it
-// on SIGUSR1 unless a run is writing it (sandbox_serve.go). Any other
-// holder is left alone: SIGUSR1 would kill a process that does not catch
-// it.
-func askServerToRelease(pid int) {
-	if pid <= 0 || pid == os.Getpid() {
-		return
-	}
-	proc := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(proc + "/cmdline")
-	if err != nil {
-		return
-	}
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if len(args) < 3 || args[1] != "sandbox" || args[2] != "serve" {
-		return
-	}
-	var st syscall.Stat_t
-	if syscall.Stat(proc, &st) != nil || int(st.Uid) != os.Geteuid() {
-		return
-	}
-	_ = syscall.Kill(pid, syscall.SIGUSR1)
+	return a.user().OpenAudit(ctx, 3*time.Second, false)
 }
 
 func openAuditReader(ctx context.Context, a *App) (*audit.Reader, string, error) {
-	db, keys, err := auditPaths(a)
+	db, keys, err := a.user().AuditPaths()
 	if err != nil {
 		return nil, "", err
 	}
@@ -487,7 +412,7 @@ signed-note format (name+hash+base64 key). Keep a copy away from this machine:
 together.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, keys, err := auditPaths(a)
+			_, keys, err := a.user().AuditPaths()
 			if err != nil {
 				return err
 			}
@@ -614,7 +539,7 @@ func newAuditStatsCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			db, keys, err := auditPaths(a)
+			db, keys, err := a.user().AuditPaths()
 			if err != nil {
 				return err
 			}

@@ -63,7 +63,7 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 		return res, fmt.Errorf("open fluffy.db: %w", err)
 	}
 	defer db.Close()
-	al := newSharedAudit(a, time.Minute)
+	al := a.user().SharedAudit(time.Minute)
 	defer al.Close()
 	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.user().KernelOwnFiles}
 	switch method {

@@ -35,6 +35,9 @@ type App struct {
 	// Self is the path of the fluffy binary, for re-executing itself
 	// (sandbox init, doctor probes); required.
 	Self string
+	// Core is the daemon side (internal/wiring), set by the entry point;
+	// commands that run sandboxes, the kernel or its sessions need it.
+	Core Core
 	// ExecObserver, when set, is told about every sandboxed execution
 	// (the audit log's exec.start / exec.end); optional.
 	ExecObserver sandbox.Observer

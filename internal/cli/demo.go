@@ -149,7 +149,7 @@ func (a *App) runDemo(ctx context.Context, lang string, keep bool) (err error) {
 		return fmt.Errorf("demo: %w", err)
 	}
 	home := filepath.Join(tmp, "home")
-	da := &App{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr, Environ: a.Environ, Cwd: ws, Self: a.Self,
+	da := &App{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr, Environ: a.Environ, Cwd: ws, Self: a.Self, Core: a.Core,
 		home: home, userConfig: os.DevNull, logLevel: a.logLevel}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -240,7 +240,7 @@ func (a *App) runDemo(ctx context.Context, lang string, keep bool) (err error) {
 	say("   Every gate decision, every sandboxed run and the apply were recorded, hash-chained and signed:")
 	c.Close()
 	var out bytes.Buffer
-	va := &App{Stdin: a.Stdin, Stdout: &out, Stderr: &out, Environ: a.Environ, Cwd: ws, Self: a.Self}
+	va := &App{Stdin: a.Stdin, Stdout: &out, Stderr: &out, Environ: a.Environ, Cwd: ws, Self: a.Self, Core: a.Core}
 	if code := Main(ctx, va, []string{"--home", home, "--config", os.DevNull, "audit", "log"}); code != 0 {
 		fmt.Fprint(w, indent(out.String(), "   "))
 		return &ExitError{Code: code, Msg: "demo: audit log failed (above)"}

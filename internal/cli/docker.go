@@ -13,22 +13,8 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/wiring"
 )
-
-// podmanSocket is where `podman system service` listens as root.
-const podmanSocket = "unix:///run/podman/podman.sock"
-
-// engineHost is the container engine address for runtime docker or podman:
-// DOCKER_HOST from the app's environment, else the engine's own default.
-func engineHost(a *App, runtime string) string {
-	if h, ok := a.Getenv("DOCKER_HOST"); ok && h != "" {
-		return h
-	}
-	if runtime == "podman" {
-		return podmanSocket
-	}
-	return ""
-}
 
 // otherSandboxRuntime returns the backends other than native: auto
 // (detected: native when the host offers it, else a container engine),
@@ -36,7 +22,7 @@ func engineHost(a *App, runtime string) string {
 // containers first and builds the base image when it is missing or stale.
 func otherSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
 	if runtime == "auto" {
-		r, err := detectRuntime(ctx, runtime, a.hostProbes(allowDegraded))
+		r, err := wiring.DetectRuntime(ctx, runtime, wiring.HostProbes(a.user(), allowDegraded))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
@@ -45,7 +31,7 @@ func otherSandboxRuntime(ctx context.Context, a *App, runtime, template, image s
 		}
 		runtime = r
 	}
-	rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, runtime), Image: image, Template: template,
+	rt, err := docker.New(ctx, docker.Options{Host: wiring.EngineHost(a.user(), runtime), Image: image, Template: template,
 		Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: a.Logger()})
 	if err != nil {
 		return nil, nil, err
@@ -87,7 +73,7 @@ every fluffy container, even those of running sessions.`,
 			if runtime == "native" || runtime == "auto" {
 				runtime = "docker"
 			}
-			rt, err := docker.New(cmd.Context(), docker.Options{Host: engineHost(a, runtime)})
+			rt, err := docker.New(cmd.Context(), docker.Options{Host: wiring.EngineHost(a.user(), runtime)})
 			if err != nil {
 				return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox gc: " + err.Error()}
 			}
@@ -135,7 +121,7 @@ and every file of the context).`,
 					runtime = "podman"
 				}
 			}
-			rt, err := docker.New(cmd.Context(), docker.Options{Host: engineHost(a, runtime)})
+			rt, err := docker.New(cmd.Context(), docker.Options{Host: wiring.EngineHost(a.user(), runtime)})
 			if err != nil {
 				return &ExitError{Code: ExitSandboxSetup, Msg: "image build: " + err.Error()}
 			}

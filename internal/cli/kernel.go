@@ -83,10 +83,11 @@ func (a *App) kernelOptions() (bootstrap.Options, error) {
 	rd, _ := a.Getenv("XDG_RUNTIME_DIR")
 	o := bootstrap.ForConfig(&l.Config, rd, bootstrap.Exec{Path: a.Self, Args: args, Env: a.Environ, Dir: a.Cwd})
 	o.Logger = a.Logger()
-	sc := l.Config.Sandbox
 	o.CheckRuntime = func(ctx context.Context) error {
-		_, err := detectRuntime(ctx, sc.Runtime, a.hostProbes(sc.AllowDegraded))
-		return err
+		if a.Core == nil {
+			return errors.New("this build has no sandbox runtimes")
+		}
+		return a.Core.CheckRuntime(ctx, a.user())
 	}
 	return o, nil
 }
@@ -110,7 +111,7 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 // opened it, records each one in the audit log (ipc also logs them).
 type refusals struct {
 	n     atomic.Int64
-	audit atomic.Pointer[sharedAudit]
+	audit atomic.Pointer[audit.Shared]
 }
 
 func (r *refusals) RecordRefusal(ctx context.Context, f ipc.Refusal) error {

@@ -114,18 +114,18 @@ func TestReleaseAudits(t *testing.T) {
 	dir := t.TempDir()
 	host := NewSandboxHost(SandboxHostOptions{Self: "/nonexistent", AuditIdle: time.Hour})
 	defer host.Close()
-	s := &sharedAudit{logger: host.logger, idle: time.Hour, open: func(ctx context.Context) (*audit.Log, error) {
+	s := audit.NewShared(func(ctx context.Context) (*audit.Log, error) {
 		return audit.Open(ctx, audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
-	}}
+	}, time.Hour, nil)
 	host.audits["x"] = s
 	ctx := context.Background()
-	cmd := &hostAudit{sharedAudit: s}
-	s.held.Add(1)
+	cmd := &hostAudit{Shared: s}
+	s.Hold()
 	if _, err := cmd.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	host.releaseAudits()
-	if s.l == nil {
+	if !s.IsOpen() {
 		t.Fatal("the log was closed while a command held it")
 	}
 	if _, err := cmd.Append(ctx, audit.Entry{Kind: audit.KindExecEnd, Actor: "test"}); err != nil {
@@ -137,11 +137,11 @@ func TestReleaseAudits(t *testing.T) {
 	if err := cmd.Close(); err != nil { // a second Close counts once
 		t.Fatal(err)
 	}
-	if n := s.held.Load(); n != 0 {
-		t.Fatalf("held %d after the command's close", n)
+	if s.Held() {
+		t.Fatal("held after the command's close")
 	}
 	host.releaseAudits()
-	if s.l != nil {
+	if s.IsOpen() {
 		t.Fatal("the log stayed open with no command holding it")
 	}
 	// The writer lock is free: another writer gets it at once.

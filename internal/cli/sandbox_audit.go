@@ -53,7 +53,7 @@ func openSandboxAudit(ctx context.Context, a *App, template string) *auditRecord
 		}}
 	}
 	return &auditRecorder{template: template, open: func() (auditSink, error) {
-		l, err := openAuditLogWait(ctx, a, 5*time.Second, true)
+		l, err := a.user().OpenAudit(ctx, 5*time.Second, true)
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}

@@ -29,7 +29,7 @@ type SandboxHost struct {
 	mu       sync.Mutex
 	closed   bool
 	runtimes map[bool]*native.Runtime // by AllowDegraded
-	audits   map[string]*sharedAudit  // by database path
+	audits   map[string]*audit.Shared // by database path
 
 	// next is the throw-away change set a sandbox was built ahead on
 	// (prepareNext), for the next run that needs one like it. Its own
@@ -71,7 +71,7 @@ func NewSandboxHost(opts SandboxHostOptions) *SandboxHost {
 		opts.AuditIdle = 30 * time.Second
 	}
 	return &SandboxHost{self: opts.Self, logger: opts.Logger, spares: opts.Spares, idle: opts.AuditIdle,
-		runtimes: map[bool]*native.Runtime{}, audits: map[string]*sharedAudit{}}
+		runtimes: map[bool]*native.Runtime{}, audits: map[string]*audit.Shared{}}
 }
 
 var errHostClosed = errors.New("the sandbox server is shutting down")
@@ -177,7 +177,7 @@ func (h *SandboxHost) dropScratch(n *nextScratch) {
 // auditLog returns the shared audit log of a's data directory, opened
 // with a's configuration on first use.
 func (h *SandboxHost) auditLog(ctx context.Context, a *App) (auditSink, error) {
-	opts, err := auditLogOptions(a, 5*time.Second, true)
+	opts, err := a.user().AuditOptions(5*time.Second, true)
 	if err != nil {
 		return nil, err
 	}
@@ -189,25 +189,25 @@ func (h *SandboxHost) auditLog(ctx context.Context, a *App) (auditSink, error) {
 	}
 	s := h.audits[opts.Path]
 	if s == nil {
-		s = &sharedAudit{logger: h.logger, idle: h.idle, open: func(ctx context.Context) (*audit.Log, error) {
+		s = audit.NewShared(func(ctx context.Context) (*audit.Log, error) {
 			return audit.Open(ctx, opts)
-		}}
+		}, h.idle, h.logger)
 		h.audits[opts.Path] = s
 	}
-	s.held.Add(1)
-	return &hostAudit{sharedAudit: s}, nil
+	s.Hold()
+	return &hostAudit{Shared: s}, nil
 }
 
 // hostAudit is one command's use of a shared log: its Close only makes
 // the command's entries durable; the host closes the log. While a
 // command holds one, releaseAudits leaves the log open.
 type hostAudit struct {
-	*sharedAudit
+	*audit.Shared
 	once sync.Once
 }
 
 func (l *hostAudit) Close() error {
-	l.once.Do(func() { l.held.Add(-1) })
+	l.once.Do(l.Unhold)
 	return l.Flush(context.Background())
 }
 
@@ -219,8 +219,8 @@ func (h *SandboxHost) releaseAudits() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.audits {
-		if s.held.Load() == 0 {
-			s.closeIdle()
+		if !s.Held() {
+			s.CloseIdle()
 		}
 	}
 }

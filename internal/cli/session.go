@@ -31,6 +31,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
+	"github.com/fluffy-agent/fluffy/internal/wiring"
 )
 
 // instructions is fluffy's own part of every session's system prompt.
@@ -57,8 +58,8 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 	}
 	// The kernel holds the audit log's writer lock only while it writes
 	// (then for 2s more), so other commands can write between sessions.
-	al := newSharedAudit(a, 2*time.Second)
-	if err := al.use(ctx, func(*audit.Log) error { return nil }); err != nil {
+	al := a.user().SharedAudit(2 * time.Second)
+	if err := al.Use(ctx, func(*audit.Log) error { return nil }); err != nil {
 		db.Close()
 		return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel cannot open the audit log: %v", err)}
 	}
@@ -149,7 +150,7 @@ func (a *App) startSessions(ctx context.Context, mux *ipc.Mux, log *slog.Logger,
 func (a *App) sessionTools(log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants) kernel.ToolsFactory {
 	// Resolved at the first session, not at kernel start (detection
 	// starts a probe sandbox).
-	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return a.sessionRuntime(context.Background(), log) })
+	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return wiring.SessionRuntime(context.Background(), a.user(), log) })
 	l, _ := a.Config()
 	// Sessions have no network: Go builds use the toolchain and modules
 	// at hand rather than trying to fetch others.

@@ -1,4 +1,11 @@
-package cli
+// Package wiring assembles fluffy's daemon side from its parts: the
+// kernel daemon's sessions with their tools, gates and sandbox runtime,
+// approvals, and the sandbox runtimes of 'fluffy sandbox run'. It is the
+// one package that links the backends (sandbox/native, sandbox/docker,
+// the tool router and built-in tools, the egress proxy); the entry point
+// (cmd/fluffy) hands what it builds to the CLI through small interfaces,
+// so the CLI itself links none of them.
+package wiring
 
 import (
 	"context"
@@ -11,23 +18,24 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
-// runtimeProbes say whether each sandbox runtime is usable here; they are
+// Probes say whether each sandbox runtime is usable here; they are
 // fields so that tests can stand in for the host.
-type runtimeProbes struct {
-	native func(ctx context.Context) error
-	engine func(ctx context.Context, runtime string) error
+type Probes struct {
+	Native func(ctx context.Context) error
+	Engine func(ctx context.Context, runtime string) error
 }
 
-// hostProbes checks the real host: the native sandbox's facilities (a
+// HostProbes checks the real host: the native sandbox's facilities (a
 // real probe sandbox; missing required ones are fine with
 // sandbox.allow_degraded), and a container engine answering a ping.
-func (a *App) hostProbes(allowDegraded bool) runtimeProbes {
-	return runtimeProbes{
-		native: func(ctx context.Context) error {
+func HostProbes(u *userenv.Env, allowDegraded bool) Probes {
+	return Probes{
+		Native: func(ctx context.Context) error {
 			var missing []string
-			for _, f := range native.Detect(ctx, native.DetectOptions{Self: a.Self}) {
+			for _, f := range native.Detect(ctx, native.DetectOptions{Self: u.Self}) {
 				if f.Required && !f.Available {
 					missing = append(missing, fmt.Sprintf("%s: %s (fix: %s)", f.Name, f.Detail, f.Fix))
 				}
@@ -37,8 +45,8 @@ func (a *App) hostProbes(allowDegraded bool) runtimeProbes {
 			}
 			return errors.New(strings.Join(missing, "; "))
 		},
-		engine: func(ctx context.Context, runtime string) error {
-			rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, runtime)})
+		Engine: func(ctx context.Context, runtime string) error {
+			rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, runtime)})
 			if err != nil {
 				return err // it names the engine's address and the fix
 			}
@@ -48,12 +56,12 @@ func (a *App) hostProbes(allowDegraded bool) runtimeProbes {
 	}
 }
 
-// detectRuntime resolves sandbox.runtime (auto, native, docker, podman)
+// DetectRuntime resolves sandbox.runtime (auto, native, docker, podman)
 // to the runtime sessions will use: auto takes native when the host
 // offers it, else a container engine that answers. When none is usable
 // it returns one *bootstrap.StartError naming each runtime's problem and
 // the fix.
-func detectRuntime(ctx context.Context, want string, p runtimeProbes) (string, error) {
+func DetectRuntime(ctx context.Context, want string, p Probes) (string, error) {
 	var tried []string
 	for _, rt := range []string{"native", "docker", "podman"} {
 		if want != "auto" && want != rt && !(want == "" && rt == "native") {
@@ -64,9 +72,9 @@ func detectRuntime(ctx context.Context, want string, p runtimeProbes) (string, e
 		}
 		var err error
 		if rt == "native" {
-			err = p.native(ctx)
+			err = p.Native(ctx)
 		} else {
-			err = p.engine(ctx, rt)
+			err = p.Engine(ctx, rt)
 		}
 		if err == nil {
 			return rt, nil
@@ -84,33 +92,49 @@ func detectRuntime(ctx context.Context, want string, p runtimeProbes) (string, e
 		Err: errors.New("\n  " + strings.Join(tried, "\n  ")), Fix: fix}
 }
 
-// sessionRuntime is the sandbox runtime of the kernel's sessions, chosen
-// as detectRuntime says; nil (with the reason logged) when none is
+// SessionRuntime is the sandbox runtime of the kernel's sessions, chosen
+// as DetectRuntime says; nil (with the reason logged) when none is
 // usable, and then shell.exec and test.run are refused.
-func (a *App) sessionRuntime(ctx context.Context, log *slog.Logger) (sandbox.Runtime, string) {
-	l, err := a.Config()
+func SessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) (sandbox.Runtime, string) {
+	l, err := u.Config()
 	if err != nil {
 		return nil, ""
 	}
 	sc := l.Config.Sandbox
-	name, err := detectRuntime(ctx, sc.Runtime, a.hostProbes(sc.AllowDegraded))
+	name, err := DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 		return nil, ""
 	}
 	if name == "native" {
-		rt, err := native.New(native.Options{Self: a.Self, AllowDegraded: sc.AllowDegraded, Logger: log})
+		rt, err := native.New(native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log})
 		if err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 			return nil, ""
 		}
 		return rt, name
 	}
-	rt, err := docker.New(ctx, docker.Options{Host: engineHost(a, name), Image: sc.Image, Template: sc.Template, Session: "kernel", Logger: log})
+	rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, name), Image: sc.Image, Template: sc.Template, Session: "kernel", Logger: log})
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "runtime", name, "err", err)
 		return nil, ""
 	}
 	log.Info("sessions run in containers", "runtime", name)
 	return rt, name
+}
+
+// podmanSocket is where `podman system service` listens as root.
+const podmanSocket = "unix:///run/podman/podman.sock"
+
+// EngineHost is the container engine address for runtime docker or
+// podman: DOCKER_HOST from the invocation's environment, else the
+// engine's own default.
+func EngineHost(u *userenv.Env, runtime string) string {
+	if h, ok := u.Getenv("DOCKER_HOST"); ok && h != "" {
+		return h
+	}
+	if runtime == "podman" {
+		return podmanSocket
+	}
+	return ""
 }

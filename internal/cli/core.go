@@ -1,0 +1,18 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// Core is fluffy's daemon side as the CLI uses it. The entry point
+// (cmd/fluffy) builds it (internal/wiring) and sets App.Core: the CLI
+// itself links no sandbox backend, tool or egress proxy (internal/arch
+// enforces it), so its commands stay flags, rendering and IPC calls.
+type Core interface {
+	// CheckRuntime returns nil when the sandbox runtime u's
+	// configuration names is usable here, else a *bootstrap.StartError
+	// naming each runtime's problem and its fix.
+	CheckRuntime(ctx context.Context, u *userenv.Env) error
+}

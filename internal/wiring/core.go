@@ -1,0 +1,25 @@
+package wiring
+
+import (
+	"context"
+
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// Core is the daemon side handed to the CLI (cli.Core).
+type Core struct{}
+
+// New returns the daemon side of the real host.
+func New() *Core { return &Core{} }
+
+// CheckRuntime resolves sandbox.runtime as sessions will (DetectRuntime)
+// and returns why none is usable.
+func (*Core) CheckRuntime(ctx context.Context, u *userenv.Env) error {
+	l, err := u.Config()
+	if err != nil {
+		return err
+	}
+	sc := l.Config.Sandbox
+	_, err = DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
+	return err
+}
