@@ -11,14 +11,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/transparency-dev/merkle/compact"
 
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
 
@@ -152,7 +151,7 @@ type Log struct {
 	opts Options
 	db   *store.DB
 	key  Key
-	lock *os.File
+	lock *lockfile.Lock
 	// witness is the checkpoint file under KeyDir, rewritten after every
 	// commit (wmu held).
 	witness *witness
@@ -217,7 +216,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		if l.witness != nil {
 			l.witness.close()
 		}
-		lock.Close()
+		lock.Release()
 		return nil, err
 	}
 	// The size and free-disk warnings need no query.
@@ -388,39 +387,21 @@ func openDB(ctx context.Context, path string) (*store.DB, error) {
 	return db, nil
 }
 
-// lockFile takes an exclusive flock on path, waiting up to wait for a
+// lockFile takes the writer's lock on path, waiting up to wait for a
 // holder to let go, and writes our pid into it. The lock dies with the
 // process, so a kill -9 never leaves a stale lock.
-func lockFile(ctx context.Context, path string, wait time.Duration, onLocked func(int)) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+func lockFile(ctx context.Context, path string, wait time.Duration, onLocked func(int)) (*lockfile.Lock, error) {
+	lock, err := lockfile.Acquire(ctx, path, lockfile.Options{Wait: wait, WritePID: true, OnBusy: onLocked})
+	var busy *lockfile.BusyError
+	switch {
+	case errors.As(err, &busy) && busy.PID > 0:
+		return nil, fmt.Errorf("%w (pid %d holds %s)", ErrLocked, busy.PID, path)
+	case busy != nil:
+		return nil, fmt.Errorf("%w (another process holds %s)", ErrLocked, path)
+	case err != nil:
 		return nil, fmt.Errorf("audit: lock: %w", err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) || ctx.Err() != nil {
-			break
-		}
-		if onLocked != nil {
-			b, _ := os.ReadFile(path)
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			onLocked(pid)
-			onLocked = nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, strings.TrimSpace(string(b)), path)
-		}
-		return nil, fmt.Errorf("audit: lock %s: %w", path, err)
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	return lock, nil
 }
 
 // Key returns the signing key's public half and name.
@@ -548,7 +529,7 @@ func (l *Log) Close() error {
 	if werr := l.witness.close(); werr != nil {
 		l.opts.Logger.Error("audit: the checkpoint file kept outside the database", "path", l.witness.path, "err", werr)
 	}
-	l.lock.Close()
+	l.lock.Release()
 	return err
 }
 
