@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/aymanbagabas/go-udiff"
-	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 )
 
 // Base copies. The base records hashes, not contents; so that a conflict
@@ -116,25 +117,14 @@ func (cs *ChangeSet) lock(ctx context.Context) (func(), error) {
 	if cs.dir == "" {
 		return func() {}, nil
 	}
-	f, err := os.OpenFile(filepath.Join(cs.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("changeset: %w", err)
+	l, err := lockfile.Acquire(ctx, filepath.Join(cs.dir, lockFile), lockfile.Options{Wait: 2 * time.Second})
+	switch {
+	case errors.Is(err, lockfile.ErrBusy):
+		return nil, ErrLocked
+	case err != nil:
+		return nil, fmt.Errorf("changeset: lock: %w", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) || ctx.Err() != nil {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, ErrLocked
-			}
-			return nil, fmt.Errorf("changeset: lock: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return func() { l.Release() }, nil
 }
 
 // Versions are the three versions of a conflicting file. Base is nil when
