@@ -18,7 +18,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 )
 
 // Launcher starts a kernel process that will listen on the socket the
@@ -310,27 +310,16 @@ func lock(ctx context.Context, path string) (func(), error) {
 	if err := ipc.EnsureDir(filepath.Dir(path)); err != nil {
 		return nil, explain(Options{Socket: path}, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	l, err := lockfile.Acquire(ctx, path, lockfile.Options{Wait: lockfile.Forever})
+	var busy *lockfile.BusyError
+	switch {
+	case errors.As(err, &busy):
+		return nil, &StartError{What: "another fluffy command is starting the kernel and has not finished", Err: busy.Err,
+			Fix: "wait a moment and run the command again"}
+	case err != nil:
 		return nil, explain(Options{Socket: path}, err)
 	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("bootstrap: lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, &StartError{What: "another fluffy command is starting the kernel and has not finished", Err: ctx.Err(),
-				Fix: "wait a moment and run the command again"}
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return func() { l.Release() }, nil
 }
 
 // ForConfig returns the Options for the kernel serving cfg's data
