@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
@@ -92,22 +91,14 @@ func (a *App) holdKernelStart(ctx context.Context) (func(), error) {
 	if err := ipc.EnsureDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	l, err := lockfile.Acquire(ctx, path, lockfile.Options{Wait: 5 * time.Second})
+	switch {
+	case errors.Is(err, lockfile.ErrBusy):
+		return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("another fluffy command is starting the kernel (%s is locked); run the command again", path)}
+	case err != nil:
 		return nil, err
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) || ctx.Err() != nil {
-			f.Close()
-			return nil, &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("another fluffy command is starting the kernel (%s is locked); run the command again", path)}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return func() { l.Release() }, nil
 }
 
 // sessionErr makes the errors a person can fix exit 1 with the message
