@@ -187,38 +187,60 @@ func Run(t *testing.T, b Backend) {
 	for _, k := range b.Env {
 		t.Setenv(k, "http://127.0.0.1:9/hostile")
 	}
-	read := func(name string) []byte {
-		t.Helper()
-		data, err := os.ReadFile(filepath.Join("testdata", name+"."+b.Ext))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
-	text := read("text")
-	cut := cutAfterHello(t, text)
-	errReply := func(status int, h http.Header) reply {
-		if h == nil {
-			h = http.Header{}
-		}
-		h.Set("Content-Type", "application/json")
-		return reply{status: status, header: h, body: []byte(b.ErrorBody(status))}
-	}
-	start := func(t *testing.T, replies ...reply) (*server, llm.Provider, *sleeps) {
-		noLeak(t)
-		s := &server{t: t, b: b, replies: replies}
-		ts := httptest.NewServer(s)
-		t.Cleanup(ts.Close)
-		sl := &sleeps{}
-		p := llm.Retry(b.New(t, ts.URL), llm.RetryOptions{Attempts: 3, Sleep: sl.sleep, Rand: func() float64 { return 0.5 }})
-		return s, p, sl
-	}
+	su := &suite{b: b}
+	su.text = su.read(t, "text")
+	su.cut = cutAfterHello(t, su.text)
+	su.recordings(t)
+	su.retries(t)
+	su.streams(t)
+}
 
+// suite is what Run's cases share: the backend and its "text" recording.
+type suite struct {
+	b    Backend
+	text []byte
+	cut  int // where the "text" recording is cut after its first text
+}
+
+// read returns the backend's recording name.
+func (su *suite) read(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name+"."+su.b.Ext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// errReply is the backend's error response with status.
+func (su *suite) errReply(status int, h http.Header) reply {
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/json")
+	return reply{status: status, header: h, body: []byte(su.b.ErrorBody(status))}
+}
+
+// start serves replies, in order, to a provider that retries with
+// recorded instead of real sleeps.
+func (su *suite) start(t *testing.T, replies ...reply) (*server, llm.Provider, *sleeps) {
+	noLeak(t)
+	s := &server{t: t, b: su.b, replies: replies}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	sl := &sleeps{}
+	p := llm.Retry(su.b.New(t, ts.URL), llm.RetryOptions{Attempts: 3, Sleep: sl.sleep, Rand: func() float64 { return 0.5 }})
+	return s, p, sl
+}
+
+// recordings: each recording decodes to its golden events, however the
+// network splits it; parallel tool calls keep distinct ids.
+func (su *suite) recordings(t *testing.T) {
 	for _, name := range []string{"text", "tool_split", "parallel", "max_tokens"} {
 		t.Run("golden/"+name, func(t *testing.T) {
-			s, p, _ := start(t, reply{body: read(name)})
+			s, p, _ := su.start(t, reply{body: su.read(t, name)})
 			var got []llm.Event
-			resp, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), func(ev llm.Event) { got = append(got, ev) })
+			resp, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), func(ev llm.Event) { got = append(got, ev) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,9 +263,9 @@ func Run(t *testing.T, b Backend) {
 	// where the network splits the stream.
 	for _, name := range []string{"text", "tool_split", "parallel"} {
 		t.Run("dribbled/"+name, func(t *testing.T) {
-			_, p, _ := start(t, reply{body: read(name), dribble: 13})
+			_, p, _ := su.start(t, reply{body: su.read(t, name), dribble: 13})
 			var got []llm.Event
-			if _, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), func(ev llm.Event) { got = append(got, ev) }); err != nil {
+			if _, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), func(ev llm.Event) { got = append(got, ev) }); err != nil {
 				t.Fatal(err)
 			}
 			if *update {
@@ -260,8 +282,8 @@ func Run(t *testing.T, b Backend) {
 	}
 
 	t.Run("parallel tool calls", func(t *testing.T) {
-		_, p, _ := start(t, reply{body: read("parallel")})
-		resp, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil)
+		_, p, _ := su.start(t, reply{body: su.read(t, "parallel")})
+		resp, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,10 +302,13 @@ func Run(t *testing.T, b Backend) {
 			t.Errorf("stop = %q, want tool_use", resp.Stop)
 		}
 	})
+}
 
+// retries: what is retried, how often and after how long.
+func (su *suite) retries(t *testing.T) {
 	t.Run("429 with Retry-After then success", func(t *testing.T) {
-		s, p, sl := start(t, errReply(429, http.Header{"Retry-After": {"7"}}), reply{body: text})
-		if _, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil); err != nil {
+		s, p, sl := su.start(t, su.errReply(429, http.Header{"Retry-After": {"7"}}), reply{body: su.text})
+		if _, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(s.bodies) != 2 || !cmp.Equal(sl.d, []time.Duration{7 * time.Second}) {
@@ -292,8 +317,8 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("500 retried", func(t *testing.T) {
-		s, p, sl := start(t, errReply(500, nil), errReply(503, nil), reply{body: text})
-		if _, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil); err != nil {
+		s, p, sl := su.start(t, su.errReply(500, nil), su.errReply(503, nil), reply{body: su.text})
+		if _, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(s.bodies) != 3 || len(sl.d) != 2 || sl.d[1] <= sl.d[0] {
@@ -302,8 +327,8 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("500 until attempts run out", func(t *testing.T) {
-		s, p, _ := start(t, errReply(500, nil), errReply(500, nil), errReply(500, nil), reply{body: text})
-		_, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil)
+		s, p, _ := su.start(t, su.errReply(500, nil), su.errReply(500, nil), su.errReply(500, nil), reply{body: su.text})
+		_, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil)
 		var e *llm.Error
 		if !errors.As(err, &e) || e.Status != 500 {
 			t.Fatalf("err = %v, want an *llm.Error with status 500", err)
@@ -314,8 +339,8 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("400 not retried", func(t *testing.T) {
-		s, p, sl := start(t, errReply(400, nil), reply{body: text})
-		_, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil)
+		s, p, sl := su.start(t, su.errReply(400, nil), reply{body: su.text})
+		_, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil)
 		var e *llm.Error
 		if !errors.As(err, &e) || e.Status != 400 || e.Retryable() {
 			t.Fatalf("err = %#v, want a non-retryable *llm.Error with status 400", err)
@@ -326,19 +351,22 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("connection reset before output retried", func(t *testing.T) {
-		s, p, sl := start(t, reply{reset: true}, reply{body: text})
-		if _, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil); err != nil {
+		s, p, sl := su.start(t, reply{reset: true}, reply{body: su.text})
+		if _, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(s.bodies) != 2 || len(sl.d) != 1 {
 			t.Errorf("requests = %d, waits = %v; want 2 requests and one wait", len(s.bodies), sl.d)
 		}
 	})
+}
 
+// streams: a stream that breaks, is malformed, or is left early.
+func (su *suite) streams(t *testing.T) {
 	t.Run("connection dropped mid-stream not retried", func(t *testing.T) {
-		s, p, _ := start(t, reply{body: text, cut: cut, reset: true}, reply{body: text})
+		s, p, _ := su.start(t, reply{body: su.text, cut: su.cut, reset: true}, reply{body: su.text})
 		var got []llm.Event
-		_, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), func(ev llm.Event) { got = append(got, ev) })
+		_, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), func(ev llm.Event) { got = append(got, ev) })
 		if err == nil {
 			t.Fatal("a dropped stream ended without error")
 		}
@@ -348,8 +376,8 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("malformed chunk", func(t *testing.T) {
-		s, p, _ := start(t, reply{body: read("malformed")}, reply{body: text})
-		_, err := llm.Collect(p.Stream(t.Context(), Request(b.Model)), nil)
+		s, p, _ := su.start(t, reply{body: su.read(t, "malformed")}, reply{body: su.text})
+		_, err := llm.Collect(p.Stream(t.Context(), Request(su.b.Model)), nil)
 		var e *llm.Error
 		if !errors.As(err, &e) || e.Retryable() {
 			t.Fatalf("err = %v, want a non-retryable *llm.Error", err)
@@ -360,12 +388,12 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("cancellation mid-stream", func(t *testing.T) {
-		s, p, _ := start(t, reply{body: text, cut: cut, hang: true})
+		s, p, _ := su.start(t, reply{body: su.text, cut: su.cut, hang: true})
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		var err error
 		n := 0
-		for ev, e := range p.Stream(ctx, Request(b.Model)) {
+		for ev, e := range p.Stream(ctx, Request(su.b.Model)) {
 			if e != nil {
 				err = e
 				break
@@ -384,10 +412,10 @@ func Run(t *testing.T, b Backend) {
 	})
 
 	t.Run("breaking out of the stream early", func(t *testing.T) {
-		_, p, _ := start(t, reply{body: text, cut: cut, hang: true})
+		_, p, _ := su.start(t, reply{body: su.text, cut: su.cut, hang: true})
 		// A context that outlives the test: only breaking out may
 		// release the call.
-		for range p.Stream(context.Background(), Request(b.Model)) {
+		for range p.Stream(context.Background(), Request(su.b.Model)) {
 			break
 		}
 	})
