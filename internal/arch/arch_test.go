@@ -123,7 +123,7 @@ var boundaries = []struct {
 	{"internal/jsonnum", []string{"internal/"}, "the JSON number grammar is a leaf the hand-written JSON readers share"},
 	{"internal/regfile", []string{"internal/"}, "opening files that must be regular is a leaf every reader of workspace files shares"},
 	{"internal/jsonname", []string{"internal/"}, "when two JSON member names are one name to Go is a leaf the strict JSON readers share"},
-	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the bootstrap and the CLI take them"},
+	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the kernel, the bootstrap and the CLI take them"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},

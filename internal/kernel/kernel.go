@@ -40,6 +40,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
@@ -144,7 +145,7 @@ type Kernel struct {
 	mu      sync.Mutex
 	running map[string]*run // by session id
 	started time.Time
-	lock    *os.File // the data directory's kernel.lock, nil when another holds it
+	lock    *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
 }
 
 // run is a session's run in progress.
@@ -289,7 +290,7 @@ func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	}
 	_, err := k.o.Audit.Append(actx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: payload})
 	if k.lock != nil {
-		k.lock.Close()
+		k.lock.Release()
 		k.lock = nil
 	}
 	return err

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 )
 
 // What a kernel killed in the middle of a sandboxed command leaves behind,
@@ -218,17 +220,10 @@ func removeTree(dir string) error {
 
 // lockDataDir takes the data directory's kernel lock without waiting; it
 // returns nil when another process holds it.
-func lockDataDir(d datadir.Dir) (*os.File, error) {
-	f, err := os.OpenFile(d.Path(LockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
+func lockDataDir(d datadir.Dir) (*lockfile.Lock, error) {
+	l, err := lockfile.Acquire(context.Background(), d.Path(LockFile), lockfile.Options{})
+	if errors.Is(err, lockfile.ErrBusy) {
+		return nil, nil
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return f, nil
+	return l, err
 }
