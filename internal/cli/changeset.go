@@ -112,10 +112,9 @@ func sessionErr(err error) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	case errors.Is(err, kernel.ErrNotFound), errors.Is(err, kernel.ErrBusy), errors.Is(err, kernel.ErrClosed), errors.Is(err, changeset.ErrLocked):
 		return &ExitError{Code: ExitFailure, Msg: err.Error()}
+	case errors.Is(err, kernel.ErrInvalidPath):
+		return fmt.Errorf("%w: %s", errUsage, ie.Message)
 	case errors.As(err, &ie):
-		if strings.Contains(ie.Message, "invalid path") {
-			return fmt.Errorf("%w: %s", errUsage, ie.Message)
-		}
 		return &ExitError{Code: ExitFailure, Msg: ie.Message}
 	}
 	return err

@@ -322,9 +322,6 @@ func (k *Kernel) changesHandlers() map[string]ipc.Handler {
 				return nil, err
 			}
 			res, err := fn(k.changes(), ctx, p)
-			if errors.Is(err, changeset.ErrBadPath) || errors.Is(err, changeset.ErrLocked) {
-				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
-			}
 			return res, wireError(err)
 		}
 	}

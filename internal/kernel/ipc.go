@@ -148,6 +148,14 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 	return k.registerChanges(mux)
 }
 
+// CodeInvalidPath is the error code of a request naming a path that is
+// not a workspace-relative path a change set can hold (changeset.ErrBadPath);
+// ErrInvalidPath matches it with errors.Is on the client side.
+const CodeInvalidPath = "invalid_path"
+
+// ErrInvalidPath is a CodeInvalidPath error received over IPC.
+var ErrInvalidPath = &ipc.Error{Code: CodeInvalidPath}
+
 // wireError gives the errors a client branches on a stable code.
 func wireError(err error) error {
 	var ce *changeset.ConflictError
@@ -156,6 +164,10 @@ func wireError(err error) error {
 		return nil
 	case errors.Is(err, ErrNotFound):
 		return ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+	case errors.Is(err, changeset.ErrBadPath):
+		return ipc.Errorf(CodeInvalidPath, "%v", err)
+	case errors.Is(err, changeset.ErrLocked):
+		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	case errors.As(err, &ce), errors.Is(err, changeset.ErrSensitive), errors.Is(err, changeset.ErrOwnFile):
