@@ -30,8 +30,8 @@ deps: ## install what the tests need on Debian (idempotent)
 test: deps build ## install test dependencies, then run every test
 	$(GO) test -count=1 ./...
 
-test-short: ## run the tests without installing anything
-	$(GO) test ./...
+test-short: ## the quick tests (go test -short): no install; containers and the slowest suites skip, saying why
+	$(GO) test -short ./...
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

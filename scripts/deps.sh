@@ -16,7 +16,7 @@ declare -A want=(
 	[busybox]=busybox-static # fluffy's base image is busybox FROM scratch (no registry)
 	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
 	[pytest-3]=python3-pytest   # tdd: live test of the pytest JUnit XML parser
-	[python3]=python3      # the stand-alone audit export verifier (docs/audit_verify.py) runs in the tests
+	[python3]=python3      # the stand-alone audit export verifier (scripts/audit_verify.py) runs in the tests
 	[rg]=ripgrep           # internal/tool/builtin: BenchmarkGrep compares search.grep with ripgrep
 	[tmux]=tmux            # cmd/fluffy: the terminal UI screen tests (TestTerminal*)
 )

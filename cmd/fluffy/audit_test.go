@@ -19,11 +19,11 @@ func init() {
 }
 
 // auditVerifyPy ARGS... runs the stand-alone export verifier,
-// python3 docs/audit_verify.py ARGS..., keeping its stdout and stderr for
+// python3 scripts/audit_verify.py ARGS..., keeping its stdout and stderr for
 // the next commands. Scripts guard it with [exec:python3].
 func auditVerifyPy(ts *testscript.TestScript, neg bool, args []string) {
 	// The test runs in cmd/fluffy.
-	script, err := filepath.Abs(filepath.Join("..", "..", "docs", "audit_verify.py"))
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "audit_verify.py"))
 	ts.Check(err)
 	err = ts.Exec("python3", append([]string{script}, args...)...)
 	switch {

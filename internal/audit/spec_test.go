@@ -110,7 +110,7 @@ func python(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("python3 not installed: the stand-alone export verifier (docs/audit_verify.py) is not exercised")
+		t.Skip("python3 not installed: the stand-alone export verifier (scripts/audit_verify.py) is not exercised")
 	}
 	return p
 }
@@ -166,7 +166,7 @@ func TestExportVerifiers(t *testing.T) {
 			edited := tc.edit(append([]string(nil), lines...))
 			os.WriteFile(filepath.Join(dir, audit.ExportEntries), []byte(strings.Join(edited, "")), 0o600)
 			_, goErr := audit.VerifyExport(context.Background(), dir, audit.VerifyOptions{Verifier: vkey})
-			cmd := exec.Command(py, "../../docs/audit_verify.py", dir, vkey)
+			cmd := exec.Command(py, "../../scripts/audit_verify.py", dir, vkey)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			pyErr := cmd.Run()
@@ -189,7 +189,7 @@ func TestExportVerifiers(t *testing.T) {
 	}
 	// A forged key: the python verifier rejects signatures by another key.
 	_, other := newLog(t, 1)
-	cmd := exec.Command(py, "../../docs/audit_verify.py", base, other)
+	cmd := exec.Command(py, "../../scripts/audit_verify.py", base, other)
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Fatalf("python verifier accepted another key: %s", out)
 	}
@@ -246,7 +246,7 @@ func TestExportCutStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	pyVerify := func(dir string) (string, error) {
-		out, err := exec.Command(py, "../../docs/audit_verify.py", dir, vkey).CombinedOutput()
+		out, err := exec.Command(py, "../../scripts/audit_verify.py", dir, vkey).CombinedOutput()
 		return string(out), err
 	}
 	copyExport := func(t *testing.T) string {

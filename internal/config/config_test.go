@@ -254,7 +254,7 @@ func TestKeysHaveEnvNames(t *testing.T) {
 		seen[k.Env] = k.Name
 	}
 	if seen["FLUFFY_HOME"] != "home" {
-		t.Error("FLUFFY_HOME must set home, as DESIGN.md documents")
+		t.Error("FLUFFY_HOME must set home, as docs/DESIGN.md documents (Storage and files)")
 	}
 }
 

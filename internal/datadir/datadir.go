@@ -15,7 +15,7 @@ type Dir struct {
 	Root string
 }
 
-// Subdirectories created by Ensure, as DESIGN.md lays them out.
+// Subdirectories created by Ensure (docs/DESIGN.md, "Storage and files").
 const (
 	Keys       = "keys"
 	Changesets = "changesets"

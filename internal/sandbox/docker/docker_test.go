@@ -46,6 +46,9 @@ var (
 // an engine the test fails in CI (which installs one) and skips elsewhere.
 func engine(t testing.TB) *docker.Runtime {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the container tests build an image and start containers, seconds each; run without -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("the docker backend mounts the workspace overlay on the host: run as root")
 	}
@@ -301,6 +304,9 @@ func podmanHost() string {
 
 // TestPodman runs the same backend code against Podman's API socket.
 func TestPodman(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the container tests build an image and start containers, seconds each; run without -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("the workspace overlay needs root")
 	}

@@ -104,6 +104,9 @@ func TestSuite(t *testing.T) {
 	// a build without vfork and a big heap).
 	for _, mode := range []string{"direct", "ahead", "vfork", "exec", "stage1"} {
 		t.Run(mode, func(t *testing.T) {
+			if testing.Short() && mode != "direct" {
+				t.Skip("-short: the suite takes seconds per start mode and runs on the default one (direct) only; run without -short for every mode")
+			}
 			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct" && mode != "ahead"})
 			if mode == "ahead" {
 				// Every case on a sandbox built ahead for its spec.
@@ -143,6 +146,9 @@ const unprivUser = "fluffy-sbxtest"
 // TestSuiteUnprivileged reruns the suite as an unprivileged user (created
 // when missing) through setpriv.
 func TestSuiteUnprivileged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the unprivileged rerun of the suite takes about half a minute; run without -short")
+	}
 	if os.Getenv("FLUFFY_SBXTEST_UNPRIV") == "1" {
 		t.Skip("already the unprivileged run")
 	}

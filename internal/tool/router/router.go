@@ -1,5 +1,5 @@
-// Package router owns the gate pipeline every tool call takes ("the life
-// of a tool call" in DESIGN.md), in this order, every time: decode →
+// Package router owns the gate pipeline every tool call takes ("The life
+// of a tool call" in docs/DESIGN.md), in this order, every time: decode →
 // normalize → state gate (the session's TDD machine) → policy gate →
 // approval → execute (fast path in the kernel, kernel writes into the
 // change set, or a sandbox from a named template) → sanitize → record →
