@@ -61,15 +61,22 @@ func (r AuditRecorder) Record(ctx context.Context, ev Event) error {
 	if r.Log == nil {
 		return errors.New("approval: no audit log")
 	}
-	kind := audit.Kind(ev.Kind)
-	if kind != audit.KindApprovalRequest && kind != audit.KindApprovalDecision {
+	p := audit.ApprovalRequest{EventKind: audit.Kind(ev.Kind), RequestID: ev.RequestID, Session: ev.Session,
+		Who: audit.ApprovalWho{Name: ev.Who.Name, Channel: ev.Who.Channel}, Items: ev.Items}
+	var payload audit.Payload
+	switch p.EventKind {
+	case audit.KindApprovalRequest:
+		payload = p
+	case audit.KindApprovalDecision:
+		payload = audit.ApprovalDecision(p)
+	default:
 		return fmt.Errorf("approval: unknown event kind %q", ev.Kind)
 	}
 	actor := ev.Who.Name
 	if ev.Who.Channel != "" {
 		actor += "@" + ev.Who.Channel
 	}
-	if _, err := r.Log.Append(ctx, audit.Entry{Session: ev.Session, Kind: kind, Actor: actor, Payload: ev}); err != nil {
+	if _, err := r.Log.Append(ctx, audit.Entry{Session: ev.Session, Kind: payload.Kind(), Actor: actor, Payload: payload}); err != nil {
 		return fmt.Errorf("approval: audit %s: %w", ev.Kind, err)
 	}
 	return nil

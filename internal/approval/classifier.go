@@ -13,9 +13,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/policy"
 )
 
-// KindClassify is the audit kind of one classifier call and its verdict.
-const KindClassify audit.Kind = "policy.classify"
-
 // ErrVerdict is returned when the model's answer is not exactly one of
 // the two verdict lines. The policy engine then fails closed.
 var ErrVerdict = errors.New("classifier: the model did not answer with a verdict")
@@ -101,16 +98,6 @@ func NewClassifier(opts ClassifierOptions) (*ModelClassifier, error) {
 	return &ModelClassifier{opts: opts}, nil
 }
 
-// classifyRecord is the audit payload of one call.
-type classifyRecord struct {
-	Model       string         `json:"model"`
-	Instruction string         `json:"instruction"`
-	Op          classifierView `json:"op"`
-	Verdict     string         `json:"verdict,omitempty"` // yes or no
-	Answer      string         `json:"answer,omitempty"`  // the model's text when it was not a verdict
-	Error       string         `json:"error,omitempty"`
-}
-
 // classifierView is what the model sees of the operation.
 type classifierView struct {
 	Tool      string   `json:"tool"`
@@ -154,8 +141,9 @@ func viewOf(op *policy.CELOp) classifierView {
 
 // Classify implements policy.Classifier.
 func (c *ModelClassifier) Classify(ctx context.Context, instruction string, op *policy.CELOp) (bool, error) {
-	rec := classifyRecord{Model: c.opts.Model, Instruction: clipField(instruction), Op: viewOf(op)}
-	data, err := json.MarshalIndent(rec.Op, "", "  ")
+	view := viewOf(op)
+	rec := audit.PolicyClassify{Model: c.opts.Model, Instruction: clipField(instruction), Op: view}
+	data, err := json.MarshalIndent(view, "", "  ")
 	if err != nil {
 		return false, fmt.Errorf("classifier: %w", err)
 	}
@@ -190,7 +178,7 @@ func (c *ModelClassifier) Classify(ctx context.Context, instruction string, op *
 	}
 	// Record on a context that outlives a cancelled call: the attempt
 	// must be in the log either way.
-	if _, aerr := c.opts.Log.Append(context.WithoutCancel(ctx), audit.Entry{Session: op.Session.ID, Kind: KindClassify, Actor: "classifier:" + c.opts.Model, Payload: rec}); aerr != nil {
+	if _, aerr := c.opts.Log.Append(context.WithoutCancel(ctx), audit.Entry{Session: op.Session.ID, Kind: audit.KindPolicyClassify, Actor: "classifier:" + c.opts.Model, Payload: rec}); aerr != nil {
 		return false, fmt.Errorf("classifier: cannot audit the verdict, refusing it: %w", aerr)
 	}
 	return yes, err

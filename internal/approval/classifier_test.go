@@ -99,8 +99,12 @@ rules:
 		t.Fatal(err)
 	}
 	var got []string
-	err = log.Reader().Entries(ctx, audit.Filter{Kind: KindClassify}, func(e audit.Entry) error {
-		var r classifyRecord
+	err = log.Reader().Entries(ctx, audit.Filter{Kind: audit.KindPolicyClassify}, func(e audit.Entry) error {
+		var r struct {
+			Op      classifierView `json:"op"`
+			Verdict string         `json:"verdict"`
+			Error   string         `json:"error"`
+		}
 		if err := json.Unmarshal(e.Payload.(json.RawMessage), &r); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -72,26 +73,38 @@ func TestCanonicalRejects(t *testing.T) {
 }
 
 func TestEntryRoundTrip(t *testing.T) {
-	e := Entry{Seq: 42, Time: time.Date(2026, 11, 22, 1, 2, 3, 4, time.FixedZone("x", 3600)), Session: "s-1", Kind: KindExecEnd, Actor: "agent",
-		Payload: map[string]any{"exit": 0, "argv": []string{"go", "test"}, "limits_hit": nil}}
+	// The example of docs/audit.md (Entries).
+	e := Entry{Seq: 42, Time: time.Date(2026, 11, 22, 1, 2, 3, 4, time.FixedZone("x", 3600)), Kind: KindExecEnd, Actor: "cli",
+		Payload: ExecEnd{Template: "code-executor", Argv: []string{"go", "test"}, DurationUS: 1500, Process: &Process{LimitsHit: []string{}}}}
 	b, err := e.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"actor":"agent","kind":"exec.end","payload":{"argv":["go","test"],"exit":0,"limits_hit":null},"seq":42,"session":"s-1","time":"2026-11-22T00:02:03.000000004Z"}`
+	const want = `{"actor":"cli","kind":"exec.end","payload":{"argv":["go","test"],"duration_us":1500,"exit_code":0,"killed":"","limits_hit":[],"signal":0,"template":"code-executor","warnings":null},"seq":42,"session":"","time":"2026-11-22T00:02:03.000000004Z"}`
 	if string(b) != want {
 		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	doc, err := os.ReadFile("../../docs/audit.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(doc, []byte("\n"+want+"\n")) {
+		t.Errorf("docs/audit.md does not show the example entry %s", want)
 	}
 	back, err := ParseEntry(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !back.Time.Equal(e.Time) || back.Seq != 42 || string(back.Payload.(json.RawMessage)) != `{"argv":["go","test"],"exit":0,"limits_hit":null}` {
+	p, err := DecodePayload(back.Kind, back.Payload.(json.RawMessage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.Time.Equal(e.Time) || back.Seq != 42 || !reflect.DeepEqual(p, e.Payload) {
 		t.Fatalf("round trip: %+v", back)
 	}
 	for _, bad := range []string{
 		strings.Replace(want, `"seq":42`, `"seq":42.0`, 1),
-		strings.Replace(want, `,"session":"s-1"`, ``, 1),
+		strings.Replace(want, `,"session":""`, ``, 1),
 		strings.Replace(want, `"kind":"exec.end"`, `"kind":"Exec"`, 1),
 		strings.Replace(want, `.000000004Z`, `.000000004+00:00`, 1),
 		strings.Replace(want, `{"actor"`, `{"extra":1,"actor"`, 1),

@@ -14,33 +14,10 @@ import (
 // Synchronous says which path Append takes for each.
 type Kind string
 
-// The kinds fluffy writes. Others are accepted if they are well formed
-// (see ValidKind) and take the buffered path, except the audit.* kinds,
-// which only the log itself writes (LogOnly).
-const (
-	KindToolRequest      Kind = "tool.request"
-	KindGateState        Kind = "gate.state"
-	KindGatePolicy       Kind = "gate.policy"
-	KindApprovalRequest  Kind = "approval.request"
-	KindApprovalDecision Kind = "approval.decision"
-	KindExecStart        Kind = "exec.start"
-	KindExecEnd          Kind = "exec.end"
-	KindSandboxCreate    Kind = "sandbox.create"
-	KindSandboxDestroy   Kind = "sandbox.destroy"
-	KindNetRequest       Kind = "net.request"
-	KindSecretAccess     Kind = "secret.access"
-	KindChangesetApply   Kind = "changeset.apply"
-	KindConfigChange     Kind = "config.change"
-	KindPolicyChange     Kind = "policy.change"
-	KindKernelStart      Kind = "kernel.start"
-	KindKernelStop       Kind = "kernel.stop"
-	KindAuditCheckpoint  Kind = "audit.checkpoint"
-	KindAuditPrune       Kind = "audit.prune"
-	KindOperatorNote     Kind = "operator.note"
-	// KindUserNote is the one kind a person records by hand ('fluffy
-	// audit append'), always with actor ActorUser.
-	KindUserNote Kind = "user.note"
-)
+// The kinds fluffy writes, and their payload types, are in catalogue.go.
+// Others are accepted if they are well formed (see ValidKind) and take the
+// buffered path, except the audit.* kinds, which only the log itself
+// writes (LogOnly).
 
 // Actors fluffy writes itself.
 const (
@@ -68,30 +45,6 @@ func (k Kind) LogOnly() bool { return strings.HasPrefix(string(k), "audit.") }
 func NotRun(why error) string {
 	return "not run: the audit log could not make exec.start durable: " + why.Error()
 }
-
-// synchronous lists the security-relevant kinds: Append returns only once
-// they are durable on disk.
-var synchronous = map[Kind]bool{
-	KindGateState:        true,
-	KindGatePolicy:       true,
-	KindApprovalRequest:  true,
-	KindApprovalDecision: true,
-	KindSecretAccess:     true,
-	KindChangesetApply:   true,
-	KindConfigChange:     true,
-	KindPolicyChange:     true,
-	KindKernelStart:      true,
-	KindKernelStop:       true,
-	KindAuditPrune:       true,
-	KindOperatorNote:     true,
-	KindUserNote:         true,
-}
-
-// Synchronous reports whether entries of this kind are written durably
-// before Append returns (gate decisions, approvals, secret access,
-// change-set applies, configuration and policy changes, kernel start and
-// stop, pruning). Other kinds are buffered.
-func (k Kind) Synchronous() bool { return synchronous[k] }
 
 // ValidKind reports whether k is well formed: 1 to 64 bytes of a-z, 0-9,
 // '.', '_' and '-', starting with a letter.
@@ -125,9 +78,10 @@ type Entry struct {
 	// Actor is who caused the event: "agent", "user:alice", "kernel",
 	// "cli", a sub-agent id...
 	Actor string
-	// Payload is a JSON object: a json.RawMessage or []byte holding JSON
-	// text, an *Object (already canonical: taken as it is), or any value
-	// encoding/json marshals to an object. Nil means {}. It is stored
+	// Payload is a JSON object: for the kinds fluffy writes, the kind's
+	// catalogue type (catalogue.go); otherwise a json.RawMessage or []byte
+	// holding JSON text, an *Object (already canonical: taken as it is), or
+	// any value encoding/json marshals to an object. Nil means {}. It is stored
 	// canonicalized (RFC 8785).
 	Payload any
 }

@@ -453,7 +453,7 @@ func TestDiskFull(t *testing.T) {
 	var acked []uint64
 	var failErr error
 	for i := 0; i < 10000; i++ {
-		seq, err := l.Append(t.Context(), audit.Entry{Kind: audit.KindSecretAccess, Actor: "agent", Payload: map[string]string{"pad": big}})
+		seq, err := l.Append(t.Context(), audit.Entry{Kind: audit.KindGatePolicy, Actor: "agent", Payload: map[string]string{"pad": big}})
 		if err != nil {
 			failErr = err
 			break

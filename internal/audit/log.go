@@ -431,6 +431,9 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 	if e.Kind.LogOnly() {
 		return 0, fmt.Errorf("audit: %w: %s entries are written only by the log (Prune)", ErrReservedKind, e.Kind)
 	}
+	if err := checkPayloadKind(e); err != nil {
+		return 0, err
+	}
 	p, err := payloadJSON(e.Payload)
 	if err != nil {
 		return 0, err

@@ -131,6 +131,19 @@ func (o *Object) Object(name string, sub *Object) {
 	}
 }
 
+// gate adds {"effect":...,"rule":...} without a builder of its own (no
+// allocation on the fast path).
+func (o *Object) gate(name string, g GateSummary) {
+	if !o.name(name) {
+		return
+	}
+	o.b = append(o.b, `{"effect":`...)
+	o.b = appendValidString(o.b, g.Effect)
+	o.b = append(o.b, `,"rule":`...)
+	o.b = appendValidString(o.b, g.Rule)
+	o.b = append(o.b, '}')
+}
+
 // appendInt writes v as Canonicalize writes the JSON number v: integers
 // of up to 15 digits as they are, larger ones through the nearest double.
 func appendInt(b []byte, v int64) []byte {

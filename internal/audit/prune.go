@@ -92,9 +92,9 @@ func (l *Log) Prune(ctx context.Context, before time.Time) (PruneResult, error) 
 		return res, err
 	}
 	var deleted uint64
-	payload, _ := json.Marshal(map[string]any{
-		"anchor": anchor, "root": b64(acp.Root), "chain": b64(acp.Chain),
-		"before": before.UTC().Format(TimeFormat), "deleted": anchor - l.anchor,
+	payload, _ := json.Marshal(AuditPrune{
+		Anchor: anchor, Root: b64(acp.Root), Chain: b64(acp.Chain),
+		Before: before.UTC().Format(TimeFormat), Deleted: anchor - l.anchor,
 	})
 	// The audit.prune entry, written in the same transaction.
 	e := Entry{Seq: l.size + 1, Time: l.opts.Now(), Kind: KindAuditPrune, Actor: ActorKernel, Payload: json.RawMessage(payload)}

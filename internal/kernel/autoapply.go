@@ -22,11 +22,6 @@ import (
 // are audited, and the run's result tells the user which criterion failed
 // when one did.
 
-// KindAutoApply records an auto-apply evaluation: the decision ("apply"
-// or "keep") with every criterion, before anything is applied; the apply
-// itself is a changeset.apply entry with auto: true.
-const KindAutoApply audit.Kind = "changeset.auto_apply"
-
 // PolicyExplainer judges an operation without using tokens up
 // (*policy.Engine implements it).
 type PolicyExplainer interface {
@@ -269,8 +264,8 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 		decision = "apply"
 	}
 	// The decision is durable before it is acted on.
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: KindAutoApply, Actor: "kernel", Payload: map[string]any{
-		"decision": decision, "criteria": r.Criteria, "paths": r.Paths}}); err != nil {
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetAutoApply, Actor: "kernel", Payload: audit.ChangesetAutoApply{
+		Decision: decision, Criteria: r.Criteria, Paths: r.Paths}}); err != nil {
 		return fail(err)
 	}
 	if err := k.o.Audit.Flush(ctx); err != nil {
@@ -286,15 +281,15 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 		if errors.As(err, &ce) {
 			r.Error = fmt.Sprintf("%d path(s) changed in the workspace since the change set began (%s); review with fluffy changeset diff", len(ce.Conflicts), joinFirst(conflictPaths(ce), 5))
 		}
-		if _, aerr := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: KindAutoApply, Actor: "kernel", Payload: map[string]any{
-			"decision": "failed", "error": r.Error}}); aerr != nil {
+		if _, aerr := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetAutoApply, Actor: "kernel", Payload: audit.ChangesetAutoApply{
+			Decision: "failed", Error: r.Error}}); aerr != nil {
 			return fail(aerr)
 		}
 		return r
 	}
 	r.Applied, r.Paths = true, changedPaths(applied)
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetApply, Actor: "kernel", Payload: map[string]any{
-		"auto": true, "criteria": r.Criteria, "paths": r.Paths}}); err != nil {
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetApply, Actor: "kernel", Payload: audit.ChangesetApply{
+		Auto: true, Criteria: r.Criteria, Paths: r.Paths}}); err != nil {
 		return fail(fmt.Errorf("audit changeset.apply: %w", err))
 	}
 	return r

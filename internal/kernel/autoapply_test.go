@@ -190,7 +190,7 @@ rules:
 			}
 			var payload map[string]any
 			must(t, e.audit.Reader().Entries(ctx, audit.Filter{}, func(en audit.Entry) error {
-				if en.Kind == kernel.KindAutoApply {
+				if en.Kind == audit.KindChangesetAutoApply {
 					raw, _ := json.Marshal(en.Payload)
 					payload = nil
 					must(t, json.Unmarshal(raw, &payload))

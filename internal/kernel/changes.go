@@ -30,10 +30,6 @@ const (
 	MethodChangesDiscard = "changeset.discard"
 )
 
-// KindChangesetDiscard records a discard of (part of) a session's change
-// set.
-const KindChangesetDiscard audit.Kind = "changeset.discard"
-
 // ChangesParams select a session's change set and paths in it.
 type ChangesParams struct {
 	// Session is the session id; empty: the latest open session of
@@ -194,8 +190,8 @@ func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResu
 		return res, err
 	}
 	res.Changes = nonNil(applied)
-	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetApply, Actor: actor(p.Actor), Payload: map[string]any{
-		"paths": changedPaths(applied), "selected": nonNilStrings(p.Paths), "workspace": info.Workspace,
+	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetApply, Actor: actor(p.Actor), Payload: audit.ChangesetApply{
+		Paths: changedPaths(applied), Selected: p.Paths, Workspace: info.Workspace,
 	}}); err != nil {
 		return res, fmt.Errorf("kernel: audit changeset.apply: %w", err)
 	}
@@ -217,8 +213,8 @@ func (s SessionChanges) Discard(ctx context.Context, p ChangesParams) (ChangesRe
 		return ChangesResult{Session: info}, err
 	}
 	res := ChangesResult{Session: info, Changes: nonNil(ch)}
-	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: KindChangesetDiscard, Actor: actor(p.Actor), Payload: map[string]any{
-		"paths": changedPaths(ch), "selected": nonNilStrings(p.Paths),
+	if _, err := s.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindChangesetDiscard, Actor: actor(p.Actor), Payload: audit.ChangesetDiscard{
+		Paths: changedPaths(ch), Selected: p.Paths,
 	}}); err != nil {
 		return res, fmt.Errorf("kernel: audit changeset.discard: %w", err)
 	}
@@ -250,13 +246,6 @@ func nonNil(ch []changeset.Change) []changeset.Change {
 		return []changeset.Change{}
 	}
 	return ch
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // changes is the kernel's SessionChanges: a session running here is

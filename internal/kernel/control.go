@@ -156,8 +156,8 @@ func (k *Kernel) SwitchMode(ctx context.Context, p ModeParams) (ModeResult, erro
 	if tr.ModeSwitch.From == tdd.Debug || len(tr.Revert) > 0 {
 		res.Reverted, revertErr = sess.RevertInstrumentation(ctx)
 	}
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: "tdd.mode", Actor: "user", Payload: map[string]any{
-		"from": res.From, "to": res.To, "state": res.State, "by": p.Name, "reason": p.Reason, "reverted": res.Reverted}}); err != nil {
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: audit.KindTDDMode, Actor: "user", Payload: audit.TDDMode{
+		From: string(res.From), To: string(res.To), State: string(res.State), By: p.Name, Reason: p.Reason, Reverted: res.Reverted}}); err != nil {
 		return res, fmt.Errorf("kernel: audit tdd.mode: %w", err)
 	}
 	if revertErr != nil {

@@ -188,9 +188,9 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 		return nil, err
 	}
 	swept := k.sweep()
-	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: map[string]any{
-		"pid": os.Getpid(), "interrupted_sessions": interrupted, "orphans_removed": swept.Count(),
-		"verified": map[string]any{"from": rep.From, "to": rep.To, "checkpoints": rep.Checkpoints},
+	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: audit.KernelStart{
+		PID: os.Getpid(), InterruptedSessions: interrupted, OrphansRemoved: swept.Count(),
+		Verified: audit.Verified{From: rep.From, To: rep.To, Checkpoints: rep.Checkpoints},
 	}}); err != nil {
 		return nil, fmt.Errorf("kernel: audit kernel.start: %w", err)
 	}
@@ -284,10 +284,7 @@ func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	// The wait may have used up ctx: the record gets a moment of its own.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	payload := map[string]any{"pid": os.Getpid(), "cause": cause, "uptime_ms": k.o.Now().Sub(k.started).Milliseconds()}
-	if len(abandoned) > 0 {
-		payload["abandoned"] = abandoned
-	}
+	payload := audit.KernelStop{PID: os.Getpid(), Cause: cause, UptimeMS: k.o.Now().Sub(k.started).Milliseconds(), Abandoned: abandoned}
 	_, err := k.o.Audit.Append(actx, audit.Entry{Kind: audit.KindKernelStop, Actor: "kernel", Payload: payload})
 	if k.lock != nil {
 		k.lock.Release()

@@ -292,7 +292,7 @@ func TestAuditDamageRefusesStart(t *testing.T) {
 	home := t.TempDir()
 	e := openEnv(t, home, newWorkspace(t))
 	for i := 0; i < 3; i++ {
-		if _, err := e.audit.Append(ctx, audit.Entry{Kind: audit.KindOperatorNote, Actor: "test", Payload: map[string]int{"n": i}}); err != nil {
+		if _, err := e.audit.Append(ctx, audit.Entry{Kind: audit.KindUserNote, Actor: "test", Payload: map[string]int{"n": i}}); err != nil {
 			t.Fatal(err)
 		}
 	}

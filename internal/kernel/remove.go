@@ -58,8 +58,8 @@ func (k *Kernel) Remove(ctx context.Context, p RemoveParams) (RemoveResult, erro
 	// The log first: a crash after it leaves a session whose removal is
 	// recorded and can be repeated; the other way round would leave a
 	// removal nobody can prove.
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: "session.rm", Actor: "user", Payload: map[string]any{
-		"status": string(info.Status), "workspace": info.Workspace, "discarded": res.Discarded}}); err != nil {
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: info.ID, Kind: audit.KindSessionRemove, Actor: "user", Payload: audit.SessionRemove{
+		Status: string(info.Status), Workspace: info.Workspace, Discarded: res.Discarded}}); err != nil {
 		return res, fmt.Errorf("kernel: audit session.rm: %w", err)
 	}
 	if err := k.o.Audit.Flush(ctx); err != nil {

@@ -102,8 +102,8 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 		VALUES (?, ?, ?, 'coding', ?, ?, 'paused', ?, ?, ?)`, id, now.UnixNano(), now.UnixNano(), p.Workspace, p.Model, p.Task, dir, string(st)); err != nil {
 		return Info{}, fmt.Errorf("kernel: store session: %w", err)
 	}
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: "session.create", Actor: "kernel", Payload: map[string]any{
-		"workspace": p.Workspace, "model": p.Model, "task": p.Task, "changeset": dir,
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionCreate, Actor: "kernel", Payload: audit.SessionCreate{
+		Workspace: p.Workspace, Model: p.Model, Task: p.Task, ChangeSet: dir,
 	}}); err != nil {
 		return Info{}, fmt.Errorf("kernel: audit session.create: %w", err)
 	}
@@ -487,7 +487,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 		for i, c := range res.Applied {
 			paths[i] = c.Path
 		}
-		if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: audit.KindChangesetApply, Actor: "user", Payload: map[string]any{"paths": paths}}); err != nil {
+		if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: audit.KindChangesetApply, Actor: "user", Payload: audit.ChangesetApply{Paths: paths}}); err != nil {
 			return res, fmt.Errorf("kernel: audit changeset.apply: %w", err)
 		}
 	} else {
@@ -500,7 +500,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 		return res, err
 	}
 	k.revoke(p.ID)
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: "session.close", Actor: "user", Payload: map[string]any{"applied": len(res.Applied), "discarded": res.Discarded}}); err != nil {
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: p.ID, Kind: audit.KindSessionClose, Actor: "user", Payload: audit.SessionClose{Applied: len(res.Applied), Discarded: res.Discarded}}); err != nil {
 		return res, err
 	}
 	return res, k.o.Audit.Flush(ctx)

@@ -221,7 +221,7 @@ func (e *gitEnv) kindsSince(from uint64) []string {
 	must(e.t, e.log.Flush(context.Background()))
 	var out []string
 	must(e.t, e.log.Reader().Entries(context.Background(), audit.Filter{}, func(en audit.Entry) error {
-		if en.Seq > from && en.Kind != audit.KindAuditCheckpoint {
+		if en.Seq > from {
 			out = append(out, string(en.Kind))
 		}
 		return nil

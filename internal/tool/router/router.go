@@ -29,7 +29,6 @@ package router
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -392,11 +391,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	// 6. Execute.
 	if !cl.fast {
-		start := map[string]any{"call": cl.id, "tool": cl.name, "class": string(t.Execution().Class), "template": t.Execution().Template, "approval": cl.approval}
-		if t.Execution().Class == tool.Sandbox && r.o.RuntimeName != "" {
-			start["runtime"] = r.o.RuntimeName
+		start := audit.ExecStart{Call: cl.id, Tool: cl.name, Class: string(t.Execution().Class), Template: t.Execution().Template, Approval: cl.approval}
+		if t.Execution().Class == tool.Sandbox {
+			start.Runtime = r.o.RuntimeName
 		}
-		if err := r.append(ctx, audit.KindExecStart, start); err != nil {
+		if err := r.append(ctx, start); err != nil {
 			return agent.Result{}, err
 		}
 	}
@@ -415,8 +414,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		if err := gate.wait(); err != nil {
 			// Queued behind exec.start, written with it once the log
 			// can write: the command did not run.
-			_, _ = r.o.Audit.Append(context.WithoutCancel(ctx), audit.Entry{Session: r.o.Session.ID, Kind: audit.KindExecEnd, Actor: r.o.Actor,
-				Payload: map[string]any{"call": cl.id, "tool": cl.name, "is_error": true, "error": audit.NotRun(err)}})
+			_ = r.append(context.WithoutCancel(ctx), audit.ExecEnd{Call: cl.id, Tool: cl.name, IsError: true, Error: audit.NotRun(err)})
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	}
@@ -444,8 +442,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		if rb == nil {
 			rb = new(recordBuf)
 		}
-		r.readRecord(rb, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum[:])
-		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
+		r.readRecord(&rb.rec, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum)
+		rb.rec.Encode(&rb.o)
+		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: audit.KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
 		if len(s.Text) <= maxPooledRecord {
 			r.records.Put(rb)
 		}
@@ -453,18 +452,17 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	} else {
-		end := map[string]any{
-			"call": cl.id, "tool": cl.name, "is_error": out.IsError, "duration_us": dur.Microseconds(),
-			"output_bytes": s.InputBytes, "shown_bytes": len(s.Text), "shown_sha256": hex.EncodeToString(sum[:]),
-			"cut_bytes": s.CutBytes, "redactions": s.Redactions, "stripped": s.Stripped, "binary": s.Binary,
+		end := audit.ExecEnd{
+			Call: cl.id, Tool: cl.name, IsError: out.IsError, DurationUS: dur.Microseconds(),
+			ToolOutput: &audit.ToolOutput{
+				OutputBytes: s.InputBytes, ShownBytes: int64(len(s.Text)), ShownSHA256: sum,
+				CutBytes: s.CutBytes, Redactions: int64(s.Redactions), Stripped: int64(s.Stripped), Binary: s.Binary, TDD: fed,
+			},
 		}
 		if execErr != nil {
-			end["error"] = s.Text
+			end.Error = s.Text
 		}
-		if fed != "" {
-			end["tdd"] = fed
-		}
-		if err := r.append(ctx, audit.KindExecEnd, end); err != nil {
+		if err := r.append(ctx, end); err != nil {
 			return agent.Result{}, err
 		}
 		if err := r.o.Audit.Flush(ctx); err != nil {
@@ -482,85 +480,39 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 // rather than kept in Router.records.
 const maxPooledRecord = 4 << 10
 
-// recordBuf is a tool.read payload's builders: the entry and its two
-// nested gate records.
-type recordBuf struct{ o, pol, st audit.Object }
-
-// readRecord builds the payload of a tool.read entry, already canonical
-// (audit.Object: no JSON marshal and re-parse on the fast path). Members
-// in byte order:
-//
-//	args_sha256, binary?, call, cut_bytes?, duration_us, error?,
-//	gate_policy {effect, rule}, gate_state {effect, rule}, is_error?,
-//	output_bytes, paths?, redactions?, shown_bytes, shown_sha256,
-//	stripped?, tool
-//
-// (? = omitted when zero or empty) into rb.o.
-func (r *Router) readRecord(rb *recordBuf, cl *call, raw []byte, isError, failed bool, dur time.Duration, s *tool.Sanitized, shownSum []byte) {
-	o, pol, st := &rb.o, &rb.pol, &rb.st
-	o.Reset()
-	pol.Reset()
-	st.Reset()
-	argsSum := sha256.Sum256(raw)
-	o.Hex("args_sha256", argsSum[:])
-	if s.Binary {
-		o.Bool("binary", true)
-	}
-	o.String("call", cl.id)
-	if s.CutBytes != 0 {
-		o.Int("cut_bytes", s.CutBytes)
-	}
-	o.Int("duration_us", dur.Microseconds())
-	if failed && s.Text != "" {
-		o.String("error", s.Text)
-	}
-	pol.String("effect", cl.polDec.Effect.String())
-	pol.String("rule", cl.polDec.Rule)
-	o.Object("gate_policy", pol)
-	st.String("effect", "allow")
-	st.String("rule", string(cl.stateDec.Code))
-	o.Object("gate_state", st)
-	if isError {
-		o.Bool("is_error", true)
-	}
-	o.Int("output_bytes", s.InputBytes)
-	if len(cl.op.Paths) == 1 {
-		o.Strings("paths", []string{cl.op.Paths[0].Abs})
-	} else if len(cl.op.Paths) > 1 {
-		ps := make([]string, len(cl.op.Paths))
-		for i, p := range cl.op.Paths {
-			ps[i] = p.Abs
-		}
-		o.Strings("paths", ps)
-	}
-	if s.Redactions != 0 {
-		o.Int("redactions", int64(s.Redactions))
-	}
-	o.Int("shown_bytes", int64(len(s.Text)))
-	o.Hex("shown_sha256", shownSum)
-	if s.Stripped != 0 {
-		o.Int("stripped", int64(s.Stripped))
-	}
-	o.String("tool", cl.name)
+// recordBuf is a tool.read payload and the builder of its canonical
+// form (audit.ToolRead.Encode: no JSON marshal and re-parse on the fast
+// path).
+type recordBuf struct {
+	rec audit.ToolRead
+	o   audit.Object
 }
 
-// KindToolRead is the audit kind of a fast-path read allowed by both
-// gates: one buffered entry with the operation, both decisions and the
-// outcome.
-const KindToolRead audit.Kind = "tool.read"
+// readRecord fills the payload of a tool.read entry, reusing rec's paths.
+func (r *Router) readRecord(rec *audit.ToolRead, cl *call, raw []byte, isError, failed bool, dur time.Duration, s *tool.Sanitized, shownSum [32]byte) {
+	paths := rec.Paths[:0]
+	for _, p := range cl.op.Paths {
+		paths = append(paths, p.Abs)
+	}
+	*rec = audit.ToolRead{
+		ArgsSHA256: sha256.Sum256(raw), Binary: s.Binary, Call: cl.id, CutBytes: s.CutBytes, DurationUS: dur.Microseconds(),
+		GatePolicy:  audit.GateSummary{Effect: cl.polDec.Effect.String(), Rule: cl.polDec.Rule},
+		GateState:   audit.GateSummary{Effect: "allow", Rule: string(cl.stateDec.Code)},
+		IsError:     isError,
+		OutputBytes: s.InputBytes, Paths: paths, Redactions: int64(s.Redactions),
+		ShownBytes: int64(len(s.Text)), ShownSHA256: shownSum, Stripped: int64(s.Stripped), Tool: cl.name,
+	}
+	if failed {
+		rec.Error = s.Text
+	}
+}
 
-func (r *Router) append(ctx context.Context, kind audit.Kind, payload any) error {
-	if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: kind, Actor: r.o.Actor, Payload: payload}); err != nil {
+// append records payload in the session's name, as the router's actor.
+func (r *Router) append(ctx context.Context, payload audit.Payload) error {
+	if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: payload.Kind(), Actor: r.o.Actor, Payload: payload}); err != nil {
 		return fmt.Errorf("%w: %w", ErrAudit, err)
 	}
 	return nil
-}
-
-// argsHash identifies the raw arguments without storing them (they may
-// be large); the request entry keeps them when small.
-func argsHash(raw []byte) string {
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
 }
 
 const maxRecordedArgs = 4 << 10
@@ -571,39 +523,31 @@ func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
 		return nil
 	}
 	cl.recorded = true
-	req := map[string]any{"call": cl.id, "tool": cl.name, "args_sha256": argsHash(raw), "args_bytes": len(raw)}
+	// The raw arguments are identified by their hash (they may be
+	// large); the entry keeps them when small.
+	req := audit.ToolRequest{Call: cl.id, Tool: cl.name, ArgsSHA256: sha256.Sum256(raw), ArgsBytes: len(raw)}
 	if len(raw) <= maxRecordedArgs && json.Valid(raw) {
-		req["args"] = json.RawMessage(raw)
+		req.Args = json.RawMessage(raw)
 	}
 	if cl.op != nil {
-		req["op"] = cl.op
+		req.Op = cl.op
 	}
-	if err := r.append(ctx, audit.KindToolRequest, req); err != nil {
+	if err := r.append(ctx, req); err != nil {
 		return err
 	}
 	if cl.stateDec != nil {
-		if err := r.append(ctx, audit.KindGateState, map[string]any{"call": cl.id, "tool": cl.name, "decision": cl.stateDec}); err != nil {
+		if err := r.append(ctx, audit.GateState{Call: cl.id, Tool: cl.name, Decision: cl.stateDec}); err != nil {
 			return err
 		}
 	}
-	if cl.polDec != nil {
-		p := policySummary(cl.polDec)
-		p["call"], p["tool"] = cl.id, cl.name
-		if cl.approval != "" {
-			p["approval"] = cl.approval
-		}
-		if err := r.append(ctx, audit.KindGatePolicy, p); err != nil {
+	if d := cl.polDec; d != nil {
+		p := audit.GatePolicy{Call: cl.id, Tool: cl.name, Effect: d.Effect.String(), Rule: d.Rule, Layer: string(d.Layer),
+			Reason: d.Reason, Subject: d.Subject, Token: d.Token, Approval: cl.approval}
+		if err := r.append(ctx, p); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func policySummary(d *policy.Decision) map[string]any {
-	if d == nil {
-		return nil
-	}
-	return map[string]any{"effect": d.Effect.String(), "rule": d.Rule, "layer": d.Layer, "reason": d.Reason, "subject": d.Subject, "token": d.Token}
 }
 
 func decisionString(cl *call) string {
@@ -626,7 +570,7 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 	if ref.Gate == GateDecode || ref.Gate == GateNormalize || ref.Gate == GateApproval {
 		// The state and policy gates recorded their own refusals above;
 		// these gates have no entry of their own kind.
-		if err := r.append(ctx, KindToolRefused, map[string]any{"call": cl.id, "tool": cl.name, "refusal": ref}); err != nil {
+		if err := r.append(ctx, audit.ToolRefused{Call: cl.id, Tool: cl.name, Refusal: ref}); err != nil {
 			return agent.Result{}, err
 		}
 	}
@@ -637,10 +581,6 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 	s := r.o.Sanitizer.Sanitize([]byte(text))
 	return agent.Result{Content: s.Text, IsError: true, Decision: "refused by the " + string(ref.Gate) + " gate: rule " + ref.Rule}, nil
 }
-
-// KindToolRefused records a refusal by the decode, normalize or approval
-// gate.
-const KindToolRefused audit.Kind = "tool.refused"
 
 // takePlanned uses one approval left by a request_approval plan for an
 // operation with this signature, if any.
@@ -856,7 +796,8 @@ func (r *Router) commandWrote(ctx context.Context, cl *call, written []string) (
 	tr, err := r.o.State.Wrote(ctx, op)
 	var te *tdd.Error
 	if errors.As(err, &te) {
-		if aerr := r.append(ctx, audit.KindGateState, map[string]any{"call": cl.id, "tool": cl.name, "after_exec": true, "written": written, "allow": false, "code": te.Code, "reason": te.Reason}); aerr != nil {
+		d := tdd.Decision{Allow: false, Code: te.Code, Mode: te.Mode, State: te.State, Reason: te.Reason}
+		if aerr := r.append(ctx, audit.GateState{Call: cl.id, Tool: cl.name, Decision: d, AfterExec: true, Written: written}); aerr != nil {
 			return "", aerr
 		}
 		return fmt.Sprintf("the command wrote %s, which the TDD machine refuses (%s): %s; these changes stay unapplied in the change set, do not rely on them", strings.Join(written, ", "), te.Code, te.Reason), nil

@@ -1,0 +1,635 @@
+package audit
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+)
+
+// This file is the catalogue of audit events: every kind fluffy writes and
+// the payload type of each. Writers pass these types as Entry.Payload; the
+// JSON tags are the schema. docs/audit.md (section "Event catalogue") lists
+// the same kinds and members, and TestCatalogueMatchesDocs fails when the
+// two disagree.
+//
+// Conventions: durations of what happened are in microseconds
+// (duration_us); hashes are lower-case hex SHA-256; members of another
+// package's type (an operation, a TDD decision) are typed any here, since
+// the log imports none of those packages, and are described in the docs.
+
+// The kinds fluffy writes. Kind.Synchronous says which are durable before
+// Append returns.
+const (
+	// The tool router, for each tool call the model makes.
+	KindToolRequest Kind = "tool.request"
+	KindGateState   Kind = "gate.state"
+	KindGatePolicy  Kind = "gate.policy"
+	KindToolRead    Kind = "tool.read"
+	KindToolRefused Kind = "tool.refused"
+
+	// The approval broker and the policy's model-backed classifier.
+	KindApprovalRequest  Kind = "approval.request"
+	KindApprovalDecision Kind = "approval.decision"
+	KindPolicyClassify   Kind = "policy.classify"
+
+	// Executions: a tool call through the router, or 'fluffy sandbox run'.
+	KindExecStart Kind = "exec.start"
+	KindExecEnd   Kind = "exec.end"
+
+	// The egress proxy of a sandbox run.
+	KindNetRequest Kind = "net.request"
+	KindNetEnd     Kind = "net.end"
+	KindNetRefused Kind = "net.refused"
+
+	// The kernel: its own life, sessions, change sets, IPC peers.
+	KindKernelStart        Kind = "kernel.start"
+	KindKernelStop         Kind = "kernel.stop"
+	KindIPCRefused         Kind = "ipc.refused"
+	KindSessionCreate      Kind = "session.create"
+	KindSessionClose       Kind = "session.close"
+	KindSessionRemove      Kind = "session.rm"
+	KindTDDMode            Kind = "tdd.mode"
+	KindChangesetApply     Kind = "changeset.apply"
+	KindChangesetDiscard   Kind = "changeset.discard"
+	KindChangesetAutoApply Kind = "changeset.auto_apply"
+
+	// KindAuditPrune is written only by the log itself (Prune).
+	KindAuditPrune Kind = "audit.prune"
+	// KindUserNote is the one kind a person records by hand ('fluffy
+	// audit append'), always with actor ActorUser.
+	KindUserNote Kind = "user.note"
+)
+
+// Synchronous reports whether entries of this kind are written durably
+// before Append returns: the security-relevant kinds (gate decisions,
+// approvals, change-set applies, kernel start and stop, pruning, notes).
+// Other kinds are buffered.
+func (k Kind) Synchronous() bool {
+	switch k {
+	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision,
+		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote:
+		return true
+	}
+	return false
+}
+
+// Payload is implemented by every payload type of the catalogue: Kind is
+// the kind its entries have. Append refuses an entry whose payload is of
+// another kind's type (ErrPayloadKind).
+type Payload interface {
+	Kind() Kind
+}
+
+// ErrPayloadKind is returned by Append for an entry whose Payload is a
+// catalogue type of another kind (an ExecStart under exec.end).
+var ErrPayloadKind = errors.New("payload type of another kind")
+
+// Catalogue returns the zero value of every payload type, one per kind
+// fluffy writes, in the order of docs/audit.md.
+func Catalogue() []Payload {
+	return []Payload{
+		ToolRequest{}, GateState{}, GatePolicy{}, ToolRead{}, ToolRefused{},
+		ApprovalRequest{}, ApprovalDecision{}, PolicyClassify{},
+		ExecStart{}, ExecEnd{},
+		NetRequest{}, NetEnd{}, NetRefused{},
+		KernelStart{}, KernelStop{}, IPCRefused{},
+		SessionCreate{}, SessionClose{}, SessionRemove{}, TDDMode{},
+		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{},
+		AuditPrune{}, UserNote{},
+	}
+}
+
+// ErrUnknownKind is returned by DecodePayload for a kind the catalogue
+// does not hold.
+var ErrUnknownKind = errors.New("kind not in the audit catalogue")
+
+// DecodePayload reads the payload of an entry of kind k into its catalogue
+// type (a value, not a pointer). Members the type does not know are
+// ignored and old member names are accepted (exec.end's duration_ms), so
+// entries written by older versions still read.
+func DecodePayload(k Kind, raw []byte) (Payload, error) {
+	for _, p := range Catalogue() {
+		if p.Kind() != k {
+			continue
+		}
+		v := reflect.New(reflect.TypeOf(p))
+		if err := json.Unmarshal(raw, v.Interface()); err != nil {
+			return nil, fmt.Errorf("audit: %s payload: %w", k, err)
+		}
+		return v.Elem().Interface().(Payload), nil
+	}
+	return nil, fmt.Errorf("audit: %w: %q", ErrUnknownKind, k)
+}
+
+// checkPayloadKind is Append's check that a catalogue payload goes with
+// its own kind.
+func checkPayloadKind(e Entry) error {
+	if p, ok := e.Payload.(Payload); ok && p.Kind() != e.Kind {
+		return fmt.Errorf("audit: %w: a %s payload in a %s entry", ErrPayloadKind, p.Kind(), e.Kind)
+	}
+	return nil
+}
+
+// SHA256 is a SHA-256 digest, written as 64 lower-case hex digits.
+type SHA256 [32]byte
+
+// MarshalText implements encoding.TextMarshaler.
+func (h SHA256) MarshalText() ([]byte, error) { return hex.AppendEncode(nil, h[:]), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (h *SHA256) UnmarshalText(b []byte) error {
+	if hex.DecodedLen(len(b)) != len(h) {
+		return fmt.Errorf("audit: a SHA-256 is %d hex digits, not %d", 2*len(h), len(b))
+	}
+	_, err := hex.Decode(h[:], b)
+	return err
+}
+
+// ToolRequest (tool.request) is a tool call as the model made it, written
+// once a gate has judged it.
+type ToolRequest struct {
+	Call       string `json:"call"`
+	Tool       string `json:"tool"`
+	ArgsSHA256 SHA256 `json:"args_sha256"`
+	ArgsBytes  int    `json:"args_bytes"`
+	// Args are the raw arguments when they are valid JSON of at most
+	// 4 KiB.
+	Args json.RawMessage `json:"args,omitempty"`
+	// Op is the normalized operation (operation.Operation), absent when
+	// the call did not normalize.
+	Op any `json:"op,omitempty"`
+}
+
+// GateState (gate.state) is the TDD state gate's decision on a call. A
+// sandboxed command's writes are judged again after it ran (AfterExec).
+type GateState struct {
+	Call string `json:"call"`
+	Tool string `json:"tool"`
+	// Decision is the gate's tdd.Decision (allow, code, mode, state,
+	// reason, ...).
+	Decision any `json:"decision"`
+	// AfterExec marks the judgement of what a command wrote (Written,
+	// relative to the workspace) after it ran.
+	AfterExec bool     `json:"after_exec,omitempty"`
+	Written   []string `json:"written,omitempty"`
+}
+
+// UnmarshalJSON reads both shapes: entries written before the after-exec
+// refusal carried its decision kept allow, code and reason at the top.
+func (g *GateState) UnmarshalJSON(b []byte) error {
+	type plain GateState
+	var w struct {
+		plain
+		Allow  *bool   `json:"allow"`
+		Code   *string `json:"code"`
+		Reason *string `json:"reason"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*g = GateState(w.plain)
+	if g.Decision == nil && (w.Allow != nil || w.Code != nil || w.Reason != nil) {
+		d := map[string]any{}
+		if w.Allow != nil {
+			d["allow"] = *w.Allow
+		}
+		if w.Code != nil {
+			d["code"] = *w.Code
+		}
+		if w.Reason != nil {
+			d["reason"] = *w.Reason
+		}
+		g.Decision = d
+	}
+	return nil
+}
+
+// GatePolicy (gate.policy) is the policy gate's decision on a call.
+type GatePolicy struct {
+	Call    string `json:"call"`
+	Tool    string `json:"tool"`
+	Effect  string `json:"effect"` // allow, approve or block
+	Rule    string `json:"rule"`
+	Layer   string `json:"layer"`
+	Reason  string `json:"reason"`
+	Subject string `json:"subject"`
+	Token   string `json:"token"`
+	// Approval says how a person approved the call, when one did.
+	Approval string `json:"approval,omitempty"`
+}
+
+// GateSummary is a gate's decision in short.
+type GateSummary struct {
+	Effect string `json:"effect"`
+	Rule   string `json:"rule"`
+}
+
+// ToolRead (tool.read) is a fast-path read allowed by both gates: the
+// one entry of such a call. Encode writes it without encoding/json.
+type ToolRead struct {
+	ArgsSHA256  SHA256      `json:"args_sha256"`
+	Binary      bool        `json:"binary,omitempty"`
+	Call        string      `json:"call"`
+	CutBytes    int64       `json:"cut_bytes,omitempty"`
+	DurationUS  int64       `json:"duration_us"`
+	Error       string      `json:"error,omitempty"`
+	GatePolicy  GateSummary `json:"gate_policy"`
+	GateState   GateSummary `json:"gate_state"`
+	IsError     bool        `json:"is_error,omitempty"`
+	OutputBytes int64       `json:"output_bytes"`
+	Paths       []string    `json:"paths,omitempty"`
+	Redactions  int64       `json:"redactions,omitempty"`
+	ShownBytes  int64       `json:"shown_bytes"`
+	ShownSHA256 SHA256      `json:"shown_sha256"`
+	Stripped    int64       `json:"stripped,omitempty"`
+	Tool        string      `json:"tool"`
+}
+
+// Encode writes r into o (reset first) in canonical form, as encoding/json
+// and Canonicalize would, without either: the router's fast path passes o
+// as the payload. TestToolReadEncode keeps the two in step.
+func (r *ToolRead) Encode(o *Object) {
+	o.Reset()
+	o.Hex("args_sha256", r.ArgsSHA256[:])
+	if r.Binary {
+		o.Bool("binary", true)
+	}
+	o.String("call", r.Call)
+	if r.CutBytes != 0 {
+		o.Int("cut_bytes", r.CutBytes)
+	}
+	o.Int("duration_us", r.DurationUS)
+	if r.Error != "" {
+		o.String("error", r.Error)
+	}
+	o.gate("gate_policy", r.GatePolicy)
+	o.gate("gate_state", r.GateState)
+	if r.IsError {
+		o.Bool("is_error", true)
+	}
+	o.Int("output_bytes", r.OutputBytes)
+	if len(r.Paths) > 0 {
+		o.Strings("paths", r.Paths)
+	}
+	if r.Redactions != 0 {
+		o.Int("redactions", r.Redactions)
+	}
+	o.Int("shown_bytes", r.ShownBytes)
+	o.Hex("shown_sha256", r.ShownSHA256[:])
+	if r.Stripped != 0 {
+		o.Int("stripped", r.Stripped)
+	}
+	o.String("tool", r.Tool)
+}
+
+// ToolRefused (tool.refused) is a refusal by the decode, normalize or
+// approval gate (the state and policy gates record theirs as gate.*).
+type ToolRefused struct {
+	Call string `json:"call"`
+	Tool string `json:"tool"`
+	// Refusal is the router's Refusal: gate, rule, reason, subject,
+	// instead.
+	Refusal any `json:"refusal"`
+}
+
+// ApprovalRequest (approval.request) is a plan put to a person; its
+// members repeat the entry's kind and session.
+type ApprovalRequest struct {
+	EventKind Kind        `json:"kind"`
+	RequestID string      `json:"request_id"`
+	Session   string      `json:"session"`
+	Who       ApprovalWho `json:"who"`
+	// Items are the plan's steps (approval.ItemView: n, tool, signature,
+	// effect, rule, decision).
+	Items any `json:"items"`
+}
+
+// ApprovalDecision (approval.decision) is an answer to a plan, or its
+// timeout or cancellation: the same members as ApprovalRequest.
+type ApprovalDecision ApprovalRequest
+
+// ApprovalWho is who answered, and through which channel.
+type ApprovalWho struct {
+	Name    string `json:"name"`
+	Channel string `json:"channel"`
+}
+
+// PolicyClassify (policy.classify) is one call of the policy's
+// model-backed classifier and its verdict.
+type PolicyClassify struct {
+	Model       string `json:"model"`
+	Instruction string `json:"instruction"`
+	// Op is what the model was shown of the operation.
+	Op      any    `json:"op"`
+	Verdict string `json:"verdict,omitempty"` // yes or no
+	// Answer is the model's text when it was not a verdict.
+	Answer string `json:"answer,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ExecStart (exec.start) is an execution about to start: a tool call
+// through the router (Call, Tool, Class, ...) or a command of 'fluffy
+// sandbox run' (Argv, Dir, ...). A sandboxed one starts only once this
+// entry is durable.
+type ExecStart struct {
+	// Tool router.
+	Call     string `json:"call,omitempty"`
+	Tool     string `json:"tool,omitempty"`
+	Class    string `json:"class,omitempty"` // kernel or sandbox
+	Approval string `json:"approval,omitempty"`
+	Runtime  string `json:"runtime,omitempty"`
+	// Both: the sandbox template.
+	Template string `json:"template,omitempty"`
+	// fluffy sandbox run.
+	Argv      []string    `json:"argv,omitempty"`
+	Dir       string      `json:"dir,omitempty"`
+	Workspace string      `json:"workspace,omitempty"`
+	ChangeSet string      `json:"changeset,omitempty"`
+	Network   string      `json:"network,omitempty"`
+	Seccomp   string      `json:"seccomp,omitempty"`
+	Limits    *ExecLimits `json:"limits,omitempty"`
+	// Egress is the proxy's allow-list when the run has one: {mode,
+	// allow, allow_addrs}.
+	Egress any `json:"egress,omitempty"`
+}
+
+// ExecLimits are a sandbox run's resource limits.
+type ExecLimits struct {
+	WallMS    int64 `json:"wall_ms"`
+	Memory    int64 `json:"memory"`
+	Pids      int64 `json:"pids"`
+	CPUMS     int64 `json:"cpu_ms"`
+	FileSize  int64 `json:"file_size"`
+	OpenFiles int64 `json:"open_files"`
+	Output    int64 `json:"output"`
+	Tmp       int64 `json:"tmp"`
+}
+
+// ExecEnd (exec.end) is the outcome of an execution, durable before the
+// result is used. The router writes ToolOutput, 'fluffy sandbox run'
+// Process; a command that never ran (its exec.start could not be made
+// durable) has only its names and an Error made by NotRun.
+type ExecEnd struct {
+	// Tool router.
+	Call    string `json:"call,omitempty"`
+	Tool    string `json:"tool,omitempty"`
+	IsError bool   `json:"is_error,omitempty"`
+	// fluffy sandbox run.
+	Template string   `json:"template,omitempty"`
+	Argv     []string `json:"argv,omitempty"`
+
+	DurationUS int64  `json:"duration_us"`
+	Error      string `json:"error,omitempty"`
+	*ToolOutput
+	*Process
+}
+
+// UnmarshalJSON accepts duration_ms, which 'fluffy sandbox run' wrote
+// before exec.end had one shape.
+func (e *ExecEnd) UnmarshalJSON(b []byte) error {
+	type plain ExecEnd
+	var w struct {
+		*plain
+		DurationMS *int64 `json:"duration_ms"`
+	}
+	w.plain = (*plain)(e)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	if w.DurationMS != nil && e.DurationUS == 0 {
+		e.DurationUS = *w.DurationMS * 1000
+	}
+	return nil
+}
+
+// ToolOutput is what the router made of a tool's output before the model
+// saw it (tool.Sanitized).
+type ToolOutput struct {
+	OutputBytes int64  `json:"output_bytes"`
+	ShownBytes  int64  `json:"shown_bytes"`
+	ShownSHA256 SHA256 `json:"shown_sha256"`
+	CutBytes    int64  `json:"cut_bytes"`
+	Redactions  int64  `json:"redactions"`
+	Stripped    int64  `json:"stripped"`
+	Binary      bool   `json:"binary"`
+	// TDD is the TDD machine's answer to the result, when it moved.
+	TDD string `json:"tdd,omitempty"`
+}
+
+// Process is how a sandboxed process ended (sandbox.Result).
+type Process struct {
+	ExitCode  int      `json:"exit_code"`
+	Signal    int      `json:"signal"`
+	Killed    string   `json:"killed"`
+	LimitsHit []string `json:"limits_hit"`
+	Warnings  []string `json:"warnings"`
+}
+
+// NetRequest (net.request) is the egress proxy's decision on a request,
+// durable before anything is relayed. Reason and Status are set for a
+// denial, whose only entry this is.
+type NetRequest struct {
+	ID       string `json:"id"`
+	Sandbox  string `json:"sandbox"`
+	Method   string `json:"method"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	// Exec is the sequence number of the run's exec.start.
+	Exec uint64 `json:"exec,omitempty"`
+}
+
+// NetEnd (net.end) is the outcome of an allowed egress request.
+type NetEnd struct {
+	ID         string `json:"id"`
+	Sandbox    string `json:"sandbox"`
+	Method     string `json:"method"`
+	Host       string `json:"host"`
+	Port       int    `json:"port"`
+	Addr       string `json:"addr"`
+	Decision   string `json:"decision"`
+	Rule       string `json:"rule"`
+	Reason     string `json:"reason"`
+	Status     int    `json:"status"`
+	BytesUp    int64  `json:"bytes_up"`
+	BytesDown  int64  `json:"bytes_down"`
+	DurationUS int64  `json:"duration_us"`
+	Error      string `json:"error"`
+	Exec       uint64 `json:"exec,omitempty"`
+	// Request is the sequence number of the request's net.request.
+	Request uint64 `json:"request,omitempty"`
+}
+
+// UnmarshalJSON accepts duration_ms, which net.end carried before every
+// duration was in microseconds.
+func (e *NetEnd) UnmarshalJSON(b []byte) error {
+	type plain NetEnd
+	var w struct {
+		*plain
+		DurationMS *int64 `json:"duration_ms"`
+	}
+	w.plain = (*plain)(e)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	if w.DurationMS != nil && e.DurationUS == 0 {
+		e.DurationUS = *w.DurationMS * 1000
+	}
+	return nil
+}
+
+// NetRefused (net.refused) is a connection to a run's proxy from a peer
+// that may not use it.
+type NetRefused struct {
+	Sandbox string `json:"sandbox"`
+	PeerUID int    `json:"peer_uid"`
+	PeerGID int    `json:"peer_gid"`
+	PeerPID int    `json:"peer_pid"`
+	Reason  string `json:"reason"`
+	Exec    uint64 `json:"exec,omitempty"`
+}
+
+// KernelStart (kernel.start) is a kernel that verified the log and
+// recovered from the previous one.
+type KernelStart struct {
+	PID                 int      `json:"pid"`
+	InterruptedSessions []string `json:"interrupted_sessions"`
+	OrphansRemoved      int      `json:"orphans_removed"`
+	Verified            Verified `json:"verified"`
+}
+
+// Verified is the range of entries a verification checked.
+type Verified struct {
+	From        uint64 `json:"from"`
+	To          uint64 `json:"to"`
+	Checkpoints int    `json:"checkpoints"`
+}
+
+// KernelStop (kernel.stop) is a kernel stopping.
+type KernelStop struct {
+	PID      int    `json:"pid"`
+	Cause    string `json:"cause"`
+	UptimeMS int64  `json:"uptime_ms"`
+	// Abandoned are sessions whose runs did not end when cancelled.
+	Abandoned []string `json:"abandoned,omitempty"`
+}
+
+// IPCRefused (ipc.refused) is a connection to the kernel's socket from a
+// peer of another user.
+type IPCRefused struct {
+	PID     int32  `json:"pid"`
+	UID     uint32 `json:"uid"`
+	GID     uint32 `json:"gid"`
+	WantUID uint32 `json:"want_uid"`
+	Reason  string `json:"reason"`
+}
+
+// SessionCreate (session.create) is a new session.
+type SessionCreate struct {
+	Workspace string `json:"workspace"`
+	Model     string `json:"model"`
+	Task      string `json:"task"`
+	ChangeSet string `json:"changeset"`
+}
+
+// SessionClose (session.close) is a session closed, its change set
+// applied (Applied paths) or discarded.
+type SessionClose struct {
+	Applied   int  `json:"applied"`
+	Discarded bool `json:"discarded"`
+}
+
+// SessionRemove (session.rm) is a session removed, written before the
+// removal.
+type SessionRemove struct {
+	Status    string `json:"status"`
+	Workspace string `json:"workspace"`
+	Discarded bool   `json:"discarded"`
+}
+
+// TDDMode (tdd.mode) is a person switching a session's TDD mode.
+type TDDMode struct {
+	From     string   `json:"from"`
+	To       string   `json:"to"`
+	State    string   `json:"state"`
+	By       string   `json:"by"`
+	Reason   string   `json:"reason"`
+	Reverted []string `json:"reverted"`
+}
+
+// ChangesetApply (changeset.apply) is a change set (or part of it)
+// applied to the workspace.
+type ChangesetApply struct {
+	Paths []string `json:"paths"`
+	// Selected are the paths asked for; absent: all of them.
+	Selected  []string `json:"selected,omitempty"`
+	Workspace string   `json:"workspace,omitempty"`
+	// Auto marks an apply by the kernel itself (changeset.auto_apply),
+	// with the criteria that held.
+	Auto     bool `json:"auto,omitempty"`
+	Criteria any  `json:"criteria,omitempty"`
+}
+
+// ChangesetDiscard (changeset.discard) is a change set (or part of it)
+// discarded.
+type ChangesetDiscard struct {
+	Paths    []string `json:"paths"`
+	Selected []string `json:"selected,omitempty"`
+}
+
+// ChangesetAutoApply (changeset.auto_apply) is the kernel's decision to
+// apply a change set by itself ("apply" or "keep", with every criterion),
+// durable before it acts, or a failed apply ("failed", Error).
+type ChangesetAutoApply struct {
+	Decision string `json:"decision"`
+	// Criteria are the kernel's Criterion list: name, ok, detail.
+	Criteria any      `json:"criteria,omitempty"`
+	Paths    []string `json:"paths,omitempty"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// AuditPrune (audit.prune) records a pruning; verifiers accept a log
+// whose start is missing only behind one (docs/audit.md, Retention).
+type AuditPrune struct {
+	Anchor  uint64 `json:"anchor"`
+	Root    string `json:"root"`  // base64
+	Chain   string `json:"chain"` // base64
+	Before  string `json:"before"`
+	Deleted uint64 `json:"deleted"`
+}
+
+// UserNote (user.note) is a person's note: any JSON object.
+type UserNote map[string]any
+
+// Kind implementations: each payload type names its kind.
+
+func (ToolRequest) Kind() Kind        { return KindToolRequest }
+func (GateState) Kind() Kind          { return KindGateState }
+func (GatePolicy) Kind() Kind         { return KindGatePolicy }
+func (ToolRead) Kind() Kind           { return KindToolRead }
+func (ToolRefused) Kind() Kind        { return KindToolRefused }
+func (ApprovalRequest) Kind() Kind    { return KindApprovalRequest }
+func (ApprovalDecision) Kind() Kind   { return KindApprovalDecision }
+func (PolicyClassify) Kind() Kind     { return KindPolicyClassify }
+func (ExecStart) Kind() Kind          { return KindExecStart }
+func (ExecEnd) Kind() Kind            { return KindExecEnd }
+func (NetRequest) Kind() Kind         { return KindNetRequest }
+func (NetEnd) Kind() Kind             { return KindNetEnd }
+func (NetRefused) Kind() Kind         { return KindNetRefused }
+func (KernelStart) Kind() Kind        { return KindKernelStart }
+func (KernelStop) Kind() Kind         { return KindKernelStop }
+func (IPCRefused) Kind() Kind         { return KindIPCRefused }
+func (SessionCreate) Kind() Kind      { return KindSessionCreate }
+func (SessionClose) Kind() Kind       { return KindSessionClose }
+func (SessionRemove) Kind() Kind      { return KindSessionRemove }
+func (TDDMode) Kind() Kind            { return KindTDDMode }
+func (ChangesetApply) Kind() Kind     { return KindChangesetApply }
+func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
+func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
+func (AuditPrune) Kind() Kind         { return KindAuditPrune }
+func (UserNote) Kind() Kind           { return KindUserNote }
