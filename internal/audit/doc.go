@@ -19,6 +19,11 @@
 // safe).
 // docs/audit.md specifies the format.
 //
+// The catalogue (catalogue.go) is the schema of what fluffy records: every
+// kind it writes with its payload type, whose JSON tags are the members;
+// writers pass those types, and a test keeps docs/audit.md's event
+// catalogue equal to them.
+//
 // Writing (Log): security-relevant kinds (Kind.Synchronous) are durable
 // before Append returns; the rest are buffered and written in batches.
 // A full buffer makes Append write it itself (backpressure); nothing is
