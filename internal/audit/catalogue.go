@@ -359,10 +359,10 @@ type ExecStart struct {
 type ExecLimits struct {
 	WallMS    int64 `json:"wall_ms"`
 	Memory    int64 `json:"memory"`
-	Pids      int64 `json:"pids"`
+	Pids      int   `json:"pids"`
 	CPUMS     int64 `json:"cpu_ms"`
 	FileSize  int64 `json:"file_size"`
-	OpenFiles int64 `json:"open_files"`
+	OpenFiles int   `json:"open_files"`
 	Output    int64 `json:"output"`
 	Tmp       int64 `json:"tmp"`
 }
