@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -45,7 +46,7 @@ type App struct {
 	// command runs in: its sandbox runtime, which keeps sandboxes started
 	// ahead, and its open audit logs are shared by the commands it runs.
 	// Nil in a fluffy process of its own.
-	Host *SandboxHost
+	Host *sandboxrun.Host
 
 	// early, in the sandbox server, answers the caller with an exit
 	// status before the command has finished its clean-up (replyEarly).
@@ -109,9 +110,6 @@ func (a *App) Getenv(key string) (string, bool) { return a.user().Getenv(key) }
 // abs makes a path from the command line absolute against the app's
 // working directory, which is not the process's in the sandbox server.
 func (a *App) abs(p string) string { return a.user().Abs(p) }
-
-// tempDir is the directory for temporary files.
-func (a *App) tempDir() string { return a.user().TempDir() }
 
 // Config loads the effective configuration once. An error names the file,
 // line and key; the command must stop.

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
@@ -15,4 +17,14 @@ type Core interface {
 	// configuration names is usable here, else a *bootstrap.StartError
 	// naming each runtime's problem and its fix.
 	CheckRuntime(ctx context.Context, u *userenv.Env) error
+	// RunSandbox runs one 'fluffy sandbox run' (internal/sandboxrun).
+	RunSandbox(ctx context.Context, req sandboxrun.Request) (sandboxrun.Outcome, error)
+	// NewSandboxHost returns the sandbox server's state shared by its runs.
+	NewSandboxHost(u *userenv.Env) *sandboxrun.Host
+	// SandboxFacilities probes what the native sandbox finds on this host (doctor).
+	SandboxFacilities(ctx context.Context, u *userenv.Env) []sandbox.Facility
+	// SandboxGC removes fluffy's orphaned containers (all: every one) on the engine of runtime (docker, podman).
+	SandboxGC(ctx context.Context, u *userenv.Env, runtime string, all, dryRun bool) ([]sandboxrun.Container, error)
+	// BuildImage builds the base image (dir "") or dir's Dockerfile as tag on the engine of runtime.
+	BuildImage(ctx context.Context, u *userenv.Env, runtime, dir, tag string) (sandboxrun.Image, error)
 }

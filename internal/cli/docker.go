@@ -1,54 +1,15 @@
 package cli
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
-	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
-	"github.com/fluffy-agent/fluffy/internal/wiring"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 )
-
-// otherSandboxRuntime returns the backends other than native: auto
-// (detected: native when the host offers it, else a container engine),
-// docker and podman. For the container backends it removes orphaned
-// containers first and builds the base image when it is missing or stale.
-func otherSandboxRuntime(ctx context.Context, a *App, runtime, template, image string, allowDegraded bool, trace io.Writer) (sandbox.Runtime, func(), error) {
-	if runtime == "auto" {
-		r, err := wiring.DetectRuntime(ctx, runtime, wiring.HostProbes(a.user(), allowDegraded))
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-		}
-		if r == "native" {
-			return newSandboxRuntime(ctx, a, r, template, image, allowDegraded, trace)
-		}
-		runtime = r
-	}
-	rt, err := docker.New(ctx, docker.Options{Host: wiring.EngineHost(a.user(), runtime), Image: image, Template: template,
-		Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: a.Logger()})
-	if err != nil {
-		return nil, nil, err
-	}
-	if removed, err := docker.GC(ctx, rt.Client(), docker.GCOptions{}); err != nil {
-		a.Logger().Warn("removing orphaned sandbox containers", "err", err)
-	} else if len(removed) > 0 {
-		a.Logger().Info("removed orphaned sandbox containers", "count", len(removed))
-	}
-	if image == "" || image == docker.BaseImage {
-		if _, err := docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{}); err != nil {
-			rt.Close()
-			return nil, nil, fmt.Errorf("%w: base image: %w", sandbox.ErrSetup, err)
-		}
-	}
-	return rt, func() { rt.Close() }, nil
-}
 
 func newSandboxGCCmd(a *App) *cobra.Command {
 	var all, dryRun bool
@@ -73,12 +34,10 @@ every fluffy container, even those of running sessions.`,
 			if runtime == "native" || runtime == "auto" {
 				runtime = "docker"
 			}
-			rt, err := docker.New(cmd.Context(), docker.Options{Host: wiring.EngineHost(a.user(), runtime)})
-			if err != nil {
-				return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox gc: " + err.Error()}
+			removed, err := a.Core.SandboxGC(cmd.Context(), a.user(), runtime, all, dryRun)
+			if ee := (*sandboxrun.EngineError)(nil); errors.As(err, &ee) {
+				return &ExitError{Code: ExitSandboxSetup, Msg: "sandbox gc: " + ee.Error()}
 			}
-			defer rt.Close()
-			removed, err := docker.GC(cmd.Context(), rt.Client(), docker.GCOptions{All: all, DryRun: dryRun})
 			verb := "removed"
 			if dryRun {
 				verb = "would remove"
@@ -121,23 +80,19 @@ and every file of the context).`,
 					runtime = "podman"
 				}
 			}
-			rt, err := docker.New(cmd.Context(), docker.Options{Host: wiring.EngineHost(a.user(), runtime)})
-			if err != nil {
-				return &ExitError{Code: ExitSandboxSetup, Msg: "image build: " + err.Error()}
-			}
-			defer rt.Close()
-			var res docker.BuildResult
-			if args[0] == "base" {
-				res, err = docker.EnsureBaseImage(cmd.Context(), rt.Client(), docker.BaseOptions{Tag: tag})
-			} else {
+			dir := ""
+			if args[0] != "base" {
 				if tag == "" {
 					return fmt.Errorf("%w: --tag is required for a directory", errUsage)
 				}
-				dir := args[0]
+				dir = args[0]
 				if !filepath.IsAbs(dir) {
 					dir = filepath.Join(a.Cwd, dir)
 				}
-				res, err = docker.BuildDir(cmd.Context(), rt.Client(), dir, tag)
+			}
+			res, err := a.Core.BuildImage(cmd.Context(), a.user(), runtime, dir, tag)
+			if ee := (*sandboxrun.EngineError)(nil); errors.As(err, &ee) {
+				return &ExitError{Code: ExitSandboxSetup, Msg: "image build: " + ee.Error()}
 			}
 			if err != nil {
 				return err

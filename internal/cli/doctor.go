@@ -15,7 +15,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -43,7 +42,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 				Runtime: l.Config.Sandbox.Runtime,
 				Getenv:  a.Getenv,
 				Facilities: func(ctx context.Context) []sandbox.Facility {
-					return native.Detect(ctx, native.DetectOptions{Self: a.Self})
+					return a.Core.SandboxFacilities(ctx, a.user())
 				},
 				Extra: []func(context.Context) doctor.Check{
 					func(ctx context.Context) doctor.Check {

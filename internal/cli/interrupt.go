@@ -7,14 +7,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 )
 
 // Interrupted is the cause of a command's context when a signal cancelled
 // it (Ctrl-C, kill): the command then exits 128+Signal, as a shell does.
-type Interrupted struct{ Signal syscall.Signal }
-
-func (e *Interrupted) Error() string { return "interrupted by " + sandboxd.SignalName(e.Signal) }
+type Interrupted = sandboxrun.Interrupted
 
 // SignalContext is signal.NotifyContext with a cause that names the
 // signal (*Interrupted), so that the exit status can say which one came.
@@ -40,19 +38,4 @@ func SignalContext(parent context.Context, sigs ...os.Signal) (ctx context.Conte
 		close(done)
 		cancel(nil)
 	}
-}
-
-// interruptedBy returns the signal that cancelled ctx: one this process
-// caught (SignalContext) or one a client of the sandbox server forwarded.
-func interruptedBy(ctx context.Context) (syscall.Signal, bool) {
-	cause := context.Cause(ctx)
-	var in *Interrupted
-	if errors.As(cause, &in) {
-		return in.Signal, true
-	}
-	var fwd *sandboxd.SignalError
-	if errors.As(cause, &fwd) {
-		return fwd.Signal, true
-	}
-	return 0, false
 }

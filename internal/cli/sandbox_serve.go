@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
@@ -60,9 +61,7 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 				debug.SetGCPercent(400)
 			}
 			log := a.Logger()
-			// No spares: the native runtime starts its sandboxes directly
-			// (cheaper than a spare's Go init; docs/sandbox.md).
-			host := NewSandboxHost(SandboxHostOptions{Self: a.Self, Logger: log})
+			host := a.Core.NewSandboxHost(a.user())
 			defer func() {
 				if err := host.Close(); err != nil {
 					log.Error("sandbox server: close", "err", err)
@@ -74,7 +73,7 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 			// the default in each child; the server, in a session of its
 			// own, has no terminal to hang up on, so it only logs it.
 			// SIGUSR1 is another fluffy process waiting for the audit
-			// log's writer lock (askServerToRelease). Both stay caught
+			// log's writer lock (sandboxd.AskToReleaseAudit). Both stay caught
 			// until the process ends: an uncaught SIGUSR1 would kill a
 			// server before it has closed its logs.
 			sigs := make(chan os.Signal, 1)
@@ -87,7 +86,7 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 					case sig := <-sigs:
 						if sig == syscall.SIGUSR1 {
 							log.Debug("sandbox server: closing the audit logs no run uses, for another process")
-							host.releaseAudits()
+							host.ReleaseAudits()
 							continue
 						}
 						log.Info("sandbox server: SIGHUP ignored (stop it with 'fluffy sandbox server stop')")
@@ -98,7 +97,7 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 			}()
 			err := sandboxd.Serve(cmd.Context(), sandboxd.ServerOptions{Socket: a.abs(socket), Idle: idleFor, Logger: log, Ready: ready},
 				func(ctx context.Context, c *sandboxd.Incoming) sandboxd.Reply {
-					return serveCall(ctx, a.Self, host, c)
+					return serveCall(ctx, a.Core, a.Self, host, c)
 				})
 			if errors.Is(err, sandboxd.ErrRunning) {
 				return nil // another server took the socket first: it serves
@@ -115,12 +114,12 @@ func newSandboxServeCmd(a *App) *cobra.Command {
 
 // serveCall runs one forwarded command line as its own fluffy process
 // would, on the host's shared runtime and audit logs.
-func serveCall(ctx context.Context, self string, host *SandboxHost, c *sandboxd.Incoming) sandboxd.Reply {
+func serveCall(ctx context.Context, core Core, self string, host *sandboxrun.Host, c *sandboxd.Incoming) sandboxd.Reply {
 	if !sandboxd.Forwardable(c.Args) {
 		// Only 'sandbox run' is served; the client runs anything else itself.
 		return sandboxd.Reply{HandOver: true}
 	}
-	app := &App{Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, Environ: c.Environ, Cwd: c.Cwd, Self: self, Host: host,
+	app := &App{Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, Environ: c.Environ, Cwd: c.Cwd, Self: self, Core: core, Host: host,
 		early: func(code int) { c.Reply(sandboxd.Reply{Code: code}) }}
 	code := Main(ctx, app, c.Args)
 	if app.handOver {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 )
 
 // The server hands a call back to its client, running nothing, when the
@@ -27,7 +28,7 @@ func TestServeCallHandsOver(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(offEnv, "fluffy", "config.yaml"), []byte("sandbox:\n  server: off\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	host := NewSandboxHost(SandboxHostOptions{Self: "/nonexistent"})
+	host := sandboxrun.NewHost(sandboxrun.HostOptions{})
 	defer host.Close()
 	marker := filepath.Join(dir, "ran")
 	for _, tc := range []struct {
@@ -57,7 +58,7 @@ func TestServeCallHandsOver(t *testing.T) {
 					Environ: []string{"HOME=" + dir, "XDG_CONFIG_HOME=" + tc.config, "FLUFFY_HOME=" + filepath.Join(dir, "data")}},
 				Stdin: strings.NewReader(""), Stdout: out, Stderr: errF,
 			}
-			if got := serveCall(context.Background(), "/nonexistent", host, in); got != tc.want {
+			if got := serveCall(context.Background(), nil, "/nonexistent", host, in); got != tc.want {
 				t.Errorf("reply %+v, want %+v", got, tc.want)
 			}
 			b, _ := os.ReadFile(errF.Name())

@@ -1,8 +1,7 @@
-package cli
+package sandboxrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // TestThrowawayChangeSet: a throw-away change set of the native runtime
@@ -33,8 +33,7 @@ func TestThrowawayChangeSet(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a := &App{Environ: c.env}
-			dir, inMemory, err := a.throwawayChangeSet(c.runtime)
+			dir, inMemory, err := throwawayChangeSet(&userenv.Env{Environ: c.env}, c.runtime)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,18 +92,16 @@ func TestMemoryLimitMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stderr strings.Builder
-		a := &App{Environ: []string{}, Stderr: &stderr}
-		spec := sandbox.Spec{Limits: sandbox.Limits{Memory: 64 << 20}}
+		r := &run{req: Request{Quiet: true}, tempCS: upper, tempInMemory: c.inMemory,
+			spec: sandbox.Spec{Limits: sandbox.Limits{Memory: 64 << 20}}}
 		res := sandbox.Result{Killed: sandbox.LimitMemory, ExitCode: -1, Signal: 9}
-		err = sandboxOutcome(context.Background(), a, &sandboxRunFlags{quiet: true}, spec, upper, c.inMemory, res, nil)
-		var ee *ExitError
-		if !errors.As(err, &ee) || ee.Code != ExitSandboxLimit {
-			t.Fatalf("%s: err %v, want exit %d", c.name, err, ExitSandboxLimit)
+		o, err := r.result(context.Background(), res, nil)
+		if err != nil || o.Reason != ReasonLimit || o.Code != ExitLimit {
+			t.Fatalf("%s: outcome %+v, %v, want exit %d", c.name, o, err, ExitLimit)
 		}
-		hint := strings.Contains(ee.Msg, "the throw-away change set is in memory") && strings.Contains(ee.Msg, "--changeset DIR")
-		if !strings.Contains(ee.Msg, "memory limit (64MiB) was reached") || hint != (c.hint != "") || !strings.Contains(ee.Msg, c.hint) {
-			t.Errorf("%s: message %q", c.name, ee.Msg)
+		hint := strings.Contains(o.Msg, "the throw-away change set is in memory") && strings.Contains(o.Msg, "--changeset DIR")
+		if !strings.Contains(o.Msg, "memory limit (64MiB) was reached") || hint != (c.hint != "") || !strings.Contains(o.Msg, c.hint) {
+			t.Errorf("%s: message %q", c.name, o.Msg)
 		}
 	}
 }

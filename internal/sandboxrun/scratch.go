@@ -1,4 +1,4 @@
-package cli
+package sandboxrun
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // memScratch is the memory file system a throw-away change set goes to
@@ -34,8 +36,8 @@ const (
 // has them from Linux 6.6, and idmapped mounts from 6.3). What the
 // command writes there is memory, charged to the sandbox's memory
 // cgroup like its /tmp; --changeset DIR keeps large outputs on disk.
-func (a *App) throwawayChangeSet(runtime string) (dir string, inMemory bool, err error) {
-	if tmp, _ := a.Getenv("TMPDIR"); tmp == "" && runtime == "native" && memScratchUsable() {
+func throwawayChangeSet(u *userenv.Env, runtime string) (dir string, inMemory bool, err error) {
+	if tmp, _ := u.Getenv("TMPDIR"); tmp == "" && runtime == "native" && memScratchUsable() {
 		if dir, err := os.MkdirTemp(memScratch, scratchPrefix()); err == nil {
 			if userXattrs(dir) {
 				return dir, true, nil
@@ -43,7 +45,7 @@ func (a *App) throwawayChangeSet(runtime string) (dir string, inMemory bool, err
 			os.RemoveAll(dir)
 		}
 	}
-	dir, err = os.MkdirTemp(a.tempDir(), scratchPrefix())
+	dir, err = os.MkdirTemp(u.TempDir(), scratchPrefix())
 	return dir, false, err
 }
 

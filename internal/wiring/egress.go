@@ -1,4 +1,4 @@
-package cli
+package wiring
 
 import (
 	"context"
@@ -14,16 +14,18 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
-// egress is a running egress proxy for one sandboxed command.
+// egress is a running egress proxy for one sandboxed command
+// (sandboxrun.Egress).
 type egress struct {
 	proxy  *netproxy.Proxy
 	dir    string
@@ -84,18 +86,19 @@ func modelEndpointRule(model string, baseURLs map[string]string, env func(string
 }
 
 // startEgress starts a proxy on a fresh unix socket for one sandbox.
-// Records go to the audit log through auditRec when set, to logPath as JSON
-// lines when given, and every refusal is reported on stderr.
-func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string, allowHosts []string, logPath string) (*egress, error) {
-	rules := egressRules(c, template, allowHosts)
+// Records go to the audit log through r.Audit when set, to r.Log as JSON
+// lines when given, and every refusal is reported on r.Stderr.
+func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egress, error) {
+	u, c, template := r.User, r.Net, r.Template
+	rules := egressRules(c, template, r.AllowHosts)
 	if template == aiProviderTemplate {
-		l, err := a.Config()
+		l, err := u.Config()
 		if err != nil {
 			return nil, err
 		}
-		rule, err := modelEndpointRule(l.Config.Model, l.Config.LLM.BaseURLs, a.Getenv)
+		rule, err := modelEndpointRule(l.Config.Model, l.Config.LLM.BaseURLs, u.Getenv)
 		if err != nil {
-			return nil, fmt.Errorf("%w: template %s: %w", errUsage, template, err)
+			return nil, fmt.Errorf("%w: template %s: %w", userenv.ErrUsage, template, err)
 		}
 		if rule != "" {
 			rules = append(rules, rule)
@@ -103,29 +106,29 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 	}
 	al, err := netproxy.ParseAllowList(rules)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 	}
-	if auditRec != nil {
+	if r.Audit != nil {
 		// exec.start names what the run may reach.
-		auditRec.net = egressAudit(al, c.AllowAddrs)
+		r.Audit.SetEgress(egressAudit(al, c.AllowAddrs))
 	}
 	var addrs []netip.Prefix
 	for _, s := range c.AllowAddrs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: net.allow_addrs: %w", errUsage, err)
+			return nil, fmt.Errorf("%w: net.allow_addrs: %w", userenv.ErrUsage, err)
 		}
 		addrs = append(addrs, p)
 	}
 	e := &egress{served: make(chan struct{})}
-	rec := &cliRecorder{stderr: a.Stderr}
-	if auditRec != nil {
-		rec.next = auditRec
+	rec := &cliRecorder{stderr: r.Stderr}
+	if r.Audit != nil {
+		rec.next = auditEgress{r.Audit}
 	}
-	if logPath != "" {
-		f, err := os.OpenFile(a.abs(logPath), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if r.Log != "" {
+		f, err := os.OpenFile(u.Abs(r.Log), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --egress-log: %w", errUsage, err)
+			return nil, fmt.Errorf("%w: --egress-log: %w", userenv.ErrUsage, err)
 		}
 		e.log = f
 		rec.json = netproxy.NewJSONRecorder(f)
@@ -135,7 +138,7 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 		Allow:      al,
 		AllowAddrs: addrs,
 		Recorder:   rec,
-		Logger:     a.Logger().With("component", "netproxy"),
+		Logger:     u.Logger().With("component", "netproxy"),
 		Limits: netproxy.Limits{
 			MaxUpload:             int64(c.MaxUpload),
 			MaxDownload:           int64(c.MaxDownload),
@@ -148,17 +151,17 @@ func startEgress(a *App, auditRec *auditRecorder, c config.Net, template string,
 		},
 	})
 	if err != nil {
-		e.close()
+		e.Close()
 		return nil, err
 	}
-	if e.dir, err = egressDir(a); err != nil {
-		e.close()
+	if e.dir, err = egressDir(u); err != nil {
+		e.Close()
 		return nil, err
 	}
 	e.socket = filepath.Join(e.dir, "egress.sock")
 	ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
 	if err != nil {
-		e.close()
+		e.Close()
 		return nil, err
 	}
 	e.serving = true
@@ -188,9 +191,9 @@ func egressAudit(al netproxy.AllowList, addrs []string) map[string]any {
 // each run (rather than one shared directory) leaves nothing to reuse or
 // race on. It is checked after creation to be a directory of ours that
 // no one else can enter.
-func egressDir(a *App) (string, error) {
-	parent := a.tempDir()
-	if d, ok := a.Getenv("XDG_RUNTIME_DIR"); ok && filepath.IsAbs(d) && len(d)+len("/fluffy-egress-0123456789/egress.sock") < maxSocketPath {
+func egressDir(u *userenv.Env) (string, error) {
+	parent := u.TempDir()
+	if d, ok := u.Getenv("XDG_RUNTIME_DIR"); ok && filepath.IsAbs(d) && len(d)+len("/fluffy-egress-0123456789/egress.sock") < maxSocketPath {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o700 && ownedByMe(fi) {
 			parent = d
 		}
@@ -233,7 +236,14 @@ func sandboxHostUID() int {
 	return -1
 }
 
-func (e *egress) close() {
+// Socket is the proxy's unix socket.
+func (e *egress) Socket() string { return e.socket }
+
+// Env is the proxy's variables for the command.
+func (e *egress) Env() []string { return e.env }
+
+// Close stops the proxy, waits for it, and removes its socket.
+func (e *egress) Close() {
 	if e.proxy != nil {
 		e.proxy.Close()
 		if e.serving {
@@ -287,45 +297,25 @@ func (r *cliRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) err
 	return errors.Join(errs...)
 }
 
-var (
-	_ netproxy.Recorder     = (*auditRecorder)(nil)
-	_ netproxy.PeerRecorder = (*auditRecorder)(nil)
-)
+// auditEgress records the proxy's requests in the run's audit log.
+type auditEgress struct{ r *sandboxrun.Recorder }
 
-// Audit entry kinds of the egress proxy beside net.request (the decision):
-// the outcome of an allowed request, and a connection refused because its
-// peer may not use the proxy.
-const (
-	kindNetEnd     audit.Kind = "net.end"
-	kindNetRefused audit.Kind = "net.refused"
+var (
+	_ netproxy.Recorder     = auditEgress{}
+	_ netproxy.PeerRecorder = auditEgress{}
 )
 
 // RecordEgress writes a request's decision as a net.request entry, durable
 // before it returns (the proxy relays nothing before), and an allowed
 // request's outcome as a net.end entry that names the net.request by its
 // sequence number and both by the request's id.
-func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) error {
-	log, err := r.get()
-	if err != nil {
-		return err
-	}
+func (a auditEgress) RecordEgress(ctx context.Context, rec netproxy.Record) error {
 	if rec.Phase == netproxy.PhaseEnd {
-		p := map[string]any{
+		return a.r.NetEnd(ctx, rec.Session, rec.ID, map[string]any{
 			"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
 			"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
 			"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
-		}
-		r.mu.Lock()
-		if r.execSeq != 0 {
-			p["exec"] = r.execSeq
-		}
-		if seq, ok := r.netOpen[rec.ID]; ok {
-			p["request"] = seq
-			delete(r.netOpen, rec.ID)
-		}
-		r.mu.Unlock()
-		_, err = log.Append(ctx, audit.Entry{Session: rec.Session, Kind: kindNetEnd, Actor: "sandbox", Payload: p})
-		return err
+		})
 	}
 	p := map[string]any{
 		"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port,
@@ -335,47 +325,13 @@ func (r *auditRecorder) RecordEgress(ctx context.Context, rec netproxy.Record) e
 		// A refusal is the request's only entry: its answer too.
 		p["reason"], p["status"] = rec.Reason, rec.Status
 	}
-	r.mu.Lock()
-	if r.execSeq != 0 {
-		p["exec"] = r.execSeq // the run whose sandbox asked
-	}
-	r.mu.Unlock()
-	seq, err := log.Append(ctx, audit.Entry{Session: rec.Session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: p})
-	if err != nil {
-		return err
-	}
-	// net.request is a buffered kind; nothing may be relayed before the
-	// decision is on disk (as exec.start before a command starts).
-	if err := log.Flush(ctx); err != nil {
-		return err
-	}
-	if rec.Decision == netproxy.Allowed {
-		r.mu.Lock()
-		if r.netOpen == nil {
-			r.netOpen = map[string]uint64{}
-		}
-		r.netOpen[rec.ID] = seq
-		r.mu.Unlock()
-	}
-	return nil
+	return a.r.NetRequest(ctx, rec.Session, rec.ID, rec.Decision == netproxy.Allowed, p)
 }
 
 // RecordPeerRefused writes a net.refused entry: who tried to use this
-// run's proxy. It is not a request of the run's and is never recorded as
-// one.
-func (r *auditRecorder) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
-	log, err := r.get()
-	if err != nil {
-		return err
-	}
-	p := map[string]any{
+// run's proxy.
+func (a auditEgress) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
+	return a.r.NetRefused(ctx, pr.Session, map[string]any{
 		"sandbox": pr.Sandbox, "peer_uid": pr.Peer.UID, "peer_gid": pr.Peer.GID, "peer_pid": pr.Peer.PID, "reason": pr.Reason,
-	}
-	r.mu.Lock()
-	if r.execSeq != 0 {
-		p["exec"] = r.execSeq // the run whose proxy was approached
-	}
-	r.mu.Unlock()
-	_, err = log.Append(ctx, audit.Entry{Session: pr.Session, Kind: kindNetRefused, Actor: "proxy", Payload: p})
-	return err
+	})
 }

@@ -1,4 +1,4 @@
-package cli
+package wiring
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 func TestEgressRules(t *testing.T) {
@@ -118,7 +120,7 @@ func TestEgressDir(t *testing.T) {
 			if tt.xdg != "" {
 				env = append(env, "XDG_RUNTIME_DIR="+tt.xdg)
 			}
-			dir, err := egressDir(&App{Environ: env})
+			dir, err := egressDir(&userenv.Env{Environ: env})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +132,7 @@ func TestEgressDir(t *testing.T) {
 			if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 				t.Errorf("dir %s: %v, %v: want a 0700 directory", dir, fi.Mode(), err)
 			}
-			again, err := egressDir(&App{Environ: env})
+			again, err := egressDir(&userenv.Env{Environ: env})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +144,7 @@ func TestEgressDir(t *testing.T) {
 	}
 }
 
-// fakeSink records what an auditRecorder appends and when it flushes.
+// fakeSink records what a sandboxrun.Recorder appends and when it flushes.
 type fakeSink struct {
 	entries []audit.Entry
 	flushed int // entries durable at the last Flush
@@ -160,10 +162,11 @@ func (f *fakeSink) Close() error                { return nil }
 // refused peer is a net.refused, never a net.request.
 func TestAuditRecorderEgress(t *testing.T) {
 	sink := &fakeSink{}
-	r := &auditRecorder{open: func() (auditSink, error) { return sink, nil }}
+	rec := sandboxrun.NewRecorder("", func() (sandboxrun.AuditSink, error) { return sink, nil })
+	r := auditEgress{rec}
 	ctx := t.Context()
-	r.net = egressAudit(netproxy.NewAllowList(), nil)
-	if err := r.Start(ctx, sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
+	rec.SetEgress(egressAudit(netproxy.NewAllowList(), nil))
+	if err := rec.Start(ctx, sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := sink.entries[0].Payload.(map[string]any); p["egress"] == nil {
@@ -188,13 +191,13 @@ func TestAuditRecorderEgress(t *testing.T) {
 	}
 	last := sink.entries[len(sink.entries)-1]
 	p, _ := last.Payload.(map[string]any)
-	if last.Kind != kindNetEnd || p["request"] != uint64(1) || p["exec"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
+	if last.Kind != "net.end" || p["request"] != uint64(1) || p["exec"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
 		t.Errorf("end entry %s %v", last.Kind, p)
 	}
 	if err := r.RecordPeerRefused(ctx, netproxy.PeerRefusal{Peer: netproxy.Peer{UID: 65534, PID: 7}, Reason: "not ours"}); err != nil {
 		t.Fatal(err)
 	}
-	if k := sink.entries[len(sink.entries)-1].Kind; k != kindNetRefused {
+	if k := sink.entries[len(sink.entries)-1].Kind; k != "net.refused" {
 		t.Errorf("peer refusal recorded as %s", k)
 	}
 	var requests int

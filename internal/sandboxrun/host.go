@@ -1,4 +1,4 @@
-package cli
+package sandboxrun
 
 import (
 	"context"
@@ -12,23 +12,22 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
-	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
-// SandboxHost is what the sandbox server's commands share: one native
-// runtime per degradation setting, which keeps a sandbox built ahead for
-// the next command (prepareNext), and the audit logs they write, kept open between
-// commands (and closed after a short idle, so that other fluffy processes
+// Host is what the sandbox server's runs share: one native runtime per
+// degradation setting, which keeps a sandbox built ahead for the next
+// run (prepareNext), and the audit logs they write, kept open between
+// runs (and closed after a short idle, so that other fluffy processes
 // can take the log's writer lock).
-type SandboxHost struct {
-	self   string
-	logger *slog.Logger
-	spares int
-	idle   time.Duration
+type Host struct {
+	newRuntime func(allowDegraded bool) (AheadRuntime, error)
+	logger     *slog.Logger
+	idle       time.Duration
 
 	mu       sync.Mutex
 	closed   bool
-	runtimes map[bool]*native.Runtime // by AllowDegraded
+	runtimes map[bool]AheadRuntime    // by AllowDegraded
 	audits   map[string]*audit.Shared // by database path
 
 	// next is the throw-away change set a sandbox was built ahead on
@@ -49,35 +48,51 @@ type nextScratch struct {
 	taken, dropped bool
 }
 
-// SandboxHostOptions configure a SandboxHost.
-type SandboxHostOptions struct {
-	// Self is the fluffy binary; the sandbox init is found beside it.
-	Self   string
-	Logger *slog.Logger
-	// Spares is how many sandboxes each runtime keeps started ahead.
-	Spares int
+// AheadRuntime is the sandbox server's runtime (native): it builds the
+// next run's sandbox ahead.
+type AheadRuntime interface {
+	sandbox.Runtime
+	// PrepareNext builds a sandbox for the next run like spec;
+	// discarded is called if it goes unused.
+	PrepareNext(spec sandbox.Spec, discarded func()) error
+	// SweepStale removes what sandboxes of killed fluffy processes
+	// left (their cgroups) and returns how many.
+	SweepStale() (int, error)
+	Close() error
+}
+
+// HostOptions configure a Host.
+type HostOptions struct {
+	// NewRuntime builds the shared runtime for allowDegraded, ready to
+	// run (internal/wiring: the native one).
+	NewRuntime func(allowDegraded bool) (AheadRuntime, error)
+	Logger     *slog.Logger
 	// AuditIdle is how long an audit log stays open after its last
 	// entry (default 30s); another fluffy process that needs it asks the
-	// server to close it sooner (releaseAudits).
+	// server to close it sooner (ReleaseAudits, on SIGUSR1:
+	// sandboxd.AskToReleaseAudit).
 	AuditIdle time.Duration
 }
 
-// NewSandboxHost returns a host; Close releases what it holds.
-func NewSandboxHost(opts SandboxHostOptions) *SandboxHost {
+// NewHost returns a host; Close releases what it holds.
+func NewHost(opts HostOptions) *Host {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.AuditIdle <= 0 {
 		opts.AuditIdle = 30 * time.Second
 	}
-	return &SandboxHost{self: opts.Self, logger: opts.Logger, spares: opts.Spares, idle: opts.AuditIdle,
-		runtimes: map[bool]*native.Runtime{}, audits: map[string]*audit.Shared{}}
+	return &Host{newRuntime: opts.NewRuntime, logger: opts.Logger, idle: opts.AuditIdle,
+		runtimes: map[bool]AheadRuntime{}, audits: map[string]*audit.Shared{}}
 }
 
-var errHostClosed = errors.New("the sandbox server is shutting down")
+var (
+	errHostClosed = errors.New("the sandbox server is shutting down")
+	errNoRuntime  = errors.New("the sandbox server has no runtime")
+)
 
-// runtime returns the shared native runtime for allowDegraded.
-func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
+// Runtime returns the shared runtime for allowDegraded.
+func (h *Host) Runtime(allowDegraded bool) (AheadRuntime, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -86,11 +101,13 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 	if rt := h.runtimes[allowDegraded]; rt != nil {
 		return rt, nil
 	}
-	rt, err := native.New(native.Options{Self: h.self, AllowDegraded: allowDegraded, Logger: h.logger, Spares: h.spares})
+	if h.newRuntime == nil {
+		return nil, errNoRuntime
+	}
+	rt, err := h.newRuntime(allowDegraded)
 	if err != nil {
 		return nil, err
 	}
-	rt.Prepare()
 	go func() {
 		// Cgroups of sandboxes whose fluffy was killed (kill -9).
 		if n, err := rt.SweepStale(); err != nil {
@@ -111,15 +128,15 @@ func (h *SandboxHost) runtime(allowDegraded bool) (*native.Runtime, error) {
 
 // scratchKey is what a throw-away change set made ahead must match to
 // serve a run: the runtime, the workspace, and TMPDIR, which says where
-// it goes (App.throwawayChangeSet).
-func scratchKey(a *App, runtime, workspace string) string {
-	tmp, _ := a.Getenv("TMPDIR")
+// it goes (throwawayChangeSet).
+func scratchKey(u *userenv.Env, runtime, workspace string) string {
+	tmp, _ := u.Getenv("TMPDIR")
 	return runtime + "\x00" + workspace + "\x00" + tmp
 }
 
 // takeScratch returns the throw-away change set made ahead for runs of
 // key, if there is one; the caller owns it from here.
-func (h *SandboxHost) takeScratch(key string) (dir string, inMemory, ok bool) {
+func (h *Host) takeScratch(key string) (dir string, inMemory, ok bool) {
 	h.nextMu.Lock()
 	defer h.nextMu.Unlock()
 	n := h.next
@@ -135,7 +152,11 @@ func (h *SandboxHost) takeScratch(key string) (dir string, inMemory, ok bool) {
 // workspace): on a new throw-away change set, which the next such run
 // takes (takeScratch), and the sandbox with it. It replaces the one
 // prepared before.
-func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, spec sandbox.Spec) {
+func (h *Host) prepareNext(u *userenv.Env, run sandbox.Runtime, runtime string, spec sandbox.Spec) {
+	rt, ok := run.(AheadRuntime)
+	if !ok {
+		return
+	}
 	spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil
 	if spec.Workspace == "" {
 		if err := rt.PrepareNext(spec, nil); err != nil {
@@ -143,12 +164,12 @@ func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, sp
 		}
 		return
 	}
-	dir, inMemory, err := a.throwawayChangeSet(runtime)
+	dir, inMemory, err := throwawayChangeSet(u, runtime)
 	if err != nil {
 		h.logger.Debug("sandbox: no change set for the next run", "err", err)
 		return
 	}
-	n := &nextScratch{key: scratchKey(a, runtime, spec.Workspace), dir: dir, inMemory: inMemory}
+	n := &nextScratch{key: scratchKey(u, runtime, spec.Workspace), dir: dir, inMemory: inMemory}
 	h.nextMu.Lock()
 	h.next = n
 	h.nextMu.Unlock()
@@ -161,7 +182,7 @@ func (h *SandboxHost) prepareNext(a *App, rt *native.Runtime, runtime string, sp
 
 // dropScratch forgets n, whose sandbox is gone unused, and removes its
 // directory unless a run took it.
-func (h *SandboxHost) dropScratch(n *nextScratch) {
+func (h *Host) dropScratch(n *nextScratch) {
 	h.nextMu.Lock()
 	n.dropped = true
 	if h.next == n {
@@ -174,10 +195,10 @@ func (h *SandboxHost) dropScratch(n *nextScratch) {
 	}
 }
 
-// auditLog returns the shared audit log of a's data directory, opened
-// with a's configuration on first use.
-func (h *SandboxHost) auditLog(ctx context.Context, a *App) (auditSink, error) {
-	opts, err := a.user().AuditOptions(5*time.Second, true)
+// auditLog returns the shared audit log of u's data directory, opened
+// with u's configuration on first use.
+func (h *Host) auditLog(u *userenv.Env) (AuditSink, error) {
+	opts, err := u.AuditOptions(5*time.Second, true)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +221,7 @@ func (h *SandboxHost) auditLog(ctx context.Context, a *App) (auditSink, error) {
 
 // hostAudit is one command's use of a shared log: its Close only makes
 // the command's entries durable; the host closes the log. While a
-// command holds one, releaseAudits leaves the log open.
+// command holds one, ReleaseAudits leaves the log open.
 type hostAudit struct {
 	*audit.Shared
 	once sync.Once
@@ -211,11 +232,11 @@ func (l *hostAudit) Close() error {
 	return l.Flush(context.Background())
 }
 
-// releaseAudits closes the audit logs no command is using, for another
+// ReleaseAudits closes the audit logs no command is using, for another
 // fluffy process waiting for the writer lock (it sends the server
-// SIGUSR1: askServerToRelease). A command that starts meanwhile opens
-// its log again, and waits for the lock like any other process.
-func (h *SandboxHost) releaseAudits() {
+// SIGUSR1: sandboxd.AskToReleaseAudit). A command that starts meanwhile
+// opens its log again, and waits for the lock like any other process.
+func (h *Host) ReleaseAudits() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.audits {
@@ -225,9 +246,9 @@ func (h *SandboxHost) releaseAudits() {
 	}
 }
 
-// Close closes the runtimes (killing their spare sandboxes) and the audit
+// Close closes the runtimes (killing the sandboxes built ahead) and the audit
 // logs. Commands still running must have ended.
-func (h *SandboxHost) Close() error {
+func (h *Host) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {

@@ -1,0 +1,37 @@
+package wiring
+
+import (
+	"context"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// RunSandbox runs one 'fluffy sandbox run' on the real backends.
+func (*Core) RunSandbox(ctx context.Context, req sandboxrun.Request) (sandboxrun.Outcome, error) {
+	r := sandboxrun.Runner{Backends: sandboxrun.Backends{Runtime: sandboxRuntime, Egress: startEgress}}
+	return r.Run(ctx, req)
+}
+
+// NewSandboxHost returns the sandbox server's shared state, whose
+// runtime is native (built ahead: no spares, each sandbox is started
+// directly; docs/sandbox.md).
+func (*Core) NewSandboxHost(u *userenv.Env) *sandboxrun.Host {
+	log := u.Logger()
+	return sandboxrun.NewHost(sandboxrun.HostOptions{Logger: log,
+		NewRuntime: func(allowDegraded bool) (sandboxrun.AheadRuntime, error) {
+			rt, err := native.New(native.Options{Self: u.Self, AllowDegraded: allowDegraded, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			rt.Prepare()
+			return rt, nil
+		}})
+}
+
+// SandboxFacilities probes what the native sandbox finds on this host.
+func (*Core) SandboxFacilities(ctx context.Context, u *userenv.Env) []sandbox.Facility {
+	return native.Detect(ctx, native.DetectOptions{Self: u.Self})
+}
