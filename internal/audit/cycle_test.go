@@ -18,7 +18,7 @@ import (
 )
 
 // The cycle is what one `fluffy sandbox run` does with the audit log
-// (internal/cli/sandbox_audit.go): open the log, append exec.start and
+// (internal/sandboxrun/audit.go): open the log, append exec.start and
 // make it durable (the command waits for that), run the command, append
 // exec.end and close (the final checkpoint goes with it). The command is
 // not part of the cycle.
