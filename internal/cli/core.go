@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
@@ -15,4 +16,7 @@ type Core interface {
 	// configuration names is usable here, else a *bootstrap.StartError
 	// naming each runtime's problem and its fix.
 	CheckRuntime(ctx context.Context, u *userenv.Env) error
+	// RunKernel serves the kernel daemon on u's kernel socket until ctx
+	// ends or it stops (ipc.ErrInUse: another kernel serves the socket).
+	RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error
 }

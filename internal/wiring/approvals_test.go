@@ -1,15 +1,15 @@
-package cli
+package wiring
 
 import (
 	"context"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // TestBrokerPolicyIsTheStepsWorkspaces: the approval broker judges a plan
@@ -29,10 +29,9 @@ func TestBrokerPolicyIsTheStepsWorkspaces(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wsB, ".fluffy", "policy.yaml"), []byte(block), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Cwd: kernelCwd,
-		Self:    filepath.Join(dir, "bin", "fluffy-core"),
+	u := &userenv.Env{Stderr: io.Discard, Cwd: kernelCwd, Self: filepath.Join(dir, "bin", "fluffy-core"),
 		Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}}
-	pn := &policyNow{a: a}
+	pn := &policyNow{u: u}
 	op := func(ws string) operation.Operation {
 		return operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
 			Commands: []operation.Command{{Argv: []string{"make", "install"}}},
