@@ -15,8 +15,7 @@ import (
 // TestBrokerPolicyIsTheStepsWorkspaces: the approval broker judges a plan
 // step with the policy of the step's own workspace, the one its session's
 // router enforces, not the policy of the directory the kernel was started
-// in. (It used the kernel's: a plan in repository B was shown as judged by
-// repository A's project policy.)
+// in.
 func TestBrokerPolicyIsTheStepsWorkspaces(t *testing.T) {
 	dir := t.TempDir()
 	kernelCwd, wsB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
