@@ -16,7 +16,6 @@ type Core interface {
 	// configuration names is usable here, else a *bootstrap.StartError
 	// naming each runtime's problem and its fix.
 	CheckRuntime(ctx context.Context, u *userenv.Env) error
-	// RunKernel serves the kernel daemon on u's kernel socket until ctx
-	// ends or it stops (ipc.ErrInUse: another kernel serves the socket).
+	// RunKernel serves the kernel daemon until ctx ends or it stops (ipc.ErrInUse, kernel.ErrAuditDamaged, kernel.ErrAuditUnavailable).
 	RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error
 }
