@@ -183,19 +183,3 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 	}
 	return nil
 }
-
-// autoApplyOptions are the kernel's auto-apply criteria from config
-// changeset.auto_apply; the policy is the session workspace's.
-func (a *App) autoApplyOptions() *kernel.AutoApplyOptions {
-	l, err := a.Config()
-	if err != nil {
-		return nil
-	}
-	c := l.Config.Changeset.AutoApply
-	return &kernel.AutoApplyOptions{Enabled: c.Enabled, MaxFiles: c.MaxFiles, RequireTestsGreen: c.RequireTestsGreen,
-		AllowDeletions: c.AllowDeletions, AllowBinary: c.AllowBinary,
-		Policy: func(_ context.Context, workspace string) (kernel.PolicyExplainer, error) {
-			eng, _, err := a.user().WithCwd(workspace).PolicyEngine(nil)
-			return eng, err
-		}}
-}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -17,6 +18,8 @@ type Core interface {
 	// configuration names is usable here, else a *bootstrap.StartError
 	// naming each runtime's problem and its fix.
 	CheckRuntime(ctx context.Context, u *userenv.Env) error
+	// RunKernel serves the kernel daemon until ctx ends or it stops (ipc.ErrInUse, kernel.ErrAuditDamaged, kernel.ErrAuditUnavailable).
+	RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error
 	// RunSandbox runs one 'fluffy sandbox run' (internal/sandboxrun).
 	RunSandbox(ctx context.Context, req sandboxrun.Request) (sandboxrun.Outcome, error)
 	// NewSandboxHost returns the sandbox server's state shared by its runs.

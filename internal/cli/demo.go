@@ -535,7 +535,7 @@ func stopDemoKernel(ctx context.Context, da *App) {
 	}
 	defer c.Close()
 	pid := int(c.ServerCred().PID)
-	if err := c.Call(ctx, "shutdown", nil, nil); err != nil && !errors.Is(err, ipc.ErrShuttingDown) {
+	if err := c.Call(ctx, kernel.MethodShutdown, nil, nil); err != nil && !errors.Is(err, ipc.ErrShuttingDown) {
 		return
 	}
 	// The kernel records kernel.stop after it closed its connections:

@@ -5,43 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
-	"github.com/fluffy-agent/fluffy/internal/buildinfo"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
-
-// KernelStatus is the result of the kernel's "status" method.
-type KernelStatus struct {
-	PID       int       `json:"pid"`
-	Version   string    `json:"version"`
-	Commit    string    `json:"commit"`
-	GoVersion string    `json:"go_version"`
-	Protocol  int       `json:"protocol"`
-	StartedAt time.Time `json:"started_at"`
-	UptimeMS  int64     `json:"uptime_ms"`
-	Socket    string    `json:"socket"`
-	Home      string    `json:"home"`
-	// Clients is the number of connected clients, this one included;
-	// Served counts every connection since the start.
-	Clients int    `json:"clients"`
-	Served  uint64 `json:"served"`
-	// Refused counts connections refused because the peer was another
-	// user (SO_PEERCRED).
-	Refused int64 `json:"refused"`
-	// IdleTimeout is how long the kernel waits without clients before
-	// exiting; empty when it stays up.
-	IdleTimeout string `json:"idle_timeout,omitempty"`
-}
 
 // kernelSocket is the socket of the kernel serving this configuration.
 func (a *App) kernelSocket() (string, error) {
@@ -105,24 +78,6 @@ func (a *App) connectKernel(ctx context.Context) (*ipc.Client, error) {
 		return nil, &ExitError{Code: ExitFailure, Msg: se.Error()}
 	}
 	return c, err
-}
-
-// refusals counts refused peers for the status and, once the kernel has
-// opened it, records each one in the audit log (ipc also logs them).
-type refusals struct {
-	n     atomic.Int64
-	audit atomic.Pointer[audit.Shared]
-}
-
-func (r *refusals) RecordRefusal(ctx context.Context, f ipc.Refusal) error {
-	r.n.Add(1)
-	l := r.audit.Load()
-	if l == nil {
-		return nil
-	}
-	_, err := l.Append(ctx, audit.Entry{Kind: "ipc.refused", Actor: "kernel", Time: f.Time, Payload: map[string]any{
-		"pid": f.Peer.PID, "uid": f.Peer.UID, "gid": f.Peer.GID, "want_uid": f.Want, "reason": f.Reason}})
-	return err
 }
 
 func newKernelCmd(a *App) *cobra.Command {
@@ -200,7 +155,7 @@ func newKernelStopCmd(a *App) *cobra.Command {
 			pid := c.ServerCred().PID
 			// A kernel already stopping (idle) answers shutting_down: wait
 			// for it all the same.
-			if err := c.Call(ctx, "shutdown", nil, nil); err != nil && !errors.Is(err, ipc.ErrShuttingDown) {
+			if err := c.Call(ctx, kernel.MethodShutdown, nil, nil); err != nil && !errors.Is(err, ipc.ErrShuttingDown) {
 				return fmt.Errorf("stop the kernel: %w", err)
 			}
 			select { // the kernel closes every connection once it is done
@@ -214,99 +169,24 @@ func newKernelStopCmd(a *App) *cobra.Command {
 	}
 }
 
+// runKernel runs the kernel daemon (App.Core) and turns its typed
+// failures into their messages.
 func runKernel(ctx context.Context, a *App, oneshot bool) error {
-	l, err := a.Config()
-	if err != nil {
-		return err
+	if a.Core == nil {
+		return errors.New("this build cannot run the kernel")
 	}
-	if _, err := a.DataDir(); err != nil {
-		return err
-	}
-	sock, err := a.kernelSocket()
-	if err != nil {
-		return err
-	}
-	log := a.Logger().With("subsystem", "kernel")
-	defer kernel.TuneGC(l.Config.Kernel, a.Getenv)()
-	var idle time.Duration
-	if oneshot {
-		idle = time.Duration(l.Config.Kernel.IdleTimeout)
-	}
-	bi := buildinfo.Get()
-	started := time.Now()
-	mux := ipc.NewMux()
-	var srv *ipc.Server
-	refused := &refusals{}
-	if err := mux.Handle("status", func(context.Context, *ipc.Request) (any, error) {
-		st := KernelStatus{PID: os.Getpid(), Version: bi.Version, Commit: bi.Commit, GoVersion: bi.GoVersion,
-			Protocol: ipc.Protocol, StartedAt: started.UTC(), UptimeMS: time.Since(started).Milliseconds(),
-			Socket: sock, Home: l.Config.Home, Clients: srv.Conns(), Served: srv.Served(), Refused: refused.n.Load()}
-		if idle > 0 {
-			st.IdleTimeout = idle.String()
-		}
-		return st, nil
-	}); err != nil {
-		return err
-	}
-	if err := mux.Handle("shutdown", func(context.Context, *ipc.Request) (any, error) {
-		log.Info("kernel stopping", "cause", "shutdown requested")
-		go func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-		return map[string]int{"pid": os.Getpid()}, nil
-	}); err != nil {
-		return err
-	}
-	// One broker for the approval.* methods ("fluffy approve", "fluffy
-	// approvals --watch") and the sessions' inline approvals; it records
-	// through the kernel's audit log once the sessions hold it.
-	notify := &kernelNotifier{}
-	broker, err := a.serveApprovals(mux, refused, notify)
-	if err != nil {
-		return err
-	}
-	srv, err = ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: refused,
-		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
-	if err != nil {
-		return err
-	}
-	ln, err := ipc.Listen(sock)
-	if errors.Is(err, ipc.ErrInUse) {
-		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("a kernel is already serving %s", sock)}
-	}
-	if err != nil {
-		return err
-	}
-	stopKernel, err := a.startSessions(ctx, mux, log, refused, broker, notify, func(topic string, data any) {
-		if _, err := srv.Publish(topic, data); err != nil {
-			log.Warn("publish", "topic", topic, "err", err)
-		}
-	})
-	if err != nil {
-		_ = ln.Close()
-		return err
-	}
-	defer stopKernel()
-	log.Info("kernel serving", "socket", sock, "pid", os.Getpid(), "version", bi.Version, "idle_timeout", idle)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-		log.Info("kernel stopping", "cause", context.Cause(ctx))
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		err = <-served
-	}
+	err := a.Core.RunKernel(ctx, a.user(), kernel.DaemonOptions{Oneshot: oneshot})
 	switch {
-	case errors.Is(err, ipc.ErrIdle):
-		log.Info("kernel idle, exiting", "idle_timeout", idle)
-		return nil
-	case errors.Is(err, ipc.ErrServerClosed):
-		return nil
+	case errors.Is(err, ipc.ErrInUse):
+		sock, serr := a.kernelSocket()
+		if serr != nil {
+			return err
+		}
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("a kernel is already serving %s", sock)}
+	case errors.Is(err, kernel.ErrAuditDamaged):
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log", err)}
+	case errors.Is(err, kernel.ErrAuditUnavailable):
+		return &ExitError{Code: ExitFailure, Msg: err.Error()}
 	}
 	return err
 }
@@ -332,8 +212,8 @@ func newStatusCmd(a *App) *cobra.Command {
 }
 
 func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error {
-	var st KernelStatus
-	if err := c.Call(ctx, "status", nil, &st); err != nil {
+	var st kernel.DaemonStatus
+	if err := c.Call(ctx, kernel.MethodStatus, nil, &st); err != nil {
 		return fmt.Errorf("kernel status: %w", err)
 	}
 	if asJSON {

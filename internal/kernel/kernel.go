@@ -1,7 +1,8 @@
-// Package kernel is fluffy's one wiring package: it owns sessions and connects
-// the parts a session runs on — the model (llm), the agent loop, the tool
-// router (through agent.Tools), the session's change set and TDD machine, and
-// the audit log — and serves them to clients over IPC.
+// Package kernel owns sessions: it connects the parts a session runs on —
+// the model (llm), the agent loop, the tools (agent.Tools, built per session
+// by the daemon side, internal/wiring), the session's change set and TDD
+// machine, and the audit log — and serves them to clients over IPC. It also
+// declares the kernel daemon's own wire types (daemon.go).
 //
 // A session is created over a workspace with a task and a model. Its writes
 // land in a change set under the data directory's changesets/; the real tree

@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
@@ -22,4 +23,9 @@ func (*Core) CheckRuntime(ctx context.Context, u *userenv.Env) error {
 	sc := l.Config.Sandbox
 	_, err = DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
 	return err
+}
+
+// RunKernel is the kernel daemon ("fluffy kernel"): see runKernel.
+func (*Core) RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error {
+	return runKernel(ctx, u, o)
 }

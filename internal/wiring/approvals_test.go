@@ -1,22 +1,21 @@
-package cli
+package wiring
 
 import (
 	"context"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // TestBrokerPolicyIsTheStepsWorkspaces: the approval broker judges a plan
 // step with the policy of the step's own workspace, the one its session's
 // router enforces, not the policy of the directory the kernel was started
-// in. (It used the kernel's: a plan in repository B was shown as judged by
-// repository A's project policy.)
+// in.
 func TestBrokerPolicyIsTheStepsWorkspaces(t *testing.T) {
 	dir := t.TempDir()
 	kernelCwd, wsB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
@@ -29,10 +28,9 @@ func TestBrokerPolicyIsTheStepsWorkspaces(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wsB, ".fluffy", "policy.yaml"), []byte(block), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Cwd: kernelCwd,
-		Self:    filepath.Join(dir, "bin", "fluffy-core"),
+	u := &userenv.Env{Stderr: io.Discard, Cwd: kernelCwd, Self: filepath.Join(dir, "bin", "fluffy-core"),
 		Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}}
-	pn := &policyNow{a: a}
+	pn := &policyNow{u: u}
 	op := func(ws string) operation.Operation {
 		return operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
 			Commands: []operation.Command{{Argv: []string{"make", "install"}}},

@@ -1,0 +1,280 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// instructions is fluffy's own part of every session's system prompt.
+const instructions = `You are fluffy, a coding agent. Work in small steps through the tools you are given.
+Every tool call passes fluffy's gates (test-first state machine, policy, approval) and runs in a sandbox;
+your writes land in a change set the user reviews before anything reaches the working tree.
+When a call is refused, read the reason and adapt.`
+
+// KernelOptions are what StartKernel takes from the daemon serving it.
+type KernelOptions struct {
+	// Publish sends an event to the clients subscribed to its topic (the
+	// IPC server's Publish); nil drops events.
+	Publish func(topic string, data any)
+	// Logger receives the kernel's diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Kernel is the kernel daemon's work, without its transport: the
+// sessions (fluffy.db, the audit log, the TDD machine, each session's
+// tool router) and the approval broker, their methods registered on an
+// ipc.Mux. The daemon owns the socket, the ipc.Server and its own methods
+// around it: runKernel's "fluffy kernel", or another daemon serving more
+// beside the sessions.
+type Kernel struct {
+	log     *slog.Logger
+	refused atomic.Int64
+	// held is the kernel's audit log while the sessions run: refusals
+	// and approvals record through it rather than opening the log again.
+	held atomic.Pointer[audit.Shared]
+	stop func()
+}
+
+// StartKernel opens what the sessions run on (fluffy.db, the audit log,
+// verified: kernel.ErrAuditDamaged when it is not; the TDD machine),
+// starts them and registers the session.* and approval.* methods on mux.
+// Stop ends the sessions and closes what StartKernel opened.
+func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOptions) (*Kernel, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	k := &Kernel{log: o.Logger}
+	// One broker for the approval.* methods ("fluffy approve", "fluffy
+	// approvals --watch") and the sessions' inline approvals; it records
+	// through the kernel's audit log once the sessions hold it.
+	notify := &kernelNotifier{}
+	broker, err := serveApprovals(u, mux, &k.held, notify)
+	if err != nil {
+		return nil, err
+	}
+	if k.stop, err = k.startSessions(ctx, u, mux, broker, notify, o.Publish); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Stop ends the sessions and closes fluffy.db and the audit log.
+func (k *Kernel) Stop() { k.stop() }
+
+// RecordRefusal counts a peer the IPC server refused (another user) and
+// records it in the audit log; ipc also logs it (ipc.RefusalRecorder).
+func (k *Kernel) RecordRefusal(ctx context.Context, f ipc.Refusal) error {
+	k.refused.Add(1)
+	l := k.held.Load()
+	if l == nil {
+		return nil
+	}
+	_, err := l.Append(ctx, audit.Entry{Kind: "ipc.refused", Actor: "kernel", Time: f.Time, Payload: map[string]any{
+		"pid": f.Peer.PID, "uid": f.Peer.UID, "gid": f.Peer.GID, "want_uid": f.Want, "reason": f.Reason}})
+	return err
+}
+
+// Refused is the number of refused peers so far.
+func (k *Kernel) Refused() int64 { return k.refused.Load() }
+
+// startSessions opens what the sessions run on and registers the session
+// methods on mux. The returned func stops the sessions and closes
+// everything.
+func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux, broker *approval.Broker, notify *kernelNotifier, publish func(string, any)) (func(), error) {
+	log := k.log
+	l, err := u.Config()
+	if err != nil {
+		return nil, err
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.OpenMain(ctx, d.Root)
+	if err != nil {
+		return nil, fmt.Errorf("open fluffy.db: %w", err)
+	}
+	// The kernel holds the audit log's writer lock only while it writes
+	// (then for 2s more), so other commands can write between sessions.
+	al := u.SharedAudit(2 * time.Second)
+	if err := al.Use(ctx, func(*audit.Log) error { return nil }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%w: %w", kernel.ErrAuditUnavailable, err)
+	}
+	fail := func(err error) (func(), error) {
+		al.Close()
+		db.Close()
+		return nil, err
+	}
+	c := l.Config.TDD
+	m, err := tdd.New(tdd.Options{TestPatterns: c.TestPatterns, ExemptPatterns: c.ExemptPatterns, BudgetPercent: c.DebtBudget})
+	if err != nil {
+		return fail(fmt.Errorf("%w: invalid configuration: tdd: %w", userenv.ErrUsage, err))
+	}
+	mode, err := tdd.ParseMode(c.Mode)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", userenv.ErrUsage, err))
+	}
+	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
+	if err != nil {
+		return fail(err)
+	}
+	// Approved plan steps become capability tokens, signed with the
+	// kernel's token key; without a key they are honoured once by their
+	// exact operation signature.
+	toks, grants, err := u.ApprovalTokens()
+	if err != nil {
+		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
+	}
+	// A closed or removed session's tokens and approvals "for session"
+	// end with it.
+	revokers := []kernel.Revoker{broker}
+	if toks != nil {
+		revokers = append(revokers, toks, grants)
+	}
+	ag := l.Config.Agent
+	copts := catalog.Options{Env: u.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
+		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
+	kn, err := kernel.Start(ctx, kernel.Options{
+		DB: db, Audit: al, DataDir: d,
+		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
+			return catalog.Open(ctx, model, copts)
+		},
+		Tools: sessionTools(u, log, broker, toks, grants),
+		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
+		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
+			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
+		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
+		AutoApply: autoApplyOptions(u),
+		OwnFiles:  u.KernelOwnFiles,
+		Price: func(model string) llm.Price {
+			p := l.Config.LLM.Prices[model]
+			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
+		},
+	})
+	if err != nil {
+		return fail(err) // kernel.ErrAuditDamaged among others
+	}
+	notify.k.Store(kn)
+	k.held.Store(al)
+	if err := kn.Register(mux); err != nil {
+		k.held.Store(nil)
+		return fail(err)
+	}
+	return func() {
+		k.held.Store(nil)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := kn.Stop(sctx, "kernel exit"); err != nil {
+			log.Error("stop sessions", "err", err)
+		}
+		if err := al.Close(); err != nil {
+			log.Error("close the audit log", "err", err)
+		}
+		db.Close()
+	}, nil
+}
+
+// sessionTools builds each session's tool router: the built-in tools over
+// the session's change set, the TDD machine as the state gate, the policy
+// of the session's workspace, and the sandbox runtime sandbox.runtime
+// resolves to for shell.exec and test.run (when none is usable, those
+// calls are refused).
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants) kernel.ToolsFactory {
+	// Resolved at the first session, not at kernel start (detection
+	// starts a probe sandbox).
+	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return SessionRuntime(context.Background(), u, log) })
+	return sessionToolsOn(u, log, approver, toks, grants, runtime)
+}
+
+// sessionToolsOn is sessionTools with the sandbox runtime given: nil
+// refuses shell.exec and test.run.
+func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants, runtime func() (sandbox.Runtime, string)) kernel.ToolsFactory {
+	l, _ := u.Config()
+	// Sessions have no network: Go builds use the toolchain and modules
+	// at hand rather than trying to fetch others.
+	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
+		if err != nil {
+			return nil, err
+		}
+		reg := tool.NewRegistry()
+		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
+			return nil, err
+		}
+		// The policy is the one of the session's workspace.
+		eng, _, err := u.WithCwd(env.Workspace).PolicyEngine(toks)
+		if err != nil {
+			return nil, err
+		}
+		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
+			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
+			Approver: approver}
+		if grants != nil {
+			o.Grants = grants
+		}
+		if env.TDD != nil {
+			o.State = env.TDD
+		}
+		if rt, name := runtime(); rt != nil {
+			o.Runtime, o.RuntimeName = rt, name
+			o.Env = sandboxEnv
+			o.CacheDir = u.CacheDir()
+			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
+				return nil, err
+			}
+		}
+		return router.New(o)
+	}
+}
+
+// autoApplyOptions are the kernel's auto-apply criteria from config
+// changeset.auto_apply; the policy is the session workspace's.
+func autoApplyOptions(u *userenv.Env) *kernel.AutoApplyOptions {
+	l, err := u.Config()
+	if err != nil {
+		return nil
+	}
+	c := l.Config.Changeset.AutoApply
+	return &kernel.AutoApplyOptions{Enabled: c.Enabled, MaxFiles: c.MaxFiles, RequireTestsGreen: c.RequireTestsGreen,
+		AllowDeletions: c.AllowDeletions, AllowBinary: c.AllowBinary,
+		Policy: func(_ context.Context, workspace string) (kernel.PolicyExplainer, error) {
+			eng, _, err := u.WithCwd(workspace).PolicyEngine(nil)
+			return eng, err
+		}}
+}
+
+// kernelNotifier shows approval requests through the kernel, which exists
+// only after the broker does.
+type kernelNotifier struct{ k atomic.Pointer[kernel.Kernel] }
+
+func (n *kernelNotifier) Notify(ctx context.Context, req approval.Request) error {
+	k := n.k.Load()
+	if k == nil {
+		return errors.New("the kernel is not ready")
+	}
+	return k.Notify(ctx, req)
+}
