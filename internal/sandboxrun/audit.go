@@ -96,23 +96,20 @@ func (r *Recorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	if err != nil {
 		return err
 	}
-	p := map[string]any{
-		"template":  r.template,
-		"argv":      spec.Argv,
-		"dir":       spec.Dir,
-		"workspace": spec.Workspace,
-		"changeset": spec.ChangeSet,
-		"network":   string(spec.Network),
-		"seccomp":   spec.Seccomp,
-		"limits": map[string]any{
-			"wall_ms": spec.Limits.Wall.Milliseconds(), "memory": spec.Limits.Memory, "pids": spec.Limits.Pids,
-			"cpu_ms": spec.Limits.CPU.Milliseconds(), "file_size": spec.Limits.FileSize, "open_files": spec.Limits.OpenFiles,
-			"output": spec.Limits.Output, "tmp": spec.TmpSize,
+	p := audit.ExecStart{
+		Template: r.template, Argv: spec.Argv, Dir: spec.Dir, Workspace: spec.Workspace, ChangeSet: spec.ChangeSet,
+		Network: string(spec.Network), Seccomp: spec.Seccomp,
+		Limits: &audit.ExecLimits{
+			WallMS: spec.Limits.Wall.Milliseconds(), Memory: spec.Limits.Memory, Pids: spec.Limits.Pids,
+			CPUMS: spec.Limits.CPU.Milliseconds(), FileSize: spec.Limits.FileSize, OpenFiles: spec.Limits.OpenFiles,
+			Output: spec.Limits.Output, Tmp: spec.TmpSize,
 		},
 	}
+	r.mu.Lock()
 	if r.net != nil {
-		p["egress"] = r.net
+		p.Egress = r.net
 	}
+	r.mu.Unlock()
 	seq, err := log.Append(ctx, audit.Entry{Kind: audit.KindExecStart, Actor: "cli", Payload: p})
 	if err != nil {
 		return err
@@ -123,7 +120,7 @@ func (r *Recorder) Start(ctx context.Context, spec sandbox.Spec) error {
 	// exec.start is a buffered kind; the execution must not begin before
 	// its record is durable.
 	if err := log.Flush(ctx); err != nil {
-		notRun(ctx, log, "cli", map[string]any{"template": r.template, "argv": spec.Argv}, err)
+		notRun(ctx, log, "cli", audit.ExecEnd{Template: r.template, Argv: spec.Argv}, err)
 		return err
 	}
 	return nil
@@ -134,8 +131,8 @@ func (r *Recorder) Start(ctx context.Context, spec sandbox.Spec) error {
 // and are written in order once it can write again, so that the log never
 // shows a start without its outcome for a command that never ran. Best
 // effort: the caller reports the first failure.
-func notRun(ctx context.Context, log AuditSink, actor string, payload map[string]any, why error) {
-	payload["error"] = audit.NotRun(why)
+func notRun(ctx context.Context, log AuditSink, actor string, payload audit.ExecEnd, why error) {
+	payload.Error = audit.NotRun(why)
 	_, _ = log.Append(context.WithoutCancel(ctx), audit.Entry{Kind: audit.KindExecEnd, Actor: actor, Payload: payload})
 }
 
@@ -144,18 +141,12 @@ func (r *Recorder) End(ctx context.Context, spec sandbox.Spec, res sandbox.Resul
 	for _, h := range res.Hit {
 		hit = append(hit, string(h))
 	}
-	p := map[string]any{
-		"template":    r.template,
-		"argv":        spec.Argv,
-		"exit_code":   res.ExitCode,
-		"signal":      res.Signal,
-		"killed":      string(res.Killed),
-		"limits_hit":  hit,
-		"duration_ms": res.Duration.Milliseconds(),
-		"warnings":    res.Warnings,
+	p := audit.ExecEnd{
+		Template: r.template, Argv: spec.Argv, DurationUS: res.Duration.Microseconds(),
+		Process: &audit.Process{ExitCode: res.ExitCode, Signal: res.Signal, Killed: string(res.Killed), LimitsHit: hit, Warnings: res.Warnings},
 	}
 	if runErr != nil {
-		p["error"] = runErr.Error()
+		p.Error = runErr.Error()
 	}
 	log, err := r.get()
 	if err != nil {
@@ -184,14 +175,6 @@ func (r *Recorder) Close() error {
 	return r.log.Close()
 }
 
-// Audit entry kinds of the egress proxy beside net.request (the decision):
-// the outcome of an allowed request, and a connection refused because its
-// peer may not use the proxy.
-const (
-	kindNetEnd     audit.Kind = "net.end"
-	kindNetRefused audit.Kind = "net.refused"
-)
-
 // SetEgress gives exec.start the run's egress allow-list: what it may
 // reach.
 func (r *Recorder) SetEgress(allow map[string]any) {
@@ -204,15 +187,13 @@ func (r *Recorder) SetEgress(allow map[string]any) {
 // (payload p, plus the run's exec.start), durable before it returns: the
 // proxy relays nothing before. An allowed request's id is kept for its
 // NetEnd.
-func (r *Recorder) NetRequest(ctx context.Context, session, id string, allowed bool, p map[string]any) error {
+func (r *Recorder) NetRequest(ctx context.Context, session string, allowed bool, p audit.NetRequest) error {
 	log, err := r.get()
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	if r.execSeq != 0 {
-		p["exec"] = r.execSeq // the run whose sandbox asked
-	}
+	p.Exec = r.execSeq // the run whose sandbox asked
 	r.mu.Unlock()
 	seq, err := log.Append(ctx, audit.Entry{Session: session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: p})
 	if err != nil {
@@ -228,44 +209,40 @@ func (r *Recorder) NetRequest(ctx context.Context, session, id string, allowed b
 		if r.netOpen == nil {
 			r.netOpen = map[string]uint64{}
 		}
-		r.netOpen[id] = seq
+		r.netOpen[p.ID] = seq
 		r.mu.Unlock()
 	}
 	return nil
 }
 
 // NetEnd writes an allowed request's outcome as a net.end entry that
-// names its net.request by sequence number (and, in p, by its id).
-func (r *Recorder) NetEnd(ctx context.Context, session, id string, p map[string]any) error {
+// names its net.request by sequence number and by its id.
+func (r *Recorder) NetEnd(ctx context.Context, session string, p audit.NetEnd) error {
 	log, err := r.get()
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	if r.execSeq != 0 {
-		p["exec"] = r.execSeq
-	}
-	if seq, ok := r.netOpen[id]; ok {
-		p["request"] = seq
-		delete(r.netOpen, id)
+	p.Exec = r.execSeq
+	if seq, ok := r.netOpen[p.ID]; ok {
+		p.Request = seq
+		delete(r.netOpen, p.ID)
 	}
 	r.mu.Unlock()
-	_, err = log.Append(ctx, audit.Entry{Session: session, Kind: kindNetEnd, Actor: "sandbox", Payload: p})
+	_, err = log.Append(ctx, audit.Entry{Session: session, Kind: audit.KindNetEnd, Actor: "sandbox", Payload: p})
 	return err
 }
 
 // NetRefused writes a net.refused entry: who tried to use this run's
 // proxy. It is not a request of the run's and is never recorded as one.
-func (r *Recorder) NetRefused(ctx context.Context, session string, p map[string]any) error {
+func (r *Recorder) NetRefused(ctx context.Context, session string, p audit.NetRefused) error {
 	log, err := r.get()
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	if r.execSeq != 0 {
-		p["exec"] = r.execSeq // the run whose proxy was approached
-	}
+	p.Exec = r.execSeq // the run whose proxy was approached
 	r.mu.Unlock()
-	_, err = log.Append(ctx, audit.Entry{Session: session, Kind: kindNetRefused, Actor: "proxy", Payload: p})
+	_, err = log.Append(ctx, audit.Entry{Session: session, Kind: audit.KindNetRefused, Actor: "proxy", Payload: p})
 	return err
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
@@ -311,27 +312,27 @@ var (
 // sequence number and both by the request's id.
 func (a auditEgress) RecordEgress(ctx context.Context, rec netproxy.Record) error {
 	if rec.Phase == netproxy.PhaseEnd {
-		return a.r.NetEnd(ctx, rec.Session, rec.ID, map[string]any{
-			"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port, "addr": rec.Addr,
-			"decision": string(rec.Decision), "rule": rec.Rule, "reason": rec.Reason, "status": rec.Status,
-			"bytes_up": rec.BytesUp, "bytes_down": rec.BytesDown, "duration_ms": rec.Duration.Milliseconds(), "error": rec.Err,
+		return a.r.NetEnd(ctx, rec.Session, audit.NetEnd{
+			ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port, Addr: rec.Addr,
+			Decision: string(rec.Decision), Rule: rec.Rule, Reason: rec.Reason, Status: rec.Status,
+			BytesUp: rec.BytesUp, BytesDown: rec.BytesDown, DurationUS: rec.Duration.Microseconds(), Error: rec.Err,
 		})
 	}
-	p := map[string]any{
-		"id": rec.ID, "sandbox": rec.Sandbox, "method": rec.Method, "host": rec.Host, "port": rec.Port,
-		"decision": string(rec.Decision), "rule": rec.Rule,
+	p := audit.NetRequest{
+		ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port,
+		Decision: string(rec.Decision), Rule: rec.Rule,
 	}
 	if rec.Decision == netproxy.Denied {
 		// A refusal is the request's only entry: its answer too.
-		p["reason"], p["status"] = rec.Reason, rec.Status
+		p.Reason, p.Status = rec.Reason, rec.Status
 	}
-	return a.r.NetRequest(ctx, rec.Session, rec.ID, rec.Decision == netproxy.Allowed, p)
+	return a.r.NetRequest(ctx, rec.Session, rec.Decision == netproxy.Allowed, p)
 }
 
 // RecordPeerRefused writes a net.refused entry: who tried to use this
 // run's proxy.
 func (a auditEgress) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
-	return a.r.NetRefused(ctx, pr.Session, map[string]any{
-		"sandbox": pr.Sandbox, "peer_uid": pr.Peer.UID, "peer_gid": pr.Peer.GID, "peer_pid": pr.Peer.PID, "reason": pr.Reason,
+	return a.r.NetRefused(ctx, pr.Session, audit.NetRefused{
+		Sandbox: pr.Sandbox, PeerUID: pr.Peer.UID, PeerGID: pr.Peer.GID, PeerPID: pr.Peer.PID, Reason: pr.Reason,
 	})
 }

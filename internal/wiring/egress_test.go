@@ -169,7 +169,7 @@ func TestAuditRecorderEgress(t *testing.T) {
 	if err := rec.Start(ctx, sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := sink.entries[0].Payload.(map[string]any); p["egress"] == nil {
+	if p, _ := sink.entries[0].Payload.(audit.ExecStart); p.Egress == nil {
 		t.Errorf("exec.start %v names no allow-list", p)
 	}
 	sink.entries, sink.flushed = nil, 0
@@ -190,14 +190,14 @@ func TestAuditRecorderEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := sink.entries[len(sink.entries)-1]
-	p, _ := last.Payload.(map[string]any)
-	if last.Kind != "net.end" || p["request"] != uint64(1) || p["exec"] != uint64(1) || p["id"] != "a1" || p["bytes_up"] != int64(10) {
+	p, _ := last.Payload.(audit.NetEnd)
+	if last.Kind != audit.KindNetEnd || p.Request != 1 || p.Exec != 1 || p.ID != "a1" || p.BytesUp != 10 {
 		t.Errorf("end entry %s %v", last.Kind, p)
 	}
 	if err := r.RecordPeerRefused(ctx, netproxy.PeerRefusal{Peer: netproxy.Peer{UID: 65534, PID: 7}, Reason: "not ours"}); err != nil {
 		t.Fatal(err)
 	}
-	if k := sink.entries[len(sink.entries)-1].Kind; k != "net.refused" {
+	if k := sink.entries[len(sink.entries)-1].Kind; k != audit.KindNetRefused {
 		t.Errorf("peer refusal recorded as %s", k)
 	}
 	var requests int

@@ -91,8 +91,8 @@ func (k *Kernel) RecordRefusal(ctx context.Context, f ipc.Refusal) error {
 	if l == nil {
 		return nil
 	}
-	_, err := l.Append(ctx, audit.Entry{Kind: "ipc.refused", Actor: "kernel", Time: f.Time, Payload: map[string]any{
-		"pid": f.Peer.PID, "uid": f.Peer.UID, "gid": f.Peer.GID, "want_uid": f.Want, "reason": f.Reason}})
+	_, err := l.Append(ctx, audit.Entry{Kind: audit.KindIPCRefused, Actor: "kernel", Time: f.Time, Payload: audit.IPCRefused{
+		PID: f.Peer.PID, UID: f.Peer.UID, GID: f.Peer.GID, WantUID: f.Want, Reason: f.Reason}})
 	return err
 }
 
