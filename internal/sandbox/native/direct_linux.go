@@ -54,10 +54,6 @@ import (
 // domain may not ptrace an outer one. Without landlock (degraded), PID 1
 // undumps and ForkLock is held to the end, as before.
 
-// directStage marks a traced run's status as a direct start's (its marks
-// are PID 1's ops, not a Go init's).
-const directStage = "direct start"
-
 // Descriptors of the direct child (PID 1), from its ExtraFiles.
 const (
 	directStatus = reaper.StatusFD // 4

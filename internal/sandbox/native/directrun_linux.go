@@ -23,13 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// directOK says whether a run can start directly (direct_linux.go): on
-// a Runtime without spares (Options.Spares), not an instance, a probe or
-// a run through the egress proxy (the init forwards it), and only where
-// the child can enter the cgroup as it is cloned and the kernel has
-// mount_setattr.
+// directOK says whether a run can start directly (direct_linux.go): not
+// a probe or a run through the egress proxy (the init forwards it), and
+// only where the child can enter the cgroup as it is cloned and the
+// kernel has mount_setattr.
 func (r *Runtime) directOK(cfg *nsinit.Config, wantCg bool) bool {
-	if r.opts.NoDirect || r.opts.Spares > 0 || r.noVfork || cfg.Serve || cfg.Probe || cfg.ProxySocket != "" {
+	if r.opts.NoDirect || r.noVfork || cfg.Probe || cfg.ProxySocket != "" {
 		return false
 	}
 	if wantCg && r.cgl.v2 == "" && !r.cgl.v1Threads {
@@ -445,7 +444,7 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	entered, err := o.entered, o.err
 	if tr.On {
 		tr.Mark("clone returned (command running)")
-		stOut.Stage, stOut.Marks = directStage, prog.marks()
+		stOut.Marks = prog.marks()
 		if gate != nil {
 			<-gateDone
 			tr.Marks = append(tr.Marks, nsinit.Mark{Stage: "gate passed (exec.start recorded)", At: gateAt})
