@@ -1,29 +1,29 @@
-// Package native is fluffy's Linux sandbox backend. It runs each command
-// under a re-executed copy of the fluffy binary acting as a hidden init
-// (see InitMain): PID 1 of new user, mount, PID, network, IPC, UTS and
-// cgroup namespaces, in a minimal root (system directories read-only, fresh
-// /proc, a tty-less /dev, a private tmpfs /tmp, the workspace as an overlay
-// whose upper layer is the change set) reached with pivot_root; then every
-// capability is dropped, no_new_privs set, a landlock ruleset and a seccomp
-// filter applied, rlimits set, and the command started in a session of its
-// own with a cgroup (memory, pids) where the host allows one.
+// Package native is fluffy's Linux sandbox backend. Each run gets new
+// user, mount, PID, network, IPC, UTS and cgroup namespaces and a minimal
+// root (system directories read-only, fresh /proc, a tty-less /dev, a
+// private tmpfs /tmp, the workspace as an overlay whose upper layer is
+// the change set) reached with pivot_root; then every capability is
+// dropped, no_new_privs set, a landlock ruleset and a seccomp filter
+// applied, rlimits set, and the command started in a session of its own
+// with a cgroup (memory, pids) where the host allows one.
 //
-// The init is package nsinit. Go cannot run code between fork and exec,
-// so it is a program of its own: cmd/fluffy-sandbox-init, a small binary
-// installed beside fluffy (it starts in a fraction of the time the whole
-// fluffy binary takes), or, when that is absent, the fluffy binary itself,
-// which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. The init is cloned with vfork semantics although it gets a
-// new user namespace (vfork_linux.go: the child writes its own id maps),
-// so no run copies this process's address space, however big its heap.
-// Where that is not possible the init is started by os/exec, and a
-// caller with a big heap then starts the small init as stage 1 instead
-// (nsinit.Stage1Main): without namespaces, so that its own clone is a
-// cheap vfork, and stage 1 clones the namespaced init from its small
-// address space (Runtime.useStage1 says when). The seccomp program is
-// assembled by the parent (package sandbox) and loaded by the init as raw
-// BPF; landlock is applied with raw system calls; so the init needs no
-// library beyond golang.org/x/sys.
+// A run starts its sandbox in one of five start modes (startMode in
+// mode.go, tried in its order by Runtime.run; docs/sandbox.md). In the
+// ahead and direct modes PID 1 is a vfork child of this process that
+// builds the sandbox with raw system calls the parent prepared, then
+// becomes a small reaper (direct_linux.go): no Go program runs inside.
+// The vfork, stage-1 and exec modes start the Go init instead (package
+// nsinit; initrun.go), for what a direct start cannot do. Go cannot run
+// code between fork and exec, so the init is a program of its own:
+// cmd/fluffy-sandbox-init, a small binary installed beside fluffy, or,
+// when that is absent, the fluffy binary itself, which dispatches to
+// InitMain when argv[0] is InitArg0. The init is cloned with vfork
+// semantics although it gets a new user namespace (vfork_linux.go), so
+// no run copies this process's address space, however big its heap;
+// where that is not possible, os/exec starts it, directly or through
+// stage 1 (nsinit.Stage1Main, Runtime.useStage1). The seccomp program is
+// assembled by the parent (package sandbox) and loaded as raw BPF;
+// landlock is applied with raw system calls.
 package native
 
 import (
