@@ -20,17 +20,18 @@ const maxFuncLines = 200
 // funcLimits are stricter limits for some packages (path from the module
 // root → lines), where a long function hides what a reader most needs to
 // see.
-var funcLimits = map[string]int{}
+var funcLimits = map[string]int{
+	// The native sandbox's start paths: each stage (prepare, start,
+	// supervise) reads on one screen, so that what runs in which start
+	// mode, and how a run is given up, stays visible.
+	"internal/sandbox/native": 119,
+}
 
 // overLimit are the functions over their limit today, each split by
 // another part of #24 (package path from the module root, then the name
 // as the test prints it). The test fails when a row no longer matches a
 // function over its limit, so the table only shrinks: delete the row.
-var overLimit = map[string]bool{
-	"internal/sandbox/native.(*Runtime).run":    true,
-	"internal/sandbox/native.(*Runtime).launch": true,
-	"internal/sandbox/native/nsinit.Main":       true,
-}
+var overLimit = map[string]bool{}
 
 // function is one function declaration of the module.
 type function struct {

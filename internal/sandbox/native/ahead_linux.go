@@ -107,8 +107,7 @@ type aheadStart struct {
 	upper  string
 	// work is the overlay's work directory, removed with the sandbox.
 	work string
-	// The request's stdio, connected when it is taken (spare.go's late
-	// ends).
+	// The request's stdio, connected when it is taken (late).
 	stdin          lateReader
 	stdout, stderr lateWriter
 	connectOnce    sync.Once
@@ -166,7 +165,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 		return err
 	}
 	var res sandbox.Result
-	cfg, err := r.config(spec, &nsinit.Tracer{}, false, &res)
+	cfg, err := r.config(spec, &nsinit.Tracer{}, &res)
 	if err != nil {
 		return err
 	}
@@ -335,4 +334,49 @@ func (r *Runtime) closeAhead() {
 // many such sandboxes were discarded unused, since New.
 func (r *Runtime) AheadStats() (used, discarded int64) {
 	return r.ahead.used.Load(), r.ahead.discarded.Load()
+}
+
+// late is an io.Writer or io.Reader connected later: an ahead start's
+// output is copied from its start and its stdin read from then, the
+// request it serves comes later. Writes and reads before connect wait for it. The
+// channel orders connect's store before every later load (what the race
+// detector cannot see through the init's pipes is ordered here).
+type late[T any] struct {
+	ready chan struct{}
+	v     T
+}
+
+func newLate[T any]() *late[T] { return &late[T]{ready: make(chan struct{})} }
+
+// connect sets the destination or source; call it once.
+func (l *late[T]) connect(v T) {
+	l.v = v
+	close(l.ready)
+}
+
+// get waits for connect.
+func (l *late[T]) get() T {
+	<-l.ready
+	return l.v
+}
+
+// lateWriter passes writes to the writer connected later.
+type lateWriter struct{ *late[io.Writer] }
+
+func newLateWriter() lateWriter { return lateWriter{newLate[io.Writer]()} }
+
+func (l lateWriter) Write(p []byte) (int, error) { return l.get().Write(p) }
+
+// lateReader reads from the reader connected later (nil: none, EOF at
+// once).
+type lateReader struct{ *late[io.Reader] }
+
+func newLateReader() lateReader { return lateReader{newLate[io.Reader]()} }
+
+func (l lateReader) Read(p []byte) (int, error) {
+	r := l.get()
+	if r == nil {
+		return 0, io.EOF
+	}
+	return r.Read(p)
 }

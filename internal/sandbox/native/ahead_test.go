@@ -3,8 +3,10 @@
 package native
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -277,4 +279,11 @@ func varTmp(t *testing.T) string {
 	}
 	t.Cleanup(func() { removeWork(dir) })
 	return dir
+}
+
+// alive says whether pid is a process that has not exited (a zombie
+// has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !bytes.Contains(b, []byte(") Z "))
 }

@@ -225,3 +225,16 @@ func TestKeyedValues(t *testing.T) {
 		t.Errorf("a missing file: %v", got)
 	}
 }
+
+func assertNoCgroups(t *testing.T, rt *Runtime) {
+	t.Helper()
+	for _, d := range []string{rt.cgl.v1Memory, rt.cgl.v1Pids, rt.cgl.v2} {
+		if d == "" {
+			continue
+		}
+		// Ours only: other programs on the host may be running sandboxes.
+		if left, _ := filepath.Glob(filepath.Join(d, fmt.Sprintf("fluffy-sandbox-%d-*", os.Getpid()))); len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	}
+}

@@ -54,10 +54,6 @@ import (
 // domain may not ptrace an outer one. Without landlock (degraded), PID 1
 // undumps and ForkLock is held to the end, as before.
 
-// directStage marks a traced run's status as a direct start's (its marks
-// are PID 1's ops, not a Go init's).
-const directStage = "direct start"
-
 // Descriptors of the direct child (PID 1), from its ExtraFiles.
 const (
 	directStatus = reaper.StatusFD // 4
@@ -118,8 +114,7 @@ const (
 func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	trees, gated := o.trees, o.gated || o.ahead
 	p := &childProg{}
-	const nr, or = directNewRoot, directOldRoot
-	const mnt, pivot = directMount, "pivot_root"
+	const mnt = directMount
 	// nested: the command gets a landlock domain of its own, and PID 1
 	// never touches the dumpable flag (above).
 	nested := cfg.Landlock > 0
@@ -130,6 +125,56 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		p.add(mnt, "tell the parent the id maps are written", op)
 		p.handsOff = true
 	}
+	if err := p.buildRoot(cfg, trees); err != nil {
+		return nil, err
+	}
+
+	// Every restriction but the rlimits is PID 1's, before the command's
+	// process is made, so that it inherits them: the reaper (which PID 1
+	// becomes) must be as restricted as the command, which could write
+	// its memory (/proc/1/mem, same uid), and must be in the command's
+	// landlock domain or an outer one, or landlock's signal scoping
+	// refuses its kill of what the command leaves.
+	if err := p.restrict(cfg); err != nil {
+		return nil, err
+	}
+	if gated {
+		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directGate)
+	}
+	p.closeFD(directGate)
+	// PID 1 shares this process's memory until it becomes the reaper,
+	// while the command, the same user, already runs: that memory must be
+	// closed to the command's /proc/1 (environ, mem, maps: ptrace access
+	// checks). With landlock the command's own nested domain does it
+	// (below). Without, PID 1 makes the memory undumpable, which then
+	// needs CAP_SYS_PTRACE over fluffy's own user namespace. That flag
+	// is the memory's, so fluffy's too for that moment
+	// (vforkProcess.Start sets it back); the command and the reaper get
+	// fresh memory, dumpable again, at their exec.
+	if !nested {
+		p.call("start", "make the shared memory undumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0)
+		p.undumps = true
+	}
+	// The command's process.
+	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
+	p.commandOps(cfg, o, nested)
+	// PID 1, once the command is executing: hand its pid to the reaper
+	// and become the reaper.
+	p.ops[fork].next = int32(len(p.ops))
+	p.reaperOps(cfg, o, nested)
+	if p.err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
+	}
+	return p, nil
+}
+
+// buildRoot adds the ops that build the sandbox's root: a scratch root
+// to work from, the system tree, /tmp, the workspace and extra mounts
+// (parents before children), the pivot into the new root, the hostname
+// and the working directory.
+func (p *childProg) buildRoot(cfg *nsinit.Config, trees int) error {
+	const nr, or = directNewRoot, directOldRoot
+	const mnt, pivot = directMount, "pivot_root"
 	p.mount(mnt, "make / private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	p.mount(mnt, "scratch tmpfs", "tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k")
 	p.mkdir(mnt, "/tmp"+or, 0o755, false)
@@ -140,7 +185,7 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	p.mkdir(mnt, nr, 0o755, false)
 	p.mount(mnt, "root tmpfs", "tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m")
 	if err := p.systemTree(); err != nil {
-		return nil, err
+		return err
 	}
 	p.mkdir(mnt, nr+"/tmp", 0o1777, false)
 	tmpOpts := "mode=1777"
@@ -153,7 +198,7 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	mountSrc := func(i int) string { return or + cfg.Mounts[i].Source }
 	if cfg.LowerFD {
 		if err := p.attachTrees(cfg, trees); err != nil {
-			return nil, err
+			return err
 		}
 		mountSrc = func(i int) string { return "/m" + strconv.Itoa(i) }
 	}
@@ -207,35 +252,13 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	if cfg.Dir != "" {
 		p.chdir("chdir", "working directory "+cfg.Dir, cfg.Dir)
 	}
+	return nil
+}
 
-	// Every restriction but the rlimits is PID 1's, before the command's
-	// process is made, so that it inherits them: the reaper (which PID 1
-	// becomes) must be as restricted as the command, which could write
-	// its memory (/proc/1/mem, same uid), and must be in the command's
-	// landlock domain or an outer one, or landlock's signal scoping
-	// refuses its kill of what the command leaves.
-	if err := p.restrict(cfg); err != nil {
-		return nil, err
-	}
-	if gated {
-		p.waitRelease("gate", "wait for the gate (exec.start recorded)", directGate)
-	}
-	p.closeFD(directGate)
-	// PID 1 shares this process's memory until it becomes the reaper,
-	// while the command, the same user, already runs: that memory must be
-	// closed to the command's /proc/1 (environ, mem, maps: ptrace access
-	// checks). With landlock the command's own nested domain does it
-	// (below). Without, PID 1 makes the memory undumpable, which then
-	// needs CAP_SYS_PTRACE over fluffy's own user namespace. That flag
-	// is the memory's, so fluffy's too for that moment
-	// (vforkProcess.Start sets it back); the command and the reaper get
-	// fresh memory, dumpable again, at their exec.
-	if !nested {
-		p.call("start", "make the shared memory undumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0)
-		p.undumps = true
-	}
-	// The command's process.
-	fork := p.add("start", "vfork the command", childOp{kind: opVfork, out: 1})
+// commandOps adds the ops of the command's process, after the vfork that
+// makes it: its rlimits, its nested landlock domain, its exec (a
+// placeholder for an ahead start, filled at the request).
+func (p *childProg) commandOps(cfg *nsinit.Config, o directOpts, nested bool) {
 	for _, fd := range []int{directStatus, directReaper, directPidR, directPidW} {
 		p.closeFD(fd)
 	}
@@ -261,10 +284,13 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		op, what := p.execOp(cfg)
 		p.add("command", what, op)
 	}
+}
 
-	// PID 1, once the command is executing: hand its pid to the reaper
-	// and become the reaper.
-	p.ops[fork].next = int32(len(p.ops))
+// reaperOps adds PID 1's last ops, once the command is executing: hand
+// its pid to the reaper, give the reaper the workspace (a throw-away
+// change set's report), close the rest and become the reaper.
+func (p *childProg) reaperOps(cfg *nsinit.Config, o directOpts, nested bool) {
+	var op childOp
 	if nested {
 		p.add("start", "close the ruleset", childOp{nr: unix.SYS_CLOSE, in: landlockRuleset, inArg: 0})
 	}
@@ -296,10 +322,6 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 	op = childOp{nr: unix.SYS_EXECVEAT, a: [6]uintptr{directReaper, 0, 0, 0, unix.AT_EMPTY_PATH}}
 	op.p[1], op.p[2], op.p[3] = p.str(""), p.strv([]string{"fluffy-sandbox-reaper"}), p.strv(nil)
 	p.add("start", "execute the reaper", op)
-	if p.err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
-	}
-	return p, nil
 }
 
 // systemTree puts the host's system directories (read-only binds, their

@@ -23,13 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// directOK says whether a run can start directly (direct_linux.go): on
-// a Runtime without spares (Options.Spares), not an instance, a probe or
-// a run through the egress proxy (the init forwards it), and only where
-// the child can enter the cgroup as it is cloned and the kernel has
-// mount_setattr.
+// directOK says whether a run can start directly (direct_linux.go): not
+// a probe or a run through the egress proxy (the init forwards it), and
+// only where the child can enter the cgroup as it is cloned and the
+// kernel has mount_setattr.
 func (r *Runtime) directOK(cfg *nsinit.Config, wantCg bool) bool {
-	if r.opts.NoDirect || r.opts.Spares > 0 || r.noVfork || cfg.Serve || cfg.Probe || cfg.ProxySocket != "" {
+	if r.opts.NoDirect || r.noVfork || cfg.Probe || cfg.ProxySocket != "" {
 		return false
 	}
 	if wantCg && r.cgl.v2 == "" && !r.cgl.v1Threads {
@@ -260,20 +259,7 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 	d.gate = gateParent
 	childEnds = append(childEnds, gateChild)
 	extra := append([]*os.File{nil, stW, reaperF, pidR, pidW, gateChild}, childEnds[:len(trees)]...)
-	hostUID, hostGID := r.hostIDs()
-	cmd := &exec.Cmd{
-		Path: "/", Args: []string{"fluffy-sandbox"},
-		Stdin: stdin, Stdout: stdout, Stderr: stderr,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-			Setsid:      true,
-			Pdeathsig:   syscall.SIGKILL,
-		},
-	}
+	cmd := r.directCmd(stdin, stdout, stderr, extra)
 	if cg != nil && cg.v2 {
 		if cgFD, err = unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, fmt.Errorf("cgroup: %w", err)
@@ -329,6 +315,26 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 		}
 	})
 	return d, nil
+}
+
+// directCmd is the clone of a direct start's PID 1 with extra as its
+// descriptors from 3 on (its program, not the command's Path, runs in
+// it).
+func (r *Runtime) directCmd(stdin io.Reader, stdout, stderr io.Writer, extra []*os.File) *exec.Cmd {
+	hostUID, hostGID := r.hostIDs()
+	return &exec.Cmd{
+		Path: "/", Args: []string{"fluffy-sandbox"},
+		Stdin: stdin, Stdout: stdout, Stderr: stderr,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+			Setsid:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
 }
 
 // killPID1 kills PID 1 while its clone has not returned (no pidfd yet):
@@ -409,46 +415,17 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	setupErr := func(err error) (sandbox.Result, error) {
 		return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
-	// The gate (exec.start recorded) runs while the sandbox is built;
-	// PID 1 waits for its verdict on directGate before the command's
-	// process is made (direct_linux.go).
-	var gateErr error
-	var gateAt int64
-	gateDone := make(chan struct{})
-	switch {
-	case gate != nil:
-		go func() {
-			defer close(gateDone)
-			gateErr = gate()
-			gateAt = nsinit.MonoNow()
-		}()
-		// Never return before the gate has: its caller reads its result.
-		defer func() { <-gateDone }()
-		go func() {
-			b := releaseStop
-			select {
-			case <-gateDone:
-				if gateErr == nil {
-					b = releaseGo
-				}
-			case <-ctx.Done():
-			}
-			d.release(b)
-		}()
-	case d.gated:
-		close(gateDone)
-		d.release(releaseGo)
-	default:
-		close(gateDone)
-	}
+	g := d.runGate(ctx, gate)
+	// Never return before the gate has: its caller reads its result.
+	defer func() { <-g.done }()
 	o, wallKilled := d.awaitClone(ctx, lim.Wall, start)
 	entered, err := o.entered, o.err
 	if tr.On {
 		tr.Mark("clone returned (command running)")
-		stOut.Stage, stOut.Marks = directStage, prog.marks()
+		stOut.Marks = prog.marks()
 		if gate != nil {
-			<-gateDone
-			tr.Marks = append(tr.Marks, nsinit.Mark{Stage: "gate passed (exec.start recorded)", At: gateAt})
+			<-g.done
+			tr.Marks = append(tr.Marks, nsinit.Mark{Stage: "gate passed (exec.start recorded)", At: g.at})
 		}
 	}
 	if !entered {
@@ -460,9 +437,9 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 			// Not released: the gate refused, or the run was cancelled
 			// first.
 			select {
-			case <-gateDone:
-				if gateErr != nil {
-					return setupErr(gateErr)
+			case <-g.done:
+				if g.err != nil {
+					return setupErr(g.err)
 				}
 			default:
 			}
@@ -475,24 +452,8 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	defer cancel()
 	// A timeout or cancellation kills PID 1, and with it the namespace.
 	timedOut, done := watchdog(runCtx, lim.Wall, start, func() { _ = vp.Signal(syscall.SIGKILL) })
-	// The reaper's report comes once everything but it is gone.
-	var buf [reaper.ReportSize]byte
-	_, stErr := io.ReadFull(d.stR, buf[:])
-	rep, _ := reaper.ParseReport(buf[:])
+	st, stErr := d.readReport()
 	tr.Mark("reaper's report (all ended)")
-	if stErr == nil && !rep.Reaped {
-		stErr = errors.New("the reaper did not see the command end")
-	}
-	st := nsinit.Status{Started: true, TmpFull: rep.TmpFull, UpperFull: rep.UpperFull}
-	if b := prog.upperBase; b != nil && rep.UpperInodes != 0 {
-		st.UpperWritten = uint64(rep.UpperInodes) > b.Files-b.Ffree
-	}
-	ws := unix.WaitStatus(rep.WaitStatus)
-	if ws.Signaled() {
-		st.ExitCode, st.Signal = -1, int(ws.Signal())
-	} else {
-		st.ExitCode = ws.ExitStatus()
-	}
 	cg := d.cg
 	var oomKills, pidsMax int
 	readEvents := func() {
@@ -533,6 +494,70 @@ func (d *directStart) finish(ctx context.Context, res sandbox.Result, lim sandbo
 	}
 	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
 	return res, nil
+}
+
+// gateRun is a run's gate (exec.start recorded) running while the
+// sandbox is built. done is closed when it has returned; err and at
+// (its end, for the trace) are set before.
+type gateRun struct {
+	done chan struct{}
+	err  error
+	at   int64
+}
+
+// runGate runs gate while PID 1 builds the sandbox; PID 1 waits for its
+// verdict on directGate before the command's process is made
+// (direct_linux.go). A start without a gate that PID 1 waits at anyway
+// (gated) is released at once.
+func (d *directStart) runGate(ctx context.Context, gate func() error) *gateRun {
+	g := &gateRun{done: make(chan struct{})}
+	switch {
+	case gate != nil:
+		go func() {
+			defer close(g.done)
+			g.err = gate()
+			g.at = nsinit.MonoNow()
+		}()
+		go func() {
+			b := releaseStop
+			select {
+			case <-g.done:
+				if g.err == nil {
+					b = releaseGo
+				}
+			case <-ctx.Done():
+			}
+			d.release(b)
+		}()
+	case d.gated:
+		close(g.done)
+		d.release(releaseGo)
+	default:
+		close(g.done)
+	}
+	return g
+}
+
+// readReport reads the reaper's report, which comes once everything but
+// the reaper is gone, as the command's status.
+func (d *directStart) readReport() (nsinit.Status, error) {
+	var buf [reaper.ReportSize]byte
+	_, err := io.ReadFull(d.stR, buf[:])
+	rep, _ := reaper.ParseReport(buf[:])
+	if err == nil && !rep.Reaped {
+		err = errors.New("the reaper did not see the command end")
+	}
+	st := nsinit.Status{Started: true, TmpFull: rep.TmpFull, UpperFull: rep.UpperFull}
+	if b := d.prog.upperBase; b != nil && rep.UpperInodes != 0 {
+		st.UpperWritten = uint64(rep.UpperInodes) > b.Files-b.Ffree
+	}
+	ws := unix.WaitStatus(rep.WaitStatus)
+	if ws.Signaled() {
+		st.ExitCode, st.Signal = -1, int(ws.Signal())
+	} else {
+		st.ExitCode = ws.ExitStatus()
+	}
+	return st, err
 }
 
 // allOf returns a function that runs fns in order and stops at the

@@ -1,33 +1,32 @@
-// Package native is fluffy's Linux sandbox backend. It runs each command
-// under a re-executed copy of the fluffy binary acting as a hidden init
-// (see InitMain): PID 1 of new user, mount, PID, network, IPC, UTS and
-// cgroup namespaces, in a minimal root (system directories read-only, fresh
-// /proc, a tty-less /dev, a private tmpfs /tmp, the workspace as an overlay
-// whose upper layer is the change set) reached with pivot_root; then every
-// capability is dropped, no_new_privs set, a landlock ruleset and a seccomp
-// filter applied, rlimits set, and the command started in a session of its
-// own with a cgroup (memory, pids) where the host allows one.
+// Package native is fluffy's Linux sandbox backend. Each run gets new
+// user, mount, PID, network, IPC, UTS and cgroup namespaces and a minimal
+// root (system directories read-only, fresh /proc, a tty-less /dev, a
+// private tmpfs /tmp, the workspace as an overlay whose upper layer is
+// the change set) reached with pivot_root; then every capability is
+// dropped, no_new_privs set, a landlock ruleset and a seccomp filter
+// applied, rlimits set, and the command started in a session of its own
+// with a cgroup (memory, pids) where the host allows one.
 //
-// The init is package nsinit. Go cannot run code between fork and exec,
-// so it is a program of its own: cmd/fluffy-sandbox-init, a small binary
-// installed beside fluffy (it starts in a fraction of the time the whole
-// fluffy binary takes), or, when that is absent, the fluffy binary itself,
-// which dispatches to InitMain before anything else when argv[0] is
-// InitArg0. The init is cloned with vfork semantics although it gets a
-// new user namespace (vfork_linux.go: the child writes its own id maps),
-// so no run copies this process's address space, however big its heap.
-// Where that is not possible the init is started by os/exec, and a
-// caller with a big heap then starts the small init as stage 1 instead
-// (nsinit.Stage1Main): without namespaces, so that its own clone is a
-// cheap vfork, and stage 1 clones the namespaced init from its small
-// address space (Runtime.useStage1 says when). The seccomp program is
-// assembled by the parent (package sandbox) and loaded by the init as raw
-// BPF; landlock is applied with raw system calls; so the init needs no
-// library beyond golang.org/x/sys.
+// A run starts its sandbox in one of five start modes (startMode in
+// mode.go, tried in its order by Runtime.run; docs/sandbox.md). In the
+// ahead and direct modes PID 1 is a vfork child of this process that
+// builds the sandbox with raw system calls the parent prepared, then
+// becomes a small reaper (direct_linux.go): no Go program runs inside.
+// The vfork, stage-1 and exec modes start the Go init instead (package
+// nsinit; initrun.go), for what a direct start cannot do. Go cannot run
+// code between fork and exec, so the init is a program of its own:
+// cmd/fluffy-sandbox-init, a small binary installed beside fluffy, or,
+// when that is absent, the fluffy binary itself, which dispatches to
+// InitMain when argv[0] is InitArg0. The init is cloned with vfork
+// semantics although it gets a new user namespace (vfork_linux.go), so
+// no run copies this process's address space, however big its heap;
+// where that is not possible, os/exec starts it, directly or through
+// stage 1 (nsinit.Stage1Main, Runtime.useStage1). The seccomp program is
+// assembled by the parent (package sandbox) and loaded as raw BPF;
+// landlock is applied with raw system calls.
 package native
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -37,7 +36,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,27 +69,11 @@ type Options struct {
 	// stage took, in the parent and in the init (fluffy sandbox run
 	// --trace writes it to stderr).
 	Trace io.Writer
-	// Spares is how many sandboxes the runtime keeps started ahead of
-	// their requests (spare.go): each an init already in its new
-	// namespaces (and its cgroup), its runtime up, waiting for its
-	// configuration. A run takes one that fits (any spec but those with
-	// network mode proxy; an Instance never does) and so skips the
-	// clone, the exec and the init's runtime start; the pool is refilled
-	// in the background, shaped like the last spec. 0 starts every
-	// sandbox on demand. Prepare starts the first spares. A runtime with
-	// spares must be closed (Close): it owns their processes and
-	// cgroups. A spare's sandbox is the same as one started on demand:
-	// the root, landlock, seccomp, rlimits and limits are set up for the
-	// request, after its configuration arrives. Run still tears its
-	// sandbox down before returning (RunEarly hands the result over
-	// before that).
-	Spares int
 	// NoNetNSPool makes every direct start create its network namespace
 	// in its clone, never ahead (netns_linux.go).
 	NoNetNSPool bool
 	// NoDirect starts every sandbox through the Go init, never directly
-	// (direct_linux.go); tests and benchmarks compare both ways. With
-	// Spares above zero runs take spares (through the Go init) instead.
+	// (direct_linux.go); tests and benchmarks compare both ways.
 	NoDirect bool
 }
 
@@ -111,8 +93,6 @@ type Runtime struct {
 	stage1Min int64
 	// noVfork starts the init with os/exec (tests compare both ways).
 	noVfork bool
-	// pool holds the spare sandboxes (Options.Spares).
-	pool sparePool
 	// idmap is the user namespace of direct starts' idmapped trees.
 	idmap struct {
 		once sync.Once
@@ -258,12 +238,8 @@ func (r *Runtime) hostIDs() (int, int) {
 // created). A short-lived caller such as the fluffy command can run it in
 // a goroutine while it reads its configuration, taking it off the first
 // run's path. It is safe to call more than once and concurrently with
-// runs. With Options.Spares, it also starts the spare sandboxes (with a
-// cgroup where the host has them) in the background.
-func (r *Runtime) Prepare() {
-	r.detect()
-	r.refill(r.cgl.available)
-}
+// runs.
+func (r *Runtime) Prepare() { r.detect() }
 
 func (r *Runtime) detect() {
 	r.once.Do(func() {
@@ -333,15 +309,11 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 	if tr.On {
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
-	res, err := r.run(ctx, spec, tr, &st, nil, gate, early, true)
+	res, mode, err := r.run(ctx, &request{spec: spec, gate: gate, early: early, tr: tr, st: &st})
 	if tr.On {
 		tr.Mark("cleaned up")
-		// A spare's init started before the request: its marks from then
-		// (its runtime's start) are not this run's.
-		initMarks := slices.DeleteFunc(st.Marks, func(m nsinit.Mark) bool { return m.At < tr.Marks[0].At })
-		direct := st.Stage == directStage
-		writeTrace(r.opts.Trace, tr.Marks, initMarks, direct)
-		writeCPU(r.opts.Trace, &before, st.CommandCPU, direct)
+		writeTrace(r.opts.Trace, mode, tr.Marks, st.Marks)
+		writeCPU(r.opts.Trace, &before, st.CommandCPU, mode.direct())
 	}
 	return res, err
 }
@@ -350,12 +322,12 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 // facilities (warnings for those missing go to res), the resolved paths,
 // the change set made. The overlay's work directory (cfg.Work) is the
 // caller's to make (makeWork).
-func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, serve bool, res *sandbox.Result) (*nsinit.Config, error) {
+func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, res *sandbox.Result) (*nsinit.Config, error) {
 	r.detect()
 	if spec.Seccomp == "" {
 		spec.Seccomp = "standard"
 	}
-	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On, Serve: serve}
+	cfg := nsinit.Config{Protocol: nsinit.Protocol, Argv: spec.Argv, Env: spec.Env, TmpSize: spec.TmpSize, Dir: spec.Dir, Trace: tr.On}
 	if cfg.Dir == "" {
 		cfg.Dir = "/"
 		if spec.Workspace != "" {
@@ -449,626 +421,72 @@ func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, serve bool, res *
 	return &cfg, nil
 }
 
-func (r *Runtime) run(ctx context.Context, spec sandbox.Spec, tr *nsinit.Tracer, stOut *nsinit.Status, hook *serveHook, gate func() error, early func(sandbox.Result), useSpares bool) (res sandbox.Result, err error) {
+// request is one run as its caller asked for it, handed from run to the
+// start mode that takes it.
+type request struct {
+	spec  sandbox.Spec
+	gate  func() error
+	early func(sandbox.Result)
+	tr    *nsinit.Tracer
+	// st receives the init's status (a traced run prints its marks).
+	st *nsinit.Status
+}
+
+// run prepares a run (the spec's checks, the init's configuration, the
+// overlay's work directory, the egress proxy's socket) and hands it to
+// the first start mode that can take it: ahead, direct, then the Go init
+// (runInit). It returns the mode taken (0 when the run failed before
+// one was).
+func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mode startMode, err error) {
+	spec, tr := req.spec, req.tr
 	if err := spec.Validate(); err != nil {
-		return res, err
+		return res, 0, err
 	}
-	cfgp, err := r.config(spec, tr, hook != nil, &res)
+	cfg, err := r.config(spec, tr, &res)
 	if err != nil {
-		return res, err
+		return res, 0, err
 	}
-	cfg := *cfgp
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	wantCg := r.wantsCgroup(lim)
 	// A sandbox built ahead on this change set (ahead_linux.go): this
 	// run takes it, or it goes (useAhead discards what does not fit).
 	if a := r.claimAhead(cfg.Upper); a != nil {
-		ac := cfg
+		ac := *cfg
 		warnings := addRlimits(&ac, lim, wantCg)
-		// An instance, a traced run or one through the egress proxy
-		// never fits.
-		if hook != nil || tr.On || spec.Network == sandbox.NetworkProxy {
+		// A traced run or one through the egress proxy never fits.
+		if tr.On || spec.Network == sandbox.NetworkProxy {
 			r.discardAheadLater(a)
 		} else if r.useAhead(a, &ac, lim, wantCg) {
 			res.Warnings = append(res.Warnings, warnings...)
-			return r.runAhead(ctx, a, spec, res, gate, early, tr, stOut)
+			res, err = r.runAhead(ctx, a, spec, res, req.gate, req.early, tr, req.st)
+			return res, modeAhead, err
 		}
 	}
 	if cfg.Upper != "" {
 		work, err := makeWork(cfg.Upper)
 		if err != nil {
-			return res, err
+			return res, 0, err
 		}
-		cleanups = append(cleanups, func() { removeWork(work) })
+		defer removeWork(work)
 		cfg.Work = work
 		if strings.ContainsAny(work, ",:\\\n") {
-			return res, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, work)
+			return res, 0, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, work)
 		}
 	}
-
-	proxyF, err := r.proxySocket(&cfg, spec)
+	proxyF, err := r.proxySocket(cfg, spec)
 	if err != nil {
-		return res, err
+		return res, 0, err
 	}
 	if proxyF != nil {
 		defer proxyF.Close()
 	}
 	tr.Mark("spec, facilities, work dir")
-	if hook == nil && proxyF == nil && r.directOK(&cfg, wantCg) {
-		return r.startDirect(ctx, &cfg, spec, res, early, gate, tr, stOut)
+	if proxyF == nil && r.directOK(cfg, wantCg) {
+		res, err = r.startDirect(ctx, cfg, spec, res, req.early, req.gate, tr, req.st)
+		return res, modeDirect, err
 	}
-	// A spare sandbox (Options.Spares) is taken when one fits: it brings
-	// its own cgroup, into which this request's limits are written.
-	spareable := useSpares && hook == nil && proxyF == nil && r.opts.Spares > 0
-	var sp *sandboxProc
-	refillNow := func() {}
-	if spareable {
-		// Whatever happens to this run, the pool is filled again, shaped
-		// like this spec (as soon as the command's status is in, below,
-		// so that the refill does not compete with this run's start).
-		refill := sync.OnceFunc(func() { r.refill(wantCg) })
-		defer refill()
-		refillNow = refill
-		sp = r.takeSpare(wantCg, lim.Memory, lim.Pids)
-		if sp != nil {
-			tr.Mark("spare taken")
-		}
-	}
-	var cg *cgroup
-	if sp != nil {
-		cg = sp.cg
-	} else if wantCg {
-		cg, err = newCgroup(r.cgl, lim.Memory, lim.Pids)
-		if err != nil {
-			res.Warnings = append(res.Warnings, "no cgroup for this run: "+err.Error())
-			cg = nil
-		}
-		tr.Mark("cgroup created")
-	}
-	res.Warnings = append(res.Warnings, addRlimits(&cfg, lim, cg != nil)...)
-	cfg.LowerFD = r.lowerFD(&cfg)
-	var stdin io.Reader
-	if spec.Stdin != nil {
-		stdin = spec.Stdin
-		if f, ok := spec.Stdin.(*os.File); ok {
-			// Never hand the sandbox the caller's terminal (TIOCSTI and
-			// friends): always a pipe.
-			stdin = struct{ io.Reader }{f}
-		}
-	}
-	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
-	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
-	if sp != nil {
-		// A spare's stdin is always a pipe: the init puts /dev/null in
-		// its place when the request has none.
-		cfg.Spare, cfg.NullStdin = true, stdin == nil
-	}
-	cfgMsg := nsinit.Frame(cfg.AppendBinary(nil))
-	start := time.Now()
-	fromSpare := sp != nil
-	if sp != nil {
-		// The spare has waited for its configuration since it started;
-		// the request's writers take its output from here on.
-		sp.connect(stdin, stdout, stderr)
-		if err := sp.writeConfig(cfgMsg); err != nil {
-			// It died after takeSpare looked (nothing of this request
-			// reached it): start one as if there had been no spare.
-			r.discardLater(sp)
-			refillNow()
-			return r.run(ctx, spec, tr, stOut, hook, gate, early, false)
-		}
-		tr.Mark("configuration sent to the spare")
-	} else {
-		// The configuration is written before the init starts (when the
-		// pipe holds it), so the init reads it as soon as its runtime is
-		// up and builds its root while this process joins it to the
-		// cgroup and sends the idmapped trees.
-		sp, err = r.launch(launchOpts{cg: cg, fdSock: cfg.LowerFD, serve: hook != nil, proxy: proxyF, stdin: stdin != nil, cfg: cfgMsg}, tr)
-		if err != nil {
-			return res, err
-		}
-		sp.connect(stdin, stdout, stderr)
-	}
-	defer func() {
-		if err := sp.release(); err != nil {
-			r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
-		}
-	}()
-	proc, stage1, stR := sp.proc, sp.stage1, sp.stR
-	wall := lim.Wall
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	kill := sp.kill
-	// The timer and cancellation kill PID 1, which takes the whole PID
-	// namespace with it.
-	timedOut, done := watchdog(runCtx, wall, start, kill)
-	if cfg.LowerFD {
-		if err := sendIdmappedTrees(sp.fdSockParent, proc.Pid(), stage1, cfg.Workspace, filepath.Dir(cfg.Upper), cfg.Mounts); err != nil {
-			kill()
-			_ = proc.Wait()
-			close(done)
-			if stage1 {
-				// Stage 1 may have said why (no user namespace).
-				b, _ := io.ReadAll(io.LimitReader(stR, nsinit.MaxMessage+4))
-				if body, e := nsinit.ReadFrame(bufio.NewReader(bytes.NewReader(b))); e == nil {
-					if st, e := nsinit.DecodeStatus(body); e == nil && st.Error != "" {
-						err = fmt.Errorf("%s: %s", st.Stage, st.Error)
-					}
-				}
-			}
-			return res, fmt.Errorf("%w: idmapped workspace: %w", sandbox.ErrSetup, err)
-		}
-		tr.Mark("idmapped trees sent")
-	}
-	if gate != nil {
-		if err := gate(); err != nil {
-			kill()
-			_ = proc.Wait()
-			close(done)
-			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		tr.Mark("gate passed (e.g. exec.start recorded)")
-	}
-	if err := <-sp.cfgWritten; err != nil {
-		kill()
-	} else if _, err := sp.cfgW.Write([]byte{nsinit.Release}); err != nil {
-		kill()
-	}
-	if !fromSpare {
-		sp.cfgW.Close()
-	}
-	tr.Mark("init released")
-	if hook != nil {
-		// Serve until Close (or the context, or the init's death); then
-		// kill the whole sandbox.
-		conn := &instConn{sock: sp.execSock, status: bufio.NewReader(stR), output: lim.Output}
-		select {
-		case hook.ready <- conn:
-			select {
-			case <-hook.done:
-			case <-runCtx.Done():
-			}
-		case <-runCtx.Done():
-		}
-		kill()
-		_ = proc.Wait()
-		close(done)
-		res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
-		return res, nil
-	}
-	// One frame: the init writes it once everything but itself is gone,
-	// so the parent need not wait for the pipe's end (the init's whole
-	// exit) to read it; Wait below waits for that.
-	body, stErr := nsinit.ReadFrame(bufio.NewReaderSize(stR, 512))
-	tr.Mark("status read")
-	refillNow()
-	if stErr != nil && fromSpare && spec.Stdin == nil && ctx.Err() == nil && unread(sp.cfgW) > 0 {
-		select {
-		case <-timedOut:
-		default:
-			// The spare died (killed from outside) before it read its
-			// release (the init reads no further than its configuration
-			// before that), so before anything of this request ran: run
-			// it on a sandbox started now, the gate already passed.
-			kill()
-			_ = proc.Wait()
-			close(done)
-			r.opts.Logger.Debug("sandbox: a spare died before reading its configuration; starting another")
-			return r.run(ctx, spec, tr, stOut, hook, nil, early, false)
-		}
-	}
-	// The cgroup's counters are final once the init has reported (it
-	// killed and reaped everything first): read them while it exits.
-	var oomKills, pidsMax int
-	readEvents := func() {
-		if cg != nil {
-			oomKills, pidsMax = cg.events()
-		}
-	}
-	if stErr == nil {
-		readEvents()
-		if early != nil {
-			r.reportEarly(early, proc, body, &res, start, timedOut, cg != nil, oomKills, pidsMax, stdout, stderr)
-		}
-	}
-	waitErr := proc.Wait()
-	if stErr != nil {
-		readEvents()
-	}
-	close(done)
-	tr.Mark("init reaped (pid/net ns gone)")
-	res.Duration = time.Since(start)
-	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
-
-	var st nsinit.Status
-	if stErr == nil {
-		st, stErr = nsinit.DecodeStatus(body)
-	}
-	gotStatus := stErr == nil
-	*stOut = st
-	select {
-	case <-timedOut:
-		markTimedOut(&res)
-	default:
-	}
-	if res.Killed == "" && !gotStatus {
-		if err := unreported(ctx, &res, cg != nil, oomKills); err != nil {
-			if errors.Is(err, errNoReport) {
-				err = fmt.Errorf("%w: the sandbox init %s ended without a report (%v; from another build of fluffy?); stderr: %s", sandbox.ErrSetup, r.opts.Init, waitErr, bytes.TrimSpace(res.Stderr))
-			}
-			return res, err
-		}
-	}
-	if gotStatus && st.Error != "" {
-		err := fmt.Errorf("%w: %s: %s", sandbox.ErrSetup, st.Stage, st.Error)
-		if stage1 && st.Stage == nsinit.Stage1Stage {
-			f := r.facility("userns")
-			f.Available = false
-			f.Detail = st.Error
-			f.Fix = userNSFix
-			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
-		}
-		if st.Stage == "overlay" {
-			f := r.facility("overlay-userns")
-			f.Available = false
-			f.Detail = "mounting the workspace overlay failed: " + st.Error
-			f.Fix = overlayFix
-			return res, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
-		}
-		if st.Stage == "command" || st.Stage == "chdir" {
-			return res, specError(st)
-		}
-		return res, err
-	}
-	applyStatus(&res, st, gotStatus, cg != nil, oomKills, pidsMax, stdout.cut() || stderr.cut())
-	return res, nil
-}
-
-// launchOpts say what a sandbox needs at its start (launch): everything
-// else comes with its configuration.
-type launchOpts struct {
-	// cg is the sandbox's cgroup (nil: none); from launch on the
-	// sandbox owns it (release removes it).
-	cg *cgroup
-	// fdSock gives the init the socket on which the idmapped trees come
-	// (nsinit.Config.LowerFD).
-	fdSock bool
-	// serve gives the init the exec socket of an instance (fd 7).
-	serve bool
-	// proxy is the egress proxy's socket (fd nsinit.ProxyFD), or nil.
-	proxy *os.File
-	// stdin makes the init's stdin a pipe (connect gives it its
-	// source); otherwise it is /dev/null.
-	stdin bool
-	// cfg is the framed configuration, written before the start; nil
-	// leaves the init waiting for it (a spare).
-	cfg []byte
-}
-
-// sandboxProc is a started sandbox init and this process's ends of it.
-type sandboxProc struct {
-	proc   initProcess
-	stage1 bool
-	cg     *cgroup
-	// cfgW carries the configuration and the release byte; stR the
-	// init's status.
-	cfgW, stR *os.File
-	// cfgWritten receives the configuration's write error (or nil) once
-	// it is written.
-	cfgWritten   chan error
-	fdSockParent int
-	execSock     *os.File
-	// The init's output goes to stdout and stderr, its stdin (when a
-	// pipe) comes from stdin: each passes data only once connected.
-	stdout, stderr lateWriter
-	stdin          lateReader
-	connectOnce    sync.Once
-	// ended is closed when the sandbox is over: the thread that cloned
-	// the init (whose exit would send it the parent-death signal) is
-	// held until then.
-	ended chan struct{}
-	// launched is when the init was started (a spare's age).
-	launched time.Time
-}
-
-// kill ends the sandbox. Stage 1 is asked to (SIGTERM): it kills the
-// init and ends once the init, and with it the PID namespace, is gone.
-func (sp *sandboxProc) kill() {
-	if sp.stage1 {
-		_ = sp.proc.Signal(syscall.SIGTERM)
-	} else {
-		_ = sp.proc.Signal(syscall.SIGKILL)
-	}
-}
-
-// connect gives the init's stdio its request's ends (stdin nil: none,
-// the stdin pipe, if any, reads as empty). Only the first call counts.
-func (sp *sandboxProc) connect(stdin io.Reader, stdout, stderr io.Writer) {
-	sp.connectOnce.Do(func() {
-		if sp.stdin.late != nil {
-			sp.stdin.connect(stdin)
-		}
-		sp.stdout.connect(stdout)
-		sp.stderr.connect(stderr)
-	})
-}
-
-// writeConfig writes the framed configuration: at once when the pipe
-// holds it (an error, such as the init's death, is then returned),
-// otherwise while the init reads it. cfgWritten receives the outcome.
-func (sp *sandboxProc) writeConfig(msg []byte) error {
-	if n, err := unix.FcntlInt(sp.cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(msg) {
-		_, err := sp.cfgW.Write(msg)
-		sp.cfgWritten <- err
-		return err
-	}
-	go func() {
-		_, err := sp.cfgW.Write(msg)
-		sp.cfgWritten <- err
-	}()
-	return nil
-}
-
-// release closes this process's ends of a sandbox whose init has been
-// reaped, lets the thread that cloned it go and removes its cgroup.
-func (sp *sandboxProc) release() error {
-	close(sp.ended)
-	if sp.cfgW != nil {
-		sp.cfgW.Close()
-	}
-	if sp.stR != nil {
-		sp.stR.Close()
-	}
-	if sp.fdSockParent >= 0 {
-		unix.Close(sp.fdSockParent)
-	}
-	if sp.execSock != nil {
-		sp.execSock.Close()
-	}
-	if sp.cg != nil {
-		return sp.cg.remove()
-	}
-	return nil
-}
-
-// launch starts a sandbox init: the pipes and sockets it is given, the
-// clone into its namespaces (and its cgroup) and the exec. The init
-// then reads its configuration (o.cfg, or what writeConfig sends later).
-func (r *Runtime) launch(o launchOpts, tr *nsinit.Tracer) (sp *sandboxProc, err error) {
-	cg := o.cg
-	sp = &sandboxProc{cg: cg, fdSockParent: -1, cfgWritten: make(chan error, 1), ended: make(chan struct{}),
-		stdout: newLateWriter(), stderr: newLateWriter()}
-	if o.stdin {
-		sp.stdin = newLateReader()
-	}
-	// The init's ends, closed once it holds them (or the start failed).
-	var childEnds []*os.File
-	defer func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-		if err != nil {
-			if err := sp.release(); err != nil {
-				r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
-			}
-		}
-	}()
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	sp.stR = stR
-	childEnds = append(childEnds, stW)
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		stR.Close()
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-	}
-	sp.cfgW = cfgW
-	childEnds = append(childEnds, cfgR)
-	var fdSock *os.File
-	if o.fdSock {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		fdSock, sp.fdSockParent = os.NewFile(uintptr(pair[1]), "fdsock"), pair[0]
-		childEnds = append(childEnds, fdSock)
-	}
-	// A pre-warmed instance receives its commands, with their stdio,
-	// over a socket (fd 7).
-	var execSock *os.File
-	if o.serve {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		execSock, sp.execSock = os.NewFile(uintptr(pair[1]), "execsock"), os.NewFile(uintptr(pair[0]), "execsock")
-		childEnds = append(childEnds, execSock)
-	}
-	if o.cfg != nil {
-		_ = sp.writeConfig(o.cfg)
-	}
-	// The init is executed through a descriptor: the sandbox's user
-	// (SandboxUID, for root) need not be able to traverse the binary's
-	// directories (go test builds in 0700 directories).
-	selfF, err := os.Open(r.opts.Init)
-	if err != nil {
-		return nil, fmt.Errorf("%w: open the sandbox init binary: %w", sandbox.ErrSetup, err)
-	}
-	childEnds = append(childEnds, selfF)
-	var stdin io.Reader
-	if sp.stdin.late != nil {
-		stdin = sp.stdin
-	}
-	hostUID, hostGID := r.hostIDs()
-	// stage1: the small init binary is started without namespaces (a
-	// cheap vfork of this large process) and clones the namespaced init
-	// from its own small address space (nsinit.Stage1Main). The fallback
-	// (this binary re-executed) and the paths that move the init into its
-	// cgroup after the start clone the init directly.
-	newCmd := func(stage1 bool) *exec.Cmd {
-		cmd := &exec.Cmd{
-			Path:       "/proc/self/fd/6",
-			Args:       []string{nsinit.Arg0},
-			Env:        []string{"GOMAXPROCS=1"},
-			Stdout:     sp.stdout,
-			Stderr:     sp.stderr,
-			ExtraFiles: []*os.File{cfgR, stW, fdSock, selfF, execSock, o.proxy},
-			SysProcAttr: &syscall.SysProcAttr{
-				Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-					syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-				UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-				GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-				// Become uid 0 of the new namespace explicitly: without it a
-				// root caller's child keeps host uid 0 credentials.
-				Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: r.uid != 0},
-				// Root can drop its supplementary groups; others cannot.
-				GidMappingsEnableSetgroups: r.uid == 0,
-				Setsid:                     true,
-				Pdeathsig:                  syscall.SIGKILL,
-			},
-			Stdin: stdin,
-		}
-		if stage1 {
-			root := "0"
-			if r.uid == 0 {
-				root = "1"
-			}
-			given := make([]byte, len(cmd.ExtraFiles))
-			for i, f := range cmd.ExtraFiles {
-				given[i] = '0'
-				if f != nil {
-					given[i] = '1'
-				}
-			}
-			cmd.Args = []string{nsinit.Stage1Arg0, strconv.Itoa(hostUID), strconv.Itoa(hostGID), root, string(given)}
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-		}
-		return cmd
-	}
-	tr.Mark("pipes, binary opened")
-	// A cgroup v2 is entered by the clone itself (CLONE_INTO_CGROUP):
-	// migrating a running process costs milliseconds (an RCU grace
-	// period), and the init starts inside its limits.
-	stage1 := r.useStage1(cg)
-	cmd := newCmd(stage1)
-	cgJoined := false
-	if cg != nil && cg.v2 {
-		if fd, err := unix.Open(cg.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-			defer unix.Close(fd)
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-			cgJoined = true
-		}
-	}
-	// The init is started by vfork (vfork_linux.go), stage 1 and the
-	// fallback by os/exec; from an OS thread of its own, which stays
-	// until the run ends (the parent-death signal follows the thread).
-	var proc initProcess
-	var vp *vforkProcess
-	newProc := func() {
-		proc, vp = execProcess{cmd}, nil
-		if !stage1 && vforkSupported && !r.noVfork {
-			vp = &vforkProcess{cmd: cmd}
-			proc = vp
-		}
-	}
-	newProc()
-	launch := func() error {
-		err := proc.Start()
-		if err != nil && vp != nil {
-			r.opts.Logger.Debug("sandbox: vfork start failed, starting the init with os/exec", "err", err)
-			proc = execProcess{cmd}
-			err = proc.Start()
-		}
-		return err
-	}
-	reusable := func() bool { return vp == nil || vp.Reusable() }
-	ended := sp.ended
-	var entered bool
-	if cg != nil && !cg.v2 && r.cgl.v1Threads {
-		// cgroup v1: the init is cloned by a thread visiting the cgroup,
-		// so it is born inside (no migration, no RCU grace period).
-		entered, err = cg.startInside(r.cgl, launch, reusable, ended)
-		if entered {
-			cgJoined = true
-		} else {
-			r.opts.Logger.Debug("sandbox cgroup: cannot clone from inside, joining after the start", "err", err)
-			cmd, err, stage1 = newCmd(false), nil, false
-			newProc()
-		}
-	}
-	var primed chan struct{}
-	if cg != nil && !cgJoined {
-		primed = make(chan struct{})
-		go func() {
-			defer close(primed)
-			cg.prime(r.cgl)
-		}()
-	}
-	if !entered && err == nil {
-		_, err = startOnThread(nil, nil, nil, launch, reusable, ended)
-		if err != nil && cgJoined {
-			// A kernel without clone3's cgroup field (ENOSYS, E2BIG), or a
-			// cgroup the clone may not enter directly (delegation rules):
-			// join after the start instead, as on cgroup v1.
-			cmd, cgJoined, stage1 = newCmd(false), false, false
-			newProc()
-			_, err = startOnThread(nil, nil, nil, launch, reusable, ended)
-		}
-	}
-	tr.Mark("clone, id maps, exec (cmd.Start)")
-	if err != nil {
-		if primed != nil {
-			<-primed
-		}
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			f := r.facility("userns")
-			f.Available = false
-			f.Detail = "creating the namespaces failed: " + err.Error()
-			f.Fix = userNSFix
-			return nil, &sandbox.UnavailableError{Missing: []sandbox.Facility{f}}
-		}
-		return nil, fmt.Errorf("%w: start the sandbox init %s: %w", sandbox.ErrSetup, r.opts.Init, err)
-	}
-	sp.proc, sp.stage1, sp.launched = proc, stage1, time.Now()
-	if cg != nil && !cgJoined {
-		if primed != nil {
-			<-primed
-			tr.Mark("cgroup lock primed")
-		}
-		if err := cg.add(proc.Pid()); err != nil {
-			sp.connect(nil, io.Discard, io.Discard)
-			sp.kill()
-			_ = proc.Wait()
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
-		}
-		tr.Mark("cgroup joined")
-	}
-	return sp, nil
-}
-
-// unread returns how many bytes wait in the pipe behind f (FIONREAD, alias TIOCINQ), or
-// 0 when unknown.
-func unread(f *os.File) int {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	_ = rc.Control(func(fd uintptr) {
-		if v, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil {
-			n = v
-		}
-	})
-	return n
+	return r.runInit(ctx, req, cfg, proxyF, res)
 }
 
 // markTimedOut records that the wall-clock timeout killed the sandbox.
@@ -1455,3 +873,49 @@ func watchdog(ctx context.Context, wall time.Duration, start time.Time, kill fun
 	}()
 	return timedOut, done
 }
+
+// Close ends the sandbox built ahead (PrepareNext) and releases what
+// direct starts keep between runs (the idmapped trees' user namespace,
+// the reaper, the network namespace made ahead). Runs in progress are
+// not waited for (each tears its own sandbox down before it returns);
+// runs after Close work. It is safe to call more than once.
+func (r *Runtime) Close() error {
+	r.closeAhead()
+	if r.idmap.fd > 0 {
+		// Once made (idmapNS), it is never made again.
+		unix.Close(r.idmap.fd)
+		r.idmap.fd = -1
+	}
+	if r.reaper.f != nil {
+		r.reaper.f.Close()
+	}
+	r.closeNetNS()
+	return nil
+}
+
+// SweepStale removes what sandboxes of fluffy processes that are gone
+// left behind (their cgroups, when such a process was killed with
+// SIGKILL: its sandboxes die with it, their cgroup directories stay) and
+// returns how many it removed. The sandbox server calls it when it
+// starts.
+func (r *Runtime) SweepStale() (int, error) {
+	r.detect()
+	return r.cgl.sweep()
+}
+
+// specError is the error of an init whose command could not start: the
+// spec's fault, and ErrCommandNotFound too when its program was not on
+// the PATH.
+func specError(st nsinit.Status) error {
+	if st.NotFound {
+		return fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, &notFoundError{msg: st.Error})
+	}
+	return fmt.Errorf("%w: %s", sandbox.ErrInvalidSpec, st.Error)
+}
+
+// notFoundError keeps the init's own words ("x: command not found in the
+// sandbox (PATH=...)") and matches sandbox.ErrCommandNotFound.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return sandbox.ErrCommandNotFound }

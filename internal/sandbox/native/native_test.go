@@ -193,7 +193,7 @@ func TestSuiteUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
-		bin, "-test.run=^TestSuite$|^TestBasics$|^TestInstance|^TestEgressProxy$|^TestRunGated$|^TestCgroupBornInside$|^TestVforkProcess$|^TestUserNSOwner$|^TestVforkNofile$|^TestSpare|^TestSuiteSpares$|^TestDirect|^TestAhead", "-test.count=1")
+		bin, "-test.run=^TestSuite$|^TestBasics$|^TestEgressProxy$|^TestRunGated$|^TestCgroupBornInside$|^TestVforkProcess$|^TestUserNSOwner$|^TestVforkNofile$|^TestDirect|^TestAhead|^TestStartMode", "-test.count=1")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir, "FLUFFY_SBXTEST_INIT=" + initBin}
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()

@@ -16,7 +16,7 @@ import (
 )
 
 // TestUserNSOwner: in every way a sandbox starts (direct, ahead, the Go
-// init by vfork, by os/exec, through stage 1, on a spare), its user
+// init by vfork, by os/exec, through stage 1), its user
 // namespace belongs to the caller, not to the host uid the sandbox runs
 // as: for root, the namespace is root's and the processes run as
 // SandboxUID, so that no other uid holds capabilities over the sandbox's
@@ -28,24 +28,14 @@ func TestUserNSOwner(t *testing.T) {
 	if wantUID == 0 {
 		wantUID = SandboxUID
 	}
-	for _, mode := range []string{"direct", "ahead", "vfork", "exec", "stage1", "spare"} {
+	for _, mode := range []string{"direct", "ahead", "vfork", "exec", "stage1"} {
 		t.Run(mode, func(t *testing.T) {
-			var rt *Runtime
-			var run func(context.Context, sandbox.Spec) (sandbox.Result, error)
-			switch mode {
-			case "spare":
-				rt = newSpareRuntime(t, 1)
-				rt.Prepare()
-				waitSpares(t, rt, 1)
-				run = rt.Run
-			default:
-				rt = newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct" && mode != "ahead"})
-				setStage1(rt, mode == "stage1")
-				rt.noVfork = mode == "exec"
-				run = rt.Run
-				if mode == "ahead" {
-					run = aheadRuntime{rt}.Run
-				}
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode != "direct" && mode != "ahead"})
+			setStage1(rt, mode == "stage1")
+			rt.noVfork = mode == "exec"
+			run := rt.Run
+			if mode == "ahead" {
+				run = aheadRuntime{rt}.Run
 			}
 			defer rt.Close()
 			nap := fmt.Sprintf("%d.%d", 40+len(mode), os.Getpid()) // a sleep no one else runs
@@ -78,9 +68,6 @@ func TestUserNSOwner(t *testing.T) {
 			}
 			cancel()
 			<-done
-			if mode == "spare" && rt.pool.used.Load() == 0 {
-				t.Error("the run did not take the spare")
-			}
 		})
 	}
 }

@@ -13,15 +13,17 @@ import (
 
 // writeTrace prints the merged parent and init marks as a table: each
 // stage with the time it took since the previous mark, and the running
-// total since the first. The init's marks are labelled "init:", or
-// "pid 1:" for a direct start's (its child, before the reaper).
-func writeTrace(w io.Writer, parent, init []nsinit.Mark, direct bool) {
+// total since the first, after the start mode. The init's marks are
+// labelled "init:", or "pid 1:" for a direct start's (its child, before
+// the reaper).
+func writeTrace(w io.Writer, mode startMode, parent, init []nsinit.Mark) {
+	fmt.Fprintf(w, "start mode: %s\n", mode)
 	all := make([]nsinit.Mark, 0, len(parent)+len(init))
 	for _, m := range parent {
 		all = append(all, nsinit.Mark{Stage: "parent: " + m.Stage, At: m.At})
 	}
 	label := "init:   "
-	if direct {
+	if mode.direct() {
 		label = "pid 1:  "
 	}
 	for _, m := range init {

@@ -305,36 +305,9 @@ func (p *vforkProcess) Start() (err error) {
 		return err
 	}
 
-	a := &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1, dumpable: -1}
-	// On the heap, never on this goroutine's stack: the clone gets the
-	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
-	// growth before the clone (a deeper call, bigger race-instrumented
-	// frames) would leave pointing at the old stack: the kernel then
-	// wrote the pidfd there and p.pidfd read 0 (-race runs hung in Wait
-	// after a kill that went to descriptor 0).
-	p.args = a
-	if a.path, err = syscall.BytePtrFromString(c.Path); err != nil {
+	a, err := p.newArgs(child, hostUID, hostGID)
+	if err != nil {
 		return err
-	}
-	if a.argv, err = syscall.SlicePtrFromStrings(c.Args); err != nil {
-		return err
-	}
-	if a.envv, err = syscall.SlicePtrFromStrings(c.Env); err != nil {
-		return err
-	}
-	a.uidMapPath, _ = syscall.BytePtrFromString("/proc/self/uid_map")
-	a.setgroupsPath, _ = syscall.BytePtrFromString("/proc/self/setgroups")
-	a.gidMapPath, _ = syscall.BytePtrFromString("/proc/self/gid_map")
-	a.uidMap = []byte("0 " + strconv.Itoa(hostUID) + " 1\n")
-	a.gidMap = []byte("0 " + strconv.Itoa(hostGID) + " 1\n")
-	a.deny = []byte("deny")
-	a.nofile, a.setNofile = originalNofile()
-	a.fds = make([]int, len(child))
-	for i, f := range child {
-		a.fds[i] = -1
-		if f != nil {
-			a.fds[i] = int(f.Fd())
-		}
 	}
 	var pipe [2]int
 	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
@@ -342,18 +315,6 @@ func (p *vforkProcess) Start() (err error) {
 	}
 	defer unix.Close(pipe[0])
 	a.pipe = pipe[1]
-	a.nextfd = len(a.fds)
-	for _, fd := range a.fds {
-		a.nextfd = max(a.nextfd, fd+1)
-	}
-	flags := uintptr(sys.Cloneflags) | unix.CLONE_VM | unix.CLONE_VFORK | unix.CLONE_PIDFD
-	if sys.UseCgroupFD {
-		a.clone3 = cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, pidFD: uint64(uintptr(unsafe.Pointer(&a.pidfd))), exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(sys.CgroupFD)}
-		a.trap, a.a1, a.a2 = unix.SYS_CLONE3, uintptr(unsafe.Pointer(&a.clone3)), unsafe.Sizeof(a.clone3)
-	} else {
-		a.trap, a.a1, a.a3 = unix.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), uintptr(unsafe.Pointer(&a.pidfd))
-	}
-
 	// The socket pair on which a root caller's child asks for its id
 	// maps (writeChildMaps), made before ForkLock: close-on-exec, and
 	// the child closes its end itself.
@@ -415,10 +376,82 @@ func (p *vforkProcess) Start() (err error) {
 		return &os.SyscallError{Syscall: "clone", Err: errno}
 	}
 	p.pid, p.pidfd = int(pid), int(a.pidfd)
-	// The child's errno, if it failed before its exec; with a program,
-	// also which of its ops failed (runProg).
+	if err := p.childFailure(a, pipe[0]); err != nil {
+		return err
+	}
+	for _, f := range p.closeAfter {
+		f.Close()
+	}
+	p.closeAfter = nil
+	p.copyErr = make([]error, len(p.copies))
+	for i, fn := range p.copies {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.copyErr[i] = fn()
+		}()
+	}
+	return nil
+}
+
+// newArgs prepares, before the clone, everything the child of Start
+// needs but its error pipe (the child may not allocate); child are its
+// descriptors from 0 on.
+func (p *vforkProcess) newArgs(child []*os.File, hostUID, hostGID int) (a *vforkArgs, err error) {
+	c := p.cmd
+	sys := c.SysProcAttr
+	a = &vforkArgs{setsid: sys.Setsid, pdeathsig: uintptr(sys.Pdeathsig), prog: p.prog, mapSync: -1, dumpable: -1}
+	// On the heap, never on this goroutine's stack: the clone gets the
+	// addresses of a.pidfd and a.clone3 as plain integers, which a stack
+	// growth before the clone (a deeper call, bigger race-instrumented
+	// frames) would leave pointing at the old stack: the kernel then
+	// wrote the pidfd there and p.pidfd read 0 (-race runs hung in Wait
+	// after a kill that went to descriptor 0).
+	p.args = a
+	if a.path, err = syscall.BytePtrFromString(c.Path); err != nil {
+		return nil, err
+	}
+	if a.argv, err = syscall.SlicePtrFromStrings(c.Args); err != nil {
+		return nil, err
+	}
+	if a.envv, err = syscall.SlicePtrFromStrings(c.Env); err != nil {
+		return nil, err
+	}
+	a.uidMapPath, _ = syscall.BytePtrFromString("/proc/self/uid_map")
+	a.setgroupsPath, _ = syscall.BytePtrFromString("/proc/self/setgroups")
+	a.gidMapPath, _ = syscall.BytePtrFromString("/proc/self/gid_map")
+	a.uidMap = []byte("0 " + strconv.Itoa(hostUID) + " 1\n")
+	a.gidMap = []byte("0 " + strconv.Itoa(hostGID) + " 1\n")
+	a.deny = []byte("deny")
+	a.nofile, a.setNofile = originalNofile()
+	a.fds = make([]int, len(child))
+	for i, f := range child {
+		a.fds[i] = -1
+		if f != nil {
+			a.fds[i] = int(f.Fd())
+		}
+	}
+	a.nextfd = len(a.fds)
+	for _, fd := range a.fds {
+		a.nextfd = max(a.nextfd, fd+1)
+	}
+	flags := uintptr(sys.Cloneflags) | unix.CLONE_VM | unix.CLONE_VFORK | unix.CLONE_PIDFD
+	if sys.UseCgroupFD {
+		a.clone3 = cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, pidFD: uint64(uintptr(unsafe.Pointer(&a.pidfd))), exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(sys.CgroupFD)}
+		a.trap, a.a1, a.a2 = unix.SYS_CLONE3, uintptr(unsafe.Pointer(&a.clone3)), unsafe.Sizeof(a.clone3)
+	} else {
+		a.trap, a.a1, a.a3 = unix.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), uintptr(unsafe.Pointer(&a.pidfd))
+	}
+
+	return a, nil
+}
+
+// childFailure reads the child's errno from the error pipe (nothing: it
+// executed) and, when it failed before its exec, reaps it and returns
+// why; with a program, also which of its ops failed (runProg).
+func (p *vforkProcess) childFailure(a *vforkArgs, pipe int) error {
 	var rec [2]uintptr
-	n, rerr := unix.Read(pipe[0], (*[16]byte)(unsafe.Pointer(&rec))[:])
+	n, rerr := unix.Read(pipe, (*[16]byte)(unsafe.Pointer(&rec))[:])
 	if rerr != nil || n != 0 {
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(p.pid, &ws, 0, nil)
@@ -432,19 +465,7 @@ func (p *vforkProcess) Start() (err error) {
 		if st := vforkStep(a.step); st != stepExec || a.prog != nil {
 			return fmt.Errorf("the new process could not %s: %w", st, syscall.Errno(rec[0]))
 		}
-		return &os.SyscallError{Syscall: "fork/exec " + c.Path, Err: syscall.Errno(rec[0])}
-	}
-	for _, f := range p.closeAfter {
-		f.Close()
-	}
-	p.closeAfter = nil
-	p.copyErr = make([]error, len(p.copies))
-	for i, fn := range p.copies {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.copyErr[i] = fn()
-		}()
+		return &os.SyscallError{Syscall: "fork/exec " + p.cmd.Path, Err: syscall.Errno(rec[0])}
 	}
 	return nil
 }
@@ -625,75 +646,16 @@ func vforkBlocking(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
 //go:norace
 //go:nosplit
 func vforkExec(a *vforkArgs) (pid uintptr, err1 syscall.Errno) {
-	var (
-		fd     uintptr
-		i      int
-		pipe   int
-		nextfd int
-	)
+	var pipe int
 	pid, err1 = rawVfork(a.trap, a.a1, a.a2, a.a3)
 	if err1 != 0 || pid != 0 {
 		return
 	}
 	// In the child, on the parent's stack: raw system calls only.
 	pipe = a.pipe
-	if a.mapSync >= 0 {
-		// A root caller's child: the parent writes the maps
-		// (writeChildMaps); the namespace stays root's.
-		a.step = uintptr(stepParentMaps)
-		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapPeer), 0, 0)
-		if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1); err1 != 0 {
-			goto childerror
-		}
-		for {
-			fd, _, err1 = syscall.RawSyscall(syscall.SYS_READ, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1)
-			if err1 != syscall.EINTR {
-				break
-			}
-		}
-		if err1 == 0 && fd != 1 {
-			err1 = syscall.EPIPE
-		}
-		if err1 == 0 {
-			err1 = a.mapErr
-		}
-		if err1 != 0 {
-			goto childerror
-		}
-		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapSync), 0, 0)
-		// Root's supplementary groups go (a privileged writer's gid map
-		// leaves setgroups allowed).
-		a.step = uintptr(stepSetgroups)
-		if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); err1 != 0 {
-			goto childerror
-		}
-		goto ids
-	}
-	a.step = uintptr(stepUIDMap)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.uidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+	if err1 = childIDMaps(a); err1 != 0 {
 		goto childerror
 	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.uidMap[0])), uintptr(len(a.uidMap))); err1 != 0 {
-		goto childerror
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
-	a.step = uintptr(stepSetgroups)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.setgroupsPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
-		goto childerror
-	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.deny[0])), uintptr(len(a.deny))); err1 != 0 {
-		goto childerror
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
-	a.step = uintptr(stepGIDMap)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.gidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
-		goto childerror
-	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.gidMap[0])), uintptr(len(a.gidMap))); err1 != 0 {
-		goto childerror
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
-ids:
 	// uid and gid 0 inside, for the real and saved ids too.
 	a.step = uintptr(stepIDs)
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETRESGID, 0, 0, 0); err1 != 0 {
@@ -720,44 +682,10 @@ ids:
 			goto childerror
 		}
 	}
-	// Descriptors, as syscall.forkAndExecInChild1 arranges them: first
-	// move those that a lower slot would overwrite out of the way, then
-	// put each in its slot (without close-on-exec).
+	// Descriptors, as syscall.forkAndExecInChild1 arranges them.
 	a.step = uintptr(stepDescriptors)
-	nextfd = a.nextfd
-	if pipe < nextfd {
-		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(pipe), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
-			goto childerror
-		}
-		pipe = nextfd
-		nextfd++
-	}
-	for i = 0; i < len(a.fds); i++ {
-		if a.fds[i] >= 0 && a.fds[i] < i {
-			if nextfd == pipe {
-				nextfd++
-			}
-			if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(a.fds[i]), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
-				goto childerror
-			}
-			a.fds[i] = nextfd
-			nextfd++
-		}
-	}
-	for i = 0; i < len(a.fds); i++ {
-		if a.fds[i] == -1 {
-			syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(i), 0, 0)
-			continue
-		}
-		if a.fds[i] == i {
-			if _, _, err1 = syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(i), syscall.F_SETFD, 0); err1 != 0 {
-				goto childerror
-			}
-			continue
-		}
-		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(a.fds[i]), uintptr(i), 0); err1 != 0 {
-			goto childerror
-		}
+	if pipe, err1 = childDescriptors(a, pipe); err1 != 0 {
+		goto childerror
 	}
 	if a.setNofile {
 		// As os/exec does: the limit this process started with.
@@ -794,6 +722,123 @@ childerror:
 	for {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 253, 0, 0)
 	}
+}
+
+// childIDMaps makes the child uid and gid 0 of its new user namespace
+// from the outside in: a root caller's child asks the parent to write
+// its maps (writeChildMaps) and drops root's supplementary groups; any
+// other caller's child writes its own maps. In the child of vforkExec,
+// on the parent's stack: raw system calls only.
+//
+//go:norace
+//go:nosplit
+func childIDMaps(a *vforkArgs) (err1 syscall.Errno) {
+	var fd, n uintptr
+	if a.mapSync >= 0 {
+		// A root caller's child: the parent writes the maps
+		// (writeChildMaps); the namespace stays root's.
+		a.step = uintptr(stepParentMaps)
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapPeer), 0, 0)
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1); err1 != 0 {
+			return err1
+		}
+		for {
+			n, _, err1 = syscall.RawSyscall(syscall.SYS_READ, uintptr(a.mapSync), uintptr(unsafe.Pointer(&a.mapByte[0])), 1)
+			if err1 != syscall.EINTR {
+				break
+			}
+		}
+		if err1 == 0 && n != 1 {
+			err1 = syscall.EPIPE
+		}
+		if err1 == 0 {
+			err1 = a.mapErr
+		}
+		if err1 != 0 {
+			return err1
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(a.mapSync), 0, 0)
+		// Root's supplementary groups go (a privileged writer's gid map
+		// leaves setgroups allowed).
+		a.step = uintptr(stepSetgroups)
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); err1 != 0 {
+			return err1
+		}
+		return 0
+	}
+	a.step = uintptr(stepUIDMap)
+	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.uidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+		return err1
+	}
+	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.uidMap[0])), uintptr(len(a.uidMap))); err1 != 0 {
+		return err1
+	}
+	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	a.step = uintptr(stepSetgroups)
+	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.setgroupsPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+		return err1
+	}
+	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.deny[0])), uintptr(len(a.deny))); err1 != 0 {
+		return err1
+	}
+	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	a.step = uintptr(stepGIDMap)
+	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.gidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+		return err1
+	}
+	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.gidMap[0])), uintptr(len(a.gidMap))); err1 != 0 {
+		return err1
+	}
+	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	return 0
+}
+
+// childDescriptors arranges the child's descriptors as
+// syscall.forkAndExecInChild1 does: first it moves those that a lower
+// slot would overwrite out of the way (the error pipe too: it returns
+// the pipe's number), then puts each in its slot (without close-on-exec). In
+// the child of vforkExec: raw system calls only.
+//
+//go:norace
+//go:nosplit
+func childDescriptors(a *vforkArgs, pipe int) (newPipe int, err1 syscall.Errno) {
+	var i int
+	nextfd := a.nextfd
+	if pipe < nextfd {
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(pipe), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
+			return pipe, err1
+		}
+		pipe = nextfd
+		nextfd++
+	}
+	for i = 0; i < len(a.fds); i++ {
+		if a.fds[i] >= 0 && a.fds[i] < i {
+			if nextfd == pipe {
+				nextfd++
+			}
+			if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(a.fds[i]), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
+				return pipe, err1
+			}
+			a.fds[i] = nextfd
+			nextfd++
+		}
+	}
+	for i = 0; i < len(a.fds); i++ {
+		if a.fds[i] == -1 {
+			syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(i), 0, 0)
+			continue
+		}
+		if a.fds[i] == i {
+			if _, _, err1 = syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(i), syscall.F_SETFD, 0); err1 != 0 {
+				return pipe, err1
+			}
+			continue
+		}
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(a.fds[i]), uintptr(i), 0); err1 != 0 {
+			return pipe, err1
+		}
+	}
+	return pipe, 0
 }
 
 // originalNofile returns the soft RLIMIT_NOFILE this process most

@@ -51,8 +51,5 @@ func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.R
 func (r *Runtime) closeAhead()                   {}
 func (r *Runtime) discardAheadLater(*aheadStart) {}
 
-// directStage is a direct start's trace stage (direct_linux.go).
-const directStage = "direct start"
-
 // AheadStats: no ahead starts here.
 func (r *Runtime) AheadStats() (used, discarded int64) { return 0, 0 }

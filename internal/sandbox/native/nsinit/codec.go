@@ -8,7 +8,7 @@ import (
 	"io"
 )
 
-// The parent and the init exchange Config, Status and ExecRequest in a
+// The parent and the init exchange Config and Status in a
 // compact binary form rather than JSON: no reflection and no base64 of the
 // seccomp program in the init's critical path, and no encoding/json in
 // the init binary. A message is framed as a 4-byte big-endian length and
@@ -194,10 +194,7 @@ func (c *Config) AppendBinary(b []byte) []byte {
 	e.str(c.ProxyListen)
 	e.bool(c.ProxyFD)
 	e.bool(c.Probe)
-	e.bool(c.Serve)
 	e.bool(c.Trace)
-	e.bool(c.Spare)
-	e.bool(c.NullStdin)
 	e.int(c.UpperSize)
 	return e.b
 }
@@ -239,10 +236,7 @@ func DecodeConfig(b []byte) (Config, error) {
 	c.ProxyListen = d.str()
 	c.ProxyFD = d.bool()
 	c.Probe = d.bool()
-	c.Serve = d.bool()
 	c.Trace = d.bool()
-	c.Spare = d.bool()
-	c.NullStdin = d.bool()
 	c.UpperSize = d.int()
 	if err := d.done(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
@@ -296,24 +290,6 @@ func DecodeStatus(b []byte) (Status, error) {
 		return Status{}, fmt.Errorf("status: %w", err)
 	}
 	return s, nil
-}
-
-// AppendBinary appends r's encoding (a serving init's request is one
-// SOCK_SEQPACKET message: no framing).
-func (r *ExecRequest) AppendBinary(b []byte) []byte {
-	e := encoder{b}
-	e.strs(r.Argv)
-	return e.b
-}
-
-// DecodeExecRequest decodes an ExecRequest.
-func DecodeExecRequest(b []byte) (ExecRequest, error) {
-	d := decoder{b: b}
-	r := ExecRequest{Argv: d.strs()}
-	if err := d.done(); err != nil {
-		return ExecRequest{}, fmt.Errorf("request: %w", err)
-	}
-	return r, nil
 }
 
 // Frame returns body framed for a stream: its length, then itself.

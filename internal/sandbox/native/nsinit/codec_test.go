@@ -16,7 +16,7 @@ func sampleConfig() Config {
 		Mounts:  []MountSpec{{Source: "/a", Target: "/b", Writable: true}, {Source: "/c", Target: "/c"}},
 		TmpSize: 64 << 20, UpperSize: 64 << 20, Seccomp: []byte{0x20, 0, 0, 0, 4, 0, 0, 0}, Landlock: 7, LandlockNet: true,
 		Rlimits:     []Rlimit{{Resource: 9, Value: 1 << 62}, {Resource: 1, Value: 0}},
-		ProxySocket: "/run/proxy.sock", ProxyListen: "127.0.0.1:3128", ProxyFD: true, Serve: true, Trace: true, Spare: true, NullStdin: true,
+		ProxySocket: "/run/proxy.sock", ProxyListen: "127.0.0.1:3128", ProxyFD: true, Trace: true,
 	}
 }
 
@@ -33,10 +33,6 @@ func TestCodecRoundTrip(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, s) {
 			t.Errorf("status: got %+v (%v), want %+v", got, err, s)
 		}
-	}
-	r := ExecRequest{Argv: []string{"ls", "-l", ""}}
-	if got, err := DecodeExecRequest(r.AppendBinary(nil)); err != nil || !reflect.DeepEqual(got, r) {
-		t.Errorf("request: got %+v (%v)", got, err)
 	}
 	// Framing.
 	var buf bytes.Buffer
@@ -85,14 +81,12 @@ func TestCodecRejects(t *testing.T) {
 }
 
 // FuzzDecode feeds arbitrary bytes to every decoder (the init decodes what
-// its parent sends, the parent what the init reports, a serving init the
-// requests): no panic, and whatever decodes re-encodes to the same bytes.
+// its parent sends, the parent what the init reports): no panic, and whatever decodes re-encodes to the same bytes.
 func FuzzDecode(f *testing.F) {
 	sample := sampleConfig()
 	f.Add(sample.AppendBinary(nil))
 	f.Add((&Config{Protocol: Protocol}).AppendBinary(nil))
 	f.Add((&Status{Stage: "x", Marks: []Mark{{"m", 3}}}).AppendBinary(nil))
-	f.Add((&ExecRequest{Argv: []string{"a", "b"}}).AppendBinary(nil))
 	f.Add(Frame([]byte("x")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if c, err := DecodeConfig(b); err == nil {
@@ -106,11 +100,6 @@ func FuzzDecode(f *testing.F) {
 		if s, err := DecodeStatus(b); err == nil {
 			if s2, err := DecodeStatus(s.AppendBinary(nil)); err != nil || !reflect.DeepEqual(s, s2) {
 				t.Fatalf("status does not round-trip: %+v", s)
-			}
-		}
-		if r, err := DecodeExecRequest(b); err == nil {
-			if r2, err := DecodeExecRequest(r.AppendBinary(nil)); err != nil || !reflect.DeepEqual(r, r2) {
-				t.Fatalf("request does not round-trip: %+v", r)
 			}
 		}
 		_, _ = ReadFrame(bufio.NewReader(bytes.NewReader(b)))

@@ -53,9 +53,7 @@ func Main() int {
 	}
 	cfgFile := os.NewFile(3, "config")
 	// Sized to the frame so that the release byte stays in the pipe
-	// until it is read below: the parent tells from a byte still unread
-	// that this init never started the command (a spare killed from
-	// outside while its request came).
+	// until it is read below, straight from the file.
 	var hdr [4]byte
 	if _, err := io.ReadFull(cfgFile, hdr[:]); err != nil {
 		return fail("config", err)
@@ -75,25 +73,10 @@ func Main() int {
 	if !cfg.Trace {
 		tr = &Tracer{}
 	}
-	if cfg.Spare {
-		// Started ahead of the request: the setup starts now.
-		start = time.Now()
-	}
 	tr.Mark("config read")
 
 	if stage, err := setupRoot(&cfg, tr); err != nil {
 		return fail(stage, err)
-	}
-	if cfg.NullStdin {
-		// The sandbox's own /dev/null (a bind of the host's device).
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Dup3(fd, 0, 0)
-			unix.Close(fd)
-		}
-		if err != nil {
-			return fail("stdin", fmt.Errorf("/dev/null as stdin: %w", err))
-		}
 	}
 	if cfg.Probe {
 		st.SetupNanos = int64(time.Since(start))
@@ -117,11 +100,9 @@ func Main() int {
 			return fail("chdir", fmt.Errorf("working directory %s: %w", cfg.Dir, err))
 		}
 	}
-	var path string
-	if !cfg.Serve {
-		if path, err = lookPath(cfg.Argv[0], cfg.Env); err != nil {
-			return fail("command", err)
-		}
+	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err != nil {
+		return fail("command", err)
 	}
 	tr.Mark("hostname, chdir, command lookup")
 	if err := dropCapabilities(); err != nil {
@@ -163,9 +144,6 @@ func Main() int {
 	}
 	cfgFile.Close()
 	tr.Mark("released by the parent")
-	if cfg.Serve {
-		return serve(&cfg, statusFile, asLimit)
-	}
 	// Forked from this thread, which holds every restriction above.
 	cmdPid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2}})
 	if err != nil {
@@ -645,109 +623,6 @@ func applySeccomp(prog []byte) error {
 	}
 	runtime.KeepAlive(filter)
 	return nil
-}
-
-// execSock is the descriptor a serving init receives its commands on.
-const execSock = 7
-
-// serve runs the commands the parent sends, one at a time, from this
-// (restricted) thread, and reports a Status line after each. Between
-// commands every other process of the sandbox is killed. It returns when
-// the parent closes the socket.
-func serve(cfg *Config, statusFile *os.File, asLimit *unix.Rlimit) int {
-	buf := make([]byte, 1<<20)
-	oob := make([]byte, unix.CmsgSpace(3*4))
-	for {
-		n, oobn, flags, _, err := unix.Recvmsg(execSock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			break
-		}
-		var fds []int
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for i := range msgs {
-				if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-					fds = append(fds, f...)
-				}
-			}
-		}
-		st := runOne(cfg, buf[:n], flags, fds, asLimit)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		killAll()
-		var sfs unix.Statfs_t
-		if unix.Statfs("/tmp", &sfs) == nil && sfs.Bavail == 0 {
-			st.TmpFull = true
-		}
-		if err := writeStatus(statusFile, &st); err != nil {
-			break
-		}
-	}
-	killAll()
-	return 0
-}
-
-// runOne runs one ExecRequest with the descriptors sent with it as its
-// stdin, stdout and stderr, and waits for it.
-func runOne(cfg *Config, msg []byte, flags int, fds []int, asLimit *unix.Rlimit) Status {
-	var st Status
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != 3 {
-		st.Stage, st.Error = "request", fmt.Sprintf("malformed request (%d descriptors, flags %#x)", len(fds), flags)
-		return st
-	}
-	req, err := DecodeExecRequest(msg)
-	if err != nil || len(req.Argv) == 0 {
-		st.Stage, st.Error = "request", "malformed request"
-		return st
-	}
-	path, err := lookPath(req.Argv[0], cfg.Env)
-	if err != nil {
-		st.Stage, st.Error, st.NotFound = "command", err.Error(), errors.Is(err, errNotFound)
-		return st
-	}
-	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}})
-	if err != nil {
-		st.Stage, st.Error = "start", err.Error()
-		return st
-	}
-	st.Started = true
-	if asLimit != nil {
-		if err := unix.Prlimit(pid, unix.RLIMIT_AS, asLimit, nil); err != nil {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-	}
-	for {
-		var ws unix.WaitStatus
-		p, err := unix.Wait4(-1, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			st.Stage, st.Error = "wait", err.Error()
-			return st
-		}
-		if p == pid {
-			if ws.Signaled() {
-				st.ExitCode, st.Signal = -1, int(ws.Signal())
-			} else {
-				st.ExitCode = ws.ExitStatus()
-			}
-			return st
-		}
-	}
-}
-
-// killAll kills every process of the sandbox but the init, and reaps them.
-func killAll() {
-	_ = unix.Kill(-1, unix.SIGKILL)
-	for {
-		if _, err := unix.Wait4(-1, nil, 0, nil); err != unix.EINTR && err != nil {
-			return
-		}
-	}
 }
 
 // SystemDirs returns the host directories bound read-only into every

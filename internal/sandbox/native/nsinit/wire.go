@@ -58,30 +58,16 @@ type Config struct {
 	// Probe makes the init report what it could set up and exit, without
 	// running a command (facility detection).
 	Probe bool `json:"probe,omitempty"`
-	// Serve makes the init a pre-warmed instance: instead of Argv it runs
-	// the ExecRequests it receives on fd 7, one at a time, each with the
-	// three descriptors (stdin, stdout, stderr) sent with it, and reports
-	// a Status line on fd 4 after each; everything but the init is killed
-	// between commands. It ends when the parent closes fd 7's peer.
-	Serve bool `json:"serve,omitempty"`
 	// Trace makes the init report when each of its stages ended.
 	Trace bool `json:"trace,omitempty"`
-	// Spare says the init was started ahead of its request (a spare
-	// sandbox) and has waited for this configuration: its setup time
-	// counts from here.
-	Spare bool `json:"spare,omitempty"`
-	// NullStdin makes the command's stdin /dev/null instead of the
-	// init's own (a spare's stdin is always a pipe, as its request is
-	// not known when it starts).
-	NullStdin bool `json:"null_stdin,omitempty"`
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 5
+const Protocol = 6
 
 // ProxyFD is the init's descriptor for the egress proxy's socket as a
 // detached mount (network mode proxy, root callers; Config.ProxyFD).
-const ProxyFD = 8
+const ProxyFD = 7
 
 // Release follows the configuration on fd 3 when the parent has put
 // the init into its cgroup: the init starts no command before reading it.
@@ -123,11 +109,4 @@ type Status struct {
 	// CommandCPU is the CPU time (user, system; ns) of everything the init
 	// reaped: the command and its descendants (traced runs only).
 	CommandCPU [2]int64 `json:"command_cpu,omitempty"`
-}
-
-// ExecRequest is one command for a serving init (Config.Serve), sent as a
-// SOCK_SEQPACKET message on fd 7 with the command's stdin, stdout and
-// stderr as SCM_RIGHTS.
-type ExecRequest struct {
-	Argv []string `json:"argv"`
 }
