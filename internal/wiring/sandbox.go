@@ -16,8 +16,8 @@ func (*Core) RunSandbox(ctx context.Context, req sandboxrun.Request) (sandboxrun
 }
 
 // NewSandboxHost returns the sandbox server's shared state, whose
-// runtime is native (built ahead: no spares, each sandbox is started
-// directly; docs/sandbox.md).
+// runtime is native: each run takes the sandbox built ahead for it, or
+// starts one directly (docs/sandbox.md, "Start modes").
 func (*Core) NewSandboxHost(u *userenv.Env) *sandboxrun.Host {
 	log := u.Logger()
 	return sandboxrun.NewHost(sandboxrun.HostOptions{Logger: log,

@@ -205,7 +205,7 @@ func (r *Runtime) useStage1(cg *cgroup) bool {
 
 // InitBinaryName is the file name of the small init binary that New looks
 // for beside the fluffy binary.
-const InitBinaryName = "fluffy-sandbox-init"
+const InitBinaryName = sandbox.InitBinaryName
 
 // InitPath returns the binary this Runtime starts as the sandbox init.
 func (r *Runtime) InitPath() string { return r.opts.Init }
