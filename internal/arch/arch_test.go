@@ -34,12 +34,10 @@ func moduleRoot(t *testing.T) string {
 	return dir
 }
 
-func loadPackages(t *testing.T) []*pkg {
-	t.Helper()
-	root := moduleRoot(t)
-	byDir := map[string]*pkg{}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+// walkSources calls fn with the path of every non-test Go file of the
+// module under root (no testdata, bin or hidden directories).
+func walkSources(root string, fn func(p string) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -53,6 +51,16 @@ func loadPackages(t *testing.T) []*pkg {
 		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
+		return fn(p)
+	})
+}
+
+func loadPackages(t *testing.T) []*pkg {
+	t.Helper()
+	root := moduleRoot(t)
+	byDir := map[string]*pkg{}
+	fset := token.NewFileSet()
+	err := walkSources(root, func(p string) error {
 		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly|parser.ParseComments)
 		if err != nil {
 			return err

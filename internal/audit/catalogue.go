@@ -390,16 +390,24 @@ type ExecEnd struct {
 // before exec.end had one shape.
 func (e *ExecEnd) UnmarshalJSON(b []byte) error {
 	type plain ExecEnd
-	var w struct {
-		*plain
-		DurationMS *int64 `json:"duration_ms"`
-	}
-	w.plain = (*plain)(e)
-	if err := json.Unmarshal(b, &w); err != nil {
+	return unmarshalOldDuration(b, (*plain)(e), &e.DurationUS)
+}
+
+// unmarshalOldDuration decodes b into v (a payload's type without its
+// UnmarshalJSON) and, when b has no duration_us, sets *us from
+// duration_ms, the name of the same duration in older entries.
+func unmarshalOldDuration(b []byte, v any, us *int64) error {
+	if err := json.Unmarshal(b, v); err != nil {
 		return err
 	}
-	if w.DurationMS != nil && e.DurationUS == 0 {
-		e.DurationUS = *w.DurationMS * 1000
+	var old struct {
+		DurationMS *int64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal(b, &old); err != nil {
+		return err
+	}
+	if old.DurationMS != nil && *us == 0 {
+		*us = *old.DurationMS * 1000
 	}
 	return nil
 }
@@ -469,18 +477,7 @@ type NetEnd struct {
 // duration was in microseconds.
 func (e *NetEnd) UnmarshalJSON(b []byte) error {
 	type plain NetEnd
-	var w struct {
-		*plain
-		DurationMS *int64 `json:"duration_ms"`
-	}
-	w.plain = (*plain)(e)
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	if w.DurationMS != nil && e.DurationUS == 0 {
-		e.DurationUS = *w.DurationMS * 1000
-	}
-	return nil
+	return unmarshalOldDuration(b, (*plain)(e), &e.DurationUS)
 }
 
 // NetRefused (net.refused) is a connection to a run's proxy from a peer
