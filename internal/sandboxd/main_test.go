@@ -23,7 +23,7 @@ import (
 // The test binary doubles as a server and as a client process, re-executed
 // with one of these as its first argument.
 const (
-	modeServer = "__sandboxd_server" // --socket S [--idle D] [--grace D] [--ready-fd N]
+	modeServer = "__sandboxd_server" // [serve] --socket S [--idle D] [--grace D] [--ready-fd N]
 	modeClient = "__sandboxd_client" // SOCKET TIMEOUT IDLE -- ARGS...: Call, exit with the reply's code ($SANDBOXD_TEST_CATCH_AFTER: ClientOptions.CatchSignalsAfter)
 	modeRaw    = "__sandboxd_raw"    // SOCKET: connect, send a request, print what comes back
 	// modeFilter stacks one more seccomp filter (it allows every call)
@@ -73,16 +73,28 @@ func killOrphanServers() {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) < 4 || args[1] != modeServer || args[2] != "--socket" {
+		if len(args) < 2 || args[1] != modeServer {
 			continue
 		}
-		if _, err := os.Stat(filepath.Dir(args[3])); errors.Is(err, os.ErrNotExist) {
+		args = args[2:]
+		if len(args) > 0 && args[0] == "serve" {
+			args = args[1:]
+		}
+		if len(args) < 2 || args[0] != "--socket" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Dir(args[1])); errors.Is(err, os.ErrNotExist) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
 
 func serverMain(args []string) int {
+	// "serve" first makes the command line a server's to Status, as
+	// `fluffy-core sandbox serve --socket S` is.
+	if len(args) > 0 && args[0] == "serve" {
+		args = args[1:]
+	}
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	sock := fs.String("socket", "", "")
 	idle := fs.Duration("idle", time.Minute, "")

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // Status believes the lock file's pid only when that process serves the
@@ -52,35 +51,66 @@ func TestStatusTrustsOnlyAServerOfTheSocket(t *testing.T) {
 	}
 }
 
-// Stop ends a real server and waits for it.
+// Stop ends a real server and waits for it. The server is this test
+// binary re-executed with "serve" before its flags, so that its command
+// line is a server's to Status. Status must find it as soon as it signals
+// readiness: Serve writes its own pid to the lock before it signals, when
+// its command line is long in place. (A lock written by the parent for a
+// child it has just started is another matter: exec.Cmd.Start returns once
+// execve has closed the child's close-on-exec files, before the kernel
+// has set up the new image's arguments, so /proc/PID/cmdline can still be
+// empty then, and Status rightly says no server runs.)
 func TestStopEndsTheServer(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	// A process whose command line is a server's: sh runs sleep in the
-	// foreground and ends on SIGTERM.
-	p := exec.Command("/bin/sh", "-c", "trap 'exit 0' TERM; sleep 30 & wait", "fluffy-core", "sandbox", "serve", "--socket", sock)
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
+	sock := filepath.Join(shortDir(t), "s.sock")
+	p := startServerProcess(t, sock)
 	exited := make(chan struct{})
 	go func() { _ = p.Wait(); close(exited) }()
-	defer p.Process.Kill()
-	if err := os.WriteFile(sock+".lock", []byte(strconv.Itoa(p.Process.Pid)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	st, err := Status(sock)
 	if err != nil || st.PID != p.Process.Pid || st.Log != sock+".log" {
 		t.Fatalf("Status = %+v, %v; want pid %d", st, err, p.Process.Pid)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if st, err := Stop(ctx, sock); err != nil || st.PID != p.Process.Pid {
+	if st, err := Stop(t.Context(), sock); err != nil || st.PID != p.Process.Pid {
 		t.Fatalf("Stop = %+v, %v", st, err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the server did not end")
+	<-exited // Stop returned: the server is gone, or a zombie waiting for Wait
+	if code := p.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("the server exited with %d, not 0 (SIGTERM stops it cleanly)", code)
 	}
+	if st, err := Status(sock); err != nil || st.Running() {
+		t.Fatalf("Status after Stop = %+v, %v", st, err)
+	}
+}
+
+// startServerProcess starts this test binary as a server of sock, with
+// "serve" on its command line (as `fluffy-core sandbox serve`), and
+// returns once the server signalled readiness. The test's end kills it if
+// it still runs.
+func startServerProcess(t *testing.T, sock string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := exec.Command(self, modeServer, "serve", "--socket", sock, "--ready-fd", "3")
+	p.ExtraFiles = []*os.File{w}
+	var logs syncBuffer
+	p.Stderr = &logs
+	err = p.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Process.Kill() })
+	var b [1]byte
+	if _, err := r.Read(b[:]); err != nil {
+		t.Fatalf("the server did not signal readiness: %v\n%s", err, logs.String())
+	}
+	return p
 }
 
 // lockHeld sees a running server's lock, and no lock once it stopped.
