@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Status believes the lock file's pid only when that process serves the
@@ -25,6 +27,18 @@ func TestStatusTrustsOnlyAServerOfTheSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Process.Kill()
+	// A server's command line, ended and not reaped yet: /proc shows an
+	// empty command line, as it does for a process in the middle of
+	// execve (Status cannot tell them apart, and neither is a server).
+	zombie := exec.Command("/bin/sh", "-c", "exit 0", "fluffy-core", "sandbox", "serve", "--socket", sock)
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	var si unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, zombie.Process.Pid, &si, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, lock string
 		want       int
@@ -34,6 +48,7 @@ func TestStatusTrustsOnlyAServerOfTheSocket(t *testing.T) {
 		{"another process", strconv.Itoa(other.Process.Pid) + "\n", 0},
 		{"no such process", "999999999\n", 0},
 		{"this test, not a server", strconv.Itoa(os.Getpid()) + "\n", 0},
+		{"an ended server", strconv.Itoa(zombie.Process.Pid) + "\n", 0},
 	} {
 		if err := os.WriteFile(sock+".lock", []byte(tc.lock), 0o600); err != nil {
 			t.Fatal(err)
