@@ -10,7 +10,7 @@ GOBIN    ?= $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin)
 
 export CGO_ENABLED := 0
 
-.PHONY: help build install deps test test-short lint demo bench fuzz clean
+.PHONY: help build install deps test test-short stress lint demo bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ test: deps build ## install test dependencies, then run every test
 
 test-short: ## the quick tests (go test -short): no install; containers and the slowest suites skip, saying why
 	$(GO) test -short ./...
+
+stress: deps ## before a release: every test COUNT times (default 5) beside a busy loop per core; lists the failing tests and counts
+	bash scripts/stress.sh
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
