@@ -7,6 +7,7 @@
 # failing test (a build failure, a panic, a timeout).
 #
 #   COUNT=5 BUSY=2 PKGS='./internal/sandboxd/...' RUN='TestStop' scripts/stress.sh
+#   COUNT=2 PKGS=./cmd/fluffy GOTESTFLAGS='-skip TestScripts' scripts/stress.sh
 #
 # The busy loops end with the script, on Ctrl-C too. Exit status 1 when
 # anything failed; the full output is then kept in the log the first line
@@ -39,9 +40,11 @@ for ((i = 0; i < busy; i++)); do
 	loops+=($!)
 done
 
-echo "== go test -count=$count ${RUN:+-run '$RUN' }$pkgs beside $busy busy loops (log: $log)"
+echo "== go test -count=$count ${RUN:+-run '$RUN' }${GOTESTFLAGS:+$GOTESTFLAGS }$pkgs beside $busy busy loops (log: $log)"
 args=(-count="$count" -timeout="$timeout")
 [ -n "${RUN:-}" ] && args+=(-run "$RUN")
+# shellcheck disable=SC2206 # GOTESTFLAGS holds several flags
+args+=(${GOTESTFLAGS:-})
 # shellcheck disable=SC2086 # PKGS may name several patterns
 go test "${args[@]}" $pkgs 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
