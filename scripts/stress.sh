@@ -52,11 +52,13 @@ stop_loops
 
 # Non-verbose go test prints a package's failures, then its result line
 # ("ok  pkg", "FAIL pkg ...", "FAIL pkg [build failed]").
-awk -v count="$count" -v status="$status" -v logfile="$log" '
+mod=$(go list -m 2>/dev/null)
+awk -v count="$count" -v status="$status" -v logfile="$log" -v mod="${mod:+$mod/}" '
 	/^[ \t]*--- FAIL: / { name = $3; fails[name]++; names[name] = 1; any = 1; next }
 	/^(panic: |fatal error: )/ && !why { why = $0 }
 	/^(ok|FAIL|\?)[ \t]/ {
 		pkg = $2
+		if (mod != "" && index(pkg, mod) == 1) pkg = substr(pkg, length(mod) + 1)
 		if (any) {
 			for (n in names) out[pkg "\t" n] += fails[n]
 		} else if ($1 == "FAIL") {
