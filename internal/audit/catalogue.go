@@ -33,6 +33,7 @@ const (
 	KindApprovalRequest  Kind = "approval.request"
 	KindApprovalDecision Kind = "approval.decision"
 	KindPolicyClassify   Kind = "policy.classify"
+	KindPolicyChange     Kind = "policy.change"
 
 	// Executions: a tool call through the router, or 'fluffy sandbox run'.
 	KindExecStart Kind = "exec.start"
@@ -68,7 +69,7 @@ const (
 // Other kinds are buffered.
 func (k Kind) Synchronous() bool {
 	switch k {
-	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision,
+	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote:
 		return true
 	}
@@ -91,7 +92,7 @@ var ErrPayloadKind = errors.New("payload type of another kind")
 func Catalogue() []Payload {
 	return []Payload{
 		ToolRequest{}, GateState{}, GatePolicy{}, ToolRead{}, ToolRefused{},
-		ApprovalRequest{}, ApprovalDecision{}, PolicyClassify{},
+		ApprovalRequest{}, ApprovalDecision{}, PolicyClassify{}, PolicyChange{},
 		ExecStart{}, ExecEnd{},
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
@@ -327,6 +328,32 @@ type PolicyClassify struct {
 	// Answer is the model's text when it was not a verdict.
 	Answer string `json:"answer,omitempty"`
 	Error  string `json:"error,omitempty"`
+}
+
+// PolicyChange (policy.change) is a workspace's policy files changing
+// in a running kernel: written, durably, before the new rules decide
+// anything.
+type PolicyChange struct {
+	// Workspace is the workspace whose policy changed ("" for the
+	// kernel's working directory).
+	Workspace string `json:"workspace"`
+	// Files are the files whose content changed (a policy file or an
+	// extension beside one); "absent" is a file that does not exist.
+	Files []PolicyFile `json:"files"`
+	// OldPolicy and NewPolicy are the digests of the policy before and
+	// after (policy Engine.Digest), as gate.policy decisions name them.
+	OldPolicy string `json:"old_policy"`
+	NewPolicy string `json:"new_policy"`
+	// Added and Removed are the ids of rules the change adds or removes.
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+}
+
+// PolicyFile is one changed file of a policy.change.
+type PolicyFile struct {
+	File      string `json:"file"`
+	OldSHA256 string `json:"old_sha256"`
+	NewSHA256 string `json:"new_sha256"`
 }
 
 // ExecStart (exec.start) is an execution about to start: a tool call
@@ -613,6 +640,7 @@ func (ToolRefused) Kind() Kind        { return KindToolRefused }
 func (ApprovalRequest) Kind() Kind    { return KindApprovalRequest }
 func (ApprovalDecision) Kind() Kind   { return KindApprovalDecision }
 func (PolicyClassify) Kind() Kind     { return KindPolicyClassify }
+func (PolicyChange) Kind() Kind       { return KindPolicyChange }
 func (ExecStart) Kind() Kind          { return KindExecStart }
 func (ExecEnd) Kind() Kind            { return KindExecEnd }
 func (NetRequest) Kind() Kind         { return KindNetRequest }
