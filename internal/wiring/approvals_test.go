@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,7 +31,7 @@ func TestBrokerPolicyIsTheStepsWorkspaces(t *testing.T) {
 	}
 	u := &userenv.Env{Stderr: io.Discard, Cwd: kernelCwd, Self: filepath.Join(dir, "bin", "fluffy-core"),
 		Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}}
-	pn := &policyNow{u: u}
+	pn := &livePolicy{u: u, log: slog.New(slog.DiscardHandler), audit: &entries{}}
 	op := func(ws string) operation.Operation {
 		return operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
 			Commands: []operation.Command{{Argv: []string{"make", "install"}}},

@@ -144,7 +144,7 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	noSandbox := func() (sandbox.Runtime, string) { return nil, "" }
-	tools := sessionToolsOn(u, log, nil, nil, nil, noSandbox)
+	tools := sessionToolsOn(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox)
 	args, _ := json.Marshal(map[string]string{"path": "notes.txt", "content": "hello\n"})
 	for _, tc := range []struct {
 		ws      string

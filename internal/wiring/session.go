@@ -70,11 +70,25 @@ func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOpti
 	// approvals --watch") and the sessions' inline approvals; it records
 	// through the kernel's audit log once the sessions hold it.
 	notify := &kernelNotifier{}
-	broker, err := serveApprovals(u, mux, &k.held, notify)
+	rec := auditOnDemand{u: u, held: &k.held}
+	// Approved plan steps become capability tokens, signed with the
+	// kernel's token key; without a key they are honoured once by their
+	// exact operation signature.
+	toks, grants, err := u.ApprovalTokens()
+	if err != nil {
+		k.log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
+	}
+	// One live policy for the broker's pre-evaluation and every
+	// session's gate: one decision per operation.
+	live, err := newLivePolicy(u, k.log, toks, rec)
 	if err != nil {
 		return nil, err
 	}
-	if k.stop, err = k.startSessions(ctx, u, mux, broker, notify, o.Publish); err != nil {
+	broker, err := serveApprovals(u, mux, live, rec, notify)
+	if err != nil {
+		return nil, err
+	}
+	if k.stop, err = k.startSessions(ctx, u, mux, sessionDeps{broker: broker, live: live, toks: toks, grants: grants}, notify, o.Publish); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -102,7 +116,16 @@ func (k *Kernel) Refused() int64 { return k.refused.Load() }
 // startSessions opens what the sessions run on and registers the session
 // methods on mux. The returned func stops the sessions and closes
 // everything.
-func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux, broker *approval.Broker, notify *kernelNotifier, publish func(string, any)) (func(), error) {
+// sessionDeps are what the sessions share with the approval methods.
+type sessionDeps struct {
+	broker *approval.Broker
+	live   *livePolicy
+	toks   *policy.Tokens   // nil without a token key
+	grants *approval.Grants // nil without a token key
+}
+
+func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux, deps sessionDeps, notify *kernelNotifier, publish func(string, any)) (func(), error) {
+	broker, toks, grants := deps.broker, deps.toks, deps.grants
 	log := k.log
 	l, err := u.Config()
 	if err != nil {
@@ -141,13 +164,6 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if err != nil {
 		return fail(err)
 	}
-	// Approved plan steps become capability tokens, signed with the
-	// kernel's token key; without a key they are honoured once by their
-	// exact operation signature.
-	toks, grants, err := u.ApprovalTokens()
-	if err != nil {
-		log.Warn("no capability tokens: approved plan steps are honoured once by signature", "err", err)
-	}
 	// A closed or removed session's tokens and approvals "for session"
 	// end with it.
 	revokers := []kernel.Revoker{broker}
@@ -162,12 +178,12 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, toks, grants),
+		Tools: sessionTools(u, log, broker, deps.live, grants),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
-		AutoApply: autoApplyOptions(u),
+		AutoApply: autoApplyOptions(u, deps.live),
 		OwnFiles:  u.KernelOwnFiles,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
@@ -199,24 +215,25 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 
 // sessionTools builds each session's tool router: the built-in tools over
 // the session's change set, the TDD machine as the state gate, the policy
-// of the session's workspace, and the sandbox runtime sandbox.runtime
+// in force for the session's workspace (the live policy, asked at each
+// call), and the sandbox runtime sandbox.runtime
 // resolves to for shell.exec and test.run (when none is usable, those
 // calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants) kernel.ToolsFactory {
 	// Resolved at the first session, not at kernel start (detection
 	// starts a probe sandbox).
 	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return SessionRuntime(context.Background(), u, log) })
-	return sessionToolsOn(u, log, approver, toks, grants, runtime)
+	return sessionToolsOn(u, log, approver, live, grants, runtime)
 }
 
 // sessionToolsOn is sessionTools with the sandbox runtime given: nil
 // refuses shell.exec and test.run.
-func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, toks *policy.Tokens, grants *approval.Grants, runtime func() (sandbox.Runtime, string)) kernel.ToolsFactory {
+func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, runtime func() (sandbox.Runtime, string)) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Sessions have no network: Go builds use the toolchain and modules
 	// at hand rather than trying to fetch others.
 	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off")
-	return func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+	return func(ctx context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
 			return nil, err
@@ -225,12 +242,15 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
 			return nil, err
 		}
-		// The policy is the one of the session's workspace.
-		eng, _, err := u.WithCwd(env.Workspace).PolicyEngine(toks)
-		if err != nil {
-			return nil, err
+		// The policy is the one in force for the session's workspace
+		// (keyed as the operations name it, so the broker's
+		// pre-evaluation of a step finds the same engine); a session does
+		// not start on a policy that does not load.
+		gate := sessionPolicy{live: live, ws: res.Workspace()}
+		if _, err := live.engine(ctx, gate.ws); err != nil {
+			return nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 		}
-		o := router.Options{Registry: reg, Resolver: res, Policy: eng, Audit: env.Audit, ChangeSet: env.ChangeSet,
+		o := router.Options{Registry: reg, Resolver: res, Policy: gate, Audit: env.Audit, ChangeSet: env.ChangeSet,
 			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
 			Approver: approver}
 		if grants != nil {
@@ -252,8 +272,9 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 }
 
 // autoApplyOptions are the kernel's auto-apply criteria from config
-// changeset.auto_apply; the policy is the session workspace's.
-func autoApplyOptions(u *userenv.Env) *kernel.AutoApplyOptions {
+// changeset.auto_apply; the policy is the one in force for the session's
+// workspace.
+func autoApplyOptions(u *userenv.Env, live *livePolicy) *kernel.AutoApplyOptions {
 	l, err := u.Config()
 	if err != nil {
 		return nil
@@ -261,9 +282,8 @@ func autoApplyOptions(u *userenv.Env) *kernel.AutoApplyOptions {
 	c := l.Config.Changeset.AutoApply
 	return &kernel.AutoApplyOptions{Enabled: c.Enabled, MaxFiles: c.MaxFiles, RequireTestsGreen: c.RequireTestsGreen,
 		AllowDeletions: c.AllowDeletions, AllowBinary: c.AllowBinary,
-		Policy: func(_ context.Context, workspace string) (kernel.PolicyExplainer, error) {
-			eng, _, err := u.WithCwd(workspace).PolicyEngine(nil)
-			return eng, err
+		Policy: func(ctx context.Context, workspace string) (kernel.PolicyExplainer, error) {
+			return live.engine(ctx, workspace)
 		}}
 }
 

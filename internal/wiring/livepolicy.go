@@ -1,0 +1,320 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// racyWindow is how long after a file's last change its stamp is not
+// trusted: file times tick coarsely (a few ms), so two writes of the same
+// size within one tick look alike. A file changed this recently is read
+// again at each call until it is older.
+const racyWindow = time.Second
+
+// livePolicy is the policy in force for each workspace, THE source of
+// decisions in the kernel: the approval broker's pre-evaluation of plan
+// steps and every session's policy gate ask it for the engine at each
+// call, so both decide with the same engine, rules and classifier cache
+// (docs/policy.md, "Live policy").
+//
+// A workspace's engine is compiled once and kept while its files (the
+// user's and the project's policy.yaml, the *.star files beside them) do
+// not change. Each call stats those files and their directories (a few
+// µs); only a changed stamp, or a file changed within racyWindow, reads
+// them again, and only changed content compiles. An accepted change is
+// recorded as policy.change before the new rules decide anything; if that
+// record cannot be written the call fails closed and the change is tried
+// again at the next call. An invalid change keeps the old rules and is
+// logged once, with the file and line of each error.
+type livePolicy struct {
+	u          *userenv.Env
+	log        *slog.Logger
+	classifier policy.Classifier // nil: classify rules fail closed
+	tokens     *policy.Tokens    // nil: presented tokens are ignored
+	audit      approval.Appender // where policy.change goes; required
+
+	mu sync.Mutex // guards ws
+	ws map[string]*wsPolicy
+}
+
+// wsPolicy is one workspace's policy.
+type wsPolicy struct {
+	ws  string
+	cur atomic.Pointer[compiledPolicy]
+
+	mu       sync.Mutex // serializes reloads; guards the fields below
+	opts     policy.Options
+	files    policy.Files
+	rejected map[string]string // hashes of the last invalid files, reported once
+}
+
+// compiledPolicy is an engine and what it was compiled from.
+type compiledPolicy struct {
+	engine *policy.Engine
+	hashes map[string]string    // file → content hash ("absent")
+	stamps map[string]fileStamp // those files and the directories holding them
+	readAt time.Time
+}
+
+// fileStamp is what a stat says of a file: any change of content changes
+// it, except within one tick of the file clock (see racyWindow).
+type fileStamp struct {
+	exists       bool
+	size, ino    int64
+	mtime, ctime int64 // ns
+}
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	s := fileStamp{exists: true, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino = int64(st.Ino)
+		s.ctime = st.Ctim.Nano()
+	}
+	return s
+}
+
+// ErrPolicyChangeUnrecorded is the error of a policy change that could not
+// be recorded in the audit log: the new rules are not applied, and the
+// gate refuses until the record can be written.
+var ErrPolicyChangeUnrecorded = errors.New("the policy changed and the change could not be recorded in the audit log")
+
+// engine returns the engine in force for workspace ws ("" for a step of no
+// workspace: the kernel's working directory's).
+func (p *livePolicy) engine(ctx context.Context, ws string) (*policy.Engine, error) {
+	w, err := p.workspace(ws)
+	if err != nil {
+		return nil, err
+	}
+	if c := w.cur.Load(); c != nil && c.fresh() {
+		return c.engine, nil
+	}
+	return p.reload(ctx, w)
+}
+
+// workspace returns ws's entry, computing its engine options once: the
+// configuration's default effect and fluffy's own files for ws.
+func (p *livePolicy) workspace(ws string) (*wsPolicy, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w, ok := p.ws[ws]; ok {
+		return w, nil
+	}
+	u := p.u
+	if ws != "" {
+		u = u.WithCwd(ws)
+	}
+	opts, err := u.PolicyOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Classifier, opts.Tokens = p.classifier, p.tokens
+	w := &wsPolicy{ws: ws, opts: opts, files: u.PolicyFiles()}
+	if p.ws == nil {
+		p.ws = map[string]*wsPolicy{}
+	}
+	p.ws[ws] = w
+	return w, nil
+}
+
+// fresh reports whether nothing c was compiled from may have changed.
+func (c *compiledPolicy) fresh() bool {
+	for path, old := range c.stamps {
+		s := stampOf(path)
+		if s != old {
+			return false
+		}
+		// Read too soon after its last change, the file may have
+		// changed again within the same tick: read it again.
+		if s.exists && c.readAt.UnixNano()-max(s.mtime, s.ctime) < int64(racyWindow) {
+			return false
+		}
+	}
+	return true
+}
+
+// reload reads w's files and, when their content changed, compiles them,
+// records the change and swaps the new engine in.
+func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	cur := w.cur.Load()
+	if cur != nil && cur.fresh() {
+		return cur.engine, nil // another call reloaded meanwhile
+	}
+	// Stamps before the read: a write after them changes them again.
+	stamps := stamps(w.files, cur)
+	srcs, hashes, err := w.files.Read()
+	if err != nil {
+		if cur != nil {
+			p.log.Warn("policy files unreadable; the previous rules stay", "workspace", w.ws, "err", err)
+			return cur.engine, nil
+		}
+		return nil, err
+	}
+	for f := range hashes {
+		if _, ok := stamps[f]; !ok {
+			stamps[f] = stampOf(f)
+		}
+	}
+	next := &compiledPolicy{hashes: hashes, stamps: stamps, readAt: now}
+	if cur != nil && maps.Equal(hashes, cur.hashes) {
+		next.engine = cur.engine
+		w.cur.Store(next)
+		return next.engine, nil
+	}
+	if cur != nil && maps.Equal(hashes, w.rejected) {
+		return cur.engine, nil // reported when first seen
+	}
+	e, err := policy.Compile(w.opts, srcs...)
+	if err != nil {
+		if cur == nil {
+			return nil, err
+		}
+		w.rejected = hashes
+		p.log.Error("policy change rejected; the previous rules stay in force", "workspace", w.ws, "err", err)
+		return cur.engine, nil
+	}
+	w.rejected = nil
+	next.engine = e
+	if cur != nil {
+		if err := p.record(ctx, w.ws, cur, next); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPolicyChangeUnrecorded, err)
+		}
+		p.log.Info("policy changed", "workspace", w.ws, "policy", e.Digest())
+	}
+	w.cur.Store(next)
+	return e, nil
+}
+
+// stamps stats the policy files, the directories holding them (a new or
+// removed *.star file changes the directory) and every file cur was
+// compiled from.
+func stamps(f policy.Files, cur *compiledPolicy) map[string]fileStamp {
+	out := map[string]fileStamp{}
+	for _, path := range []string{f.User, f.Project} {
+		if path != "" {
+			out[path] = stampOf(path)
+			out[filepath.Dir(path)] = stampOf(filepath.Dir(path))
+		}
+	}
+	if cur != nil {
+		for path := range cur.hashes {
+			if _, ok := out[path]; !ok {
+				out[path] = stampOf(path)
+			}
+		}
+	}
+	return out
+}
+
+// record writes policy.change for the step from old to next, durably.
+func (p *livePolicy) record(ctx context.Context, ws string, old, next *compiledPolicy) error {
+	ch := audit.PolicyChange{Workspace: ws, OldPolicy: old.engine.Digest(), NewPolicy: next.engine.Digest()}
+	for _, f := range slices.Sorted(maps.Keys(next.hashes)) {
+		if o, ok := old.hashes[f]; !ok || o != next.hashes[f] {
+			if !ok {
+				o = "absent"
+			}
+			ch.Files = append(ch.Files, audit.PolicyFile{File: f, OldSHA256: o, NewSHA256: next.hashes[f]})
+		}
+	}
+	for _, f := range slices.Sorted(maps.Keys(old.hashes)) {
+		if _, ok := next.hashes[f]; !ok && old.hashes[f] != "absent" {
+			ch.Files = append(ch.Files, audit.PolicyFile{File: f, OldSHA256: old.hashes[f], NewSHA256: "absent"})
+		}
+	}
+	ch.Added, ch.Removed = ruleDiff(old.engine, next.engine)
+	_, err := p.audit.Append(ctx, audit.Entry{Kind: audit.KindPolicyChange, Actor: "kernel", Payload: ch})
+	return err
+}
+
+// ruleDiff lists the rule ids next has and old has not, and the reverse.
+func ruleDiff(old, next *policy.Engine) (added, removed []string) {
+	ids := func(e *policy.Engine) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range e.Rules() {
+			m[r.ID] = true
+		}
+		return m
+	}
+	o, n := ids(old), ids(next)
+	for id := range n {
+		if !o[id] {
+			added = append(added, id)
+		}
+	}
+	for id := range o {
+		if !n[id] {
+			removed = append(removed, id)
+		}
+	}
+	sort.Strings(added)
+	sort.Strings(removed)
+	return added, removed
+}
+
+// Explain implements approval.Decider: the broker's pre-evaluation of a
+// plan step, with the engine of the step's workspace in force now. A
+// policy that does not load blocks every step, with the error as the
+// reason.
+func (p *livePolicy) Explain(ctx context.Context, op operation.Operation) policy.Decision {
+	e, err := p.engine(ctx, op.Session.Workspace)
+	if err != nil {
+		return policyError(err)
+	}
+	return e.Explain(ctx, op)
+}
+
+func policyError(err error) policy.Decision {
+	return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
+}
+
+// sessionPolicy is a session router's policy gate: the live policy of the
+// session's workspace (the operation's, which the router sets to it).
+type sessionPolicy struct {
+	live *livePolicy
+	ws   string
+}
+
+// Decide implements router.PolicyGate.
+func (s sessionPolicy) Decide(ctx context.Context, op operation.Operation) policy.Decision {
+	e, err := s.live.engine(ctx, s.ws)
+	if err != nil {
+		return policyError(err)
+	}
+	return e.Decide(ctx, op)
+}
+
+// Digest is the digest of the policy in force now ("" when it does not
+// load).
+func (s sessionPolicy) Digest() string {
+	e, err := s.live.engine(context.Background(), s.ws)
+	if err != nil {
+		return ""
+	}
+	return e.Digest()
+}
+
+var _ approval.Decider = (*livePolicy)(nil)

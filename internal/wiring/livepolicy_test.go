@@ -1,0 +1,220 @@
+package wiring
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// entries is an audit appender that keeps what it is given; fail makes
+// Append fail, and before runs before an entry is taken.
+type entries struct {
+	mu     sync.Mutex
+	list   []audit.Entry
+	fail   error
+	before func(audit.Entry)
+}
+
+func (e *entries) Append(_ context.Context, en audit.Entry) (uint64, error) {
+	if e.before != nil {
+		e.before(en)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fail != nil {
+		return 0, e.fail
+	}
+	e.list = append(e.list, en)
+	return uint64(len(e.list)), nil
+}
+
+func (e *entries) changes() []audit.PolicyChange {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []audit.PolicyChange
+	for _, en := range e.list {
+		if c, ok := en.Payload.(audit.PolicyChange); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// liveFixture is a workspace and a user policy file under a temporary
+// home, and a live policy over them.
+type liveFixture struct {
+	ws, userPolicy string
+	live           *livePolicy
+	rec            *entries
+	log            *bytes.Buffer
+}
+
+func newLiveFixture(t *testing.T) *liveFixture {
+	t.Helper()
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(filepath.Join(ws, ".fluffy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u := &userenv.Env{Stderr: io.Discard, Cwd: ws, Self: filepath.Join(dir, "bin", "fluffy-core"),
+		Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}}
+	f := &liveFixture{ws: ws, userPolicy: u.PolicyFiles().User, rec: &entries{}, log: &bytes.Buffer{}}
+	if err := os.MkdirAll(filepath.Dir(f.userPolicy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.live = &livePolicy{u: u, log: slog.New(slog.NewTextHandler(f.log, nil)), audit: f.rec}
+	return f
+}
+
+func (f *liveFixture) write(t *testing.T, text string) {
+	t.Helper()
+	if err := os.WriteFile(f.userPolicy, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *liveFixture) decide(t *testing.T) policy.Decision {
+	t.Helper()
+	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
+		Commands: []operation.Command{{Argv: []string{"make", "install"}}},
+		Session:  operation.Session{ID: "s1", Workspace: f.ws}}
+	return sessionPolicy{live: f.live, ws: f.ws}.Decide(t.Context(), op)
+}
+
+const (
+	allowMake = "rules:\n  - id: make-ok\n    effect: allow\n    match:\n      argv: [make, install]\n"
+	blockMake = "rules:\n  - id: no-make-install\n    effect: block\n    message: not here\n    match:\n      argv: [make, install]\n"
+	// brokenMake has an unknown effect on line 3.
+	brokenMake = "rules:\n  - id: no-make-install\n    effect: blok\n    match:\n      argv: [make, install]\n"
+)
+
+// TestLivePolicyEditDecidesTheNextCall: an edit of the user's policy
+// decides the next call, and is recorded as policy.change (files, digests,
+// rule ids) before the new rules decide anything.
+func TestLivePolicyEditDecidesTheNextCall(t *testing.T) {
+	f := newLiveFixture(t)
+	f.write(t, allowMake)
+	if d := f.decide(t); d.Effect != policy.Allow || d.Rule != "make-ok" {
+		t.Fatalf("before the edit: %v by %s; want allow by make-ok", d.Effect, d.Rule)
+	}
+	old, err := f.live.engine(t.Context(), f.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.rec.changes()) != 0 {
+		t.Errorf("the first load was recorded as a change: %+v", f.rec.changes())
+	}
+	// When policy.change is written, the old rules are still in force.
+	var inForce string
+	f.rec.before = func(audit.Entry) { inForce = f.live.ws[f.ws].cur.Load().engine.Digest() }
+	f.write(t, blockMake)
+	if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
+		t.Fatalf("after the edit: %v by %s; want block by no-make-install", d.Effect, d.Rule)
+	}
+	ch := f.rec.changes()
+	if len(ch) != 1 {
+		t.Fatalf("policy.change entries: %+v; want one", ch)
+	}
+	c := ch[0]
+	if inForce != old.Digest() || c.OldPolicy != old.Digest() || c.NewPolicy == old.Digest() {
+		t.Errorf("policy.change %+v written while %s was in force; want it written under the old policy %s", c, inForce, old.Digest())
+	}
+	if len(c.Files) != 1 || c.Files[0].File != f.userPolicy || c.Files[0].OldSHA256 == c.Files[0].NewSHA256 {
+		t.Errorf("policy.change files %+v; want the user's policy with two hashes", c.Files)
+	}
+	if !slices.Equal(c.Added, []string{"no-make-install"}) || !slices.Equal(c.Removed, []string{"make-ok"}) {
+		t.Errorf("policy.change added %v removed %v; want [no-make-install] and [make-ok]", c.Added, c.Removed)
+	}
+	// Unchanged files: the same engine, nothing recorded again.
+	e1, _ := f.live.engine(t.Context(), f.ws)
+	e2, _ := f.live.engine(t.Context(), f.ws)
+	if e1 != e2 || len(f.rec.changes()) != 1 {
+		t.Errorf("unchanged policy: engines %p %p, %d changes; want one engine and one change", e1, e2, len(f.rec.changes()))
+	}
+}
+
+// TestLivePolicyBrokenEditKeepsTheOldRules: an edit that does not compile
+// keeps the rules in force, is logged once with the file and line, and is
+// not recorded as a change; the next valid edit applies.
+func TestLivePolicyBrokenEditKeepsTheOldRules(t *testing.T) {
+	f := newLiveFixture(t)
+	f.write(t, blockMake)
+	if d := f.decide(t); d.Effect != policy.Block {
+		t.Fatalf("before the edit: %v by %s; want block", d.Effect, d.Rule)
+	}
+	f.write(t, brokenMake)
+	for range 3 {
+		if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
+			t.Fatalf("after a broken edit: %v by %s (%s); want the old block by no-make-install", d.Effect, d.Rule, d.Reason)
+		}
+	}
+	logged := f.log.String()
+	if !strings.Contains(logged, f.userPolicy+":3:") {
+		t.Errorf("log %q does not name %s:3", logged, f.userPolicy)
+	}
+	if n := strings.Count(logged, "policy change rejected"); n != 1 {
+		t.Errorf("the broken edit was logged %d times; want once:\n%s", n, logged)
+	}
+	if len(f.rec.changes()) != 0 {
+		t.Errorf("a rejected edit was recorded: %+v", f.rec.changes())
+	}
+	f.write(t, allowMake)
+	if d := f.decide(t); d.Effect != policy.Allow {
+		t.Errorf("after the fix: %v by %s; want allow", d.Effect, d.Rule)
+	}
+	if len(f.rec.changes()) != 1 {
+		t.Errorf("policy.change entries after the fix: %+v; want one", f.rec.changes())
+	}
+}
+
+// TestLivePolicyUnrecordedChangeFailsClosed: a change the audit log cannot
+// record is not applied and the gate refuses; once the log writes again,
+// the change is recorded and applies.
+func TestLivePolicyUnrecordedChangeFailsClosed(t *testing.T) {
+	f := newLiveFixture(t)
+	f.write(t, blockMake)
+	if d := f.decide(t); d.Effect != policy.Block {
+		t.Fatalf("before the edit: %v; want block", d.Effect)
+	}
+	f.rec.fail = errors.New("disk full")
+	f.write(t, allowMake)
+	if _, err := f.live.engine(t.Context(), f.ws); !errors.Is(err, ErrPolicyChangeUnrecorded) {
+		t.Errorf("engine with an unwritable log: %v; want ErrPolicyChangeUnrecorded", err)
+	}
+	if d := f.decide(t); d.Effect != policy.Block || d.Rule != "policy-error" {
+		t.Errorf("gate with an unwritable log: %v by %s; want block by policy-error", d.Effect, d.Rule)
+	}
+	f.rec.fail = nil
+	if d := f.decide(t); d.Effect != policy.Allow || len(f.rec.changes()) != 1 {
+		t.Errorf("once the log writes: %v, %d changes; want allow and one change", d.Effect, len(f.rec.changes()))
+	}
+}
+
+// TestLivePolicyBrokerAndGateShareOneEngine: the broker's pre-evaluation
+// and a session's gate decide with the same engine, hence the same
+// digest, which is what approvals and tokens are bound to.
+func TestLivePolicyBrokerAndGateShareOneEngine(t *testing.T) {
+	f := newLiveFixture(t)
+	f.write(t, blockMake)
+	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
+		Commands: []operation.Command{{Argv: []string{"make", "install"}}},
+		Session:  operation.Session{ID: "s1", Workspace: f.ws}}
+	b := f.live.Explain(t.Context(), op)
+	g := sessionPolicy{live: f.live, ws: f.ws}
+	if d := g.Decide(t.Context(), op); d.Policy != b.Policy || d.Policy == "" || g.Digest() != b.Policy {
+		t.Errorf("broker decided under %q, the gate under %q (digest %q); want one policy", b.Policy, d.Policy, g.Digest())
+	}
+}
