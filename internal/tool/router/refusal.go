@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
@@ -150,18 +152,11 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 	// Approved steps become tokens when the router has Grants; a step
 	// that cannot be scoped exactly falls back to the one-time approval
 	// by signature. If no token can be issued at all, nothing is honoured
-	// and each step is asked again when it runs.
-	var skipped map[int]error
-	tokens := false
-	if r.o.Grants != nil {
-		var err error
-		if _, skipped, err = r.o.Grants.Mint(req, r.policyDigest()); err != nil {
-			r.o.Logger.Warn("approved steps got no tokens; they will be asked again", "err", err)
-			skipped = nil
-		} else {
-			tokens = true
-		}
-	}
+	// and each step is asked again when it runs. Either is bound to the
+	// policy the step was shown under (its evaluation's digest), not to
+	// the one in force now: after a change in between, the gate decides
+	// anew and asks again.
+	bySig := r.mint(req)
 	r.mu.Lock()
 	for _, it := range req.Items {
 		fmt.Fprintf(&b, "step %d (%s): %s", it.N, it.Op.Tool, it.Decision.Verdict)
@@ -175,13 +170,54 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		if it.Op.Unbound != "" {
 			continue // what it runs is not bound: asked when it runs
 		}
-		if _, noToken := skipped[it.N]; r.o.Grants == nil || (tokens && noToken) {
-			r.planned[it.Op.Signature()]++
+		if bySig[it.N] {
+			r.planned[plannedKey{sig: it.Op.Signature(), policy: r.shownPolicy(it)}]++
 		}
 	}
 	r.mu.Unlock()
 	b.WriteString("call each approved step once, with exactly the arguments of the plan.")
 	return tool.Result{Output: []byte(b.String())}, nil
+}
+
+// mint turns the approved steps of req into tokens when the router has
+// Grants, each bound to the policy it was shown under, and returns the
+// steps to honour once by signature instead: all of them without Grants,
+// those no token can cover exactly with them.
+func (r *Router) mint(req approval.Request) map[int]bool {
+	bySig := map[int]bool{}
+	if r.o.Grants == nil {
+		for _, it := range req.Items {
+			bySig[it.N] = true
+		}
+		return bySig
+	}
+	groups := map[string][]approval.Item{}
+	for _, it := range req.Items {
+		d := r.shownPolicy(it)
+		groups[d] = append(groups[d], it)
+	}
+	for _, d := range slices.Sorted(maps.Keys(groups)) {
+		sub := req
+		sub.Items = groups[d]
+		_, skipped, err := r.o.Grants.Mint(sub, d)
+		if err != nil {
+			r.o.Logger.Warn("approved steps got no tokens; they will be asked again", "err", err)
+			continue
+		}
+		for n := range skipped {
+			bySig[n] = true
+		}
+	}
+	return bySig
+}
+
+// shownPolicy is the digest of the policy an approval request showed
+// step it under: its evaluation's, else the gate's now.
+func (r *Router) shownPolicy(it approval.Item) string {
+	if it.Eval.Policy != "" {
+		return it.Eval.Policy
+	}
+	return r.policyDigest()
 }
 
 func jsonMarshal(v map[string]any) ([]byte, error) {

@@ -167,9 +167,9 @@ type Router struct {
 	// log copies a payload before Append returns, so one is reused at once.
 	records sync.Pool
 
-	mu      sync.Mutex     // guards the fields below
-	planned map[string]int // operation signature → approvals left from request_approval plans
-	written []string       // workspace-relative files the last sandboxed command wrote
+	mu      sync.Mutex         // guards the fields below
+	planned map[plannedKey]int // approvals left from request_approval plans
+	written []string           // workspace-relative files the last sandboxed command wrote
 }
 
 var _ agent.Tools = (*Router)(nil)
@@ -204,7 +204,7 @@ func New(o Options) (*Router, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{o: o, planned: map[string]int{}}
+	r := &Router{o: o, planned: map[plannedKey]int{}}
 	if o.Approver != nil {
 		if _, err := o.Registry.Lookup(RequestApprovalName); err != nil {
 			t, err := r.requestApprovalTool()
@@ -585,13 +585,21 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 // takePlanned uses one approval left by a request_approval plan for an
 // operation with this signature, if any.
 func (r *Router) takePlanned(cl *call) {
-	sig := cl.op.Signature()
+	k := plannedKey{sig: cl.op.Signature(), policy: cl.pd.Policy}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if n := r.planned[sig]; n > 0 {
-		r.planned[sig] = n - 1
+	if n := r.planned[k]; n > 0 {
+		r.planned[k] = n - 1
 		cl.approval = "approved in an earlier plan"
 	}
+}
+
+// plannedKey is a step approved in a plan without a token: its operation
+// signature and the digest of the policy its approval request showed it
+// under. It counts only while the gate decides under that same policy:
+// after a policy change the step is asked again.
+type plannedKey struct {
+	sig, policy string
 }
 
 // ask puts a policy "approve" to the person now.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,8 +66,10 @@ type env struct {
 	reg    *tool.Registry
 	r      *router.Router
 	// answer is what the "person" types to the next approval request.
-	answer  string
-	asked   int
+	answer string
+	asked  int
+	// onAsk, when set, runs as the person is asked, before the answer.
+	onAsk   func()
 	mu      sync.Mutex
 	secrets []string
 }
@@ -76,8 +79,11 @@ type notifier struct{ e *env }
 func (n notifier) Notify(ctx context.Context, req approval.Request) error {
 	n.e.mu.Lock()
 	n.e.asked++
-	ans := n.e.answer
+	ans, onAsk := n.e.answer, n.e.onAsk
 	n.e.mu.Unlock()
+	if onAsk != nil {
+		onAsk()
+	}
 	go func() {
 		_ = n.e.broker.Answer(context.WithoutCancel(ctx), req.ID, ans, approval.Who{Name: "ana", Channel: "test"})
 	}()
@@ -95,6 +101,34 @@ type setup struct {
 	hook func(*router.Options)
 	// userPolicy replaces extraRules as the user's policy file.
 	userPolicy []byte
+	// live, when set, is the policy of both the broker and the gate, so
+	// a test can change it (as the kernel's live policy does).
+	live *livePolicy
+}
+
+// livePolicy is a policy that a test changes: the engine in force, and
+// the options to compile another with.
+type livePolicy struct {
+	opts policy.Options
+	cur  atomic.Pointer[policy.Engine]
+}
+
+func (l *livePolicy) Decide(ctx context.Context, op operation.Operation) policy.Decision {
+	return l.cur.Load().Decide(ctx, op)
+}
+
+func (l *livePolicy) Explain(ctx context.Context, op operation.Operation) policy.Decision {
+	return l.cur.Load().Explain(ctx, op)
+}
+
+func (l *livePolicy) Digest() string { return l.cur.Load().Digest() }
+
+// set compiles userRules as the user's policy and puts it in force.
+func (l *livePolicy) set(t testing.TB, userRules string) {
+	t.Helper()
+	e, err := policy.Compile(l.opts, policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: []byte(userRules)})
+	must(t, err)
+	l.cur.Store(e)
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -150,6 +184,16 @@ func newEnv(t testing.TB, s setup) *env {
 		policy.Source{Name: "user.yaml", Layer: policy.LayerUser, Data: userRules})
 	must(t, err)
 
+	var gate interface {
+		router.PolicyGate
+		approval.Decider
+	} = eng
+	if s.live != nil {
+		s.live.opts = popts
+		s.live.cur.Store(eng)
+		gate = s.live
+	}
+
 	e.log = s.audit
 	if e.log == nil {
 		e.log, err = audit.Open(ctx, audit.Options{Path: filepath.Join(e.home, "audit.db"), KeyDir: filepath.Join(e.home, "keys")})
@@ -157,13 +201,13 @@ func newEnv(t testing.TB, s setup) *env {
 		t.Cleanup(func() { e.log.Close() })
 	}
 	o := router.Options{
-		Registry: reg, Resolver: res, State: e.tdd, Policy: eng, Audit: e.log, ChangeSet: e.cs,
+		Registry: reg, Resolver: res, State: e.tdd, Policy: gate, Audit: e.log, ChangeSet: e.cs,
 		Session:   operation.Session{ID: "s1", Workspace: e.ws},
 		Sanitizer: tool.NewSanitizer(tool.SanitizerOptions{Secrets: func() []string { return e.secrets }}),
 		Timeout:   30 * time.Second,
 	}
 	if s.approver {
-		e.broker, err = approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: eng}, Notifier: notifier{e}, Recorder: approval.AuditRecorder{Log: e.log}, Timeout: 20 * time.Second})
+		e.broker, err = approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: gate}, Notifier: notifier{e}, Recorder: approval.AuditRecorder{Log: e.log}, Timeout: 20 * time.Second})
 		must(t, err)
 		o.Approver = e.broker
 	}
@@ -694,6 +738,57 @@ func TestRequestApprovalTokens(t *testing.T) {
 	must(t, err)
 	if !res.IsError || e.asked != asked+2 {
 		t.Errorf("second call: asked %d times, %s", e.asked-asked, res.Content)
+	}
+}
+
+// TestPlanStepIsBoundToThePolicyItWasShownUnder: a step approved in a
+// plan runs without asking only under the policy its request showed it
+// under. When the policy changes while the person is asked, or between
+// the plan and the call, the gate decides under the new policy and asks
+// again, with tokens and with the one-time approval by signature alike.
+func TestPlanStepIsBoundToThePolicyItWasShownUnder(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		tokens bool
+		during bool // the change comes while the person is asked
+	}{
+		{"signature, change after", false, false},
+		{"signature, change during", false, true},
+		{"tokens, change after", true, false},
+		{"tokens, change during", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			live := &livePolicy{}
+			e := newEnv(t, setup{approver: true, sandbox: true, tokens: c.tokens, live: live})
+			ctx := t.Context()
+			// ls still needs approval under the new policy; only an
+			// unrelated rule is added.
+			change := func() {
+				live.set(t, extraRules+"  - id: test.unrelated\n    effect: block\n    match:\n      argv: [[telnet, ...]]\n")
+			}
+			if c.during {
+				e.onAsk = change
+			}
+			res, err := e.r.Call(ctx, tc("request_approval", map[string]any{
+				"summary": "list files",
+				"steps":   []any{map[string]any{"tool": "shell.exec", "args": map[string]any{"command": "ls"}}},
+			}))
+			must(t, err)
+			if res.IsError || !strings.Contains(res.Content, "step 1 (shell.exec): approved") {
+				t.Fatalf("plan: %s", res.Content)
+			}
+			e.onAsk = nil
+			if !c.during {
+				change()
+			}
+			asked := e.asked
+			e.answer = "/deny asked again"
+			res, err = e.r.Call(ctx, tc("shell.exec", map[string]any{"command": "ls"}))
+			must(t, err)
+			if e.asked != asked+1 || !res.IsError {
+				t.Errorf("the step approved under the old policy ran under the new one without asking (asked %d times): %s", e.asked-asked, res.Decision)
+			}
+		})
 	}
 }
 
