@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -20,13 +21,37 @@ func init() { scriptCmds["ipc-session"] = ipcSession }
 // ipcSession is a scripted IPC client of the running kernel (start one
 // first, e.g. with 'fluffy status'): ipc-session MODEL TASK ANSWER creates
 // a session over the current directory, attaches to its events, runs it,
-// and answers every approval request with ANSWER ("/approve", "/deny
-// reason") through session.approve. It prints one line per tool result
-// ("result ID DECISION: CONTENT") and approval ("approval ID"), then
-// "done REASON".
+// and answers approval requests through session.approve: the first with
+// the first ANSWER ("/approve", "/deny reason"), the next with the next,
+// the last ANSWER all that follow. An argument --cp=SRC,DST before an
+// ANSWER copies the file SRC to DST before that answer is given (to
+// change a file while the session waits). It prints one line per tool
+// result ("result ID DECISION: CONTENT") and approval ("approval ID"),
+// then "done REASON".
 func ipcSession(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 3 {
-		ts.Fatalf("usage: ipc-session MODEL TASK ANSWER")
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: ipc-session MODEL TASK [--cp=SRC,DST]... ANSWER...")
+	}
+	type answer struct {
+		copies [][2]string
+		text   string
+	}
+	var answers []answer
+	var copies [][2]string
+	for _, a := range args[2:] {
+		if c, ok := strings.CutPrefix(a, "--cp="); ok {
+			src, dst, ok := strings.Cut(c, ",")
+			if !ok {
+				ts.Fatalf("--cp=SRC,DST: %q", a)
+			}
+			copies = append(copies, [2]string{ts.MkAbs(src), ts.MkAbs(dst)})
+			continue
+		}
+		answers = append(answers, answer{copies: copies, text: a})
+		copies = nil
+	}
+	if len(answers) == 0 || copies != nil {
+		ts.Fatalf("usage: ipc-session MODEL TASK [--cp=SRC,DST]... ANSWER...")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -55,7 +80,18 @@ func ipcSession(ts *testscript.TestScript, neg bool, args []string) {
 			switch {
 			case e.Type == kernel.TypeApproval && e.Approval != nil:
 				fmt.Fprintf(out, "approval %s\n", e.Approval.ID)
-				ts.Check(c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: e.Approval.ID, Answer: args[2], Name: "script"}, nil))
+				a := answers[0]
+				if len(answers) > 1 {
+					answers = answers[1:]
+				} else {
+					answers[0].copies = nil
+				}
+				for _, cp := range a.copies {
+					data, err := os.ReadFile(cp[0])
+					ts.Check(err)
+					ts.Check(os.WriteFile(cp[1], data, 0o644))
+				}
+				ts.Check(c.Call(ctx, kernel.MethodApprove, kernel.ApproveParams{Request: e.Approval.ID, Answer: a.text, Name: "script"}, nil))
 			case e.Type == kernel.Type(agent.EventToolResult) && e.Agent != nil && e.Agent.Result != nil:
 				fmt.Fprintf(out, "result %s %s: %s\n", e.Agent.Call.ID, e.Agent.Result.Decision, strings.Join(strings.Fields(e.Agent.Result.Content), " "))
 			case e.Type == kernel.TypeDone && e.Result != nil:
