@@ -63,6 +63,10 @@ func newLivePolicy(u *userenv.Env, log *slog.Logger, toks *policy.Tokens, rec ap
 			return nil, err
 		}
 	}
+	if live.watch, err = newWatcher(); err != nil {
+		// Correct still, a little slower: each call stats the files.
+		log.Warn("no inotify for the policy files; each tool call checks them with stat", "err", err)
+	}
 	return live, nil
 }
 

@@ -36,22 +36,34 @@ const racyWindow = time.Second
 //
 // A workspace's engine is compiled once and kept while its files (the
 // user's and the project's policy.yaml, the *.star files beside them) do
-// not change. Each call stats those files and their directories (a few
-// µs); only a changed stamp, or a file changed within racyWindow, reads
-// them again, and only changed content compiles. An accepted change is
-// recorded as policy.change before the new rules decide anything; if that
-// record cannot be written the call fails closed and the change is tried
-// again at the next call. An invalid change keeps the old rules and is
-// logged once, with the file and line of each error.
+// not change. The check at each call is one non-blocking read of an
+// inotify descriptor watching those files and their directories (the
+// kernel queues an event before the write that causes it returns, so an
+// edit is seen by the first call after it); without inotify, it stats
+// the files instead. Only a change reads the files again, and only
+// changed content compiles. An accepted change is recorded as
+// policy.change before the new rules decide anything; if that record
+// cannot be written the call fails closed and the change is tried again
+// at the next call. An invalid change keeps the old rules and is logged
+// once, with the file and line of each error.
 type livePolicy struct {
 	u          *userenv.Env
 	log        *slog.Logger
 	classifier policy.Classifier // nil: classify rules fail closed
 	tokens     *policy.Tokens    // nil: presented tokens are ignored
 	audit      approval.Appender // where policy.change goes; required
+	watch      *watcher          // nil: stamps are compared instead
 
 	mu sync.Mutex // guards ws
 	ws map[string]*wsPolicy
+}
+
+// Close releases the watcher.
+func (p *livePolicy) Close() error {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.Close()
 }
 
 // wsPolicy is one workspace's policy.
@@ -68,9 +80,13 @@ type wsPolicy struct {
 // compiledPolicy is an engine and what it was compiled from.
 type compiledPolicy struct {
 	engine *policy.Engine
-	hashes map[string]string    // file → content hash ("absent")
-	stamps map[string]fileStamp // those files and the directories holding them
-	readAt time.Time
+	hashes map[string]string // file → content hash ("absent")
+	// gen is the watcher's generation the files were read at; watched
+	// says the watcher covers them (else stamps decide).
+	gen     uint64
+	watched bool
+	stamps  map[string]fileStamp // those files and the directories holding them
+	readAt  time.Time
 }
 
 // fileStamp is what a stat says of a file: any change of content changes
@@ -106,10 +122,18 @@ func (p *livePolicy) engine(ctx context.Context, ws string) (*policy.Engine, err
 	if err != nil {
 		return nil, err
 	}
-	if c := w.cur.Load(); c != nil && c.fresh() {
+	if c := w.cur.Load(); c != nil && p.fresh(c) {
 		return c.engine, nil
 	}
 	return p.reload(ctx, w)
+}
+
+// fresh reports whether nothing c was compiled from may have changed.
+func (p *livePolicy) fresh(c *compiledPolicy) bool {
+	if c.watched {
+		return p.watch.generation() == c.gen
+	}
+	return c.fresh()
 }
 
 // workspace returns ws's entry, computing its engine options once: the
@@ -137,7 +161,8 @@ func (p *livePolicy) workspace(ws string) (*wsPolicy, error) {
 	return w, nil
 }
 
-// fresh reports whether nothing c was compiled from may have changed.
+// fresh reports, by their stamps, whether nothing c was compiled from may
+// have changed.
 func (c *compiledPolicy) fresh() bool {
 	for path, old := range c.stamps {
 		s := stampOf(path)
@@ -160,10 +185,12 @@ func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, e
 	defer w.mu.Unlock()
 	now := time.Now()
 	cur := w.cur.Load()
-	if cur != nil && cur.fresh() {
+	if cur != nil && p.fresh(cur) {
 		return cur.engine, nil // another call reloaded meanwhile
 	}
-	// Stamps before the read: a write after them changes them again.
+	// Watches and stamps before the read: a write after them is seen
+	// at the next call.
+	watched, gen := p.watchFiles(w.files, cur)
 	stamps := stamps(w.files, cur)
 	srcs, hashes, err := w.files.Read()
 	if err != nil {
@@ -178,7 +205,16 @@ func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, e
 			stamps[f] = stampOf(f)
 		}
 	}
-	next := &compiledPolicy{hashes: hashes, stamps: stamps, readAt: now}
+	if watched {
+		// Extensions first seen in this read: watched from now (the
+		// directory watch covers them unless they are symbolic links).
+		for f := range hashes {
+			if cur == nil || cur.hashes[f] == "" {
+				_ = p.watch.add(f)
+			}
+		}
+	}
+	next := &compiledPolicy{hashes: hashes, stamps: stamps, readAt: now, gen: gen, watched: watched}
 	if cur != nil && maps.Equal(hashes, cur.hashes) {
 		next.engine = cur.engine
 		w.cur.Store(next)
@@ -206,6 +242,44 @@ func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, e
 	}
 	w.cur.Store(next)
 	return e, nil
+}
+
+// watchFiles watches, when there is a watcher, the directories that hold
+// (or would hold) the policy files, the files themselves (a symbolic
+// link's target) and every file cur was compiled from, and returns the
+// generation after that. It reports false when something could not be
+// watched: stamps then decide.
+func (p *livePolicy) watchFiles(f policy.Files, cur *compiledPolicy) (bool, uint64) {
+	if p.watch == nil {
+		return false, 0
+	}
+	ok := true
+	for _, path := range []string{f.User, f.Project} {
+		if path == "" {
+			continue
+		}
+		// The nearest directory that exists: creating the policy's
+		// directory is an event there.
+		dir := filepath.Dir(path)
+		for dir != filepath.Dir(dir) {
+			if _, err := os.Stat(dir); err == nil {
+				break
+			}
+			dir = filepath.Dir(dir)
+		}
+		if err := p.watch.add(dir); err != nil {
+			ok = false
+		}
+		_ = p.watch.add(path) // absent: the directory's watch sees it come
+	}
+	if cur != nil {
+		for path, h := range cur.hashes {
+			if h != "absent" {
+				_ = p.watch.add(path)
+			}
+		}
+	}
+	return ok, p.watch.generation()
 }
 
 // stamps stats the policy files, the directories holding them (a new or

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/operation"
@@ -62,7 +63,9 @@ type liveFixture struct {
 	log            *bytes.Buffer
 }
 
-func newLiveFixture(t *testing.T) *liveFixture {
+// newLiveFixture builds the fixture; with watch, the live policy has an
+// inotify watcher (else it compares stamps).
+func newLiveFixture(t testing.TB, watch bool) *liveFixture {
 	t.Helper()
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
@@ -76,6 +79,14 @@ func newLiveFixture(t *testing.T) *liveFixture {
 		t.Fatal(err)
 	}
 	f.live = &livePolicy{u: u, log: slog.New(slog.NewTextHandler(f.log, nil)), audit: f.rec}
+	if watch {
+		w, err := newWatcher()
+		if err != nil {
+			t.Skipf("no inotify: %v", err)
+		}
+		f.live.watch = w
+		t.Cleanup(func() { w.Close() })
+	}
 	return f
 }
 
@@ -105,116 +116,228 @@ const (
 // decides the next call, and is recorded as policy.change (files, digests,
 // rule ids) before the new rules decide anything.
 func TestLivePolicyEditDecidesTheNextCall(t *testing.T) {
-	f := newLiveFixture(t)
-	f.write(t, allowMake)
-	if d := f.decide(t); d.Effect != policy.Allow || d.Rule != "make-ok" {
-		t.Fatalf("before the edit: %v by %s; want allow by make-ok", d.Effect, d.Rule)
-	}
-	old, err := f.live.engine(t.Context(), f.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(f.rec.changes()) != 0 {
-		t.Errorf("the first load was recorded as a change: %+v", f.rec.changes())
-	}
-	// When policy.change is written, the old rules are still in force.
-	var inForce string
-	f.rec.before = func(audit.Entry) { inForce = f.live.ws[f.ws].cur.Load().engine.Digest() }
-	f.write(t, blockMake)
-	if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
-		t.Fatalf("after the edit: %v by %s; want block by no-make-install", d.Effect, d.Rule)
-	}
-	ch := f.rec.changes()
-	if len(ch) != 1 {
-		t.Fatalf("policy.change entries: %+v; want one", ch)
-	}
-	c := ch[0]
-	if inForce != old.Digest() || c.OldPolicy != old.Digest() || c.NewPolicy == old.Digest() {
-		t.Errorf("policy.change %+v written while %s was in force; want it written under the old policy %s", c, inForce, old.Digest())
-	}
-	if len(c.Files) != 1 || c.Files[0].File != f.userPolicy || c.Files[0].OldSHA256 == c.Files[0].NewSHA256 {
-		t.Errorf("policy.change files %+v; want the user's policy with two hashes", c.Files)
-	}
-	if !slices.Equal(c.Added, []string{"no-make-install"}) || !slices.Equal(c.Removed, []string{"make-ok"}) {
-		t.Errorf("policy.change added %v removed %v; want [no-make-install] and [make-ok]", c.Added, c.Removed)
-	}
-	// Unchanged files: the same engine, nothing recorded again.
-	e1, _ := f.live.engine(t.Context(), f.ws)
-	e2, _ := f.live.engine(t.Context(), f.ws)
-	if e1 != e2 || len(f.rec.changes()) != 1 {
-		t.Errorf("unchanged policy: engines %p %p, %d changes; want one engine and one change", e1, e2, len(f.rec.changes()))
-	}
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		f.write(t, allowMake)
+		if d := f.decide(t); d.Effect != policy.Allow || d.Rule != "make-ok" {
+			t.Fatalf("before the edit: %v by %s; want allow by make-ok", d.Effect, d.Rule)
+		}
+		old, err := f.live.engine(t.Context(), f.ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.rec.changes()) != 0 {
+			t.Errorf("the first load was recorded as a change: %+v", f.rec.changes())
+		}
+		// When policy.change is written, the old rules are still in force.
+		var inForce string
+		f.rec.before = func(audit.Entry) { inForce = f.live.ws[f.ws].cur.Load().engine.Digest() }
+		f.write(t, blockMake)
+		if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
+			t.Fatalf("after the edit: %v by %s; want block by no-make-install", d.Effect, d.Rule)
+		}
+		ch := f.rec.changes()
+		if len(ch) != 1 {
+			t.Fatalf("policy.change entries: %+v; want one", ch)
+		}
+		c := ch[0]
+		if inForce != old.Digest() || c.OldPolicy != old.Digest() || c.NewPolicy == old.Digest() {
+			t.Errorf("policy.change %+v written while %s was in force; want it written under the old policy %s", c, inForce, old.Digest())
+		}
+		if len(c.Files) != 1 || c.Files[0].File != f.userPolicy || c.Files[0].OldSHA256 == c.Files[0].NewSHA256 {
+			t.Errorf("policy.change files %+v; want the user's policy with two hashes", c.Files)
+		}
+		if !slices.Equal(c.Added, []string{"no-make-install"}) || !slices.Equal(c.Removed, []string{"make-ok"}) {
+			t.Errorf("policy.change added %v removed %v; want [no-make-install] and [make-ok]", c.Added, c.Removed)
+		}
+		// Unchanged files: the same engine, nothing recorded again.
+		e1, _ := f.live.engine(t.Context(), f.ws)
+		e2, _ := f.live.engine(t.Context(), f.ws)
+		if e1 != e2 || len(f.rec.changes()) != 1 {
+			t.Errorf("unchanged policy: engines %p %p, %d changes; want one engine and one change", e1, e2, len(f.rec.changes()))
+		}
+	})
 }
 
 // TestLivePolicyBrokenEditKeepsTheOldRules: an edit that does not compile
 // keeps the rules in force, is logged once with the file and line, and is
 // not recorded as a change; the next valid edit applies.
 func TestLivePolicyBrokenEditKeepsTheOldRules(t *testing.T) {
-	f := newLiveFixture(t)
-	f.write(t, blockMake)
-	if d := f.decide(t); d.Effect != policy.Block {
-		t.Fatalf("before the edit: %v by %s; want block", d.Effect, d.Rule)
-	}
-	f.write(t, brokenMake)
-	for range 3 {
-		if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
-			t.Fatalf("after a broken edit: %v by %s (%s); want the old block by no-make-install", d.Effect, d.Rule, d.Reason)
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		f.write(t, blockMake)
+		if d := f.decide(t); d.Effect != policy.Block {
+			t.Fatalf("before the edit: %v by %s; want block", d.Effect, d.Rule)
 		}
-	}
-	logged := f.log.String()
-	if !strings.Contains(logged, f.userPolicy+":3:") {
-		t.Errorf("log %q does not name %s:3", logged, f.userPolicy)
-	}
-	if n := strings.Count(logged, "policy change rejected"); n != 1 {
-		t.Errorf("the broken edit was logged %d times; want once:\n%s", n, logged)
-	}
-	if len(f.rec.changes()) != 0 {
-		t.Errorf("a rejected edit was recorded: %+v", f.rec.changes())
-	}
-	f.write(t, allowMake)
-	if d := f.decide(t); d.Effect != policy.Allow {
-		t.Errorf("after the fix: %v by %s; want allow", d.Effect, d.Rule)
-	}
-	if len(f.rec.changes()) != 1 {
-		t.Errorf("policy.change entries after the fix: %+v; want one", f.rec.changes())
-	}
+		f.write(t, brokenMake)
+		for range 3 {
+			if d := f.decide(t); d.Effect != policy.Block || d.Rule != "no-make-install" {
+				t.Fatalf("after a broken edit: %v by %s (%s); want the old block by no-make-install", d.Effect, d.Rule, d.Reason)
+			}
+		}
+		logged := f.log.String()
+		if !strings.Contains(logged, f.userPolicy+":3:") {
+			t.Errorf("log %q does not name %s:3", logged, f.userPolicy)
+		}
+		if n := strings.Count(logged, "policy change rejected"); n != 1 {
+			t.Errorf("the broken edit was logged %d times; want once:\n%s", n, logged)
+		}
+		if len(f.rec.changes()) != 0 {
+			t.Errorf("a rejected edit was recorded: %+v", f.rec.changes())
+		}
+		f.write(t, allowMake)
+		if d := f.decide(t); d.Effect != policy.Allow {
+			t.Errorf("after the fix: %v by %s; want allow", d.Effect, d.Rule)
+		}
+		if len(f.rec.changes()) != 1 {
+			t.Errorf("policy.change entries after the fix: %+v; want one", f.rec.changes())
+		}
+	})
 }
 
 // TestLivePolicyUnrecordedChangeFailsClosed: a change the audit log cannot
 // record is not applied and the gate refuses; once the log writes again,
 // the change is recorded and applies.
 func TestLivePolicyUnrecordedChangeFailsClosed(t *testing.T) {
-	f := newLiveFixture(t)
-	f.write(t, blockMake)
-	if d := f.decide(t); d.Effect != policy.Block {
-		t.Fatalf("before the edit: %v; want block", d.Effect)
-	}
-	f.rec.fail = errors.New("disk full")
-	f.write(t, allowMake)
-	if _, err := f.live.engine(t.Context(), f.ws); !errors.Is(err, ErrPolicyChangeUnrecorded) {
-		t.Errorf("engine with an unwritable log: %v; want ErrPolicyChangeUnrecorded", err)
-	}
-	if d := f.decide(t); d.Effect != policy.Block || d.Rule != "policy-error" {
-		t.Errorf("gate with an unwritable log: %v by %s; want block by policy-error", d.Effect, d.Rule)
-	}
-	f.rec.fail = nil
-	if d := f.decide(t); d.Effect != policy.Allow || len(f.rec.changes()) != 1 {
-		t.Errorf("once the log writes: %v, %d changes; want allow and one change", d.Effect, len(f.rec.changes()))
-	}
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		f.write(t, blockMake)
+		if d := f.decide(t); d.Effect != policy.Block {
+			t.Fatalf("before the edit: %v; want block", d.Effect)
+		}
+		f.rec.fail = errors.New("disk full")
+		f.write(t, allowMake)
+		if _, err := f.live.engine(t.Context(), f.ws); !errors.Is(err, ErrPolicyChangeUnrecorded) {
+			t.Errorf("engine with an unwritable log: %v; want ErrPolicyChangeUnrecorded", err)
+		}
+		if d := f.decide(t); d.Effect != policy.Block || d.Rule != "policy-error" {
+			t.Errorf("gate with an unwritable log: %v by %s; want block by policy-error", d.Effect, d.Rule)
+		}
+		f.rec.fail = nil
+		if d := f.decide(t); d.Effect != policy.Allow || len(f.rec.changes()) != 1 {
+			t.Errorf("once the log writes: %v, %d changes; want allow and one change", d.Effect, len(f.rec.changes()))
+		}
+	})
 }
 
 // TestLivePolicyBrokerAndGateShareOneEngine: the broker's pre-evaluation
 // and a session's gate decide with the same engine, hence the same
 // digest, which is what approvals and tokens are bound to.
 func TestLivePolicyBrokerAndGateShareOneEngine(t *testing.T) {
-	f := newLiveFixture(t)
-	f.write(t, blockMake)
-	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
-		Commands: []operation.Command{{Argv: []string{"make", "install"}}},
-		Session:  operation.Session{ID: "s1", Workspace: f.ws}}
-	b := f.live.Explain(t.Context(), op)
-	g := sessionPolicy{live: f.live, ws: f.ws}
-	if d := g.Decide(t.Context(), op); d.Policy != b.Policy || d.Policy == "" || g.Digest() != b.Policy {
-		t.Errorf("broker decided under %q, the gate under %q (digest %q); want one policy", b.Policy, d.Policy, g.Digest())
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		f.write(t, blockMake)
+		op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
+			Commands: []operation.Command{{Argv: []string{"make", "install"}}},
+			Session:  operation.Session{ID: "s1", Workspace: f.ws}}
+		b := f.live.Explain(t.Context(), op)
+		g := sessionPolicy{live: f.live, ws: f.ws}
+		if d := g.Decide(t.Context(), op); d.Policy != b.Policy || d.Policy == "" || g.Digest() != b.Policy {
+			t.Errorf("broker decided under %q, the gate under %q (digest %q); want one policy", b.Policy, d.Policy, g.Digest())
+		}
+	})
+}
+
+// BenchmarkPolicyGate is the live policy's cost on a session's gate: one
+// decision of a fast-path read by the engine itself, through the live
+// policy (its watcher's check, then the same engine), and through a live
+// policy without a watcher (stat of the files). The difference is what
+// the live policy adds to every tool call.
+func BenchmarkPolicyGate(b *testing.B) {
+	f := newLiveFixture(b, true)
+	if err := os.WriteFile(f.userPolicy, []byte(allowMake), 0o644); err != nil {
+		b.Fatal(err)
 	}
+	// Old enough that the stamps are trusted (see racyWindow).
+	old := time.Now().Add(-time.Minute)
+	for _, p := range []string{f.userPolicy, filepath.Dir(f.userPolicy), filepath.Join(f.ws, ".fluffy")} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	op := operation.Operation{Tool: "fs.read", Action: operation.Read, Paths: []operation.Path{{Abs: filepath.Join(f.ws, "README.md"), InWorkspace: true}},
+		Session: operation.Session{ID: "s1", Workspace: f.ws}}
+	e, err := f.live.engine(ctx, f.ws)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The same files through a live policy without a watcher.
+	stamped := &livePolicy{u: f.live.u, log: f.live.log, audit: f.rec}
+	if _, err := stamped.engine(ctx, f.ws); err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range []struct {
+		name string
+		gate interface {
+			Decide(context.Context, operation.Operation) policy.Decision
+		}
+	}{{"engine", e}, {"live", sessionPolicy{live: f.live, ws: f.ws}}, {"live-stamps", sessionPolicy{live: stamped, ws: f.ws}}} {
+		b.Run(g.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := time.Now()
+				d := g.gate.Decide(ctx, op)
+				lat = append(lat, time.Since(t0))
+				if d.Effect != policy.Allow {
+					b.Fatalf("%v by %s: %s", d.Effect, d.Rule, d.Reason)
+				}
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(lat[(len(lat)*99+99)/100-1].Nanoseconds())/1e3, "p99-µs")
+		})
+	}
+}
+
+// bothModes runs test with a watcher and with stamps.
+func bothModes(t *testing.T, test func(*testing.T, *liveFixture)) {
+	for _, watch := range []bool{true, false} {
+		name := "stamps"
+		if watch {
+			name = "inotify"
+		}
+		t.Run(name, func(t *testing.T) { test(t, newLiveFixture(t, watch)) })
+	}
+}
+
+// TestLivePolicySeesEveryKindOfEdit: an edit through a symbolic link's
+// target (a policy kept with other dotfiles), and a policy whose
+// directory did not exist when the workspace's policy was first loaded,
+// each decide the next call.
+func TestLivePolicySeesEveryKindOfEdit(t *testing.T) {
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		// No user policy directory yet.
+		if err := os.RemoveAll(filepath.Dir(f.userPolicy)); err != nil {
+			t.Fatal(err)
+		}
+		if d := f.decide(t); d.Effect != policy.Approve {
+			t.Fatalf("without a user policy: %v by %s; want approve", d.Effect, d.Rule)
+		}
+		if err := os.MkdirAll(filepath.Dir(f.userPolicy), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f.write(t, blockMake)
+		if d := f.decide(t); d.Effect != policy.Block {
+			t.Fatalf("after creating the directory and the policy: %v by %s; want block", d.Effect, d.Rule)
+		}
+		// The policy becomes a link to a file elsewhere; then that file
+		// is edited.
+		target := filepath.Join(t.TempDir(), "dotfiles-policy.yaml")
+		if err := os.WriteFile(target, []byte(blockMake), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(f.userPolicy); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, f.userPolicy); err != nil {
+			t.Fatal(err)
+		}
+		if d := f.decide(t); d.Effect != policy.Block {
+			t.Fatalf("through the link: %v by %s; want block", d.Effect, d.Rule)
+		}
+		if err := os.WriteFile(target, []byte(allowMake), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if d := f.decide(t); d.Effect != policy.Allow {
+			t.Errorf("after editing the link's target: %v by %s; want allow", d.Effect, d.Rule)
+		}
+	})
 }

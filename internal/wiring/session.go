@@ -86,10 +86,17 @@ func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOpti
 	}
 	broker, err := serveApprovals(u, mux, live, rec, notify)
 	if err != nil {
+		live.Close()
 		return nil, err
 	}
-	if k.stop, err = k.startSessions(ctx, u, mux, sessionDeps{broker: broker, live: live, toks: toks, grants: grants}, notify, o.Publish); err != nil {
+	stop, err := k.startSessions(ctx, u, mux, sessionDeps{broker: broker, live: live, toks: toks, grants: grants}, notify, o.Publish)
+	if err != nil {
+		live.Close()
 		return nil, err
+	}
+	k.stop = func() {
+		stop()
+		live.Close()
 	}
 	return k, nil
 }
