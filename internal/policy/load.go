@@ -51,7 +51,7 @@ type Source struct {
 	Layer Layer
 	Data  []byte
 	// Extensions maps an extension file name, as the policy file writes
-	// it, to its content. Reloader fills it; tests may too.
+	// it, to its content. Files.Read fills it; tests may too.
 	Extensions map[string][]byte
 }
 

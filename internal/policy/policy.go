@@ -21,8 +21,9 @@
 //
 // The engine is a pure function of its rules and the operation, except for
 // three documented pieces of state: capability-token uses, the per-session
-// classifier cache, and the clock. It does no I/O when deciding; reading
-// and watching files is Reloader's job.
+// classifier cache, and the clock. It does no I/O when deciding: Files
+// reads the policy files, and the kernel (internal/wiring) watches them
+// and compiles a new engine when they change.
 //
 // docs/policy.md is the reference, with the numbered normative cases that
 // testdata/cases/*.txtar check.

@@ -1,6 +1,7 @@
 // Package wiring assembles fluffy's daemon side from its parts: the
 // kernel daemon's sessions with their tools, gates and sandbox runtime,
-// approvals, and the sandbox runtimes of 'fluffy sandbox run'. It is the
+// the live policy they and the approvals decide with, approvals, and the
+// sandbox runtimes of 'fluffy sandbox run'. It is the
 // one package that links the backends (sandbox/native, sandbox/docker,
 // the tool router and built-in tools, the egress proxy); the entry point
 // (cmd/fluffy) hands what it builds to the CLI through small interfaces,
