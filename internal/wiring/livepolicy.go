@@ -349,6 +349,19 @@ func ruleDiff(old, next *policy.Engine) (added, removed []string) {
 	return added, removed
 }
 
+// EndSession implements kernel.Revoker: the classifier's answers cached
+// for a closed or removed session are dropped from every workspace's
+// engine (the engines outlive sessions).
+func (p *livePolicy) EndSession(session string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.ws {
+		if c := w.cur.Load(); c != nil {
+			c.engine.ForgetSession(session)
+		}
+	}
+}
+
 // Explain implements approval.Decider: the broker's pre-evaluation of a
 // plan step, with the engine of the step's workspace in force now. A
 // policy that does not load blocks every step, with the error as the

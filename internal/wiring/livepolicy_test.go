@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +341,36 @@ func TestLivePolicySeesEveryKindOfEdit(t *testing.T) {
 			t.Errorf("after editing the link's target: %v by %s; want allow", d.Effect, d.Rule)
 		}
 	})
+}
+
+// countingClassifier answers yes and counts the questions.
+type countingClassifier struct{ n atomic.Int64 }
+
+func (c *countingClassifier) Classify(context.Context, string, *policy.CELOp) (bool, error) {
+	c.n.Add(1)
+	return true, nil
+}
+
+// TestLivePolicyClassifierCacheEndsWithTheSession: the gate asks the
+// classifier once per session and operation; a session that ends (the
+// kernel's Revoker) forgets its answers, so the engines, which outlive
+// sessions, do not keep them.
+func TestLivePolicyClassifierCacheEndsWithTheSession(t *testing.T) {
+	f := newLiveFixture(t, false)
+	cl := &countingClassifier{}
+	f.live.classifier = cl
+	f.write(t, "rules:\n  - id: installs\n    effect: block\n    classify: installs software\n    match: {tool: shell.exec, action: exec}\n")
+	for range 2 {
+		if d := f.decide(t); d.Effect != policy.Block || d.Rule != "installs" {
+			t.Fatalf("%v by %s (%s); want block by installs", d.Effect, d.Rule, d.Reason)
+		}
+	}
+	if n := cl.n.Load(); n != 1 {
+		t.Errorf("the classifier was asked %d times for one operation of one session; want once", n)
+	}
+	f.live.EndSession("s1")
+	f.decide(t)
+	if n := cl.n.Load(); n != 2 {
+		t.Errorf("after the session ended: %d questions; want the answer forgotten (2)", n)
+	}
 }

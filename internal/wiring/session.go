@@ -171,9 +171,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if err != nil {
 		return fail(err)
 	}
-	// A closed or removed session's tokens and approvals "for session"
-	// end with it.
-	revokers := []kernel.Revoker{broker}
+	// A closed or removed session's tokens, approvals "for session" and
+	// cached classifier answers end with it.
+	revokers := []kernel.Revoker{broker, deps.live}
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
