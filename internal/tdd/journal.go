@@ -369,8 +369,12 @@ func (s *Session) SwitchMode(ctx context.Context, to Mode, by Actor, reason stri
 
 // WantsCoverage reports whether test runs should measure coverage now:
 // in explore mode, and in any mode while tech debt is open (done checks
-// it against a measurement taken after the last change).
+// it against a measurement taken after the last change). A nil Session
+// (no TDD machine) wants none.
 func (s *Session) WantsCoverage() bool {
+	if s == nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status.Mode == Explore || len(s.status.Debt) > 0
