@@ -41,6 +41,9 @@ type finisher struct {
 	sess *tdd.Session // nil: no TDD machine, nothing to check
 	em   *emitter
 	stop *agent.Event // the held stop event
+	// stats tells the clients the session's totals again (the TDD
+	// state moved).
+	stats func()
 }
 
 // hold keeps a done stop event back; it reports whether it did.
@@ -117,6 +120,9 @@ func (f *finisher) finish(ctx context.Context) (string, error) {
 		paths[i] = d.Path
 	}
 	f.context(fmt.Sprintf("tech debt paid (%s): tdd %s → %s", strings.Join(paths, ", "), tr.From, tr.To))
+	if f.stats != nil {
+		f.stats()
+	}
 	return "", nil
 }
 

@@ -355,7 +355,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 			saveErr.CompareAndSwap(nil, &err)
 		}
 	}
-	fin := &finisher{k: k, sess: env.TDD, em: em}
+	fin := &finisher{k: k, sess: env.TDD, em: em, stats: stats}
 	var price llm.Price
 	if k.o.Price != nil {
 		price = k.o.Price(info.Model)
