@@ -82,6 +82,7 @@ func TestCollectCoverage(t *testing.T) {
 		{name: "pytest without pytest-cov", runner: "pytest", stdout: "<testsuites><testsuite tests=\"1\"><testcase classname=\"t\" name=\"a\"/></testsuite></testsuites>\n" + mark + "\n",
 			cov: &coverRun{format: coverage.Cobertura, mark: mark}, want: "coverage: not measured (pytest-cov is not installed in the sandbox)"},
 		{name: "limit", stdout: goPass + "\n" + mark + "\n" + profile, limits: []string{"output"}, cov: cov, want: "coverage: not measured (a limit was reached: output)"},
+		{name: "profile without blocks", stdout: goPass + "\n" + mark + "\nmode: set\n", cov: cov, want: "coverage: not measured (the coverage report lists no file)"},
 		{name: "bad profile", stdout: goPass + "\n" + mark + "\nmode: nope\n", cov: cov, want: "coverage: the report could not be read"},
 		{name: "runner without coverage", runner: "cargo", stdout: goPass, cov: &coverRun{}, want: "coverage: not measured (fluffy measures coverage with go, and with pytest when pytest-cov is installed; not with cargo)"},
 		{name: "not asked", stdout: goPass},

@@ -266,6 +266,10 @@ func measure(name string, cov *coverRun, out *tool.CommandOutput) (*coverage.Rep
 	if err != nil {
 		return nil, fmt.Sprintf("coverage: the report could not be read (%v)", err)
 	}
+	if len(rep.Files) == 0 {
+		// A build that failed leaves a profile with its mode line only.
+		return nil, "coverage: not measured (the coverage report lists no file)"
+	}
 	t := rep.Total()
 	return rep, fmt.Sprintf("coverage: %d.%02d%% of %d %s in %d file(s)", t.BP()/100, t.BP()%100, t.Total, coverUnit(cov.format), len(rep.Files))
 }
