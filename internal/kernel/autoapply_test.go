@@ -16,6 +16,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tdd/coverage"
 	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
 )
 
@@ -30,8 +31,9 @@ func (w *tddTools) Definitions() []llm.Tool {
 
 func (w *tddTools) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
 	var a struct {
-		Path, Content string
-		Failed        int
+		Path, Content  string
+		Failed         int
+		Covered, Total int64 // "test": the coverage of Path, when Total > 0
 	}
 	if err := json.Unmarshal(c.Args, &a); err != nil {
 		return agent.Result{Content: err.Error(), IsError: true}, nil
@@ -64,7 +66,11 @@ func (w *tddTools) Call(ctx context.Context, c llm.ToolCall) (agent.Result, erro
 		}
 		return agent.Result{Content: "ok"}, nil
 	case "test":
-		if _, err := w.env.TDD.TestRun(ctx, &testrun.Result{Runner: "go", Passed: 3 - a.Failed, Failed: a.Failed}); err != nil {
+		res := &testrun.Result{Runner: "go", Passed: 3 - a.Failed, Failed: a.Failed}
+		if a.Total > 0 {
+			res.Coverage = &coverage.Report{Files: map[string]coverage.FileCoverage{"example.com/m/" + a.Path: {Covered: a.Covered, Total: a.Total}}}
+		}
+		if _, err := w.env.TDD.TestRun(ctx, res); err != nil {
 			return agent.Result{}, err
 		}
 		return agent.Result{Content: "ran"}, nil

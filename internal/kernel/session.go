@@ -355,6 +355,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 			saveErr.CompareAndSwap(nil, &err)
 		}
 	}
+	fin := &finisher{k: k, sess: env.TDD, em: em, stats: stats}
 	var price llm.Price
 	if k.o.Price != nil {
 		price = k.o.Price(info.Model)
@@ -372,6 +373,10 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 					st.Results = append(st.Results, savedResult{ID: ev.Call.ID, Name: ev.Call.Name, Content: ev.Result.Content, IsError: ev.Result.IsError})
 					save()
 				}
+			case agent.EventStop:
+				if fin.hold(ev) {
+					return
+				}
 			}
 			em.emit(Event{Type: Type(ev.Type), Agent: &ev})
 			if ev.Type == agent.EventTurnStart || ev.Type == agent.EventUsage || ev.Type == agent.EventToolResult {
@@ -381,7 +386,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: err.Error()})
 	}
-	out, err := a.Run(ctx, st.Agent)
+	out, err := fin.run(ctx, a, st, save)
 	st.Results = nil
 	save()
 	if p := saveErr.Load(); p != nil {

@@ -346,11 +346,38 @@ func (s *Session) Apply(ctx context.Context, ev Event) (Transition, error) {
 }
 
 // SwitchMode is the user's mode switch. by says who asked: anyone but
-// ActorUser is refused with ErrNotUser (and nothing is stored). The
-// returned transition's ModeSwitch is the auditable record, and Revert
-// the instrumentation files the caller must revert.
+// ActorUser is refused with ErrNotUser (and nothing is stored). A switch
+// to strict mode while tech debt is open is refused (ErrGuard, code
+// debt_unpaid or coverage_stale, naming the files) unless the debt is
+// paid by the budget in force, as done would judge it: strict mode
+// cannot be a way out of explore mode's debt. The returned transition's
+// ModeSwitch is the auditable record, and Revert the instrumentation
+// files the caller must revert.
 func (s *Session) SwitchMode(ctx context.Context, to Mode, by Actor, reason string) (Transition, error) {
-	return s.Apply(ctx, ModeEvent(to, by, reason))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev := ModeEvent(to, by, reason)
+	// The debt check is the session's, not Step's: journals that
+	// recorded such a switch before it existed still replay.
+	if by.Kind == ActorUser && to == Strict && s.status.Mode != Strict && len(s.status.Debt) > 0 {
+		if err := debtPaid(&s.status, "switch mode", s.machine.rules.BudgetBP); err != nil {
+			return Transition{}, err
+		}
+	}
+	return s.applyLocked(ctx, ev)
+}
+
+// WantsCoverage reports whether test runs should measure coverage now:
+// in explore mode, and in any mode while tech debt is open (done checks
+// it against a measurement taken after the last change). A nil Session
+// (no TDD machine) wants none.
+func (s *Session) WantsCoverage() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.Mode == Explore || len(s.status.Debt) > 0
 }
 
 // Wrote records that op's writes happened (after the gate allowed them,
@@ -364,9 +391,26 @@ func (s *Session) Wrote(ctx context.Context, op operation.Operation) (Transition
 	return s.applyLocked(ctx, s.machine.WriteEvent(&s.status, op))
 }
 
-// TestRun records a parsed test run.
+// TestRun records a parsed test run, then the coverage it measured
+// (res.Coverage), if any: taken while no tech debt is open it is the
+// baseline (the coverage before untested changes), otherwise the current
+// measurement that pays the debt. The returned transition is the run's,
+// with the status after both and, when debt is open and coverage was
+// measured, DebtCoverage filled.
 func (s *Session) TestRun(ctx context.Context, res *testrun.Result) (Transition, error) {
-	return s.Apply(ctx, Event{Kind: EventTestRun, Run: RunOf(res)})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tr, err := s.applyLocked(ctx, Event{Kind: EventTestRun, Run: RunOf(res)})
+	if err != nil || res.Coverage == nil {
+		return tr, err
+	}
+	ct, err := s.applyLocked(ctx, Event{Kind: EventCoverage, Coverage: res.Coverage, Baseline: len(s.status.Debt) == 0})
+	if err != nil {
+		return tr, err
+	}
+	tr.Status, tr.Notes = ct.Status, append(tr.Notes, ct.Notes...)
+	tr.DebtCoverage = DebtStatus(ct.Status, s.machine.rules.BudgetBP)
+	return tr, nil
 }
 
 // Finish records that the agent says the cycle is done, with the budget

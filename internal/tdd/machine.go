@@ -145,6 +145,9 @@ type Transition struct {
 	Revert []string `json:"revert,omitempty"`
 	// ModeSwitch is set for EventMode: the auditable record.
 	ModeSwitch *ModeSwitch `json:"mode_switch,omitempty"`
+	// DebtCoverage is each indebted file against the budget, after a
+	// test run that measured coverage (Session.TestRun).
+	DebtCoverage []DebtCoverage `json:"debt_coverage,omitempty"`
 }
 
 // ModeSwitch is the auditable record of a mode switch; the caller hands it
@@ -371,7 +374,7 @@ func stepRun(n *Status, t *Transition, ev Event) error {
 				// Explore mode pays debt with tests written after
 				// the code: they pass at once.
 				n.State, n.GreenSeq = Green, n.Seq
-				t.Notes = append(t.Notes, "green: the tests pass; measure coverage to pay the tech debt, then finish")
+				t.Notes = append(t.Notes, "green: the tests pass; the tech debt is paid when the coverage test.run measures reaches the budget, then finish")
 				break
 			}
 			t.Notes = append(t.Notes, "the new test passes without a code change: make it assert the missing behaviour so that it fails")
@@ -486,7 +489,7 @@ func stepDone(n *Status, t *Transition, ev Event) error {
 		return guard(action, n, CodeNoRed, "strict mode needs a failing test observed and then passing in this cycle")
 	}
 	if len(n.Debt) > 0 {
-		if err := debtPaid(n, ev.BudgetBP); err != nil {
+		if err := debtPaid(n, action, ev.BudgetBP); err != nil {
 			return err
 		}
 		n.Debt = nil
@@ -501,32 +504,64 @@ func stepDone(n *Status, t *Transition, ev Event) error {
 	return nil
 }
 
-// debtPaid checks explore mode's budget: every indebted file's coverage,
-// measured after the last change, is at least its baseline (the file's,
-// else the whole baseline's; 100 % when no baseline was taken) minus the
-// budget.
-func debtPaid(n *Status, budget int64) error {
-	const action = "finish"
-	if n.Coverage == nil || n.CoverageSeq <= n.LastWriteSeq {
-		return guard(action, n, CodeCoverageStale, "measure coverage after the last change (go test -coverprofile) to pay the tech debt of: "+debtPaths(n))
+// DebtCoverage is one indebted file against explore mode's budget: its
+// coverage in the latest measurement (basis points; Measured is false when
+// the measurement does not list the file) and what paying needs.
+type DebtCoverage struct {
+	Path     string `json:"path"`
+	GotBP    int64  `json:"got_bp"`
+	NeedBP   int64  `json:"need_bp"`
+	Measured bool   `json:"measured"`
+}
+
+// Paid reports whether the file's coverage reaches what it needs.
+func (d DebtCoverage) Paid() bool { return d.GotBP >= d.NeedBP }
+
+func (d DebtCoverage) String() string {
+	if !d.Measured {
+		return fmt.Sprintf("%s not in the coverage report (0%%) < %s", d.Path, pct(d.NeedBP))
 	}
-	var short []string
-	for _, d := range n.Debt {
+	return fmt.Sprintf("%s %s < %s", d.Path, pct(d.GotBP), pct(d.NeedBP))
+}
+
+// DebtStatus measures every indebted file of s against the budget: its
+// coverage in s.Coverage (0 when unmeasured) against its baseline (the
+// file's, else the whole baseline's; 100 % when no baseline was taken)
+// minus the budget. Nil when s has no debt or no measurement.
+func DebtStatus(s Status, budget int64) []DebtCoverage {
+	if len(s.Debt) == 0 || s.Coverage == nil {
+		return nil
+	}
+	out := make([]DebtCoverage, 0, len(s.Debt))
+	for _, d := range s.Debt {
 		base := int64(10000)
-		if n.Baseline != nil {
-			if f, ok := n.Baseline.Lookup(d.Path); ok {
+		if s.Baseline != nil {
+			if f, ok := s.Baseline.Lookup(d.Path); ok {
 				base = f.BP()
 			} else {
-				base = n.Baseline.Total().BP()
+				base = s.Baseline.Total().BP()
 			}
 		}
-		cur, ok := n.Coverage.Lookup(d.Path)
-		got := int64(0)
-		if ok {
-			got = cur.BP()
+		dc := DebtCoverage{Path: d.Path, NeedBP: max(base-budget, 0)}
+		if cur, ok := s.Coverage.Lookup(d.Path); ok {
+			dc.GotBP, dc.Measured = cur.BP(), true
 		}
-		if got < base-budget {
-			short = append(short, fmt.Sprintf("%s %s < %s", d.Path, pct(got), pct(max(base-budget, 0))))
+		out = append(out, dc)
+	}
+	return out
+}
+
+// debtPaid checks explore mode's budget before action (finish, or a
+// switch to strict mode): every indebted file's coverage, measured after
+// the last change, is at least what DebtStatus says it needs.
+func debtPaid(n *Status, action string, budget int64) error {
+	if n.Coverage == nil || n.CoverageSeq <= n.LastWriteSeq {
+		return guard(action, n, CodeCoverageStale, "measure coverage after the last change (test.run measures it in explore mode) to pay the tech debt of: "+debtPaths(n))
+	}
+	var short []string
+	for _, d := range DebtStatus(*n, budget) {
+		if !d.Paid() {
+			short = append(short, d.String())
 		}
 	}
 	if len(short) > 0 {
@@ -594,7 +629,7 @@ func (s Status) Next() string {
 		return "run the tests until they pass"
 	case Green:
 		if len(s.Debt) > 0 {
-			return "measure coverage to pay the tech debt, then finish"
+			return "cover the tech debt with tests (test.run measures coverage), then finish"
 		}
 		return "refactor with the tests staying green, or finish"
 	case Refactoring:

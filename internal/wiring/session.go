@@ -246,7 +246,7 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 			return nil, err
 		}
 		reg := tool.NewRegistry()
-		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
+		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Coverage: env.TDD.WantsCoverage, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
 			return nil, err
 		}
 		// The policy is the one in force for the session's workspace

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+
+	"github.com/fluffy-agent/fluffy/internal/tdd/coverage"
 )
 
 // Outcome is what a run means for the TDD machine.
@@ -61,6 +63,10 @@ type Result struct {
 	BuildFailed bool `json:"build_failed,omitempty"`
 	// Failures lists at most MaxFailures failures, sorted.
 	Failures []Failure `json:"failures,omitempty"`
+	// Coverage is the coverage the same run measured, when the runner
+	// was asked for it (nil: not measured). The parsers here never set
+	// it; the caller that ran the runner attaches it.
+	Coverage *coverage.Report `json:"coverage,omitempty"`
 }
 
 // MaxFailures caps the failures a Result keeps (the counts stay exact).

@@ -37,6 +37,10 @@ type Options struct {
 	MaxMatches int
 	// Git configures git.commit's identity.
 	Git GitOptions
+	// Coverage, when set, is asked at each test.run whether to measure
+	// coverage (the session's TDD machine: explore mode, or tech debt
+	// open); the report goes to the machine with the run's result.
+	Coverage func() bool
 }
 
 // Register builds the built-in tools and adds them to reg.

@@ -833,10 +833,32 @@ func (r *Router) feedResult(ctx context.Context, cl *call, out tool.Result) (str
 		if err != nil {
 			return "", fmt.Errorf("%w: %w", ErrState, err)
 		}
+		if d := debtLine(tr.DebtCoverage); d != "" {
+			return transitionLine(tr) + "; " + d, nil
+		}
 		return transitionLine(tr), nil
 	}
 	return "", nil
 }
+
+// debtLine shows each indebted file's measured coverage against what
+// finishing needs, so the model knows which files still lack tests.
+func debtLine(ds []tdd.DebtCoverage) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		state := "paid"
+		if !d.Paid() {
+			state = "unpaid, needs " + bpPercent(d.NeedBP)
+		}
+		parts[i] = fmt.Sprintf("%s %s (%s)", d.Path, bpPercent(d.GotBP), state)
+	}
+	return "tech debt coverage: " + strings.Join(parts, ", ")
+}
+
+func bpPercent(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) }
 
 func transitionLine(tr tdd.Transition) string {
 	s := fmt.Sprintf("%s → %s", tr.From, tr.To)

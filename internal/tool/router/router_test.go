@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -152,7 +153,7 @@ func newEnv(t testing.TB, s setup) *env {
 	e.ws = res.Workspace()
 	reg := tool.NewRegistry()
 	e.reg = reg
-	must(t, builtin.Register(reg, builtin.Options{ChangeSet: e.cs, Resolver: res}))
+	must(t, builtin.Register(reg, builtin.Options{ChangeSet: e.cs, Resolver: res, Coverage: func() bool { return e.tdd.WantsCoverage() }}))
 
 	db, err := store.OpenMain(ctx, e.home)
 	must(t, err)
@@ -869,6 +870,43 @@ func TestTestRunPytest(t *testing.T) {
 	}
 	if st := e.tdd.Status().State; st != tdd.Green {
 		t.Errorf("state = %s", st)
+	}
+}
+
+// In explore mode test.run measures coverage: with pytest only where
+// pytest-cov is installed, and the result says plainly when it is not;
+// with it, the run shows each indebted file's coverage.
+func TestTestRunPytestCoverage(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/pytest"); err != nil {
+		t.Skip("no /usr/bin/pytest (apt-get install python3-pytest)")
+	}
+	e := newEnv(t, setup{sandbox: true, mode: tdd.Explore})
+	ctx := t.Context()
+	call := func(name string, args any) string {
+		t.Helper()
+		res, err := e.r.Call(ctx, tc(name, args))
+		must(t, err)
+		return res.Content
+	}
+	if out := call("fs.write", map[string]any{"path": "calc.py", "content": "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"}); !strings.Contains(out, "implementing") {
+		t.Fatalf("explore write: %s", out)
+	}
+	call("fs.write", map[string]any{"path": "test_calc.py", "content": "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n"})
+	out := call("test.run", map[string]any{"runner": "pytest"})
+	if !strings.Contains(out, "1 passed") {
+		t.Fatalf("run: %s", out)
+	}
+	if exec.Command("sh", "-c", "pytest --help | grep -q -- --cov=").Run() != nil {
+		if !strings.Contains(out, "coverage: not measured (pytest-cov is not installed in the sandbox)") {
+			t.Fatalf("without pytest-cov: %s", out)
+		}
+		if e.tdd.Status().Coverage != nil {
+			t.Fatal("coverage recorded without a report")
+		}
+		return
+	}
+	if !strings.Contains(out, "tech debt coverage: calc.py") {
+		t.Fatalf("with pytest-cov: %s", out)
 	}
 }
 
