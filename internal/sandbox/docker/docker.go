@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,7 +206,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 		return sandbox.Result{}, err
 	}
 	defer inst.Close()
-	res, err := inst.exec(ctx, spec.Argv, spec.Stdin)
+	res, err := inst.exec(ctx, callOf(spec))
 	res.Setup += time.Since(t0) - res.Duration - res.Setup
 	return res, err
 }
@@ -384,34 +385,73 @@ func (in *Instance) ID() string { return in.id }
 // is killed (the engine cannot kill one exec'd process tree) and the
 // instance is unusable afterwards.
 func (in *Instance) Exec(ctx context.Context, argv []string) (sandbox.Result, error) {
-	return in.exec(ctx, argv, nil)
+	c := callOf(in.spec)
+	c.argv, c.stdin = argv, nil
+	return in.exec(ctx, c)
 }
 
-func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (sandbox.Result, error) {
+// Run runs spec's command in the container with spec's own environment,
+// directory, standard streams, wall-clock and output limits. The rest of
+// spec (workspace, change set, mounts, seccomp, network, the other
+// limits) is the container's, fixed when it started: the caller checks
+// SameContainer.
+func (in *Instance) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return in.exec(ctx, callOf(spec))
+}
+
+// call is what one command brings to a container; everything else is the
+// container's.
+type call struct {
+	argv, env      []string
+	dir, workspace string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	wall           time.Duration
+	output         int64
+}
+
+func callOf(spec sandbox.Spec) call {
+	return call{argv: spec.Argv, env: spec.Env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
+		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output}
+}
+
+// SameContainer reports whether a container started for a can run b's
+// command exactly as a container started for b would: they differ at
+// most in what each command brings (argv, environment, directory,
+// standard streams, wall-clock and output limits).
+func SameContainer(a, b sandbox.Spec) bool {
+	la, lb := a.Limits, b.Limits
+	la.Wall, lb.Wall, la.Output, lb.Output = 0, 0, 0, 0
+	return a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize &&
+		slices.Equal(a.Mounts, b.Mounts) && a.TmpSize == b.TmpSize && a.Network == b.Network &&
+		a.ProxySocket == b.ProxySocket && orDefault(a.Seccomp, "standard") == orDefault(b.Seccomp, "standard") && la == lb
+}
+
+func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	var res sandbox.Result
 	if in.dead {
 		return res, fmt.Errorf("%w: the container was killed by an earlier limit", sandbox.ErrSetup)
 	}
+	argv, stdin := c.argv, c.stdin
 	if len(argv) == 0 || argv[0] == "" {
 		return res, fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
 	}
 	t0 := time.Now()
-	spec := in.spec
-	dir := spec.Dir
+	dir := c.dir
 	if dir == "" {
-		dir = orDefault(spec.Workspace, "/")
+		dir = orDefault(c.workspace, "/")
 	}
 	before := in.cg.events()
 	runCtx := ctx
 	var cancel context.CancelFunc
-	if spec.Limits.Wall > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, spec.Limits.Wall)
+	if c.wall > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, c.wall)
 		defer cancel()
 	}
 	ex, err := in.r.cli.ExecCreate(runCtx, in.id, client.ExecCreateOptions{
-		Cmd: argv, Env: spec.Env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
+		Cmd: argv, Env: c.env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
 	})
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
@@ -429,12 +469,12 @@ func (in *Instance) exec(ctx context.Context, argv []string, stdin io.Reader) (s
 			_ = att.CloseWrite()
 		}()
 	}
-	limit := spec.Limits.Output
+	limit := c.output
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	stdout := &capped{max: limit, live: spec.Stdout}
-	stderr := &capped{max: limit, live: spec.Stderr}
+	stdout := &capped{max: limit, live: c.stdout}
+	stderr := &capped{max: limit, live: c.stderr}
 	done := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)

@@ -32,13 +32,22 @@ type PoolOptions struct {
 // ahead of need, Exec runs a command in an idle one (starting one when
 // none is idle, within Max), and containers idle longer than IdleTimeout
 // are destroyed. Call Warm again when the next message arrives.
+//
+// Run (sandbox.Runtime) is the session's way in: each command takes a
+// warm container of its own, which is destroyed when the command returns,
+// and a replacement is warmed in the background.
 type Pool struct {
 	opts   PoolOptions
 	slots  chan struct{} // one token per live container
 	mu     sync.Mutex
 	idle   []pooled
 	closed bool
-	stop   chan struct{}
+	// warming is set while a background Prewarm runs.
+	warming bool
+	stop    chan struct{}
+	// bg is the background warms' context, cancelled by Close.
+	bg     context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
@@ -66,6 +75,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		opts.IdleTimeout = 5 * time.Minute
 	}
 	p := &Pool{opts: opts, slots: make(chan struct{}, opts.Max), stop: make(chan struct{})}
+	p.bg, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.reaper()
 	return p, nil
@@ -93,6 +103,68 @@ func (p *Pool) Warm(ctx context.Context) error {
 		}
 		p.put(inst)
 	}
+}
+
+// Prewarm runs Warm in the background, unless one already runs or the
+// pool is closed; a start error is logged by the caller's Starter only,
+// and the next command starts its own container.
+func (p *Pool) Prewarm() {
+	p.mu.Lock()
+	if p.closed || p.warming {
+		p.mu.Unlock()
+		return
+	}
+	p.warming = true
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		_ = p.Warm(p.bg)
+		p.mu.Lock()
+		p.warming = false
+		p.mu.Unlock()
+	}()
+}
+
+// Run runs spec's command in a container of its own and destroys the
+// container before it returns, as Runtime.Run does; the pool only moves
+// the container's start ahead of the command. When spec needs another
+// container than the pool's (SameContainer), or the Starter cannot run a
+// command in one of its containers with the command's own settings, it is
+// the Starter's cold Run. Either way a replacement is warmed in the
+// background.
+//
+// A container is never used for a second command: what a command leaves
+// behind (files in /tmp, processes) would otherwise reach the next one,
+// and a process left running could write to the change set after Run
+// returned.
+func (p *Pool) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	defer p.Prewarm()
+	cold, ok := p.opts.Starter.(sandbox.Runtime)
+	if !SameContainer(p.opts.Spec, spec) {
+		if !ok {
+			return sandbox.Result{}, fmt.Errorf("%w: the pool's starter cannot run a command of another shape", sandbox.ErrSetup)
+		}
+		return cold.Run(ctx, spec)
+	}
+	if err := spec.Validate(); err != nil {
+		return sandbox.Result{}, err
+	}
+	t0 := time.Now()
+	inst, err := p.get(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer p.discard(inst)
+	in, ok := inst.(interface {
+		Run(context.Context, sandbox.Spec) (sandbox.Result, error)
+	})
+	if !ok {
+		return sandbox.Result{}, fmt.Errorf("%w: the pool's containers cannot run a spec", sandbox.ErrSetup)
+	}
+	res, err := in.Run(ctx, spec)
+	res.Setup += time.Since(t0) - res.Duration - res.Setup
+	return res, err
 }
 
 // Idle returns the number of idle containers.
@@ -200,6 +272,7 @@ func (p *Pool) Close() error {
 	p.idle = nil
 	p.mu.Unlock()
 	close(p.stop)
+	p.cancel()
 	p.wg.Wait()
 	var errs []error
 	for _, it := range idle {

@@ -141,3 +141,71 @@ func BenchmarkContainer(b *testing.B) {
 		}
 	})
 }
+
+// TestPoolRunFreshContainer: every command of Pool.Run takes a warm
+// container of its own: what one command leaves in /tmp the next one does
+// not see, and the container is gone when Run returns.
+func TestPoolRunFreshContainer(t *testing.T) {
+	rt := engine(t)
+	session := "test-" + t.Name()
+	ctx := context.Background()
+	spec := sandbox.Spec{Env: []string{"PATH=/bin"}, Limits: sandbox.Limits{Wall: 10 * time.Second, Pids: 64}}
+	p, err := docker.NewPool(docker.PoolOptions{Starter: rt, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Warm(ctx); err != nil || p.Idle() != 1 {
+		t.Fatalf("warm: %v, %d idle", err, p.Idle())
+	}
+	warm := containerIDs(t, session)
+	first := spec
+	first.Argv = []string{"sh", "-c", "echo left > /tmp/mark; hostname"}
+	res, err := p.Run(ctx, first)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("first: %v %+v", err, res)
+	}
+	host := strings.TrimSpace(string(res.Stdout))
+	if len(warm) != 1 || !strings.HasPrefix(warm[0], host) {
+		t.Fatalf("the first command ran in %q, not in the pre-warmed container %q", host, warm)
+	}
+	for _, id := range containerIDs(t, session) {
+		if strings.HasPrefix(id, host) {
+			t.Fatalf("container %s is still there after Run returned", host)
+		}
+	}
+	second := spec
+	second.Argv = []string{"sh", "-c", "hostname; cat /tmp/mark 2>/dev/null || echo none"}
+	second.Env = []string{"PATH=/bin", "X=per-command"}
+	second.Limits.Wall = 5 * time.Second // per command: same container shape
+	res, err = p.Run(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(res.Stdout))
+	if len(lines) != 2 || lines[0] == host || lines[1] != "none" {
+		t.Fatalf("second command: %q; want another container and no /tmp/mark", res.Stdout)
+	}
+	// Another shape (a different pids limit) is a cold container.
+	other := spec
+	other.Limits.Pids = 32
+	other.Argv = []string{"hostname"}
+	idle := containerIDs(t, session)
+	if res, err = p.Run(ctx, other); err != nil || res.ExitCode != 0 {
+		t.Fatalf("cold run of another shape: %v %+v", err, res)
+	}
+	for _, id := range idle {
+		if strings.HasPrefix(id, strings.TrimSpace(string(res.Stdout))) {
+			t.Fatalf("a command of another shape ran in the pool's container %s", id)
+		}
+	}
+}
+
+func containerIDs(t *testing.T, session string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.fluffy.session="+session).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))
+}
