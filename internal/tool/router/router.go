@@ -687,33 +687,18 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 	if r.o.Runtime == nil || r.o.ChangeSet == nil {
 		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
 	}
-	tpl, err := sandbox.TemplateByName(t.Execution().Template)
-	if err != nil {
-		return tool.Result{}, err
-	}
 	cmd, err := t.Command(ctx, args)
 	if err != nil {
 		return tool.Result{}, err
 	}
-	timeout := cmd.Timeout
-	if timeout <= 0 {
-		timeout = r.o.Timeout
+	spec, err := r.sandboxSpec(t.Execution().Template, cmd.Env)
+	if err != nil {
+		return tool.Result{}, err
 	}
-	limits := r.o.Limits
-	limits.Wall = timeout
-	spec := sandbox.Spec{
-		Argv: cmd.Argv, Env: append(append([]string(nil), r.o.Env...), cmd.Env...), Dir: cmd.Dir,
-		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
+	if cmd.Timeout > 0 {
+		spec.Limits.Wall = cmd.Timeout
 	}
-	tpl.Apply(&spec)
-	if spec.Workspace != "" {
-		spec.Mounts = append(spec.Mounts, r.o.Masks...)
-	}
-	if r.o.CacheDir != "" && spec.Workspace != "" {
-		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
-			return tool.Result{}, err
-		}
-	}
+	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	var res sandbox.Result
 	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
@@ -743,6 +728,44 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 		return cmd.Collect(out)
 	}
 	return DefaultCollect(out), nil
+}
+
+// SandboxSpec is the sandbox the router gives a command of template:
+// the session's workspace and change set, the template's settings, the
+// masks and caches, the base environment, the limits with the default
+// timeout as Wall; the command adds its argv, directory, environment
+// and, when it has one, its own timeout. Runtimes that start sandboxes
+// ahead of the command (a session's container pool) start them from it.
+func (r *Router) SandboxSpec(template string) (sandbox.Spec, error) {
+	return r.sandboxSpec(template, nil)
+}
+
+// sandboxSpec is SandboxSpec with the command's environment after the
+// base one (the template's caches still set their own variables).
+func (r *Router) sandboxSpec(template string, env []string) (sandbox.Spec, error) {
+	if r.o.ChangeSet == nil {
+		return sandbox.Spec{}, errors.New("router: no change set in this session")
+	}
+	tpl, err := sandbox.TemplateByName(template)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	limits := r.o.Limits
+	limits.Wall = r.o.Timeout
+	spec := sandbox.Spec{
+		Env:       append(append([]string(nil), r.o.Env...), env...),
+		Workspace: r.o.ChangeSet.Workspace(), ChangeSet: r.o.ChangeSet.UpperDir(), Limits: limits,
+	}
+	tpl.Apply(&spec)
+	if spec.Workspace != "" {
+		spec.Mounts = append(spec.Mounts, r.o.Masks...)
+	}
+	if r.o.CacheDir != "" && spec.Workspace != "" {
+		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
+			return sandbox.Spec{}, err
+		}
+	}
+	return spec, nil
 }
 
 // DefaultCollect shows stdout, then stderr, then the exit status and any
