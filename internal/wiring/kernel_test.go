@@ -16,7 +16,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
-	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -143,8 +142,8 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noSandbox := func() (sandbox.Runtime, string) { return nil, "" }
-	tools := sessionToolsOn(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox)
+	noSandbox := newSessionBoxes(log, func() resolved { return resolved{} })
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox)
 	args, _ := json.Marshal(map[string]string{"path": "notes.txt", "content": "hello\n"})
 	for _, tc := range []struct {
 		ws      string

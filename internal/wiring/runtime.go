@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
-	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -93,35 +92,32 @@ func DetectRuntime(ctx context.Context, want string, p Probes) (string, error) {
 		Err: errors.New("\n  " + strings.Join(tried, "\n  ")), Fix: fix}
 }
 
-// SessionRuntime is the sandbox runtime of the kernel's sessions, chosen
-// as DetectRuntime says; nil (with the reason logged) when none is
-// usable, and then shell.exec and test.run are refused.
-func SessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) (sandbox.Runtime, string) {
+// sessionRuntime is the sandbox runtime of the kernel's sessions, chosen
+// as DetectRuntime says: the native runtime, or the options of a
+// container engine that answers (each session connects on its own, see
+// sessionBoxes). None (with the reason logged) when none is usable, and
+// then shell.exec and test.run are refused.
+func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resolved {
 	l, err := u.Config()
 	if err != nil {
-		return nil, ""
+		return resolved{}
 	}
 	sc := l.Config.Sandbox
 	name, err := DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
-		return nil, ""
+		return resolved{}
 	}
 	if name == "native" {
 		rt, err := native.New(native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log})
 		if err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
-			return nil, ""
+			return resolved{}
 		}
-		return rt, name
+		return resolved{name: name, shared: rt}
 	}
-	rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, name), Image: sc.Image, Template: sc.Template, Session: "kernel", Logger: log})
-	if err != nil {
-		log.Warn("no sandbox: shell.exec and test.run will be refused", "runtime", name, "err", err)
-		return nil, ""
-	}
-	log.Info("sessions run in containers", "runtime", name)
-	return rt, name
+	log.Info("sessions run in containers, pre-warmed per session", "runtime", name)
+	return resolved{name: name, engine: &docker.Options{Host: EngineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log}}
 }
 
 // podmanSocket is where `podman system service` listens as root.

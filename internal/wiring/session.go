@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
-	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -153,7 +151,11 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		db.Close()
 		return nil, fmt.Errorf("%w: %w", kernel.ErrAuditUnavailable, err)
 	}
+	var boxes *sessionBoxes
 	fail := func(err error) (func(), error) {
+		if boxes != nil {
+			boxes.Close()
+		}
 		al.Close()
 		db.Close()
 		return nil, err
@@ -171,9 +173,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if err != nil {
 		return fail(err)
 	}
-	// A closed or removed session's tokens, approvals "for session" and
-	// cached classifier answers end with it.
-	revokers := []kernel.Revoker{broker, deps.live}
+	// A closed or removed session's tokens, approvals "for session",
+	// cached classifier answers and containers end with it.
+	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
+	revokers := []kernel.Revoker{broker, deps.live, boxes}
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
@@ -185,7 +188,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants),
+		Tools: sessionTools(u, log, broker, deps.live, grants, boxes),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
@@ -213,6 +216,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		if err := kn.Stop(sctx, "kernel exit"); err != nil {
 			log.Error("stop sessions", "err", err)
 		}
+		boxes.Close()
 		if err := al.Close(); err != nil {
 			log.Error("close the audit log", "err", err)
 		}
@@ -223,19 +227,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // sessionTools builds each session's tool router: the built-in tools over
 // the session's change set, the TDD machine as the state gate, the policy
 // in force for the session's workspace (the live policy, asked at each
-// call), and the sandbox runtime sandbox.runtime
-// resolves to for shell.exec and test.run (when none is usable, those
-// calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants) kernel.ToolsFactory {
-	// Resolved at the first session, not at kernel start (detection
-	// starts a probe sandbox).
-	runtime := sync.OnceValues(func() (sandbox.Runtime, string) { return SessionRuntime(context.Background(), u, log) })
-	return sessionToolsOn(u, log, approver, live, grants, runtime)
-}
-
-// sessionToolsOn is sessionTools with the sandbox runtime given: nil
-// refuses shell.exec and test.run.
-func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, runtime func() (sandbox.Runtime, string)) kernel.ToolsFactory {
+// call), and the sandbox runtime boxes gives the session for shell.exec
+// and test.run (when none is usable, those calls are refused).
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Sessions have no network: Go builds use the toolchain and modules
 	// at hand rather than trying to fetch others.
@@ -266,7 +260,11 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 		if env.TDD != nil {
 			o.State = env.TDD
 		}
-		if rt, name := runtime(); rt != nil {
+		rt, name, warm, err := boxes.For(ctx, env.Session)
+		if err != nil {
+			log.Warn("no sandbox for the session: shell.exec and test.run will be refused", "session", env.Session, "err", err)
+		}
+		if rt != nil {
 			o.Runtime, o.RuntimeName = rt, name
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
@@ -274,7 +272,18 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 				return nil, err
 			}
 		}
-		return router.New(o)
+		r, err := router.New(o)
+		if err != nil {
+			return nil, err
+		}
+		// A message has arrived: the session's next command finds its
+		// container started (again, after an idle timeout removed it).
+		if warm != nil {
+			if spec, err := r.SandboxSpec(builtin.Template); err == nil {
+				warm(spec)
+			}
+		}
+		return r, nil
 	}
 }
 

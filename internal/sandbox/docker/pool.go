@@ -42,8 +42,10 @@ type Pool struct {
 	mu     sync.Mutex
 	idle   []pooled
 	closed bool
-	// warming is set while a background Prewarm runs.
-	warming bool
+	// warmed is open while a background Prewarm runs, closed when it
+	// ends: a command that finds no idle container waits for it rather
+	// than starting a second one.
+	warmed chan struct{}
 	stop    chan struct{}
 	// bg is the background warms' context, cancelled by Close.
 	bg     context.Context
@@ -110,19 +112,21 @@ func (p *Pool) Warm(ctx context.Context) error {
 // and the next command starts its own container.
 func (p *Pool) Prewarm() {
 	p.mu.Lock()
-	if p.closed || p.warming {
+	if p.closed || p.warmed != nil {
 		p.mu.Unlock()
 		return
 	}
-	p.warming = true
+	done := make(chan struct{})
+	p.warmed = done
 	p.wg.Add(1)
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
 		_ = p.Warm(p.bg)
 		p.mu.Lock()
-		p.warming = false
+		p.warmed = nil
 		p.mu.Unlock()
+		close(done)
 	}()
 }
 
@@ -191,18 +195,31 @@ func (p *Pool) Exec(ctx context.Context, argv []string) (sandbox.Result, error) 
 }
 
 func (p *Pool) get(ctx context.Context) (sandbox.Instance, error) {
-	p.mu.Lock()
-	if p.closed {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: the pool is closed", sandbox.ErrSetup)
+		}
+		if n := len(p.idle); n > 0 {
+			it := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return it.inst, nil
+		}
+		warmed := p.warmed
 		p.mu.Unlock()
-		return nil, fmt.Errorf("%w: the pool is closed", sandbox.ErrSetup)
+		if warmed == nil {
+			break
+		}
+		// A container is being started ahead: it is nearer to ready
+		// than a new one would be.
+		select {
+		case <-warmed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for a free container: %w", sandbox.ErrSetup, ctx.Err())
+		}
 	}
-	if n := len(p.idle); n > 0 {
-		it := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return it.inst, nil
-	}
-	p.mu.Unlock()
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -281,3 +298,6 @@ func (p *Pool) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Spec is the spec the pool's containers start from.
+func (p *Pool) Spec() sandbox.Spec { return p.opts.Spec }

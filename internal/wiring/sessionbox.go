@@ -1,0 +1,168 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+)
+
+// sessionBoxes gives each of the kernel's sessions its sandbox runtime:
+// the native runtime, shared (it builds a sandbox per command), or, with
+// a container engine, a runtime and a pool of pre-warmed containers of
+// the session's own. A pool belongs to one session: its containers show
+// that session's workspace and change set and are never handed to
+// another. It is a kernel.Revoker: a session that is closed or removed
+// loses its containers at once.
+type sessionBoxes struct {
+	log *slog.Logger
+	// resolve says, once, which runtime sessions use: its name, and the
+	// shared runtime (native) or the engine's options (docker, podman).
+	resolve func() resolved
+	// idle is how long a warm container waits for a command before it is
+	// removed; 0 is the pool's default.
+	idle time.Duration
+
+	mu     sync.Mutex
+	boxes  map[string]*sessionBox
+	closed bool
+}
+
+// resolved is the runtime sandbox.runtime resolves to: its name, and the
+// shared runtime (native) or the engine's options (docker, podman); a
+// nil runtime and nil options when none is usable.
+type resolved struct {
+	name   string
+	shared sandbox.Runtime
+	engine *docker.Options
+}
+
+// sessionBox is one session's container runtime and pool.
+type sessionBox struct {
+	rt   *docker.Runtime
+	mu   sync.Mutex
+	pool *docker.Pool
+}
+
+// newSessionBoxes resolves the runtime at the first session, not at
+// kernel start (detection starts a probe sandbox).
+func newSessionBoxes(log *slog.Logger, resolve func() resolved) *sessionBoxes {
+	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), boxes: map[string]*sessionBox{}}
+}
+
+// For returns session's runtime and its name; a nil runtime means none
+// is usable (shell.exec and test.run are refused). With a container
+// engine, warm (non-nil) starts the session's containers ahead from the
+// spec its commands will have: call it when a message arrives.
+func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runtime, name string, warm func(sandbox.Spec), err error) {
+	r := s.resolve()
+	if r.engine == nil {
+		if r.shared == nil {
+			return nil, "", nil, nil
+		}
+		return r.shared, r.name, nil, nil
+	}
+	name, eng := r.name, r.engine
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, "", nil, errors.New("the kernel is stopping")
+	}
+	b := s.boxes[session]
+	if b == nil {
+		o := *eng
+		o.Session = session // the containers' label: gc and 'docker ps' name the session
+		drt, err := docker.New(ctx, o)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("%s: %w", name, err)
+		}
+		b = &sessionBox{rt: drt}
+		s.boxes[session] = b
+	}
+	return b, name, func(spec sandbox.Spec) { s.warm(b, spec) }, nil
+}
+
+// warm starts b's containers ahead for spec in the background; a pool of
+// another shape (the configuration changed) is replaced.
+func (s *sessionBoxes) warm(b *sessionBox, spec sandbox.Spec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rt == nil {
+		return // the session ended meanwhile
+	}
+	if b.pool != nil && !docker.SameContainer(b.pool.Spec(), spec) {
+		go b.pool.Close()
+		b.pool = nil
+	}
+	if b.pool == nil {
+		p, err := docker.NewPool(docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle})
+		if err != nil {
+			s.log.Warn("no pre-warmed containers", "err", err)
+			return
+		}
+		b.pool = p
+	}
+	b.pool.Prewarm()
+}
+
+// Run runs spec in one of the session's pre-warmed containers, or in a
+// fresh one when none is warm or spec needs another shape.
+func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	b.mu.Lock()
+	p, rt := b.pool, b.rt
+	b.mu.Unlock()
+	switch {
+	case rt == nil:
+		return sandbox.Result{}, fmt.Errorf("%w: the session has ended", sandbox.ErrSetup)
+	case p == nil:
+		return rt.Run(ctx, spec)
+	}
+	return p.Run(ctx, spec)
+}
+
+// close removes the session's containers and releases its engine client.
+func (b *sessionBox) close() error {
+	b.mu.Lock()
+	p, rt := b.pool, b.rt
+	b.pool, b.rt = nil, nil
+	b.mu.Unlock()
+	var err error
+	if p != nil {
+		err = p.Close()
+	}
+	if rt != nil {
+		err = errors.Join(err, rt.Close())
+	}
+	return err
+}
+
+// EndSession removes the session's containers (kernel.Revoker).
+func (s *sessionBoxes) EndSession(session string) {
+	s.mu.Lock()
+	b := s.boxes[session]
+	delete(s.boxes, session)
+	s.mu.Unlock()
+	if b != nil {
+		if err := b.close(); err != nil {
+			s.log.Warn("removing the session's containers", "session", session, "err", err)
+		}
+	}
+}
+
+// Close removes every session's containers; For fails afterwards.
+func (s *sessionBoxes) Close() {
+	s.mu.Lock()
+	boxes := s.boxes
+	s.boxes, s.closed = map[string]*sessionBox{}, true
+	s.mu.Unlock()
+	for id, b := range boxes {
+		if err := b.close(); err != nil {
+			s.log.Warn("removing the session's containers", "session", id, "err", err)
+		}
+	}
+}

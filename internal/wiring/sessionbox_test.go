@@ -1,0 +1,197 @@
+package wiring
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
+	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
+)
+
+// dockerEngine skips without root and a Docker engine, and makes sure
+// the base image exists; it returns the options sessions' runtimes use.
+func dockerEngine(t *testing.T) *docker.Options {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts containers")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the docker backend mounts the workspace overlay on the host: run as root")
+	}
+	rt, err := docker.New(t.Context(), docker.Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI starts dockerd, but: %v", err)
+		}
+		t.Skipf("no container engine: %v", err)
+	}
+	defer rt.Close()
+	if _, err := docker.EnsureBaseImage(t.Context(), rt.Client(), docker.BaseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Containers change the host's mount table: not while another
+	// package runs the adversarial suite (which watches it).
+	sandboxtest.LockHost(t)
+	return &docker.Options{StateDir: "/run/fluffy/docker-test-" + strconv.Itoa(os.Getpid())}
+}
+
+// sessionContainers lists the ids of the containers labelled with session.
+func sessionContainers(t *testing.T, session string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--no-trunc", "--filter", "label="+docker.LabelSession+"="+session).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))
+}
+
+// waitContainers waits until session has n containers.
+func waitContainers(t *testing.T, session string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ids := sessionContainers(t, session)
+		if len(ids) == n || time.Now().After(deadline) {
+			if len(ids) != n {
+				t.Fatalf("session %s has %d containers, want %d", session, len(ids), n)
+			}
+			return ids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSessionContainers: with a container engine, a session's tools come
+// with a container started ahead from the session's own sandbox; its
+// first command runs there and sees the change set as the kernel left it
+// after the container started; a second session gets containers of its
+// own, which never see the first session's workspace, change set or
+// /tmp; a session that ends loses its containers.
+func TestSessionContainers(t *testing.T) {
+	eng := dockerEngine(t)
+	dir := t.TempDir()
+	u := testUser(t, dir, dir)
+	log := u.Logger()
+	al, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	db, err := store.OpenMain(t.Context(), filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := tdd.New(tdd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := newSessionBoxes(log, func() resolved { return resolved{name: "docker", engine: eng} })
+	defer boxes.Close()
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes)
+	allow := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n  - id: run-awk\n    effect: allow\n    match:\n      action: exec\n      exec_capable: true\n"
+	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config", "fluffy", "policy.yaml"), []byte(allow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// open starts a session over a new workspace holding file.
+	open := func(name, file string) (agent.Tools, string, *changeset.ChangeSet) {
+		ws := filepath.Join(dir, name)
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, file), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := changeset.Begin(t.Context(), ws, filepath.Join(dir, "cs-"+name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := "test-box-" + name + "-" + strconv.Itoa(os.Getpid())
+		st, err := tdd.Resume(t.Context(), j, m, id, tdd.Explore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := tools(t.Context(), kernel.Env{Session: id, Workspace: ws, ChangeSet: cs, TDD: st, Audit: al})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, id, cs
+	}
+	shell := func(r agent.Tools, cmd string) string {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"command": cmd})
+		res, err := r.Call(t.Context(), llm.ToolCall{ID: "c", Name: "shell.exec", Args: args})
+		if err != nil || res.IsError {
+			t.Fatalf("shell.exec %q: %v %s", cmd, err, res.Content)
+		}
+		return res.Content
+	}
+
+	ra, a, csA := open("a", "only-a.txt")
+	warmA := waitContainers(t, a, 1)
+	// The kernel writes to the change set after the container started.
+	if err := os.WriteFile(filepath.Join(csA.UpperDir(), "later.txt"), []byte("written later\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// (awk writes /tmp; the policy refuses a shell redirection there.)
+	out := shell(ra, `hostname; cat later.txt; awk 'BEGIN { print "secret-a" > "/tmp/left-by-a" }'; cat /tmp/left-by-a`)
+	if host := strings.Fields(out)[0]; !strings.HasPrefix(warmA[0], host) {
+		t.Fatalf("session a's first command ran in %q, not in its pre-warmed container %s:\n%s", host, warmA[0], out)
+	}
+	if !strings.Contains(out, "written later") || !strings.Contains(out, "secret-a") {
+		t.Fatalf("the pre-warmed container does not see what the kernel wrote after it started:\n%s", out)
+	}
+	waitContainers(t, a, 1) // the replacement, warmed in the background
+	ownA := sessionContainers(t, a)
+
+	rb, b, _ := open("b", "only-b.txt")
+	warmB := waitContainers(t, b, 1)
+	for _, id := range append(warmA, ownA...) {
+		if id == warmB[0] {
+			t.Fatalf("session b got session a's container %s", id)
+		}
+	}
+	out = shell(rb, "hostname; cat /tmp/left-by-a 2>&1; ls; ls "+filepath.Join(dir, "a")+" 2>&1; true")
+	host := strings.Fields(out)[0]
+	if !strings.HasPrefix(warmB[0], host) {
+		t.Fatalf("session b's command ran in %q, not in its own container %s", host, warmB[0])
+	}
+	for _, leak := range []string{"secret-a", "only-a.txt", "later.txt"} {
+		if strings.Contains(out, leak) {
+			t.Fatalf("session b sees %q of session a:\n%s", leak, out)
+		}
+	}
+	if !strings.Contains(out, "only-b.txt") {
+		t.Fatalf("session b does not see its own workspace:\n%s", out)
+	}
+	// A session that ends loses its containers; the other keeps its own.
+	boxes.EndSession(a)
+	if ids := sessionContainers(t, a); len(ids) != 0 {
+		t.Fatalf("session a ended with %d containers left", len(ids))
+	}
+	waitContainers(t, b, 1)
+	boxes.Close()
+	if ids := sessionContainers(t, b); len(ids) != 0 {
+		t.Fatalf("the kernel stopped with %d containers of session b left", len(ids))
+	}
+}
