@@ -46,7 +46,7 @@ type Pool struct {
 	// ends: a command that finds no idle container waits for it rather
 	// than starting a second one.
 	warmed chan struct{}
-	stop    chan struct{}
+	stop   chan struct{}
 	// bg is the background warms' context, cancelled by Close.
 	bg     context.Context
 	cancel context.CancelFunc
