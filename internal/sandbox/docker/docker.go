@@ -223,8 +223,11 @@ type Instance struct {
 	spec sandbox.Spec
 	id   string
 	pid  int
-	ws   *overlay
-	cg   cgroupPaths
+	// pidStart is the init's start time (/proc/pid/stat), to tell it
+	// from a later process with its pid.
+	pidStart string
+	ws       *overlay
+	cg       cgroupPaths
 	// hostMounts are strings naming the engine's host mounts for the
 	// container (its id, rootfs, network namespace file).
 	hostMounts []string
@@ -363,6 +366,10 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		return nil, fmt.Errorf("%w: the container did not start: %v", sandbox.ErrSetup, err)
 	}
 	inst.pid = info.Container.State.Pid
+	if inst.pidStart, err = procStart(inst.pid); err != nil {
+		inst.Close()
+		return nil, fmt.Errorf("%w: the container's init: %w", sandbox.ErrSetup, err)
+	}
 	// The host mounts the engine made for this container, to wait for
 	// their removal in Close.
 	inst.hostMounts = []string{inst.id}
@@ -570,6 +577,46 @@ func (in *Instance) tmpFull() bool {
 		return false
 	}
 	return st.Bavail == 0
+}
+
+// Stop kills every process in the container and returns once they are
+// gone: nothing in it runs or writes any more. Close still removes the
+// container and its workspace overlay. It kills the container's init
+// from the host: when a PID namespace's init dies the kernel kills every
+// other process in it (exec'd commands included) before the init's exit
+// is reported, which is much sooner than the engine's own kill and wait.
+func (in *Instance) Stop(ctx context.Context) error {
+	fd, err := unix.PidfdOpen(in.pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil // already gone
+		}
+		return fmt.Errorf("docker: stopping container %s: pidfd_open: %w", shortID(in.id), err)
+	}
+	defer unix.Close(fd)
+	// The descriptor pins the process: if its start time is not the
+	// init's, the init is gone and the pid was reused.
+	if st, err := procStart(in.pid); err != nil || st != in.pidStart {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("docker: stopping container %s: %w", shortID(in.id), err)
+	}
+	for {
+		ms := 100
+		if d, ok := ctx.Deadline(); ok {
+			ms = min(ms, max(int(time.Until(d).Milliseconds()), 0))
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		switch {
+		case n > 0:
+			return nil
+		case err != nil && !errors.Is(err, unix.EINTR):
+			return fmt.Errorf("docker: stopping container %s: poll: %w", shortID(in.id), err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("docker: stopping container %s: %w", shortID(in.id), ctx.Err())
+		}
+	}
 }
 
 // Close kills and removes the container and unmounts the workspace

@@ -159,16 +159,46 @@ func (p *Pool) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, erro
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer p.discard(inst)
-	in, ok := inst.(interface {
-		Run(context.Context, sandbox.Spec) (sandbox.Result, error)
-	})
+	in, ok := inst.(runStopper)
 	if !ok {
+		p.discard(inst)
 		return sandbox.Result{}, fmt.Errorf("%w: the pool's containers cannot run a spec", sandbox.ErrSetup)
 	}
 	res, err := in.Run(ctx, spec)
 	res.Setup += time.Since(t0) - res.Duration - res.Setup
+	// Nothing the command started may run once Run has returned (it
+	// could write to the change set behind the caller's back): the
+	// container is stopped now; its removal, which takes longer, goes on
+	// in the background (Close waits for it).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	serr := in.Stop(sctx)
+	cancel()
+	if serr != nil {
+		p.discard(inst)
+		if err == nil {
+			err = fmt.Errorf("%w: %w", sandbox.ErrSetup, serr)
+		}
+		return res, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(inst)
+		return res, err
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		p.discard(inst)
+	}()
 	return res, err
+}
+
+// runStopper is what Run needs of a pool's container (*Instance).
+type runStopper interface {
+	Run(context.Context, sandbox.Spec) (sandbox.Result, error)
+	Stop(context.Context) error
 }
 
 // Idle returns the number of idle containers.
