@@ -227,7 +227,10 @@ type Instance struct {
 	// from a later process with its pid.
 	pidStart string
 	ws       *overlay
-	cg       cgroupPaths
+	// egress forwards the container's loopback proxy port to the egress
+	// proxy (network mode proxy).
+	egress *egressForwarder
+	cg     cgroupPaths
 	// hostMounts are strings naming the engine's host mounts for the
 	// container (its id, rootfs, network namespace file).
 	hostMounts []string
@@ -246,10 +249,14 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	if err := probe.Validate(); err != nil {
 		return nil, err
 	}
-	if spec.Network == sandbox.NetworkProxy {
-		// The egress proxy's socket and in-sandbox forwarder exist for
-		// the native backend only so far.
-		return nil, fmt.Errorf("%w: network mode %q is not supported by the container backend yet; use the native runtime", sandbox.ErrInvalidSpec, spec.Network)
+	switch spec.Network {
+	case "", sandbox.NetworkNone:
+	case sandbox.NetworkProxy:
+		if spec.ProxySocket == "" {
+			return nil, fmt.Errorf("%w: network mode proxy needs the egress proxy's socket", sandbox.ErrInvalidSpec)
+		}
+	default:
+		return nil, fmt.Errorf("%w: network mode %q", sandbox.ErrInvalidSpec, spec.Network)
 	}
 	prof, err := sandbox.ProfileByName(orDefault(spec.Seccomp, "standard"))
 	if err != nil {
@@ -380,6 +387,12 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		inst.hostMounts = append(inst.hostMounts, ns.SandboxKey)
 	}
 	inst.cg = findCgroups(inst.pid)
+	if spec.Network == sandbox.NetworkProxy {
+		if inst.egress, err = startEgress(inst.pid, spec.ProxySocket); err != nil {
+			inst.Close()
+			return nil, err
+		}
+	}
 	r.log.Debug("container started", "id", shortID(inst.id), "pid", inst.pid, "workspace", spec.Workspace)
 	return inst, nil
 }
@@ -418,7 +431,11 @@ type call struct {
 }
 
 func callOf(spec sandbox.Spec) call {
-	return call{argv: spec.Argv, env: spec.Env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
+	env := spec.Env
+	if spec.Network == sandbox.NetworkProxy {
+		env = withoutEgressSocket(env)
+	}
+	return call{argv: spec.Argv, env: env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
 		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output}
 }
 
@@ -624,6 +641,7 @@ func (in *Instance) Stop(ctx context.Context) error {
 func (in *Instance) Close() error {
 	var err error
 	in.closed.Do(func() {
+		in.egress.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if in.id != "" {
