@@ -11,8 +11,11 @@
 // native backend assembles to BPF (sandbox.Profile.DockerJSON), network
 // none, pids/memory/CPU limits, rlimits and a size-limited tmpfs /tmp. Its
 // keep-alive process is the engine's init (tini) running sleep; commands
-// run in it with exec, so one container can serve many commands (Start,
-// Pool) and Run is Start + one Exec + Close.
+// run in it with exec, so a container can be started ahead of its command
+// (Start, Pool) and Run is Start + one Exec + Close. Network mode proxy
+// keeps network none: this process listens on the container's loopback
+// (a socket opened in its network namespace) and forwards to the egress
+// proxy (egress.go).
 //
 // The workspace is shown through the session's change set: the kernel side
 // (this process, as root, in the engine's mount namespace) mounts an
