@@ -271,3 +271,43 @@ func TestPoolRunStopsLeftovers(t *testing.T) {
 		t.Fatalf("a process the command left wrote to the change set after Run returned: %d bytes, then %d", len(before), len(after))
 	}
 }
+
+// TestSameContainer: what a command brings may differ; what the container
+// fixed when it started may not.
+func TestSameContainer(t *testing.T) {
+	base := sandbox.Spec{Argv: []string{"true"}, Env: []string{"A=1"}, Workspace: "/w", ChangeSet: "/c",
+		Mounts: []sandbox.Mount{{Source: "/m"}}, TmpSize: 1 << 20, Seccomp: "standard",
+		Limits: sandbox.Limits{Wall: time.Second, Output: 10, Pids: 5, Memory: 1 << 30, CPU: time.Second, FileSize: 1, OpenFiles: 9}}
+	same := []func(*sandbox.Spec){
+		func(s *sandbox.Spec) { s.Argv = []string{"sh"} },
+		func(s *sandbox.Spec) { s.Env = nil },
+		func(s *sandbox.Spec) { s.Dir = "/w/sub" },
+		func(s *sandbox.Spec) { s.Limits.Wall, s.Limits.Output = time.Minute, 99 },
+		func(s *sandbox.Spec) { s.Seccomp = "" }, // the default is standard
+	}
+	other := []func(*sandbox.Spec){
+		func(s *sandbox.Spec) { s.Workspace = "/x" },
+		func(s *sandbox.Spec) { s.ChangeSet = "/x" },
+		func(s *sandbox.Spec) { s.Mounts[0].Writable = true },
+		func(s *sandbox.Spec) { s.Mounts = nil },
+		func(s *sandbox.Spec) { s.TmpSize = 2 },
+		func(s *sandbox.Spec) { s.Network = sandbox.NetworkProxy },
+		func(s *sandbox.Spec) { s.ProxySocket = "/p" },
+		func(s *sandbox.Spec) { s.Seccomp = "strict" },
+		func(s *sandbox.Spec) { s.Limits.Pids = 6 },
+		func(s *sandbox.Spec) { s.Limits.Memory = 1 },
+		func(s *sandbox.Spec) { s.Limits.CPU = 2 * time.Second },
+		func(s *sandbox.Spec) { s.Limits.FileSize = 2 },
+		func(s *sandbox.Spec) { s.Limits.OpenFiles = 10 },
+	}
+	for want, changes := range map[bool][]func(*sandbox.Spec){true: same, false: other} {
+		for i, change := range changes {
+			s := base
+			s.Mounts = slices.Clone(base.Mounts)
+			change(&s)
+			if got := docker.SameContainer(base, s); got != want {
+				t.Errorf("change %d (same %v): SameContainer = %v", i, want, got)
+			}
+		}
+	}
+}
