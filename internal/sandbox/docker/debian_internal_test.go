@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -139,5 +140,20 @@ func TestDebianRecipeUnavailable(t *testing.T) {
 	writeFiles(t, root, map[string]string{"etc/os-release": "VERSION_CODENAME=bookworm\n", "etc/apt/sources.list": "deb http://x/ trixie main\n"})
 	if _, err := newDebianRecipe(DebianOptions{HostRoot: root}); !errors.As(err, &ue) {
 		t.Errorf("no source: %v", err)
+	}
+}
+
+// The engine's progress stream: its text is kept, and an error in it is
+// the build's (or import's) error, even after progress.
+func TestReadProgress(t *testing.T) {
+	text, err := readProgress(strings.NewReader(`{"stream":"Step 1/2\n"}{"status":"sha256:abc"}`))
+	if err != nil || text != "Step 1/2\nsha256:abc\n" {
+		t.Errorf("progress %q, %v", text, err)
+	}
+	if _, err := readProgress(strings.NewReader(`{"stream":"Step 1/2\n"}{"error":"no space left on device"}`)); err == nil || err.Error() != "no space left on device" {
+		t.Errorf("an error in the stream: %v", err)
+	}
+	if _, err := readProgress(strings.NewReader(`{"stream":`)); err == nil {
+		t.Error("a cut stream is no error")
 	}
 }
