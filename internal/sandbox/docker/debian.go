@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -227,6 +229,11 @@ func buildDebian(ctx context.Context, cli *client.Client, rec debianRecipe, sum 
 	out := filepath.Join(tmp, "rootfs.tar")
 	argv := rec.command(out)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// mmdebstrap mounts /proc, /sys and /dev in its chroot; on SIGTERM it
+	// lets the current step end (a minute, under load), then unmounts them
+	// and removes its directory. A kill would leave them behind.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 3 * time.Minute
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
