@@ -28,6 +28,6 @@ type Core interface {
 	SandboxFacilities(ctx context.Context, u *userenv.Env) []sandbox.Facility
 	// SandboxGC removes fluffy's orphaned containers (all: every one) on the engine of runtime (docker, podman).
 	SandboxGC(ctx context.Context, u *userenv.Env, runtime string, all, dryRun bool) ([]sandboxrun.Container, error)
-	// BuildImage builds the base image (dir "") or dir's Dockerfile as tag on the engine of runtime.
-	BuildImage(ctx context.Context, u *userenv.Env, runtime, dir, tag string) (sandboxrun.Image, error)
+	// BuildImage builds the base image (Debian, or busybox with Minimal) or a Dockerfile's on the engine of runtime.
+	BuildImage(ctx context.Context, u *userenv.Env, runtime string, b sandboxrun.ImageBuild) (sandboxrun.Image, error)
 }

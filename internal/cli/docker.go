@@ -63,15 +63,19 @@ func newImageCmd(a *App) *cobra.Command {
 		Short: "Build the container images sandboxes run in",
 	}
 	var tag, runtime string
+	var minimal bool
 	build := &cobra.Command{
-		Use:   "build base | build DIR --tag TAG",
+		Use:   "build base [--minimal] | build DIR --tag TAG",
 		Short: "Build the base image, or a skill image from DIR/Dockerfile",
 		Long: `'fluffy image build base' builds fluffy-base:latest locally, without a
-registry: busybox-static and its applets FROM scratch (see
-docs/containers.md). 'fluffy image build DIR --tag TAG' builds DIR's
-Dockerfile. Both skip the build when an image with the same tag was built
-from the same content (label dev.fluffy.content: a hash of the Dockerfile
-and every file of the context).`,
+registry: Debian's Essential packages with python3, pytest, git and the CA
+certificates, from this machine's apt sources by mmdebstrap, imported into
+the engine; its default user is not root. 'fluffy image build base
+--minimal' builds the busybox one instead (busybox-static and its applets
+FROM scratch). 'fluffy image build DIR --tag TAG' builds DIR's Dockerfile.
+Each skips the build when an image with the same tag was built from the
+same content (label dev.fluffy.content: a hash of the recipe, or of the
+Dockerfile and every file of the context). See docs/containers.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runtime == "" {
@@ -80,17 +84,20 @@ and every file of the context).`,
 					runtime = "podman"
 				}
 			}
-			dir := ""
+			b := sandboxrun.ImageBuild{Tag: tag, Minimal: minimal}
 			if args[0] != "base" {
 				if tag == "" {
 					return fmt.Errorf("%w: --tag is required for a directory", errUsage)
 				}
-				dir = args[0]
-				if !filepath.IsAbs(dir) {
-					dir = filepath.Join(a.Cwd, dir)
+				if minimal {
+					return fmt.Errorf("%w: --minimal is for the base image only", errUsage)
+				}
+				b.Dir = args[0]
+				if !filepath.IsAbs(b.Dir) {
+					b.Dir = filepath.Join(a.Cwd, b.Dir)
 				}
 			}
-			res, err := a.Core.BuildImage(cmd.Context(), a.user(), runtime, dir, tag)
+			res, err := a.Core.BuildImage(cmd.Context(), a.user(), runtime, b)
 			if ee := (*sandboxrun.EngineError)(nil); errors.As(err, &ee) {
 				return &ExitError{Code: ExitSandboxSetup, Msg: "image build: " + ee.Error()}
 			}
@@ -108,6 +115,7 @@ and every file of the context).`,
 	}
 	build.Flags().StringVar(&tag, "tag", "", "image tag (default fluffy-base:latest for base)")
 	build.Flags().StringVar(&runtime, "runtime", "", "docker or podman (default from sandbox.runtime, else docker)")
+	build.Flags().BoolVar(&minimal, "minimal", false, "build the busybox base image (FROM scratch, no Python or git)")
 	cmd.AddCommand(build)
 	return cmd
 }

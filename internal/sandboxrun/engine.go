@@ -9,6 +9,17 @@ type Container struct {
 	ID, Session, Template, Owner string
 }
 
+// ImageBuild is what 'fluffy image build' asks for.
+type ImageBuild struct {
+	// Dir holds the Dockerfile of a skill image; empty means the base
+	// image.
+	Dir string
+	// Tag defaults to the base image's for the base image.
+	Tag string
+	// Minimal builds the busybox base image instead of the Debian one.
+	Minimal bool
+}
+
 // Image is an image 'fluffy image build' built, or found up to date.
 type Image struct {
 	Tag string

@@ -34,19 +34,23 @@ func (*Core) SandboxGC(ctx context.Context, u *userenv.Env, runtime string, all,
 	return out, err
 }
 
-// BuildImage builds the base image (dir "") or dir's Dockerfile as tag,
-// unless an image of that tag was built from the same content.
-func (*Core) BuildImage(ctx context.Context, u *userenv.Env, runtime, dir, tag string) (sandboxrun.Image, error) {
+// BuildImage builds the base image (the Debian one, or with Minimal the
+// busybox one) or b.Dir's Dockerfile as b.Tag, unless an image of that tag
+// was built from the same content.
+func (*Core) BuildImage(ctx context.Context, u *userenv.Env, runtime string, b sandboxrun.ImageBuild) (sandboxrun.Image, error) {
 	rt, err := engine(ctx, u, runtime)
 	if err != nil {
 		return sandboxrun.Image{}, err
 	}
 	defer rt.Close()
 	var res docker.BuildResult
-	if dir == "" {
-		res, err = docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{Tag: tag})
-	} else {
-		res, err = docker.BuildDir(ctx, rt.Client(), dir, tag)
+	switch {
+	case b.Dir != "":
+		res, err = docker.BuildDir(ctx, rt.Client(), b.Dir, b.Tag)
+	case b.Minimal:
+		res, err = docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{Tag: b.Tag})
+	default:
+		res, err = docker.EnsureDebianImage(ctx, rt.Client(), docker.DebianOptions{Tag: b.Tag})
 	}
 	if err != nil {
 		return sandboxrun.Image{}, err

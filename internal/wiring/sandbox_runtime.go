@@ -68,7 +68,7 @@ func otherSandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sand
 		u.Logger().Info("removed orphaned sandbox containers", "count", len(removed))
 	}
 	if r.Image == "" || r.Image == docker.BaseImage {
-		if _, err := docker.EnsureBaseImage(ctx, rt.Client(), docker.BaseOptions{}); err != nil {
+		if _, err := docker.EnsureBasePresent(ctx, rt.Client(), docker.DebianOptions{}); err != nil {
 			rt.Close()
 			return nil, nil, fmt.Errorf("%w: base image: %w", sandbox.ErrSetup, err)
 		}

@@ -4,8 +4,9 @@
 // github.com/moby/moby/client (DOCKER_HOST honoured, the local socket by
 // default).
 //
-// Every sandbox is a container started from a locally built image
-// (EnsureBaseImage: busybox FROM scratch, no registry needed) with a
+// Every sandbox is a container started from a locally built image, no
+// registry needed (EnsureDebianImage: Debian packages from the host's apt
+// sources imported by the engine; EnsureBaseImage: busybox FROM scratch), with a
 // read-only root filesystem, all capabilities dropped, no-new-privileges,
 // the seccomp profile of the spec exported from the same Go definition the
 // native backend assembles to BPF (sandbox.Profile.DockerJSON), network

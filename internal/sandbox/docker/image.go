@@ -7,10 +7,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -24,14 +21,15 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
-// BaseImage is the tag of fluffy's base image.
+// BaseImage is the tag of fluffy's base image: the Debian one
+// (EnsureDebianImage), or the minimal busybox one (EnsureBaseImage).
 const BaseImage = "fluffy-base:latest"
 
 // LabelContent carries the content hash an image was built from; a build
 // whose context hashes the same is skipped.
 const LabelContent = "dev.fluffy.content"
 
-// BaseOptions configure the base image.
+// BaseOptions configure the minimal base image.
 type BaseOptions struct {
 	// Tag defaults to BaseImage.
 	Tag string
@@ -50,8 +48,8 @@ type BuildResult struct {
 	Cached bool
 }
 
-// EnsureBaseImage builds the base image when it is missing or its content
-// changed: busybox (static) and its applets in /bin FROM scratch, an
+// EnsureBaseImage builds the minimal base image ('image build base
+// --minimal') when it is missing or its content changed: busybox (static) and its applets in /bin FROM scratch, an
 // /etc/passwd with root and nobody, nothing else. The build context is a
 // deterministic tar (fixed times and owners, sorted), so the same busybox
 // gives the same content hash on every machine.
@@ -174,26 +172,12 @@ func buildTar(ctx context.Context, cli *client.Client, tag string, tb *tarBuilde
 		return res, fmt.Errorf("docker: building %s: %w", tag, err)
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	var log strings.Builder
-	for {
-		var m struct {
-			Stream string `json:"stream"`
-			Error  string `json:"error"`
-		}
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return res, fmt.Errorf("docker: building %s: reading progress: %w", tag, err)
-		}
-		if m.Error != "" {
-			return res, fmt.Errorf("docker: building %s: %s", tag, m.Error)
-		}
-		log.WriteString(m.Stream)
+	log, err := readProgress(resp.Body)
+	if err != nil {
+		return res, fmt.Errorf("docker: building %s: %w", tag, err)
 	}
 	if img, err := cli.ImageInspect(ctx, tag); err != nil || img.Config == nil || img.Config.Labels[LabelContent] != sum {
-		return res, fmt.Errorf("docker: building %s: the image is missing afterwards: %v\n%s", tag, err, log.String())
+		return res, fmt.Errorf("docker: building %s: the image is missing afterwards: %v\n%s", tag, err, log)
 	}
 	return res, nil
 }
