@@ -138,6 +138,9 @@ type Options struct {
 	// CacheDir, when set, holds the templates' persistent build caches
 	// (sandbox.Template.ApplyCaches), one directory per workspace.
 	CacheDir string
+	// UserCaches are the person's own toolchain caches, mounted
+	// read-only beside the templates' caches (ApplyCaches); nil: none.
+	UserCaches sandbox.UserCaches
 	// Masks are read-only mounts added to every sandbox: they hide
 	// fluffy's own files that lie inside the workspace.
 	Masks  []sandbox.Mount
@@ -710,7 +713,7 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 		spec.Mounts = append(spec.Mounts, r.o.Masks...)
 	}
 	if r.o.CacheDir != "" && spec.Workspace != "" {
-		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
+		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace), r.o.UserCaches); err != nil {
 			return tool.Result{}, err
 		}
 	}
