@@ -65,7 +65,9 @@ const userGoModTarget = "/var/cache/fluffy/user/go-mod"
 // GoCaches are the Go toolchain's build and module caches. Offline and
 // pinned to the installed toolchain (GOTOOLCHAIN=local), so a build never
 // reaches the network; -buildvcs=false because the sandbox has no VCS
-// metadata worth stamping. GOFLAGS sets no -mod: the go command's default
+// metadata worth stamping; -modcacherw so the person can delete fluffy's
+// module cache (the sandbox can write all of it anyway: read-only module
+// directories would protect nothing there). GOFLAGS sets no -mod: the go command's default
 // (readonly, or vendor when vendor/ is consistent) refuses to rewrite
 // go.mod or go.sum behind the person's back; 'go get' and 'go mod tidy'
 // still can, and what they write lands in the change set.
@@ -80,7 +82,7 @@ const userGoModTarget = "/var/cache/fluffy/user/go-mod"
 // an error rather than a silent addition). Without the person's cache
 // GOPROXY stays off.
 var GoCaches = []Cache{
-	{Name: "go-build", Target: "/var/cache/fluffy/go-build", Env: []string{"GOCACHE=/var/cache/fluffy/go-build", "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-buildvcs=false"}},
+	{Name: "go-build", Target: "/var/cache/fluffy/go-build", Env: []string{"GOCACHE=/var/cache/fluffy/go-build", "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-buildvcs=false -modcacherw"}},
 	{Name: "go-mod", Target: "/var/cache/fluffy/go-mod", Env: []string{"GOMODCACHE=/var/cache/fluffy/go-mod"},
 		Seed: &Seed{Kind: UserGoModCache, Target: userGoModTarget, Env: []string{"GOPROXY=file://" + userGoModTarget + "/cache/download", "GOSUMDB=off"}}},
 }

@@ -32,7 +32,7 @@ func TestApplyCaches(t *testing.T) {
 		k, v, _ := strings.Cut(e, "=")
 		count[k] = append(count[k], v)
 	}
-	want := map[string]string{"GOCACHE": "/var/cache/fluffy/go-build", "GOMODCACHE": "/var/cache/fluffy/go-mod", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false", "PATH": "/usr/bin"}
+	want := map[string]string{"GOCACHE": "/var/cache/fluffy/go-build", "GOMODCACHE": "/var/cache/fluffy/go-mod", "GOPROXY": "off", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false -modcacherw", "PATH": "/usr/bin"}
 	for k, v := range want {
 		if len(count[k]) != 1 || count[k][0] != v {
 			t.Errorf("%s = %q, want exactly %q", k, count[k], v)
