@@ -393,6 +393,7 @@ func (x *run) buildSpec(c config.Sandbox, tpl sandbox.Template) (cleanup func(),
 		return cleanup, err
 	}
 	spec.Mounts = append(spec.Mounts, masks...)
+	spec.Mounts = append(spec.Mounts, u.ToolchainMounts(spec.Workspace)...)
 	// The template's build caches, as in a session's sandboxes, with the
 	// person's own caches read-only beside them.
 	if cd := u.CacheDir(); cd != "" && spec.Workspace != "" {

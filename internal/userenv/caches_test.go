@@ -3,6 +3,8 @@ package userenv
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -56,5 +58,45 @@ func TestUserCachesGoModCache(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: go-mod cache %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// ToolchainMounts shows the PATH's toolchain directories read-only at
+// the PATH's own paths (a Go installation whole, even in the home
+// directory), and leaves out what the sandbox sees already, must not see,
+// or could not run (launchers in the home directory, shims).
+func TestToolchainMounts(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	ws := filepath.Join(root, "src", "repo")
+	dirs := []string{root + "/tools/bin", home + "/sdk/go/bin", home + "/sdk/go/pkg/tool", home + "/sdk/go/src/runtime",
+		ws + "/bin", root + "/real/bin", root + "/data/bin", home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(root+"/real/bin", root+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	path := []string{root + "/tools/bin", home + "/sdk/go/bin", "/usr/local/go/bin", "/bin", "relative/bin", ws + "/bin",
+		root + "/src", root + "/missing", home, "/", root + "/data/bin", root + "/link", root + "/tools/bin",
+		home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+	e := &Env{Cwd: ws, Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + root + "/data", "XDG_CONFIG_HOME=" + root + "/config",
+		"PATH=" + strings.Join(path, ":")}}
+	got := e.ToolchainMounts(ws)
+	want := []sandbox.Mount{
+		{Source: root + "/tools/bin", Target: root + "/tools/bin"},
+		{Source: home + "/sdk/go", Target: home + "/sdk/go"},
+		{Source: root + "/real/bin", Target: root + "/link"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("toolchain mounts\n got %+v\nwant %+v", got, want)
+	}
+	if got := e.ToolchainMounts(""); got != nil {
+		t.Errorf("toolchain mounts without a workspace: %+v", got)
 	}
 }

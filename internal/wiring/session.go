@@ -273,6 +273,7 @@ func sessionToolsOn(u *userenv.Env, log *slog.Logger, approver router.Approver, 
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
 			o.UserCaches = u.UserCaches(res.Workspace())
+			o.Toolchains = u.ToolchainMounts(res.Workspace())
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}

@@ -143,8 +143,11 @@ type Options struct {
 	UserCaches sandbox.UserCaches
 	// Masks are read-only mounts added to every sandbox: they hide
 	// fluffy's own files that lie inside the workspace.
-	Masks  []sandbox.Mount
-	Logger *slog.Logger
+	Masks []sandbox.Mount
+	// Toolchains are read-only mounts added to every sandbox: the
+	// toolchains on the person's PATH outside the system directories.
+	Toolchains []sandbox.Mount
+	Logger     *slog.Logger
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -712,6 +715,7 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 	if spec.Workspace != "" {
 		spec.Mounts = append(spec.Mounts, r.o.Masks...)
 	}
+	spec.Mounts = append(spec.Mounts, r.o.Toolchains...)
 	if r.o.CacheDir != "" && spec.Workspace != "" {
 		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace), r.o.UserCaches); err != nil {
 			return tool.Result{}, err
