@@ -297,6 +297,13 @@ type Facility struct {
 // installed beside the fluffy binary.
 const InitBinaryName = "fluffy-sandbox-init"
 
+// SystemDirs are the host directories every native sandbox shows
+// read-only (nsinit binds the same list): a program found below one needs
+// no mount of its own.
+func SystemDirs() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+}
+
 // DefaultPath is the sandbox's PATH when the user's is unknown.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -23,8 +23,8 @@ type Template struct {
 	// Pending names what the template is still waiting for, when part of
 	// its intent needs a facility that does not exist yet.
 	Pending string
-	// Caches are persistent build caches mounted read-write (see
-	// ApplyCaches).
+	// Caches are persistent build caches mounted read-write, some filled
+	// from the person's own caches mounted read-only (see ApplyCaches).
 	Caches []Cache
 }
 
@@ -35,15 +35,56 @@ type Cache struct {
 	Name   string   // directory name under the cache root
 	Target string   // absolute path inside the sandbox
 	Env    []string // "KEY=value" set (replacing any earlier value) when mounted
+	// Seed, when set, is the person's own cache this one is filled from
+	// (see UserCaches): mounted read-only, never written.
+	Seed *Seed
 }
 
-// GoCaches are the Go toolchain's build and module caches. Offline
-// (GOPROXY=off) and pinned to the installed toolchain (GOTOOLCHAIN=local),
-// so a cached build never comes from the network; -buildvcs=false because
-// the sandbox has no VCS metadata worth stamping.
+// Seed is how a sandbox reads one of the person's caches: the host
+// directory UserCaches names for Kind is bound read-only at Target, and
+// Env (replacing earlier values) points the tool at it. A cache the
+// person does not have leaves the sandbox offline with fluffy's cache
+// alone.
+type Seed struct {
+	Kind   string   // key of UserCaches, e.g. UserGoModCache
+	Target string   // absolute path inside the sandbox
+	Env    []string // "KEY=value" set when the seed is mounted
+}
+
+// UserCaches maps a kind of cache (UserGoModCache) to the person's host
+// directory of that kind; userenv finds them.
+type UserCaches map[string]string
+
+// UserGoModCache is the kind of the person's Go module cache (go env
+// GOMODCACHE).
+const UserGoModCache = "go-mod"
+
+// userGoModTarget is where the person's Go module cache appears, read-only.
+const userGoModTarget = "/var/cache/fluffy/user/go-mod"
+
+// GoCaches are the Go toolchain's build and module caches. Offline and
+// pinned to the installed toolchain (GOTOOLCHAIN=local), so a build never
+// reaches the network; -buildvcs=false because the sandbox has no VCS
+// metadata worth stamping; -modcacherw so the person can delete fluffy's
+// module cache (the sandbox can write all of it anyway: read-only module
+// directories would protect nothing there). GOFLAGS sets no -mod: the go command's default
+// (readonly, or vendor when vendor/ is consistent) refuses to rewrite
+// go.mod or go.sum behind the person's back; 'go get' and 'go mod tidy'
+// still can, and what they write lands in the change set.
+//
+// The module cache is fluffy's, per workspace, and writable; when the
+// person has a module cache, it is mounted read-only and serves as a file
+// proxy (GOPROXY=file://…/cache/download): Go copies what a build needs
+// from it into fluffy's cache, never writing the person's. GOSUMDB=off
+// because the checksum database is out of reach offline; it is safe only
+// because the workspace's go.sum still verifies every module Go takes
+// from the proxy (and without -mod=mod, a module missing from go.sum is
+// an error rather than a silent addition). Without the person's cache
+// GOPROXY stays off.
 var GoCaches = []Cache{
-	{Name: "go-build", Target: "/var/cache/fluffy/go-build", Env: []string{"GOCACHE=/var/cache/fluffy/go-build", "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-mod=mod -buildvcs=false"}},
-	{Name: "go-mod", Target: "/var/cache/fluffy/go-mod", Env: []string{"GOMODCACHE=/var/cache/fluffy/go-mod"}},
+	{Name: "go-build", Target: "/var/cache/fluffy/go-build", Env: []string{"GOCACHE=/var/cache/fluffy/go-build", "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-buildvcs=false -modcacherw"}},
+	{Name: "go-mod", Target: "/var/cache/fluffy/go-mod", Env: []string{"GOMODCACHE=/var/cache/fluffy/go-mod"},
+		Seed: &Seed{Kind: UserGoModCache, Target: userGoModTarget, Env: []string{"GOPROXY=file://" + userGoModTarget + "/cache/download", "GOSUMDB=off"}}},
 }
 
 // Templates returns the built-in templates.
@@ -89,8 +130,10 @@ func CacheRoot(base, workspace string) string {
 
 // ApplyCaches creates the template's caches under root (0700) and adds
 // them to spec as writable mounts, with their variables replacing any
-// earlier value in spec.Env. A template without caches changes nothing.
-func (t Template) ApplyCaches(spec *Spec, root string) error {
+// earlier value in spec.Env. A cache with a Seed the person has (in user)
+// also gets the person's directory as a read-only mount. A template
+// without caches changes nothing.
+func (t Template) ApplyCaches(spec *Spec, root string, user UserCaches) error {
 	if len(t.Caches) == 0 {
 		return nil
 	}
@@ -104,6 +147,24 @@ func (t Template) ApplyCaches(spec *Spec, root string) error {
 		}
 		spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: c.Target, Writable: true})
 		for _, e := range c.Env {
+			spec.Env = setEnv(spec.Env, e)
+		}
+	}
+	// Seeds after every cache's own variables: a seed's GOPROXY replaces
+	// the offline default.
+	for _, c := range t.Caches {
+		if c.Seed == nil {
+			continue
+		}
+		src := user[c.Seed.Kind]
+		if src == "" {
+			continue
+		}
+		if !filepath.IsAbs(src) {
+			return fmt.Errorf("%w: the person's %s cache %q is not an absolute path", ErrInvalidSpec, c.Seed.Kind, src)
+		}
+		spec.Mounts = append(spec.Mounts, Mount{Source: src, Target: c.Seed.Target})
+		for _, e := range c.Seed.Env {
 			spec.Env = setEnv(spec.Env, e)
 		}
 	}

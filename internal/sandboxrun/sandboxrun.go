@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -392,6 +393,19 @@ func (x *run) buildSpec(c config.Sandbox, tpl sandbox.Template) (cleanup func(),
 		return cleanup, err
 	}
 	spec.Mounts = append(spec.Mounts, masks...)
+	spec.Mounts = append(spec.Mounts, u.ToolchainMounts(spec.Workspace)...)
+	// The template's build caches, as in a session's sandboxes, with the
+	// person's own caches read-only beside them.
+	if cd := u.CacheDir(); cd != "" && spec.Workspace != "" {
+		if err := tpl.ApplyCaches(spec, sandbox.CacheRoot(cd, spec.Workspace), u.UserCaches(spec.Workspace)); err != nil {
+			return cleanup, err
+		}
+		// --env still wins over the caches' variables.
+		spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return slices.ContainsFunc(env, func(f string) bool { return strings.HasPrefix(f, k+"=") })
+		}), env...)
+	}
 	return cleanup, nil
 }
 

@@ -232,8 +232,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Sessions have no network: Go builds use the toolchain and modules
-	// at hand rather than trying to fetch others.
-	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	// at hand (the person's module cache, read-only: see
+	// sandbox.GoCaches) rather than trying to fetch others. No -mod=mod:
+	// a build must not rewrite go.mod or go.sum unasked.
+	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOPROXY=off")
 	return func(ctx context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
@@ -268,6 +270,8 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			o.Runtime, o.RuntimeName = rt, name
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
+			o.UserCaches = u.UserCaches(res.Workspace())
+			o.Toolchains = u.ToolchainMounts(res.Workspace())
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}

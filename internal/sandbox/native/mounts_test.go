@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 )
 
 // TestMountsUnderPrivateDir: extra mounts whose host path sits under a
@@ -52,5 +53,13 @@ func TestMountsUnderPrivateDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ro, "g")); err == nil {
 		t.Error("a write reached the read-only mount's source")
+	}
+}
+
+// The system directories the init binds are the ones sandbox.SystemDirs
+// names: userenv mounts no toolchain below them, trusting they are there.
+func TestSystemDirsAgree(t *testing.T) {
+	if got, want := strings.Join(nsinit.SystemDirs(), " "), strings.Join(sandbox.SystemDirs(), " "); got != want {
+		t.Errorf("nsinit binds %s, sandbox.SystemDirs says %s", got, want)
 	}
 }

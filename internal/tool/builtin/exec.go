@@ -88,7 +88,7 @@ var runners = map[string]runner{
 			return append([]string{"/bin/sh", "-c", `go test -json -coverprofile=/tmp/fluffy-cover.out "$@"; s=$?; printf '\n%s\n' "$0"; cat /tmp/fluffy-cover.out 2>/dev/null; exit $s`, mark}, orAll(a, "./...")...)
 		},
 		coverFormat: coverage.GoProfile,
-		env:         []string{"GOCACHE=/tmp/go-cache", "GOPATH=/tmp/go", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off", "CGO_ENABLED=0"},
+		env:         []string{"GOCACHE=/tmp/go-cache", "GOPATH=/tmp/go", "GOTOOLCHAIN=local", "GOPROXY=off", "CGO_ENABLED=0"},
 		format:      testrun.GoJSON,
 	},
 	"cargo": {

@@ -138,10 +138,16 @@ type Options struct {
 	// CacheDir, when set, holds the templates' persistent build caches
 	// (sandbox.Template.ApplyCaches), one directory per workspace.
 	CacheDir string
+	// UserCaches are the person's own toolchain caches, mounted
+	// read-only beside the templates' caches (ApplyCaches); nil: none.
+	UserCaches sandbox.UserCaches
 	// Masks are read-only mounts added to every sandbox: they hide
 	// fluffy's own files that lie inside the workspace.
-	Masks  []sandbox.Mount
-	Logger *slog.Logger
+	Masks []sandbox.Mount
+	// Toolchains are read-only mounts added to every sandbox: the
+	// toolchains on the person's PATH outside the system directories.
+	Toolchains []sandbox.Mount
+	Logger     *slog.Logger
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -760,8 +766,9 @@ func (r *Router) sandboxSpec(template string, env []string) (sandbox.Spec, error
 	if spec.Workspace != "" {
 		spec.Mounts = append(spec.Mounts, r.o.Masks...)
 	}
+	spec.Mounts = append(spec.Mounts, r.o.Toolchains...)
 	if r.o.CacheDir != "" && spec.Workspace != "" {
-		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace)); err != nil {
+		if err := tpl.ApplyCaches(&spec, sandbox.CacheRoot(r.o.CacheDir, spec.Workspace), r.o.UserCaches); err != nil {
 			return sandbox.Spec{}, err
 		}
 	}

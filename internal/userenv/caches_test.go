@@ -1,0 +1,102 @@
+package userenv
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// UserCaches finds Go's module cache where the go command does
+// ($GOMODCACHE, else $GOPATH's first entry, else $HOME/go), only when it
+// holds a download cache, and never a directory that would show the home
+// directory or fluffy's own files to the sandbox.
+func TestUserCachesGoModCache(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	mk := func(d string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(d, "cache", "download"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	explicit := mk(filepath.Join(root, "modcache"))
+	gopath := mk(filepath.Join(root, "gopath", "pkg", "mod"))
+	dflt := mk(filepath.Join(home, "go", "pkg", "mod"))
+	empty := filepath.Join(root, "empty")
+	if err := os.MkdirAll(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(root, "data")
+	mk(data)
+	base := []string{"HOME=" + home, "FLUFFY_HOME=" + data, "XDG_CONFIG_HOME=" + root + "/config"}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"GOMODCACHE", []string{"GOMODCACHE=" + explicit, "GOPATH=" + root + "/gopath"}, explicit},
+		{"GOPATH's first entry", []string{"GOPATH=" + root + "/gopath:" + root + "/other"}, gopath},
+		{"HOME/go", nil, dflt},
+		{"relative GOMODCACHE", []string{"GOMODCACHE=rel/mod"}, ""},
+		{"no download cache", []string{"GOMODCACHE=" + empty}, ""},
+		{"missing", []string{"GOMODCACHE=" + root + "/nowhere"}, ""},
+		{"the home directory", []string{"GOMODCACHE=" + mk(home)}, ""},
+		{"above the home directory", []string{"GOMODCACHE=" + mk(root)}, ""},
+		{"fluffy's data directory", []string{"GOMODCACHE=" + data}, ""},
+		{"the root", []string{"GOMODCACHE=/"}, ""},
+	} {
+		e := &Env{Cwd: root, Environ: append(append([]string(nil), base...), c.env...)}
+		got := e.UserCaches(filepath.Join(root, "ws"))[sandbox.UserGoModCache]
+		if got != c.want {
+			t.Errorf("%s: go-mod cache %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// ToolchainMounts shows the PATH's toolchain directories read-only at
+// the PATH's own paths (a Go installation whole, even in the home
+// directory), and leaves out what the sandbox sees already, must not see,
+// or could not run (launchers in the home directory, shims).
+func TestToolchainMounts(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	ws := filepath.Join(root, "src", "repo")
+	dirs := []string{root + "/tools/bin", home + "/sdk/go/bin", home + "/sdk/go/pkg/tool", home + "/sdk/go/src/runtime",
+		ws + "/bin", root + "/real/bin", root + "/data/bin", home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(root+"/real/bin", root+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	path := []string{root + "/tools/bin", home + "/sdk/go/bin", "/usr/local/go/bin", "/bin", "relative/bin", ws + "/bin",
+		root + "/src", root + "/missing", home, "/", root + "/data/bin", root + "/link", root + "/tools/bin",
+		home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+	e := &Env{Cwd: ws, Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + root + "/data", "XDG_CONFIG_HOME=" + root + "/config",
+		"PATH=" + strings.Join(path, ":")}}
+	got := e.ToolchainMounts(ws)
+	want := []sandbox.Mount{
+		{Source: root + "/tools/bin", Target: root + "/tools/bin"},
+		{Source: home + "/sdk/go", Target: home + "/sdk/go"},
+		{Source: root + "/real/bin", Target: root + "/link"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("toolchain mounts\n got %+v\nwant %+v", got, want)
+	}
+	if got := e.ToolchainMounts(""); got != nil {
+		t.Errorf("toolchain mounts without a workspace: %+v", got)
+	}
+}
