@@ -124,24 +124,7 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 	}
 	u := testUser(t, dir, kernelCwd)
 	log := u.Logger()
-	al, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
-	db, err := store.OpenMain(t.Context(), filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := tdd.New(tdd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	al, j, m := sessionStores(t, dir)
 	noSandbox := newSessionBoxes(log, func() resolved { return resolved{} })
 	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox)
 	args, _ := json.Marshal(map[string]string{"path": "notes.txt", "content": "hello\n"})
@@ -171,4 +154,30 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 			t.Errorf("fs.write notes.txt in %s: %q (%s); want blocked %v by no-notes", filepath.Base(tc.ws), res.Content, res.Decision, tc.blocked)
 		}
 	}
+}
+
+// sessionStores opens, under dir, what a session's tools are built on:
+// an audit log, the TDD journal in fluffy.db and a TDD machine; they are
+// closed when the test ends.
+func sessionStores(t *testing.T, dir string) (*audit.Log, *tdd.Journal, *tdd.Machine) {
+	t.Helper()
+	al, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	db, err := store.OpenMain(t.Context(), filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := tdd.New(tdd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return al, j, m
 }

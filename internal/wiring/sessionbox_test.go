@@ -11,13 +11,11 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
-	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
-	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
 
@@ -85,24 +83,7 @@ func TestSessionContainers(t *testing.T) {
 	dir := t.TempDir()
 	u := testUser(t, dir, dir)
 	log := u.Logger()
-	al, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer al.Close()
-	db, err := store.OpenMain(t.Context(), filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := tdd.New(tdd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	al, j, m := sessionStores(t, dir)
 	boxes := newSessionBoxes(log, func() resolved { return resolved{name: "docker", engine: eng} })
 	defer boxes.Close()
 	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes)
