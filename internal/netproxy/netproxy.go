@@ -135,6 +135,17 @@ func (e *DeniedError) Error() string {
 	return fmt.Sprintf("netproxy: refused by %s: %s", e.Rule, e.Reason)
 }
 
+// Verdict is Options.Decide's answer about one destination.
+type Verdict struct {
+	Allow bool
+	// Rule names what decided (a policy rule's id); it is the request's
+	// Record.Rule, and a refusal's 403 names it.
+	Rule string
+	// Reason explains a refusal to the client (how to ask for the host,
+	// say); empty when allowed.
+	Reason string
+}
+
 // Limits bound what one sandbox can do through the proxy. Zero fields take
 // the DefaultLimits value.
 type Limits struct {
@@ -214,6 +225,14 @@ type Options struct {
 	Session string
 	// Allow is the allow-list; the zero value allows nothing.
 	Allow AllowList
+	// Decide, when set, is asked about a request that no Allow rule
+	// matches: a policy decided per request (a session's live policy)
+	// rather than a list fixed when the proxy starts. Its verdict is
+	// final for that request. An allowed IP literal counts as a rule
+	// naming that exact address (so it may be a loopback or private one,
+	// as with an IP-literal Allow rule); an allowed name must still
+	// resolve to permitted addresses.
+	Decide func(ctx context.Context, host string, port int) Verdict
 	// Recorder receives the audit records; required.
 	Recorder Recorder
 	// AllowAddrs are non-public address ranges an allowed name may

@@ -175,20 +175,40 @@ func writeRefusal(bw *bufio.Writer, status int, d *DeniedError) {
 }
 
 // admit runs the checks shared by HTTP and CONNECT: audit health, target,
-// Host header, allow-list.
-func (p *Proxy) admit(t target, hosts []string) (Rule, int, *DeniedError) {
+// Host header, allow-list, then Options.Decide. It returns the rule the
+// dial checks addresses under and the name the audit records.
+func (p *Proxy) admit(t target, hosts []string) (Rule, string, int, *DeniedError) {
 	if err := p.auditFailure(); err != nil {
-		return Rule{}, http.StatusServiceUnavailable, &DeniedError{Rule: "audit", Reason: "the egress audit log is unavailable"}
+		return Rule{}, "", http.StatusServiceUnavailable, &DeniedError{Rule: "audit", Reason: "the egress audit log is unavailable"}
 	}
 	if d := checkHost(hosts, t); d != nil {
-		return Rule{}, http.StatusBadRequest, d
+		return Rule{}, "", http.StatusBadRequest, d
 	}
-	rule, ok := p.opts.Allow.match(t)
-	if !ok {
-		return Rule{}, http.StatusForbidden, &DeniedError{Rule: "not-allowed",
+	if rule, ok := p.opts.Allow.match(t); ok {
+		return rule, rule.String(), 0, nil
+	}
+	if p.opts.Decide == nil {
+		return Rule{}, "", http.StatusForbidden, &DeniedError{Rule: "not-allowed",
 			Reason: fmt.Sprintf("%s is not on this sandbox's allow-list", t.hostPort())}
 	}
-	return rule, 0, nil
+	v := p.opts.Decide(p.ctx, t.host, t.port)
+	if v.Rule == "" {
+		v.Rule = "not-allowed"
+	}
+	if !v.Allow {
+		reason := v.Reason
+		if reason == "" {
+			reason = fmt.Sprintf("%s is not allowed", t.hostPort())
+		}
+		return Rule{}, "", http.StatusForbidden, &DeniedError{Rule: v.Rule, Reason: reason}
+	}
+	// The decision was about exactly this destination: an IP literal is
+	// the exact address (see permit), a name keeps the address checks.
+	rule := Rule{Host: t.host, IP: t.ip, Port: t.port}
+	if t.ip.IsValid() {
+		rule.Host = ""
+	}
+	return rule, v.Rule, 0, nil
 }
 
 // hop-by-hop headers, never forwarded either way.
@@ -242,7 +262,7 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 		return false
 	}
 	rec.Host, rec.Port = t.host, t.port
-	rule, status, d := p.admit(t, hosts)
+	rule, ruleName, status, d := p.admit(t, hosts)
 	if d != nil {
 		p.deny(bw, rec, status, d)
 		return false
@@ -252,7 +272,7 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 			Reason: fmt.Sprintf("request body of %d bytes exceeds the %d-byte limit", req.ContentLength, p.lim.MaxUpload)})
 		return false
 	}
-	rec.Rule = rule.String()
+	rec.Rule = ruleName
 	rec.Decision = Allowed
 	// The decision is on disk before a byte goes upstream.
 	if err := p.open(&rec); err != nil {
@@ -581,12 +601,12 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 		return
 	}
 	rec.Host, rec.Port = t.host, t.port
-	rule, status, d := p.admit(t, hosts)
+	rule, ruleName, status, d := p.admit(t, hosts)
 	if d != nil {
 		p.deny(bw, rec, status, d)
 		return
 	}
-	rec.Decision, rec.Rule = Allowed, rule.String()
+	rec.Decision, rec.Rule = Allowed, ruleName
 	// The decision is on disk before the upstream is connected.
 	if err := p.open(&rec); err != nil {
 		auditRefusal(bw)
