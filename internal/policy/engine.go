@@ -338,6 +338,19 @@ func (e *Engine) Rules() []RuleInfo {
 	return out
 }
 
+// AllowsHosts reports whether a rule with a host matcher may let a
+// destination through (effect allow or approve): without one, no host
+// can be reached whatever is asked, and a session's commands need no
+// network at all.
+func (e *Engine) AllowsHosts() bool {
+	for _, r := range e.all {
+		if r.match != nil && len(r.match.hosts) > 0 && (r.effect == Allow || r.effect == Approve) {
+			return true
+		}
+	}
+	return false
+}
+
 // Default returns the effect used when nothing matches.
 func (e *Engine) Default() Effect { return e.opts.Default }
 
