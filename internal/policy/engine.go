@@ -338,17 +338,21 @@ func (e *Engine) Rules() []RuleInfo {
 	return out
 }
 
-// AllowsHosts reports whether a rule with a host matcher may let a
-// destination through (effect allow or approve): without one, no host
-// can be reached whatever is asked, and a session's commands need no
-// network at all.
-func (e *Engine) AllowsHosts() bool {
+// HostPatterns are the host matchers ("name:port" globs) of the rules
+// that may let a destination through (effect allow or approve), in
+// evaluation order. None means no host can be reached whatever is asked,
+// and a session's commands need no network at all.
+func (e *Engine) HostPatterns() []string {
+	var out []string
 	for _, r := range e.all {
-		if r.match != nil && len(r.match.hosts) > 0 && (r.effect == Allow || r.effect == Approve) {
-			return true
+		if r.match == nil || (r.effect != Allow && r.effect != Approve) {
+			continue
+		}
+		for _, h := range r.match.hosts {
+			out = append(out, h.raw)
 		}
 	}
-	return false
+	return out
 }
 
 // Default returns the effect used when nothing matches.
