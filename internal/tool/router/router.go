@@ -147,7 +147,20 @@ type Options struct {
 	// Toolchains are read-only mounts added to every sandbox: the
 	// toolchains on the person's PATH outside the system directories.
 	Toolchains []sandbox.Mount
-	Logger     *slog.Logger
+	// Egress, when set, is asked before each sandboxed command for the
+	// network of that call (its id): a nil Egress keeps the command
+	// without network, as when Egress is unset.
+	Egress func(ctx context.Context, call string) (Egress, error)
+	Logger *slog.Logger
+}
+
+// Egress is one sandboxed command's way out: an egress proxy on a unix
+// socket that the sandbox gets mounted, the variables that point the
+// command at it, and Close, called when the command has ended.
+type Egress interface {
+	Socket() string
+	Env() []string
+	Close()
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -681,7 +694,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 	case tool.FastPath, tool.Kernel:
 		return t.Run(ctx, args)
 	case tool.Sandbox:
-		return r.sandboxed(ctx, t, args, gate)
+		return r.sandboxed(ctx, cl.id, t, args, gate)
 	}
 	return tool.Result{}, fmt.Errorf("unknown execution class %q", t.Execution().Class)
 }
@@ -689,7 +702,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 // sandboxed runs a sandbox tool's command once gate (if any) has made its
 // records durable: a runtime that builds sandboxes ahead of the command
 // (sandbox.GatedRunner) builds it meanwhile.
-func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, gate *writeAhead) (tool.Result, error) {
+func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, args tool.Args, gate *writeAhead) (tool.Result, error) {
 	if r.o.Runtime == nil || r.o.ChangeSet == nil {
 		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
 	}
@@ -705,6 +718,16 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 		spec.Limits.Wall = cmd.Timeout
 	}
 	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
+	if r.o.Egress != nil {
+		eg, err := r.o.Egress(ctx, callID)
+		if err != nil {
+			return tool.Result{}, fmt.Errorf("the command's network could not be set up: %w", err)
+		}
+		if eg != nil {
+			defer eg.Close()
+			withEgress(&spec, eg)
+		}
+	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	var res sandbox.Result
 	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
@@ -734,6 +757,20 @@ func (r *Router) sandboxed(ctx context.Context, t *tool.Tool, args tool.Args, ga
 		return cmd.Collect(out)
 	}
 	return DefaultCollect(out), nil
+}
+
+// withEgress gives spec the network of eg: the proxy's socket, the
+// standard-net seccomp profile in place of standard (the forwarder is
+// reached over TCP on loopback), and the proxy variables before the
+// others, so that a command's own setting of one wins (it can only point
+// elsewhere inside a sandbox that has no other way out).
+func withEgress(spec *sandbox.Spec, eg Egress) {
+	spec.Network = sandbox.NetworkProxy
+	spec.ProxySocket = eg.Socket()
+	if spec.Seccomp == "standard" {
+		spec.Seccomp = "standard-net"
+	}
+	spec.Env = append(append([]string(nil), eg.Env()...), spec.Env...)
 }
 
 // SandboxSpec is the sandbox the router gives a command of template:
