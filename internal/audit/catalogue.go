@@ -477,6 +477,9 @@ type NetRequest struct {
 	Status   int    `json:"status,omitempty"`
 	// Exec is the sequence number of the run's exec.start.
 	Exec uint64 `json:"exec,omitempty"`
+	// Call is the id of the session's tool call whose command sent the
+	// request (a session's proxy serves one call).
+	Call string `json:"call,omitempty"`
 }
 
 // NetEnd (net.end) is the outcome of an allowed egress request.
@@ -498,6 +501,8 @@ type NetEnd struct {
 	Exec       uint64 `json:"exec,omitempty"`
 	// Request is the sequence number of the request's net.request.
 	Request uint64 `json:"request,omitempty"`
+	// Call is as in NetRequest.
+	Call string `json:"call,omitempty"`
 }
 
 // UnmarshalJSON accepts duration_ms, which net.end carried before every
