@@ -1,0 +1,247 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// NetConnectTool is the tool name of the operation a session's egress
+// proxy puts to the policy for each destination (action net, one host).
+const NetConnectTool = "net.connect"
+
+// sessionNet gives a session's sandboxed commands the network its policy
+// allows: when a rule with a host matcher may let a destination through,
+// each command gets an egress proxy of its own (so every request names
+// the tool call that sent it) whose every destination is decided by the
+// live policy of the session's workspace. Without such a rule a command
+// gets no proxy and no network, as before.
+type sessionNet struct {
+	u       *userenv.Env
+	live    *livePolicy
+	ws      string
+	session string
+	audit   router.Recorder
+	log     *slog.Logger
+}
+
+// sessionEgress is the router's Egress for a session, or nil when its
+// runtime cannot take a proxy socket (containers: the socket is bound
+// into a native sandbox only).
+func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger) func(context.Context, string) (router.Egress, error) {
+	if runtime != "native" {
+		return nil
+	}
+	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log}
+	return n.egress
+}
+
+// egress starts call's proxy, or returns nil when no rule could let any
+// destination through (or the policy does not load: no network then).
+func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, error) {
+	e, err := n.live.engine(ctx, n.ws)
+	if err != nil {
+		return nil, nil
+	}
+	pats := e.HostPatterns()
+	if len(pats) == 0 {
+		return nil, nil
+	}
+	l, err := n.u.Config()
+	if err != nil {
+		return nil, err
+	}
+	c := l.Config.Net
+	addrs, err := allowAddrs(c)
+	if err != nil {
+		return nil, err
+	}
+	eg := &egress{served: make(chan struct{})}
+	eg.proxy, err = netproxy.New(netproxy.Options{
+		Sandbox: "session", Session: n.session,
+		Decide:     n.decide,
+		Recorder:   &sessionNetAudit{log: n.audit, session: n.session, call: call, open: map[string]uint64{}},
+		AllowAddrs: addrs,
+		Logger:     n.log.With("component", "netproxy", "call", call),
+		Limits:     proxyLimits(c),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if eg.dir, err = egressDir(n.u); err != nil {
+		eg.Close()
+		return nil, err
+	}
+	eg.socket = filepath.Join(eg.dir, "egress.sock")
+	ln, err := netproxy.ListenUnix(eg.socket, sandboxHostUID())
+	if err != nil {
+		eg.Close()
+		return nil, err
+	}
+	eg.serving = true
+	go func() {
+		defer close(eg.served)
+		_ = eg.proxy.Serve(ln)
+	}()
+	eg.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, netproxy.AllowList{})
+	if namesLoopback(pats) {
+		// A rule names a service on the host's loopback: the command's
+		// requests to loopback go through the proxy (the sandbox's own
+		// loopback has nothing of the host's on it).
+		for i, v := range eg.env {
+			if k, _, _ := strings.Cut(v, "="); strings.EqualFold(k, "NO_PROXY") {
+				eg.env[i] = k + "="
+			}
+		}
+	}
+	return eg, nil
+}
+
+// decide is the proxy's verdict on one destination: the live policy's
+// decision on a net.connect operation for it. Only an allow by a rule
+// lets it through (never the fallback: network needs a rule naming it);
+// approve is refused now, with what to do about it.
+func (n *sessionNet) decide(ctx context.Context, host string, port int) netproxy.Verdict {
+	e, err := n.live.engine(ctx, n.ws)
+	if err != nil {
+		return netproxy.Verdict{Rule: "policy", Reason: "the policy does not load: " + err.Error()}
+	}
+	op := operation.Operation{Tool: NetConnectTool, Action: operation.Net,
+		Hosts:   []operation.Host{{Name: host, Port: port}},
+		Session: operation.Session{ID: n.session, Workspace: n.ws}, Tags: []string{"net"}}
+	d := e.Decide(ctx, op)
+	hp := net.JoinHostPort(host, fmt.Sprint(port))
+	switch {
+	case d.Effect == policy.Allow && d.Rule != "fallback":
+		return netproxy.Verdict{Allow: true, Rule: d.Rule}
+	case d.Effect == policy.Approve:
+		return netproxy.Verdict{Rule: d.Rule, Reason: fmt.Sprintf(
+			"%s needs a person's approval (%s); a session cannot ask for a host yet: the person can allow it with a policy rule {effect: allow, match: {action: net, host: %q}}",
+			hp, d.Reason, hp)}
+	}
+	reason := d.Reason
+	if reason == "" {
+		reason = hp + " is not allowed by the policy"
+	}
+	return netproxy.Verdict{Rule: d.Rule, Reason: reason}
+}
+
+// namesLoopback reports whether a host pattern names a loopback address
+// or localhost.
+func namesLoopback(pats []string) bool {
+	for _, p := range pats {
+		name := p
+		if i := strings.LastIndexByte(p, ':'); i >= 0 && !strings.HasSuffix(p, "]") {
+			name = p[:i]
+		}
+		name = strings.Trim(name, "[]")
+		if a, err := netip.ParseAddr(name); (err == nil && a.IsLoopback()) || strings.EqualFold(name, "localhost") || strings.HasPrefix(name, "127.") {
+			return true
+		}
+	}
+	return false
+}
+
+// allowAddrs parses net.allow_addrs.
+func allowAddrs(c config.Net) ([]netip.Prefix, error) {
+	var addrs []netip.Prefix
+	for _, s := range c.AllowAddrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: net.allow_addrs: %w", userenv.ErrUsage, err)
+		}
+		addrs = append(addrs, p)
+	}
+	return addrs, nil
+}
+
+// proxyLimits are the proxy's limits from configuration net.
+func proxyLimits(c config.Net) netproxy.Limits {
+	return netproxy.Limits{
+		MaxUpload:             int64(c.MaxUpload),
+		MaxDownload:           int64(c.MaxDownload),
+		MaxDuration:           time.Duration(c.MaxDuration),
+		IdleTimeout:           time.Duration(c.IdleTimeout),
+		MaxConns:              c.MaxConns,
+		HeaderTimeout:         time.Duration(c.HeaderTimeout),
+		DialTimeout:           time.Duration(c.ConnectTimeout),
+		ResponseHeaderTimeout: time.Duration(c.ResponseTimeout),
+	}
+}
+
+// sessionNetAudit records a session proxy's requests in the session's
+// audit log, each with the tool call whose command sent it.
+type sessionNetAudit struct {
+	log           router.Recorder
+	session, call string
+	mu            sync.Mutex
+	open          map[string]uint64 // net.request sequence by request id
+}
+
+var (
+	_ netproxy.Recorder     = (*sessionNetAudit)(nil)
+	_ netproxy.PeerRecorder = (*sessionNetAudit)(nil)
+)
+
+// RecordEgress writes a decision as a net.request entry, durable before
+// it returns (nothing is relayed before), and an allowed request's
+// outcome as a net.end entry naming it.
+func (a *sessionNetAudit) RecordEgress(ctx context.Context, rec netproxy.Record) error {
+	if rec.Phase == netproxy.PhaseEnd {
+		p := audit.NetEnd{
+			ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port, Addr: rec.Addr,
+			Decision: string(rec.Decision), Rule: rec.Rule, Reason: rec.Reason, Status: rec.Status,
+			BytesUp: rec.BytesUp, BytesDown: rec.BytesDown, DurationUS: rec.Duration.Microseconds(), Error: rec.Err, Call: a.call,
+		}
+		a.mu.Lock()
+		p.Request = a.open[rec.ID]
+		delete(a.open, rec.ID)
+		a.mu.Unlock()
+		_, err := a.log.Append(ctx, audit.Entry{Session: a.session, Kind: audit.KindNetEnd, Actor: "sandbox", Payload: p})
+		return err
+	}
+	p := audit.NetRequest{
+		ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port,
+		Decision: string(rec.Decision), Rule: rec.Rule, Call: a.call,
+	}
+	if rec.Decision == netproxy.Denied {
+		p.Reason, p.Status = rec.Reason, rec.Status
+	}
+	seq, err := a.log.Append(ctx, audit.Entry{Session: a.session, Kind: audit.KindNetRequest, Actor: "sandbox", Payload: p})
+	if err != nil {
+		return err
+	}
+	if err := a.log.Flush(ctx); err != nil {
+		return err
+	}
+	if rec.Decision == netproxy.Allowed {
+		a.mu.Lock()
+		a.open[rec.ID] = seq
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// RecordPeerRefused writes a net.refused entry: who tried to use the
+// call's proxy.
+func (a *sessionNetAudit) RecordPeerRefused(ctx context.Context, pr netproxy.PeerRefusal) error {
+	_, err := a.log.Append(ctx, audit.Entry{Session: a.session, Kind: audit.KindNetRefused, Actor: "sandbox", Payload: audit.NetRefused{
+		Sandbox: pr.Sandbox, PeerUID: pr.Peer.UID, PeerGID: pr.Peer.GID, PeerPID: pr.Peer.PID, Reason: pr.Reason,
+	}})
+	return err
+}
