@@ -142,14 +142,11 @@ func (n *sessionNet) decide(ctx context.Context, host string, port int) netproxy
 }
 
 // namesLoopback reports whether a host pattern names a loopback address
-// or localhost.
+// or localhost. A pattern's name is what precedes its first ':' (as the
+// policy reads it: an IPv6 address cannot be named).
 func namesLoopback(pats []string) bool {
 	for _, p := range pats {
-		name := p
-		if i := strings.LastIndexByte(p, ':'); i >= 0 && !strings.HasSuffix(p, "]") {
-			name = p[:i]
-		}
-		name = strings.Trim(name, "[]")
+		name, _, _ := strings.Cut(p, ":")
 		if a, err := netip.ParseAddr(name); (err == nil && a.IsLoopback()) || strings.EqualFold(name, "localhost") || strings.HasPrefix(name, "127.") {
 			return true
 		}
