@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
@@ -113,13 +111,9 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		// exec.start names what the run may reach.
 		r.Audit.SetEgress(egressAudit(al, c.AllowAddrs))
 	}
-	var addrs []netip.Prefix
-	for _, s := range c.AllowAddrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("%w: net.allow_addrs: %w", userenv.ErrUsage, err)
-		}
-		addrs = append(addrs, p)
+	addrs, err := allowAddrs(c)
+	if err != nil {
+		return nil, err
 	}
 	e := &egress{served: make(chan struct{})}
 	rec := &cliRecorder{stderr: r.Stderr}
@@ -140,16 +134,7 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		AllowAddrs: addrs,
 		Recorder:   rec,
 		Logger:     u.Logger().With("component", "netproxy"),
-		Limits: netproxy.Limits{
-			MaxUpload:             int64(c.MaxUpload),
-			MaxDownload:           int64(c.MaxDownload),
-			MaxDuration:           time.Duration(c.MaxDuration),
-			IdleTimeout:           time.Duration(c.IdleTimeout),
-			MaxConns:              c.MaxConns,
-			HeaderTimeout:         time.Duration(c.HeaderTimeout),
-			DialTimeout:           time.Duration(c.ConnectTimeout),
-			ResponseHeaderTimeout: time.Duration(c.ResponseTimeout),
-		},
+		Limits:     proxyLimits(c),
 	})
 	if err != nil {
 		e.Close()
