@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +146,120 @@ func BenchmarkSessionShellExec(b *testing.B) {
 	}
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+}
+
+// TestSessionSandboxAhead: with the native runtime, a session's second
+// shell.exec takes the sandbox built ahead after its first, and sees
+// what the first wrote; another session has a runtime of its own and
+// never takes (nor discards) the first one's; an idle session's sandbox
+// built ahead is discarded and its next command built on demand; a
+// session that ends loses its sandbox built ahead.
+func TestSessionSandboxAhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	var (
+		mu   sync.Mutex
+		rts  []*native.Runtime
+		bxs  *sessionBoxes
+		self string
+	)
+	s := newNativeSessions(t, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
+		self = u.Self
+		bxs = newSessionBoxes(log, func() resolved {
+			return resolved{name: "native", native: func() (aheadRuntime, error) {
+				rt, err := native.New(native.Options{Self: self, Logger: log})
+				if err == nil {
+					mu.Lock()
+					rts = append(rts, rt)
+					mu.Unlock()
+				}
+				return rt, err
+			}}
+		})
+		return bxs
+	})
+	// settled waits for the sandbox built ahead after session's last
+	// command and returns the runtime holding it.
+	settled := func(session string) *native.Runtime {
+		t.Helper()
+		bxs.mu.Lock()
+		b := bxs.natives[session]
+		bxs.mu.Unlock()
+		if b == nil {
+			t.Fatalf("session %s has no native runtime of its own", session)
+		}
+		b.mu.Lock()
+		cur := b.cur
+		b.mu.Unlock()
+		cur.prepare.Wait()
+		return cur.rt.(*native.Runtime)
+	}
+	stats := func(rt *native.Runtime) [2]int64 {
+		u, d := rt.AheadStats()
+		return [2]int64{u, d}
+	}
+
+	ra, a := s.open("a")
+	shell(t, ra, "cat file.txt; echo from-first > written.txt")
+	rtA := settled(a)
+	if got := stats(rtA); got != [2]int64{0, 0} {
+		t.Fatalf("session a's first command: ahead stats %v, want none used", got)
+	}
+	out := shell(t, ra, "cat file.txt written.txt")
+	if got := stats(rtA); got != [2]int64{1, 0} {
+		t.Fatalf("session a's second command did not take the sandbox built ahead: stats %v", got)
+	}
+	if !strings.Contains(out, "a\nfrom-first") {
+		t.Fatalf("the sandbox built ahead does not show session a's workspace and change set:\n%s", out)
+	}
+	settled(a)
+
+	rb, b := s.open("b")
+	out = shell(t, rb, "cat file.txt; ls")
+	rtB := settled(b)
+	if rtB == rtA {
+		t.Fatal("sessions a and b share a runtime")
+	}
+	if got := stats(rtB); got != [2]int64{0, 0} {
+		t.Fatalf("session b's first command: stats %v, want it built on demand", got)
+	}
+	if got := stats(rtA); got != [2]int64{1, 0} {
+		t.Fatalf("session b's command touched session a's sandbox built ahead: stats %v", got)
+	}
+	if strings.Contains(out, "written.txt") || !strings.HasPrefix(strings.TrimSpace(out), "b") {
+		t.Fatalf("session b sees session a's sandbox:\n%s", out)
+	}
+
+	// Idle: the sandbox built ahead goes; the next command is built on
+	// demand, on a new runtime, and builds the next one ahead again.
+	bxs.natives[b].expire()
+	if got := stats(rtB); got != [2]int64{0, 1} {
+		t.Fatalf("an idle session's sandbox built ahead: stats %v, want discarded", got)
+	}
+	shell(t, rb, "true")
+	rtB2 := settled(b)
+	if rtB2 == rtB || stats(rtB2) != [2]int64{0, 0} {
+		t.Fatalf("after the idle timeout: runtime replaced %v, stats %v", rtB2 != rtB, stats(rtB2))
+	}
+	shell(t, rb, "true")
+	if got := stats(rtB2); got != [2]int64{1, 0} {
+		t.Fatalf("after the idle timeout, the next sandbox is not built ahead again: stats %v", got)
+	}
+
+	// A session that ends loses its sandbox built ahead; the other
+	// keeps its own.
+	bxs.EndSession(a)
+	if got := stats(rtA); got != [2]int64{1, 1} {
+		t.Fatalf("session a ended: stats %v, want its sandbox built ahead discarded", got)
+	}
+	args, _ := json.Marshal(map[string]string{"command": "true"})
+	if res, err := ra.Call(context.Background(), llm.ToolCall{ID: "c", Name: "shell.exec", Args: args}); err == nil && !res.IsError {
+		t.Fatal("an ended session's shell.exec still ran")
+	}
+	settled(b)
+	shell(t, rb, "true")
+	if got := stats(rtB2); got != [2]int64{2, 0} {
+		t.Fatalf("session b after a ended: stats %v", got)
+	}
 }
