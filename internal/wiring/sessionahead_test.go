@@ -93,7 +93,7 @@ func newNativeSessions(tb testing.TB, boxes func(u *userenv.Env, log *slog.Logge
 }
 
 // open starts session name over a new workspace holding file.txt.
-func (s *nativeSessions) open(name string) (agent.Tools, string) {
+func (s *nativeSessions) open(name string) (agent.Tools, string, *changeset.ChangeSet) {
 	s.tb.Helper()
 	ws := filepath.Join(s.dir, name)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
@@ -115,7 +115,7 @@ func (s *nativeSessions) open(name string) (agent.Tools, string) {
 	if err != nil {
 		s.tb.Fatal(err)
 	}
-	return r, id
+	return r, id, cs
 }
 
 // shell runs cmd through r's shell.exec and returns its output.
@@ -138,7 +138,7 @@ func BenchmarkSessionShellExec(b *testing.B) {
 	s := newNativeSessions(b, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
 		return newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
 	})
-	r, _ := s.open("bench")
+	r, _, _ := s.open("bench")
 	shell(b, r, "cat file.txt") // the first call detects the host
 	var ds []time.Duration
 	for b.Loop() {
@@ -200,36 +200,76 @@ func TestSessionSandboxAhead(t *testing.T) {
 		cur.prepare.Wait()
 		return cur.rt.(*native.Runtime)
 	}
-	stats := func(rt *native.Runtime) [2]int64 {
-		u, d := rt.AheadStats()
-		return [2]int64{u, d}
+	// stats are rt's ahead starts used and discarded, once they are
+	// want (a discard ends in the background), or after 10 s.
+	stats := func(rt *native.Runtime, want [2]int64) [2]int64 {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			u, d := rt.AheadStats()
+			if now := [2]int64{u, d}; now == want || time.Now().After(deadline) {
+				return now
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 
-	ra, a := s.open("a")
+	ra, a, csA := s.open("a")
 	shell(t, ra, "cat file.txt; echo from-first > written.txt")
 	rtA := settled(a)
-	if got := stats(rtA); got != [2]int64{0, 0} {
+	if got := stats(rtA, [2]int64{0, 0}); got != [2]int64{0, 0} {
 		t.Fatalf("session a's first command: ahead stats %v, want none used", got)
 	}
-	out := shell(t, ra, "cat file.txt written.txt")
-	if got := stats(rtA); got != [2]int64{1, 0} {
+	// While the sandbox built ahead waits, the kernel writes to the
+	// change set (file.write) and the person to the workspace.
+	if err := os.WriteFile(filepath.Join(csA.UpperDir(), "kernel.txt"), []byte("from-kernel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "a", "person.txt"), []byte("from-person\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := shell(t, ra, "cat file.txt written.txt kernel.txt person.txt")
+	if got := stats(rtA, [2]int64{1, 0}); got != [2]int64{1, 0} {
 		t.Fatalf("session a's second command did not take the sandbox built ahead: stats %v", got)
 	}
-	if !strings.Contains(out, "a\nfrom-first") {
+	if !strings.Contains(out, "a\nfrom-first\nfrom-kernel\nfrom-person") {
 		t.Fatalf("the sandbox built ahead does not show session a's workspace and change set:\n%s", out)
 	}
 	settled(a)
 
-	rb, b := s.open("b")
+	// The session's next message comes with another shape (here a new
+	// change set): the sandbox built ahead on the old one is not used,
+	// the command is built on demand and sees only the new change set.
+	cs2, err := changeset.Begin(context.Background(), filepath.Join(s.dir, "a"), filepath.Join(s.dir, "cs-a2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tdd.Resume(context.Background(), s.j, s.m, a, tdd.Explore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err = s.tools(context.Background(), kernel.Env{Session: a, Workspace: filepath.Join(s.dir, "a"), ChangeSet: cs2, TDD: st, Audit: s.al})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = shell(t, ra, "ls")
+	settled(a)
+	if got := stats(rtA, [2]int64{1, 1}); got != [2]int64{1, 1} {
+		t.Fatalf("a command of another shape: stats %v, want the old sandbox built ahead discarded, not used", got)
+	}
+	if strings.Contains(out, "written.txt") || strings.Contains(out, "kernel.txt") || !strings.Contains(out, "person.txt") {
+		t.Fatalf("the command on the new change set sees the old one:\n%s", out)
+	}
+
+	rb, b, _ := s.open("b")
 	out = shell(t, rb, "cat file.txt; ls")
 	rtB := settled(b)
 	if rtB == rtA {
 		t.Fatal("sessions a and b share a runtime")
 	}
-	if got := stats(rtB); got != [2]int64{0, 0} {
+	if got := stats(rtB, [2]int64{0, 0}); got != [2]int64{0, 0} {
 		t.Fatalf("session b's first command: stats %v, want it built on demand", got)
 	}
-	if got := stats(rtA); got != [2]int64{1, 0} {
+	if got := stats(rtA, [2]int64{1, 1}); got != [2]int64{1, 1} {
 		t.Fatalf("session b's command touched session a's sandbox built ahead: stats %v", got)
 	}
 	if strings.Contains(out, "written.txt") || !strings.HasPrefix(strings.TrimSpace(out), "b") {
@@ -239,23 +279,23 @@ func TestSessionSandboxAhead(t *testing.T) {
 	// Idle: the sandbox built ahead goes; the next command is built on
 	// demand, on a new runtime, and builds the next one ahead again.
 	bxs.natives[b].expire()
-	if got := stats(rtB); got != [2]int64{0, 1} {
+	if got := stats(rtB, [2]int64{0, 1}); got != [2]int64{0, 1} {
 		t.Fatalf("an idle session's sandbox built ahead: stats %v, want discarded", got)
 	}
 	shell(t, rb, "true")
 	rtB2 := settled(b)
-	if rtB2 == rtB || stats(rtB2) != [2]int64{0, 0} {
-		t.Fatalf("after the idle timeout: runtime replaced %v, stats %v", rtB2 != rtB, stats(rtB2))
+	if got := stats(rtB2, [2]int64{0, 0}); rtB2 == rtB || got != [2]int64{0, 0} {
+		t.Fatalf("after the idle timeout: runtime replaced %v, stats %v", rtB2 != rtB, got)
 	}
 	shell(t, rb, "true")
-	if got := stats(rtB2); got != [2]int64{1, 0} {
+	if got := stats(rtB2, [2]int64{1, 0}); got != [2]int64{1, 0} {
 		t.Fatalf("after the idle timeout, the next sandbox is not built ahead again: stats %v", got)
 	}
 
 	// A session that ends loses its sandbox built ahead; the other
 	// keeps its own.
 	bxs.EndSession(a)
-	if got := stats(rtA); got != [2]int64{1, 1} {
+	if got := stats(rtA, [2]int64{1, 2}); got != [2]int64{1, 2} {
 		t.Fatalf("session a ended: stats %v, want its sandbox built ahead discarded", got)
 	}
 	args, _ := json.Marshal(map[string]string{"command": "true"})
@@ -264,7 +304,7 @@ func TestSessionSandboxAhead(t *testing.T) {
 	}
 	settled(b)
 	shell(t, rb, "true")
-	if got := stats(rtB2); got != [2]int64{2, 0} {
+	if got := stats(rtB2, [2]int64{2, 0}); got != [2]int64{2, 0} {
 		t.Fatalf("session b after a ended: stats %v", got)
 	}
 }
