@@ -109,12 +109,14 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 		return resolved{}
 	}
 	if name == "native" {
-		rt, err := native.New(native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log})
-		if err != nil {
+		// Each session has a runtime of its own: a runtime holds one
+		// sandbox built ahead, which must serve that session alone.
+		o := native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log}
+		if _, err := native.New(o); err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 			return resolved{}
 		}
-		return resolved{name: name, shared: rt}
+		return resolved{name: name, native: func() (aheadRuntime, error) { return native.New(o) }}
 	}
 	log.Info("sessions run in containers, pre-warmed per session", "runtime", name)
 	return resolved{name: name, engine: &docker.Options{Host: EngineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log}}

@@ -13,31 +13,35 @@ import (
 )
 
 // sessionBoxes gives each of the kernel's sessions its sandbox runtime:
-// the native runtime, shared (it builds a sandbox per command), or, with
-// a container engine, a runtime and a pool of pre-warmed containers of
-// the session's own. A pool belongs to one session: its containers show
-// that session's workspace and change set and are never handed to
-// another. It is a kernel.Revoker: a session that is closed or removed
-// loses its containers at once.
+// a native runtime of the session's own, which keeps the session's next
+// sandbox built ahead (nativeBox), or, with a container engine, a
+// runtime and a pool of pre-warmed containers of the session's own. A
+// sandbox built ahead or a pool belongs to one session: it shows that
+// session's workspace and change set and is never handed to another. It
+// is a kernel.Revoker: a session that is closed or removed loses its
+// sandbox built ahead and its containers at once.
 type sessionBoxes struct {
 	log *slog.Logger
 	// resolve says, once, which runtime sessions use: its name, and the
 	// shared runtime (native) or the engine's options (docker, podman).
 	resolve func() resolved
-	// idle is how long a warm container waits for a command before it is
-	// removed; 0 is the pool's default.
+	// idle is how long a warm container or a sandbox built ahead waits
+	// for a command before it is removed; 0 is the default (5 minutes).
 	idle time.Duration
 
-	mu     sync.Mutex
-	boxes  map[string]*sessionBox
-	closed bool
+	mu      sync.Mutex
+	boxes   map[string]*sessionBox
+	natives map[string]*nativeBox
+	closed  bool
 }
 
-// resolved is the runtime sandbox.runtime resolves to: its name, and the
-// shared runtime (native) or the engine's options (docker, podman); a
-// nil runtime and nil options when none is usable.
+// resolved is the runtime sandbox.runtime resolves to: its name, and
+// how to make a session's native runtime, a runtime all sessions share,
+// or the engine's options (docker, podman); none of them when none is
+// usable.
 type resolved struct {
 	name   string
+	native func() (aheadRuntime, error)
 	shared sandbox.Runtime
 	engine *docker.Options
 }
@@ -52,7 +56,7 @@ type sessionBox struct {
 // newSessionBoxes resolves the runtime at the first session, not at
 // kernel start (detection starts a probe sandbox).
 func newSessionBoxes(log *slog.Logger, resolve func() resolved) *sessionBoxes {
-	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), boxes: map[string]*sessionBox{}}
+	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), boxes: map[string]*sessionBox{}, natives: map[string]*nativeBox{}}
 }
 
 // For returns session's runtime and its name; a nil runtime means none
@@ -61,6 +65,13 @@ func newSessionBoxes(log *slog.Logger, resolve func() resolved) *sessionBoxes {
 // spec its commands will have: call it when a message arrives.
 func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runtime, name string, warm func(sandbox.Spec), err error) {
 	r := s.resolve()
+	if r.native != nil {
+		b, err := s.native(session, r.native)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("%s: %w", r.name, err)
+		}
+		return b, r.name, nil, nil
+	}
 	if r.engine == nil {
 		if r.shared == nil {
 			return nil, "", nil, nil
@@ -85,6 +96,25 @@ func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runt
 		s.boxes[session] = b
 	}
 	return b, name, func(spec sandbox.Spec) { s.warm(b, spec) }, nil
+}
+
+// native returns session's native runtime, made with newRT at its first
+// command.
+func (s *sessionBoxes) native(session string, newRT func() (aheadRuntime, error)) (*nativeBox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("the kernel is stopping")
+	}
+	b := s.natives[session]
+	if b == nil {
+		var err error
+		if b, err = newNativeBox(s.log, s.idle, newRT); err != nil {
+			return nil, err
+		}
+		s.natives[session] = b
+	}
+	return b, nil
 }
 
 // warm starts b's containers ahead for spec in the background; a pool of
@@ -141,12 +171,19 @@ func (b *sessionBox) close() error {
 	return err
 }
 
-// EndSession removes the session's containers (kernel.Revoker).
+// EndSession removes the session's sandbox built ahead and its
+// containers (kernel.Revoker).
 func (s *sessionBoxes) EndSession(session string) {
 	s.mu.Lock()
-	b := s.boxes[session]
+	b, nb := s.boxes[session], s.natives[session]
 	delete(s.boxes, session)
+	delete(s.natives, session)
 	s.mu.Unlock()
+	if nb != nil {
+		if err := nb.close(); err != nil {
+			s.log.Warn("discarding the session's sandbox built ahead", "session", session, "err", err)
+		}
+	}
 	if b != nil {
 		if err := b.close(); err != nil {
 			s.log.Warn("removing the session's containers", "session", session, "err", err)
@@ -154,12 +191,18 @@ func (s *sessionBoxes) EndSession(session string) {
 	}
 }
 
-// Close removes every session's containers; For fails afterwards.
+// Close removes every session's sandbox built ahead and containers; For
+// fails afterwards.
 func (s *sessionBoxes) Close() {
 	s.mu.Lock()
-	boxes := s.boxes
-	s.boxes, s.closed = map[string]*sessionBox{}, true
+	boxes, natives := s.boxes, s.natives
+	s.boxes, s.natives, s.closed = map[string]*sessionBox{}, map[string]*nativeBox{}, true
 	s.mu.Unlock()
+	for id, b := range natives {
+		if err := b.close(); err != nil {
+			s.log.Warn("discarding the session's sandbox built ahead", "session", id, "err", err)
+		}
+	}
 	for id, b := range boxes {
 		if err := b.close(); err != nil {
 			s.log.Warn("removing the session's containers", "session", id, "err", err)

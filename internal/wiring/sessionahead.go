@@ -1,0 +1,165 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// aheadRuntime is a runtime that builds the next sandbox ahead of its
+// request (native.Runtime.PrepareNext): it holds one such sandbox, which
+// the next run of the same shape takes and any other run leaves or
+// discards; Close discards it.
+type aheadRuntime interface {
+	sandbox.GatedRunner
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+	PrepareNext(spec sandbox.Spec, discarded func()) error
+	Close() error
+}
+
+// aheadIdle is how long a session's sandbox built ahead waits for its
+// command before it is discarded, when sessionBoxes.idle is 0 (the
+// container pool's default).
+const aheadIdle = 5 * time.Minute
+
+// nativeBox is one session's native runtime: after each sandboxed
+// command it builds the next sandbox of that command's shape (template,
+// workspace, change set, mounts, masks, limits, seccomp: everything but
+// argv, environment and rlimits), which the session's next command takes
+// when its own spec has that shape; otherwise the runtime discards it
+// and builds one on demand, so a sandbox built ahead is exactly the one
+// the command would have had (a policy or mask change between the two
+// is a different shape). The runtime, and with it its sandbox built
+// ahead, belongs to this session alone. It is discarded after idle
+// without a command and when the session ends.
+type nativeBox struct {
+	log   *slog.Logger
+	idle  time.Duration
+	newRT func() (aheadRuntime, error)
+
+	mu      sync.Mutex
+	cur     *boxRuntime // nil once the session has ended
+	running int
+	timer   *time.Timer
+}
+
+// boxRuntime is a runtime and the sandboxes being built ahead on it,
+// which its Close waits for.
+type boxRuntime struct {
+	rt      aheadRuntime
+	prepare sync.WaitGroup
+}
+
+func newNativeBox(log *slog.Logger, idle time.Duration, newRT func() (aheadRuntime, error)) (*nativeBox, error) {
+	rt, err := newRT()
+	if err != nil {
+		return nil, err
+	}
+	if idle <= 0 {
+		idle = aheadIdle
+	}
+	return &nativeBox{log: log, idle: idle, newRT: newRT, cur: &boxRuntime{rt: rt}}, nil
+}
+
+var _ sandbox.GatedRunner = (*nativeBox)(nil)
+
+// Run implements sandbox.Runtime.
+func (b *nativeBox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return b.RunGated(ctx, spec, nil)
+}
+
+// RunGated implements sandbox.GatedRunner: the command runs in the
+// sandbox built ahead when it has its shape, and the next one is built
+// once it has ended.
+func (b *nativeBox) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
+	b.mu.Lock()
+	cur := b.cur
+	if cur == nil {
+		b.mu.Unlock()
+		return sandbox.Result{}, fmt.Errorf("%w: the session has ended", sandbox.ErrSetup)
+	}
+	b.running++
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	res, err := cur.rt.RunGated(ctx, spec, gate)
+	b.mu.Lock()
+	b.running--
+	if b.cur == cur {
+		cur.prepare.Add(1)
+		go b.prepareNext(cur, spec)
+	}
+	b.mu.Unlock()
+	return res, err
+}
+
+// prepareNext builds a sandbox ahead for the next command like spec
+// (off the caller's path: the command's result is already on its way),
+// then starts the idle timer when no command is running.
+func (b *nativeBox) prepareNext(cur *boxRuntime, spec sandbox.Spec) {
+	defer cur.prepare.Done()
+	spec.Argv, spec.Env, spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil, nil, nil
+	if err := cur.rt.PrepareNext(spec, nil); err != nil {
+		b.log.Debug("sandbox: nothing built ahead for the session", "err", err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur != cur || b.running > 0 {
+		return
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(b.idle, b.expire)
+	} else {
+		b.timer.Reset(b.idle)
+	}
+}
+
+// expire discards the sandbox built ahead of a session that has been
+// idle: the runtime holding it is replaced by a new one and closed.
+func (b *nativeBox) expire() {
+	b.mu.Lock()
+	if b.cur == nil || b.running > 0 {
+		b.mu.Unlock()
+		return
+	}
+	rt, err := b.newRT()
+	if err != nil {
+		b.mu.Unlock()
+		b.log.Warn("sandbox: a session's sandbox built ahead is kept past its idle timeout", "err", err)
+		return
+	}
+	old := b.cur
+	b.cur = &boxRuntime{rt: rt}
+	b.mu.Unlock()
+	if err := old.close(); err != nil {
+		b.log.Warn("sandbox: discarding a session's sandbox built ahead", "err", err)
+	}
+}
+
+// close waits for the sandboxes being built ahead on r and discards them.
+func (r *boxRuntime) close() error {
+	r.prepare.Wait()
+	return r.rt.Close()
+}
+
+// close discards the session's sandbox built ahead; its commands fail
+// afterwards.
+func (b *nativeBox) close() error {
+	b.mu.Lock()
+	cur := b.cur
+	b.cur = nil
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	return cur.close()
+}
