@@ -159,14 +159,14 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 // sessionStores opens, under dir, what a session's tools are built on:
 // an audit log, the TDD journal in fluffy.db and a TDD machine; they are
 // closed when the test ends.
-func sessionStores(t *testing.T, dir string) (*audit.Log, *tdd.Journal, *tdd.Machine) {
+func sessionStores(t testing.TB, dir string) (*audit.Log, *tdd.Journal, *tdd.Machine) {
 	t.Helper()
-	al, err := audit.Open(t.Context(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
+	al, err := audit.Open(context.Background(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { al.Close() })
-	db, err := store.OpenMain(t.Context(), filepath.Join(dir, "data"))
+	db, err := store.OpenMain(context.Background(), filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}

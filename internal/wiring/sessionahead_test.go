@@ -19,7 +19,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
-	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -64,21 +63,7 @@ func newNativeSessions(tb testing.TB, boxes func(u *userenv.Env, log *slog.Logge
 		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_RUNTIME_DIR=" + rd, "PATH=/usr/bin:/bin"}}
 	log := slog.New(slog.DiscardHandler)
 	s := &nativeSessions{tb: tb, dir: dir, u: u, log: log}
-	if s.al, err = audit.Open(context.Background(), audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys")}); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.al.Close() })
-	db, err := store.OpenMain(context.Background(), filepath.Join(dir, "data"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	if s.j, err = tdd.NewJournal(tdd.JournalOptions{DB: db}); err != nil {
-		tb.Fatal(err)
-	}
-	if s.m, err = tdd.New(tdd.Options{}); err != nil {
-		tb.Fatal(err)
-	}
+	s.al, s.j, s.m = sessionStores(tb, dir)
 	allow := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n"
 	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
 		tb.Fatal(err)
