@@ -52,6 +52,7 @@ const (
 	KindSessionClose       Kind = "session.close"
 	KindSessionRemove      Kind = "session.rm"
 	KindTDDMode            Kind = "tdd.mode"
+	KindTDDFinish          Kind = "tdd.finish"
 	KindChangesetApply     Kind = "changeset.apply"
 	KindChangesetDiscard   Kind = "changeset.discard"
 	KindChangesetAutoApply Kind = "changeset.auto_apply"
@@ -96,7 +97,7 @@ func Catalogue() []Payload {
 		ExecStart{}, ExecEnd{},
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
-		SessionCreate{}, SessionClose{}, SessionRemove{}, TDDMode{},
+		SessionCreate{}, SessionClose{}, SessionRemove{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{},
 		AuditPrune{}, UserNote{},
 	}
@@ -591,6 +592,17 @@ type TDDMode struct {
 	Reverted []string `json:"reverted"`
 }
 
+// TDDFinish (tdd.finish) is the TDD machine deciding whether a session
+// whose model stopped with explore mode's tech debt open may finish:
+// Accepted, or refused with Code and Reason; Files are the indebted
+// files it judged.
+type TDDFinish struct {
+	Accepted bool     `json:"accepted"`
+	Code     string   `json:"code,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Files    []string `json:"files"`
+}
+
 // ChangesetApply (changeset.apply) is a change set (or part of it)
 // applied to the workspace.
 type ChangesetApply struct {
@@ -658,6 +670,7 @@ func (SessionCreate) Kind() Kind      { return KindSessionCreate }
 func (SessionClose) Kind() Kind       { return KindSessionClose }
 func (SessionRemove) Kind() Kind      { return KindSessionRemove }
 func (TDDMode) Kind() Kind            { return KindTDDMode }
+func (TDDFinish) Kind() Kind          { return KindTDDFinish }
 func (ChangesetApply) Kind() Kind     { return KindChangesetApply }
 func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
 
@@ -105,9 +106,16 @@ func (f *finisher) finish(ctx context.Context) (string, error) {
 	if len(debt) == 0 {
 		return "", nil
 	}
+	paths := make([]string, len(debt))
+	for i, d := range debt {
+		paths[i] = d.Path
+	}
 	tr, err := f.sess.Finish(ctx)
 	var te *tdd.Error
 	if errors.As(err, &te) {
+		if err := f.record(ctx, audit.TDDFinish{Code: string(te.Code), Reason: te.Reason, Files: paths}); err != nil {
+			return "", err
+		}
 		f.context(fmt.Sprintf("finishing refused (%s): %s", te.Code, te.Reason))
 		f.k.log.Info("finish refused", "session", f.sess.ID, "code", te.Code, "reason", te.Reason)
 		return fmt.Sprintf("%s (%s)", te.Reason, te.Code), nil
@@ -115,15 +123,27 @@ func (f *finisher) finish(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: kernel: finish the TDD cycle: %w", agent.ErrRuntime, err)
 	}
-	paths := make([]string, len(debt))
-	for i, d := range debt {
-		paths[i] = d.Path
+	if err := f.record(ctx, audit.TDDFinish{Accepted: true, Files: paths}); err != nil {
+		return "", err
 	}
 	f.context(fmt.Sprintf("tech debt paid (%s): tdd %s → %s", strings.Join(paths, ", "), tr.From, tr.To))
 	if f.stats != nil {
 		f.stats()
 	}
 	return "", nil
+}
+
+// record writes the machine's decision to the audit log, durable before
+// the run goes on (a refusal reaches the model, an acceptance lets the run
+// end as done and its change set be applied).
+func (f *finisher) record(ctx context.Context, p audit.TDDFinish) error {
+	if _, err := f.k.o.Audit.Append(ctx, audit.Entry{Session: f.sess.ID, Kind: audit.KindTDDFinish, Actor: "kernel", Payload: p}); err != nil {
+		return fmt.Errorf("%w: kernel: audit tdd.finish: %w", agent.ErrRuntime, err)
+	}
+	if err := f.k.o.Audit.Flush(ctx); err != nil {
+		return fmt.Errorf("%w: kernel: audit tdd.finish: %w", agent.ErrRuntime, err)
+	}
+	return nil
 }
 
 func (f *finisher) context(text string) {

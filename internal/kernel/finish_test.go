@@ -2,11 +2,13 @@ package kernel_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
@@ -84,6 +86,31 @@ func TestFinishWithDebt(t *testing.T) {
 			}
 			st, _, _, err := j.Load(ctx, info.ID)
 			must(t, err)
+			// Each decision of the machine is in the audit log: the
+			// refusals, then (when paid) the acceptance.
+			var finishes []audit.TDDFinish
+			must(t, e.audit.Reader().Entries(ctx, audit.Filter{Kind: audit.KindTDDFinish}, func(en audit.Entry) error {
+				raw, err := json.Marshal(en.Payload)
+				if err != nil {
+					return err
+				}
+				var f audit.TDDFinish
+				if err := json.Unmarshal(raw, &f); err != nil {
+					return err
+				}
+				finishes = append(finishes, f)
+				return nil
+			}))
+			wantFinishes := c.dones
+			if len(finishes) != wantFinishes {
+				t.Fatalf("tdd.finish entries %+v, want %d", finishes, wantFinishes)
+			}
+			for i, f := range finishes {
+				accepted := c.reason == "done" && i == len(finishes)-1
+				if f.Accepted != accepted || len(f.Files) != 1 || f.Files[0] != "hello.go" || (!accepted && f.Code != "debt_unpaid") {
+					t.Errorf("tdd.finish %d = %+v", i, f)
+				}
+			}
 			joined := strings.Join(notes, "\n")
 			if c.reason == "debt_unpaid" {
 				if strings.Count(joined, "finishing refused (debt_unpaid)") != 3 || !strings.Contains(res.Text, "hello.go 50.00% < 95.00%") {
