@@ -733,7 +733,7 @@ childerror:
 //go:norace
 //go:nosplit
 func childIDMaps(a *vforkArgs) (err1 syscall.Errno) {
-	var fd, n uintptr
+	var n uintptr
 	if a.mapSync >= 0 {
 		// A root caller's child: the parent writes the maps
 		// (writeChildMaps); the namespace stays root's.
@@ -767,30 +767,33 @@ func childIDMaps(a *vforkArgs) (err1 syscall.Errno) {
 		return 0
 	}
 	a.step = uintptr(stepUIDMap)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.uidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+	if err1 = childWriteFile(a.uidMapPath, a.uidMap); err1 != 0 {
 		return err1
 	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.uidMap[0])), uintptr(len(a.uidMap))); err1 != 0 {
-		return err1
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	a.step = uintptr(stepSetgroups)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.setgroupsPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+	if err1 = childWriteFile(a.setgroupsPath, a.deny); err1 != 0 {
 		return err1
 	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.deny[0])), uintptr(len(a.deny))); err1 != 0 {
-		return err1
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	a.step = uintptr(stepGIDMap)
-	if fd, _, err1 = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(a.gidMapPath)), uintptr(syscall.O_WRONLY), 0, 0, 0); err1 != 0 {
+	if err1 = childWriteFile(a.gidMapPath, a.gidMap); err1 != 0 {
 		return err1
 	}
-	if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&a.gidMap[0])), uintptr(len(a.gidMap))); err1 != 0 {
-		return err1
-	}
-	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	return 0
+}
+
+// childWriteFile writes b to the file at path (a NUL-terminated name),
+// as the child writes its own id maps. In the child of vforkExec: raw
+// system calls only.
+//
+//go:nosplit
+func childWriteFile(path *byte, b []byte) syscall.Errno {
+	fd, _, err1 := syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(path)), uintptr(syscall.O_WRONLY), 0, 0, 0)
+	if err1 != 0 {
+		return err1
+	}
+	_, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	return err1
 }
 
 // childDescriptors arranges the child's descriptors as
