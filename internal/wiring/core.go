@@ -13,7 +13,7 @@ type Core struct{}
 // New returns the daemon side of the real host.
 func New() *Core { return &Core{} }
 
-// CheckRuntime resolves sandbox.runtime as sessions will (DetectRuntime)
+// CheckRuntime resolves sandbox.runtime as sessions will (detectRuntime)
 // and returns why none is usable.
 func (*Core) CheckRuntime(ctx context.Context, u *userenv.Env) error {
 	l, err := u.Config()
@@ -21,7 +21,7 @@ func (*Core) CheckRuntime(ctx context.Context, u *userenv.Env) error {
 		return err
 	}
 	sc := l.Config.Sandbox
-	_, err = DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
+	_, err = detectRuntime(ctx, sc.Runtime, hostProbes(u, sc.AllowDegraded))
 	return err
 }
 

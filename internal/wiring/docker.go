@@ -11,7 +11,7 @@ import (
 // engine connects to the container engine of runtime (docker, podman);
 // an engine that does not answer is a *sandboxrun.EngineError.
 func engine(ctx context.Context, u *userenv.Env, runtime string) (*docker.Runtime, error) {
-	rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, runtime)})
+	rt, err := docker.New(ctx, docker.Options{Host: engineHost(u, runtime)})
 	if err != nil {
 		return nil, &sandboxrun.EngineError{Err: err}
 	}

@@ -21,18 +21,18 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
-// Probes say whether each sandbox runtime is usable here; they are
+// probes say whether each sandbox runtime is usable here; they are
 // fields so that tests can stand in for the host.
-type Probes struct {
+type probes struct {
 	Native func(ctx context.Context) error
 	Engine func(ctx context.Context, runtime string) error
 }
 
-// HostProbes checks the real host: the native sandbox's facilities (a
+// hostProbes checks the real host: the native sandbox's facilities (a
 // real probe sandbox; missing required ones are fine with
 // sandbox.allow_degraded), and a container engine answering a ping.
-func HostProbes(u *userenv.Env, allowDegraded bool) Probes {
-	return Probes{
+func hostProbes(u *userenv.Env, allowDegraded bool) probes {
+	return probes{
 		Native: func(ctx context.Context) error {
 			var missing []string
 			for _, f := range native.Detect(ctx, native.DetectOptions{Self: u.Self}) {
@@ -46,7 +46,7 @@ func HostProbes(u *userenv.Env, allowDegraded bool) Probes {
 			return errors.New(strings.Join(missing, "; "))
 		},
 		Engine: func(ctx context.Context, runtime string) error {
-			rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, runtime)})
+			rt, err := docker.New(ctx, docker.Options{Host: engineHost(u, runtime)})
 			if err != nil {
 				return err // it names the engine's address and the fix
 			}
@@ -56,12 +56,12 @@ func HostProbes(u *userenv.Env, allowDegraded bool) Probes {
 	}
 }
 
-// DetectRuntime resolves sandbox.runtime (auto, native, docker, podman)
+// detectRuntime resolves sandbox.runtime (auto, native, docker, podman)
 // to the runtime sessions will use: auto takes native when the host
 // offers it, else a container engine that answers. When none is usable
 // it returns one *bootstrap.StartError naming each runtime's problem and
 // the fix.
-func DetectRuntime(ctx context.Context, want string, p Probes) (string, error) {
+func detectRuntime(ctx context.Context, want string, p probes) (string, error) {
 	var tried []string
 	for _, rt := range []string{"native", "docker", "podman"} {
 		if want != "auto" && want != rt && !(want == "" && rt == "native") {
@@ -93,7 +93,7 @@ func DetectRuntime(ctx context.Context, want string, p Probes) (string, error) {
 }
 
 // sessionRuntime is the sandbox runtime of the kernel's sessions, chosen
-// as DetectRuntime says: the native runtime, or the options of a
+// as detectRuntime says: the native runtime, or the options of a
 // container engine that answers (each session connects on its own, see
 // sessionBoxes). None (with the reason logged) when none is usable, and
 // then shell.exec and test.run are refused.
@@ -103,7 +103,7 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 		return resolved{}
 	}
 	sc := l.Config.Sandbox
-	name, err := DetectRuntime(ctx, sc.Runtime, HostProbes(u, sc.AllowDegraded))
+	name, err := detectRuntime(ctx, sc.Runtime, hostProbes(u, sc.AllowDegraded))
 	if err != nil {
 		log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 		return resolved{}
@@ -119,16 +119,16 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 		return resolved{name: name, native: func() (aheadRuntime, error) { return native.New(o) }}
 	}
 	log.Info("sessions run in containers, pre-warmed per session", "runtime", name)
-	return resolved{name: name, engine: &docker.Options{Host: EngineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log}}
+	return resolved{name: name, engine: &docker.Options{Host: engineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log}}
 }
 
 // podmanSocket is where `podman system service` listens as root.
 const podmanSocket = "unix:///run/podman/podman.sock"
 
-// EngineHost is the container engine address for runtime docker or
+// engineHost is the container engine address for runtime docker or
 // podman: DOCKER_HOST from the invocation's environment, else the
 // engine's own default.
-func EngineHost(u *userenv.Env, runtime string) string {
+func engineHost(u *userenv.Env, runtime string) string {
 	if h, ok := u.Getenv("DOCKER_HOST"); ok && h != "" {
 		return h
 	}

@@ -18,23 +18,23 @@ func TestDetectRuntime(t *testing.T) {
 	engineNo := func(_ context.Context, rt string) error { return errors.New(rt + " engine does not answer") }
 	cases := []struct {
 		name, want string
-		p          Probes
+		p          probes
 		got        string
 		msg        []string
 	}{
-		{"native", "native", Probes{ok, engineNo}, "native", nil},
-		{"default is native", "", Probes{ok, engineNo}, "native", nil},
-		{"auto takes native first", "auto", Probes{ok, engineOK}, "native", nil},
-		{"auto falls back to docker", "auto", Probes{no, engineOK}, "docker", nil},
-		{"docker", "docker", Probes{no, engineOK}, "docker", nil},
-		{"podman", "podman", Probes{no, engineOK}, "podman", nil},
-		{"native missing", "native", Probes{no, engineOK}, "", []string{"no usable sandbox runtime (sandbox.runtime is native)", "native: user namespaces are disabled", "fix: run 'fluffy doctor'", "allow_degraded"}},
-		{"auto, nothing", "auto", Probes{no, engineNo}, "", []string{"sandbox.runtime is auto", "native: user namespaces", "docker: docker engine does not answer"}},
-		{"docker missing", "docker", Probes{ok, engineNo}, "", []string{"sandbox.runtime is docker", "docker: docker engine does not answer"}},
+		{"native", "native", probes{ok, engineNo}, "native", nil},
+		{"default is native", "", probes{ok, engineNo}, "native", nil},
+		{"auto takes native first", "auto", probes{ok, engineOK}, "native", nil},
+		{"auto falls back to docker", "auto", probes{no, engineOK}, "docker", nil},
+		{"docker", "docker", probes{no, engineOK}, "docker", nil},
+		{"podman", "podman", probes{no, engineOK}, "podman", nil},
+		{"native missing", "native", probes{no, engineOK}, "", []string{"no usable sandbox runtime (sandbox.runtime is native)", "native: user namespaces are disabled", "fix: run 'fluffy doctor'", "allow_degraded"}},
+		{"auto, nothing", "auto", probes{no, engineNo}, "", []string{"sandbox.runtime is auto", "native: user namespaces", "docker: docker engine does not answer"}},
+		{"docker missing", "docker", probes{ok, engineNo}, "", []string{"sandbox.runtime is docker", "docker: docker engine does not answer"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := DetectRuntime(t.Context(), c.want, c.p)
+			got, err := detectRuntime(t.Context(), c.want, c.p)
 			if got != c.got {
 				t.Errorf("runtime = %q, want %q (err %v)", got, c.got, err)
 			}

@@ -48,7 +48,7 @@ func sandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sandbox.R
 func otherSandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sandbox.Runtime, func(), error) {
 	u := r.User
 	if r.Name == "auto" {
-		name, err := DetectRuntime(ctx, r.Name, HostProbes(u, r.AllowDegraded))
+		name, err := detectRuntime(ctx, r.Name, hostProbes(u, r.AllowDegraded))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
@@ -57,7 +57,7 @@ func otherSandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sand
 			return sandboxRuntime(ctx, r)
 		}
 	}
-	rt, err := docker.New(ctx, docker.Options{Host: EngineHost(u, r.Name), Image: r.Image, Template: r.Template,
+	rt, err := docker.New(ctx, docker.Options{Host: engineHost(u, r.Name), Image: r.Image, Template: r.Template,
 		Session: "cli-" + strconv.Itoa(os.Getpid()), Logger: u.Logger()})
 	if err != nil {
 		return nil, nil, err
