@@ -327,8 +327,7 @@ func (r *Runtime) directCmd(stdin io.Reader, stdout, stderr io.Writer, extra []*
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			Cloneflags:  sandboxNamespaces,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
 			Setsid:      true,

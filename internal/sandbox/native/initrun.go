@@ -260,8 +260,7 @@ func (r *Runtime) initCmd(o initIO, extra []*os.File, stage1 bool) *exec.Cmd {
 		Stderr:     o.stderr,
 		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			Cloneflags:  sandboxNamespaces,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
 			// Become uid 0 of the new namespace explicitly: without it a

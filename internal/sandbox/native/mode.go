@@ -1,5 +1,7 @@
 package native
 
+import "syscall"
+
 // startMode is how a run's sandbox was started. Each run takes exactly
 // one, tried in this order (Runtime.run); fluffy sandbox run --trace
 // prints it first, and docs/sandbox.md uses the same names.
@@ -46,3 +48,8 @@ func (m startMode) String() string {
 // direct says whether the mode's PID 1 is a direct start's (its trace
 // marks are PID 1's, not the Go init's).
 func (m startMode) direct() bool { return m == modeAhead || m == modeDirect }
+
+// sandboxNamespaces are the namespaces every sandbox is cloned into,
+// whatever its start mode: user, mount, PID, network, IPC, UTS, cgroup.
+const sandboxNamespaces = syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+	syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP
