@@ -55,9 +55,18 @@ func TestDecide(t *testing.T) {
 	if resp.StatusCode != 403 || resp.Header.Get("X-Fluffy-Egress-Rule") != "address:loopback" {
 		t.Fatalf("allow-listed: %d %s", resp.StatusCode, resp.Header.Get("X-Fluffy-Egress-Rule"))
 	}
+	// The records are matched by host: an allowed request's record is
+	// written after its answer, so it may follow the next request's.
 	recs := e.rec.wait(t, 4)
-	if recs[0].Rule != "local-api" || recs[0].Decision != Allowed || recs[1].Rule != "no-net" || recs[1].Decision != Denied {
-		t.Fatalf("records: %+v", recs)
+	byHost := map[string]Record{}
+	for _, r := range recs {
+		byHost[r.Host] = r
+	}
+	if r := byHost["127.0.0.1"]; r.Rule != "local-api" || r.Decision != Allowed {
+		t.Fatalf("allowed literal recorded as %+v (all: %+v)", r, recs)
+	}
+	if r := byHost["other.test"]; r.Rule != "no-net" || r.Decision != Denied {
+		t.Fatalf("refusal recorded as %+v (all: %+v)", r, recs)
 	}
 	mu.Lock()
 	defer mu.Unlock()
