@@ -301,17 +301,9 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 		}
 		return fmt.Errorf("ipc: %s: %w", method, err) // nothing was sent
 	}
+	var m *Message
 	select {
-	case m := <-ch:
-		if m.Error != nil {
-			return m.Error
-		}
-		if result != nil {
-			if err := json.Unmarshal(m.Result, result); err != nil {
-				return fmt.Errorf("ipc: %s result: %w", method, err)
-			}
-		}
-		return nil
+	case m = <-ch:
 	case <-ctx.Done():
 		forget()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -319,9 +311,25 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 		cancel()
 		return fmt.Errorf("ipc: %s: %w", method, ctx.Err())
 	case <-c.done:
-		forget()
-		return c.Err()
+		// A server shutting down gracefully answers every request before
+		// its final frame, and the reader hands the answer over before it
+		// ends the connection: an answer already here wins over the end.
+		select {
+		case m = <-ch:
+		default:
+			forget()
+			return c.Err()
+		}
 	}
+	if m.Error != nil {
+		return m.Error
+	}
+	if result != nil {
+		if err := json.Unmarshal(m.Result, result); err != nil {
+			return fmt.Errorf("ipc: %s result: %w", method, err)
+		}
+	}
+	return nil
 }
 
 // Ping calls the built-in ping method.

@@ -952,3 +952,28 @@ func TestIdleGrace(t *testing.T) {
 	}
 	ts.errc <- nil
 }
+
+// TestAnswerBeforeShutdownWins: a handler that starts the server's
+// shutdown (the kernel's "shutdown" method) still gets its answer to the
+// caller, although the connection ends right after it: the client must
+// not report shutting_down for a call that was answered. Repeated, since
+// the answer and the end of the connection arrive together.
+func TestAnswerBeforeShutdownWins(t *testing.T) {
+	for i := range 100 {
+		mux := NewMux()
+		var srv *testServer
+		if err := mux.Handle("bye", func(context.Context, *Request) (any, error) {
+			go func() { _ = srv.Shutdown(context.Background()) }()
+			return "bye", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		srv = startServer(t, ServerOptions{Mux: mux})
+		c := dial(t, srv.path)
+		var got string
+		if err := c.Call(t.Context(), "bye", nil, &got); err != nil || got != "bye" {
+			t.Fatalf("call %d: %q, %v; want the answer", i, got, err)
+		}
+		<-c.Done()
+	}
+}
