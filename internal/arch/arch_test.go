@@ -134,6 +134,7 @@ var boundaries = []struct {
 	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the kernel, the bootstrap and the CLI take them"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
+	{"internal/channel", []string{"internal/kernel", "internal/wiring", "internal/sandbox", "internal/tool", "internal/agent", "internal/llm", "internal/cli"}, "a channel turns what arrives into messages for the daemon's router and depends on the channel contract, never on the sessions it feeds"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},
 }
 
