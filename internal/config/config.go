@@ -49,6 +49,9 @@ type Config struct {
 	Agent Agent `yaml:"agent"`
 
 	Changeset Changeset `yaml:"changeset"`
+
+	// Serve configures the assistant daemon (fluffy serve).
+	Serve Serve `yaml:"serve"`
 }
 
 // Changeset configures sessions' change sets (docs/changesets.md).
@@ -96,6 +99,13 @@ type Approval struct {
 	// ("provider/model" as fluffy models lists it); empty: classify
 	// rules fail closed.
 	ClassifierModel string `yaml:"classifier_model" scope:"user"`
+	// Route lists the person's approval channels: every approval request
+	// of the assistant daemon also goes there (docs/serve.md).
+	Route []Route `yaml:"route" scope:"user"`
+	// Approvers are the principals whose answer on a channel resolves an
+	// approval request ("@me:example.org", "me@example.org"); nobody
+	// else's, whatever room they are in.
+	Approvers []string `yaml:"approvers" scope:"user"`
 }
 
 // Kernel configures the kernel process the CLI starts on demand.
@@ -349,6 +359,8 @@ func Default(env Env) Config {
 		},
 
 		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
+
+		Serve: Serve{Heartbeat: units.Duration(30 * 60e9), Email: Email{MaxSize: 10 << 20}},
 	}
 }
 

@@ -336,7 +336,12 @@ func applyFile(target reflect.Value, origins map[string]Origin, layer, path stri
 					continue
 				}
 				if err := setNode(target, k, vn); err != nil {
-					errs = append(errs, &Error{File: path, Line: vn.Line, Column: vn.Column, Key: full, Msg: err.Error()})
+					line, col := vn.Line, vn.Column
+					var ne *NodeError
+					if errors.As(err, &ne) {
+						line, col = ne.Line, ne.Column
+					}
+					errs = append(errs, &Error{File: path, Line: line, Column: col, Key: full, Msg: err.Error()})
 					continue
 				}
 				origins[full] = Origin{Layer: layer, File: path, Line: vn.Line, Column: vn.Column}
@@ -416,6 +421,10 @@ func setNode(target reflect.Value, k Key, n *yaml.Node) error {
 		}
 	}
 	if err := n.Decode(v.Interface()); err != nil {
+		var ne *NodeError
+		if errors.As(err, &ne) {
+			return ne
+		}
 		return fmt.Errorf("expected %s, got %s", expected(k.typ), describe(n))
 	}
 	target.FieldByIndex(k.index).Set(v.Elem())

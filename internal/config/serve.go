@@ -1,0 +1,172 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fluffy-agent/fluffy/internal/units"
+)
+
+// Serve configures the assistant daemon, `fluffy serve` (docs/serve.md).
+// Every key decides who may reach the agent or what it does unasked, so
+// none may be set by a project file.
+type Serve struct {
+	// Listen is the daemon's HTTP address for webhooks (host:port);
+	// empty: no HTTP listener, no webhooks.
+	Listen string `yaml:"listen" scope:"user"`
+	// Health serves /healthz and /readyz: host:port (loopback) or
+	// "unix:/path"; empty: not served.
+	Health string `yaml:"health" scope:"user"`
+	// Workspace is the assistant's workspace directory (SOUL.md, USER.md,
+	// AGENTS.md, TOOLS.md, HEARTBEAT.md, MEMORY.md, memory/); default
+	// ~/.fluffy/workspace.
+	Workspace string `yaml:"workspace" scope:"user"`
+	// Heartbeat is how often HEARTBEAT.md is worked through; 0 turns the
+	// heartbeat off.
+	Heartbeat units.Duration `yaml:"heartbeat" scope:"user"`
+	// HeartbeatReport is where a heartbeat that needs the person reports.
+	HeartbeatReport Route `yaml:"heartbeat_report" scope:"user"`
+	// Webhooks are the signed HTTP endpoints POST /hooks/NAME.
+	Webhooks []Webhook `yaml:"webhooks" scope:"user"`
+	// Email is the inbound mail channel.
+	Email Email `yaml:"email"`
+	// Cron holds the scheduled jobs.
+	Cron []CronJob `yaml:"cron" scope:"user"`
+}
+
+// Route names a conversation a daemon message goes to: a channel instance
+// and, where it has several, the room (a chat room, a mail address).
+type Route struct {
+	Channel string `yaml:"channel"`
+	Room    string `yaml:"room,omitempty"`
+}
+
+// UnmarshalYAML decodes a route strictly (unknown keys are errors).
+func (r *Route) UnmarshalYAML(n *yaml.Node) error {
+	type plain Route
+	return strictDecode(n, (*plain)(r), "route")
+}
+
+// Webhook is one signed endpoint, POST /hooks/NAME on serve.listen.
+type Webhook struct {
+	Name string `yaml:"name"`
+	// Secret is where the HMAC key comes from: "env:VAR" or "file:PATH"
+	// (never the key itself in a file that may be shared).
+	Secret string `yaml:"secret"`
+	// Signature is the scheme: "github" (X-Hub-Signature-256) or
+	// "fluffy" (X-Fluffy-Signature with a timestamp).
+	Signature string `yaml:"signature"`
+	// MaxBody bounds a request's body; default 1 MiB.
+	MaxBody units.Size `yaml:"max_body"`
+	// Window is how old a signed timestamp may be; default 5m.
+	Window units.Duration `yaml:"window"`
+	// Prompt is what the agent is asked to do with a payload (the payload
+	// itself reaches it as untrusted data).
+	Prompt string `yaml:"prompt"`
+	// Report is where the session reports and asks for approval.
+	Report Route `yaml:"report"`
+}
+
+// UnmarshalYAML decodes a webhook strictly (unknown keys are errors).
+func (w *Webhook) UnmarshalYAML(n *yaml.Node) error {
+	type plain Webhook
+	return strictDecode(n, (*plain)(w), "webhook")
+}
+
+// Email is the inbound mail channel: an SMTP listener for one address.
+type Email struct {
+	// Listen is the SMTP address (host:port); empty: no mail channel.
+	Listen string `yaml:"listen" scope:"user"`
+	// Address is the recipient the daemon accepts mail for.
+	Address string `yaml:"address" scope:"user"`
+	// AllowedSenders are the envelope or header senders whose mail starts
+	// a session; mail from anyone else is dropped and recorded.
+	AllowedSenders []string `yaml:"allowed_senders" scope:"user"`
+	// MaxSize bounds one message; default 10 MiB.
+	MaxSize units.Size `yaml:"max_size" scope:"user"`
+	// Prompt is what the agent is asked to do with a mail.
+	Prompt string `yaml:"prompt" scope:"user"`
+	// Report is where the session reports and asks for approval.
+	Report Route `yaml:"report" scope:"user"`
+}
+
+// CronJob is one scheduled job.
+type CronJob struct {
+	Name string `yaml:"name"`
+	// Schedule is a cron expression (five fields); Every an interval.
+	// Exactly one is set.
+	Schedule string         `yaml:"schedule"`
+	Every    units.Duration `yaml:"every"`
+	// TimeZone is the IANA zone the schedule is read in; default the
+	// daemon's local zone.
+	TimeZone string `yaml:"timezone"`
+	// Prompt or Skill is what the job runs; exactly one is set.
+	Prompt string `yaml:"prompt"`
+	Skill  string `yaml:"skill"`
+	// Report is where the job reports and asks for approval.
+	Report Route `yaml:"report"`
+	// MaxCost (US dollars) and MaxTurns bound one run.
+	MaxCost  float64 `yaml:"max_cost"`
+	MaxTurns int     `yaml:"max_turns"`
+	// Missed says what a run missed while the daemon was down does:
+	// "skip" (default) or "run_once".
+	Missed string `yaml:"missed"`
+}
+
+// UnmarshalYAML decodes a job strictly (unknown keys are errors).
+func (j *CronJob) UnmarshalYAML(n *yaml.Node) error {
+	type plain CronJob
+	return strictDecode(n, (*plain)(j), "cron job")
+}
+
+// NodeError is a problem inside a value a key holds (an entry of a list
+// of mappings), located at its own line and column.
+type NodeError struct {
+	Line, Column int
+	Msg          string
+}
+
+func (e *NodeError) Error() string { return e.Msg }
+
+// strictDecode decodes mapping n into v (a pointer to a struct with yaml
+// tags), refusing keys the struct does not have, so a typo in a list
+// entry is an error at its line rather than a silently ignored field.
+func strictDecode(n *yaml.Node, v any, what string) error {
+	if n.Kind != yaml.MappingNode {
+		return &NodeError{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("a %s must be a mapping of keys to values, got %s", what, describe(n))}
+	}
+	t := reflect.TypeOf(v).Elem()
+	known := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !known[k.Value] {
+			names := make([]string, 0, len(known))
+			for name := range known {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			return &NodeError{Line: k.Line, Column: k.Column, Msg: fmt.Sprintf("unknown key %q in a %s (known: %s)", k.Value, what, strings.Join(names, ", "))}
+		}
+	}
+	// v is of a plain type without UnmarshalYAML, so this does not
+	// come back here.
+	if err := n.Decode(v); err != nil {
+		var ne *NodeError
+		if errors.As(err, &ne) {
+			return ne // a nested entry's own error, at its own line
+		}
+		return &NodeError{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("a %s: %v", what, err)}
+	}
+	return nil
+}
