@@ -116,12 +116,19 @@ type CronJob struct {
 	// Missed says what a run missed while the daemon was down does:
 	// "skip" (default) or "run_once".
 	Missed string `yaml:"missed"`
+	// Line is the entry's line in its file (0 when not from a file), for
+	// errors found after loading (a bad cron expression).
+	Line int `yaml:"-"`
 }
 
 // UnmarshalYAML decodes a job strictly (unknown keys are errors).
 func (j *CronJob) UnmarshalYAML(n *yaml.Node) error {
 	type plain CronJob
-	return strictDecode(n, (*plain)(j), "cron job")
+	if err := strictDecode(n, (*plain)(j), "cron job"); err != nil {
+		return err
+	}
+	j.Line = n.Line
+	return nil
 }
 
 // NodeError is a problem inside a value a key holds (an entry of a list
