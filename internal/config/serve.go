@@ -116,9 +116,10 @@ type CronJob struct {
 	// Missed says what a run missed while the daemon was down does:
 	// "skip" (default) or "run_once".
 	Missed string `yaml:"missed"`
-	// Line is the entry's line in its file (0 when not from a file), for
-	// errors found after loading (a bad cron expression).
-	Line int `yaml:"-"`
+	// Line and Column locate the entry in its file (0 when not from a
+	// file), for errors found after loading (a bad cron expression).
+	Line   int `yaml:"-"`
+	Column int `yaml:"-"`
 }
 
 // UnmarshalYAML decodes a job strictly (unknown keys are errors).
@@ -127,7 +128,7 @@ func (j *CronJob) UnmarshalYAML(n *yaml.Node) error {
 	if err := strictDecode(n, (*plain)(j), "cron job"); err != nil {
 		return err
 	}
-	j.Line = n.Line
+	j.Line, j.Column = n.Line, n.Column
 	return nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
 )
 
 // Name is the channel's name: conversations are {Channel: "cron", Room:
@@ -105,14 +106,27 @@ type Config struct {
 	File string
 }
 
-// ConfigFrom takes the channel's configuration from a loaded one.
-func ConfigFrom(l *config.Loaded) Config {
+// ConfigFrom takes the channel's configuration from a loaded one. home
+// is the user's home directory: serve.workspace defaults to
+// ~/.fluffy/workspace, and a leading "~/" in it means home.
+func ConfigFrom(l *config.Loaded, home string) Config {
 	s := l.Config.Serve
+	ws := s.Workspace
+	switch {
+	case ws == "" && home != "":
+		ws = filepath.Join(home, ".fluffy", "workspace")
+	case strings.HasPrefix(ws, "~/") && home != "":
+		ws = filepath.Join(home, ws[2:])
+	}
 	return Config{
 		Jobs: s.Cron, Heartbeat: s.Heartbeat.Std(), HeartbeatReport: s.HeartbeatReport,
-		Workspace: s.Workspace, File: l.Origins["serve.cron"].File,
+		Workspace: ws, File: l.Origins["serve.cron"].File,
 	}
 }
+
+// StateDir is the channel's state directory in a data directory (the
+// daemon's Options.StateDir; `fluffy cron ls|history` read it).
+func StateDir(d datadir.Dir) string { return d.Path("serve", Name) }
 
 // Options are the channel's dependencies.
 type Options struct {
@@ -509,7 +523,7 @@ func Check(cfg Config) []error {
 			}
 			e := &config.Error{File: cfg.File, Key: k, Msg: msg}
 			if cfg.File != "" {
-				e.Line = j.Line
+				e.Line, e.Column = j.Line, j.Column
 			}
 			errs = append(errs, e)
 		}

@@ -476,7 +476,7 @@ func TestCheck(t *testing.T) {
 	with := func(f func(*config.CronJob)) config.CronJob {
 		j := ok
 		j.Name = "j"
-		j.Line = 7
+		j.Line, j.Column = 7, 5
 		f(&j)
 		return j
 	}
@@ -484,7 +484,7 @@ func TestCheck(t *testing.T) {
 		job  config.CronJob
 		want string
 	}{
-		{with(func(j *config.CronJob) { j.Schedule = "0 25 * * *" }), `cron.yaml:7:0: serve.cron[1].schedule: job "j": hour field "25"`},
+		{with(func(j *config.CronJob) { j.Schedule = "0 25 * * *" }), `cron.yaml:7:5: serve.cron[1].schedule: job "j": hour field "25"`},
 		{with(func(j *config.CronJob) { j.Every = units.Duration(time.Hour) }), `serve.cron[1]: job "j": set schedule or every, not both`},
 		{with(func(j *config.CronJob) { j.Schedule = "" }), `serve.cron[1]: job "j": set schedule (a cron expression) or every`},
 		{with(func(j *config.CronJob) { j.Schedule, j.Every = "", units.Duration(time.Second) }), `serve.cron[1].every: job "j": 1s is shorter than 1m0s`},
