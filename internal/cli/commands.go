@@ -18,6 +18,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newSessionCmd(a),
 		newImageCmd(a),
 		newApproveCmd(a), newApprovalsCmd(a),
+		newCronCmd(a),
 		newDemoCmd(a),
 	)
 	setupTaskCmd(a, root)
