@@ -292,8 +292,13 @@ func TestStartedRunIsNotRepeated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.append(Record{Run: "run_x", Job: "hourly", ScheduledFor: slot, At: slot, Outcome: Started, Trigger: TriggerSchedule}); err != nil {
-		t.Fatal(err)
+	for _, r := range []Record{
+		{Run: "run_w", Job: "hourly", ScheduledFor: slot.Add(-time.Hour), At: slot.Add(-time.Hour), Outcome: Delivered, Trigger: TriggerSchedule},
+		{Run: "run_x", Job: "hourly", ScheduledFor: slot, At: slot, Outcome: Started, Trigger: TriggerSchedule},
+	} {
+		if err := h.append(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	clk := newClock(slot.Add(10 * time.Minute))
 	s := &sink{}
@@ -304,7 +309,7 @@ func TestStartedRunIsNotRepeated(t *testing.T) {
 	if n := len(s.delivered()); n != 0 {
 		t.Errorf("delivered %d at restart, want 0", n)
 	}
-	if runs := runsOf(t, dir, "hourly"); len(runs) != 1 || runs[0].Outcome != Started {
+	if runs := runsOf(t, dir, "hourly"); len(runs) != 2 || runs[1].Outcome != Started {
 		t.Errorf("history = %+v", runs)
 	}
 }
