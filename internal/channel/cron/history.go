@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 )
 
@@ -234,9 +233,4 @@ func LastSlots(recs []Record) map[string]time.Time {
 		}
 	}
 	return out
-}
-
-// sortRunsNewestFirst orders runs for display.
-func sortRunsNewestFirst(runs []Run) {
-	sort.SliceStable(runs, func(i, j int) bool { return runs[i].Started.After(runs[j].Started) })
 }
