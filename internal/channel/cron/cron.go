@@ -141,7 +141,8 @@ type Options struct {
 	Wait func(ctx context.Context, until time.Time) error
 }
 
-// Cron is the channel. Build it with New; Run it once.
+// Cron is the channel. Build it with New. Run may be called again after
+// it returned (the daemon restarts a failed channel), never twice at once.
 type Cron struct {
 	cfg  Config
 	opts Options
@@ -252,11 +253,17 @@ func (j *job) schedule(last, start time.Time) Schedule {
 }
 
 // catchUp says what passed between a job's last slot and now: the latest
-// slot at or before now and how many slots that is. n is 0 when none
-// passed; counting stops at maxCount.
+// slot at or before now and how many slots that is (0: none passed).
 func catchUp(s Schedule, last, now time.Time) (latest time.Time, n int) {
-	const maxCount = 100000
-	for t := s.Next(last); !t.IsZero() && !t.After(now) && n < maxCount; t = s.Next(t) {
+	if iv, ok := s.(Interval); ok {
+		first := iv.Next(last)
+		if first.IsZero() || first.After(now) {
+			return time.Time{}, 0
+		}
+		k := now.Sub(first) / iv.Every
+		return first.Add(k * iv.Every), int(k) + 1
+	}
+	for t := s.Next(last); !t.IsZero() && !t.After(now); t = s.Next(t) {
 		latest, n = t, n+1
 	}
 	return latest, n
@@ -291,7 +298,7 @@ func (c *Cron) Run(ctx context.Context, sink channel.Sink) error {
 		if j.cfg.Missed == MissedRunOnce {
 			err = c.fire(ctx, j, latest, TriggerMissed, n-1)
 		} else {
-			err = c.record(Record{Run: newRunID(), Job: j.cfg.Name, ScheduledFor: latest, At: now, Outcome: Skipped,
+			err = c.record(Record{Run: newRunID(), Job: j.cfg.Name, ScheduledFor: latest.In(j.loc), At: now, Outcome: Skipped,
 				Trigger: TriggerMissed, Missed: n - 1, Detail: "missed while the daemon was down"})
 		}
 		if err != nil {

@@ -181,3 +181,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// catchUp counts an interval's slots by arithmetic and an expression's
+// one by one; both give the latest passed slot and how many passed.
+func TestCatchUp(t *testing.T) {
+	t0 := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	iv := Interval{Every: 10 * time.Minute, Anchor: t0}
+	for _, tc := range []struct {
+		s          Schedule
+		last, now  time.Time
+		wantLatest time.Time
+		wantN      int
+	}{
+		{iv, t0, t0.Add(9 * time.Minute), time.Time{}, 0},
+		{iv, t0, t0.Add(10 * time.Minute), t0.Add(10 * time.Minute), 1},
+		{iv, t0, t0.Add(59 * time.Minute), t0.Add(50 * time.Minute), 5},
+		{iv, t0, t0.Add(365 * 24 * time.Hour), t0.Add(365 * 24 * time.Hour), 365 * 24 * 6},
+		{mustParse(t, "*/10 * * * *", time.UTC), t0, t0.Add(59 * time.Minute), t0.Add(50 * time.Minute), 5},
+		{mustParse(t, "0 9 * * *", time.UTC), t0, t0.Add(72 * time.Hour), time.Date(2026, 6, 4, 9, 0, 0, 0, time.UTC), 3},
+	} {
+		latest, n := catchUp(tc.s, tc.last, tc.now)
+		if !latest.Equal(tc.wantLatest) || n != tc.wantN {
+			t.Errorf("catchUp(%v, %v, %v) = %v, %d; want %v, %d", tc.s, tc.last, tc.now, latest, n, tc.wantLatest, tc.wantN)
+		}
+	}
+}
