@@ -81,6 +81,11 @@ const (
 	MetaQuietReply = "quiet_reply"
 )
 
+// deliverTimeout bounds one Deliver (which returns once the message is
+// queued), so one stuck delivery cannot hold every other job back; it is
+// then recorded as failed.
+const deliverTimeout = time.Minute
+
 // minEvery bounds intervals and the heartbeat from below, so a typo
 // ("every: 1s") cannot make the daemon spin.
 const minEvery = time.Minute
@@ -385,7 +390,7 @@ func (c *Cron) fire(ctx context.Context, j *job, slot time.Time, trigger string,
 	if j.heartbeat {
 		list, err := c.readHeartbeat()
 		if err != nil || list == "" {
-			run.At, run.Outcome, run.Detail = c.opts.Now(), Skipped, HeartbeatFile+" is absent or empty"
+			run.At, run.Outcome, run.Detail = c.opts.Now(), Skipped, HeartbeatFile+" is absent or lists nothing"
 			if err != nil {
 				run.Detail = err.Error()
 			}
@@ -406,7 +411,9 @@ func (c *Cron) fire(ctx context.Context, j *job, slot time.Time, trigger string,
 		Meta:         j.meta(run),
 		Received:     run.At,
 	}
-	session, err := c.sink.Deliver(ctx, in)
+	dctx, cancel := context.WithTimeout(ctx, deliverTimeout)
+	session, err := c.sink.Deliver(dctx, in)
+	cancel()
 	run.At = c.opts.Now()
 	if err != nil {
 		c.log.Warn("cron: delivery failed; the job waits for its next slot", "job", j.cfg.Name, "run", run.Run, "err", err)
@@ -456,7 +463,8 @@ func (c *Cron) record(r Record) error {
 }
 
 // readHeartbeat reads HEARTBEAT.md afresh (the person edits it between
-// runs); absent is "", not an error.
+// runs); absent, or holding no item (checklistEmpty), is "", not an
+// error.
 func (c *Cron) readHeartbeat() (string, error) {
 	b, err := os.ReadFile(filepath.Join(c.cfg.Workspace, HeartbeatFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -465,7 +473,37 @@ func (c *Cron) readHeartbeat() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("cron: read %s: %w", HeartbeatFile, err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	text := strings.TrimSpace(string(b))
+	if checklistEmpty(text) {
+		return "", nil
+	}
+	return text, nil
+}
+
+// checklistEmpty reports whether a checklist has nothing to work
+// through: only white space, HTML comments (the commented examples a new
+// workspace starts with) and Markdown headings. A run for it would spend
+// a model call on nothing.
+func checklistEmpty(text string) bool {
+	for {
+		i := strings.Index(text, "<!--")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(text[i:], "-->")
+		if j < 0 {
+			text = text[:i] // an unclosed comment runs to the end
+			break
+		}
+		text = text[:i] + text[i+j+len("-->"):]
+	}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") {
+			return false
+		}
+	}
+	return true
 }
 
 // RunNow fires job name at once (fluffy cron run), outside its schedule:

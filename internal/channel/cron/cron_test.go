@@ -386,8 +386,8 @@ func TestHeartbeat(t *testing.T) {
 	write("- water the plants\n")
 	clk.advance(u) // 11:30: edited since
 	u = clk.next(t)
-	write(" \n\n")
-	clk.advance(u) // 12:00: empty
+	write("# Heartbeat\n\n<!-- - check the backups\n- water the plants -->\n \n")
+	clk.advance(u) // 12:00: a heading and a comment only
 	clk.next(t)
 	got := s.delivered()
 	if len(got) != 2 {
@@ -405,6 +405,22 @@ func TestHeartbeat(t *testing.T) {
 	want := "2026-06-01T10:30:00Z schedule skipped\n2026-06-01T11:00:00Z schedule delivered\n2026-06-01T11:30:00Z schedule delivered\n2026-06-01T12:00:00Z schedule skipped\n"
 	if h := outcomes(runsOf(t, dir, HeartbeatJob)); h != want {
 		t.Errorf("history:\n%s\nwant:\n%s", h, want)
+	}
+}
+
+func TestChecklistEmpty(t *testing.T) {
+	for text, want := range map[string]bool{
+		"":                                   true,
+		"# Heartbeat\n\n## Daily\n":          true,
+		"<!-- - example -->":                 true,
+		"# H\n<!--\n- a\n-->\n<!-- b":        true,
+		"- check mail":                       false,
+		"# H\n<!-- x -->\nlook at the queue": false,
+		"<!-- a --> - b":                     false,
+	} {
+		if got := checklistEmpty(text); got != want {
+			t.Errorf("checklistEmpty(%q) = %v, want %v", text, got, want)
+		}
 	}
 }
 
