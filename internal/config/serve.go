@@ -70,12 +70,21 @@ type Webhook struct {
 	Prompt string `yaml:"prompt"`
 	// Report is where the session reports and asks for approval.
 	Report Route `yaml:"report"`
+	// Line and Column locate the entry in its file (0 when it came from
+	// elsewhere), so a check of its values (a secret that does not
+	// resolve) can name the line.
+	Line   int `yaml:"-" json:"-"`
+	Column int `yaml:"-" json:"-"`
 }
 
 // UnmarshalYAML decodes a webhook strictly (unknown keys are errors).
 func (w *Webhook) UnmarshalYAML(n *yaml.Node) error {
 	type plain Webhook
-	return strictDecode(n, (*plain)(w), "webhook")
+	if err := strictDecode(n, (*plain)(w), "webhook"); err != nil {
+		return err
+	}
+	w.Line, w.Column = n.Line, n.Column
+	return nil
 }
 
 // Email is the inbound mail channel: an SMTP listener for one address.
