@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
 // validName is a hook's name: it is a URL path segment, a channel name
@@ -31,7 +33,8 @@ func Check(hooks []config.Webhook, where config.Origin, lookupEnv func(string) (
 		}
 		seen[w.Name] = i
 		if _, err := resolveSecret(w.Secret, lookupEnv); err != nil && w.Secret != "" {
-			errs = append(errs, entryError(w, i, where, "secret", err.Error()))
+			// The key names the secret already; the reason is what helps.
+			errs = append(errs, entryError(w, i, where, "secret", strings.TrimPrefix(err.Error(), ErrSecret.Error()+": ")))
 		}
 	}
 	return errs
@@ -51,10 +54,10 @@ func checkHook(w config.Webhook, i int, where config.Origin) []error {
 		bad("signature", fmt.Sprintf("%q: want %s or %s", w.Signature, SchemeGitHub, SchemeFluffy))
 	}
 	if w.MaxBody < 0 || w.MaxBody > MaxMaxBody {
-		bad("max_body", fmt.Sprintf("%s: want at most %d bytes (0: the default)", w.MaxBody, MaxMaxBody))
+		bad("max_body", fmt.Sprintf("%s: want at most %s (0: the default, %s)", w.MaxBody, units.Size(MaxMaxBody), units.Size(DefaultMaxBody)))
 	}
 	if d := w.Window.Std(); d < 0 || d > 0 && d < time.Second || d > MaxWindow {
-		bad("window", fmt.Sprintf("%s: want 1s to %s (0: the default)", w.Window, MaxWindow))
+		bad("window", fmt.Sprintf("%s: want 1s to %s (0: the default, %s)", w.Window, units.Duration(MaxWindow), units.Duration(DefaultWindow)))
 	}
 	return errs
 }
