@@ -52,7 +52,7 @@ func TestResolveSecret(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.ref, func(t *testing.T) {
-			got, err := resolveSecret(tt.ref, lookup)
+			got, err := ResolveSecret(tt.ref, lookup)
 			if err != nil {
 				if !errors.Is(err, ErrSecret) || !strings.Contains(err.Error(), tt.want) {
 					t.Errorf("err %v, want ErrSecret with %q", err, tt.want)

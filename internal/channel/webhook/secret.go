@@ -19,11 +19,11 @@ const maxSecretFile = 4096
 // minSecret is the shortest secret accepted without a warning.
 const minSecret = 16
 
-// resolveSecret reads the key a secret reference names: "env:VAR" (the
+// ResolveSecret reads the key a secret reference names: "env:VAR" (the
 // variable, which must be set and not empty) or "file:PATH" (a regular
 // file no one but its owner may read or write; one trailing newline is
 // not part of the key). Errors never contain the key.
-func resolveSecret(ref string, lookupEnv func(string) (string, bool)) ([]byte, error) {
+func ResolveSecret(ref string, lookupEnv func(string) (string, bool)) ([]byte, error) {
 	kind, arg, ok := strings.Cut(ref, ":")
 	if !ok || arg == "" {
 		return nil, fmt.Errorf("%w: want env:VAR or file:PATH, got %q", ErrSecret, redactRef(ref))

@@ -118,7 +118,7 @@ func New(cfg config.Webhook, opts Options) (*Hook, error) {
 	if errs := checkHook(cfg, -1, config.Origin{}); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	secret, err := resolveSecret(cfg.Secret, opts.LookupEnv)
+	secret, err := ResolveSecret(cfg.Secret, opts.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("webhook %s: secret: %w", cfg.Name, err)
 	}
