@@ -20,6 +20,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newApproveCmd(a), newApprovalsCmd(a),
 		newCronCmd(a),
 		newDemoCmd(a),
+		newHookCmd(a),
 	)
 	setupTaskCmd(a, root)
 }
