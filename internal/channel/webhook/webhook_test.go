@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -588,3 +590,5 @@ func BenchmarkDelivery(b *testing.B) {
 		})
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
