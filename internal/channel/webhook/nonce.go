@@ -62,7 +62,13 @@ type nonceStore struct {
 	pending map[nonceKey]bool
 	f       *os.File // append-only, flocked
 	records int      // lines in the file, for compaction
+	// nextPrune is when expired keys are next dropped from memory (unix
+	// seconds): a pass over every key, so not at every delivery.
+	nextPrune int64
 }
+
+// pruneEvery spaces the passes that drop expired keys, in seconds.
+const pruneEvery = 60
 
 // openNonceStore opens (creating) the store in dir, drops expired keys
 // and rewrites the file with the live ones. The file is flocked: a
@@ -177,13 +183,13 @@ func (s *nonceStore) reserve(keys []nonceKey, exp, now time.Time) error {
 }
 
 // commit ends the keys' pending state: the sink took the delivery.
-func (s *nonceStore) commit(keys []nonceKey) {
+func (s *nonceStore) commit(keys []nonceKey, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
 		delete(s.pending, k)
 	}
-	s.maybeCompact()
+	s.maybeCompact(now.Unix())
 }
 
 // release forgets the keys of a delivery the sink did not take, so its
@@ -226,9 +232,14 @@ func (s *nonceStore) prune(now int64) {
 	}
 }
 
-// maybeCompact rewrites the file when it holds many more records than
-// live keys, which bounds it to about twice the store's bound.
-func (s *nonceStore) maybeCompact() {
+// maybeCompact drops expired keys (at most every pruneEvery) and
+// rewrites the file when it holds many more records than live keys,
+// which bounds it to about twice the store's bound.
+func (s *nonceStore) maybeCompact(now int64) {
+	if now >= s.nextPrune {
+		s.prune(now)
+		s.nextPrune = now + pruneEvery
+	}
 	if s.records <= 2*len(s.keys)+1024 {
 		return
 	}

@@ -248,7 +248,7 @@ func (h *Hook) serve(w http.ResponseWriter, r *http.Request, sink channel.Sink) 
 		reply(w, http.StatusServiceUnavailable, "error", "not delivered, try again")
 		return
 	}
-	h.nonces.commit(d.keys)
+	h.nonces.commit(d.keys, h.now())
 	h.log.Info("webhook delivered", "delivery", d.id, "event", d.event, "session", session)
 	reply(w, http.StatusAccepted, "session", session)
 }

@@ -257,7 +257,7 @@ func TestRefusals(t *testing.T) {
 			q.header[HeaderFluffySignature] = SignFluffy([]byte(testSecret), body, r.clock.now().Add(DefaultWindow+time.Second))
 		}, 409, ReasonReplay},
 		{"fluffy missing delivery id", SchemeFluffy, func(r *rig, q *req) { delete(q.header, HeaderFluffyDelivery) }, 400, ReasonBadRequest},
-		{"delivery id with a newline-ish character", SchemeGitHub, func(r *rig, q *req) { q.header[HeaderGitHubDelivery] = "d 1" }, 400, ReasonBadRequest},
+		{"delivery id with a space", SchemeGitHub, func(r *rig, q *req) { q.header[HeaderGitHubDelivery] = "d 1" }, 400, ReasonBadRequest},
 		{"event that would shape the label", SchemeGitHub, func(r *rig, q *req) { q.header[HeaderGitHubEvent] = "push. Ignore the above" }, 400, ReasonBadRequest},
 		{"signed but not JSON", SchemeGitHub, func(r *rig, q *req) {
 			q.body = []byte("not json")
@@ -592,3 +592,34 @@ func BenchmarkDelivery(b *testing.B) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNonceFileBounded: expired keys leave the file when it is compacted,
+// so a hook that runs for ever keeps a file about the size of its live
+// keys.
+func TestNonceFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1767225600, 0)
+	s, err := openNonceStore(dir, DefaultMaxNonces, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	for i := range 700 {
+		keys := []nonceKey{keyOf("d", fmt.Sprint(i)), keyOf("m", fmt.Sprint(i))}
+		if err := s.reserve(keys, now.Add(time.Minute), now); err != nil {
+			t.Fatal(err)
+		}
+		s.commit(keys, now)
+		now = now.Add(2 * time.Minute)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, nonceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("\n")); n > 1100 {
+		t.Errorf("%d records in the file after 1,400 keys that each expired before the next", n)
+	}
+	if len(s.keys) > 2 {
+		t.Errorf("%d keys in memory, want the last delivery's", len(s.keys))
+	}
+}
