@@ -45,9 +45,16 @@ type Cache struct {
 // Env (replacing earlier values) points the tool at it. A cache the
 // person does not have leaves the sandbox offline with fluffy's cache
 // alone.
+//
+// With Dirs, only those subdirectories of the person's directory are
+// bound, each at Target/dir (one missing is skipped): the tool reads them
+// in place while the rest of its cache, which it must write (locks,
+// extracted sources), is fluffy's. A Target inside the cache's own
+// Target nests the read-only binds in fluffy's writable cache.
 type Seed struct {
 	Kind   string   // key of UserCaches, e.g. UserGoModCache
 	Target string   // absolute path inside the sandbox
+	Dirs   []string // subdirectories bound instead of the whole directory
 	Env    []string // "KEY=value" set when the seed is mounted
 }
 
@@ -61,6 +68,17 @@ const UserGoModCache = "go-mod"
 
 // userGoModTarget is where the person's Go module cache appears, read-only.
 const userGoModTarget = "/var/cache/fluffy/user/go-mod"
+
+// UserCargoRegistry is the kind of the person's cargo registry cache
+// ($CARGO_HOME/registry).
+const UserCargoRegistry = "cargo-registry"
+
+// UserPipWheels is the kind of the person's wheelhouse: a directory of
+// wheels pip installs from with --find-links ($PIP_FIND_LINKS).
+const UserPipWheels = "pip-wheels"
+
+// userPipWheelsTarget is where the person's wheelhouse appears, read-only.
+const userPipWheelsTarget = "/var/cache/fluffy/user/pip-wheels"
 
 // GoCaches are the Go toolchain's build and module caches. Offline and
 // pinned to the installed toolchain (GOTOOLCHAIN=local), so a build never
@@ -87,11 +105,52 @@ var GoCaches = []Cache{
 		Seed: &Seed{Kind: UserGoModCache, Target: userGoModTarget, Env: []string{"GOPROXY=file://" + userGoModTarget + "/cache/download", "GOSUMDB=off"}}},
 }
 
+// CargoCaches is cargo's home, fluffy's and writable per workspace
+// (locks, the global cache tracker, extracted sources, `cargo install`),
+// offline. When the person has a registry cache, its index and its
+// downloaded .crate files are bound read-only at the places cargo looks
+// for them (registry/index and registry/cache); cargo extracts what a
+// build needs into fluffy's registry/src. Offline, cargo resolves only
+// from the index entries the person's cargo stored, so a crate the person
+// never fetched is an error, not a download. Automatic cache cleaning is
+// off: cargo would otherwise try to delete the person's old .crate files.
+// A rustup proxy on PATH (~/.cargo/bin) is not mounted (see
+// userenv.ToolchainMounts): cargo runs in the sandbox when the toolchain's
+// own bin directory, or a system cargo, is on PATH.
+var CargoCaches = []Cache{
+	{Name: "cargo", Target: "/var/cache/fluffy/cargo", Env: []string{"CARGO_HOME=/var/cache/fluffy/cargo", "CARGO_NET_OFFLINE=true", "CARGO_CACHE_AUTO_CLEAN_FREQUENCY=never"},
+		Seed: &Seed{Kind: UserCargoRegistry, Target: "/var/cache/fluffy/cargo/registry", Dirs: []string{"index", "cache"}}},
+}
+
+// PipCaches is pip's cache, fluffy's and writable per workspace, with
+// the index off (PIP_NO_INDEX). pip's own cache cannot serve an offline
+// install: with no index pip never reads its HTTP cache, and its wheel
+// cache holds only wheels it built from source distributions. What the
+// person keeps for installing offline is a wheelhouse
+// (`pip download`/`pip wheel -w`, named by PIP_FIND_LINKS): when there is
+// one, it is bound read-only and pip finds packages in it.
+var PipCaches = []Cache{
+	{Name: "pip", Target: "/var/cache/fluffy/pip", Env: []string{"PIP_CACHE_DIR=/var/cache/fluffy/pip", "PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1"},
+		Seed: &Seed{Kind: UserPipWheels, Target: userPipWheelsTarget, Env: []string{"PIP_FIND_LINKS=" + userPipWheelsTarget}}},
+}
+
+// ToolchainCaches are the caches of every toolchain a runner uses: Go,
+// cargo, pip.
+var ToolchainCaches = concatCaches(GoCaches, CargoCaches, PipCaches)
+
+func concatCaches(lists ...[]Cache) []Cache {
+	var out []Cache
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
 // Templates returns the built-in templates.
 func Templates() []Template {
 	return []Template{
-		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent Go build cache", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: GoCaches},
-		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent Go build cache", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: GoCaches},
+		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent toolchain caches (Go, cargo, pip)", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: ToolchainCaches},
+		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent toolchain caches (Go, cargo, pip)", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: ToolchainCaches},
 		{Name: "policy-sandbox", Description: "policy extensions: strict seccomp, no network, no workspace", Seccomp: "strict", Network: NetworkNone, Workspace: false},
 		{Name: "ai-provider", Description: "provider clients: strict seccomp (AF_UNIX only: they speak to the proxy socket); network to allow-listed hosts through the egress proxy", Seccomp: "strict", Network: NetworkProxy, Workspace: false},
 	}
@@ -163,12 +222,53 @@ func (t Template) ApplyCaches(spec *Spec, root string, user UserCaches) error {
 		if !filepath.IsAbs(src) {
 			return fmt.Errorf("%w: the person's %s cache %q is not an absolute path", ErrInvalidSpec, c.Seed.Kind, src)
 		}
-		spec.Mounts = append(spec.Mounts, Mount{Source: src, Target: c.Seed.Target})
+		if err := c.seedMounts(spec, filepath.Join(root, c.Name), src); err != nil {
+			return err
+		}
 		for _, e := range c.Seed.Env {
 			spec.Env = setEnv(spec.Env, e)
 		}
 	}
 	return nil
+}
+
+// seedMounts adds the read-only mounts of c's seed from the person's
+// directory src; dir is c's own host directory. The mount points of a
+// seed nested in c's Target are made in dir first, so every backend finds
+// them.
+func (c Cache) seedMounts(spec *Spec, dir, src string) error {
+	if len(c.Seed.Dirs) == 0 {
+		spec.Mounts = append(spec.Mounts, Mount{Source: src, Target: c.Seed.Target})
+		return nil
+	}
+	rel, nested := strings.CutPrefix(c.Seed.Target, c.Target+"/")
+	for _, d := range c.Seed.Dirs {
+		sub, ok := within(src, filepath.Join(src, d))
+		if !ok {
+			continue
+		}
+		if nested {
+			if err := os.MkdirAll(filepath.Join(dir, rel, d), 0o700); err != nil {
+				return fmt.Errorf("sandbox cache %s: %w", c.Name, err)
+			}
+		}
+		spec.Mounts = append(spec.Mounts, Mount{Source: sub, Target: filepath.Join(c.Seed.Target, d)})
+	}
+	return nil
+}
+
+// within resolves p's symbolic links and reports whether it is a
+// directory inside dir: a subdirectory of the person's cache that links
+// elsewhere would show more than the cache.
+func within(dir, p string) (string, bool) {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil || !strings.HasPrefix(r, dir+"/") {
+		return "", false
+	}
+	if fi, err := os.Stat(r); err != nil || !fi.IsDir() {
+		return "", false
+	}
+	return r, true
 }
 
 // setEnv returns env with kv ("KEY=value") replacing every entry of the

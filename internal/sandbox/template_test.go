@@ -18,7 +18,7 @@ func TestApplyCaches(t *testing.T) {
 	if err := tpl.ApplyCaches(&spec, root, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range GoCaches {
+	for _, c := range ToolchainCaches {
 		fi, err := os.Stat(filepath.Join(root, c.Name))
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 			t.Errorf("cache dir %s: %v %v", c.Name, fi, err)
@@ -102,5 +102,112 @@ func TestCacheRootPerWorkspace(t *testing.T) {
 	}
 	if CacheRoot("/c", "/w/one/") != a {
 		t.Error("the same workspace spelt differently has another cache")
+	}
+}
+
+// The person's cargo registry lends only its index and downloaded
+// crates, each bound read-only inside fluffy's writable CARGO_HOME (the
+// mount points made there first); cargo's locks and extracted sources
+// stay fluffy's. A subdirectory that links out of the person's registry
+// is not bound.
+func TestApplyCachesUserCargoRegistry(t *testing.T) {
+	tpl, err := TemplateByName("code-executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := filepath.Join(tmp, "person", "registry")
+	for _, d := range []string{"index", "cache", "src"} {
+		if err := os.MkdirAll(filepath.Join(reg, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := CacheRoot(filepath.Join(tmp, "fluffy"), "/home/u/repo")
+	spec := Spec{Argv: []string{"cargo", "test"}, Env: []string{"CARGO_HOME=/tmp/cargo"}}
+	if err := tpl.ApplyCaches(&spec, root, UserCaches{UserCargoRegistry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	var seed []Mount
+	for _, m := range spec.Mounts {
+		if strings.HasPrefix(m.Source, reg) {
+			seed = append(seed, m)
+		}
+	}
+	want := []Mount{{Source: reg + "/index", Target: "/var/cache/fluffy/cargo/registry/index"}, {Source: reg + "/cache", Target: "/var/cache/fluffy/cargo/registry/cache"}}
+	if !slices.Equal(seed, want) {
+		t.Errorf("the person's registry is mounted as %+v, want %+v", seed, want)
+	}
+	own := slices.Index(spec.Mounts, Mount{Source: filepath.Join(root, "cargo"), Target: "/var/cache/fluffy/cargo", Writable: true})
+	if own < 0 || own > slices.Index(spec.Mounts, want[0]) {
+		t.Errorf("fluffy's CARGO_HOME is not mounted writable before the person's registry: %+v", spec.Mounts)
+	}
+	for _, d := range []string{"index", "cache"} {
+		if fi, err := os.Stat(filepath.Join(root, "cargo", "registry", d)); err != nil || !fi.IsDir() {
+			t.Errorf("no mount point for registry/%s: %v", d, err)
+		}
+	}
+	env := map[string][]string{}
+	for _, e := range spec.Env {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = append(env[k], v)
+	}
+	for k, v := range map[string]string{"CARGO_HOME": "/var/cache/fluffy/cargo", "CARGO_NET_OFFLINE": "true", "CARGO_CACHE_AUTO_CLEAN_FREQUENCY": "never"} {
+		if len(env[k]) != 1 || env[k][0] != v {
+			t.Errorf("%s = %q, want exactly %q", k, env[k], v)
+		}
+	}
+	if err := spec.Validate(); err != nil {
+		t.Errorf("spec with the person's registry does not validate: %v", err)
+	}
+
+	// index links out of the registry: only cache is bound.
+	if err := os.RemoveAll(filepath.Join(reg, "index")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(tmp, filepath.Join(reg, "index")); err != nil {
+		t.Fatal(err)
+	}
+	spec = Spec{Argv: []string{"cargo", "test"}}
+	if err := tpl.ApplyCaches(&spec, root, UserCaches{UserCargoRegistry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range spec.Mounts {
+		if m.Source == tmp || m.Target == want[0].Target {
+			t.Errorf("a linked-out registry/index is mounted: %+v", m)
+		}
+	}
+}
+
+// The person's wheelhouse is bound read-only and named to pip as its
+// find-links; pip's own cache is fluffy's and the index stays off.
+func TestApplyCachesUserPipWheels(t *testing.T) {
+	tpl, err := TemplateByName("code-executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := CacheRoot(t.TempDir(), "/home/u/repo")
+	spec := Spec{Argv: []string{"pip", "install", "x"}}
+	if err := tpl.ApplyCaches(&spec, root, UserCaches{UserPipWheels: "/home/u/wheels"}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Mounts, Mount{Source: "/home/u/wheels", Target: userPipWheelsTarget}) {
+		t.Errorf("the wheelhouse is not mounted read-only: %+v", spec.Mounts)
+	}
+	for _, kv := range []string{"PIP_FIND_LINKS=" + userPipWheelsTarget, "PIP_NO_INDEX=1", "PIP_CACHE_DIR=/var/cache/fluffy/pip"} {
+		if !slices.Contains(spec.Env, kv) {
+			t.Errorf("env lacks %s: %q", kv, spec.Env)
+		}
+	}
+	spec = Spec{Argv: []string{"pip", "install", "x"}}
+	if err := tpl.ApplyCaches(&spec, root, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range spec.Env {
+		if strings.HasPrefix(e, "PIP_FIND_LINKS=") {
+			t.Errorf("without a wheelhouse, %s", e)
+		}
 	}
 }

@@ -9,10 +9,15 @@ import (
 )
 
 // UserCaches finds the person's toolchain caches that a sandbox over ws
-// may read (read-only; see sandbox.Template.ApplyCaches): Go's module
-// cache as `go env GOMODCACHE` resolves it — $GOMODCACHE, else the first
-// entry of $GOPATH plus /pkg/mod, else $HOME/go/pkg/mod — when it holds a
-// download cache (cache/download, what the sandbox's file proxy serves).
+// may read (read-only; see sandbox.Template.ApplyCaches):
+//   - Go's module cache as `go env GOMODCACHE` resolves it — $GOMODCACHE,
+//     else the first entry of $GOPATH plus /pkg/mod, else
+//     $HOME/go/pkg/mod — when it holds a download cache (cache/download,
+//     what the sandbox's file proxy serves);
+//   - cargo's registry cache, $CARGO_HOME/registry (else
+//     $HOME/.cargo/registry), when it holds an index;
+//   - pip's wheelhouse, the first absolute local directory in
+//     $PIP_FIND_LINKS (pip's own variable; a URL is not a cache).
 //
 // A directory is left out when mounting it would show more than a cache:
 // the root, the home directory or one of its ancestors, or a directory
@@ -25,7 +30,42 @@ func (e *Env) UserCaches(ws string) sandbox.UserCaches {
 			caches[sandbox.UserGoModCache] = d
 		}
 	}
+	if d := e.cargoRegistry(); d != "" && e.cacheSafe(d, ws) {
+		if fi, err := os.Stat(filepath.Join(d, "index")); err == nil && fi.IsDir() {
+			caches[sandbox.UserCargoRegistry] = d
+		}
+	}
+	if d := e.pipWheelhouse(); d != "" && e.cacheSafe(d, ws) {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			caches[sandbox.UserPipWheels] = d
+		}
+	}
 	return caches
+}
+
+// cargoRegistry is where the person's cargo keeps its registry cache, or
+// "".
+func (e *Env) cargoRegistry() string {
+	if d, ok := e.Getenv("CARGO_HOME"); ok && d != "" {
+		return absOrEmpty(filepath.Join(d, "registry"))
+	}
+	if h, ok := e.Getenv("HOME"); ok && h != "" {
+		return absOrEmpty(filepath.Join(h, ".cargo", "registry"))
+	}
+	return ""
+}
+
+// pipWheelhouse is the first local directory of $PIP_FIND_LINKS (pip
+// splits the variable at spaces), or "".
+func (e *Env) pipWheelhouse() string {
+	v, _ := e.Getenv("PIP_FIND_LINKS")
+	for _, f := range strings.Fields(v) {
+		f = strings.TrimPrefix(f, "file://")
+		if filepath.IsAbs(f) {
+			return absOrEmpty(f)
+		}
+	}
+	return ""
 }
 
 // goModCache is where the person's go command keeps modules, or "".

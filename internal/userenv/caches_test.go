@@ -61,6 +61,49 @@ func TestUserCachesGoModCache(t *testing.T) {
 	}
 }
 
+// UserCaches finds cargo's registry where cargo keeps it ($CARGO_HOME,
+// else $HOME/.cargo) when it holds an index, and pip's wheelhouse as the
+// first local directory of $PIP_FIND_LINKS; never fluffy's own files.
+func TestUserCachesCargoAndPip(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	mk := func(d string) string {
+		t.Helper()
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	explicit := mk(filepath.Join(root, "cargo", "registry", "index"))
+	dflt := mk(filepath.Join(home, ".cargo", "registry", "index"))
+	mk(filepath.Join(root, "noindex", "registry"))
+	wheels := mk(filepath.Join(root, "wheels"))
+	data := mk(filepath.Join(root, "data"))
+	base := []string{"HOME=" + home, "FLUFFY_HOME=" + data, "XDG_CONFIG_HOME=" + root + "/config"}
+	for _, c := range []struct {
+		name       string
+		env        []string
+		cargo, pip string
+	}{
+		{"CARGO_HOME", []string{"CARGO_HOME=" + root + "/cargo"}, filepath.Dir(explicit), ""},
+		{"HOME/.cargo", nil, filepath.Dir(dflt), ""},
+		{"no index", []string{"CARGO_HOME=" + root + "/noindex"}, "", ""},
+		{"relative CARGO_HOME", []string{"CARGO_HOME=rel"}, "", ""},
+		{"wheelhouse", []string{"PIP_FIND_LINKS=https://example.com/simple file://" + wheels}, filepath.Dir(dflt), wheels},
+		{"no local find-links", []string{"PIP_FIND_LINKS=https://example.com/simple"}, filepath.Dir(dflt), ""},
+		{"fluffy's data directory", []string{"PIP_FIND_LINKS=" + data}, filepath.Dir(dflt), ""},
+	} {
+		e := &Env{Cwd: root, Environ: append(append([]string(nil), base...), c.env...)}
+		got := e.UserCaches(filepath.Join(root, "ws"))
+		if got[sandbox.UserCargoRegistry] != c.cargo || got[sandbox.UserPipWheels] != c.pip {
+			t.Errorf("%s: cargo %q pip %q, want %q %q", c.name, got[sandbox.UserCargoRegistry], got[sandbox.UserPipWheels], c.cargo, c.pip)
+		}
+	}
+}
+
 // ToolchainMounts shows the PATH's toolchain directories read-only at
 // the PATH's own paths (a Go installation whole, even in the home
 // directory), and leaves out what the sandbox sees already, must not see,
