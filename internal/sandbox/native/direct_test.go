@@ -107,6 +107,14 @@ func TestDirectParity(t *testing.T) {
 				t.Errorf("left running after the timeout: %s", out)
 			}
 		}},
+		// rustc moves what it writes from a directory of its own into
+		// place (rename(2), no copy to fall back on): a writable tree
+		// lets a file move between its directories.
+		{"rename across directories", sandbox.Spec{Argv: sh(`mkdir -p /tmp/a/b && echo x >/tmp/a/b/f && perl -e 'rename("/tmp/a/b/f", "/tmp/g") or die "rename: $!\n"; print "moved\n"'`)}, func(t *testing.T, r sandbox.Result) {
+			if string(r.Stdout) != "moved\n" {
+				t.Errorf("stdout %q stderr %q", r.Stdout, r.Stderr)
+			}
+		}},
 		{"hostname, working directory", sandbox.Spec{Argv: sh("hostname; pwd"), Dir: "/tmp"}, func(t *testing.T, r sandbox.Result) {
 			if string(r.Stdout) != "sandbox\n/tmp\n" {
 				t.Errorf("stdout %q", r.Stdout)

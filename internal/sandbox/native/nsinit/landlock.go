@@ -27,8 +27,13 @@ const (
 	llFSIoctlDev
 	llFSResolveUnix
 
-	llFSRead      = llFSExecute | llFSReadFile | llFSReadDir
-	llFSWrite     = llFSWriteFile | llFSRemoveDir | llFSRemoveFile | llFSMakeChar | llFSMakeDir | llFSMakeReg | llFSMakeSock | llFSMakeFifo | llFSMakeBlock | llFSMakeSym | llFSTruncate
+	llFSRead = llFSExecute | llFSReadFile | llFSReadDir
+	// llFSRefer lets a file move (rename, link) between directories of
+	// the writable trees; landlock still refuses a move that would give
+	// the file rights it lacks where it came from, so nothing leaves a
+	// read-only tree. Without it such a rename fails with EXDEV, which
+	// mv survives by copying but rustc does not.
+	llFSWrite     = llFSWriteFile | llFSRemoveDir | llFSRemoveFile | llFSMakeChar | llFSMakeDir | llFSMakeReg | llFSMakeSock | llFSMakeFifo | llFSMakeBlock | llFSMakeSym | llFSTruncate | llFSRefer
 	llFSReadWrite = llFSRead | llFSWrite
 	llFSFileOnly  = llFSExecute | llFSWriteFile | llFSTruncate | llFSReadFile
 
