@@ -131,7 +131,9 @@ func (e *Env) cacheSafe(d, ws string) bool {
 // person's PATH visible in a sandbox over the workspace ws, at the same
 // paths (the sandbox's PATH is the person's: sandbox.BaseEnv). A Go
 // installation's bin directory brings its whole GOROOT (the go command
-// needs its tools and standard library beside it). Other PATH directories
+// needs its tools and standard library beside it), a Rust toolchain's its
+// whole sysroot (rustc loads its driver from ../lib and the standard
+// library from lib/rustlib). Other PATH directories
 // are mounted when they lie outside the home directory and are not
 // version-manager shims: what lives on PATH under the home directory
 // (rustup's proxies, pip's --user scripts, pyenv's or rbenv's shims) is
@@ -164,7 +166,7 @@ func (e *Env) ToolchainMounts(ws string) []sandbox.Mount {
 		if src == "" {
 			continue
 		}
-		if root := filepath.Dir(src); filepath.Base(src) == "bin" && isGoRoot(root) {
+		if root := filepath.Dir(src); filepath.Base(src) == "bin" && (isGoRoot(root) || isRustSysroot(root)) {
 			src, target = root, filepath.Dir(target)
 		} else if filepath.Base(src) == "shims" || filepath.IsAbs(home) && (underAny(src, []string{home}) || underAny(target, []string{home})) {
 			continue
@@ -186,6 +188,13 @@ func isGoRoot(dir string) bool {
 		}
 	}
 	return true
+}
+
+// isRustSysroot reports whether dir looks like a Rust toolchain
+// (rustc --print sysroot).
+func isRustSysroot(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "lib", "rustlib"))
+	return err == nil && fi.IsDir()
 }
 
 // underAny reports whether p is one of dirs or below one.

@@ -105,8 +105,8 @@ func TestUserCachesCargoAndPip(t *testing.T) {
 }
 
 // ToolchainMounts shows the PATH's toolchain directories read-only at
-// the PATH's own paths (a Go installation whole, even in the home
-// directory), and leaves out what the sandbox sees already, must not see,
+// the PATH's own paths (a Go installation or a Rust toolchain whole, even
+// in the home directory), and leaves out what the sandbox sees already, must not see,
 // or could not run (launchers in the home directory, shims).
 func TestToolchainMounts(t *testing.T) {
 	root, err := filepath.EvalSymlinks(t.TempDir())
@@ -116,7 +116,8 @@ func TestToolchainMounts(t *testing.T) {
 	home := filepath.Join(root, "home")
 	ws := filepath.Join(root, "src", "repo")
 	dirs := []string{root + "/tools/bin", home + "/sdk/go/bin", home + "/sdk/go/pkg/tool", home + "/sdk/go/src/runtime",
-		ws + "/bin", root + "/real/bin", root + "/data/bin", home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+		ws + "/bin", root + "/real/bin", root + "/data/bin", home + "/.cargo/bin", root + "/opt/pyenv/shims",
+		home + "/.rustup/toolchains/stable/bin", home + "/.rustup/toolchains/stable/lib/rustlib"}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -127,7 +128,7 @@ func TestToolchainMounts(t *testing.T) {
 	}
 	path := []string{root + "/tools/bin", home + "/sdk/go/bin", "/usr/local/go/bin", "/bin", "relative/bin", ws + "/bin",
 		root + "/src", root + "/missing", home, "/", root + "/data/bin", root + "/link", root + "/tools/bin",
-		home + "/.cargo/bin", root + "/opt/pyenv/shims"}
+		home + "/.cargo/bin", root + "/opt/pyenv/shims", home + "/.rustup/toolchains/stable/bin"}
 	e := &Env{Cwd: ws, Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + root + "/data", "XDG_CONFIG_HOME=" + root + "/config",
 		"PATH=" + strings.Join(path, ":")}}
 	got := e.ToolchainMounts(ws)
@@ -135,6 +136,7 @@ func TestToolchainMounts(t *testing.T) {
 		{Source: root + "/tools/bin", Target: root + "/tools/bin"},
 		{Source: home + "/sdk/go", Target: home + "/sdk/go"},
 		{Source: root + "/real/bin", Target: root + "/link"},
+		{Source: home + "/.rustup/toolchains/stable", Target: home + "/.rustup/toolchains/stable"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("toolchain mounts\n got %+v\nwant %+v", got, want)
