@@ -3,7 +3,9 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +24,7 @@ func init() {
 	scriptCmds["cargoregistry"] = cargoRegistry
 	scriptCmds["rusttoolchain"] = rustToolchain
 	scriptCmds["wheel"] = wheel
+	scriptCmds["npmregistry"] = npmRegistry
 }
 
 // cargoRegistry VAR CRATE... serves the .crate files (named
@@ -144,4 +147,51 @@ func wheel(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(z.Close())
 	ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), buf.Bytes(), 0o644))
+}
+
+// npmRegistry VAR TARBALL... serves the package tarballs (npm pack's
+// NAME-VERSION.tgz, dependency-free) as an npm registry on the host's
+// 127.0.0.1 for the rest of the script, and sets VAR to its URL, so a
+// script can fill an npm cache the way a person's npm does.
+func npmRegistry(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: npmregistry VAR TARBALL...")
+	}
+	type version struct {
+		name, vers, file string
+		data             []byte
+	}
+	var pkgs []version
+	for _, f := range args[1:] {
+		data, err := os.ReadFile(ts.MkAbs(f))
+		ts.Check(err)
+		base := strings.TrimSuffix(filepath.Base(f), ".tgz")
+		i := strings.LastIndex(base, "-")
+		if i <= 0 {
+			ts.Fatalf("%s: want NAME-VERSION.tgz", f)
+		}
+		pkgs = append(pkgs, version{base[:i], base[i+1:], filepath.Base(f), data})
+	}
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, p := range pkgs {
+			switch r.URL.Path {
+			case "/" + p.name:
+				s512, s1 := sha512.Sum512(p.data), sha1.Sum(p.data)
+				doc := map[string]any{"name": p.name, "dist-tags": map[string]string{"latest": p.vers}, "versions": map[string]any{p.vers: map[string]any{
+					"name": p.name, "version": p.vers,
+					"dist": map[string]string{"tarball": srv.URL + "/" + p.name + "/-/" + p.file, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:]), "shasum": hex.EncodeToString(s1[:])},
+				}}}
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(doc)
+				return
+			case "/" + p.name + "/-/" + p.file:
+				w.Write(p.data)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	ts.Defer(srv.Close)
+	ts.Setenv(args[0], srv.URL+"/")
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,10 +52,16 @@ type Cache struct {
 // in place while the rest of its cache, which it must write (locks,
 // extracted sources), is fluffy's. A Target inside the cache's own
 // Target nests the read-only binds in fluffy's writable cache.
+//
+// Copy names subdirectories the tool rewrites whenever it reads them, so
+// that no read-only bind can serve: they are copied (regular files and
+// directories only) into fluffy's cache at the same place, once, when
+// fluffy's cache has none. Only a nested seed copies.
 type Seed struct {
 	Kind   string   // key of UserCaches, e.g. UserGoModCache
 	Target string   // absolute path inside the sandbox
 	Dirs   []string // subdirectories bound instead of the whole directory
+	Copy   []string // subdirectories copied into fluffy's cache
 	Env    []string // "KEY=value" set when the seed is mounted
 }
 
@@ -76,6 +83,10 @@ const UserCargoRegistry = "cargo-registry"
 // UserPipWheels is the kind of the person's wheelhouse: a directory of
 // wheels pip installs from with --find-links ($PIP_FIND_LINKS).
 const UserPipWheels = "pip-wheels"
+
+// UserNpmCache is the kind of the person's npm content cache: _cacache
+// in npm's cache directory ($npm_config_cache, else ~/.npm).
+const UserNpmCache = "npm-cacache"
 
 // userPipWheelsTarget is where the person's wheelhouse appears, read-only.
 const userPipWheelsTarget = "/var/cache/fluffy/user/pip-wheels"
@@ -134,9 +145,24 @@ var PipCaches = []Cache{
 		Seed: &Seed{Kind: UserPipWheels, Target: userPipWheelsTarget, Env: []string{"PIP_FIND_LINKS=" + userPipWheelsTarget}}},
 }
 
+// NpmCaches is npm's cache directory, fluffy's and writable per
+// workspace, offline (npm_config_offline: a package not in the cache is
+// an error, not a download). npm cannot read a read-only cache: every
+// lookup compacts (rewrites) the index bucket it reads, and a failed
+// rewrite reads as a miss. So of the person's _cacache only the content
+// (content-v2, the tarballs and packuments by hash, which npm never
+// rewrites) is bound read-only; the index (index-v5, small) is copied
+// into fluffy's cache the first time a sandbox over the workspace runs,
+// and what the person fetches after that is not seen until fluffy's copy
+// is removed.
+var NpmCaches = []Cache{
+	{Name: "npm", Target: "/var/cache/fluffy/npm", Env: []string{"npm_config_cache=/var/cache/fluffy/npm", "npm_config_offline=true", "npm_config_update_notifier=false", "npm_config_audit=false", "npm_config_fund=false"},
+		Seed: &Seed{Kind: UserNpmCache, Target: "/var/cache/fluffy/npm/_cacache", Dirs: []string{"content-v2"}, Copy: []string{"index-v5"}}},
+}
+
 // ToolchainCaches are the caches of every toolchain a runner uses: Go,
-// cargo, pip.
-var ToolchainCaches = concatCaches(GoCaches, CargoCaches, PipCaches)
+// cargo, pip, npm.
+var ToolchainCaches = concatCaches(GoCaches, CargoCaches, PipCaches, NpmCaches)
 
 func concatCaches(lists ...[]Cache) []Cache {
 	var out []Cache
@@ -149,8 +175,8 @@ func concatCaches(lists ...[]Cache) []Cache {
 // Templates returns the built-in templates.
 func Templates() []Template {
 	return []Template{
-		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent toolchain caches (Go, cargo, pip)", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: ToolchainCaches},
-		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent toolchain caches (Go, cargo, pip)", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: ToolchainCaches},
+		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent toolchain caches (Go, cargo, pip, npm)", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: ToolchainCaches},
+		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent toolchain caches (Go, cargo, pip, npm)", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: ToolchainCaches},
 		{Name: "policy-sandbox", Description: "policy extensions: strict seccomp, no network, no workspace", Seccomp: "strict", Network: NetworkNone, Workspace: false},
 		{Name: "ai-provider", Description: "provider clients: strict seccomp (AF_UNIX only: they speak to the proxy socket); network to allow-listed hosts through the egress proxy", Seccomp: "strict", Network: NetworkProxy, Workspace: false},
 	}
@@ -254,7 +280,77 @@ func (c Cache) seedMounts(spec *Spec, dir, src string) error {
 		}
 		spec.Mounts = append(spec.Mounts, Mount{Source: sub, Target: filepath.Join(c.Seed.Target, d)})
 	}
+	if !nested {
+		return nil
+	}
+	for _, d := range c.Seed.Copy {
+		sub, ok := within(src, filepath.Join(src, d))
+		if !ok {
+			continue
+		}
+		if err := copyOnce(sub, filepath.Join(dir, rel, d)); err != nil {
+			return fmt.Errorf("sandbox cache %s: %w", c.Name, err)
+		}
+	}
 	return nil
+}
+
+// copyOnce copies the tree src to dst unless dst exists, through a
+// temporary sibling renamed into place, so an interrupted copy is never
+// taken for a whole one. Only directories and regular files are copied.
+func copyOnce(src, dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(tmp, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o700)
+		case d.Type().IsRegular():
+			return copyFile(p, to)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		if _, serr := os.Lstat(dst); serr == nil {
+			return nil // another sandbox's copy came first
+		}
+		return err
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // within resolves p's symbolic links and reports whether it is a

@@ -211,3 +211,70 @@ func TestApplyCachesUserPipWheels(t *testing.T) {
 		}
 	}
 }
+
+// Of the person's npm cache the content is bound read-only inside
+// fluffy's writable npm cache; the index, which npm rewrites as it reads,
+// is copied there once (files and directories only) and not again.
+func TestApplyCachesUserNpmCache(t *testing.T) {
+	tpl, err := TemplateByName("code-executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacache := filepath.Join(tmp, "person", ".npm", "_cacache")
+	bucket := filepath.Join(cacache, "index-v5", "ab", "cd", "bucket")
+	if err := os.MkdirAll(filepath.Join(cacache, "content-v2", "sha512"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(bucket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bucket, []byte("entry one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(cacache, "index-v5", "link")); err != nil {
+		t.Fatal(err)
+	}
+	root := CacheRoot(filepath.Join(tmp, "fluffy"), "/home/u/repo")
+	spec := Spec{Argv: []string{"npm", "ci"}}
+	if err := tpl.ApplyCaches(&spec, root, UserCaches{UserNpmCache: cacache}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Mounts, Mount{Source: cacache + "/content-v2", Target: "/var/cache/fluffy/npm/_cacache/content-v2"}) {
+		t.Errorf("the person's npm content is not bound read-only: %+v", spec.Mounts)
+	}
+	for _, m := range spec.Mounts {
+		if strings.Contains(m.Source, "index-v5") {
+			t.Errorf("the index is bound, not copied: %+v", m)
+		}
+	}
+	copied := filepath.Join(root, "npm", "_cacache", "index-v5", "ab", "cd", "bucket")
+	if b, err := os.ReadFile(copied); err != nil || string(b) != "entry one\n" {
+		t.Errorf("index copy: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "npm", "_cacache", "index-v5", "link")); err == nil {
+		t.Error("a symbolic link in the index was copied")
+	}
+	if fi, err := os.Stat(filepath.Join(root, "npm", "_cacache", "content-v2")); err != nil || !fi.IsDir() {
+		t.Errorf("no mount point for content-v2: %v", err)
+	}
+	if !slices.Contains(spec.Env, "npm_config_offline=true") || !slices.Contains(spec.Env, "npm_config_cache=/var/cache/fluffy/npm") {
+		t.Errorf("env %q", spec.Env)
+	}
+	// Once copied, fluffy's index is npm's to write: a later spec keeps it.
+	if err := os.WriteFile(copied, []byte("entry one\nfluffy's own\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tpl.ApplyCaches(&Spec{}, root, UserCaches{UserNpmCache: cacache}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(copied); string(b) != "entry one\nfluffy's own\n" {
+		t.Errorf("the index was copied again: %q", b)
+	}
+	if b, _ := os.ReadFile(bucket); string(b) != "entry one\n" {
+		t.Errorf("the person's index changed: %q", b)
+	}
+}

@@ -17,7 +17,9 @@ import (
 //   - cargo's registry cache, $CARGO_HOME/registry (else
 //     $HOME/.cargo/registry), when it holds an index;
 //   - pip's wheelhouse, the first absolute local directory in
-//     $PIP_FIND_LINKS (pip's own variable; a URL is not a cache).
+//     $PIP_FIND_LINKS (pip's own variable; a URL is not a cache);
+//   - npm's content cache, _cacache in $npm_config_cache (or
+//     $NPM_CONFIG_CACHE; else $HOME/.npm), when it holds an index.
 //
 // A directory is left out when mounting it would show more than a cache:
 // the root, the home directory or one of its ancestors, or a directory
@@ -40,7 +42,25 @@ func (e *Env) UserCaches(ws string) sandbox.UserCaches {
 			caches[sandbox.UserPipWheels] = d
 		}
 	}
+	if d := e.npmCache(); d != "" && e.cacheSafe(d, ws) {
+		if fi, err := os.Stat(filepath.Join(d, "index-v5")); err == nil && fi.IsDir() {
+			caches[sandbox.UserNpmCache] = d
+		}
+	}
 	return caches
+}
+
+// npmCache is the _cacache directory of the person's npm cache, or "".
+func (e *Env) npmCache() string {
+	for _, k := range []string{"npm_config_cache", "NPM_CONFIG_CACHE"} {
+		if d, ok := e.Getenv(k); ok && d != "" {
+			return absOrEmpty(filepath.Join(d, "_cacache"))
+		}
+	}
+	if h, ok := e.Getenv("HOME"); ok && h != "" {
+		return absOrEmpty(filepath.Join(h, ".npm", "_cacache"))
+	}
+	return ""
 }
 
 // cargoRegistry is where the person's cargo keeps its registry cache, or

@@ -145,3 +145,32 @@ func TestToolchainMounts(t *testing.T) {
 		t.Errorf("toolchain mounts without a workspace: %+v", got)
 	}
 }
+
+// npm's cache is where npm keeps it ($npm_config_cache, else ~/.npm),
+// when its _cacache holds an index.
+func TestUserCachesNpm(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	for _, d := range []string{home + "/.npm/_cacache/index-v5", root + "/npmc/_cacache/index-v5", root + "/noindex/_cacache"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, home + "/.npm/_cacache"},
+		{[]string{"npm_config_cache=" + root + "/npmc"}, root + "/npmc/_cacache"},
+		{[]string{"NPM_CONFIG_CACHE=" + root + "/npmc"}, root + "/npmc/_cacache"},
+		{[]string{"npm_config_cache=" + root + "/noindex"}, ""},
+	} {
+		e := &Env{Cwd: root, Environ: append([]string{"HOME=" + home, "FLUFFY_HOME=" + root + "/data", "XDG_CONFIG_HOME=" + root + "/config"}, c.env...)}
+		if got := e.UserCaches(filepath.Join(root, "ws"))[sandbox.UserNpmCache]; got != c.want {
+			t.Errorf("%q: npm cache %q, want %q", c.env, got, c.want)
+		}
+	}
+}
