@@ -106,6 +106,9 @@ func (r *renderer) render(e kernel.Event) {
 				fmt.Fprintf(r.w, "  fix: %s\n", termsafe.String(f.Fix))
 			}
 		}
+	case kernel.TypeWarning:
+		r.endText()
+		fmt.Fprintf(r.w, "%s %s\n", p(tui.Yellow, "! warning:"), termsafe.String(e.Text))
 	case kernel.TypeApproval:
 		r.endText()
 		fmt.Fprintf(r.w, "%s\n%s\n", p(tui.Yellow, "? approval needed"), termsafe.String(e.Text))

@@ -28,6 +28,7 @@ func toolEvents() []kernel.Event {
 		{Type: kernel.Type(agent.EventToolResult), Agent: &agent.Event{Call: call, Result: &agent.Result{Content: "wrote a.go", Decision: "allow: rule r1"}}},
 		{Type: kernel.Type(agent.EventToolResult), Agent: &agent.Event{Call: &llm.ToolCall{Name: "test.run"}, Result: &agent.Result{Content: "go: failed — 1 failed", IsError: true, Decision: "approve: rule r2 (approved by a person)"}}},
 		{Type: kernel.TypeError, Fault: &kernel.Fault{Class: kernel.FaultModel, Message: "boom", Fix: "retry"}},
+		{Type: kernel.TypeWarning, Text: "policy edit rejected, the previous rules stay in force: p.yaml:3:13: bad\x1b[2J"},
 		{Type: kernel.TypeDone, Result: &kernel.RunResult{Reason: "done"}},
 	}
 }
@@ -44,12 +45,14 @@ func TestRenderer(t *testing.T) {
 			"  ✓ fs.write [allow: rule r1]: wrote a.go\n",
 			"  ✗ test.run [approve: rule r2 (approved by a person)]: go: failed — 1 failed\n",
 			"! model error: boom\n  fix: retry\n",
+			"! warning: policy edit rejected, the previous rules stay in force: p.yaml:3:13: bad",
 		}, []string{"\x1b["}},
 		{"colour", tui.Caps{TTY: true, Color: true}, []string{
 			"\x1b[32m✓\x1b[0m fs.write \x1b[2m[allow: rule r1]\x1b[0m",
 			"\x1b[31m✗\x1b[0m test.run \x1b[33m[approve: rule r2 (approved by a person)]\x1b[0m",
 			"\x1b[36m→\x1b[0m \x1b[1mfs.write\x1b[0m",
-		}, nil},
+			"\x1b[33m! warning:\x1b[0m policy edit rejected",
+		}, []string{"\x1b[2J"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

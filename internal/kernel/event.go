@@ -28,6 +28,9 @@ const (
 	// the start of a run and after every model call and tool result —
 	// what a status line shows.
 	TypeStats Type = "stats"
+	// TypeWarning: something the person should know that does not stop
+	// the run (Text), such as an edit of a policy file that did not load.
+	TypeWarning Type = "warning"
 )
 
 // Event is one thing that happened in a session, pushed to attached
@@ -39,7 +42,8 @@ type Event struct {
 	Agent   *agent.Event `json:"agent,omitempty"`
 	Fault   *Fault       `json:"fault,omitempty"`
 	Result  *RunResult   `json:"result,omitempty"`
-	// Approval and Text describe a TypeApproval event.
+	// Approval and Text describe a TypeApproval event; Text alone a
+	// TypeWarning event.
 	Approval *approval.Request `json:"approval,omitempty"`
 	Text     string            `json:"text,omitempty"`
 	Stats    *Stats            `json:"stats,omitempty"`
@@ -187,6 +191,20 @@ func (k *Kernel) Notify(_ context.Context, req approval.Request) error {
 	}
 	r.em.emit(Event{Type: TypeApproval, Approval: &req, Text: req.Prompt()})
 	return nil
+}
+
+// Warn shows text to the attached clients of session as a TypeWarning
+// event of its current run. It reports false when the session is not
+// running: there is no run to tell.
+func (k *Kernel) Warn(session, text string) bool {
+	k.mu.Lock()
+	r := k.running[session]
+	k.mu.Unlock()
+	if r == nil || r.em == nil {
+		return false
+	}
+	r.em.emit(Event{Type: TypeWarning, Text: text})
+	return true
 }
 
 // Answerer takes a person's answer to an approval request

@@ -45,7 +45,8 @@ const racyWindow = time.Second
 // policy.change before the new rules decide anything; if that record
 // cannot be written the call fails closed and the change is tried again
 // at the next call. An invalid change keeps the old rules and is logged
-// once, with the file and line of each error.
+// once, with the file and line of each error; each session's gate tells
+// its person once too (sessionPolicy).
 type livePolicy struct {
 	u          *userenv.Env
 	log        *slog.Logger
@@ -75,6 +76,18 @@ type wsPolicy struct {
 	opts     policy.Options
 	files    policy.Files
 	rejected map[string]string // hashes of the last invalid files, reported once
+
+	// rejection is the invalid edit the files hold now while older
+	// rules decide (nil when the files are the rules in force).
+	rejection atomic.Pointer[rejection]
+	rejects   uint64 // rejections so far, numbering them; guarded by mu
+}
+
+// rejection is an edit of the policy files that did not load: the n-th
+// of its workspace, and why.
+type rejection struct {
+	n   uint64
+	err error
 }
 
 // compiledPolicy is an engine and what it was compiled from.
@@ -218,6 +231,8 @@ func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, e
 	if cur != nil && maps.Equal(hashes, cur.hashes) {
 		next.engine = cur.engine
 		w.cur.Store(next)
+		w.rejected = nil
+		w.rejection.Store(nil) // the edit was undone
 		return next.engine, nil
 	}
 	if cur != nil && maps.Equal(hashes, w.rejected) {
@@ -229,10 +244,13 @@ func (p *livePolicy) reload(ctx context.Context, w *wsPolicy) (*policy.Engine, e
 			return nil, err
 		}
 		w.rejected = hashes
+		w.rejects++
+		w.rejection.Store(&rejection{n: w.rejects, err: err})
 		p.log.Error("policy change rejected; the previous rules stay in force", "workspace", w.ws, "err", err)
 		return cur.engine, nil
 	}
 	w.rejected = nil
+	w.rejection.Store(nil)
 	next.engine = e
 	if cur != nil {
 		if err := p.record(ctx, w.ws, cur, next); err != nil {
@@ -378,25 +396,64 @@ func policyError(err error) policy.Decision {
 	return policy.Decision{Effect: policy.Block, Rule: "policy-error", Layer: policy.LayerBuiltin, Reason: "the policy does not load: " + err.Error()}
 }
 
+// rejected returns the invalid edit workspace ws's files hold now, or
+// nil.
+func (p *livePolicy) rejected(ws string) *rejection {
+	w, err := p.workspace(ws)
+	if err != nil {
+		return nil
+	}
+	return w.rejection.Load()
+}
+
 // sessionPolicy is a session router's policy gate: the live policy of the
 // session's workspace (the operation's, which the router sets to it).
+// When the workspace's policy files hold an edit that did not load, the
+// gate tells the session's person through warn, once per such edit:
+// the next decision is made by older rules than the files show.
 type sessionPolicy struct {
 	live *livePolicy
 	ws   string
+	warn func(text string) bool // nil: nobody to tell
+	told atomic.Uint64          // the last rejection told
 }
 
 // Decide implements router.PolicyGate.
-func (s sessionPolicy) Decide(ctx context.Context, op operation.Operation) policy.Decision {
+func (s *sessionPolicy) Decide(ctx context.Context, op operation.Operation) policy.Decision {
 	e, err := s.live.engine(ctx, s.ws)
 	if err != nil {
 		return policyError(err)
 	}
+	s.tell()
 	return e.Decide(ctx, op)
+}
+
+// tell warns of the workspace's rejected edit unless this session was
+// told of it already.
+func (s *sessionPolicy) tell() {
+	if s.warn == nil {
+		return
+	}
+	r := s.live.rejected(s.ws)
+	if r == nil {
+		return
+	}
+	if told := s.told.Load(); told != r.n && s.told.CompareAndSwap(told, r.n) {
+		if !s.warn(rejectedText(r.err)) {
+			s.told.Store(told) // not running: tell at the next call
+		}
+	}
+}
+
+// rejectedText is the warning a session shows for a policy edit
+// that did not load.
+func rejectedText(err error) string {
+	return "policy edit rejected, the previous rules stay in force: " + err.Error()
 }
 
 // Digest is the digest of the policy in force now ("" when it does not
 // load).
-func (s sessionPolicy) Digest() string {
+func (s *sessionPolicy) Digest() string {
 	e, err := s.live.engine(context.Background(), s.ws)
 	if err != nil {
 		return ""

@@ -103,7 +103,7 @@ func (f *liveFixture) decide(t *testing.T) policy.Decision {
 	op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
 		Commands: []operation.Command{{Argv: []string{"make", "install"}}},
 		Session:  operation.Session{ID: "s1", Workspace: f.ws}}
-	return sessionPolicy{live: f.live, ws: f.ws}.Decide(t.Context(), op)
+	return (&sessionPolicy{live: f.live, ws: f.ws}).Decide(t.Context(), op)
 }
 
 const (
@@ -194,6 +194,75 @@ func TestLivePolicyBrokenEditKeepsTheOldRules(t *testing.T) {
 	})
 }
 
+// TestLivePolicyBrokenEditTellsEachSessionOnce: a session's gate tells its
+// person of an edit that did not load (file, line, and that the old rules
+// decide), once per session and broken edit, at its next call; a session
+// that could not be told is told at its next call; a valid edit ends it.
+func TestLivePolicyBrokenEditTellsEachSessionOnce(t *testing.T) {
+	bothModes(t, func(t *testing.T, f *liveFixture) {
+		type told struct {
+			texts []string
+			deaf  int // calls to refuse (the session is not running)
+		}
+		gate := func(to *told) *sessionPolicy {
+			return &sessionPolicy{live: f.live, ws: f.ws, warn: func(text string) bool {
+				if to.deaf > 0 {
+					to.deaf--
+					return false
+				}
+				to.texts = append(to.texts, text)
+				return true
+			}}
+		}
+		op := operation.Operation{Tool: "shell.exec", Action: operation.Exec, Argv: []string{"make", "install"},
+			Commands: []operation.Command{{Argv: []string{"make", "install"}}}, Session: operation.Session{Workspace: f.ws}}
+		var a, b told
+		b.deaf = 1
+		ga, gb := gate(&a), gate(&b)
+		decide := func(g *sessionPolicy) {
+			t.Helper()
+			if d := g.Decide(t.Context(), op); d.Effect != policy.Block {
+				t.Fatalf("%v by %s; want the old block", d.Effect, d.Rule)
+			}
+		}
+		f.write(t, blockMake)
+		decide(ga)
+		decide(gb)
+		if len(a.texts)+len(b.texts) != 0 {
+			t.Fatalf("told of a policy that loads: %q %q", a.texts, b.texts)
+		}
+		f.write(t, brokenMake)
+		for range 3 {
+			decide(ga)
+			decide(gb)
+		}
+		if len(a.texts) != 1 || len(b.texts) != 1 {
+			t.Fatalf("one broken edit told %d and %d times; want once each: %q %q", len(a.texts), len(b.texts), a.texts, b.texts)
+		}
+		if !strings.Contains(a.texts[0], f.userPolicy+":3:") || !strings.Contains(a.texts[0], "previous rules stay in force") {
+			t.Errorf("warning %q does not name %s:3 and the rules in force", a.texts[0], f.userPolicy)
+		}
+		f.write(t, brokenMake+"# still broken\n")
+		decide(ga)
+		decide(ga)
+		if len(a.texts) != 2 {
+			t.Errorf("a second broken edit told %d times in all; want 2: %q", len(a.texts), a.texts)
+		}
+		f.write(t, blockMake)
+		decide(ga)
+		var c told
+		decide(gate(&c))
+		if len(a.texts) != 2 || len(c.texts) != 0 {
+			t.Errorf("told after the edit was undone: %q %q", a.texts, c.texts)
+		}
+		f.write(t, brokenMake)
+		decide(ga)
+		if len(a.texts) != 3 {
+			t.Errorf("the first broken edit made again was not told: %q", a.texts)
+		}
+	})
+}
+
 // TestLivePolicyUnrecordedChangeFailsClosed: a change the audit log cannot
 // record is not applied and the gate refuses; once the log writes again,
 // the change is recorded and applies.
@@ -228,7 +297,7 @@ func TestLivePolicyBrokerAndGateShareOneEngine(t *testing.T) {
 			Commands: []operation.Command{{Argv: []string{"make", "install"}}},
 			Session:  operation.Session{ID: "s1", Workspace: f.ws}}
 		b := f.live.Explain(t.Context(), op)
-		g := sessionPolicy{live: f.live, ws: f.ws}
+		g := &sessionPolicy{live: f.live, ws: f.ws}
 		if d := g.Decide(t.Context(), op); d.Policy != b.Policy || d.Policy == "" || g.Digest() != b.Policy {
 			t.Errorf("broker decided under %q, the gate under %q (digest %q); want one policy", b.Policy, d.Policy, g.Digest())
 		}
@@ -269,7 +338,7 @@ func BenchmarkPolicyGate(b *testing.B) {
 		gate interface {
 			Decide(context.Context, operation.Operation) policy.Decision
 		}
-	}{{"engine", e}, {"live", sessionPolicy{live: f.live, ws: f.ws}}, {"live-stamps", sessionPolicy{live: stamped, ws: f.ws}}} {
+	}{{"engine", e}, {"live", &sessionPolicy{live: f.live, ws: f.ws}}, {"live-stamps", &sessionPolicy{live: stamped, ws: f.ws}}} {
 		b.Run(g.name, func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()

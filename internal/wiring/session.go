@@ -188,7 +188,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes),
+		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn),
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
@@ -227,9 +227,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // sessionTools builds each session's tool router: the built-in tools over
 // the session's change set, the TDD machine as the state gate, the policy
 // in force for the session's workspace (the live policy, asked at each
-// call), and the sandbox runtime boxes gives the session for shell.exec
-// and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes) kernel.ToolsFactory {
+// call, telling the session's person through warn of an edit that did
+// not load), and the sandbox runtime boxes gives the session for
+// shell.exec and test.run (when none is usable, those calls are refused).
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Sessions have no network: Go builds use the toolchain and modules
 	// at hand (the person's module cache, read-only: see
@@ -249,7 +250,10 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		// (keyed as the operations name it, so the broker's
 		// pre-evaluation of a step finds the same engine); a session does
 		// not start on a policy that does not load.
-		gate := sessionPolicy{live: live, ws: res.Workspace()}
+		gate := &sessionPolicy{live: live, ws: res.Workspace()}
+		if warn != nil {
+			gate.warn = func(text string) bool { return warn(env.Session, text) }
+		}
 		if _, err := live.engine(ctx, gate.ws); err != nil {
 			return nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 		}
@@ -318,4 +322,13 @@ func (n *kernelNotifier) Notify(ctx context.Context, req approval.Request) error
 		return errors.New("the kernel is not ready")
 	}
 	return k.Notify(ctx, req)
+}
+
+// Warn shows text to a running session's clients (kernel.Kernel.Warn).
+func (n *kernelNotifier) Warn(session, text string) bool {
+	k := n.k.Load()
+	if k == nil {
+		return false
+	}
+	return k.Warn(session, text)
 }
