@@ -416,10 +416,23 @@ func (in *Instance) Exec(ctx context.Context, argv []string) (sandbox.Result, er
 
 // Run runs spec's command in the container with spec's own environment,
 // directory, standard streams, wall-clock and output limits. The rest of
-// spec (workspace, change set, mounts, seccomp, network, the other
-// limits) is the container's, fixed when it started: the caller checks
-// SameContainer.
+// spec (workspace, change set, mounts, seccomp, the other limits) is the
+// container's, fixed when it started: the caller checks SameContainer.
+// Network mode proxy is the command's own when the container was started
+// without it: the forwarder is opened in the container's network
+// namespace for this command and closed before Run returns, so nothing of
+// one command's proxy is left for a later one.
 func (in *Instance) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	if spec.Network == sandbox.NetworkProxy && in.spec.Network != sandbox.NetworkProxy {
+		if in.pid == 0 {
+			return sandbox.Result{}, fmt.Errorf("%w: the container has no init to reach its network namespace", sandbox.ErrSetup)
+		}
+		f, err := startEgress(in.pid, spec.ProxySocket)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		defer f.stop()
+	}
 	return in.exec(ctx, callOf(spec))
 }
 
@@ -446,13 +459,31 @@ func callOf(spec sandbox.Spec) call {
 // SameContainer reports whether a container started for a can run b's
 // command exactly as a container started for b would: they differ at
 // most in what each command brings (argv, environment, directory,
-// standard streams, wall-clock and output limits).
+// standard streams, wall-clock and output limits, and network mode proxy
+// with its socket when a has no network: the engine's side of both is
+// "none", and Instance.Run opens b's forwarder for b's command only).
 func SameContainer(a, b sandbox.Spec) bool {
 	la, lb := a.Limits, b.Limits
 	la.Wall, lb.Wall, la.Output, lb.Output = 0, 0, 0, 0
 	return a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize &&
-		slices.Equal(a.Mounts, b.Mounts) && a.TmpSize == b.TmpSize && a.Network == b.Network &&
-		a.ProxySocket == b.ProxySocket && orDefault(a.Seccomp, "standard") == orDefault(b.Seccomp, "standard") && la == lb
+		slices.Equal(a.Mounts, b.Mounts) && a.TmpSize == b.TmpSize && sameNetwork(a, b) &&
+		orDefault(a.Seccomp, "standard") == orDefault(b.Seccomp, "standard") && la == lb
+}
+
+// sameNetwork reports whether a container started for a can give b's
+// command b's network: the same, or none for a and the proxy for b.
+func sameNetwork(a, b sandbox.Spec) bool {
+	an, bn := a.Network, b.Network
+	if an == "" {
+		an = sandbox.NetworkNone
+	}
+	if bn == "" {
+		bn = sandbox.NetworkNone
+	}
+	if an == sandbox.NetworkNone && bn == sandbox.NetworkProxy {
+		return true
+	}
+	return an == bn && a.ProxySocket == b.ProxySocket
 }
 
 func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {

@@ -2,17 +2,20 @@ package docker_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
 )
 
 func countContainers(t *testing.T, session string) int {
@@ -284,6 +287,8 @@ func TestSameContainer(t *testing.T) {
 		func(s *sandbox.Spec) { s.Dir = "/w/sub" },
 		func(s *sandbox.Spec) { s.Limits.Wall, s.Limits.Output = time.Minute, 99 },
 		func(s *sandbox.Spec) { s.Seccomp = "" }, // the default is standard
+		// Network mode proxy is the command's when the container has none.
+		func(s *sandbox.Spec) { s.Network, s.ProxySocket = sandbox.NetworkProxy, "/p" },
 	}
 	other := []func(*sandbox.Spec){
 		func(s *sandbox.Spec) { s.Workspace = "/x" },
@@ -291,8 +296,7 @@ func TestSameContainer(t *testing.T) {
 		func(s *sandbox.Spec) { s.Mounts[0].Writable = true },
 		func(s *sandbox.Spec) { s.Mounts = nil },
 		func(s *sandbox.Spec) { s.TmpSize = 2 },
-		func(s *sandbox.Spec) { s.Network = sandbox.NetworkProxy },
-		func(s *sandbox.Spec) { s.ProxySocket = "/p" },
+		func(s *sandbox.Spec) { s.Network = sandbox.NetworkNone; s.ProxySocket = "/p" },
 		func(s *sandbox.Spec) { s.Seccomp = "strict" },
 		func(s *sandbox.Spec) { s.Limits.Pids = 6 },
 		func(s *sandbox.Spec) { s.Limits.Memory = 1 },
@@ -309,5 +313,96 @@ func TestSameContainer(t *testing.T) {
 				t.Errorf("change %d (same %v): SameContainer = %v", i, want, got)
 			}
 		}
+	} // A container started with a proxy keeps its own: not another
+	// socket's, and not for a command without network.
+	withProxy := base
+	withProxy.Network, withProxy.ProxySocket = sandbox.NetworkProxy, "/p"
+	elsewhere := withProxy
+	elsewhere.ProxySocket = "/q"
+	if docker.SameContainer(withProxy, base) || docker.SameContainer(withProxy, elsewhere) || !docker.SameContainer(withProxy, withProxy) {
+		t.Error("a container with a proxy of its own is taken for another network")
+	}
+}
+
+// TestPoolRunProxyPerCommand: a command with network mode proxy runs in
+// the pool's warm container (started without network) with a forwarder
+// of its own to the proxy's socket, which is closed when the command
+// returns: a later command in the same container finds nothing listening.
+func TestPoolRunProxyPerCommand(t *testing.T) {
+	rt := engine(t)
+	session := "test-" + t.Name()
+	ctx := t.Context()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	spec := sandbox.Spec{Env: []string{"PATH=/bin", "FLUFFY_SANDBOX_PROBE=1"}, Seccomp: "standard-net",
+		Mounts: []sandbox.Mount{{Source: self, Target: "/opt/probe"}}, Limits: sandbox.Limits{Wall: 20 * time.Second}}
+	connect := []string{"sh", "-c", "hostname; exec /opt/probe connect " + sandbox.ProxyListen}
+	withProxy := spec
+	withProxy.Network, withProxy.ProxySocket, withProxy.Argv = sandbox.NetworkProxy, sock, connect
+
+	p, err := docker.NewPool(docker.PoolOptions{Starter: rt, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	before := containerIDs(t, session)
+	if err := p.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var warm string
+	for _, id := range containerIDs(t, session) {
+		if !slices.Contains(before, id) {
+			warm = id
+		}
+	}
+	res, err := p.Run(ctx, withProxy)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command with the proxy: %v exit %d stdout %q stderr %q", err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if host, _, _ := strings.Cut(string(res.Stdout), "\n"); warm == "" || !strings.HasPrefix(warm, host) {
+		t.Errorf("the command ran in %q, not in the pre-warmed container %q", host, warm)
+	}
+	if accepted.Load() == 0 {
+		t.Error("the proxy's socket saw no connection")
+	}
+
+	// One container, two commands: the first one's forwarder is gone
+	// when the second runs.
+	inst, err := rt.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*docker.Instance)
+	if res, err := in.Run(ctx, withProxy); err != nil || res.ExitCode != 0 {
+		t.Fatalf("first command: %v exit %d stdout %q stderr %q", err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	without := spec
+	without.Argv = connect
+	res, err = in.Run(ctx, without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != sandboxtest.ProbeRefusedExit {
+		t.Fatalf("a command without the proxy reached %s (exit %d, stdout %q): the previous command's forwarder survived", sandbox.ProxyListen, res.ExitCode, res.Stdout)
 	}
 }
