@@ -289,6 +289,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		// container started (again, after an idle timeout removed it).
 		if warm != nil {
 			if spec, err := r.SandboxSpec(builtin.Template); err == nil {
+				if o.Egress != nil && spec.Seccomp == "standard" && sessionWantsNet(ctx, live, res.Workspace()) {
+					// Its commands will have a proxy, and with it the
+					// standard-net profile (the router's withEgress): a
+					// container of the other profile could not serve them.
+					spec.Seccomp = "standard-net"
+				}
 				warm(spec)
 			}
 		}

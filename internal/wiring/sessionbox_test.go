@@ -2,6 +2,9 @@ package wiring
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,5 +177,66 @@ func TestSessionContainers(t *testing.T) {
 	boxes.Close()
 	if ids := sessionContainers(t, b); len(ids) != 0 {
 		t.Fatalf("the kernel stopped with %d containers of session b left", len(ids))
+	}
+}
+
+// TestSessionContainerNet: with a container engine and a policy rule
+// naming a host, a session's command gets the egress proxy of its call,
+// in its pre-warmed container (warmed with the profile such commands
+// have), and reaches the allowed host on the host's loopback.
+func TestSessionContainerNet(t *testing.T) {
+	eng := dockerEngine(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello through the proxy\n")
+	}))
+	defer srv.Close()
+	hostPort := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	u := testUser(t, dir, dir)
+	log := u.Logger()
+	al, j, m := sessionStores(t, dir)
+	boxes := newSessionBoxes(log, func() resolved { return resolved{name: "docker", engine: eng} })
+	defer boxes.Close()
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil)
+	rules := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n" +
+		"  - id: run-capable\n    effect: allow\n    match:\n      action: exec\n      exec_capable: true\n" +
+		"  - id: local-api\n    effect: allow\n    match: {action: net, host: \"" + hostPort + "\"}\n"
+	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config", "fluffy", "policy.yaml"), []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := changeset.Begin(t.Context(), ws, filepath.Join(dir, "cs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "test-net-" + strconv.Itoa(os.Getpid())
+	st, err := tdd.Resume(t.Context(), j, m, id, tdd.Explore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tools(t.Context(), kernel.Env{Session: id, Workspace: ws, ChangeSet: cs, TDD: st, Audit: al})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := waitContainers(t, id, 1)
+	// busybox's wget (the minimal image) or python3 (the Debian one), both
+	// reading http_proxy.
+	cmd := "hostname; wget -q -O - " + srv.URL + "/ 2>/dev/null || python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' " + srv.URL + "/"
+	args, _ := json.Marshal(map[string]string{"command": cmd})
+	res, err := r.Call(t.Context(), llm.ToolCall{ID: "n1", Name: "shell.exec", Args: args})
+	if err != nil || res.IsError {
+		t.Fatalf("shell.exec: %v %s", err, res.Content)
+	}
+	if !strings.Contains(res.Content, "hello through the proxy") {
+		t.Fatalf("the allowed host did not answer:\n%s", res.Content)
+	}
+	if host := strings.Fields(res.Content)[0]; !strings.HasPrefix(warm[0], host) {
+		t.Fatalf("the command ran in %q, not in the session's pre-warmed container %s:\n%s", host, warm[0], res.Content)
 	}
 }

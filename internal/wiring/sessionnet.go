@@ -41,10 +41,14 @@ type sessionNet struct {
 }
 
 // sessionEgress is the router's Egress for a session, or nil when its
-// runtime cannot take a proxy socket (containers: the socket is bound
-// into a native sandbox only).
+// runtime cannot take a proxy socket. The native runtime binds the socket
+// into the sandbox; a container (docker, podman) gets a forwarder on its
+// loopback opened by this process in its network namespace for the one
+// command (docker.Instance.Run), which reaches the same socket.
 func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger) func(context.Context, string) (router.Egress, error) {
-	if runtime != "native" {
+	switch runtime {
+	case "native", "docker", "podman":
+	default:
 		return nil
 	}
 	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log}
@@ -110,6 +114,13 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		}
 	}
 	return eg, nil
+}
+
+// sessionWantsNet reports whether the session's commands get a proxy as
+// the policy in force for ws stands: a rule names a host.
+func sessionWantsNet(ctx context.Context, live *livePolicy, ws string) bool {
+	e, err := live.engine(ctx, ws)
+	return err == nil && len(e.HostPatterns()) > 0
 }
 
 // decide is the proxy's verdict on one destination: the live policy's
