@@ -33,52 +33,59 @@ func TestMain(m *testing.M) {
 // $HOME and $WORK; see the testscript package for the language.
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
-		Dir: "testdata/script",
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
-			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
-			// The host's Go build cache, for scripts that run the real go
-			// on the host (never handed to a sandbox).
-			env.Setenv("HOST_GOCACHE", hostGoCache())
-			// Sandbox scripts change the host's mount table (containers)
-			// and cgroups: hold the lock the sandbox suites take while
-			// they watch those.
-			if n, ok := env.T().(interface{ Name() string }); ok && strings.Contains(n.Name(), "sandbox") {
-				release, err := sandboxtest.AcquireHostLock()
-				if err != nil {
-					return err
-				}
-				env.Defer(release)
-			}
-			return nil
-		},
+		Dir:                 "testdata/script",
+		Setup:               scriptSetup,
 		RequireExplicitExec: false,
-		Condition:           dockerCondition,
+		Condition:           engineCondition("", "CI starts dockerd"),
 		Cmds:                scriptCmds,
 	})
 }
 
-// dockerCondition answers [docker]: a container engine answers and we are
-// root (the workspace overlay is mounted on the host). In CI, which
-// installs and starts dockerd, a missing engine fails the script instead.
-func dockerCondition(cond string) (bool, error) {
-	if cond != "docker" {
-		return false, fmt.Errorf("unknown condition %q", cond)
-	}
-	if os.Geteuid() != 0 {
-		return false, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rt, err := docker.New(ctx, docker.Options{})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			return false, fmt.Errorf("CI starts dockerd, but: %w", err)
+// scriptSetup prepares every script's environment.
+func scriptSetup(env *testscript.Env) error {
+	env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
+	env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+	// The host's Go build cache, for scripts that run the real go
+	// on the host (never handed to a sandbox).
+	env.Setenv("HOST_GOCACHE", hostGoCache())
+	// Sandbox scripts change the host's mount table (containers)
+	// and cgroups: hold the lock the sandbox suites take while
+	// they watch those.
+	if n, ok := env.T().(interface{ Name() string }); ok && strings.Contains(n.Name(), "sandbox") {
+		release, err := sandboxtest.AcquireHostLock()
+		if err != nil {
+			return err
 		}
-		return false, nil
+		env.Defer(release)
 	}
-	rt.Close()
-	return true, nil
+	return nil
+}
+
+// engineCondition answers [docker]: the container engine at host (empty:
+// DOCKER_HOST, else Docker's socket) answers and we are root (the
+// workspace overlay is mounted on the host). In CI, which installs and
+// starts the engine (ci says so), a missing engine fails the script
+// instead.
+func engineCondition(host, ci string) func(string) (bool, error) {
+	return func(cond string) (bool, error) {
+		if cond != "docker" {
+			return false, fmt.Errorf("unknown condition %q", cond)
+		}
+		if os.Geteuid() != 0 {
+			return false, nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rt, err := docker.New(ctx, docker.Options{Host: host})
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				return false, fmt.Errorf("%s, but: %w", ci, err)
+			}
+			return false, nil
+		}
+		rt.Close()
+		return true, nil
+	}
 }
 
 // hostGoCache is this user's Go build cache ($GOCACHE, else the default
