@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
@@ -329,8 +331,27 @@ func TestSameContainer(t *testing.T) {
 // of its own to the proxy's socket, which is closed when the command
 // returns: a later command in the same container finds nothing listening.
 func TestPoolRunProxyPerCommand(t *testing.T) {
-	rt := engine(t)
-	session := "test-" + t.Name()
+	testPoolProxy(t, engine(t), "test-"+t.Name())
+}
+
+// labelled lists the ids of rt's engine's containers of session.
+func labelled(t *testing.T, rt *docker.Runtime, session string) []string {
+	t.Helper()
+	list, err := rt.Client().ContainerList(t.Context(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", docker.LabelSession+"="+session)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// testPoolProxy is TestPoolRunProxyPerCommand on rt, whose containers
+// carry the label of session.
+func testPoolProxy(t *testing.T, rt *docker.Runtime, session string) {
 	ctx := t.Context()
 	self, err := os.Executable()
 	if err != nil {
@@ -364,12 +385,12 @@ func TestPoolRunProxyPerCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	before := containerIDs(t, session)
+	before := labelled(t, rt, session)
 	if err := p.Warm(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var warm string
-	for _, id := range containerIDs(t, session) {
+	for _, id := range labelled(t, rt, session) {
 		if !slices.Contains(before, id) {
 			warm = id
 		}
