@@ -13,6 +13,7 @@ declare -A want=(
 	[hyperfine]=hyperfine  # bench/sandbox.sh
 	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
 	[dockerd]=docker.io    # the container sandbox backend's tests (internal/sandbox/docker)
+	[podman]=podman        # the same container tests against Podman (TestPodman, TestPodmanScripts)
 	[busybox]=busybox-static # the minimal base image ('image build base --minimal') is busybox FROM scratch
 	[mmdebstrap]=mmdebstrap  # the Debian base image ('image build base') is built from the apt sources by it
 	[curl]=curl            # egress.txtar: curl inside the sandbox through the proxy
@@ -26,6 +27,9 @@ missing=()
 for cmd in "${!want[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("${want[$cmd]}")
 done
+# Podman's container init (a recommendation of podman's, which
+# --no-install-recommends leaves out; without it no container starts).
+[ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	SUDO=""
@@ -46,5 +50,27 @@ if command -v dockerd >/dev/null 2>&1 && ! docker version >/dev/null 2>&1; then
 		sleep 1
 	done
 	docker version >/dev/null 2>&1 || { echo "deps: dockerd did not answer within 60 s; see /tmp/dockerd.log" >&2; tail -20 /tmp/dockerd.log >&2; exit 1; }
+fi
+# Podman's Docker-compatible API, where the tests look for it (rootful,
+# no idle timeout). fluffy names nofile and nproc in every container it
+# creates, at the service's own hard limits: Podman's defaults ask runc
+# for more than a machine without CAP_SYS_RESOURCE (a VM) grants.
+podman_sock=/run/podman/podman.sock
+podman_up() {
+	# The socket is root's: ask as root.
+	local sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	$sudo curl -sf --max-time 5 --unix-socket "$podman_sock" http://podman/_ping >/dev/null 2>&1
+}
+if command -v podman >/dev/null 2>&1 && ! podman_up; then
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+	echo "deps: starting podman system service (log: /tmp/podman-service.log)"
+	$SUDO sh -c "mkdir -p /run/podman && nohup podman system service --time=0 unix://$podman_sock >/tmp/podman-service.log 2>&1 &"
+	for _ in $(seq 1 30); do
+		podman_up && break
+		sleep 1
+	done
+	podman_up || { echo "deps: Podman's API did not answer within 30 s; see /tmp/podman-service.log" >&2; tail -20 /tmp/podman-service.log >&2; exit 1; }
 fi
 echo "deps: ok"
