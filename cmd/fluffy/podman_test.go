@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 )
 
 // podmanHost is Podman's Docker-compatible API socket: FLUFFY_PODMAN_HOST,
@@ -28,6 +33,11 @@ func TestPodmanScripts(t *testing.T) {
 		t.Fatalf("no container scripts: %v", err)
 	}
 	host := podmanHost()
+	if !testing.Short() && os.Geteuid() == 0 {
+		if err := copyBaseImage(t.Context(), host); err != nil {
+			t.Logf("the scripts build the base image in Podman themselves: %v", err)
+		}
+	}
 	testscript.Run(t, testscript.Params{
 		Files: files,
 		Setup: func(env *testscript.Env) error {
@@ -37,4 +47,46 @@ func TestPodmanScripts(t *testing.T) {
 		Condition: engineCondition(host, "CI starts Podman's API service (scripts/deps.sh)"),
 		Cmds:      scriptCmds,
 	})
+}
+
+// copyBaseImage loads Docker's base image into Podman (an image save and
+// load through both engines' APIs) when Docker's is of another recipe
+// than Podman's: the Docker scripts, which run first, have built it, and
+// a second build from the apt sources would double the time of this leg.
+// The copy carries the recipe's label, so 'fluffy image build base' in
+// the scripts finds it up to date, as it would after its own build.
+func copyBaseImage(ctx context.Context, host string) error {
+	from, err := docker.New(ctx, docker.Options{})
+	if err != nil {
+		return err
+	}
+	defer from.Close()
+	to, err := docker.New(ctx, docker.Options{Host: host})
+	if err != nil {
+		return err
+	}
+	defer to.Close()
+	label := func(cli *client.Client) string {
+		img, err := cli.ImageInspect(ctx, docker.BaseImage)
+		if err != nil || img.Config == nil {
+			return ""
+		}
+		return img.Config.Labels[docker.LabelContent]
+	}
+	want := label(from.Client())
+	if want == "" || want == label(to.Client()) {
+		return nil
+	}
+	saved, err := from.Client().ImageSave(ctx, []string{docker.BaseImage})
+	if err != nil {
+		return err
+	}
+	defer saved.Close()
+	loaded, err := to.Client().ImageLoad(ctx, saved, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return err
+	}
+	defer loaded.Close()
+	_, err = io.Copy(io.Discard, loaded)
+	return err
 }
