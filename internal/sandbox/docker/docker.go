@@ -392,7 +392,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	}
 	inst.cg = findCgroups(inst.pid)
 	if spec.Network == sandbox.NetworkProxy {
-		if inst.egress, err = startEgress(inst.pid, spec.ProxySocket); err != nil {
+		if inst.egress, err = startEgress(inst.pid, inst.pidStart, spec.ProxySocket); err != nil {
 			inst.Close()
 			return nil, err
 		}
@@ -424,10 +424,13 @@ func (in *Instance) Exec(ctx context.Context, argv []string) (sandbox.Result, er
 // one command's proxy is left for a later one.
 func (in *Instance) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	if spec.Network == sandbox.NetworkProxy && in.spec.Network != sandbox.NetworkProxy {
-		if in.pid == 0 {
-			return sandbox.Result{}, fmt.Errorf("%w: the container has no init to reach its network namespace", sandbox.ErrSetup)
+		in.mu.Lock()
+		dead := in.dead || in.pid == 0
+		in.mu.Unlock()
+		if dead {
+			return sandbox.Result{}, fmt.Errorf("%w: the container is gone: no network namespace to open the proxy's port in", sandbox.ErrSetup)
 		}
-		f, err := startEgress(in.pid, spec.ProxySocket)
+		f, err := startEgress(in.pid, in.pidStart, spec.ProxySocket)
 		if err != nil {
 			return sandbox.Result{}, err
 		}

@@ -27,12 +27,23 @@ type egressForwarder struct {
 }
 
 // startEgress opens the listener in the network namespace of pid (the
-// container's init) and starts forwarding it to socket.
-func startEgress(pid int, socket string) (*egressForwarder, error) {
+// container's init, started at start: /proc/pid/stat's start time) and
+// starts forwarding it to socket. The namespace is opened before the start
+// time is checked, so a pid reused by another process since (the
+// container died) is refused rather than entered.
+func startEgress(pid int, start, socket string) (*egressForwarder, error) {
 	if socket == "" {
 		return nil, fmt.Errorf("%w: network mode proxy needs the egress proxy's socket", sandbox.ErrInvalidSpec)
 	}
-	ln, err := listenInNetns(fmt.Sprintf("/proc/%d/ns/net", pid), sandbox.ProxyListen)
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress forwarder: the container's network namespace: %w", sandbox.ErrSetup, err)
+	}
+	defer ns.Close()
+	if st, err := procStart(pid); err != nil || st != start {
+		return nil, fmt.Errorf("%w: egress forwarder: the container's init (pid %d) is gone", sandbox.ErrSetup, pid)
+	}
+	ln, err := listenInNetns(ns, sandbox.ProxyListen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: egress forwarder: %w", sandbox.ErrSetup, err)
 	}
@@ -54,10 +65,10 @@ func (f *egressForwarder) stop() {
 	<-f.done
 }
 
-// listenInNetns listens on addr (TCP) inside the network namespace at
-// nsPath. The socket is created on a thread moved into that namespace
+// listenInNetns listens on addr (TCP) inside the network namespace
+// target. The socket is created on a thread moved into that namespace
 // for the call; it stays in the namespace it was created in.
-func listenInNetns(nsPath, addr string) (net.Listener, error) {
+func listenInNetns(target *os.File, addr string) (net.Listener, error) {
 	type result struct {
 		ln  net.Listener
 		err error
@@ -74,13 +85,6 @@ func listenInNetns(nsPath, addr string) (net.Listener, error) {
 			return
 		}
 		defer self.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("entering the container's network namespace: %w", err)}

@@ -3,9 +3,11 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -182,5 +184,25 @@ func TestGCMounts(t *testing.T) {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	if !bytes.Contains(mi, []byte(live.merged)) || bytes.Contains(mi, []byte(dead.merged)) {
 		t.Errorf("mount table: live mounted %v, dead mounted %v", bytes.Contains(mi, []byte(live.merged)), bytes.Contains(mi, []byte(dead.merged)))
+	}
+}
+
+// TestStartEgressRefusesReusedPid: a pid whose start time is not the
+// container init's (the container died and the pid was reused) is not
+// entered: the proxy's port must never open in another process's network
+// namespace.
+func TestStartEgressRefusesReusedPid(t *testing.T) {
+	self := os.Getpid()
+	start, err := procStart(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := startEgress(self, start+"0", filepath.Join(t.TempDir(), "egress.sock"))
+	if err == nil {
+		f.stop()
+		t.Fatal("startEgress entered the network namespace of a process that is not the container's init")
+	}
+	if !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(err.Error(), "is gone") {
+		t.Fatalf("error %v, want ErrSetup saying the init is gone", err)
 	}
 }
