@@ -50,12 +50,17 @@ func TestPodmanScripts(t *testing.T) {
 }
 
 // copyBaseImage loads Docker's base image into Podman (an image save and
-// load through both engines' APIs) when Docker's is of another recipe
-// than Podman's: the Docker scripts, which run first, have built it, and
-// a second build from the apt sources would double the time of this leg.
-// The copy carries the recipe's label, so 'fluffy image build base' in
-// the scripts finds it up to date, as it would after its own build.
+// load through both engines' APIs) when Docker's is the Debian image of
+// the current recipe and Podman's is not: the Docker scripts, which run
+// first, have built it, and a second build from the apt sources would
+// double the time of this leg. The copy carries the recipe's label, so
+// 'fluffy image build base' in the scripts finds it up to date, as it
+// would after its own build.
 func copyBaseImage(ctx context.Context, host string) error {
+	want, err := docker.DebianContent(docker.DebianOptions{})
+	if err != nil {
+		return err
+	}
 	from, err := docker.New(ctx, docker.Options{})
 	if err != nil {
 		return err
@@ -73,8 +78,7 @@ func copyBaseImage(ctx context.Context, host string) error {
 		}
 		return img.Config.Labels[docker.LabelContent]
 	}
-	want := label(from.Client())
-	if want == "" || want == label(to.Client()) {
+	if label(from.Client()) != want || label(to.Client()) == want {
 		return nil
 	}
 	saved, err := from.Client().ImageSave(ctx, []string{docker.BaseImage})

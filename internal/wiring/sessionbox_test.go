@@ -40,14 +40,20 @@ func dockerEngine(t *testing.T) *docker.Options {
 		t.Skipf("no container engine: %v", err)
 	}
 	defer rt.Close()
-	if _, err := docker.EnsureBaseImage(t.Context(), rt.Client(), docker.BaseOptions{}); err != nil {
+	// An image of its own: the base image's tag holds the Debian image
+	// the cmd/fluffy scripts build, which this must not replace under
+	// them.
+	if _, err := docker.EnsureBaseImage(t.Context(), rt.Client(), docker.BaseOptions{Tag: wiringTestImage}); err != nil {
 		t.Fatal(err)
 	}
 	// Containers change the host's mount table: not while another
 	// package runs the adversarial suite (which watches it).
 	sandboxtest.LockHost(t)
-	return &docker.Options{StateDir: "/run/fluffy/docker-test-" + strconv.Itoa(os.Getpid())}
+	return &docker.Options{Image: wiringTestImage, StateDir: "/run/fluffy/docker-test-" + strconv.Itoa(os.Getpid())}
 }
+
+// wiringTestImage is the busybox image the session container tests run.
+const wiringTestImage = "fluffy-wiring-test:latest"
 
 // sessionContainers lists the ids of the containers labelled with session.
 func sessionContainers(t *testing.T, session string) []string {
@@ -225,9 +231,8 @@ func TestSessionContainerNet(t *testing.T) {
 		t.Fatal(err)
 	}
 	warm := waitContainers(t, id, 1)
-	// busybox's wget (the minimal image) or python3 (the Debian one), both
-	// reading http_proxy.
-	cmd := "hostname; wget -q -O - " + srv.URL + "/ 2>/dev/null || python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' " + srv.URL + "/"
+	// busybox's wget, which reads http_proxy.
+	cmd := "hostname; wget -q -O - " + srv.URL + "/"
 	args, _ := json.Marshal(map[string]string{"command": cmd})
 	res, err := r.Call(t.Context(), llm.ToolCall{ID: "n1", Name: "shell.exec", Args: args})
 	if err != nil || res.IsError {

@@ -148,6 +148,16 @@ func newDebianRecipe(opts DebianOptions) (debianRecipe, error) {
 	return debianRecipe{tag: orDefault(opts.Tag, BaseImage), argv: argv, suite: suite, sources: sources, changes: changes}, nil
 }
 
+// DebianContent is the content label (LabelContent) of the Debian base
+// image opts would build on this host: an image carrying it is up to date.
+func DebianContent(opts DebianOptions) (string, error) {
+	rec, err := newDebianRecipe(opts)
+	if err != nil {
+		return "", err
+	}
+	return rec.hash(), nil
+}
+
 // EnsureDebianImage builds the Debian base image when it is missing or was
 // built from another recipe: Debian's Essential packages and DebianPackages
 // from the host's apt sources by mmdebstrap, imported through the engine's
