@@ -205,7 +205,6 @@ func TestSessionContainerNet(t *testing.T) {
 	defer boxes.Close()
 	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil)
 	rules := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n" +
-		"  - id: run-capable\n    effect: allow\n    match:\n      action: exec\n      exec_capable: true\n" +
 		"  - id: local-api\n    effect: allow\n    match: {action: net, host: \"" + hostPort + "\"}\n"
 	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
 		t.Fatal(err)
