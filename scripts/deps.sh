@@ -52,7 +52,9 @@ if command -v dockerd >/dev/null 2>&1 && ! docker version >/dev/null 2>&1; then
 	docker version >/dev/null 2>&1 || { echo "deps: dockerd did not answer within 60 s; see /tmp/dockerd.log" >&2; tail -20 /tmp/dockerd.log >&2; exit 1; }
 fi
 # Podman's Docker-compatible API, where the tests look for it (rootful,
-# no idle timeout). fluffy names nofile and nproc in every container it
+# no idle timeout), started in its own directory: conmon writes a file
+# "oom" into its working directory when a container runs out of memory
+# (as the adversarial suite's memory-hog does). fluffy names nofile and nproc in every container it
 # creates, at the service's own hard limits: Podman's defaults ask runc
 # for more than a machine without CAP_SYS_RESOURCE (a VM) grants.
 podman_sock=/run/podman/podman.sock
@@ -66,7 +68,7 @@ if command -v podman >/dev/null 2>&1 && ! podman_up; then
 	SUDO=""
 	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 	echo "deps: starting podman system service (log: /tmp/podman-service.log)"
-	$SUDO sh -c "mkdir -p /run/podman && nohup podman system service --time=0 unix://$podman_sock >/tmp/podman-service.log 2>&1 &"
+	$SUDO sh -c "mkdir -p /run/podman && cd /run/podman && nohup podman system service --time=0 unix://$podman_sock >/tmp/podman-service.log 2>&1 &"
 	for _ in $(seq 1 30); do
 		podman_up && break
 		sleep 1
