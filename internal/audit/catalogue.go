@@ -57,6 +57,12 @@ const (
 	KindChangesetDiscard   Kind = "changeset.discard"
 	KindChangesetAutoApply Kind = "changeset.auto_apply"
 
+	// The assistant daemon's channels (fluffy serve): what arrived, what
+	// a channel refused, answers to approval requests.
+	KindChannelInbound Kind = "channel.inbound"
+	KindChannelRefused Kind = "channel.refused"
+	KindChannelAnswer  Kind = "channel.answer"
+
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
 	// KindUserNote is the one kind a person records by hand ('fluffy
@@ -71,7 +77,8 @@ const (
 func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
-		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote:
+		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote,
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer:
 		return true
 	}
 	return false
@@ -99,6 +106,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{},
+		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -549,6 +557,43 @@ type KernelStop struct {
 	Abandoned []string `json:"abandoned,omitempty"`
 }
 
+// ChannelInbound (channel.inbound) is a message a channel of the assistant
+// daemon delivered, before any session sees it. Text is not kept (it may
+// be large or private); its size and digest are.
+type ChannelInbound struct {
+	Channel   string            `json:"channel"`
+	Room      string            `json:"room,omitempty"`
+	Principal string            `json:"principal"`
+	Bytes     int               `json:"bytes"`
+	SHA256    string            `json:"sha256"`
+	Untrusted bool              `json:"untrusted,omitempty"`
+	Source    string            `json:"source,omitempty"`
+	Meta      map[string]string `json:"meta,omitempty"`
+}
+
+// ChannelRefused (channel.refused) is something a channel refused before
+// any session saw it: a bad signature, a replay, a sender not allowed.
+type ChannelRefused struct {
+	Channel   string `json:"channel"`
+	Principal string `json:"principal,omitempty"`
+	Reason    string `json:"reason"`
+	Detail    string `json:"detail,omitempty"`
+	Remote    string `json:"remote,omitempty"`
+}
+
+// ChannelAnswer (channel.answer) is an answer to an approval request that
+// arrived on a channel, with its outcome: "accepted" (handed to the
+// broker, which records the decision as approval.decision),
+// "not_approver", "headless", "already_answered" or "invalid".
+type ChannelAnswer struct {
+	Channel   string `json:"channel"`
+	Room      string `json:"room,omitempty"`
+	Principal string `json:"principal"`
+	RequestID string `json:"request_id"`
+	Outcome   string `json:"outcome"`
+	Error     string `json:"error,omitempty"`
+}
+
 // IPCRefused (ipc.refused) is a connection to the kernel's socket from a
 // peer of another user.
 type IPCRefused struct {
@@ -674,5 +719,8 @@ func (TDDFinish) Kind() Kind          { return KindTDDFinish }
 func (ChangesetApply) Kind() Kind     { return KindChangesetApply }
 func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
+func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
+func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
+func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }
