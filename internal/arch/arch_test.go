@@ -135,6 +135,7 @@ var boundaries = []struct {
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
 	{"internal/channel", []string{"internal/kernel", "internal/wiring", "internal/sandbox", "internal/tool", "internal/agent", "internal/llm", "internal/cli"}, "a channel turns what arrives into messages for the daemon's router and depends on the channel contract, never on the sessions it feeds"},
+	{"internal/serve", []string{"internal/wiring", "internal/cli", "internal/sandbox", "internal/tool", "internal/llm/"}, "the assistant daemon's router reaches sessions through the kernel's interface only, never their tools, sandboxes or providers"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},
 }
 
@@ -169,12 +170,13 @@ func TestImportBoundaries(t *testing.T) {
 				}
 			}
 			// Only the binary uses the CLI; only the CLI, the bootstrap
-			// and the daemon side (internal/wiring) reach the kernel.
+			// and the daemon side (internal/wiring, and the assistant
+			// daemon's router, internal/serve) reach the kernel.
 			if impRel == "internal/cli" && rel != "cmd/fluffy" {
 				t.Errorf("%s imports internal/cli: only cmd/fluffy may", rel)
 			}
-			if impRel == "internal/kernel" && rel != "internal/cli" && rel != "internal/bootstrap" && rel != "internal/wiring" && rel != "cmd/fluffy" {
-				t.Errorf("%s imports internal/kernel: only the CLI, the bootstrap and the wiring may", rel)
+			if impRel == "internal/kernel" && rel != "internal/cli" && rel != "internal/bootstrap" && rel != "internal/wiring" && rel != "internal/serve" && rel != "cmd/fluffy" {
+				t.Errorf("%s imports internal/kernel: only the CLI, the bootstrap, the wiring and the daemon's router may", rel)
 			}
 		}
 	}

@@ -45,4 +45,44 @@ type DaemonStatus struct {
 	// IdleTimeout is how long the kernel waits without clients before
 	// exiting; empty when it stays up.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// Serve is the assistant daemon's channels and readiness; nil for a
+	// kernel that serves no channels ("fluffy kernel").
+	Serve *ServeStatus `json:"serve,omitempty"`
+}
+
+// ServeStatus is the assistant daemon's part of DaemonStatus: a kernel run
+// by "fluffy serve" serves channels beside the sessions (docs/serve.md).
+type ServeStatus struct {
+	// Ready is what /readyz answers: the audit log verified at start,
+	// the store open and every enabled channel connected. NotReady says
+	// what is not, one line each.
+	Ready    bool     `json:"ready"`
+	NotReady []string `json:"not_ready,omitempty"`
+	// Listen and Health are the daemon's HTTP addresses (serve.listen,
+	// serve.health); empty when not served.
+	Listen   string          `json:"listen,omitempty"`
+	Health   string          `json:"health,omitempty"`
+	Channels []ChannelStatus `json:"channels"`
+}
+
+// ChannelState is a supervised channel's state.
+type ChannelState string
+
+// Channel states: starting until the channel says it is connected;
+// failing after it returned an error or reported itself lost (the daemon
+// restarts it with backoff); stopped once the daemon stops.
+const (
+	ChannelStarting  ChannelState = "starting"
+	ChannelConnected ChannelState = "connected"
+	ChannelFailing   ChannelState = "failing"
+	ChannelStopped   ChannelState = "stopped"
+)
+
+// ChannelStatus is one channel under the daemon's supervision.
+type ChannelStatus struct {
+	Name      string       `json:"name"`
+	State     ChannelState `json:"state"`
+	Since     time.Time    `json:"since"`
+	LastError string       `json:"last_error,omitempty"`
+	Restarts  int          `json:"restarts"`
 }

@@ -1,0 +1,318 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/channel"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+)
+
+// item is one message waiting for its session's next turn: a row of the
+// inbox (id 0: a resume of an interrupted session, which has no row).
+type item struct {
+	id      int64
+	conv    channel.Conversation
+	message string // "" runs the task, or resumes
+}
+
+// worker runs one session's turns, one at a time, in arrival order.
+type worker struct {
+	session string
+	queue   []item // guarded by Daemon.mu
+}
+
+// busyRetry is how long a worker waits before trying again a session
+// that another client (a terminal's "fluffy resume") is running.
+const busyRetry = time.Second
+
+// Deliver implements channel.Sink: it records the message (channel.inbound,
+// durable before anything else happens), finds or creates the
+// conversation's session, puts the message in the inbox (fluffy.db) and
+// returns the session's id; the session's worker hands it over as the
+// next turn once the turns before it have ended.
+func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error) {
+	d.mu.Lock()
+	stopping, known := d.stopping, d.channels[in.Conversation.Channel] != nil
+	d.mu.Unlock()
+	if stopping {
+		return "", ErrStopping
+	}
+	if !known {
+		return "", fmt.Errorf("serve: a message from channel %q, which the daemon does not run", in.Conversation.Channel)
+	}
+	c := in.Conversation
+	sum := sha256.Sum256([]byte(in.Text))
+	if _, err := d.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindChannelInbound, Actor: "channel:" + c.Channel, Payload: audit.ChannelInbound{
+		Channel: c.Channel, Room: c.Room, Principal: c.Principal, Bytes: len(in.Text), SHA256: hex.EncodeToString(sum[:]),
+		Untrusted: in.Untrusted, Source: in.Source, Meta: in.Meta}}); err != nil {
+		return "", fmt.Errorf("serve: record the inbound message: %w", err)
+	}
+	text := modelText(in)
+	d.convMu.Lock()
+	defer d.convMu.Unlock()
+	id, created, err := d.session(ctx, c, text)
+	if err != nil {
+		return "", err
+	}
+	if created {
+		text = "" // the message is the new session's task
+	}
+	now := d.o.Now().UnixNano()
+	res, err := d.o.DB.ExecContext(ctx, `INSERT INTO inbox (session, channel, room, principal, message, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		id, c.Channel, c.Room, c.Principal, text, now)
+	if err != nil {
+		return "", fmt.Errorf("serve: queue the message: %w", err)
+	}
+	row, err := res.LastInsertId()
+	if err != nil {
+		return "", fmt.Errorf("serve: queue the message: %w", err)
+	}
+	d.enqueue(id, item{id: row, conv: c, message: text})
+	d.log.Info("message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
+	return id, nil
+}
+
+// session returns the conversation's session, creating one (with task as
+// its first message) when the conversation has none or its session was
+// closed, failed or removed.
+func (d *Daemon) session(ctx context.Context, c channel.Conversation, task string) (id string, created bool, err error) {
+	err = d.o.DB.QueryRowContext(ctx, `SELECT session FROM conversations WHERE channel = ? AND room = ? AND principal = ?`,
+		c.Channel, c.Room, c.Principal).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return "", false, fmt.Errorf("serve: look the conversation up: %w", err)
+	default:
+		info, err := d.o.Sessions.Get(ctx, id)
+		switch {
+		case err == nil && info.Status != kernel.StatusClosed && info.Status != kernel.StatusFailed:
+			return id, false, nil
+		case err != nil && !errors.Is(err, kernel.ErrNotFound):
+			return "", false, err
+		}
+	}
+	info, err := d.o.Sessions.Create(ctx, kernel.CreateParams{Workspace: d.o.Workspace, Task: task, Model: d.o.Model})
+	if err != nil {
+		return "", false, fmt.Errorf("serve: start a session for %s: %w", describe(c), err)
+	}
+	now := d.o.Now().UnixNano()
+	if _, err := d.o.DB.ExecContext(ctx, `INSERT INTO conversations (channel, room, principal, session, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (channel, room, principal) DO UPDATE SET session = excluded.session, updated_at = excluded.updated_at`,
+		c.Channel, c.Room, c.Principal, info.ID, now, now); err != nil {
+		return "", false, fmt.Errorf("serve: remember the conversation's session: %w", err)
+	}
+	d.log.Info("session created", "session", info.ID, "channel", c.Channel, "principal", c.Principal)
+	return info.ID, true, nil
+}
+
+// requeue loads what a previous daemon left: the inbox's messages, in
+// arrival order, and a resume for each conversation's session that a
+// crash interrupted and that has no message waiting.
+func (d *Daemon) requeue(ctx context.Context) error {
+	rows, err := d.o.DB.QueryContext(ctx, `SELECT id, session, channel, room, principal, message FROM inbox ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("serve: read the inbox: %w", err)
+	}
+	waiting := map[string]bool{}
+	var items []struct {
+		session string
+		it      item
+	}
+	for rows.Next() {
+		var s string
+		var it item
+		if err := rows.Scan(&it.id, &s, &it.conv.Channel, &it.conv.Room, &it.conv.Principal, &it.message); err != nil {
+			rows.Close()
+			return fmt.Errorf("serve: read the inbox: %w", err)
+		}
+		waiting[s] = true
+		items = append(items, struct {
+			session string
+			it      item
+		}{s, it})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("serve: read the inbox: %w", err)
+	}
+	convs, err := d.o.DB.QueryContext(ctx, `SELECT channel, room, principal, session FROM conversations`)
+	if err != nil {
+		return fmt.Errorf("serve: read the conversations: %w", err)
+	}
+	var resume []item
+	var resumeIDs []string
+	for convs.Next() {
+		var c channel.Conversation
+		var s string
+		if err := convs.Scan(&c.Channel, &c.Room, &c.Principal, &s); err != nil {
+			convs.Close()
+			return fmt.Errorf("serve: read the conversations: %w", err)
+		}
+		if !waiting[s] {
+			resume, resumeIDs = append(resume, item{conv: c}), append(resumeIDs, s)
+		}
+	}
+	convs.Close()
+	if err := convs.Err(); err != nil {
+		return fmt.Errorf("serve: read the conversations: %w", err)
+	}
+	for i, s := range resumeIDs {
+		info, err := d.o.Sessions.Get(ctx, s)
+		if err != nil || !info.Interrupted {
+			continue
+		}
+		d.log.Info("resuming a session the daemon's stop interrupted", "session", s)
+		d.enqueue(s, resume[i])
+	}
+	for _, x := range items {
+		d.enqueue(x.session, x.it)
+	}
+	return nil
+}
+
+// enqueue adds it to session's queue and starts its worker when none
+// runs.
+func (d *Daemon) enqueue(session string, it item) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.workers[session]; w != nil {
+		w.queue = append(w.queue, it)
+		return
+	}
+	w := &worker{session: session, queue: []item{it}}
+	d.workers[session] = w
+	d.turns.Add(1)
+	go d.work(w)
+}
+
+// next pops w's next item; false when the queue is empty (the worker is
+// then gone) or the daemon is stopping (the items stay in the inbox).
+func (d *Daemon) next(w *worker) (item, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(w.queue) == 0 || d.stopping {
+		delete(d.workers, w.session)
+		return item{}, false
+	}
+	it := w.queue[0]
+	w.queue = w.queue[1:]
+	return it, true
+}
+
+// work runs w's session's turns until its queue is empty: never two
+// turns of one session at once.
+func (d *Daemon) work(w *worker) {
+	defer d.turns.Done()
+	for {
+		it, ok := d.next(w)
+		if !ok {
+			return
+		}
+		d.turn(w.session, it)
+	}
+}
+
+// turn hands one message to the session and sends the reply back. The
+// inbox row goes when the kernel has saved the message in the session
+// (its first turn starts) or the run ended without one, so a daemon that
+// dies mid-turn neither loses the message nor delivers it twice (the
+// interrupted session is resumed at the next start instead).
+func (d *Daemon) turn(session string, it item) {
+	ctx := d.runCtx
+	defer d.forgetRequests(session)
+	taken := false
+	take := func() {
+		if taken || it.id == 0 {
+			return
+		}
+		taken = true
+		if _, err := d.o.DB.ExecContext(context.WithoutCancel(ctx), `DELETE FROM inbox WHERE id = ?`, it.id); err != nil {
+			d.log.Error("remove a delivered message from the inbox", "session", session, "err", err)
+		}
+	}
+	onEvent := func(ev kernel.Event) {
+		switch {
+		case ev.Type == kernel.Type(agent.EventTurnStart):
+			take()
+		case ev.Type == kernel.TypeApproval && ev.Approval != nil:
+			d.routeApproval(ctx, it.conv, *ev.Approval)
+		}
+	}
+	for {
+		res, err := d.o.Sessions.RunMessage(ctx, session, it.message, onEvent)
+		if errors.Is(err, kernel.ErrBusy) {
+			// A terminal runs it: the message waits its turn.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(busyRetry):
+				continue
+			}
+		}
+		if ctx.Err() != nil && !taken {
+			return // stopped before the session took it: it stays queued
+		}
+		take()
+		if err != nil {
+			d.log.Error("session turn", "session", session, "err", err)
+			return
+		}
+		d.reply(session, it.conv, res)
+		return
+	}
+}
+
+// reply sends a turn's outcome to its conversation, or to the channel's
+// report route when the conversation's channel cannot send.
+func (d *Daemon) reply(session string, conv channel.Conversation, res kernel.RunResult) {
+	text := res.Text
+	if res.Fault != nil {
+		text = fmt.Sprintf("The session stopped: %s", res.Fault.Message)
+	}
+	if text == "" {
+		return
+	}
+	// The reply goes out even while the daemon stops: the turn is done.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), 30*time.Second)
+	defer cancel()
+	msg := channel.Outbound{Session: session, Text: text}
+	err := d.send(ctx, conv, msg)
+	if errors.Is(err, channel.ErrCannotSend) {
+		if r, ok := d.o.Reports[conv.Channel]; ok {
+			err = d.send(ctx, r, msg)
+		}
+	}
+	if err != nil {
+		d.log.Warn("the reply reached nobody", "session", session, "channel", conv.Channel, "err", err)
+	}
+}
+
+func (d *Daemon) send(ctx context.Context, to channel.Conversation, msg channel.Outbound) error {
+	c := d.channel(to.Channel)
+	if c == nil {
+		return fmt.Errorf("serve: no channel %q", to.Channel)
+	}
+	return c.Send(ctx, to, msg)
+}
+
+func (d *Daemon) channel(name string) channel.Channel {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.channels[name]
+}
+
+// describe names a conversation in messages.
+func describe(c channel.Conversation) string {
+	if c.Room != "" {
+		return fmt.Sprintf("%s/%s (%s)", c.Channel, c.Room, c.Principal)
+	}
+	return fmt.Sprintf("%s (%s)", c.Channel, c.Principal)
+}

@@ -1,0 +1,191 @@
+// Package serve owns the assistant daemon's core, between the channels
+// (internal/channel) and the kernel's sessions (internal/kernel): the
+// router that maps each conversation to a session and hands it the
+// conversation's messages one turn at a time (the channels' Sink), the
+// routing of approval requests and answers across channels, the
+// supervision of channels (restart with backoff, state) and the daemon's
+// health endpoints. It runs no session itself: internal/wiring gives it
+// the kernel ("fluffy serve", docs/serve.md).
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/approval"
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/channel"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/store"
+)
+
+// Sessions are the kernel's sessions as the daemon uses them
+// (*kernel.Kernel implements it).
+type Sessions interface {
+	Create(ctx context.Context, p kernel.CreateParams) (kernel.Info, error)
+	Get(ctx context.Context, id string) (kernel.Info, error)
+	// RunMessage runs the session's next turn with message ("" resumes);
+	// kernel.ErrBusy while another run of it is in progress.
+	RunMessage(ctx context.Context, id, message string, onEvent func(kernel.Event)) (kernel.RunResult, error)
+}
+
+// Answerer resolves approval requests (*approval.Broker implements it):
+// approval.ErrUnknownRequest for a request that is not pending.
+type Answerer interface {
+	Answer(ctx context.Context, id, text string, who approval.Who) error
+}
+
+// Appender writes audit entries (the kernel's audit log).
+type Appender interface {
+	Append(ctx context.Context, e audit.Entry) (uint64, error)
+}
+
+// Options configure a Daemon. Sessions, Approvals, Audit, DB, Workspace
+// and Model are required.
+type Options struct {
+	Sessions  Sessions
+	Approvals Answerer
+	Audit     Appender
+	// DB is fluffy.db: the conversations and the inbox live there.
+	DB *store.DB
+	// Workspace is the assistant's workspace (absolute), where the
+	// daemon's sessions run; Model is the model they use.
+	Workspace string
+	Model     string
+	// ApprovalRoute are the person's approval channels: every approval
+	// request of a daemon session goes there besides its own
+	// conversation (approval.route).
+	ApprovalRoute []channel.Conversation
+	// Approvers are the principals whose answer resolves a request
+	// (approval.approvers); nobody else's does.
+	Approvers []string
+	// Reports maps a channel that cannot send (a webhook) to where its
+	// sessions report instead (the hook's or the job's report route).
+	Reports map[string]channel.Conversation
+	// Backoff is the first wait before a failed channel is restarted
+	// (default 1s); it doubles up to MaxBackoff (default 1m) and starts
+	// over once a channel ran for MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	Logger              *slog.Logger
+	Now                 func() time.Time
+}
+
+// ErrStopping is Deliver's error once the daemon is stopping: the message
+// was not taken.
+var ErrStopping = errors.New("serve: the daemon is stopping")
+
+// Daemon is the daemon's router and channel supervisor. It implements
+// channel.Sink.
+type Daemon struct {
+	o   Options
+	log *slog.Logger
+
+	// runCtx is the context of the turns and channels; cancelled at the
+	// end of Stop.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	// chanCtx ends the channels first, at the start of Stop.
+	chanCtx    context.Context
+	cancelChan context.CancelFunc
+	wg         sync.WaitGroup // channels' supervisors
+	turns      sync.WaitGroup // session workers
+
+	convMu sync.Mutex // serializes finding or creating a conversation's session
+
+	mu       sync.Mutex // guards the fields below
+	stopping bool
+	channels map[string]channel.Channel
+	states   map[string]*kernel.ChannelStatus
+	order    []string                  // channel names in start order
+	workers  map[string]*worker        // by session id
+	requests map[string]approvalTarget // open approval requests by id
+}
+
+var _ channel.Sink = (*Daemon)(nil)
+
+// New checks o and returns a daemon with no channels yet (Start).
+func New(o Options) (*Daemon, error) {
+	switch {
+	case o.Sessions == nil, o.Approvals == nil, o.Audit == nil, o.DB == nil:
+		return nil, errors.New("serve: Options.Sessions, Approvals, Audit and DB are required")
+	case !filepath.IsAbs(o.Workspace):
+		return nil, fmt.Errorf("serve: the workspace %q is not an absolute path", o.Workspace)
+	case o.Model == "":
+		return nil, errors.New("serve: Options.Model is required (llm.model)")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.MaxBackoff < o.Backoff {
+		o.MaxBackoff = max(time.Minute, o.Backoff)
+	}
+	d := &Daemon{o: o, log: o.Logger, channels: map[string]channel.Channel{}, states: map[string]*kernel.ChannelStatus{},
+		workers: map[string]*worker{}, requests: map[string]approvalTarget{}}
+	return d, nil
+}
+
+// Start registers chans, requeues what a previous daemon left (messages
+// delivered but not yet handed to their session; sessions a crash
+// interrupted), and starts every channel under supervision. Channel names
+// must be unique. The daemon runs until Stop; ctx bounds Start only.
+func (d *Daemon) Start(ctx context.Context, chans []channel.Channel) error {
+	d.runCtx, d.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+	d.chanCtx, d.cancelChan = context.WithCancel(d.runCtx)
+	d.mu.Lock()
+	for _, c := range chans {
+		name := c.Name()
+		if _, dup := d.channels[name]; dup {
+			d.mu.Unlock()
+			d.cancelRun()
+			return fmt.Errorf("serve: two channels are named %q", name)
+		}
+		d.channels[name] = c
+		d.states[name] = &kernel.ChannelStatus{Name: name, State: kernel.ChannelStarting, Since: d.o.Now().UTC()}
+		d.order = append(d.order, name)
+	}
+	d.mu.Unlock()
+	if err := d.requeue(ctx); err != nil {
+		d.cancelRun()
+		return err
+	}
+	for _, c := range chans {
+		d.wg.Add(1)
+		go d.supervise(c)
+	}
+	return nil
+}
+
+// Stop stops the channels, takes no more messages, and gives the turns
+// in progress until ctx ends to finish; then it cancels them (their
+// sessions stay resumable, and the messages not yet handed to a session
+// stay in the inbox for the next start).
+func (d *Daemon) Stop(ctx context.Context) {
+	d.mu.Lock()
+	d.stopping = true
+	d.mu.Unlock()
+	if d.cancelChan == nil {
+		return // never started
+	}
+	d.cancelChan()
+	d.wg.Wait()
+	done := make(chan struct{})
+	go func() { d.turns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.log.Warn("turns still running at the end of the grace period: cancelled (their sessions stay resumable)")
+	}
+	d.cancelRun()
+	<-done
+}
