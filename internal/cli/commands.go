@@ -11,7 +11,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newDoctorCmd(a),
 		newSandboxCmd(a, newSandboxDiffCmd(a), newSandboxProfileCmd(a), newSandboxGCCmd(a), newSandboxServeCmd(a), newSandboxServerCmd(a)),
 		newTDDCmd(a),
-		newKernelCmd(a), newStatusCmd(a),
+		newKernelCmd(a), newStatusCmd(a), newServeCmd(a),
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newChangesCmd(a),

@@ -20,6 +20,12 @@ type Core interface {
 	CheckRuntime(ctx context.Context, u *userenv.Env) error
 	// RunKernel serves the kernel daemon until ctx ends or it stops (ipc.ErrInUse, kernel.ErrAuditDamaged, kernel.ErrAuditUnavailable).
 	RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error
+	// CheckServe validates the configuration "fluffy serve" would run
+	// and returns every problem found (none: it would start).
+	CheckServe(u *userenv.Env) []error
+	// AssistantWorkspace is the assistant's workspace directory
+	// (serve.workspace, default ~/.fluffy/workspace).
+	AssistantWorkspace(u *userenv.Env) (string, error)
 	// RunSandbox runs one 'fluffy sandbox run' (internal/sandboxrun).
 	RunSandbox(ctx context.Context, req sandboxrun.Request) (sandboxrun.Outcome, error)
 	// NewSandboxHost returns the sandbox server's state shared by its runs.

@@ -175,7 +175,12 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if a.Core == nil {
 		return errors.New("this build cannot run the kernel")
 	}
-	err := a.Core.RunKernel(ctx, a.user(), kernel.DaemonOptions{Oneshot: oneshot})
+	return kernelError(a, a.Core.RunKernel(ctx, a.user(), kernel.DaemonOptions{Oneshot: oneshot}))
+}
+
+// kernelError turns the kernel daemon's typed failures into their
+// messages.
+func kernelError(a *App, err error) error {
 	switch {
 	case errors.Is(err, ipc.ErrInUse):
 		sock, serr := a.kernelSocket()
@@ -231,6 +236,9 @@ func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error
 		fmt.Fprintf(tw, "idle exit\tafter %s without clients\n", st.IdleTimeout)
 	} else {
 		fmt.Fprintf(tw, "idle exit\tnever (started by hand)\n")
+	}
+	if sv := st.Serve; sv != nil {
+		printServeStatus(tw, sv)
 	}
 	return tw.Flush()
 }

@@ -37,6 +37,9 @@ type Serve struct {
 	Email Email `yaml:"email"`
 	// Cron holds the scheduled jobs.
 	Cron []CronJob `yaml:"cron" scope:"user"`
+	// Grace is how long a stopping daemon lets the turns in progress end
+	// before it cancels them (their sessions stay resumable); default 30s.
+	Grace units.Duration `yaml:"grace" scope:"user"`
 }
 
 // Route names a conversation a daemon message goes to: a channel instance

@@ -22,6 +22,10 @@ type DaemonOptions struct {
 	// Oneshot: exit after kernel.idle_timeout without clients (a kernel
 	// started on demand); otherwise it runs until stopped.
 	Oneshot bool
+	// Serve runs the kernel as the assistant daemon ("fluffy serve"):
+	// the channels, the HTTP listeners and the health endpoints of the
+	// serve: section beside the sessions; never an idle exit.
+	Serve bool
 }
 
 // DaemonStatus is the result of MethodStatus.

@@ -29,3 +29,9 @@ func (*Core) CheckRuntime(ctx context.Context, u *userenv.Env) error {
 func (*Core) RunKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error {
 	return runKernel(ctx, u, o)
 }
+
+// CheckServe validates what "fluffy serve" would run: see CheckServe.
+func (*Core) CheckServe(u *userenv.Env) []error { return CheckServe(u) }
+
+// AssistantWorkspace is serve.workspace, expanded: see AssistantWorkspace.
+func (*Core) AssistantWorkspace(u *userenv.Env) (string, error) { return AssistantWorkspace(u) }

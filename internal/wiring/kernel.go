@@ -33,7 +33,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	log := u.Logger().With("subsystem", "kernel")
 	defer kernel.TuneGC(l.Config.Kernel, u.Getenv)()
 	var idle time.Duration
-	if o.Oneshot {
+	if o.Oneshot && !o.Serve {
 		idle = time.Duration(l.Config.Kernel.IdleTimeout)
 	}
 	// The socket first: a second kernel stops here, before it opens
@@ -58,6 +58,16 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 		return err
 	}
 	defer k.Stop()
+	var front *serveFront
+	if o.Serve {
+		if front, err = startServe(ctx, u, k, log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		// Before k.Stop (deferred earlier, run later): the turns end or
+		// are cancelled before the sessions close.
+		defer front.stop()
+	}
 	bi := buildinfo.Get()
 	srv, err := ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: k,
 		IdleTimeout: idle, IdleGrace: 2 * time.Duration(l.Config.Kernel.StartTimeout)})
@@ -74,6 +84,9 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 		if idle > 0 {
 			st.IdleTimeout = idle.String()
 		}
+		if front != nil {
+			st.Serve = front.status(ctx)
+		}
 		return st, nil
 	}); err != nil {
 		_ = ln.Close()
@@ -82,6 +95,9 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	if err := mux.Handle(kernel.MethodShutdown, func(context.Context, *ipc.Request) (any, error) {
 		log.Info("kernel stopping", "cause", "shutdown requested")
 		go func() {
+			if front != nil {
+				front.stop()
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
@@ -98,6 +114,11 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	case err = <-served:
 	case <-ctx.Done():
 		log.Info("kernel stopping", "cause", context.Cause(ctx))
+		// The channels stop and the turns end while "fluffy approve"
+		// still reaches the kernel.
+		if front != nil {
+			front.stop()
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)

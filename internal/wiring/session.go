@@ -53,6 +53,11 @@ type Kernel struct {
 	// and approvals record through it rather than opening the log again.
 	held atomic.Pointer[audit.Shared]
 	stop func()
+	// sessions, broker and db are what the assistant daemon's router
+	// works on (serve.go); set once StartKernel returns.
+	sessions *kernel.Kernel
+	broker   *approval.Broker
+	db       *store.DB
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -205,6 +210,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	}
 	notify.k.Store(kn)
 	k.held.Store(al)
+	k.sessions, k.broker, k.db = kn, broker, db
 	if err := kn.Register(mux); err != nil {
 		k.held.Store(nil)
 		return fail(err)

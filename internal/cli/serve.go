@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fluffy-agent/fluffy/internal/datadir"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
+)
+
+// ServeLog is the assistant daemon's log in the data directory's logs/,
+// beside stderr.
+const ServeLog = "serve.log"
+
+func newServeCmd(a *App) *cobra.Command {
+	var check bool
+	var format string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the assistant daemon in the foreground: the kernel with its channels (docs/serve.md)",
+		Long: `serve runs the kernel as a long-lived daemon in the foreground: it serves the
+kernel socket as 'fluffy kernel' does (so 'fluffy status', 'fluffy approve' and
+'fluffy sessions' reach it), starts every channel the serve: section configures
+under supervision, and serves /healthz and /readyz on serve.health. It logs to
+stderr and to logs/serve.log in the data directory. SIGTERM or Ctrl-C stops the
+channels, lets the turns in progress end within serve.grace, and exits 0; the
+sessions stay resumable.
+
+'fluffy serve init' scaffolds the assistant's workspace; 'fluffy serve --check'
+validates the configuration and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch format {
+			case "", "text", "json":
+			default:
+				return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
+			}
+			if format != "" {
+				a.sets = append(a.sets, "log.format="+format)
+			}
+			if a.Core == nil {
+				return errors.New("this build cannot run the daemon")
+			}
+			if check {
+				return a.checkServe()
+			}
+			return a.runServe(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "validate the whole configuration (channels, routes, approvers) and exit: 0 valid, 1 not")
+	cmd.Flags().StringVar(&format, "log-format", "", "log format: text or json (default log.format)")
+	cmd.AddCommand(newServeInitCmd(a), newServeInstallUnitCmd(a))
+	return cmd
+}
+
+// checkServe prints every problem of the daemon's configuration.
+func (a *App) checkServe() error {
+	errs := a.Core.CheckServe(a.user())
+	if len(errs) == 0 {
+		fmt.Fprintln(a.Stdout, "the configuration is valid")
+		return nil
+	}
+	for _, err := range errs {
+		fmt.Fprintln(a.Stderr, "fluffy:", termsafe.String(err.Error()))
+	}
+	return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("%d problem(s) in the configuration", len(errs))}
+}
+
+// runServe runs the daemon with its log going to stderr and logs/serve.log.
+func (a *App) runServe(ctx context.Context) error {
+	d, err := a.DataDir()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(d.Path(datadir.Logs, ServeLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the daemon's log: %w", err)
+	}
+	defer f.Close()
+	u := a.user()
+	u.Stderr = io.MultiWriter(a.Stderr, f)
+	err = a.Core.RunKernel(ctx, u, kernel.DaemonOptions{Serve: true})
+	switch {
+	case errors.Is(err, ipc.ErrInUse):
+		sock, serr := a.kernelSocket()
+		if serr != nil {
+			return err
+		}
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("a kernel is already serving %s (another 'fluffy serve', or a kernel started by a command): stop it with 'fluffy kernel stop', then start 'fluffy serve' again", sock)}
+	}
+	return kernelError(a, err)
+}
+
+// printServeStatus adds the assistant daemon's readiness and channels to
+// "fluffy status": what /readyz says, one line per channel.
+func printServeStatus(w io.Writer, sv *kernel.ServeStatus) {
+	if sv.Ready {
+		fmt.Fprintf(w, "serve\tready\n")
+	} else {
+		fmt.Fprintf(w, "serve\tnot ready: %s\n", termsafe.String(strings.Join(sv.NotReady, "; ")))
+	}
+	if sv.Health != "" {
+		fmt.Fprintf(w, "health\t%s\n", termsafe.String(sv.Health))
+	}
+	if sv.Listen != "" {
+		fmt.Fprintf(w, "listen\t%s\n", termsafe.String(sv.Listen))
+	}
+	if len(sv.Channels) == 0 {
+		fmt.Fprintf(w, "channels\tnone configured\n")
+	}
+	for _, c := range sv.Channels {
+		line := fmt.Sprintf("%s since %s, %d restarts", c.State, c.Since.Format("2006-01-02 15:04:05Z07:00"), c.Restarts)
+		if c.LastError != "" {
+			line += ", last error: " + c.LastError
+		}
+		fmt.Fprintf(w, "channel %s\t%s\n", termsafe.String(c.Name), termsafe.String(line))
+	}
+}
