@@ -19,7 +19,8 @@ import (
 // it to stop, or, with o.Oneshot, it has had no client for
 // kernel.idle_timeout. Another kernel serving the socket is
 // ipc.ErrInUse; the audit log's start check failing is
-// kernel.ErrAuditDamaged.
+// kernel.ErrAuditDamaged. With o.Serve it is the assistant daemon as well
+// (startServe); ErrNothingToServe when it has nothing to serve.
 func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) error {
 	l, err := u.Config()
 	if err != nil {
@@ -35,6 +36,12 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	var idle time.Duration
 	if o.Oneshot && !o.Serve {
 		idle = time.Duration(l.Config.Kernel.IdleTimeout)
+	}
+	if o.Serve {
+		// What is missing is said before anything starts.
+		if _, _, err := servePreflight(u, &l.Config, log); err != nil {
+			return err
+		}
 	}
 	// The socket first: a second kernel stops here, before it opens
 	// fluffy.db or the audit log.

@@ -85,13 +85,8 @@ func CheckServe(u *userenv.Env) []error {
 	}
 	c := &l.Config
 	var errs []error
-	if c.Model == "" {
-		errs = append(errs, errors.New("model: the daemon's sessions need a model (model: provider/name)"))
-	}
-	if ws, err := assistantWorkspace(u, c); err != nil {
+	if _, _, err := servePreflight(u, c, slog.New(slog.DiscardHandler)); err != nil {
 		errs = append(errs, err)
-	} else if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		errs = append(errs, fmt.Errorf("serve.workspace: %s is not a directory (create it with 'fluffy serve init')", ws))
 	}
 	for _, a := range []struct{ key, addr string }{{"serve.health", c.Serve.Health}, {"serve.listen", c.Serve.Listen}} {
 		if a.addr == "" {
@@ -200,26 +195,9 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, log *slog.Logger
 		return nil, err
 	}
 	c := &l.Config
-	ws, err := assistantWorkspace(u, c)
+	ws, chans, err := servePreflight(u, c, log)
 	if err != nil {
 		return nil, err
-	}
-	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: the assistant workspace %s does not exist; create it with 'fluffy serve init' (or set serve.workspace)", ErrNothingToServe, ws)
-	}
-	if c.Model == "" {
-		return nil, fmt.Errorf("%w: no model is configured; set model: provider/name (fluffy models lists them)", ErrNothingToServe)
-	}
-	d, err := u.DataDir()
-	if err != nil {
-		return nil, err
-	}
-	chans, err := serveChannels(c, channelDeps{log: log, state: d.Path("serve"), now: time.Now})
-	if err != nil {
-		return nil, err
-	}
-	if len(chans) == 0 && c.Serve.Health == "" {
-		return nil, fmt.Errorf("%w: no channel (serve.webhooks, serve.email, serve.cron) and no health endpoint (serve.health) is configured; 'fluffy serve init' prints a commented serve: section to start from", ErrNothingToServe)
 	}
 	reports := map[string]channel.Conversation{}
 	for _, h := range c.Serve.Webhooks {
@@ -257,6 +235,35 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, log *slog.Logger
 	}
 	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", c.Serve.Listen, "health", c.Serve.Health)
 	return f, nil
+}
+
+// servePreflight is what "fluffy serve" needs before it starts anything:
+// the assistant workspace, a model, and something to serve (a channel or
+// the health endpoint); ErrNothingToServe says what is missing and how to
+// start. It returns the workspace and the configured channels.
+func servePreflight(u *userenv.Env, c *config.Config, log *slog.Logger) (string, []channel.Channel, error) {
+	ws, err := assistantWorkspace(u, c)
+	if err != nil {
+		return "", nil, err
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		return "", nil, fmt.Errorf("%w: the assistant workspace %s does not exist; create it with 'fluffy serve init' (or set serve.workspace)", ErrNothingToServe, ws)
+	}
+	if c.Model == "" {
+		return "", nil, fmt.Errorf("%w: no model is configured; set model: provider/name (fluffy models lists them)", ErrNothingToServe)
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		return "", nil, err
+	}
+	chans, err := serveChannels(c, channelDeps{log: log, state: d.Path("serve"), now: time.Now})
+	if err != nil {
+		return "", nil, err
+	}
+	if len(chans) == 0 && c.Serve.Health == "" {
+		return "", nil, fmt.Errorf("%w: no channel (serve.webhooks, serve.email, serve.cron) and no health endpoint (serve.health) is configured; 'fluffy serve init' prints a commented serve: section to start from", ErrNothingToServe)
+	}
+	return ws, chans, nil
 }
 
 // serveHTTP serves h on addr (host:port, or unix:/path: a stale socket
