@@ -24,7 +24,7 @@ import (
 // testUser is an invocation in dir/cwd with its own data directory and
 // configuration under dir, and a runtime directory short enough for the
 // kernel's socket.
-func testUser(t *testing.T, dir, cwd string) *userenv.Env {
+func testUser(t testing.TB, dir, cwd string) *userenv.Env {
 	t.Helper()
 	rd, err := os.MkdirTemp("", "fk")
 	if err != nil {
