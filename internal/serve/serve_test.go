@@ -35,6 +35,7 @@ type fakeSessions struct {
 	running  int
 	maxRun   int
 	gate     chan struct{} // when set, each run waits for a value
+	hold     chan struct{} // when set, each run waits for it after its turn started
 	events   func(id string, on func(kernel.Event))
 	reply    string
 	finished chan string // each run's "id:message" once it ended
@@ -90,6 +91,13 @@ func (f *fakeSessions) RunMessage(ctx context.Context, id, message string, on fu
 		}
 	}
 	on(kernel.Event{Session: id, Type: kernel.Type(agent.EventTurnStart)})
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+			return kernel.RunResult{Session: id, Reason: string(agent.ReasonCancelled)}, nil
+		}
+	}
 	if events != nil {
 		events(id, on)
 	}
@@ -248,6 +256,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// recv takes the next value of c; a deadline turns a hang into a
+// failure, it measures nothing.
+func recv[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for a run")
+		var zero T
+		return zero
+	}
+}
+
 func inbound(ch, principal, text string) channel.Inbound {
 	return channel.Inbound{Conversation: channel.Conversation{Channel: ch, Principal: principal}, Text: text}
 }
@@ -264,12 +286,12 @@ func TestDeliverCreatesThenContinuesTheConversationsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	id2, err := d.Deliver(ctx, inbound("chat", "@me", "second"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	if id1 != id2 {
 		t.Fatalf("one conversation, two sessions: %s, %s", id1, id2)
 	}
@@ -277,7 +299,7 @@ func TestDeliverCreatesThenContinuesTheConversationsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	if other == id1 {
 		t.Fatal("another principal's conversation got the same session")
 	}
@@ -311,7 +333,7 @@ func TestDeliverCreatesThenContinuesTheConversationsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	if id3 == id1 {
 		t.Error("a closed session was given a message")
 	}
@@ -325,7 +347,7 @@ func TestConversationSurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	d.Stop(t.Context())
 
 	d2 := f.start(t, nil, Options{}, &fakeChannel{name: "chat"})
@@ -333,7 +355,7 @@ func TestConversationSurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	if id1 != id2 {
 		t.Fatalf("after a restart the conversation got session %s, want %s", id2, id1)
 	}
@@ -353,8 +375,12 @@ func TestOneTurnOfASessionAtATime(t *testing.T) {
 		id = s
 	}
 	for range 3 {
-		f.ss.gate <- struct{}{}
-		<-f.ss.finished
+		select {
+		case f.ss.gate <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no run waits")
+		}
+		recv(t, f.ss.finished)
 	}
 	if f.ss.maxRun != 1 {
 		t.Errorf("%d turns of one session ran at once", f.ss.maxRun)
@@ -384,7 +410,8 @@ func TestRestartDeliversTheInboxAndResumesInterruptedSessions(t *testing.T) {
 	}
 	f.ss.finished = make(chan string, 10)
 	f.start(t, nil, Options{}, &fakeChannel{name: "chat"})
-	got := map[string]bool{<-f.ss.finished: true, <-f.ss.finished: true}
+	got := map[string]bool{recv(t, f.ss.finished): true}
+	got[recv(t, f.ss.finished)] = true
 	if !got[s1.ID+":"] || !got[s2.ID+":pending"] {
 		t.Errorf("runs after restart %v, want a resume of %s and %s's pending message", got, s1.ID, s2.ID)
 	}
@@ -392,11 +419,12 @@ func TestRestartDeliversTheInboxAndResumesInterruptedSessions(t *testing.T) {
 
 func TestStopLeavesUntakenMessagesInTheInbox(t *testing.T) {
 	f := newFixture(t)
-	f.ss.gate = make(chan struct{}) // never opened: the turn is cancelled
+	f.ss.gate = make(chan struct{}) // never opened: the turn is cancelled before it starts
 	d := f.start(t, nil, Options{}, &fakeChannel{name: "chat"})
 	if _, err := d.Deliver(t.Context(), inbound("chat", "@me", "a")); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the run", func() bool { return len(f.ss.runList()) == 1 })
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // no grace
 	d.Stop(ctx)
@@ -409,6 +437,26 @@ func TestStopLeavesUntakenMessagesInTheInbox(t *testing.T) {
 	}
 }
 
+// TestAMessageTheSessionTookLeavesTheInbox: once the session's turn
+// started (the kernel saved the message), a stop does not deliver it
+// again: the interrupted session is resumed instead.
+func TestAMessageTheSessionTookLeavesTheInbox(t *testing.T) {
+	f := newFixture(t)
+	f.ss.hold = make(chan struct{}) // never opened: cancelled mid-turn
+	d := f.start(t, nil, Options{}, &fakeChannel{name: "chat"})
+	if _, err := d.Deliver(t.Context(), inbound("chat", "@me", "a")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message taken", func() bool {
+		var n int
+		_ = f.db.QueryRow(`SELECT count(*) FROM inbox`).Scan(&n)
+		return n == 0
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	d.Stop(ctx)
+}
+
 func TestUntrustedTextReachesTheModelWrappedAsData(t *testing.T) {
 	f := newFixture(t)
 	f.ss.finished = make(chan string, 10)
@@ -418,7 +466,7 @@ func TestUntrustedTextReachesTheModelWrappedAsData(t *testing.T) {
 	if _, err := d.Deliver(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	task := f.ss.created[0].Task
 	if !strings.Contains(task, "untrusted data from webhook github push") || !strings.Contains(task, "not instructions") {
 		t.Errorf("task not labelled as data:\n%s", task)
@@ -487,7 +535,7 @@ func TestAnswersOnlyFromApproversFirstWins(t *testing.T) {
 	if err := d.Answer(ctx, channel.Answer{RequestID: id, Text: "/approve", From: from("@me")}); err != nil {
 		t.Fatalf("the approver's answer: %v", err)
 	}
-	if r := <-asked; r.Items[0].Decision.Verdict != approval.Approved {
+	if r := recv(t, asked); r.Items[0].Decision.Verdict != approval.Approved {
 		t.Errorf("decision %+v", r.Items[0].Decision)
 	}
 	if err := d.Answer(ctx, channel.Answer{RequestID: id, Text: "/deny", From: from("@me")}); !errors.Is(err, approval.ErrUnknownRequest) {
@@ -522,7 +570,7 @@ func TestApprovalRequestsGoToTheConversationAndTheRoute(t *testing.T) {
 	if _, err := d.Deliver(t.Context(), inbound("hook", "hook:github", "{}")); err != nil {
 		t.Fatal(err)
 	}
-	<-f.ss.finished
+	recv(t, f.ss.finished)
 	// The hook cannot carry it: the report route and the approval route
 	// do, each once.
 	if len(mail.approvals) != 1 || len(matrix.approvals) != 1 || mail.approvals[0].ID != "a1" {
