@@ -1,8 +1,7 @@
 // Package bootstrap is fluffy's L0: what the CLI does before anything else
 // to reach a healthy kernel. It finds the kernel's socket, starts the
 // kernel when nobody answers, health-checks it with a ping under a
-// deadline, restarts it with backoff when it dies (Supervisor), and turns
-// every way start-up can fail into one *StartError saying what failed, why
+// deadline, and turns every way start-up can fail into one *StartError saying what failed, why
 // and how to fix it.
 //
 // The package stays under 500 lines of code (a test counts them): it is
@@ -48,7 +47,7 @@ type Process interface {
 	Kill() error
 }
 
-// Options configure Connect and Supervise. Socket and Launcher are
+// Options configure Connect. Socket and Launcher are
 // required.
 type Options struct {
 	Socket   string   // required: where the kernel listens
@@ -59,20 +58,8 @@ type Options struct {
 	StartTimeout time.Duration
 	// PingTimeout bounds connect + hello + ping of a health check (1s).
 	PingTimeout time.Duration
-	// HealthInterval is how often Supervise pings the kernel (2s).
-	HealthInterval time.Duration
-	// Backoff is the first delay before a restart (100ms); it doubles
-	// while the kernel keeps dying soon after start, up to MaxBackoff
-	// (2s).
-	Backoff, MaxBackoff time.Duration
-	// MaxRestarts is how many restarts in a row may fail before
-	// Supervise gives up (5).
-	MaxRestarts int
 	// Logger receives what the bootstrap does; nil discards.
 	Logger *slog.Logger
-	// OnRestart, when set, is called after each restart with the new
-	// kernel's pid and why the old one was replaced.
-	OnRestart func(pid int, cause error)
 	// CheckRuntime, when set, detects the sandbox runtime before a kernel
 	// is launched; its error (a *StartError saying what to fix) stops
 	// the launch.
@@ -90,12 +77,6 @@ func (o *Options) defaults() error {
 	}
 	def(&o.StartTimeout, 5*time.Second)
 	def(&o.PingTimeout, time.Second)
-	def(&o.HealthInterval, 2*time.Second)
-	def(&o.Backoff, 100*time.Millisecond)
-	def(&o.MaxBackoff, 2*time.Second)
-	if o.MaxRestarts <= 0 {
-		o.MaxRestarts = 5
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
