@@ -93,7 +93,7 @@ func CheckServe(u *userenv.Env) []error {
 			continue
 		}
 		if err := checkAddr(a.addr, a.key == "serve.health"); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a.key, err))
+			errs = append(errs, located(l, a.key, fmt.Errorf("%s: %w", a.key, err)))
 		}
 	}
 	errs = append(errs, channelChecks(c)...)
@@ -123,18 +123,30 @@ func CheckServe(u *userenv.Env) []error {
 	}
 	for _, x := range routes {
 		if !names[x.r.Channel] {
-			errs = append(errs, fmt.Errorf("%s: no channel named %q is configured (channels: %s)", x.key, x.r.Channel, nameList(names)))
+			key, _, _ := strings.Cut(x.key, "[")
+			errs = append(errs, located(l, key, fmt.Errorf("%s: no channel named %q is configured (channels: %s)", x.key, x.r.Channel, nameList(names))))
 		}
 	}
 	if len(c.Approval.Route) > 0 && len(c.Approval.Approvers) == 0 {
-		errs = append(errs, errors.New("approval.approvers: approval.route is set but nobody may answer: name the approvers' principals"))
+		errs = append(errs, located(l, "approval.route", errors.New("approval.approvers: approval.route is set but nobody may answer: name the approvers' principals")))
 	}
 	for i, p := range c.Approval.Approvers {
 		if serve.Headless(p) {
-			errs = append(errs, fmt.Errorf("approval.approvers[%d]: %q is an event source, not a person; it can never approve", i, p))
+			errs = append(errs, located(l, "approval.approvers", fmt.Errorf("approval.approvers[%d]: %q is an event source, not a person; it can never approve", i, p)))
 		}
 	}
 	return errs
+}
+
+// located prefixes err with the file and line that set key (or its
+// first member), when a file did.
+func located(l *config.Loaded, key string, err error) error {
+	for _, k := range []string{key, key + ".channel"} {
+		if o, ok := l.Origins[k]; ok && o.File != "" {
+			return fmt.Errorf("%s:%d:%d: %w", o.File, o.Line, o.Column, err)
+		}
+	}
+	return err
 }
 
 func nameList(names map[string]bool) string {
