@@ -106,12 +106,6 @@ func newLauncher(t *testing.T, mode string) *launcher {
 	return l
 }
 
-func (l *launcher) setMode(m string) {
-	l.mu.Lock()
-	l.mode = m
-	l.mu.Unlock()
-}
-
 func (l *launcher) Launch(ctx context.Context) (Process, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
