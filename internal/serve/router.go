@@ -179,10 +179,14 @@ func (d *Daemon) requeue(ctx context.Context) error {
 }
 
 // enqueue adds it to session's queue and starts its worker when none
-// runs.
+// runs. Once the daemon stops no worker starts: the item stays in the
+// inbox for the next start.
 func (d *Daemon) enqueue(session string, it item) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopping {
+		return
+	}
 	if w := d.workers[session]; w != nil {
 		w.queue = append(w.queue, it)
 		return

@@ -435,6 +435,15 @@ func TestStopLeavesUntakenMessagesInTheInbox(t *testing.T) {
 	if _, err := d.Deliver(t.Context(), inbound("chat", "@me", "late")); !errors.Is(err, ErrStopping) {
 		t.Errorf("Deliver after Stop: %v, want ErrStopping", err)
 	}
+	// A Deliver that passed its check before Stop queues its message,
+	// but starts no turn on a stopped daemon: the inbox keeps it.
+	d.enqueue("s1", item{id: 99})
+	d.mu.Lock()
+	workers := len(d.workers)
+	d.mu.Unlock()
+	if workers != 0 {
+		t.Errorf("%d workers started after Stop", workers)
+	}
 }
 
 // TestAMessageTheSessionTookLeavesTheInbox: once the session's turn
