@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,7 +21,8 @@ import (
 
 // replyChannel is a channel that records what the daemon sends it.
 type replyChannel struct {
-	sent chan channel.Outbound
+	sent      chan channel.Outbound
+	approvals chan approval.Request
 }
 
 func (*replyChannel) Name() string { return "chat" }
@@ -33,8 +35,9 @@ func (c *replyChannel) Send(_ context.Context, _ channel.Conversation, m channel
 	c.sent <- m
 	return nil
 }
-func (*replyChannel) SendApproval(context.Context, channel.Conversation, approval.Request) error {
-	return channel.ErrCannotSend
+func (c *replyChannel) SendApproval(_ context.Context, _ channel.Conversation, r approval.Request) error {
+	c.approvals <- r
+	return nil
 }
 
 // firstRequest reports when each run's first turn starts: the model
@@ -56,14 +59,14 @@ func (f firstRequest) RunMessage(ctx context.Context, id, msg string, on func(ke
 
 // serveKernel starts the kernel (replay model, the assistant workspace
 // under dir) and a daemon over it with one channel.
-func serveKernel(tb testing.TB, wrap func(serve.Sessions) serve.Sessions) (*serve.Daemon, *replyChannel, *Kernel) {
+func serveKernel(tb testing.TB, model string, wrap func(serve.Sessions) serve.Sessions) (*serve.Daemon, *replyChannel, *Kernel) {
 	tb.Helper()
 	dir := tb.TempDir()
 	ws := filepath.Join(dir, "workspace")
 	script := filepath.Join(dir, "model.jsonl")
 	for p, text := range map[string]string{
 		filepath.Join(ws, "SOUL.md"): "# Soul\n",
-		script:                       "{\"turn\": {\"text\": \"hello from the daemon\"}}\n{\"end\": {}}\n",
+		script:                       model,
 		filepath.Join(dir, "config", "fluffy", "config.yaml"): fmt.Sprintf("model: replay/%s\nserve:\n  workspace: %s\n", script, ws),
 	} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -85,11 +88,11 @@ func serveKernel(tb testing.TB, wrap func(serve.Sessions) serve.Sessions) (*serv
 		sessions = wrap(sessions)
 	}
 	d, err := serve.New(serve.Options{Sessions: sessions, Approvals: k.broker, Audit: auditOnDemand{u: u, held: &k.held}, DB: k.db,
-		Workspace: ws, Model: "replay/" + script})
+		Workspace: ws, Model: "replay/" + script, Approvers: []string{"@me"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ch := &replyChannel{sent: make(chan channel.Outbound, 1)}
+	ch := &replyChannel{sent: make(chan channel.Outbound, 1), approvals: make(chan approval.Request, 4)}
 	if err := d.Start(ctx, []channel.Channel{ch}); err != nil {
 		tb.Fatal(err)
 	}
@@ -101,11 +104,14 @@ func serveKernel(tb testing.TB, wrap func(serve.Sessions) serve.Sessions) (*serv
 	return d, ch, k
 }
 
+// hello is a replay model that answers once.
+const hello = "{\"turn\": {\"text\": \"hello from the daemon\"}}\n{\"end\": {}}\n"
+
 // TestDaemonRunsAMessageOnTheKernel: a message becomes a session of the
 // kernel on the assistant workspace, its reply goes back through the
 // channel, and the inbound message is in the audit log.
 func TestDaemonRunsAMessageOnTheKernel(t *testing.T) {
-	d, ch, k := serveKernel(t, nil)
+	d, ch, k := serveKernel(t, hello, nil)
 	ctx := t.Context()
 	id, err := d.Deliver(ctx, channel.Inbound{Conversation: channel.Conversation{Channel: "chat", Principal: "@me"}, Text: "hi"})
 	if err != nil {
@@ -148,7 +154,7 @@ func TestDaemonRunsAMessageOnTheKernel(t *testing.T) {
 // session's start. Reports the median.
 func BenchmarkServeInboundToFirstModelRequest(b *testing.B) {
 	started := make(chan time.Time, 1)
-	d, ch, _ := serveKernel(b, func(s serve.Sessions) serve.Sessions { return firstRequest{Sessions: s, started: started} })
+	d, ch, _ := serveKernel(b, hello, func(s serve.Sessions) serve.Sessions { return firstRequest{Sessions: s, started: started} })
 	var ds []time.Duration
 	for i := 0; b.Loop(); i++ {
 		t0 := time.Now()
@@ -160,4 +166,47 @@ func BenchmarkServeInboundToFirstModelRequest(b *testing.B) {
 	}
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+}
+
+// TestDaemonApprovalGoesToTheChannelAndOneAnswerWins: the kernel's
+// approval request for a daemon session reaches the conversation's
+// channel; a principal who is no approver cannot answer it, the
+// approver's answer decides it, and a second answer is refused as
+// already answered.
+func TestDaemonApprovalGoesToTheChannelAndOneAnswerWins(t *testing.T) {
+	const script = `{"turn": {"text": "Let me run a command.", "tool_calls": [{"id": "x1", "name": "shell.exec", "args": {"command": "echo hello from the sandbox"}}]}}
+{"expect": {"id": "x1", "is_error": true}}
+{"turn": {"text": "Refused; I stop here."}}
+{"end": {}}
+`
+	d, ch, _ := serveKernel(t, script, nil)
+	ctx := t.Context()
+	me := channel.Conversation{Channel: "chat", Principal: "@me"}
+	if _, err := d.Deliver(ctx, channel.Inbound{Conversation: me, Text: "run echo"}); err != nil {
+		t.Fatal(err)
+	}
+	var req approval.Request
+	select {
+	case req = <-ch.approvals:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no approval request reached the channel")
+	}
+	stranger := channel.Conversation{Channel: "chat", Principal: "@stranger"}
+	if err := d.Answer(ctx, channel.Answer{RequestID: req.ID, Text: "/approve", From: stranger}); !errors.Is(err, channel.ErrNotApprover) {
+		t.Fatalf("a stranger's answer: %v, want channel.ErrNotApprover", err)
+	}
+	if err := d.Answer(ctx, channel.Answer{RequestID: req.ID, Text: "/deny not now", From: me}); err != nil {
+		t.Fatalf("the approver's answer: %v", err)
+	}
+	select {
+	case m := <-ch.sent:
+		if m.Text != "Refused; I stop here." {
+			t.Errorf("reply %q", m.Text)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reply after the answer")
+	}
+	if err := d.Answer(ctx, channel.Answer{RequestID: req.ID, Text: "/approve", From: me}); !errors.Is(err, approval.ErrUnknownRequest) {
+		t.Errorf("a second answer: %v, want approval.ErrUnknownRequest", err)
+	}
 }
