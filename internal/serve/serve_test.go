@@ -446,6 +446,37 @@ func TestStopLeavesUntakenMessagesInTheInbox(t *testing.T) {
 	}
 }
 
+// TestStopLetsATurnEndWithinTheGrace: a turn in progress when the daemon
+// stops ends by itself within the grace period, and its reply goes out.
+func TestStopLetsATurnEndWithinTheGrace(t *testing.T) {
+	f := newFixture(t)
+	f.ss.hold = make(chan struct{})
+	f.ss.reply = "finished"
+	chat := &fakeChannel{name: "chat"}
+	d := f.start(t, nil, Options{}, chat)
+	if _, err := d.Deliver(t.Context(), inbound("chat", "@me", "a")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the turn", func() bool { return len(f.ss.runList()) == 1 })
+	stopped := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		d.Stop(ctx)
+		close(stopped)
+	}()
+	waitFor(t, "the daemon stopping", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.stopping
+	})
+	close(f.ss.hold)
+	recv(t, stopped)
+	if got := chat.sentTexts(); len(got) != 1 || got[0] != "finished" {
+		t.Errorf("replies %q, want the turn's own", got)
+	}
+}
+
 // TestAMessageTheSessionTookLeavesTheInbox: once the session's turn
 // started (the kernel saved the message), a stop does not deliver it
 // again: the interrupted session is resumed instead.
