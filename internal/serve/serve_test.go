@@ -697,3 +697,51 @@ func TestRefusalsAreRecorded(t *testing.T) {
 		t.Errorf("channel.refused %+v", e)
 	}
 }
+
+// hookChannel is an HTTP channel: each POST delivers its body.
+type hookChannel struct{ fakeChannel }
+
+func (h *hookChannel) Pattern() string { return "POST /hooks/" + h.name }
+func (h *hookChannel) Handler(sink channel.Sink) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		in := inbound(h.name, "hook:"+h.name, string(b))
+		in.Untrusted = true
+		id, err := sink.Deliver(r.Context(), in)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintln(w, id)
+	})
+}
+
+func TestHTTPChannelsAreMountedAtTheirPattern(t *testing.T) {
+	f := newFixture(t)
+	f.ss.finished = make(chan string, 1)
+	hook := &hookChannel{fakeChannel{name: "github"}}
+	d := f.start(t, nil, Options{}, hook, &fakeChannel{name: "chat"})
+	mux := http.NewServeMux()
+	d.Mount(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	res, err := http.Post(srv.URL+"/hooks/github", "application/json", strings.NewReader(`{"ref":"main"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted || !strings.HasPrefix(string(body), "s") {
+		t.Fatalf("POST /hooks/github: %d %q", res.StatusCode, body)
+	}
+	recv(t, f.ss.finished)
+	res, err = http.Get(srv.URL + "/hooks/github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /hooks/github: %d, want 405 (the pattern's method)", res.StatusCode)
+	}
+}
