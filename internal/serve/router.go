@@ -279,7 +279,10 @@ func (d *Daemon) turn(session string, it item) {
 func (d *Daemon) reply(session string, conv channel.Conversation, res kernel.RunResult) {
 	text := res.Text
 	if res.Fault != nil {
-		text = fmt.Sprintf("The session stopped: %s", res.Fault.Message)
+		// The fault's message may name host paths: it stays in the
+		// daemon's log and the session, not in a chat.
+		text = fmt.Sprintf("Session %s stopped on a %s fault; 'fluffy session ls' on the daemon's host says more.", session, res.Fault.Class)
+		d.log.Warn("session fault", "session", session, "class", res.Fault.Class, "message", res.Fault.Message)
 	}
 	if text == "" {
 		return

@@ -38,6 +38,7 @@ type fakeSessions struct {
 	hold     chan struct{} // when set, each run waits for it after its turn started
 	events   func(id string, on func(kernel.Event))
 	reply    string
+	fault    *kernel.Fault
 	finished chan string // each run's "id:message" once it ended
 }
 
@@ -100,6 +101,9 @@ func (f *fakeSessions) RunMessage(ctx context.Context, id, message string, on fu
 	}
 	if events != nil {
 		events(id, on)
+	}
+	if f.fault != nil {
+		return kernel.RunResult{Session: id, Status: kernel.StatusFailed, Reason: "fault", Fault: f.fault}, nil
 	}
 	return kernel.RunResult{Session: id, Status: kernel.StatusPaused, Reason: "done", Text: f.reply}, nil
 }
@@ -743,5 +747,23 @@ func TestHTTPChannelsAreMountedAtTheirPattern(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /hooks/github: %d, want 405 (the pattern's method)", res.StatusCode)
+	}
+}
+
+// TestAFaultIsToldWithoutItsDetails: a session's fault reaches the chat
+// as its class only; its message (host paths) stays on the host.
+func TestAFaultIsToldWithoutItsDetails(t *testing.T) {
+	f := newFixture(t)
+	f.ss.fault = &kernel.Fault{Class: kernel.FaultRuntime, Message: "open /home/me/.local/share/fluffy/changesets/x: permission denied"}
+	chat := &fakeChannel{name: "chat"}
+	d := f.start(t, nil, Options{}, chat)
+	id, err := d.Deliver(t.Context(), inbound("chat", "@me", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reply", func() bool { return len(chat.sentTexts()) == 1 })
+	got := chat.sentTexts()[0]
+	if strings.Contains(got, "/home/me") || !strings.Contains(got, id) || !strings.Contains(got, "runtime fault") {
+		t.Errorf("reply %q", got)
 	}
 }
