@@ -57,6 +57,10 @@ type CreateParams struct {
 	Workspace string `json:"workspace"` // absolute path of the repository
 	Task      string `json:"task"`
 	Model     string `json:"model"`
+	// Kind is "coding" (default: a person's session over a project) or
+	// "assistant" (a session the assistant daemon started for a
+	// conversation, on its workspace).
+	Kind string `json:"kind,omitempty"`
 }
 
 // state is the persisted part of a session's run: the conversation and
@@ -85,6 +89,13 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	if p.Model == "" {
 		return Info{}, errors.New("kernel: a session needs a model")
 	}
+	switch p.Kind {
+	case "":
+		p.Kind = "coding"
+	case "coding", "assistant":
+	default:
+		return Info{}, fmt.Errorf("kernel: unknown session kind %q", p.Kind)
+	}
 	id, err := newID()
 	if err != nil {
 		return Info{}, err
@@ -99,7 +110,7 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	}
 	now := k.o.Now()
 	if _, err := k.o.DB.ExecContext(ctx, `INSERT INTO sessions (id, created_at, updated_at, kind, workspace, model, status, task, changeset, state)
-		VALUES (?, ?, ?, 'coding', ?, ?, 'paused', ?, ?, ?)`, id, now.UnixNano(), now.UnixNano(), p.Workspace, p.Model, p.Task, dir, string(st)); err != nil {
+		VALUES (?, ?, ?, ?, ?, ?, 'paused', ?, ?, ?)`, id, now.UnixNano(), now.UnixNano(), p.Kind, p.Workspace, p.Model, p.Task, dir, string(st)); err != nil {
 		return Info{}, fmt.Errorf("kernel: store session: %w", err)
 	}
 	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionCreate, Actor: "kernel", Payload: audit.SessionCreate{

@@ -99,7 +99,7 @@ func (d *Daemon) session(ctx context.Context, c channel.Conversation, task strin
 			return "", false, err
 		}
 	}
-	info, err := d.o.Sessions.Create(ctx, kernel.CreateParams{Workspace: d.o.Workspace, Task: task, Model: d.o.Model})
+	info, err := d.o.Sessions.Create(ctx, kernel.CreateParams{Workspace: d.o.Workspace, Task: task, Model: d.o.Model, Kind: "assistant"})
 	if err != nil {
 		return "", false, fmt.Errorf("serve: start a session for %s: %w", describe(c), err)
 	}

@@ -309,7 +309,7 @@ func TestDeliverCreatesThenContinuesTheConversationsSession(t *testing.T) {
 	}
 	// The first message is the new session's task (run with no extra
 	// message); the second is the next turn.
-	if got := f.ss.created[0]; got.Task != "first" || got.Workspace != "/ws" || got.Model != "replay/test" {
+	if got := f.ss.created[0]; got.Task != "first" || got.Workspace != "/ws" || got.Model != "replay/test" || got.Kind != "assistant" {
 		t.Errorf("created %+v", got)
 	}
 	runs := f.ss.runList()

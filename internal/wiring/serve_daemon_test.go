@@ -132,6 +132,10 @@ func TestDaemonRunsAMessageOnTheKernel(t *testing.T) {
 	if filepath.Base(info.Workspace) != "workspace" || info.Task != "hi" {
 		t.Errorf("session %+v: want the assistant workspace and the message as its task", info)
 	}
+	var kind string
+	if err := k.db.QueryRowContext(ctx, `SELECT kind FROM sessions WHERE id = ?`, id).Scan(&kind); err != nil || kind != "assistant" {
+		t.Errorf("session kind %q (%v), want assistant", kind, err)
+	}
 	var kinds []string
 	rows, err := k.db.QueryContext(ctx, `SELECT session FROM conversations WHERE channel = 'chat' AND principal = '@me'`)
 	if err != nil {
