@@ -36,7 +36,7 @@ func (d *Daemon) routeApproval(ctx context.Context, own channel.Conversation, re
 	d.requests[req.ID] = approvalTarget{session: req.Session, conv: own}
 	d.mu.Unlock()
 	targets := []channel.Conversation{own}
-	if r, ok := d.o.Reports[own.Channel]; ok {
+	if r, ok := d.report(own); ok {
 		targets = append(targets, r)
 	}
 	targets = append(targets, d.o.ApprovalRoute...)

@@ -287,13 +287,17 @@ func (d *Daemon) reply(session string, conv channel.Conversation, res kernel.Run
 	if text == "" {
 		return
 	}
+	if d.o.Quiet != nil && res.Fault == nil && d.o.Quiet(conv, text) {
+		d.log.Info("nothing to report", "session", session, "channel", conv.Channel, "room", conv.Room)
+		return
+	}
 	// The reply goes out even while the daemon stops: the turn is done.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), 30*time.Second)
 	defer cancel()
 	msg := channel.Outbound{Session: session, Text: text}
 	err := d.send(ctx, conv, msg)
 	if errors.Is(err, channel.ErrCannotSend) {
-		if r, ok := d.o.Reports[conv.Channel]; ok {
+		if r, ok := d.report(conv); ok {
 			err = d.send(ctx, r, msg)
 		}
 	}
@@ -314,6 +318,17 @@ func (d *Daemon) channel(name string) channel.Channel {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.channels[name]
+}
+
+// report is where conv's session reports when its own channel cannot
+// carry a message: the route of its room ("cron/JOB"), else of its
+// channel (a hook).
+func (d *Daemon) report(conv channel.Conversation) (channel.Conversation, bool) {
+	if r, ok := d.o.Reports[conv.Channel+"/"+conv.Room]; ok && conv.Room != "" {
+		return r, true
+	}
+	r, ok := d.o.Reports[conv.Channel]
+	return r, ok
 }
 
 // describe names a conversation in messages.

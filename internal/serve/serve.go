@@ -64,9 +64,15 @@ type Options struct {
 	// Approvers are the principals whose answer resolves a request
 	// (approval.approvers); nobody else's does.
 	Approvers []string
-	// Reports maps a channel that cannot send (a webhook) to where its
-	// sessions report instead (the hook's or the job's report route).
+	// Reports maps a conversation that cannot be answered on its own
+	// channel (a webhook's, a schedule's) to where its session reports
+	// instead: keyed "channel/room" (a cron job: "cron/JOB"), else
+	// "channel" (a hook's name).
 	Reports map[string]channel.Conversation
+	// Quiet reports whether a reply says there is nothing to report (a
+	// heartbeat's "nothing needs you"): such a reply is sent to no one.
+	// nil: every reply is sent.
+	Quiet func(conv channel.Conversation, text string) bool
 	// Backoff is the first wait before a failed channel is restarted
 	// (default 1s); it doubles up to MaxBackoff (default 1m) and starts
 	// over once a channel ran for MaxBackoff.

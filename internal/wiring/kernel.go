@@ -39,7 +39,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	}
 	if o.Serve {
 		// What is missing is said before anything starts.
-		if _, _, err := servePreflight(u, &l.Config, log); err != nil {
+		if _, err := servePreflight(u, l); err != nil {
 			return err
 		}
 	}
@@ -67,7 +67,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	defer k.Stop()
 	var front *serveFront
 	if o.Serve {
-		if front, err = startServe(ctx, u, k, log); err != nil {
+		if front, err = startServe(ctx, u, k, mux, log); err != nil {
 			_ = ln.Close()
 			return err
 		}

@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/channel"
+	"github.com/fluffy-agent/fluffy/internal/channel/cron"
+	"github.com/fluffy-agent/fluffy/internal/channel/webhook"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/serve"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -32,19 +35,96 @@ type channelDeps struct {
 	// attachments, history): each channel gets state/<name>.
 	state string
 	now   func() time.Time
+	// home is the person's home directory (serve.workspace's "~").
+	home string
+	// env resolves a webhook's env: secret.
+	env func(string) (string, bool)
 }
 
 // serveChannels builds the channels the serve: section configures, in a
-// stable order. Each channel package's constructor is called here, and
-// only here (internal/channel/<name>: New(cfg, Options)); checkServe runs
-// their configuration checks.
-func serveChannels(_ *config.Config, _ channelDeps) ([]channel.Channel, error) {
-	return nil, nil
+// stable order: the webhooks (serve.webhooks), then the schedule
+// (serve.cron and the heartbeat). Each channel package's constructor is
+// called here, and only here; channelChecks runs their configuration
+// checks. On error, the channels built so far are closed.
+func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, err error) {
+	c := &l.Config
+	defer func() {
+		if err != nil {
+			closeChannels(chans)
+			chans = nil
+		}
+	}()
+	for _, h := range c.Serve.Webhooks {
+		dir := ""
+		if d.state != "" {
+			dir = filepath.Join(d.state, "hooks", h.Name)
+		}
+		hook, err := webhook.New(h, webhook.Options{Logger: d.log.With("channel", h.Name), StateDir: dir, Now: d.now, LookupEnv: d.env})
+		if err != nil {
+			return chans, fmt.Errorf("serve.webhooks %q: %w", h.Name, err)
+		}
+		chans = append(chans, hook)
+	}
+	if cc := cron.ConfigFrom(l, d.home); wantCron(cc) {
+		dir := ""
+		if d.state != "" {
+			dir = filepath.Join(d.state, cron.Name)
+		}
+		cr, err := cron.New(cc, cron.Options{Logger: d.log.With("channel", cron.Name), StateDir: dir, Now: d.now})
+		if err != nil {
+			return chans, err
+		}
+		chans = append(chans, cr)
+	}
+	return chans, nil
+}
+
+// wantCron reports whether the schedule channel has work: a job, or a
+// heartbeat with somewhere to report (a heartbeat reporting to no one
+// would spend model calls on answers nobody reads).
+func wantCron(cc cron.Config) bool {
+	return len(cc.Jobs) > 0 || cc.Heartbeat > 0 && cc.HeartbeatReport.Channel != ""
+}
+
+// closeChannels releases what channels hold outside their Run (a
+// webhook's nonce store).
+func closeChannels(chans []channel.Channel) {
+	for _, c := range chans {
+		if cl, ok := c.(interface{ Close() error }); ok {
+			_ = cl.Close()
+		}
+	}
 }
 
 // channelChecks are the channel packages' configuration checks (their
 // Check functions), for "fluffy serve --check".
-func channelChecks(_ *config.Config) []error { return nil }
+func channelChecks(l *config.Loaded, home string, env func(string) (string, bool)) []error {
+	errs := webhook.Check(l.Config.Serve.Webhooks, l.Origins["serve.webhooks"], env)
+	if cc := cron.ConfigFrom(l, home); wantCron(cc) || len(cc.Jobs) > 0 {
+		errs = append(errs, cron.Check(cc)...)
+	}
+	return errs
+}
+
+// serveReports is where each conversation that cannot be answered on its
+// own channel reports: a webhook's report route by the hook's name, a
+// cron job's by "cron/JOB", the heartbeat's by "cron/heartbeat".
+func serveReports(c *config.Config) map[string]channel.Conversation {
+	reports := map[string]channel.Conversation{}
+	add := func(key string, r config.Route) {
+		if r.Channel != "" {
+			reports[key] = channel.Conversation{Channel: r.Channel, Room: r.Room}
+		}
+	}
+	for _, h := range c.Serve.Webhooks {
+		add(h.Name, h.Report)
+	}
+	for _, j := range c.Serve.Cron {
+		add(cron.Name+"/"+j.Name, j.Report)
+	}
+	add(cron.Name+"/"+cron.HeartbeatJob, c.Serve.HeartbeatReport)
+	return reports
+}
 
 // assistantWorkspace is serve.workspace with a leading ~ expanded;
 // default ~/.fluffy/workspace.
@@ -85,7 +165,8 @@ func CheckServe(u *userenv.Env) []error {
 	}
 	c := &l.Config
 	var errs []error
-	if _, _, err := servePreflight(u, c, slog.New(slog.DiscardHandler)); err != nil {
+	chans, err := servePreflight(u, l)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, a := range []struct{ key, addr string }{{"serve.health", c.Serve.Health}, {"serve.listen", c.Serve.Listen}} {
@@ -96,14 +177,11 @@ func CheckServe(u *userenv.Env) []error {
 			errs = append(errs, located(l, a.key, fmt.Errorf("%s: %w", a.key, err)))
 		}
 	}
-	errs = append(errs, channelChecks(c)...)
-	chans, err := serveChannels(c, channelDeps{log: slog.New(slog.DiscardHandler), now: time.Now})
-	if err != nil {
-		errs = append(errs, err)
-	}
+	home, _ := u.Getenv("HOME")
+	errs = append(errs, channelChecks(l, home, u.Getenv)...)
 	names := map[string]bool{}
-	for _, ch := range chans {
-		names[ch.Name()] = true
+	for _, n := range chans {
+		names[n] = true
 	}
 	routes := []struct {
 		key string
@@ -194,6 +272,7 @@ type serveFront struct {
 	listen   string
 	health   string
 	servers  []*http.Server
+	chans    []channel.Channel
 	stopOnce sync.Once
 }
 
@@ -201,40 +280,60 @@ type serveFront struct {
 // the channels under supervision, the serve.listen HTTP server (the HTTP
 // channels) and the serve.health endpoints. A listener that cannot be
 // opened stops the start.
-func startServe(ctx context.Context, u *userenv.Env, k *Kernel, log *slog.Logger) (*serveFront, error) {
+func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, log *slog.Logger) (*serveFront, error) {
 	l, err := u.Config()
 	if err != nil {
 		return nil, err
 	}
 	c := &l.Config
-	ws, chans, err := servePreflight(u, c, log)
+	ws, err := assistantWorkspace(u, c)
 	if err != nil {
 		return nil, err
 	}
-	reports := map[string]channel.Conversation{}
-	for _, h := range c.Serve.Webhooks {
-		if h.Report.Channel != "" {
-			reports[h.Name] = channel.Conversation{Channel: h.Report.Channel, Room: h.Report.Room}
+	if _, err := servePreflight(u, l); err != nil {
+		return nil, err
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		return nil, err
+	}
+	home, _ := u.Getenv("HOME")
+	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv})
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range chans {
+		if r, ok := ch.(interface{ Register(*ipc.Mux) error }); ok {
+			if err := r.Register(mux); err != nil {
+				closeChannels(chans)
+				return nil, err
+			}
 		}
 	}
+	reports := serveReports(c)
 	var route []channel.Conversation
 	for _, r := range c.Approval.Route {
 		route = append(route, channel.Conversation{Channel: r.Channel, Room: r.Room})
 	}
 	dm, err := serve.New(serve.Options{Sessions: k.sessions, Approvals: k.broker, Audit: auditOnDemand{u: u, held: &k.held}, DB: k.db,
 		Workspace: ws, Model: c.Model, ApprovalRoute: route, Approvers: c.Approval.Approvers, Reports: reports,
+		Quiet: func(conv channel.Conversation, text string) bool {
+			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
+		},
 		Logger: log.With("subsystem", "serve")})
 	if err != nil {
+		closeChannels(chans)
 		return nil, err
 	}
-	f := &serveFront{d: dm, log: log, grace: c.Serve.Grace.Std(), listen: c.Serve.Listen, health: c.Serve.Health}
+	f := &serveFront{d: dm, log: log, grace: c.Serve.Grace.Std(), listen: c.Serve.Listen, health: c.Serve.Health, chans: chans}
 	if err := dm.Start(ctx, chans); err != nil {
+		closeChannels(chans)
 		return nil, err
 	}
 	if c.Serve.Listen != "" {
-		mux := http.NewServeMux()
-		dm.Mount(mux)
-		if err := f.serveHTTP(c.Serve.Listen, mux); err != nil {
+		hmux := http.NewServeMux()
+		dm.Mount(hmux)
+		if err := f.serveHTTP(c.Serve.Listen, hmux); err != nil {
 			f.stop()
 			return nil, fmt.Errorf("serve.listen: %w", err)
 		}
@@ -252,30 +351,33 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, log *slog.Logger
 // servePreflight is what "fluffy serve" needs before it starts anything:
 // the assistant workspace, a model, and something to serve (a channel or
 // the health endpoint); ErrNothingToServe says what is missing and how to
-// start. It returns the workspace and the configured channels.
-func servePreflight(u *userenv.Env, c *config.Config, log *slog.Logger) (string, []channel.Channel, error) {
+// start. It returns the names of the channels the configuration asks
+// for (none is built: "fluffy serve --check" runs it beside a daemon
+// that holds their state).
+func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
+	c := &l.Config
 	ws, err := assistantWorkspace(u, c)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		return "", nil, fmt.Errorf("%w: the assistant workspace %s does not exist; create it with 'fluffy serve init' (or set serve.workspace)", ErrNothingToServe, ws)
+		return nil, fmt.Errorf("%w: the assistant workspace %s does not exist; create it with 'fluffy serve init' (or set serve.workspace)", ErrNothingToServe, ws)
 	}
 	if c.Model == "" {
-		return "", nil, fmt.Errorf("%w: no model is configured; set model: provider/name (fluffy models lists them)", ErrNothingToServe)
+		return nil, fmt.Errorf("%w: no model is configured; set model: provider/name (fluffy models lists them)", ErrNothingToServe)
 	}
-	d, err := u.DataDir()
-	if err != nil {
-		return "", nil, err
+	var names []string
+	for _, h := range c.Serve.Webhooks {
+		names = append(names, h.Name)
 	}
-	chans, err := serveChannels(c, channelDeps{log: log, state: d.Path("serve"), now: time.Now})
-	if err != nil {
-		return "", nil, err
+	home, _ := u.Getenv("HOME")
+	if wantCron(cron.ConfigFrom(l, home)) {
+		names = append(names, cron.Name)
 	}
-	if len(chans) == 0 && c.Serve.Health == "" {
-		return "", nil, fmt.Errorf("%w: no channel (serve.webhooks, serve.email, serve.cron) and no health endpoint (serve.health) is configured; 'fluffy serve init' prints a commented serve: section to start from", ErrNothingToServe)
+	if len(names) == 0 && c.Serve.Health == "" {
+		return nil, fmt.Errorf("%w: no channel (serve.webhooks, serve.email, serve.cron, or serve.heartbeat with serve.heartbeat_report) and no health endpoint (serve.health) is configured; 'fluffy serve init' prints a commented serve: section to start from", ErrNothingToServe)
 	}
-	return ws, chans, nil
+	return names, nil
 }
 
 // serveHTTP serves h on addr (host:port, or unix:/path: a stale socket
@@ -331,5 +433,6 @@ func (f *serveFront) stop() {
 			scancel()
 		}
 		f.d.Stop(ctx)
+		closeChannels(f.chans)
 	})
 }
