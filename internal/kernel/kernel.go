@@ -80,6 +80,10 @@ type Env struct {
 	// TDD is the session's TDD machine (nil when Options.TDD is nil).
 	TDD   *tdd.Session
 	Audit AuditLog
+	// Provenance says whether the session has read untrusted data and
+	// records a tool result that makes it so; the tool router puts it
+	// into every operation (docs/provenance.md).
+	Provenance *Provenance
 }
 
 // AuditLog is the audit log as the kernel uses it (*audit.Log implements
@@ -152,6 +156,7 @@ type Kernel struct {
 // run is a session's run in progress.
 type run struct {
 	em     *emitter
+	prov   *Provenance // set once the run has read the session's provenance
 	cancel context.CancelFunc
 	done   chan struct{}
 }
