@@ -149,6 +149,7 @@ type Kernel struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	running map[string]*run // by session id
+	markMu  sync.Mutex      // one MarkUntrusted at a time (provenance.go)
 	started time.Time
 	lock    *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,7 +31,8 @@ const (
 // resume) and audited as session.untrusted, durable before MarkUntrusted
 // returns; a session is never cleared, and later marks change nothing.
 // It reports whether this call marked the session. ErrNotFound: no such
-// session.
+// session. Any other error means the mark may not be stored: the daemon
+// must not run the session on the message then.
 func (k *Kernel) MarkUntrusted(ctx context.Context, id, source string) (bool, error) {
 	return k.markUntrusted(ctx, id, audit.SessionUntrusted{Cause: TaintInbound, Source: source})
 }
@@ -39,19 +41,29 @@ func (k *Kernel) markUntrusted(ctx context.Context, id string, t audit.SessionUn
 	if t.Source == "" {
 		t.Source = t.Cause
 	}
-	res, err := k.o.DB.ExecContext(ctx, `UPDATE sessions SET untrusted = ? WHERE id = ? AND untrusted = ''`, t.Source, id)
-	if err != nil {
+	// One mark at a time, audited before it is stored: a stored taint
+	// always has its entry, and a failure leaves the session to be
+	// marked (and audited) again by the next attempt.
+	k.markMu.Lock()
+	defer k.markMu.Unlock()
+	var cur string
+	err := k.o.DB.QueryRowContext(ctx, `SELECT untrusted FROM sessions WHERE id = ?`, id).Scan(&cur)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case err != nil:
 		return false, fmt.Errorf("kernel: mark session %s untrusted: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("kernel: mark session %s untrusted: %w", id, err)
-	}
-	if n == 0 {
-		if _, err := k.Get(ctx, id); err != nil {
-			return false, err
-		}
+	case cur != "":
 		return false, nil
+	}
+	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionUntrusted, Actor: "kernel", Payload: t}); err != nil {
+		return false, fmt.Errorf("kernel: audit session.untrusted: %w", err)
+	}
+	if err := k.o.Audit.Flush(ctx); err != nil {
+		return false, fmt.Errorf("kernel: audit session.untrusted: %w", err)
+	}
+	if _, err := k.o.DB.ExecContext(ctx, `UPDATE sessions SET untrusted = ? WHERE id = ? AND untrusted = ''`, t.Source, id); err != nil {
+		return false, fmt.Errorf("kernel: mark session %s untrusted: %w", id, err)
 	}
 	// A run registers its Provenance before it reads the stored mark
 	// (runProvenance): it either read this mark or is found here.
@@ -60,12 +72,6 @@ func (k *Kernel) markUntrusted(ctx context.Context, id string, t audit.SessionUn
 		r.prov.set(t.Source)
 	}
 	k.mu.Unlock()
-	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionUntrusted, Actor: "kernel", Payload: t}); err != nil {
-		return true, fmt.Errorf("kernel: audit session.untrusted: %w", err)
-	}
-	if err := k.o.Audit.Flush(ctx); err != nil {
-		return true, fmt.Errorf("kernel: audit session.untrusted: %w", err)
-	}
 	k.log.Info("session marked untrusted", "session", id, "cause", t.Cause, "source", t.Source)
 	return true, nil
 }

@@ -167,3 +167,47 @@ func TestProvenanceMarkedByTool(t *testing.T) {
 		t.Errorf("source %q", got[0].Source)
 	}
 }
+
+// refusingAudit fails to append session.untrusted while refuse is set.
+type refusingAudit struct {
+	kernel.AuditLog
+	refuse bool
+}
+
+func (a *refusingAudit) Append(ctx context.Context, en audit.Entry) (uint64, error) {
+	if a.refuse && en.Kind == audit.KindSessionUntrusted {
+		return 0, errors.New("disk full")
+	}
+	return a.AuditLog.Append(ctx, en)
+}
+
+// TestMarkUntrustedNotStoredUnaudited: a mark the audit log cannot record
+// is not stored either, so the next attempt marks and audits it.
+func TestMarkUntrustedNotStoredUnaudited(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	al := &refusingAudit{AuditLog: e.audit, refuse: true}
+	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: al, DataDir: e.dir, Models: scriptModels(writeScript),
+		Tools: func(context.Context, kernel.Env) (agent.Tools, error) { return kernel.NoTools{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "read the mail", Model: "replay/test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.MarkUntrusted(ctx, info.ID, "email from a@example.com"); err == nil {
+		t.Fatal("a mark the audit log refused succeeded")
+	}
+	if got, _ := k.Get(ctx, info.ID); got.Untrusted != "" {
+		t.Fatalf("an unaudited mark was stored: %q", got.Untrusted)
+	}
+	al.refuse = false
+	if marked, err := k.MarkUntrusted(ctx, info.ID, "email from a@example.com"); err != nil || !marked {
+		t.Fatalf("second attempt: %v %v", marked, err)
+	}
+	if got := untrustedEntries(t, e); len(got) != 1 {
+		t.Errorf("session.untrusted entries: %+v, want one", got)
+	}
+}
