@@ -168,4 +168,19 @@ func TestUntrustedWithoutProvenance(t *testing.T) {
 	if !res.IsError || e.asked != 1 || !strings.Contains(e.requests[0].Summary, "tool web.fetch") {
 		t.Errorf("SOUL.md after an untrusted read: asked %d: %s", e.asked, res.Content)
 	}
+	// A plan the model writes is shown with the taint too, and its steps
+	// are judged as the session's.
+	_, err = e.r.Call(ctx, tc("request_approval", map[string]any{"summary": "tidy the skills",
+		"steps": []any{map[string]any{"tool": "fs.write", "args": map[string]any{"path": "skills/x/SKILL.md", "content": "x"}, "note": "harmless"}}}))
+	must(t, err)
+	if e.asked != 2 {
+		t.Fatalf("the plan was not asked: %d", e.asked)
+	}
+	plan := e.requests[1]
+	if plan.Summary != "tidy the skills (this session has read untrusted data: tool web.fetch)" {
+		t.Errorf("plan summary %q", plan.Summary)
+	}
+	if len(plan.Items) != 1 || !plan.Items[0].Op.Session.Untrusted || plan.Items[0].Eval.Rule != "default.untrusted-skills" {
+		t.Errorf("plan step: %+v", plan.Items)
+	}
 }
