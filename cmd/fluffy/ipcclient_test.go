@@ -26,11 +26,20 @@ func init() { scriptCmds["ipc-session"] = ipcSession }
 // the last ANSWER all that follow. An argument --cp=SRC,DST before an
 // ANSWER copies the file SRC to DST before that answer is given (to
 // change a file while the session waits). It prints one line per tool
-// result ("result ID DECISION: CONTENT") and approval ("approval ID"),
-// then "done REASON".
+// result ("result ID DECISION: CONTENT"), for each approval its id
+// ("approval ID"), summary ("summary TEXT") and steps' notes ("note N
+// TEXT"), then "done REASON". With --untrusted=SOURCE first, the session is
+// marked as having read untrusted data (session.mark_untrusted) before
+// it runs, as the assistant daemon marks one fed a webhook payload.
 func ipcSession(ts *testscript.TestScript, neg bool, args []string) {
+	var untrusted string
+	if len(args) > 0 {
+		if src, ok := strings.CutPrefix(args[0], "--untrusted="); ok {
+			untrusted, args = src, args[1:]
+		}
+	}
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: ipc-session MODEL TASK [--cp=SRC,DST]... ANSWER...")
+		ts.Fatalf("usage: ipc-session [--untrusted=SOURCE] MODEL TASK [--cp=SRC,DST]... ANSWER...")
 	}
 	type answer struct {
 		copies [][2]string
@@ -65,6 +74,9 @@ func ipcSession(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	var info kernel.Info
 	ts.Check(c.Call(ctx, kernel.MethodCreate, kernel.CreateParams{Workspace: ts.MkAbs("."), Task: args[1], Model: model}, &info))
+	if untrusted != "" {
+		ts.Check(c.Call(ctx, kernel.MethodMarkUntrusted, kernel.MarkUntrustedParams{ID: info.ID, Source: untrusted}, nil))
+	}
 	ts.Check(c.Subscribe(ctx, kernel.Topic(info.ID)))
 	done := make(chan error, 1)
 	go func() { done <- c.Call(ctx, kernel.MethodRun, kernel.IDParams{ID: info.ID}, nil) }()
@@ -80,6 +92,10 @@ func ipcSession(ts *testscript.TestScript, neg bool, args []string) {
 			switch {
 			case e.Type == kernel.TypeApproval && e.Approval != nil:
 				fmt.Fprintf(out, "approval %s\n", e.Approval.ID)
+				fmt.Fprintf(out, "summary %s\n", e.Approval.Summary)
+				for _, it := range e.Approval.Items {
+					fmt.Fprintf(out, "note %d %s\n", it.N, it.Note)
+				}
 				a := answers[0]
 				if len(answers) > 1 {
 					answers = answers[1:]

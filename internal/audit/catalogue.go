@@ -51,6 +51,7 @@ const (
 	KindSessionCreate      Kind = "session.create"
 	KindSessionClose       Kind = "session.close"
 	KindSessionRemove      Kind = "session.rm"
+	KindSessionUntrusted   Kind = "session.untrusted"
 	KindTDDMode            Kind = "tdd.mode"
 	KindTDDFinish          Kind = "tdd.finish"
 	KindChangesetApply     Kind = "changeset.apply"
@@ -104,7 +105,7 @@ func Catalogue() []Payload {
 		ExecStart{}, ExecEnd{},
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
-		SessionCreate{}, SessionClose{}, SessionRemove{}, TDDMode{}, TDDFinish{},
+		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
 		AuditPrune{}, UserNote{},
@@ -627,6 +628,18 @@ type SessionRemove struct {
 	Discarded bool   `json:"discarded"`
 }
 
+// SessionUntrusted (session.untrusted) is a session marked as having read
+// untrusted data, once, by what first made it so: Cause is "inbound" (a
+// message no principal wrote was delivered to it) or "tool" (the result
+// of a tool whose output is untrusted, Tool and Call); Source says what
+// the data was ("webhook github push").
+type SessionUntrusted struct {
+	Cause  string `json:"cause"`
+	Source string `json:"source"`
+	Tool   string `json:"tool,omitempty"`
+	Call   string `json:"call,omitempty"`
+}
+
 // TDDMode (tdd.mode) is a person switching a session's TDD mode.
 type TDDMode struct {
 	From     string   `json:"from"`
@@ -713,6 +726,7 @@ func (KernelStop) Kind() Kind         { return KindKernelStop }
 func (IPCRefused) Kind() Kind         { return KindIPCRefused }
 func (SessionCreate) Kind() Kind      { return KindSessionCreate }
 func (SessionClose) Kind() Kind       { return KindSessionClose }
+func (SessionUntrusted) Kind() Kind   { return KindSessionUntrusted }
 func (SessionRemove) Kind() Kind      { return KindSessionRemove }
 func (TDDMode) Kind() Kind            { return KindTDDMode }
 func (TDDFinish) Kind() Kind          { return KindTDDFinish }

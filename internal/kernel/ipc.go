@@ -24,7 +24,22 @@ const (
 	MethodClose  = "session.close"  // CloseParams → CloseResult
 	// MethodApprove answers an approval request (ApproveParams → {}).
 	MethodApprove = "session.approve"
+	// MethodMarkUntrusted marks a session as having read untrusted data
+	// (MarkUntrustedParams → {"marked": bool}), as MarkUntrusted does for
+	// a daemon in the kernel's process. It only ever tightens what the
+	// session may do.
+	MethodMarkUntrusted = "session.mark_untrusted"
 )
+
+// MarkUntrustedParams name a session and what it read: Source, 1 to
+// maxTaintSource bytes, is shown to the person in approval requests.
+type MarkUntrustedParams struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+}
+
+// maxTaintSource bounds a taint's source label.
+const maxTaintSource = 1024
 
 // ApproveParams answer an approval request in the approval language
 // ("/approve", "/deny 2 too broad"; see approval.Help).
@@ -126,6 +141,17 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 				return nil, ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
 			}
 			return struct{}{}, nil
+		},
+		MethodMarkUntrusted: func(ctx context.Context, r *ipc.Request) (any, error) {
+			var p MarkUntrustedParams
+			if err := r.Bind(&p); err != nil {
+				return nil, err
+			}
+			if p.Source == "" || len(p.Source) > maxTaintSource {
+				return nil, ipc.Errorf(ipc.CodeInvalidParams, "source: 1 to %d bytes saying what the session read", maxTaintSource)
+			}
+			marked, err := k.MarkUntrusted(ctx, p.ID, p.Source)
+			return map[string]bool{"marked": marked}, wireError(err)
 		},
 		MethodClose: func(ctx context.Context, r *ipc.Request) (any, error) {
 			var p CloseParams

@@ -80,6 +80,10 @@ type Env struct {
 	// TDD is the session's TDD machine (nil when Options.TDD is nil).
 	TDD   *tdd.Session
 	Audit AuditLog
+	// Provenance says whether the session has read untrusted data and
+	// records a tool result that makes it so; the tool router puts it
+	// into every operation (docs/provenance.md).
+	Provenance *Provenance
 }
 
 // AuditLog is the audit log as the kernel uses it (*audit.Log implements
@@ -145,6 +149,7 @@ type Kernel struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	running map[string]*run // by session id
+	markMu  sync.Mutex      // one MarkUntrusted at a time (provenance.go)
 	started time.Time
 	lock    *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
 }
@@ -152,6 +157,7 @@ type Kernel struct {
 // run is a session's run in progress.
 type run struct {
 	em     *emitter
+	prov   *Provenance // set once the run has read the session's provenance
 	cancel context.CancelFunc
 	done   chan struct{}
 }

@@ -576,4 +576,18 @@ func TestIPC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.ws, "hello.go")); !os.IsNotExist(err) {
 		t.Errorf("discarded change reached the workspace: %v", err)
 	}
+	// A mark needs a source the person can be shown, of bounded size.
+	for _, src := range []string{"", strings.Repeat("x", 1025)} {
+		err = c.Call(ctx, kernel.MethodMarkUntrusted, kernel.MarkUntrustedParams{ID: info.ID, Source: src}, nil)
+		if !errors.As(err, &ie) || ie.Code != ipc.CodeInvalidParams {
+			t.Errorf("mark with a %d-byte source: %v", len(src), err)
+		}
+	}
+	var marked map[string]bool
+	if err := c.Call(ctx, kernel.MethodMarkUntrusted, kernel.MarkUntrustedParams{ID: info.ID, Source: "email from a@example.com"}, &marked); err != nil || !marked["marked"] {
+		t.Errorf("mark: %v %v", marked, err)
+	}
+	if err := c.Call(ctx, kernel.MethodGet, kernel.IDParams{ID: info.ID}, &info); err != nil || info.Untrusted != "email from a@example.com" {
+		t.Errorf("after the mark: %+v %v", info, err)
+	}
 }

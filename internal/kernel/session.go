@@ -47,6 +47,9 @@ type Info struct {
 	Turns       int       `json:"turns"`
 	Usage       llm.Usage `json:"usage"`
 	Cost        float64   `json:"cost,omitempty"`
+	// Untrusted says what first made the session untrusted (it read
+	// data no principal wrote, docs/provenance.md); "" while it has not.
+	Untrusted string `json:"untrusted,omitempty"`
 }
 
 // Resumable reports whether Run may continue the session.
@@ -121,7 +124,7 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	return k.Get(ctx, id)
 }
 
-const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state FROM sessions`
+const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state, untrusted FROM sessions`
 
 func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 	var (
@@ -130,7 +133,7 @@ func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 		intr     int
 		stateStr string
 	)
-	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr); err != nil {
+	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr, &i.Untrusted); err != nil {
 		return Info{}, err
 	}
 	i.CreatedAt, i.UpdatedAt, i.Interrupted = time.Unix(0, c).UTC(), time.Unix(0, u).UTC(), intr == 1
@@ -326,6 +329,9 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("open the change set: %v", err), Fix: "check " + info.ChangeSet})
 	}
 	env := Env{Session: info.ID, Workspace: info.Workspace, ChangeSet: cs, Audit: k.o.Audit}
+	if env.Provenance, err = k.runProvenance(ctx, info.ID); err != nil {
+		return fault(&Fault{Class: FaultRuntime, Message: err.Error()})
+	}
 	if t := k.o.TDD; t != nil {
 		if env.TDD, err = tdd.Resume(ctx, t.Journal, t.Machine, info.ID, t.Mode); err != nil {
 			return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("TDD machine: %v", err), Fix: "run 'fluffy tdd status --session " + info.ID + "'"})

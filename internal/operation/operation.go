@@ -92,6 +92,13 @@ type Session struct {
 	State string `json:"state,omitempty"`
 	// Workspace is the canonical absolute workspace root, "" for none.
 	Workspace string `json:"workspace,omitempty"`
+	// Untrusted is set once the session has read untrusted data: an
+	// inbound message no principal wrote, or the result of a tool whose
+	// output is untrusted (docs/provenance.md). It is never cleared.
+	Untrusted bool `json:"untrusted,omitempty"`
+	// UntrustedSource says what first made the session untrusted
+	// ("webhook github push", "tool web.fetch"), for the person asked.
+	UntrustedSource string `json:"untrusted_source,omitempty"`
 }
 
 // Operation is a normalized tool call.

@@ -46,6 +46,9 @@ type caseOp struct {
 	// Written lists files the agent wrote in the session (workspace
 	// relative), for op.AgentWritten.
 	Written []string `yaml:"written"`
+	// Untrusted, when set, marks the session as having read untrusted
+	// data from this source (op.session.untrusted).
+	Untrusted string `yaml:"untrusted"`
 }
 
 // rawOperation bypasses normalization, to test the engine's own defences.
@@ -361,7 +364,7 @@ func (c caseOp) operation(env caseEnv, issued map[string]string, other *Tokens) 
 		sess = "s1"
 	}
 	op := operation.Operation{Tool: c.Tool, Action: operation.Action(c.Action), Argv: c.Argv, CommandLine: c.Shell, Tags: c.Tags,
-		Session: operation.Session{ID: sess, Mode: c.Mode, Workspace: env.ws}}
+		Session: operation.Session{ID: sess, Mode: c.Mode, Workspace: env.ws, Untrusted: c.Untrusted != "", UntrustedSource: c.Untrusted}}
 	if c.Size != "" {
 		s, err := units.ParseSize(c.Size)
 		if err != nil {

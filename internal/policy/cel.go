@@ -39,12 +39,15 @@ type CELOp struct {
 	Session      CELSession `cel:"session"`
 }
 
-// CELSession is op.session in a when expression.
+// CELSession is op.session in a when expression. Untrusted: the session
+// has read untrusted data (operation.Session.Untrusted).
 type CELSession struct {
-	ID        string `cel:"id"`
-	Mode      string `cel:"mode"`
-	State     string `cel:"state"`
-	Workspace string `cel:"workspace"`
+	ID              string `cel:"id"`
+	Mode            string `cel:"mode"`
+	State           string `cel:"state"`
+	Workspace       string `cel:"workspace"`
+	Untrusted       bool   `cel:"untrusted"`
+	UntrustedSource string `cel:"untrusted_source"`
 }
 
 // Limits on when expressions.

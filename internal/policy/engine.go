@@ -583,7 +583,8 @@ func (ev *evalCtx) celOp() *CELOp {
 	}
 	c := &CELOp{Tool: ev.op.Tool, Action: string(ev.a.action), Path: ev.a.path, InWorkspace: ev.a.inWS,
 		Size: ev.op.Size, Tags: ev.op.Tags,
-		Session: CELSession{ID: ev.op.Session.ID, Mode: ev.op.Session.Mode, State: ev.op.Session.State, Workspace: ev.op.Session.Workspace}}
+		Session: CELSession{ID: ev.op.Session.ID, Mode: ev.op.Session.Mode, State: ev.op.Session.State, Workspace: ev.op.Session.Workspace,
+			Untrusted: ev.op.Session.Untrusted, UntrustedSource: ev.op.Session.UntrustedSource}}
 	if c.Tags == nil {
 		c.Tags = noStrings
 	}

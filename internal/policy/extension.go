@@ -85,6 +85,7 @@ func opValue(c *CELOp) starlark.Value {
 	session := starlarkstruct.FromStringDict(starlark.String("session"), starlark.StringDict{
 		"id": starlark.String(c.Session.ID), "mode": starlark.String(c.Session.Mode),
 		"state": starlark.String(c.Session.State), "workspace": starlark.String(c.Session.Workspace),
+		"untrusted": starlark.Bool(c.Session.Untrusted), "untrusted_source": starlark.String(c.Session.UntrustedSource),
 	})
 	return starlarkstruct.FromStringDict(starlark.String("op"), starlark.StringDict{
 		"tool": starlark.String(c.Tool), "action": starlark.String(c.Action), "path": starlark.String(c.Path),

@@ -106,6 +106,12 @@ type Definition[In any] struct {
 	Action      operation.Action
 	Tags        []string
 	Execution   Execution
+	// UntrustedOutput marks a tool whose results carry data no principal
+	// wrote (a web page, an MCP server's answer): the router marks a
+	// session that reads such a result as untrusted, and policy then
+	// holds what it would carry further (docs/provenance.md). False for
+	// the built-in workspace tools.
+	UntrustedOutput bool
 	// Refine, optional, adds constraints the Go type cannot express
 	// (enums, bounds, patterns) to the inferred schema.
 	Refine func(*jsonschema.Schema) error
@@ -132,6 +138,7 @@ type Tool struct {
 	action            operation.Action
 	tags              []string
 	exec              Execution
+	untrustedOutput   bool
 	schema            *jsonschema.Schema
 	schemaJSON        json.RawMessage
 	resolved          *jsonschema.Resolved
@@ -242,7 +249,7 @@ func New[In any](d Definition[In]) (*Tool, error) {
 	}
 	t := &Tool{
 		name: d.Name, description: d.Description, action: d.Action,
-		tags: slices.Clone(d.Tags), exec: d.Execution,
+		tags: slices.Clone(d.Tags), exec: d.Execution, untrustedOutput: d.UntrustedOutput,
 		schema: schema, schemaJSON: sj, resolved: resolved, inType: inType,
 		closed: inType.Kind() == reflect.Struct && closedSchema(inType, schema),
 		simple: compileSimple(schema),
@@ -273,6 +280,10 @@ func (t *Tool) Tags() []string { return slices.Clone(t.tags) }
 
 // Execution returns where the tool's calls run.
 func (t *Tool) Execution() Execution { return t.exec }
+
+// UntrustedOutput reports whether the tool's results are untrusted data
+// (Definition.UntrustedOutput).
+func (t *Tool) UntrustedOutput() bool { return t.untrustedOutput }
 
 // InputSchema returns the input schema as JSON, for model providers and
 // MCP.

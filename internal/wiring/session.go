@@ -269,6 +269,9 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if grants != nil {
 			o.Grants = grants
 		}
+		if env.Provenance != nil {
+			o.Provenance = env.Provenance
+		}
 		if env.TDD != nil {
 			o.State = env.TDD
 		}

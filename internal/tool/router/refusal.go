@@ -127,7 +127,7 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		if err != nil {
 			return tool.Result{Output: fmt.Appendf(nil, "step %d (%s): %v", i+1, t.Name(), err), IsError: true}, nil
 		}
-		sess := r.o.Session
+		sess := r.session()
 		op, err := t.Normalize(ctx, r.o.Resolver, a, sess)
 		if err == nil && (op.CommandLine != "" || len(op.Argv) > 0) {
 			paths := op.Paths
@@ -143,7 +143,11 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		}
 		steps = append(steps, approval.Step{Op: *op, Note: s.Note, Preview: preview(op)})
 	}
-	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, in.Summary, steps)
+	summary := in.Summary
+	if source, ok := r.untrusted(); ok {
+		summary += untrustedSuffix(source)
+	}
+	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, summary, steps)
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("the approval could not be asked: %w", err)
 	}

@@ -85,6 +85,16 @@ type Grants interface {
 	Present(op *operation.Operation)
 }
 
+// Provenance is the session's record of having read untrusted data
+// (*kernel.Provenance implements it; docs/provenance.md). Untrusted is
+// consulted at every call; MarkUntrusted records, durably, that the
+// session read a result of call, a call of tool, whose output is
+// untrusted, and an error from it fails the call closed.
+type Provenance interface {
+	Untrusted() (source string, ok bool)
+	MarkUntrusted(ctx context.Context, tool, call string) error
+}
+
 // Recorder is the audit log (*audit.Log implements it). Append enqueues
 // or writes one entry; Flush makes every entry appended so far durable.
 // Any error makes the router refuse the call.
@@ -123,6 +133,11 @@ type Options struct {
 	Session operation.Session
 	// Actor is the audit actor of the calls ("agent" when empty).
 	Actor string
+	// Provenance, optional, says whether the session has read untrusted
+	// data (every operation carries it in Session.Untrusted) and records
+	// a result of a tool with untrusted output. Without it the router
+	// keeps the taint for its own lifetime only.
+	Provenance Provenance
 	// Sanitizer cleans every result; nil means tool.NewSanitizer with
 	// defaults.
 	Sanitizer *tool.Sanitizer
@@ -189,6 +204,7 @@ type Router struct {
 	mu      sync.Mutex         // guards the fields below
 	planned map[plannedKey]int // approvals left from request_approval plans
 	written []string           // workspace-relative files the last sandboxed command wrote
+	taint   string             // what made the session untrusted, without Options.Provenance
 }
 
 var _ agent.Tools = (*Router)(nil)
@@ -337,7 +353,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		return r.refuse(ctx, cl, Refusal{Gate: GateDecode, Rule: "invalid-arguments", Reason: err.Error(), Instead: "call " + t.Name() + " again with arguments that match its input schema"}, c.Args)
 	}
 	// 2. Normalize.
-	op, err := t.Normalize(ctx, r.o.Resolver, args, r.o.Session)
+	op, err := t.Normalize(ctx, r.o.Resolver, args, r.session())
 	if err == nil && (op.CommandLine != "" || len(op.Argv) > 0) {
 		paths := op.Paths
 		op.Paths = nil
@@ -488,6 +504,13 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			return agent.Result{}, fmt.Errorf("%w: %w", ErrAudit, err)
 		}
 	}
+	// The result reaches the model only once the session's taint is
+	// recorded.
+	if t.UntrustedOutput() {
+		if err := r.markUntrusted(ctx, cl); err != nil {
+			return agent.Result{}, err
+		}
+	}
 	text := s.Text
 	if fed != "" {
 		text += "\n[tdd: " + fed + "]"
@@ -628,7 +651,16 @@ func (r *Router) ask(ctx context.Context, cl *call) (Refusal, bool, error) {
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "this needs a person's approval (" + pd.Reason + ") and no one can be asked in this session",
 			Instead: "do without it, or stop and tell the user what you need"}, false, nil
 	}
-	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, fmt.Sprintf("%s wants to run %s", r.o.Actor, cl.name), []approval.Step{{Op: *cl.op, Note: pd.Reason, Preview: preview(cl.op)}})
+	summary, note := fmt.Sprintf("%s wants to run %s", r.o.Actor, cl.name), pd.Reason
+	if sess := cl.op.Session; sess.Untrusted {
+		// The person is told why this is asked when the reason is the
+		// taint, and what they would be trusting in any case.
+		summary += untrustedSuffix(sess.UntrustedSource)
+		if sess.UntrustedSource != "" {
+			note += "; the session's untrusted data came from " + sess.UntrustedSource
+		}
+	}
+	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, summary, []approval.Step{{Op: *cl.op, Note: note, Preview: preview(cl.op)}})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Refusal{}, false, ctx.Err()

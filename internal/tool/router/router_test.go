@@ -70,9 +70,11 @@ type env struct {
 	answer string
 	asked  int
 	// onAsk, when set, runs as the person is asked, before the answer.
-	onAsk   func()
-	mu      sync.Mutex
-	secrets []string
+	onAsk func()
+	// requests are the approval requests the person was shown.
+	requests []approval.Request
+	mu       sync.Mutex
+	secrets  []string
 }
 
 type notifier struct{ e *env }
@@ -80,6 +82,7 @@ type notifier struct{ e *env }
 func (n notifier) Notify(ctx context.Context, req approval.Request) error {
 	n.e.mu.Lock()
 	n.e.asked++
+	n.e.requests = append(n.e.requests, req)
 	ans, onAsk := n.e.answer, n.e.onAsk
 	n.e.mu.Unlock()
 	if onAsk != nil {
