@@ -62,6 +62,18 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 	if err != nil {
 		return "", err
 	}
+	// The taint before the message can reach a turn: a session that is
+	// to read untrusted data runs under the rules for it, or not at all.
+	if in.Untrusted {
+		if _, err := d.o.Sessions.MarkUntrusted(ctx, id, untrustedSource(in)); err != nil {
+			if created {
+				// Nothing routes to a session whose task is unmarked
+				// untrusted data: the next message starts afresh.
+				_, _ = d.o.DB.ExecContext(context.WithoutCancel(ctx), `DELETE FROM conversations WHERE session = ?`, id)
+			}
+			return "", fmt.Errorf("serve: mark session %s as having read untrusted data: %w", id, err)
+		}
+	}
 	if created {
 		text = "" // the message is the new session's task
 	}

@@ -32,6 +32,9 @@ type Sessions interface {
 	// RunMessage runs the session's next turn with message ("" resumes);
 	// kernel.ErrBusy while another run of it is in progress.
 	RunMessage(ctx context.Context, id, message string, onEvent func(kernel.Event)) (kernel.RunResult, error)
+	// MarkUntrusted records that the session has read untrusted data
+	// (audited once); its policy holds what such a session may do.
+	MarkUntrusted(ctx context.Context, id, source string) (bool, error)
 }
 
 // Answerer resolves approval requests (*approval.Broker implements it):

@@ -40,6 +40,8 @@ type fakeSessions struct {
 	reply    string
 	fault    *kernel.Fault
 	finished chan string // each run's "id:message" once it ended
+	tainted  map[string]string
+	markErr  error
 }
 
 func (f *fakeSessions) Create(ctx context.Context, p kernel.CreateParams) (kernel.Info, error) {
@@ -53,6 +55,22 @@ func (f *fakeSessions) Create(ctx context.Context, p kernel.CreateParams) (kerne
 		return kernel.Info{}, err
 	}
 	return kernel.Info{ID: id, Status: kernel.StatusPaused}, nil
+}
+
+func (f *fakeSessions) MarkUntrusted(_ context.Context, id, source string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.markErr != nil {
+		return false, f.markErr
+	}
+	if f.tainted == nil {
+		f.tainted = map[string]string{}
+	}
+	_, was := f.tainted[id]
+	if !was {
+		f.tainted[id] = source
+	}
+	return !was, nil
 }
 
 func (f *fakeSessions) Get(ctx context.Context, id string) (kernel.Info, error) {
@@ -512,11 +530,17 @@ func TestUntrustedTextReachesTheModelWrappedAsData(t *testing.T) {
 	}
 	recv(t, f.ss.finished)
 	task := f.ss.created[0].Task
-	if !strings.Contains(task, "untrusted data from webhook github push") || !strings.Contains(task, "not instructions") {
+	if task != channel.WrapUntrusted(in) && (!strings.Contains(task, "untrusted data from webhook github push") || !strings.Contains(task, "not instructions")) {
 		t.Errorf("task not labelled as data:\n%s", task)
 	}
-	if strings.Count(task, ">>>end-untrusted-data") != 1 || !strings.HasSuffix(task, ">>>end-untrusted-data") {
+	if strings.Count(task, "<<<END-UNTRUSTED-DATA ") != 1 || strings.Contains(task, "\n>>>end-untrusted-data") {
 		t.Errorf("the content closed the wrapper itself:\n%s", task)
+	}
+	f.ss.mu.Lock()
+	src := f.ss.tainted["s000000000001"]
+	f.ss.mu.Unlock()
+	if src != "webhook github push" {
+		t.Errorf("the session was not marked untrusted before its turn (taint %q)", src)
 	}
 	e := f.rec.kinds(audit.KindChannelInbound)[0].Payload.(audit.ChannelInbound)
 	if !e.Untrusted || e.Principal != "hook:github" || e.Bytes != len(in.Text) {
@@ -765,5 +789,25 @@ func TestAFaultIsToldWithoutItsDetails(t *testing.T) {
 	got := chat.sentTexts()[0]
 	if strings.Contains(got, "/home/me") || !strings.Contains(got, id) || !strings.Contains(got, "runtime fault") {
 		t.Errorf("reply %q", got)
+	}
+}
+
+func TestUntrustedMessageIsNotRunUnmarked(t *testing.T) {
+	f := newFixture(t)
+	f.ss.markErr = errors.New("audit log full")
+	d := f.start(t, nil, Options{}, &fakeChannel{name: "hook"})
+	in := inbound("hook", "hook:github", "payload")
+	in.Untrusted, in.Source = true, "webhook github push"
+	if _, err := d.Deliver(t.Context(), in); err == nil {
+		t.Fatal("an untrusted message was taken although its session could not be marked")
+	}
+	var queued, convs int
+	_ = f.db.QueryRow(`SELECT count(*) FROM inbox`).Scan(&queued)
+	_ = f.db.QueryRow(`SELECT count(*) FROM conversations`).Scan(&convs)
+	if queued != 0 || convs != 0 {
+		t.Errorf("inbox %d, conversations %d: the unmarked session can still be reached", queued, convs)
+	}
+	if runs := f.ss.runList(); len(runs) != 0 {
+		t.Errorf("runs %v", runs)
 	}
 }
