@@ -360,7 +360,7 @@ func Default(env Env) Config {
 
 		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
 
-		Serve: Serve{Heartbeat: units.Duration(30 * 60e9), Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
+		Serve: Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
 	}
 }
 

@@ -29,6 +29,10 @@ type Serve struct {
 	// Heartbeat is how often HEARTBEAT.md is worked through; 0 turns the
 	// heartbeat off.
 	Heartbeat units.Duration `yaml:"heartbeat" scope:"user"`
+	// ContextTokens bounds the assistant workspace's files in an
+	// assistant session's system prompt (MEMORY.md and the recent daily
+	// logs first out when they do not fit).
+	ContextTokens int `yaml:"context_tokens" scope:"user"`
 	// HeartbeatReport is where a heartbeat that needs the person reports.
 	HeartbeatReport Route `yaml:"heartbeat_report" scope:"user"`
 	// Webhooks are the signed HTTP endpoints POST /hooks/NAME.

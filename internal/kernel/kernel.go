@@ -136,6 +136,11 @@ type Options struct {
 	Limits agent.Limits
 	// Instructions is fluffy's own part of the system prompt.
 	Instructions string
+	// Assistant returns the whole of an assistant session's own part of
+	// the system prompt (its instructions and its workspace's files,
+	// internal/assistant), read at each run; nil: assistant sessions get
+	// Instructions.
+	Assistant func(workspace string) (string, error)
 	// Publish pushes an event to the clients subscribed to topic (the IPC
 	// server's Publish); nil drops events.
 	Publish func(topic string, data any)

@@ -33,10 +33,12 @@ const (
 
 // Info describes a session.
 type Info struct {
-	ID          string    `json:"id"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	Workspace   string    `json:"workspace"`
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Workspace string    `json:"workspace"`
+	// Kind is "coding" or "assistant" (CreateParams.Kind).
+	Kind        string    `json:"kind,omitempty"`
 	Model       string    `json:"model"`
 	Task        string    `json:"task"`
 	Status      Status    `json:"status"`
@@ -54,6 +56,12 @@ type Info struct {
 
 // Resumable reports whether Run may continue the session.
 func (i Info) Resumable() bool { return i.Status == StatusPaused }
+
+// The kinds of session.
+const (
+	KindCoding    = "coding"
+	KindAssistant = "assistant"
+)
 
 // CreateParams are a new session's inputs.
 type CreateParams struct {
@@ -94,8 +102,8 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	}
 	switch p.Kind {
 	case "":
-		p.Kind = "coding"
-	case "coding", "assistant":
+		p.Kind = KindCoding
+	case KindCoding, KindAssistant:
 	default:
 		return Info{}, fmt.Errorf("kernel: unknown session kind %q", p.Kind)
 	}
@@ -124,7 +132,7 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	return k.Get(ctx, id)
 }
 
-const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state, untrusted FROM sessions`
+const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state, untrusted, kind FROM sessions`
 
 func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 	var (
@@ -133,7 +141,7 @@ func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 		intr     int
 		stateStr string
 	)
-	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr, &i.Untrusted); err != nil {
+	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr, &i.Untrusted, &i.Kind); err != nil {
 		return Info{}, err
 	}
 	i.CreatedAt, i.UpdatedAt, i.Interrupted = time.Unix(0, c).UTC(), time.Unix(0, u).UTC(), intr == 1
@@ -345,7 +353,17 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if env.TDD != nil {
 		tddState = string(env.TDD.Status().State)
 	}
-	system, err := agent.SystemPrompt(agent.PromptOptions{Instructions: k.o.Instructions, ProjectDir: info.Workspace, TDDState: tddState, Tools: tools.Definitions()})
+	prompt := agent.PromptOptions{Instructions: k.o.Instructions, ProjectDir: info.Workspace, TDDState: tddState, Tools: tools.Definitions()}
+	if info.Kind == KindAssistant && k.o.Assistant != nil {
+		// The assistant's workspace files, read at every run so an
+		// approved edit counts from the next turn; its AGENTS.md is
+		// among them, not a project's.
+		if prompt.Instructions, err = k.o.Assistant(info.Workspace); err != nil {
+			return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("assistant workspace: %v", err), Fix: "fix the file named and resume"})
+		}
+		prompt.ProjectDir = ""
+	}
+	system, err := agent.SystemPrompt(prompt)
 	if err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("system prompt: %v", err)})
 	}

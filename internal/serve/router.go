@@ -111,7 +111,7 @@ func (d *Daemon) session(ctx context.Context, c channel.Conversation, task strin
 			return "", false, err
 		}
 	}
-	info, err := d.o.Sessions.Create(ctx, kernel.CreateParams{Workspace: d.o.Workspace, Task: task, Model: d.o.Model, Kind: "assistant"})
+	info, err := d.o.Sessions.Create(ctx, kernel.CreateParams{Workspace: d.o.Workspace, Task: task, Model: d.o.Model, Kind: kernel.KindAssistant})
 	if err != nil {
 		return "", false, fmt.Errorf("serve: start a session for %s: %w", describe(c), err)
 	}
