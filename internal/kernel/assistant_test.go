@@ -117,3 +117,31 @@ func TestAssistantSessionPrompt(t *testing.T) {
 		t.Error("the model was asked without the assistant's prompt")
 	}
 }
+
+// TestRunLimitsTightenOneRun: a run's own budget (a scheduled job's
+// max_turns) stops it before the kernel's limit would, and the next run
+// without one is bound by the kernel's limit only.
+func TestRunLimitsTightenOneRun(t *testing.T) {
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	k := start(t, e, scriptModels(writeScript), nil)
+	ctx := context.Background()
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "write", Model: "replay/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := k.Run(kernel.WithRunLimits(ctx, kernel.RunLimits{MaxTurns: 1}), info.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != string(agent.ReasonMaxTurns) {
+		t.Fatalf("a run with max_turns 1 over a two-turn script ended %q, want %q", res.Reason, agent.ReasonMaxTurns)
+	}
+	res, err = k.Run(ctx, info.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason == string(agent.ReasonMaxTurns) {
+		t.Fatalf("the budget outlived its run: %+v", res)
+	}
+}

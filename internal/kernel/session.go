@@ -395,7 +395,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if k.o.Price != nil {
 		price = k.o.Price(info.Model)
 	}
-	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: k.o.Limits, Price: price,
+	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: limitsFor(ctx, k.o.Limits), Price: price,
 		Logger: k.log.With("session", info.ID), OnEvent: func(ev agent.Event) {
 			switch ev.Type {
 			case agent.EventTurnStart:

@@ -243,6 +243,9 @@ func (d *Daemon) work(w *worker) {
 // interrupted session is resumed at the next start instead).
 func (d *Daemon) turn(session string, it item) {
 	ctx := d.runCtx
+	if d.o.Limits != nil {
+		ctx = kernel.WithRunLimits(ctx, d.o.Limits(it.conv))
+	}
 	defer d.forgetRequests(session)
 	taken := false
 	take := func() {

@@ -72,6 +72,10 @@ type Options struct {
 	// instead: keyed "channel/room" (a cron job: "cron/JOB"), else
 	// "channel" (a hook's name).
 	Reports map[string]channel.Conversation
+	// Limits is the budget of one turn of conv's session (a scheduled
+	// job's max_turns and max_cost); it only tightens the kernel's
+	// limits. nil: none.
+	Limits func(conv channel.Conversation) kernel.RunLimits
 	// Quiet reports whether a reply says there is nothing to report (a
 	// heartbeat's "nothing needs you"): such a reply is sent to no one.
 	// nil: every reply is sent.

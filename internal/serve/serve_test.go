@@ -42,6 +42,7 @@ type fakeSessions struct {
 	finished chan string // each run's "id:message" once it ended
 	tainted  map[string]string
 	markErr  error
+	limits   []kernel.RunLimits
 }
 
 func (f *fakeSessions) Create(ctx context.Context, p kernel.CreateParams) (kernel.Info, error) {
@@ -89,6 +90,9 @@ func (f *fakeSessions) Get(ctx context.Context, id string) (kernel.Info, error) 
 
 func (f *fakeSessions) RunMessage(ctx context.Context, id, message string, on func(kernel.Event)) (kernel.RunResult, error) {
 	f.mu.Lock()
+	if l, ok := kernel.RunLimitsFrom(ctx); ok {
+		f.limits = append(f.limits, l)
+	}
 	f.runs = append(f.runs, id+":"+message)
 	f.running++
 	f.maxRun = max(f.maxRun, f.running)
@@ -809,5 +813,27 @@ func TestUntrustedMessageIsNotRunUnmarked(t *testing.T) {
 	}
 	if runs := f.ss.runList(); len(runs) != 0 {
 		t.Errorf("runs %v", runs)
+	}
+}
+
+func TestTurnCarriesItsConversationsBudget(t *testing.T) {
+	f := newFixture(t)
+	f.ss.finished = make(chan string, 10)
+	d := f.start(t, nil, Options{Limits: func(c channel.Conversation) kernel.RunLimits {
+		if c.Room == "nightly" {
+			return kernel.RunLimits{MaxTurns: 3, MaxCost: 0.5}
+		}
+		return kernel.RunLimits{}
+	}}, &fakeChannel{name: "cron"})
+	in := inbound("cron", "cron:nightly", "run the nightly job")
+	in.Conversation.Room = "nightly"
+	if _, err := d.Deliver(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, f.ss.finished)
+	f.ss.mu.Lock()
+	defer f.ss.mu.Unlock()
+	if len(f.ss.limits) != 1 || f.ss.limits[0] != (kernel.RunLimits{MaxTurns: 3, MaxCost: 0.5}) {
+		t.Errorf("the job's turn ran with limits %+v", f.ss.limits)
 	}
 }

@@ -106,6 +106,21 @@ func channelChecks(l *config.Loaded, home string, env func(string) (string, bool
 	return errs
 }
 
+// cronLimits is each scheduled job's budget (serve.cron max_turns and
+// max_cost) for the turns of its conversation.
+func cronLimits(jobs []config.CronJob) func(channel.Conversation) kernel.RunLimits {
+	by := map[string]kernel.RunLimits{}
+	for _, j := range jobs {
+		by[j.Name] = kernel.RunLimits{MaxTurns: j.MaxTurns, MaxCost: j.MaxCost}
+	}
+	return func(conv channel.Conversation) kernel.RunLimits {
+		if conv.Channel != cron.Name {
+			return kernel.RunLimits{}
+		}
+		return by[conv.Room]
+	}
+}
+
 // serveReports is where each conversation that cannot be answered on its
 // own channel reports: a webhook's report route by the hook's name, a
 // cron job's by "cron/JOB", the heartbeat's by "cron/heartbeat".
@@ -317,6 +332,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	}
 	dm, err := serve.New(serve.Options{Sessions: k.sessions, Approvals: k.broker, Audit: auditOnDemand{u: u, held: &k.held}, DB: k.db,
 		Workspace: ws, Model: c.Model, ApprovalRoute: route, Approvers: c.Approval.Approvers, Reports: reports,
+		Limits: cronLimits(c.Serve.Cron),
 		Quiet: func(conv channel.Conversation, text string) bool {
 			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
 		},
