@@ -312,7 +312,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session))
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver)
 		}
 		r, err := router.New(o)
 		if err != nil {
