@@ -133,10 +133,26 @@ func (a *netAsk) question(t *testing.T) approval.Request {
 	select {
 	case req := <-a.asked:
 		return req
-	case <-t.Context().Done():
+	case <-time.After(stuck):
 		t.Fatal("no question reached the person")
 	}
 	return approval.Request{}
+}
+
+// stuck bounds a wait that only a bug makes long (a failure, not a
+// measure).
+const stuck = 30 * time.Second
+
+// verdict waits for a verdict decideAsync delivers.
+func verdict(t *testing.T, got <-chan netproxy.Verdict) netproxy.Verdict {
+	t.Helper()
+	select {
+	case v := <-got:
+		return v
+	case <-time.After(stuck):
+		t.Fatal("the request is still waiting")
+	}
+	return netproxy.Verdict{}
 }
 
 // noQuestion checks that nobody was asked.
@@ -175,14 +191,14 @@ func TestSessionNetApprovalAsksThePerson(t *testing.T) {
 		t.Fatalf("question's step: %+v", req.Items)
 	}
 	a.answer(t, req, "/approve")
-	if v := <-got; !v.Allow || v.Rule != "registry" {
+	if v := verdict(t, got); !v.Allow || v.Rule != "registry" {
 		t.Fatalf("approved: %+v", v)
 	}
 
 	got = decideAsync(ctx, c, "proxy.test", 443)
 	req = a.question(t)
 	a.answer(t, req, "/deny not today")
-	v := <-got
+	v := verdict(t, got)
 	if v.Allow || v.Rule != "registry" || !strings.Contains(v.Reason, "the person did not approve proxy.test:443") || !strings.Contains(v.Reason, "not today") {
 		t.Fatalf("denied: %+v", v)
 	}
@@ -209,7 +225,7 @@ func TestSessionNetApprovalForSession(t *testing.T) {
 	s1 := a.session("s1")
 	got := decideAsync(ctx, s1.forCall(ctx, "c1"), "proxy.test", 443)
 	a.answer(t, a.question(t), "/approve 1 for session")
-	if v := <-got; !v.Allow {
+	if v := verdict(t, got); !v.Allow {
 		t.Fatalf("approved for session: %+v", v)
 	}
 	// Another call of the same session: through, nobody asked.
@@ -232,7 +248,7 @@ func TestSessionNetApprovalForSession(t *testing.T) {
 			t.Fatalf("%s: question %+v", tc.what, req)
 		}
 		a.answer(t, req, "/deny")
-		if v := <-got; v.Allow {
+		if v := verdict(t, got); v.Allow {
 			t.Fatalf("%s: let through: %+v", tc.what, v)
 		}
 	}
@@ -245,7 +261,7 @@ func TestSessionNetApprovalForSession(t *testing.T) {
 		t.Fatalf("asked again without saying why: %+v", req.Items[0].Eval)
 	}
 	a.answer(t, req, "/deny")
-	if v := <-got; v.Allow {
+	if v := verdict(t, got); v.Allow {
 		t.Fatalf("after a policy change: %+v", v)
 	}
 }
@@ -284,14 +300,14 @@ func TestSessionNetApprovalCoalesces(t *testing.T) {
 	}
 	a.answer(t, req, "/approve")
 	for _, got := range verdicts {
-		if v := <-got; !v.Allow {
+		if v := verdict(t, got); !v.Allow {
 			t.Fatalf("coalesced request: %+v", v)
 		}
 	}
 	a.noQuestion(t, "concurrent requests")
 	got := decideAsync(ctx, c, "proxy.test", 443)
 	a.answer(t, a.question(t), "/deny")
-	if v := <-got; v.Allow {
+	if v := verdict(t, got); v.Allow {
 		t.Fatalf("a later request after an approval once: %+v", v)
 	}
 }
@@ -312,7 +328,7 @@ func TestSessionNetApprovalEnds(t *testing.T) {
 	got := decideAsync(ctx, a.session("s1").forCall(callCtx, "c2"), "proxy.test", 443)
 	a.question(t)
 	cancel()
-	v = <-got
+	v = verdict(t, got)
 	if v.Allow || v.Rule != "registry" || !strings.Contains(v.Reason, "stopped waiting") {
 		t.Fatalf("call ended: %+v", v)
 	}
