@@ -313,6 +313,11 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				return nil, err
 			}
 			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver)
+			// With network, the tools use the registries the person
+			// turned on (net.registries); without, they stay offline.
+			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
+				return nil, err
+			}
 		}
 		r, err := router.New(o)
 		if err != nil {

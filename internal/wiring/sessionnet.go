@@ -131,7 +131,9 @@ func sessionWantsNet(ctx context.Context, live *livePolicy, ws string) bool {
 
 // callNet decides the destinations of one tool call's command.
 // Concurrent requests for one destination while the person is asked wait
-// for that one question rather than ask again.
+// for that one question rather than ask again, and a destination the
+// person did not approve stays refused for the rest of the command (a
+// client retrying, or fetching file after file, does not ask again).
 type callNet struct {
 	n    *sessionNet
 	call string
@@ -140,11 +142,12 @@ type callNet struct {
 	ctx context.Context
 
 	mu     sync.Mutex
-	asking map[string]*question // by host:port
+	asking map[string]*question        // by host:port
+	denied map[string]netproxy.Verdict // by host:port
 }
 
 func (n *sessionNet) forCall(ctx context.Context, call string) *callNet {
-	return &callNet{n: n, call: call, ctx: ctx, asking: map[string]*question{}}
+	return &callNet{n: n, call: call, ctx: ctx, asking: map[string]*question{}, denied: map[string]netproxy.Verdict{}}
 }
 
 // question is one open approval of a destination; v is set before done
@@ -198,6 +201,10 @@ func (n *sessionNet) connectOp(host string, port int) operation.Operation {
 // about it in this call.
 func (c *callNet) ask(ctx context.Context, op operation.Operation, hp string, d policy.Decision) netproxy.Verdict {
 	c.mu.Lock()
+	if v, ok := c.denied[hp]; ok {
+		c.mu.Unlock()
+		return v
+	}
 	if q, ok := c.asking[hp]; ok {
 		q.waiters++
 		c.mu.Unlock()
@@ -214,6 +221,9 @@ func (c *callNet) ask(ctx context.Context, op operation.Operation, hp string, d 
 	q.v = c.n.askPerson(ctx, c.call, op, hp, d)
 	c.mu.Lock()
 	delete(c.asking, hp)
+	if !q.v.Allow && ctx.Err() == nil {
+		c.denied[hp] = q.v
+	}
 	joined := q.waiters
 	c.mu.Unlock()
 	close(q.done)

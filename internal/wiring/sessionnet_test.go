@@ -202,6 +202,17 @@ func TestSessionNetApprovalAsksThePerson(t *testing.T) {
 	if v.Allow || v.Rule != "registry" || !strings.Contains(v.Reason, "the person did not approve proxy.test:443") || !strings.Contains(v.Reason, "not today") {
 		t.Fatalf("denied: %+v", v)
 	}
+	// The denial stands for the rest of the command: no new question.
+	if again := verdict(t, decideAsync(ctx, c, "proxy.test", 443)); again != v {
+		t.Fatalf("after the denial: %+v", again)
+	}
+	a.noQuestion(t, "a request after a denial in the same call")
+	// Another call asks again.
+	got = decideAsync(ctx, a.session("s1").forCall(ctx, "call-8"), "proxy.test", 443)
+	a.answer(t, a.question(t), "/deny")
+	if v := verdict(t, got); v.Allow {
+		t.Fatalf("another call: %+v", v)
+	}
 	// A blocked host is refused without asking.
 	if v := c.decide(ctx, "evil.test", 443); v.Allow || v.Rule != "no-evil" {
 		t.Fatalf("blocked: %+v", v)
@@ -209,7 +220,7 @@ func TestSessionNetApprovalAsksThePerson(t *testing.T) {
 	a.noQuestion(t, "blocked host")
 	a.events.mu.Lock()
 	defer a.events.mu.Unlock()
-	if n := len(a.events.list); n != 4 {
+	if n := len(a.events.list); n != 6 {
 		t.Fatalf("%d approval events, want a request and a decision per question", n)
 	}
 }
