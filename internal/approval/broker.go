@@ -260,7 +260,9 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 	b.mu.Lock()
 	p, ok := b.pending[id]
-	if !ok {
+	if !ok || !p.req.Open() {
+		// Unknown, or decided and about to be removed (answered from
+		// another terminal, expired): nothing to answer.
 		b.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
@@ -296,7 +298,11 @@ func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 		return err
 	}
 	b.mu.Lock()
-	if _, still := b.pending[id]; !still || p.version != version {
+	if _, still := b.pending[id]; !still || !p.req.Open() {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %q (decided while this answer was recorded)", ErrUnknownRequest, id)
+	}
+	if p.version != version {
 		b.mu.Unlock()
 		return fmt.Errorf("approval: request %s changed while this answer was recorded; answer again", id)
 	}

@@ -459,3 +459,52 @@ func TestSessionScopeBoundToPolicy(t *testing.T) {
 		t.Error("session approvals survive the session")
 	}
 }
+
+// gatedJournal holds each approval.decision until the test releases it.
+type gatedJournal struct {
+	journal
+	arrived chan chan struct{}
+}
+
+func (g *gatedJournal) Record(ctx context.Context, ev Event) error {
+	if ev.Kind == "approval.decision" && ev.Who.Channel != "kernel" {
+		release := make(chan struct{})
+		g.arrived <- release
+		<-release
+	}
+	return g.journal.Record(ctx, ev)
+}
+
+// TestAnswerToADecidedRequest: two terminals answer one request at once;
+// the one recorded second finds it decided and is told the request is no
+// longer open (ErrUnknownRequest, which a terminal takes as "answered
+// elsewhere"), not asked to answer again.
+func TestAnswerToADecidedRequest(t *testing.T) {
+	n, g := newInbox(), &gatedJournal{arrived: make(chan chan struct{}, 2)}
+	b, err := NewBroker(Options{Evaluator: testPolicy, Notifier: n, Recorder: g, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := ask(b, t.Context(), "s", cmd("rm", "x"))
+	r := <-n.ch
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- b.Answer(t.Context(), r.ID, "/approve", Who{"ana", "cli"}) }()
+	releaseFirst := <-g.arrived
+	go func() { second <- b.Answer(t.Context(), r.ID, "/deny", Who{"bob", "ipc"}) }()
+	releaseSecond := <-g.arrived
+	close(releaseFirst)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(releaseSecond)
+	if err := <-second; !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("second answer: %v, want ErrUnknownRequest", err)
+	}
+	if got := verdictsOf((<-done).req); got != "A" {
+		t.Fatalf("decision %s, want the first answer's", got)
+	}
+	// Once decided, a late answer is refused before anything is recorded.
+	if err := b.Answer(t.Context(), r.ID, "/deny", Who{"cy", "ipc"}); !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("late answer: %v", err)
+	}
+}

@@ -14,9 +14,11 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -227,6 +229,82 @@ type Net struct {
 	HeaderTimeout   units.Duration `yaml:"header_timeout" scope:"user"`
 	ConnectTimeout  units.Duration `yaml:"connect_timeout" scope:"user"`
 	ResponseTimeout units.Duration `yaml:"response_timeout" scope:"user"`
+	// Registries turns on package registries for a session's commands
+	// (docs/network.md).
+	Registries Registries `yaml:"registries"`
+}
+
+// Registries name, per runner, the package registry a session's commands
+// may use: its URL, or "default" for the public one (DefaultRegistries).
+// Empty leaves the runner offline. Each enabled registry adds a default
+// policy rule that sends its hosts to approval and points the tool at it
+// in the sandbox. User only: a project must not choose where the agent
+// fetches code from.
+type Registries struct {
+	Go   string `yaml:"go" scope:"user"`
+	PyPI string `yaml:"pypi" scope:"user"`
+	NPM  string `yaml:"npm" scope:"user"`
+}
+
+// DefaultRegistries are the public registries "default" names, by the
+// runner's key under net.registries.
+var DefaultRegistries = map[string]string{
+	"go":   "https://proxy.golang.org",
+	"pypi": "https://pypi.org/simple",
+	"npm":  "https://registry.npmjs.org",
+}
+
+// RegistryDefault is the value of a net.registries key naming the
+// public registry.
+const RegistryDefault = "default"
+
+// Enabled lists the registries turned on, by runner key (go, pypi,
+// npm), with "default" resolved to the public URL.
+func (r Registries) Enabled() map[string]string {
+	out := map[string]string{}
+	for k, v := range map[string]string{"go": r.Go, "pypi": r.PyPI, "npm": r.NPM} {
+		if v == RegistryDefault {
+			v = DefaultRegistries[k]
+		}
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// CheckRegistryURL checks a net.registries value: "default", or an http
+// or https URL with a host name or IPv4 address the policy can name (no
+// IPv6, no glob characters), without credentials, query or fragment.
+func CheckRegistryURL(s string) error {
+	if s == "" || s == RegistryDefault {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: the URL must start with https:// or http://, or be %q", s, RegistryDefault)
+	case u.User != nil:
+		return fmt.Errorf("%q: credentials do not belong in the URL (the sandbox's environment would show them)", s)
+	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return fmt.Errorf("%q: a registry URL has no query or fragment", s)
+	case u.Hostname() == "":
+		return fmt.Errorf("%q: the URL has no host", s)
+	}
+	for _, c := range u.Hostname() {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return fmt.Errorf("%q: host %q must be a name or an IPv4 address (a policy rule names it)", s, u.Hostname())
+		}
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q: port must be 1-65535", s)
+		}
+	}
+	return nil
 }
 
 // LLM configures the model providers (see docs/models.md).

@@ -112,6 +112,28 @@ func TestDataDirDefaults(t *testing.T) {
 	}
 }
 
+// TestRegistries: net.registries values load, "default" names the
+// public registry, and an empty value leaves the runner off.
+func TestRegistries(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Load(Options{Env: mapEnv(map[string]string{"HOME": "/home/u"}),
+		UserFile: write(t, dir, "user.yaml", "net:\n  registries:\n    go: http://127.0.0.1:8080\n    pypi: default\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := l.Config.Net.Registries.Enabled()
+	want := map[string]string{"go": "http://127.0.0.1:8080", "pypi": "https://pypi.org/simple"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Enabled() = %v, want %v", got, want)
+	}
+	if o := l.Origins["net.registries.go"]; o.Line != 3 {
+		t.Fatalf("origin of net.registries.go: %+v", o)
+	}
+	if len(Default(mapEnv(nil)).Net.Registries.Enabled()) != 0 {
+		t.Fatal("a registry is on by default")
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -151,6 +173,12 @@ func TestLoadErrors(t *testing.T) {
 		{name: "serve list entry not a mapping", user: "serve:\n  webhooks:\n    - github\n", want: []string{"user.yaml:3:7", "a webhook must be a mapping"}},
 		{name: "serve nested route typo", user: "serve:\n  webhooks:\n    - name: gh\n      report: {chanel: mail}\n", want: []string{"user.yaml:4:16", `unknown key "chanel" in a route`}},
 		{name: "project may not add hooks", project: "serve:\n  webhooks: []\n", want: []string{"serve.webhooks: may only be set by the user"}},
+		{name: "registry not a URL", user: "net:\n  registries:\n    go: proxy.golang.org\n", want: []string{"user.yaml:3:9", "net.registries.go", "must start with https:// or http://"}},
+		{name: "registry credentials", user: "net:\n  registries:\n    pypi: https://me:secret@pypi.test/simple\n", want: []string{"user.yaml:3:11", "net.registries.pypi", "credentials"}},
+		{name: "registry IPv6", user: "net:\n  registries:\n    npm: http://[::1]:8080\n", want: []string{"net.registries.npm", "name or an IPv4 address"}},
+		{name: "registry unknown runner", user: "net:\n  registries:\n    cargo: default\n", want: []string{"user.yaml:3:5", "net.registries.cargo: unknown key"}},
+		{name: "registry from a project", project: "net:\n  registries:\n    go: http://127.0.0.1:9\n", want: []string{"project.yaml:3:5", "may only be set by the user"}},
+		{name: "registry env", env: map[string]string{"FLUFFY_NET_REGISTRIES_GO": "ftp://x"}, want: []string{"FLUFFY_NET_REGISTRIES_GO", "net.registries.go"}},
 		{name: "all errors reported", user: "sandbox:\n  pids: x\n  runtme: y\n", want: []string{"sandbox.pids", "sandbox.runtme"}},
 	}
 	for _, tt := range tests {

@@ -572,6 +572,11 @@ func validate(target reflect.Value, origins map[string]Origin) []error {
 		if v.Kind() == reflect.Int && v.Int() < 0 {
 			errs = append(errs, originError(origins[k.Name], k.Name, "must not be negative"))
 		}
+		if strings.HasPrefix(k.Name, "net.registries.") {
+			if err := CheckRegistryURL(v.String()); err != nil {
+				errs = append(errs, originError(origins[k.Name], k.Name, err.Error()))
+			}
+		}
 	}
 	if h := target.FieldByName("Home").String(); h == "" || !filepath.IsAbs(h) {
 		errs = append(errs, originError(origins["home"], "home", fmt.Sprintf("must be an absolute path, got %q (set FLUFFY_HOME or HOME)", h)))

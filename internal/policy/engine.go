@@ -44,6 +44,9 @@ type Options struct {
 	Classifier Classifier
 	// Tokens validates presented capability tokens. Nil ignores them.
 	Tokens *Tokens
+	// HostRules are default-layer rules generated from configuration
+	// (net.registries), before the default rule set's.
+	HostRules []HostRule
 	// ExtensionSteps and ExtensionTimeout limit one call of a Starlark
 	// decide(op); zero means 100,000 steps and 50ms.
 	ExtensionSteps   uint64
@@ -158,6 +161,8 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	errs = append(errs, derrs...)
 	defExec, xerrs := parseExecSource(Source{Name: ExecTableName, Layer: LayerDefault, Data: ExecTable})
 	errs = append(errs, xerrs...)
+	hostRules, herrs := compileHostRules(opts.HostRules)
+	errs = append(errs, herrs...)
 	var layered []*rule
 	trust := false
 	files := make([]*file, len(sources))
@@ -217,8 +222,9 @@ func Compile(opts Options, sources ...Source) (*Engine, error) {
 	}
 	e.exec.add(defExec)
 	e.layered = newGroup(layered)
-	e.defaults = newGroup(defFile.rules)
-	e.all = append(slices.Clone(layered), defFile.rules...)
+	defRules := append(hostRules, defFile.rules...)
+	e.defaults = newGroup(defRules)
+	e.all = append(slices.Clone(layered), defRules...)
 	return e, nil
 }
 
@@ -256,6 +262,7 @@ func digestOf(opts Options, sources []Source) string {
 	str(strconv.FormatUint(opts.ExtensionSteps, 10))
 	str(opts.ExtensionTimeout.String())
 	str(strconv.FormatBool(opts.Classifier != nil))
+	digestHostRules(opts.HostRules, str)
 	str(strconv.Itoa(len(sources)))
 	for _, src := range sources {
 		str(src.Name)

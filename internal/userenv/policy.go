@@ -25,7 +25,8 @@ func (e *Env) PolicyFiles() policy.Files {
 }
 
 // PolicyOptions builds the engine options from the configuration: the
-// default effect and what the built-in rules protect.
+// default effect, what the built-in rules protect and the rules of the
+// enabled package registries (net.registries).
 func (e *Env) PolicyOptions() (policy.Options, error) {
 	l, err := e.Config()
 	if err != nil {
@@ -40,7 +41,11 @@ func (e *Env) PolicyOptions() (policy.Options, error) {
 	if err != nil {
 		return policy.Options{}, err
 	}
-	return policy.Options{Default: def, Protected: prot, Home: home}, nil
+	regs, err := e.Registries()
+	if err != nil {
+		return policy.Options{}, err
+	}
+	return policy.Options{Default: def, Protected: prot, Home: home, HostRules: registryRules(regs)}, nil
 }
 
 // Protected lists fluffy's own files for a workspace: what the policy's

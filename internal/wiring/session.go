@@ -262,10 +262,11 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // shell.exec and test.run (when none is usable, those calls are refused).
 func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool) kernel.ToolsFactory {
 	l, _ := u.Config()
-	// Sessions have no network: Go builds use the toolchain and modules
-	// at hand (the person's module cache, read-only: see
-	// sandbox.GoCaches) rather than trying to fetch others. No -mod=mod:
-	// a build must not rewrite go.mod or go.sum unasked.
+	// Offline unless a command gets network: Go builds use the
+	// toolchain and modules at hand (the person's module cache,
+	// read-only: see sandbox.GoCaches); a command with network gets the
+	// enabled registries instead (NetEnv below). No -mod=mod: a build
+	// must not rewrite go.mod or go.sum unasked.
 	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOPROXY=off")
 	return func(ctx context.Context, env kernel.Env) (agent.Tools, error) {
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
@@ -312,7 +313,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session))
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver)
+			// With network, the tools use the registries the person
+			// turned on (net.registries); without, they stay offline.
+			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
+				return nil, err
+			}
 		}
 		r, err := router.New(o)
 		if err != nil {

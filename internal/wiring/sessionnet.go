@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
@@ -29,8 +30,9 @@ const NetConnectTool = "net.connect"
 // allows: when a rule with a host matcher may let a destination through,
 // each command gets an egress proxy of its own (so every request names
 // the tool call that sent it) whose every destination is decided by the
-// live policy of the session's workspace. Without such a rule a command
-// gets no proxy and no network, as before.
+// live policy of the session's workspace, and by the person when the
+// policy says approve. Without such a rule a command gets no proxy and no
+// network, as before.
 type sessionNet struct {
 	u       *userenv.Env
 	live    *livePolicy
@@ -38,6 +40,9 @@ type sessionNet struct {
 	session string
 	audit   router.Recorder
 	log     *slog.Logger
+	// approver asks the person about a destination the policy sends to
+	// approval (the kernel's broker); nil refuses such destinations.
+	approver router.Approver
 }
 
 // sessionEgress is the router's Egress for a session, or nil when its
@@ -45,13 +50,13 @@ type sessionNet struct {
 // into the sandbox; a container (docker, podman) gets a forwarder on its
 // loopback opened by this process in its network namespace for the one
 // command (docker.Instance.Run), which reaches the same socket.
-func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger) func(context.Context, string) (router.Egress, error) {
+func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver) func(context.Context, string) (router.Egress, error) {
 	switch runtime {
 	case "native", "docker", "podman":
 	default:
 		return nil
 	}
-	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log}
+	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver}
 	return n.egress
 }
 
@@ -75,10 +80,11 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 	if err != nil {
 		return nil, err
 	}
+	cn := n.forCall(ctx, call)
 	eg := &egress{served: make(chan struct{})}
 	eg.proxy, err = netproxy.New(netproxy.Options{
 		Sandbox: "session", Session: n.session,
-		Decide:     n.decide,
+		Decide:     cn.decide,
 		Recorder:   &sessionNetAudit{log: n.audit, session: n.session, call: call, open: map[string]uint64{}},
 		AllowAddrs: addrs,
 		Logger:     n.log.With("component", "netproxy", "call", call),
@@ -123,33 +129,146 @@ func sessionWantsNet(ctx context.Context, live *livePolicy, ws string) bool {
 	return err == nil && len(e.HostPatterns()) > 0
 }
 
+// callNet decides the destinations of one tool call's command.
+// Concurrent requests for one destination while the person is asked wait
+// for that one question rather than ask again, and a destination the
+// person did not approve stays refused for the rest of the command (a
+// client retrying, or fetching file after file, does not ask again).
+type callNet struct {
+	n    *sessionNet
+	call string
+	// ctx is the tool call's: when it ends, a question still open is
+	// withdrawn (denied).
+	ctx context.Context
+
+	mu     sync.Mutex
+	asking map[string]*question        // by host:port
+	denied map[string]netproxy.Verdict // by host:port
+}
+
+func (n *sessionNet) forCall(ctx context.Context, call string) *callNet {
+	return &callNet{n: n, call: call, ctx: ctx, asking: map[string]*question{}, denied: map[string]netproxy.Verdict{}}
+}
+
+// question is one open approval of a destination; v is set before done
+// closes.
+type question struct {
+	done    chan struct{}
+	v       netproxy.Verdict
+	waiters int // requests that joined it, guarded by callNet.mu
+}
+
 // decide is the proxy's verdict on one destination: the live policy's
-// decision on a net.connect operation for it. Only an allow by a rule
-// lets it through (never the fallback: network needs a rule naming it);
-// approve is refused now, with what to do about it.
-func (n *sessionNet) decide(ctx context.Context, host string, port int) netproxy.Verdict {
+// decision on a net.connect operation for it. An allow by a rule lets it
+// through (never the fallback: network needs a rule naming it); approve
+// asks the person and waits for the answer; block refuses.
+func (c *callNet) decide(pctx context.Context, host string, port int) netproxy.Verdict {
+	// The proxy's context ends when the command's proxy closes, the
+	// call's when the session stops waiting for the call: either
+	// withdraws a question.
+	ctx, cancel := context.WithCancel(pctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	n := c.n
 	e, err := n.live.engine(ctx, n.ws)
 	if err != nil {
 		return netproxy.Verdict{Rule: "policy", Reason: "the policy does not load: " + err.Error()}
 	}
-	op := operation.Operation{Tool: NetConnectTool, Action: operation.Net,
-		Hosts:   []operation.Host{{Name: host, Port: port}},
-		Session: operation.Session{ID: n.session, Workspace: n.ws}, Tags: []string{"net"}}
+	op := n.connectOp(host, port)
 	d := e.Decide(ctx, op)
 	hp := net.JoinHostPort(host, fmt.Sprint(port))
 	switch {
 	case d.Effect == policy.Allow && d.Rule != "fallback":
 		return netproxy.Verdict{Allow: true, Rule: d.Rule}
 	case d.Effect == policy.Approve:
-		return netproxy.Verdict{Rule: d.Rule, Reason: fmt.Sprintf(
-			"%s needs a person's approval (%s); a session cannot ask for a host yet: the person can allow it with a policy rule {effect: allow, match: {action: net, host: %q}}",
-			hp, d.Reason, hp)}
+		return c.ask(ctx, op, hp, d)
 	}
 	reason := d.Reason
 	if reason == "" {
 		reason = hp + " is not allowed by the policy"
 	}
 	return netproxy.Verdict{Rule: d.Rule, Reason: reason}
+}
+
+// connectOp is the operation a request to host:port puts to the policy.
+func (n *sessionNet) connectOp(host string, port int) operation.Operation {
+	return operation.Operation{Tool: NetConnectTool, Action: operation.Net,
+		Hosts:   []operation.Host{{Name: host, Port: port}},
+		Session: operation.Session{ID: n.session, Workspace: n.ws}, Tags: []string{"net"}}
+}
+
+// ask asks the person about hp, or waits for the question already open
+// about it in this call.
+func (c *callNet) ask(ctx context.Context, op operation.Operation, hp string, d policy.Decision) netproxy.Verdict {
+	c.mu.Lock()
+	if v, ok := c.denied[hp]; ok {
+		c.mu.Unlock()
+		return v
+	}
+	if q, ok := c.asking[hp]; ok {
+		q.waiters++
+		c.mu.Unlock()
+		select {
+		case <-q.done:
+			return q.v
+		case <-ctx.Done():
+			return netproxy.Verdict{Rule: d.Rule, Reason: fmt.Sprintf("%s needs a person's approval; the command ended before an answer", hp)}
+		}
+	}
+	q := &question{done: make(chan struct{})}
+	c.asking[hp] = q
+	c.mu.Unlock()
+	q.v = c.n.askPerson(ctx, c.call, op, hp, d)
+	c.mu.Lock()
+	delete(c.asking, hp)
+	if !q.v.Allow && ctx.Err() == nil {
+		c.denied[hp] = q.v
+	}
+	joined := q.waiters
+	c.mu.Unlock()
+	close(q.done)
+	if joined > 0 {
+		c.n.log.Debug("one question answered concurrent requests", "call", c.call, "host", hp, "requests", joined+1, "allowed", q.v.Allow)
+	}
+	return q.v
+}
+
+// askPerson puts op to the person through the approval broker and waits
+// for the answer (the broker's timeout, or ctx, denies). An approval "for
+// session" given earlier under the same policy answers without asking:
+// the broker keys it by session, rule and the operation's signature
+// (tool, action, host and port), so it covers that destination of that
+// session only.
+func (n *sessionNet) askPerson(ctx context.Context, call string, op operation.Operation, hp string, d policy.Decision) netproxy.Verdict {
+	if n.approver == nil {
+		return netproxy.Verdict{Rule: d.Rule, Reason: fmt.Sprintf(
+			"%s needs a person's approval (%s) and this session has no one to ask: the person can allow it with a policy rule {effect: allow, match: {action: net, host: %q}}",
+			hp, d.Reason, hp)}
+	}
+	summary := fmt.Sprintf("call %s of session %s wants to reach %s (rule %s)", call, n.session, hp, d.Rule)
+	req, err := n.approver.Ask(ctx, n.session, summary, []approval.Step{{Op: op}})
+	if err != nil || len(req.Items) != 1 {
+		n.log.Warn("a destination's approval could not be asked", "host", hp, "err", err)
+		return netproxy.Verdict{Rule: d.Rule, Reason: fmt.Sprintf("%s needs a person's approval, which could not be asked: %v", hp, err)}
+	}
+	it := req.Items[0]
+	rule := it.Eval.Rule
+	if rule == "" {
+		rule = d.Rule
+	}
+	// The broker decides with the policy in force when it asks: an allow
+	// by the fallback still lets nothing through.
+	if it.Decision.Verdict == approval.Approved && (it.Eval.Effect != approval.EffectAllow || rule != "fallback") {
+		return netproxy.Verdict{Allow: true, Rule: rule}
+	}
+	if it.Eval.Effect == approval.EffectBlock {
+		return netproxy.Verdict{Rule: rule, Reason: it.Decision.Reason}
+	}
+	why := it.Decision.Reason
+	if why == "" {
+		why = "denied"
+	}
+	return netproxy.Verdict{Rule: rule, Reason: fmt.Sprintf("the person did not approve %s (request %s): %s", hp, req.ID, why)}
 }
 
 // namesLoopback reports whether a host pattern names a loopback address

@@ -41,6 +41,7 @@ func ParseGoJSON(r io.Reader) (*Result, error) {
 	res := &Result{Runner: "go"}
 	fileOf := map[testKey]string{}   // first file:line in a test's output
 	buildFile := map[string]string{} // import path -> first file in build output
+	buildOut := map[string]string{}  // import path -> build output, without its "# pkg" header
 	failedTests := map[string]int{}  // package -> failing top-level tests
 	events := 0
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -63,6 +64,9 @@ func ParseGoJSON(r io.Reader) (*Result, error) {
 					buildFile[pkg] = m[1]
 				}
 			}
+			if !strings.HasPrefix(ev.Output, "# ") && len(buildOut[pkg]) < maxOutputLines*maxOutputLine {
+				buildOut[pkg] += ev.Output
+			}
 		case "output":
 			if ev.Test != "" {
 				k := testKey{ev.Package, ev.Test}
@@ -80,7 +84,7 @@ func ParseGoJSON(r io.Reader) (*Result, error) {
 				if ev.FailedBuild != "" {
 					pkg := goImportPath(ev.FailedBuild)
 					res.BuildFailed = true
-					res.addFailure(Failure{Name: pkg, Package: ev.Package, File: buildFile[pkg], Build: true, Message: "build failed"})
+					res.addFailure(Failure{Name: pkg, Package: ev.Package, File: buildFile[pkg], Build: true, Message: "build failed", Output: buildOut[pkg]})
 				} else if failedTests[ev.Package] == 0 {
 					res.Failed++
 					res.addFailure(Failure{Name: ev.Package, Package: ev.Package, Message: "package failed without a failing test"})

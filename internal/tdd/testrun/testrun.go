@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/tdd/coverage"
 )
@@ -50,6 +51,10 @@ type Failure struct {
 	Build bool `json:"build,omitempty"`
 	// Message is the first line of the failure, capped.
 	Message string `json:"message,omitempty"`
+	// Output is, for a build failure, what the build said (the compile
+	// error, or the module that could not be fetched and why): a few
+	// lines, capped, control characters removed.
+	Output string `json:"output,omitempty"`
 }
 
 // Result is one parsed test run.
@@ -72,8 +77,20 @@ type Result struct {
 // MaxFailures caps the failures a Result keeps (the counts stay exact).
 const MaxFailures = 50
 
-// maxMessage caps Failure.Message.
-const maxMessage = 200
+// maxMessage caps Failure.Message; maxOutputLines and maxOutputLine
+// cap Failure.Output.
+const (
+	maxMessage     = 200
+	maxOutputLines = 8
+	maxOutputLine  = 512
+)
+
+func capLine(l string) string {
+	if len(l) > maxOutputLine {
+		return l[:maxOutputLine] + "…"
+	}
+	return l
+}
 
 // maxInput caps what a parser reads: 64 MiB is far more than any runner's
 // report and bounds memory when a process writes garbage.
@@ -142,6 +159,13 @@ func readAll(r io.Reader) ([]byte, error) {
 
 func (r *Result) addFailure(f Failure) {
 	f.Message = firstLine(controlFree(stripANSI(f.Message)))
+	var lines []string
+	for _, l := range strings.Split(f.Output, "\n") {
+		if l = controlFree(stripANSI(l)); strings.TrimSpace(l) != "" && len(lines) < maxOutputLines {
+			lines = append(lines, capLine(l))
+		}
+	}
+	f.Output = strings.Join(lines, "\n")
 	r.Failures = append(r.Failures, f)
 }
 

@@ -316,6 +316,11 @@ func collectTests(name string, f testrun.Format, cov *coverRun, out tool.Command
 			fmt.Fprintf(&sb, ": %s", fl.Message)
 		}
 		sb.WriteByte('\n')
+		for _, l := range strings.Split(fl.Output, "\n") {
+			if l != "" {
+				fmt.Fprintf(&sb, "    %s\n", l)
+			}
+		}
 	}
 	if res.Failed > 0 || out.ExitCode != 0 {
 		if len(res.Failures) == 0 && len(out.Stderr) > 0 {

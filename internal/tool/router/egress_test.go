@@ -32,8 +32,9 @@ func (f *fakeEgress) Env() []string  { return []string{"HTTP_PROXY=http://127.0.
 func (f *fakeEgress) Close()         { f.closed = true }
 
 // A sandboxed command gets the network Options.Egress gives its call (the
-// proxy's socket, standard-net, the proxy variables), closed when the
-// command ends; without one it keeps none.
+// proxy's socket, standard-net, the proxy variables, Options.NetEnv in
+// place of the offline values), closed when the command ends; without
+// one it keeps none, and the offline values.
 func TestSandboxEgress(t *testing.T) {
 	for _, give := range []bool{true, false} {
 		t.Run(map[bool]string{true: "egress", false: "none"}[give], func(t *testing.T) {
@@ -43,6 +44,8 @@ func TestSandboxEgress(t *testing.T) {
 			e := newEnv(t, setup{sandbox: true, hook: func(o *router.Options) {
 				rt.Runtime = o.Runtime
 				o.Runtime = rt
+				o.Env = append(o.Env, "GOPROXY=off")
+				o.NetEnv = []string{"GOPROXY=http://proxy.test"}
 				o.Egress = func(_ context.Context, call string) (router.Egress, error) {
 					asked = append(asked, call)
 					if !give {
@@ -59,7 +62,11 @@ func TestSandboxEgress(t *testing.T) {
 				t.Fatalf("specs %d, asked %v (call %s)", len(rt.specs), asked, c.ID)
 			}
 			s := rt.specs[0]
+			goproxy := slices.DeleteFunc(slices.Clone(s.Env), func(v string) bool { return !strings.HasPrefix(v, "GOPROXY=") })
 			if !give {
+				if !slices.Equal(goproxy, []string{"GOPROXY=off"}) {
+					t.Fatalf("no egress: %v", goproxy)
+				}
 				if s.Network != sandbox.NetworkNone || s.ProxySocket != "" || s.Seccomp != "standard" || slices.ContainsFunc(s.Env, func(v string) bool { return strings.HasPrefix(v, "HTTP_PROXY=") }) {
 					t.Fatalf("no egress: network %q socket %q seccomp %q env %v", s.Network, s.ProxySocket, s.Seccomp, s.Env)
 				}
@@ -67,6 +74,9 @@ func TestSandboxEgress(t *testing.T) {
 			}
 			if s.Network != sandbox.NetworkProxy || s.ProxySocket != eg.Socket() || s.Seccomp != "standard-net" || !slices.Contains(s.Env, "HTTP_PROXY=http://127.0.0.1:3128") {
 				t.Fatalf("egress: network %q socket %q seccomp %q env %v", s.Network, s.ProxySocket, s.Seccomp, s.Env)
+			}
+			if !slices.Equal(goproxy, []string{"GOPROXY=http://proxy.test"}) {
+				t.Fatalf("egress: %v, want NetEnv's GOPROXY alone", goproxy)
 			}
 			if !eg.closed {
 				t.Fatal("the egress was not closed after the command")

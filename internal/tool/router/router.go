@@ -166,6 +166,10 @@ type Options struct {
 	// network of that call (its id): a nil Egress keeps the command
 	// without network, as when Egress is unset.
 	Egress func(ctx context.Context, call string) (Egress, error)
+	// NetEnv are variables a command gets when Egress gave it network,
+	// set last so that each replaces the variable's offline value (the
+	// template caches' GOPROXY, say): a session's package registries.
+	NetEnv []string
 	Logger *slog.Logger
 }
 
@@ -758,6 +762,7 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		if eg != nil {
 			defer eg.Close()
 			withEgress(&spec, eg)
+			spec.Env = sandbox.SetEnv(spec.Env, r.o.NetEnv...)
 		}
 	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
