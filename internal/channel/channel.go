@@ -51,6 +51,13 @@ type HTTPChannel interface {
 	Handler(sink Sink) http.Handler
 }
 
+// TurnObserver is a channel told when each turn of its conversations
+// ends, replied or not (after Send, when there was a reply): a channel
+// whose sender waits for the turn (the terminal) needs to know.
+type TurnObserver interface {
+	TurnEnded(ctx context.Context, conv Conversation, session, status, reason string)
+}
+
 // Sink is what a channel delivers to: the daemon's router.
 type Sink interface {
 	// Deliver hands one inbound message to the session of its

@@ -105,6 +105,12 @@ that exists, and prints a commented serve: section for your configuration.`,
 			if err := os.MkdirAll(filepath.Join(ws, "memory"), 0o700); err != nil {
 				return fmt.Errorf("create the workspace: %w", err)
 			}
+			// The workspace is its own project (fluffy serve makes sure
+			// of it too): its .fluffy, not one above it, holds its
+			// project files.
+			if err := os.MkdirAll(filepath.Join(ws, ".fluffy"), 0o700); err != nil {
+				return fmt.Errorf("create the workspace: %w", err)
+			}
 			for _, f := range workspaceFiles {
 				p := filepath.Join(ws, f.name)
 				// O_EXCL: a file the person already has is theirs.

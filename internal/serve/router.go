@@ -277,15 +277,27 @@ func (d *Daemon) turn(session string, it item) {
 			}
 		}
 		if ctx.Err() != nil && !taken {
-			return // stopped before the session took it: it stays queued
+			// Stopped before the session took it: it stays queued.
+			d.turnEnded(session, it.conv, "queued", "the daemon is stopping; the message runs at its next start")
+			return
 		}
 		take()
 		if err != nil {
 			d.log.Error("session turn", "session", session, "err", err)
+			d.turnEnded(session, it.conv, "error", err.Error())
 			return
 		}
 		d.reply(session, it.conv, res)
+		d.turnEnded(session, it.conv, string(res.Status), res.Reason)
 		return
+	}
+}
+
+// turnEnded tells a channel that waits for each turn's end (the
+// terminal's caller) that conv's turn ended, replied or not.
+func (d *Daemon) turnEnded(session string, conv channel.Conversation, status, reason string) {
+	if o, ok := d.channel(conv.Channel).(channel.TurnObserver); ok {
+		o.TurnEnded(context.WithoutCancel(d.runCtx), conv, session, status, reason)
 	}
 }
 

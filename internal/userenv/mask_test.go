@@ -69,3 +69,38 @@ func TestSandboxMasks(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectedIsTheWorkspaces: a process serving a workspace other than
+// its working directory (the kernel, the assistant daemon) protects that
+// workspace's project files, and does not count its own directory's
+// project as fluffy's files of the workspace: a daemon started in the
+// home directory, whose .fluffy holds the assistant workspace, must not
+// find every session on that workspace "inside fluffy's own files".
+func TestProtectedIsTheWorkspaces(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "home")
+	ws := filepath.Join(home, ".fluffy", "workspace")
+	repo := filepath.Join(root, "repo")
+	for _, d := range []string{filepath.Join(ws, ".fluffy"), filepath.Join(repo, ".git"), filepath.Join(repo, "sub")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemon := &Env{Cwd: home, Self: "/usr/bin/fluffy", Environ: []string{"HOME=" + home, "FLUFFY_HOME=" + filepath.Join(home, ".local/share/fluffy"), "XDG_CONFIG_HOME=" + root + "/config"}}
+	if _, err := daemon.SandboxMasks(ws); err != nil {
+		t.Fatalf("a session on the assistant workspace, served from the home directory: %v", err)
+	}
+	prot, err := daemon.Protected(filepath.Join(repo, "sub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !prot.Covers(filepath.Join(repo, ".fluffy", "policy.yaml")) {
+		t.Errorf("the workspace's project policy %s is not protected: %v", filepath.Join(repo, ".fluffy"), prot.Paths)
+	}
+	if prot.Covers(filepath.Join(home, ".fluffy", "notes.md")) {
+		t.Errorf("the daemon's own working directory's project counts as the workspace's: %v", prot.Paths)
+	}
+}

@@ -57,7 +57,14 @@ func (e *Env) Protected(ws string) (policy.Protected, error) {
 	if err != nil {
 		return policy.Protected{}, err
 	}
+	// The project files are the workspace's own (the nearest .fluffy or
+	// .git at or above ws), not those of the directory this process
+	// happens to run in: a kernel serves many workspaces, and the
+	// directory it was started in says nothing about theirs.
 	files := e.PolicyFiles()
+	if ws != "" {
+		files = e.WithCwd(ws).PolicyFiles()
+	}
 	dd, err := datadir.New(l.Config.Home)
 	if err != nil {
 		return policy.Protected{}, fmt.Errorf("%w: %v", ErrUsage, err)

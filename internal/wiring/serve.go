@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/channel/cron"
+	"github.com/fluffy-agent/fluffy/internal/channel/terminal"
 	"github.com/fluffy-agent/fluffy/internal/channel/webhook"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
@@ -42,8 +44,8 @@ type channelDeps struct {
 }
 
 // serveChannels builds the channels the serve: section configures, in a
-// stable order: the webhooks (serve.webhooks), then the schedule
-// (serve.cron and the heartbeat). Each channel package's constructor is
+// stable order: the terminal (always), the webhooks (serve.webhooks),
+// then the schedule (serve.cron and the heartbeat). Each channel package's constructor is
 // called here, and only here; channelChecks runs their configuration
 // checks. On error, the channels built so far are closed.
 func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, err error) {
@@ -54,6 +56,9 @@ func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, er
 			chans = nil
 		}
 	}()
+	// The person's own terminal ("fluffy ask"): the kernel socket
+	// admits only the daemon's user, so it needs no configuration.
+	chans = append(chans, terminal.New())
 	for _, h := range c.Serve.Webhooks {
 		dir := ""
 		if d.state != "" {
@@ -308,6 +313,9 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	if _, err := servePreflight(u, l); err != nil {
 		return nil, err
 	}
+	if err := ownProject(ws); err != nil {
+		return nil, err
+	}
 	d, err := u.DataDir()
 	if err != nil {
 		return nil, err
@@ -364,10 +372,22 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	return f, nil
 }
 
+// ownProject makes the assistant workspace a project root of its own (a
+// .fluffy directory in it). Project discovery walks up to the nearest
+// .fluffy or .git: without its own, the default workspace
+// ~/.fluffy/workspace would belong to the home directory's "project",
+// whose .fluffy is fluffy's own files, and every session on it would be
+// refused as running inside them.
+func ownProject(ws string) error {
+	if err := os.Mkdir(filepath.Join(ws, ".fluffy"), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("the assistant workspace %s: %w", ws, err)
+	}
+	return nil
+}
+
 // servePreflight is what "fluffy serve" needs before it starts anything:
-// the assistant workspace, a model, and something to serve (a channel or
-// the health endpoint); ErrNothingToServe says what is missing and how to
-// start. It returns the names of the channels the configuration asks
+// the assistant workspace and a model; ErrNothingToServe says what is
+// missing and how to start. It returns the names of the channels the configuration asks
 // for (none is built: "fluffy serve --check" runs it beside a daemon
 // that holds their state).
 func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
@@ -382,16 +402,16 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 	if c.Model == "" {
 		return nil, fmt.Errorf("%w: no model is configured; set model: provider/name (fluffy models lists them)", ErrNothingToServe)
 	}
-	var names []string
+	// The terminal is always served: with a workspace and a model,
+	// "fluffy ask" reaches the assistant before any other channel is
+	// configured.
+	names := []string{terminal.Name}
 	for _, h := range c.Serve.Webhooks {
 		names = append(names, h.Name)
 	}
 	home, _ := u.Getenv("HOME")
 	if wantCron(cron.ConfigFrom(l, home)) {
 		names = append(names, cron.Name)
-	}
-	if len(names) == 0 && c.Serve.Health == "" {
-		return nil, fmt.Errorf("%w: no channel (serve.webhooks, serve.email, serve.cron, or serve.heartbeat with serve.heartbeat_report) and no health endpoint (serve.health) is configured; 'fluffy serve init' prints a commented serve: section to start from", ErrNothingToServe)
 	}
 	return names, nil
 }
