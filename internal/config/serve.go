@@ -109,6 +109,12 @@ type Email struct {
 	Prompt string `yaml:"prompt" scope:"user"`
 	// Report is where the session reports and asks for approval.
 	Report Route `yaml:"report" scope:"user"`
+	// AuthServID is the authserv-id of the mail server in front of
+	// fluffy: the SPF, DKIM and DMARC results of its
+	// Authentication-Results header are recorded with a message. Empty:
+	// none are, since a sender can write that header itself
+	// (docs/email.md).
+	AuthServID string `yaml:"authserv_id" scope:"user"`
 }
 
 // CronJob is one scheduled job.
