@@ -78,7 +78,12 @@ func Check(cfg config.Email, origins map[string]config.Origin) []error {
 		bad("allowed_senders", "required when serve.email.listen is set: without it every mail would be dropped")
 	}
 	for i, s := range cfg.AllowedSenders {
-		if _, err := parseMailbox(s); err != nil {
+		m, err := parseMailbox(s)
+		if err == nil && m.local == "*" {
+			// A valid address, but surely meant as a wildcard.
+			err = errors.New("a wildcard, which allowed_senders does not take")
+		}
+		if err != nil {
 			bad("allowed_senders", "entry %d, %q, is %v; write the bare address, no display name or wildcard", i+1, s, err)
 		}
 	}
