@@ -44,8 +44,10 @@ const Name = "email"
 const (
 	maxConns      = 32 // simultaneous SMTP connections
 	maxRecipients = 8  // RCPT commands per message (only one can succeed)
-	ioTimeout     = 2 * time.Minute
-	deliverWait   = time.Minute // a Sink.Deliver that takes longer fails the message (451)
+	// ioTimeout bounds the wait for each command and for a message's
+	// whole DATA (go-smtp sets the deadline per command line).
+	ioTimeout   = 5 * time.Minute
+	deliverWait = time.Minute // a Sink.Deliver that takes longer fails the message (451)
 )
 
 // Refusal reasons this channel records (channel.Refusal.Reason).

@@ -646,3 +646,23 @@ func TestRunListenFails(t *testing.T) {
 		t.Error("Run on a taken port returned nil")
 	}
 }
+
+func TestListenDefaultsToLoopback(t *testing.T) {
+	cfg := testConfig()
+	cfg.Listen = ":0"
+	c, err := New(cfg, Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSink()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, s) }()
+	<-s.ready
+	addr := c.Addr().(*net.TCPAddr)
+	cancel()
+	<-done
+	if !addr.IP.IsLoopback() {
+		t.Errorf("listen %q bound %v, want loopback", cfg.Listen, addr)
+	}
+}
