@@ -249,6 +249,14 @@ func TestOtherSenderDropped(t *testing.T) {
 	if d := messageDirs(t, state); len(d) != 0 {
 		t.Errorf("attachments stored for a dropped message: %v", d)
 	}
+
+	// An allowed header From does not make up for the envelope.
+	if err := send(t, addr, "stranger@evil.test", []string{rcpt}, plainMail); err != nil {
+		t.Fatal(err)
+	}
+	if got, refused := s.got(); len(got) != 0 || len(refused) != 2 || refused[1].Reason != ReasonSenderNotAllowed {
+		t.Fatalf("allowed header From, other envelope: delivered %d, refused %+v", len(got), refused)
+	}
 }
 
 func TestSpoofedHeaderFromDropped(t *testing.T) {
@@ -461,9 +469,14 @@ func TestAttachmentNames(t *testing.T) {
 }
 
 func TestMalformedMIMERefused(t *testing.T) {
+	// Well formed, but nested one level deeper than the channel reads.
 	deep := "From: me@example.org\nSubject: deep\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"b0\"\n\n"
-	for i := range maxDepth + 2 {
+	for i := range maxDepth {
 		deep += fmt.Sprintf("--b%d\nContent-Type: multipart/mixed; boundary=\"b%d\"\n\n", i, i+1)
+	}
+	deep += fmt.Sprintf("--b%d\nContent-Type: text/plain\n\ndown here\n", maxDepth)
+	for i := maxDepth; i >= 0; i-- {
+		deep += fmt.Sprintf("--b%d--\n", i)
 	}
 	for name, mail := range map[string]string{
 		"unterminated": "From: me@example.org\nSubject: x\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"b\"\n\n--b\nContent-Type: text/plain\n\nhalf a message\n",
