@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	gosmtp "github.com/emersion/go-smtp"
+
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -677,5 +679,36 @@ func TestListenDefaultsToLoopback(t *testing.T) {
 	<-done
 	if !addr.IP.IsLoopback() {
 		t.Errorf("listen %q bound %v, want loopback", cfg.Listen, addr)
+	}
+}
+
+// TestReceiveEnforcesSize holds the limit without the SMTP server's: the
+// channel counts what it reads itself.
+func TestReceiveEnforcesSize(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxSize = units.Size(len(plainMail) - 1)
+	state := t.TempDir()
+	c, err := New(cfg, Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSink()
+	err = c.receive(t.Context(), s, envelope{from: person}, strings.NewReader(plainMail))
+	if !errors.Is(err, gosmtp.ErrDataTooLarge) {
+		t.Errorf("receive: %v, want ErrDataTooLarge", err)
+	}
+	got, refused := s.got()
+	if len(got) != 0 || len(refused) != 1 || refused[0].Reason != ReasonTooLarge {
+		t.Errorf("delivered %d, refused %+v; want one too_large", len(got), refused)
+	}
+	if d := messageDirs(t, state); len(d) != 0 {
+		t.Errorf("an oversized message left %v", d)
+	}
+	cfg.MaxSize = units.Size(len(plainMail))
+	if c, err = New(cfg, Options{StateDir: state}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.receive(t.Context(), s, envelope{from: person}, strings.NewReader(plainMail)); err != nil {
+		t.Errorf("a message of exactly max_size: %v", err)
 	}
 }
