@@ -158,6 +158,12 @@ func (c *Channel) Addr() net.Addr {
 func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", c.listen)
+	if ctx.Err() != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("email: listen on %s: %w", c.listen, err)
 	}

@@ -199,7 +199,11 @@ func (c *Channel) inbound(h mail.Header, env envelope, from, author mailbox, b b
 	c.authResults(h, meta)
 
 	var text strings.Builder
-	fmt.Fprintf(&text, "From: %s\n", clean(h.Get("From"), 400))
+	fromText, err := h.Text("From") // encoded words decoded
+	if err != nil {
+		fromText = h.Get("From")
+	}
+	fmt.Fprintf(&text, "From: %s\n", clean(fromText, 400))
 	if d := h.Get("Date"); d != "" {
 		fmt.Fprintf(&text, "Date: %s\n", clean(d, 100))
 	}
