@@ -507,7 +507,7 @@ func TestMalformedMIMERefused(t *testing.T) {
 
 func TestHTMLOnlyAndCharset(t *testing.T) {
 	s := newSink()
-	addr, _ := start(t, testConfig(), s)
+	addr, state := start(t, testConfig(), s)
 	mail := "From: me@example.org\nSubject: =?iso-8859-1?q?Gr=FC=DFe?=\nMIME-Version: 1.0\nContent-Type: multipart/alternative; boundary=\"b\"\n\n" +
 		"--b\nContent-Type: text/html; charset=iso-8859-1\nContent-Transfer-Encoding: quoted-printable\n\n" +
 		"<html><head><style>p{}</style></head><body><p>Gr=FC=DFe,</p><p>the <b>plan</b></p><script>alert(1)</script></body></html>\n--b--\n"
@@ -524,6 +524,9 @@ func TestHTMLOnlyAndCharset(t *testing.T) {
 	}
 	if in.Source != "email from me@example.org: Grüße" {
 		t.Errorf("source %q", in.Source)
+	}
+	if d := messageDirs(t, state); len(d) != 0 {
+		t.Errorf("a message without attachments left %v", d)
 	}
 }
 
@@ -710,5 +713,46 @@ func TestReceiveEnforcesSize(t *testing.T) {
 	}
 	if err := c.receive(t.Context(), s, envelope{from: person}, strings.NewReader(plainMail)); err != nil {
 		t.Errorf("a message of exactly max_size: %v", err)
+	}
+}
+
+// TestChunking sends with BDAT (CHUNKING, which go-smtp offers) rather
+// than DATA: the same checks apply.
+func TestChunking(t *testing.T) {
+	s := newSink()
+	addr, _ := start(t, testConfig(), s)
+	c, ehlo := dial(t, addr)
+	if !strings.Contains(ehlo, "CHUNKING") {
+		t.Skip("CHUNKING not offered")
+	}
+	raw := strings.ReplaceAll(plainMail, "\n", "\r\n")
+	for i, from := range []string{person, "stranger@evil.test"} {
+		if code := cmd(t, c, "MAIL FROM:<%s>", from); code != 250 {
+			t.Fatalf("MAIL: %d", code)
+		}
+		if code := cmd(t, c, "RCPT TO:<%s>", rcpt); code != 250 {
+			t.Fatalf("RCPT: %d", code)
+		}
+		half := len(raw) / 2
+		if err := c.PrintfLine("BDAT %d", half); err != nil {
+			t.Fatal(err)
+		}
+		c.W.WriteString(raw[:half])
+		c.W.Flush()
+		if _, _, err := c.ReadResponse(250); err != nil {
+			t.Fatalf("first chunk: %v", err)
+		}
+		if err := c.PrintfLine("BDAT %d LAST", len(raw)-half); err != nil {
+			t.Fatal(err)
+		}
+		c.W.WriteString(raw[half:])
+		c.W.Flush()
+		if _, _, err := c.ReadResponse(250); err != nil {
+			t.Fatalf("last chunk: %v", err)
+		}
+		got, refused := s.got()
+		if len(got) != 1 || len(refused) != i {
+			t.Fatalf("after message %d: delivered %d, refused %+v", i+1, len(got), refused)
+		}
 	}
 }

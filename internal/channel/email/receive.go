@@ -147,6 +147,13 @@ func (c *Channel) receive(ctx context.Context, sink channel.Sink, env envelope, 
 		st.discard()
 		return tooLarge()
 	}
+	if len(b.attachments) == 0 {
+		st.discard() // no empty directory per message
+	} else if err := st.sync(); err != nil {
+		st.discard()
+		c.log.Error("email: storing attachments", "err", err)
+		return errTryLater
+	}
 
 	in := c.inbound(h, env, from, author, b, filepath.Base(st.dir), now)
 	dctx, cancel := context.WithTimeout(ctx, deliverWait)

@@ -50,6 +50,11 @@ func (s *store) add(name, mediaType string, r io.Reader) (channel.Attachment, er
 		return channel.Attachment{}, fmt.Errorf("email: storing an attachment: %w", err)
 	}
 	n, err := io.Copy(f, r)
+	if err == nil {
+		// The file must outlive a crash once the message is accepted
+		// (250): the session it is delivered to refers to it.
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("email: storing an attachment: %w", cerr)
 	}
@@ -79,6 +84,23 @@ func (s *store) unique(name string) string {
 }
 
 func (s *store) close() { s.root.Close() }
+
+// sync makes the message's directory entries durable: its files' names
+// and its own name in the attachments directory.
+func (s *store) sync() error {
+	for _, d := range []string{s.dir, filepath.Dir(s.dir)} {
+		f, err := os.Open(d)
+		if err != nil {
+			return fmt.Errorf("email: syncing the attachment directory: %w", err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("email: syncing the attachment directory: %w", err)
+		}
+	}
+	return nil
+}
 
 // discard removes the message's directory (a message refused or not
 // delivered leaves nothing behind).
