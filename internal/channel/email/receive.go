@@ -113,10 +113,12 @@ func (c *Channel) receive(ctx context.Context, sink channel.Sink, env envelope, 
 		refuse(ReasonMalformed, from.String(), clean("header: "+err.Error(), 300))
 		return errMalformed
 	}
-	// The header From too: the envelope is what the last hop said, the
-	// header is the author the person and DMARC see. Either can be
-	// forged alone; requiring both means a forger must pass the front
-	// server's checks on one and spoof the other.
+	// The header From too: the envelope is what the last hop said (and
+	// SPF checks), the header is the author a person sees (and DMARC
+	// checks). Ordinary spoofing forges one under the other (an allowed
+	// header From on a stranger's envelope, or the reverse); requiring
+	// both stops that, and behind a server enforcing SPF and DMARC a
+	// forger has to beat both checks.
 	h := mail.Header{Header: e.Header}
 	author, err := headerFrom(h)
 	if err != nil || !c.allowed[author] {
