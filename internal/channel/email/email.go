@@ -182,17 +182,23 @@ func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 	c.log.Info("email: listening", "addr", ln.Addr().String(), "address", c.recipient.String())
 	sink.Ready(Name, true, nil)
 
+	tr := track(ln)
+	lim := netutil.LimitListener(tr, maxConns)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(netutil.LimitListener(ln, maxConns)) }()
+	go func() { served <- srv.Serve(lim) }()
+	stop := func() {
+		srv.Close()
+		lim.Close() // an Accept waiting for a free slot returns
+		tr.closeAll()
+		c.drain()
+	}
 	select {
 	case <-ctx.Done():
-		srv.Close()
+		stop()
 		<-served
-		c.drain()
 		return nil
 	case err := <-served:
-		srv.Close()
-		c.drain()
+		stop()
 		err = fmt.Errorf("email: serve: %w", err)
 		sink.Ready(Name, false, err)
 		return err

@@ -756,3 +756,37 @@ func TestChunking(t *testing.T) {
 		}
 	}
 }
+
+// cancelSink ends the channel's context as soon as it is ready: Run
+// closes the server before its Serve goroutine may have started.
+type cancelSink struct {
+	*sink
+	cancel context.CancelFunc
+}
+
+func (s cancelSink) Ready(name string, ready bool, why error) {
+	s.cancel()
+	s.sink.Ready(name, ready, why)
+}
+
+func TestRunStopsRightAfterReady(t *testing.T) {
+	c, err := New(testConfig(), Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx, cancelSink{newSink(), cancel}) }()
+		// A liveness bound, not a timing assertion: Run hung in Accept
+		// before it closed its listener itself.
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+	}
+}
