@@ -55,7 +55,7 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 		Untrusted: in.Untrusted, Source: in.Source, Meta: in.Meta}}); err != nil {
 		return "", fmt.Errorf("serve: record the inbound message: %w", err)
 	}
-	text := modelText(in)
+	text := modelText(in, d.o.Prompts[c.Channel])
 	d.convMu.Lock()
 	defer d.convMu.Unlock()
 	id, created, err := d.session(ctx, c, text)

@@ -72,6 +72,11 @@ type Options struct {
 	// instead: keyed "channel/room" (a cron job: "cron/JOB"), else
 	// "channel" (a hook's name).
 	Reports map[string]channel.Conversation
+	// Prompts maps an event channel to the person's instruction for
+	// what arrives on it (serve.webhooks[].prompt, serve.email.prompt):
+	// the model reads it, as the person's words, before the untrusted
+	// content.
+	Prompts map[string]string
 	// Limits is the budget of one turn of conv's session (a scheduled
 	// job's max_turns and max_cost); it only tightens the kernel's
 	// limits. nil: none.

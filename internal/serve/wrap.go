@@ -11,9 +11,13 @@ import (
 // own text as it is (with its attachments listed); anything Untrusted
 // through channel.WrapUntrusted, labelled as data between boundaries the
 // content cannot forge, so it is never read as the person's
-// instructions.
-func modelText(in channel.Inbound) string {
+// instructions, after prompt (the person's configured instruction for
+// the channel, when there is one).
+func modelText(in channel.Inbound, prompt string) string {
 	if in.Untrusted {
+		if prompt != "" {
+			return prompt + "\n\n" + channel.WrapUntrusted(in)
+		}
 		return channel.WrapUntrusted(in)
 	}
 	var b strings.Builder

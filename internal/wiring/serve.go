@@ -16,6 +16,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/channel/cron"
+	"github.com/fluffy-agent/fluffy/internal/channel/email"
 	"github.com/fluffy-agent/fluffy/internal/channel/terminal"
 	"github.com/fluffy-agent/fluffy/internal/channel/webhook"
 	"github.com/fluffy-agent/fluffy/internal/config"
@@ -41,11 +42,14 @@ type channelDeps struct {
 	home string
 	// env resolves a webhook's env: secret.
 	env func(string) (string, bool)
+	// ws is the assistant workspace (mail attachments go there).
+	ws string
 }
 
 // serveChannels builds the channels the serve: section configures, in a
 // stable order: the terminal (always), the webhooks (serve.webhooks),
-// then the schedule (serve.cron and the heartbeat). Each channel package's constructor is
+// the mail channel (serve.email), then the schedule (serve.cron and the
+// heartbeat). Each channel package's constructor is
 // called here, and only here; channelChecks runs their configuration
 // checks. On error, the channels built so far are closed.
 func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, err error) {
@@ -69,6 +73,19 @@ func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, er
 			return chans, fmt.Errorf("serve.webhooks %q: %w", h.Name, err)
 		}
 		chans = append(chans, hook)
+	}
+	if e := c.Serve.Email; e.Listen != "" {
+		dir := ""
+		if d.ws != "" {
+			// In the assistant workspace, where the agent's file tools
+			// read them: mail/attachments/<message>/.
+			dir = filepath.Join(d.ws, "mail")
+		}
+		mail, err := email.New(e, email.Options{Logger: d.log.With("channel", email.Name), StateDir: dir, Clock: d.now})
+		if err != nil {
+			return chans, err
+		}
+		chans = append(chans, mail)
 	}
 	if cc := cron.ConfigFrom(l, d.home); wantCron(cc) {
 		dir := ""
@@ -105,10 +122,29 @@ func closeChannels(chans []channel.Channel) {
 // Check functions), for "fluffy serve --check".
 func channelChecks(l *config.Loaded, home string, env func(string) (string, bool)) []error {
 	errs := webhook.Check(l.Config.Serve.Webhooks, l.Origins["serve.webhooks"], env)
+	if l.Config.Serve.Email.Listen != "" {
+		errs = append(errs, email.Check(l.Config.Serve.Email, l.Origins)...)
+	}
 	if cc := cron.ConfigFrom(l, home); wantCron(cc) || len(cc.Jobs) > 0 {
 		errs = append(errs, cron.Check(cc)...)
 	}
 	return errs
+}
+
+// servePrompts is what the person configured each event channel's
+// sessions to do with what arrives (a hook's or the mail channel's
+// prompt): the person's own words, put before the untrusted content.
+func servePrompts(c *config.Config) map[string]string {
+	p := map[string]string{}
+	for _, h := range c.Serve.Webhooks {
+		if h.Prompt != "" {
+			p[h.Name] = h.Prompt
+		}
+	}
+	if c.Serve.Email.Prompt != "" {
+		p[email.Name] = c.Serve.Email.Prompt
+	}
+	return p
 }
 
 // cronLimits is each scheduled job's budget (serve.cron max_turns and
@@ -139,6 +175,7 @@ func serveReports(c *config.Config) map[string]channel.Conversation {
 	for _, h := range c.Serve.Webhooks {
 		add(h.Name, h.Report)
 	}
+	add(email.Name, c.Serve.Email.Report)
 	for _, j := range c.Serve.Cron {
 		add(cron.Name+"/"+j.Name, j.Report)
 	}
@@ -321,7 +358,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 		return nil, err
 	}
 	home, _ := u.Getenv("HOME")
-	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv})
+	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv, ws: ws})
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +377,8 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	}
 	dm, err := serve.New(serve.Options{Sessions: k.sessions, Approvals: k.broker, Audit: auditOnDemand{u: u, held: &k.held}, DB: k.db,
 		Workspace: ws, Model: c.Model, ApprovalRoute: route, Approvers: c.Approval.Approvers, Reports: reports,
-		Limits: cronLimits(c.Serve.Cron),
+		Limits:  cronLimits(c.Serve.Cron),
+		Prompts: servePrompts(c),
 		Quiet: func(conv channel.Conversation, text string) bool {
 			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
 		},
@@ -408,6 +446,9 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 	names := []string{terminal.Name}
 	for _, h := range c.Serve.Webhooks {
 		names = append(names, h.Name)
+	}
+	if c.Serve.Email.Listen != "" {
+		names = append(names, email.Name)
 	}
 	home, _ := u.Getenv("HOME")
 	if wantCron(cron.ConfigFrom(l, home)) {
