@@ -26,7 +26,7 @@ const LocalModelName = "fluffy-ri-v1"
 const (
 	localDim     = 256
 	localNonZero = 8
-	localWindow  = 3
+	localWindow  = 8
 	localMinDocs = 2
 )
 
@@ -70,7 +70,7 @@ func (l *Local) Embed(_ context.Context, texts []string) ([][]float32, error) {
 			if !ok {
 				continue
 			}
-			f := l.idf[w]
+			f := l.idf[w] * l.idf[w]
 			for d := range v {
 				v[d] += f * wv[d]
 			}
@@ -125,7 +125,7 @@ func (l *Local) Learn(ctx context.Context, corpus []string) error {
 				if q == p || !ok {
 					continue
 				}
-				addIndex(v, c, f)
+				addIndex(v, c, f*f)
 			}
 		}
 	}

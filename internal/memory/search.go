@@ -14,7 +14,7 @@ type Mode string
 
 // The search modes.
 const (
-	// Hybrid fuses full text and vector ranks (reciprocal rank fusion).
+	// Hybrid fuses full text and vector scores (a weighted sum).
 	Hybrid Mode = "hybrid"
 	// FullText ranks by BM25 alone.
 	FullText Mode = "fulltext"
@@ -34,10 +34,17 @@ type Query struct {
 	Since, Until time.Time
 	// Mode defaults to Hybrid; without vectors every mode is FullText.
 	Mode Mode
-	// Fusion, for measurement, replaces reciprocal rank fusion by a
-	// weighted sum (0 < Fusion < 1: the full text's weight).
-	Fusion float64
+	// TextWeight, for measurement, is the full text's weight in the
+	// hybrid's sum (0 < TextWeight < 1); 0 means DefaultTextWeight.
+	TextWeight float64
+	// RRF, for measurement, fuses by reciprocal rank instead.
+	RRF bool
 }
+
+// DefaultTextWeight is the full text's weight in the hybrid, the
+// vectors' being the rest: chosen on the labelled retrieval set (the
+// package doc says why).
+const DefaultTextWeight = 0.3
 
 // Hit is one passage found.
 type Hit struct {
@@ -109,8 +116,12 @@ func (x *Index) Search(ctx context.Context, q Query) (Result, error) {
 		ids, score = ft, ftScore
 	case res.Mode == Vector:
 		ids, score = vr, vScore
-	case q.Fusion > 0 && q.Fusion < 1:
-		ids, score = weighted(ft, ftScore, vr, vScore, q.Fusion)
+	case !q.RRF:
+		w := q.TextWeight
+		if w <= 0 || w >= 1 {
+			w = DefaultTextWeight
+		}
+		ids, score = weighted(ft, ftScore, vr, vScore, w)
 	default:
 		for r, id := range ft {
 			score[id] += 1 / float64(rrfK+r+1)
