@@ -572,7 +572,7 @@ func (x *Index) maybeLearn(ctx context.Context, l Learner) (bool, error) {
 	if _, err := x.db.ExecContext(ctx, `INSERT OR REPLACE INTO meta(key, value) VALUES ('local_model', ?)`, blob); err != nil {
 		return false, fmt.Errorf("memory: store the local model: %w", err)
 	}
-	x.log.Info("memory: local model learned", "model", l.Model(), "tokens", tokens)
+	x.log.Debug("memory: local model learned", "model", l.Model(), "tokens", tokens)
 	return true, nil
 }
 
@@ -656,3 +656,6 @@ func (x *Index) Files(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// DBPath is the index's database file.
+func (x *Index) DBPath() string { return x.o.DB }
