@@ -7,6 +7,7 @@ import (
 	"embed"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -245,7 +246,7 @@ func (x *Index) Sync(ctx context.Context) (SyncReport, error) {
 		}
 		rep.Removed++
 	}
-	if err := x.embed(ctx, &rep); err != nil {
+	if err := x.embed(ctx, &rep, nil); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -296,7 +297,7 @@ func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error
 			rep.Unchanged++
 		}
 	}
-	if err := x.embed(ctx, &rep); err != nil {
+	if err := x.embed(ctx, &rep, rels); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -372,7 +373,11 @@ func (x *Index) syncFile(ctx context.Context, root *os.Root, rel, old string) (b
 		if err := deleteFile(ctx, tx, rel); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO files(path, hash, size, day) VALUES (?, ?, ?, ?)`, rel, h, len(b), dayOf(rel)); err != nil {
+		tokens := 0
+		for _, c := range chunks {
+			tokens += len(Tokenize(c.Heading + "\n" + c.Text))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO files(path, hash, size, tokens, day) VALUES (?, ?, ?, ?, ?)`, rel, h, len(b), tokens, dayOf(rel)); err != nil {
 			return err
 		}
 		for _, c := range chunks {
@@ -439,7 +444,7 @@ const relearn = 0.25
 // the local model learns again if the corpus drifted. Without an
 // embedder it does nothing; an embedder's failure is logged and leaves
 // search on full text.
-func (x *Index) embed(ctx context.Context, rep *SyncReport) error {
+func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) error {
 	e := x.o.Embedder
 	if e == nil {
 		return nil
@@ -452,6 +457,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport) error {
 		rep.Learned = learned
 		if learned {
 			x.vecs = map[int64]chunkVec{}
+			paths = nil // every chunk needs the new model's vector
 		}
 		if l.Tokens() == 0 {
 			return nil // nothing learned yet: full text only
@@ -460,9 +466,17 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport) error {
 	model := e.Model()
 	if model != x.vecModel {
 		x.vecs, x.vecModel = map[int64]chunkVec{}, model
+		paths = nil
 	}
-	rows, err := x.db.QueryContext(ctx, `SELECT c.id, c.path, c.heading, c.text, c.hash, f.day, v.vec FROM chunks c JOIN files f ON f.path = c.path
-		LEFT JOIN vectors v ON v.hash = c.hash AND v.model = ?`, model)
+	q, args := `SELECT c.id, c.path, c.heading, c.text, c.hash, f.day, v.vec FROM chunks c JOIN files f ON f.path = c.path
+		LEFT JOIN vectors v ON v.hash = c.hash AND v.model = ?`, []any{model}
+	if paths != nil {
+		// Only the files synced: the others' vectors are in x.vecs.
+		q += ` WHERE c.path IN (SELECT value FROM json_each(?))`
+		js, _ := json.Marshal(paths)
+		args = append(args, string(js))
+	}
+	rows, err := x.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("memory: read chunks: %w", err)
 	}
@@ -524,8 +538,12 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport) error {
 		}
 		rep.Embedded += len(part)
 	}
+	if paths != nil {
+		return nil
+	}
 	// Vectors no chunk uses under the current model are dropped: an old
-	// model's, or a deleted passage's.
+	// model's, or a deleted passage's (at a full Sync only: a watcher's
+	// update leaves them, so a file moved in two steps keeps its cache).
 	if _, err := x.db.ExecContext(ctx, `DELETE FROM vectors WHERE model != ? OR hash NOT IN (SELECT hash FROM chunks)`, model); err != nil {
 		return fmt.Errorf("memory: drop stale vectors: %w", err)
 	}
@@ -535,32 +553,30 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport) error {
 // maybeLearn has l learn from all chunks when it has no model or the
 // corpus drifted by more than relearn since; it stores what l learned.
 func (x *Index) maybeLearn(ctx context.Context, l Learner) (bool, error) {
+	var tokens int
+	if err := x.db.QueryRowContext(ctx, `SELECT coalesce(sum(tokens), 0) FROM files`).Scan(&tokens); err != nil {
+		return false, fmt.Errorf("memory: count the corpus: %w", err)
+	}
+	old := l.Tokens()
+	if tokens == 0 || old > 0 && math.Abs(float64(tokens-old)) <= relearn*float64(old) {
+		return false, nil
+	}
 	rows, err := x.db.QueryContext(ctx, `SELECT heading, text FROM chunks ORDER BY path, start_line`)
 	if err != nil {
 		return false, fmt.Errorf("memory: read chunks: %w", err)
 	}
 	var corpus []string
-	tokens := 0
 	for rows.Next() {
 		var h, t string
 		if err := rows.Scan(&h, &t); err != nil {
 			rows.Close()
 			return false, fmt.Errorf("memory: read chunks: %w", err)
 		}
-		s := h + "\n" + t
-		corpus = append(corpus, s)
-		tokens += len(Tokenize(s))
+		corpus = append(corpus, h+"\n"+t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, fmt.Errorf("memory: read chunks: %w", err)
-	}
-	old := l.Tokens()
-	if old > 0 && math.Abs(float64(tokens-old)) <= relearn*float64(old) {
-		return false, nil
-	}
-	if tokens == 0 {
-		return false, nil
 	}
 	if err := l.Learn(ctx, corpus); err != nil {
 		return false, fmt.Errorf("memory: learn word vectors: %w", err)

@@ -3,6 +3,8 @@ CREATE TABLE files (
 	path  TEXT PRIMARY KEY,
 	hash  TEXT NOT NULL,
 	size  INTEGER NOT NULL,
+	-- the file's words as the local model counts them
+	tokens INTEGER NOT NULL DEFAULT 0,
 	day   TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE chunks (
