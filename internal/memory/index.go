@@ -76,13 +76,8 @@ type Index struct {
 
 	// mu guards the fields below and serializes writes.
 	mu       sync.Mutex
-	vecs     map[int64]chunkVec // vecModel's vectors by chunk id
+	vecs     *vecTable // vecModel's vectors by chunk id
 	vecModel string
-}
-
-type chunkVec struct {
-	path, day string
-	vec       []float32
 }
 
 // Skip is a file the index left out, and why.
@@ -429,11 +424,7 @@ func (x *Index) removeFile(ctx context.Context, rel string) (bool, error) {
 }
 
 func (x *Index) dropVectors(rel string) {
-	for id, cv := range x.vecs {
-		if cv.path == rel {
-			delete(x.vecs, id)
-		}
-	}
+	x.vecs.dropPath(rel)
 }
 
 // relearn is how far the corpus may drift (in tokens, either way) from
@@ -456,7 +447,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 		}
 		rep.Learned = learned
 		if learned {
-			x.vecs = map[int64]chunkVec{}
+			x.vecs = newVecTable()
 			paths = nil // every chunk needs the new model's vector
 		}
 		if l.Tokens() == 0 {
@@ -465,7 +456,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 	}
 	model := e.Model()
 	if model != x.vecModel {
-		x.vecs, x.vecModel = map[int64]chunkVec{}, model
+		x.vecs, x.vecModel = newVecTable(), model
 		paths = nil
 	}
 	q, args := `SELECT c.id, c.path, c.heading, c.text, c.hash, f.day, v.vec FROM chunks c JOIN files f ON f.path = c.path
@@ -496,11 +487,11 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 			rows.Close()
 			return fmt.Errorf("memory: read chunks: %w", err)
 		}
-		if _, ok := x.vecs[w.id]; ok {
+		if x.vecs.has(w.id) {
 			continue
 		}
 		if blob != nil {
-			x.vecs[w.id] = chunkVec{w.path, w.day, decodeVec(blob)}
+			x.vecs.put(w.id, w.path, w.day, decodeVec(blob))
 			continue
 		}
 		w.text = heading + "\n" + text
@@ -534,7 +525,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 			return fmt.Errorf("memory: store vectors: %w", err)
 		}
 		for j, w := range part {
-			x.vecs[w.id] = chunkVec{w.path, w.day, vs[j]}
+			x.vecs.put(w.id, w.path, w.day, vs[j])
 		}
 		rep.Embedded += len(part)
 	}
@@ -594,7 +585,7 @@ func (x *Index) maybeLearn(ctx context.Context, l Learner) (bool, error) {
 
 // loadVectors reads the current model's vectors into memory.
 func (x *Index) loadVectors(ctx context.Context) error {
-	x.vecs = map[int64]chunkVec{}
+	x.vecs = newVecTable()
 	if x.o.Embedder == nil {
 		return nil
 	}
@@ -614,7 +605,7 @@ func (x *Index) loadVectors(ctx context.Context) error {
 		if err := rows.Scan(&id, &path, &day, &blob); err != nil {
 			return fmt.Errorf("memory: read vectors: %w", err)
 		}
-		x.vecs[id] = chunkVec{path, day, decodeVec(blob)}
+		x.vecs.put(id, path, day, decodeVec(blob))
 	}
 	return rows.Err()
 }
@@ -651,7 +642,7 @@ func (x *Index) Stats(ctx context.Context) (Stats, error) {
 		return s, fmt.Errorf("memory: stats: %w", err)
 	}
 	x.mu.Lock()
-	s.Vectors = len(x.vecs)
+	s.Vectors = x.vecs.len()
 	x.mu.Unlock()
 	if x.o.Embedder != nil {
 		s.Model = x.o.Embedder.Model()

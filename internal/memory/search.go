@@ -148,7 +148,7 @@ func (x *Index) Search(ctx context.Context, q Query) (Result, error) {
 func (x *Index) vectorCount() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return len(x.vecs)
+	return x.vecs.len()
 }
 
 // weighted fuses min-max normalized scores, w for full text.
@@ -269,20 +269,25 @@ func (x *Index) nearest(q Query, qv []float32) ([]int64, map[int64]float64) {
 	}
 	x.mu.Lock()
 	top := make([]sc, 0, candidates+1)
-	for id, cv := range x.vecs {
-		if len(cv.vec) != len(qv) || !q.keeps(cv.path, cv.day) {
-			continue
-		}
-		s := dot(cv.vec, qv)
-		if len(top) == candidates && s <= top[len(top)-1].s {
-			continue
-		}
-		i := sort.Search(len(top), func(i int) bool { return top[i].s < s || (top[i].s == s && top[i].id > id) })
-		top = append(top, sc{})
-		copy(top[i+1:], top[i:])
-		top[i] = sc{id, s}
-		if len(top) > candidates {
-			top = top[:candidates]
+	t := x.vecs
+	if t.dim == len(qv) {
+		for slot := range t.ids {
+			s := dot(t.row(slot), qv)
+			if len(top) == candidates && s <= top[len(top)-1].s {
+				continue
+			}
+			m := t.meta[slot]
+			if !q.keeps(m.path, m.day) {
+				continue
+			}
+			id := t.ids[slot]
+			i := sort.Search(len(top), func(i int) bool { return top[i].s < s || (top[i].s == s && top[i].id > id) })
+			top = append(top, sc{})
+			copy(top[i+1:], top[i:])
+			top[i] = sc{id, s}
+			if len(top) > candidates {
+				top = top[:candidates]
+			}
 		}
 	}
 	x.mu.Unlock()
