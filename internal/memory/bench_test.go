@@ -124,3 +124,29 @@ func BenchmarkSearch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOnDemandSearch is a session's memory.search as the kernel
+// runs it: open the index, the hash scan of every file, the search,
+// close (nothing changed since the last call).
+func BenchmarkOnDemandSearch(b *testing.B) {
+	c := genCorpus(6, 3000, 240)
+	root := writeCorpus(b, c)
+	d := OnDemand{Options: Options{Root: root, DB: filepath.Join(b.TempDir(), "index.db")}, NewEmbedder: func() Embedder { return &Local{} }}
+	if _, err := d.Search(b.Context(), Query{Text: "warm up"}); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		q := c.questions[i%len(c.questions)]
+		i++
+		start := time.Now()
+		if _, err := d.Search(b.Context(), Query{Text: q.text}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	p50, p99 := percentiles(lat)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}

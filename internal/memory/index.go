@@ -458,6 +458,17 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 	if model != x.vecModel {
 		x.vecs, x.vecModel = newVecTable(), model
 		paths = nil
+	} else if paths == nil && rep.Indexed == 0 && rep.Removed == 0 {
+		// A scan that changed nothing: when every chunk has its vector
+		// in memory, there is nothing to read (a session's search
+		// scans at every call).
+		var n int
+		if err := x.db.QueryRowContext(ctx, `SELECT count(*) FROM chunks`).Scan(&n); err != nil {
+			return fmt.Errorf("memory: count chunks: %w", err)
+		}
+		if n == x.vecs.len() {
+			return nil
+		}
 	}
 	q, args := `SELECT c.id, c.path, c.heading, c.text, c.hash, f.day, v.vec FROM chunks c JOIN files f ON f.path = c.path
 		LEFT JOIN vectors v ON v.hash = c.hash AND v.model = ?`, []any{model}
@@ -590,6 +601,11 @@ func (x *Index) loadVectors(ctx context.Context) error {
 		return nil
 	}
 	x.vecModel = x.o.Embedder.Model()
+	var n int
+	if err := x.db.QueryRowContext(ctx, `SELECT count(*) FROM chunks`).Scan(&n); err != nil {
+		return fmt.Errorf("memory: read vectors: %w", err)
+	}
+	x.vecs.grow(n, localDim) // a capacity hint: the local model's length
 	rows, err := x.db.QueryContext(ctx, `SELECT c.id, c.path, f.day, v.vec FROM chunks c JOIN files f ON f.path = c.path
 		JOIN vectors v ON v.hash = c.hash AND v.model = ?`, x.o.Embedder.Model())
 	if err != nil {
@@ -605,7 +621,7 @@ func (x *Index) loadVectors(ctx context.Context) error {
 		if err := rows.Scan(&id, &path, &day, &blob); err != nil {
 			return fmt.Errorf("memory: read vectors: %w", err)
 		}
-		x.vecs.put(id, path, day, decodeVec(blob))
+		x.vecs.putBlob(id, path, day, blob)
 	}
 	return rows.Err()
 }

@@ -1,5 +1,11 @@
 package memory
 
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+)
+
 // vecTable holds one model's chunk vectors in one contiguous slice, so a
 // search scans memory in order (a map of slices made the scan several
 // times slower at 100k chunks). Not safe for concurrent use: Index.mu
@@ -64,3 +70,32 @@ func (t *vecTable) dropPath(path string) {
 
 // row is slot s's vector.
 func (t *vecTable) row(s int) []float32 { return t.data[s*t.dim : (s+1)*t.dim : (s+1)*t.dim] }
+
+// putBlob is put for a stored vector (little-endian float32s), decoded
+// straight into the table.
+func (t *vecTable) putBlob(id int64, path, day string, b []byte) {
+	n := len(b) / 4
+	if t.dim == 0 {
+		t.dim = n
+	}
+	if n != t.dim || n == 0 || t.has(id) {
+		if n == t.dim && n > 0 {
+			t.put(id, path, day, decodeVec(b))
+		}
+		return
+	}
+	t.slot[id] = len(t.ids)
+	t.ids = append(t.ids, id)
+	t.meta = append(t.meta, chunkMeta{path, day})
+	t.data = slices.Grow(t.data, n)
+	for i := range n {
+		t.data = append(t.data, math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	}
+}
+
+// grow makes room for n more rows of dim.
+func (t *vecTable) grow(n, dim int) {
+	t.ids = slices.Grow(t.ids, n)
+	t.meta = slices.Grow(t.meta, n)
+	t.data = slices.Grow(t.data, n*dim)
+}

@@ -7,7 +7,7 @@ func TestVecTableDropPath(t *testing.T) {
 	v.put(1, "a.md", "", []float32{1, 0})
 	v.put(2, "b.md", "", []float32{0, 1})
 	v.put(3, "a.md", "", []float32{1, 1})
-	v.put(4, "c.md", "", []float32{2, 2})
+	v.putBlob(4, "c.md", "", encodeVec([]float32{2, 2}))
 	v.put(5, "x.md", "", []float32{1, 2, 3}) // another length: dropped
 	v.dropPath("a.md")
 	if v.len() != 2 || v.has(1) || v.has(3) || v.has(5) {
