@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
@@ -242,4 +244,42 @@ func newMemoryStatsCmd(a *App) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+// memoryCheck is doctor's line on memory search: hybrid, or full text
+// alone and why. It reads the index as it is (no scan), and creates
+// nothing.
+func memoryCheck(ctx context.Context, a *App) doctor.Check {
+	c := doctor.Check{Name: "memory search", Status: doctor.OK}
+	o, err := a.memoryOptions(false)
+	if err != nil {
+		c.Detail = "no assistant workspace"
+		return c
+	}
+	if !memory.HasMemory(o.Root) {
+		c.Detail = "no memory files in " + o.Root
+		return c
+	}
+	if _, err := os.Stat(o.DB); errors.Is(err, fs.ErrNotExist) {
+		c.Detail = "not indexed yet: the first search (or 'fluffy memory reindex') indexes " + o.Root
+		return c
+	}
+	x, err := memory.Open(ctx, o)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "fluffy memory reindex --full (the index is derived from the files)"
+		return c
+	}
+	defer x.Close()
+	s, err := x.Stats(ctx)
+	switch {
+	case err != nil:
+		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "fluffy memory reindex --full (the index is derived from the files)"
+	case s.Chunks > 0 && s.Vectors == 0:
+		c.Status = doctor.Warn
+		c.Detail = fmt.Sprintf("full text only: %d chunk(s) and no vectors (the local model has not learned: too few notes repeat words across passages)", s.Chunks)
+		c.Fix = "nothing to do: search works on full text, and the local model learns as the notes grow ('fluffy memory reindex' to try now)"
+	default:
+		c.Detail = fmt.Sprintf("hybrid: %d chunks, %d vectors (%s), all on this machine", s.Chunks, s.Vectors, s.Model)
+	}
+	return c
 }

@@ -520,6 +520,9 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 			texts[j] = w.text
 		}
 		vs, err := e.Embed(ctx, texts)
+		if errors.Is(err, ErrNoModel) {
+			return nil // nothing learned yet (no word in two passages): full text only, as Search says
+		}
 		if err != nil || len(vs) != len(part) {
 			x.log.Warn("memory: embedding failed; search uses full text for the chunks without vectors", "model", model, "err", err)
 			return nil
