@@ -43,25 +43,15 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
-// Learner is an Embedder that learns from the corpus it indexes (Local).
-type Learner interface {
-	Embedder
-	Learn(ctx context.Context, corpus []string) error
-	// Tokens is the corpus size, in tokens, of the last Learn.
-	Tokens() int
-	MarshalBinary() ([]byte, error)
-	UnmarshalBinary([]byte) error
-}
-
 // Options configure an Index. Root and DB are required.
 type Options struct {
 	// Root is the assistant workspace: CoreFile and Dir are in it.
 	Root string
 	// DB is the index's database file (<data>/memory/index.db).
 	DB string
-	// Embedder makes the vectors; nil means full text only. A Learner
-	// (the default, Local) relearns when the corpus has grown or shrunk
-	// by a quarter since it last learned.
+	// Embedder makes the vectors; nil means full text only. The
+	// default, *Local, learns from the indexed chunks, and learns again
+	// when the corpus has grown or shrunk by a quarter since.
 	Embedder Embedder
 	// Logger, optional.
 	Logger *slog.Logger
@@ -118,7 +108,7 @@ func Open(ctx context.Context, o Options) (*Index, error) {
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
 	}
-	if l, ok := o.Embedder.(Learner); ok {
+	if l, ok := o.Embedder.(*Local); ok {
 		var blob []byte
 		err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'local_model'`).Scan(&blob)
 		switch {
@@ -440,7 +430,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 	if e == nil {
 		return nil
 	}
-	if l, ok := e.(Learner); ok {
+	if l, ok := e.(*Local); ok {
 		learned, err := x.maybeLearn(ctx, l)
 		if err != nil {
 			return err
@@ -557,7 +547,7 @@ func (x *Index) embed(ctx context.Context, rep *SyncReport, paths []string) erro
 
 // maybeLearn has l learn from all chunks when it has no model or the
 // corpus drifted by more than relearn since; it stores what l learned.
-func (x *Index) maybeLearn(ctx context.Context, l Learner) (bool, error) {
+func (x *Index) maybeLearn(ctx context.Context, l *Local) (bool, error) {
 	var tokens int
 	if err := x.db.QueryRowContext(ctx, `SELECT coalesce(sum(tokens), 0) FROM files`).Scan(&tokens); err != nil {
 		return false, fmt.Errorf("memory: count the corpus: %w", err)

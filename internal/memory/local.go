@@ -46,6 +46,8 @@ type Local struct {
 	tokens  int // corpus size it learned from, in tokens
 }
 
+var _ Embedder = (*Local)(nil)
+
 // ErrNoModel is Local.Embed's error before it has learned any words.
 var ErrNoModel = errors.New("memory: the local embedding model has not learned any words yet")
 
