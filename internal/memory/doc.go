@@ -2,7 +2,7 @@
 // (MEMORY.md and memory/**/*.md in the assistant workspace) cut into
 // chunks by Markdown heading and paragraph, indexed for full text
 // (SQLite FTS5, BM25) and for meaning (a vector per chunk), and searched
-// with both ranks fused. The files are the truth: the index is derived
+// with both scores fused. The files are the truth: the index is derived
 // data under the data directory (memory/index.db), rebuilt from them at
 // any time.
 //
@@ -15,8 +15,8 @@
 // The default embedder, Local, needs no download and sends nothing
 // anywhere: it learns word vectors from the person's own memory corpus
 // by random indexing and averages them per chunk, weighted by the square
-// of their inverse document frequency (docs/memory.md says
-// how, and docs/benchmarks.md what it scores). No Go word-embedding
+// of their inverse document frequency (docs/memory.md says how, and
+// docs/benchmarks.md what it scores). No Go word-embedding
 // library is among the modules available here, and random indexing is a
 // few dozen lines, learns in one pass, and relearns cheaply as the corpus
 // grows.
@@ -30,5 +30,6 @@
 // on literal questions) and most of the vectors' paraphrase recall. The
 // weight was chosen on the labelled set (eval_test.go); 0.3 rather than
 // the set's best 0.2 leans towards exact words, which a person's real
-// notes (names, codes, dates) need more than this set does.
+// notes (names, codes, dates) need more than this set does. Another
+// seed of the generator ranks the modes the same way.
 package memory
