@@ -8,6 +8,7 @@ require (
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/bluekeyes/go-gitdiff v0.8.1
 	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/ergochat/readline v0.1.3
 	github.com/go-git/go-billy/v5 v5.9.2
 	github.com/go-git/go-git/v5 v5.19.3

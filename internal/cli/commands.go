@@ -22,6 +22,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newAskCmd(a),
 		newDemoCmd(a),
 		newHookCmd(a),
+		newMemoryCmd(a),
 	)
 	setupTaskCmd(a, root)
 }

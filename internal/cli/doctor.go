@@ -50,6 +50,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 					},
 					func(context.Context) doctor.Check { return binariesCheck(a.Self) },
 					func(context.Context) doctor.Check { return serverCheck(a) },
+					func(ctx context.Context) doctor.Check { return memoryCheck(ctx, a) },
 				},
 			})
 			if asJSON {

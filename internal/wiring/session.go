@@ -277,6 +277,9 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Coverage: env.TDD.WantsCoverage, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
 			return nil, err
 		}
+		if err := registerMemory(u, reg); err != nil {
+			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
+		}
 		// The policy is the one in force for the session's workspace
 		// (keyed as the operations name it, so the broker's
 		// pre-evaluation of a step finds the same engine); a session does

@@ -1,0 +1,75 @@
+package memory
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestWatchUpdatesChangedFiles: a save, a new directory's file, a rename
+// and a delete each reach the index through the watcher alone.
+func TestWatchUpdatesChangedFiles(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "MEMORY.md", "# Core\n\nalpha\n")
+	write(t, root, "memory/2026-01-01.md", "# Day\n\nbravo\n")
+	x := open(t, root, nil)
+	if _, err := x.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	synced := make(chan SyncReport, 16)
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		close(ready)
+		done <- x.Watch(ctx, func(r SyncReport, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			synced <- r
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-ready
+	found := func(word, path string) bool {
+		res, err := x.Search(t.Context(), Query{Text: word, Mode: FullText})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range res.Hits {
+			if h.Path == path {
+				return true
+			}
+		}
+		return false
+	}
+	// wait until cond holds after the watcher's syncs (the watcher may
+	// not be watching yet at the first write: write again until seen).
+	wait := func(what string, act func(), cond func() bool) {
+		t.Helper()
+		act()
+		for tries := 0; !cond(); tries++ {
+			select {
+			case <-synced:
+			case <-time.After(2 * time.Second):
+				if tries > 10 {
+					t.Fatalf("%s: not seen by the index", what)
+				}
+				act()
+			}
+		}
+	}
+	wait("a save", func() { write(t, root, "MEMORY.md", "# Core\n\ncharlie\n") }, func() bool { return found("charlie", "MEMORY.md") && !found("alpha", "MEMORY.md") })
+	wait("a new directory", func() { write(t, root, "memory/trips/rome.md", "# Rome\n\ndelta\n") }, func() bool { return found("delta", "memory/trips/rome.md") })
+	wait("a rename", func() {
+		os.Rename(filepath.Join(root, "memory/2026-01-01.md"), filepath.Join(root, "memory/2026-01-02.md"))
+	}, func() bool { return found("bravo", "memory/2026-01-02.md") && !found("bravo", "memory/2026-01-01.md") })
+	wait("a delete", func() { os.Remove(filepath.Join(root, "memory/trips/rome.md")) }, func() bool { return !found("delta", "memory/trips/rome.md") })
+}
