@@ -395,18 +395,22 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	if c.Serve.Listen != "" {
 		hmux := http.NewServeMux()
 		dm.Mount(hmux)
-		if err := f.serveHTTP(c.Serve.Listen, hmux); err != nil {
+		bound, err := f.serveHTTP(c.Serve.Listen, hmux)
+		if err != nil {
 			f.stop()
 			return nil, fmt.Errorf("serve.listen: %w", err)
 		}
+		f.listen = bound
 	}
 	if c.Serve.Health != "" {
-		if err := f.serveHTTP(c.Serve.Health, dm.HealthHandler()); err != nil {
+		bound, err := f.serveHTTP(c.Serve.Health, dm.HealthHandler())
+		if err != nil {
 			f.stop()
 			return nil, fmt.Errorf("serve.health: %w", err)
 		}
+		f.health = bound
 	}
-	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", c.Serve.Listen, "health", c.Serve.Health)
+	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", f.listen, "health", f.health)
 	return f, nil
 }
 
@@ -458,8 +462,10 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 }
 
 // serveHTTP serves h on addr (host:port, or unix:/path: a stale socket
-// file is replaced, the new one is 0600).
-func (f *serveFront) serveHTTP(addr string, h http.Handler) error {
+// file is replaced, the new one is 0600) and returns the address it is
+// bound to, in addr's notation: port 0 becomes the port the system chose,
+// which status and the log then show.
+func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
 	var ln net.Listener
 	var err error
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
@@ -476,7 +482,11 @@ func (f *serveFront) serveHTTP(addr string, h http.Handler) error {
 		if ln != nil {
 			_ = ln.Close()
 		}
-		return err
+		return "", err
+	}
+	bound := addr
+	if ln.Addr().Network() == "tcp" {
+		bound = ln.Addr().String()
 	}
 	// Slow or huge requests are the server's to bound, before any handler.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(f.log.Handler(), slog.LevelWarn)}
@@ -486,8 +496,8 @@ func (f *serveFront) serveHTTP(addr string, h http.Handler) error {
 			f.log.Error("http server", "addr", addr, "err", err)
 		}
 	}()
-	f.log.Info("http serving", "addr", ln.Addr().String())
-	return nil
+	f.log.Info("http serving", "addr", bound)
+	return bound, nil
 }
 
 // status is the daemon's part of "fluffy status".

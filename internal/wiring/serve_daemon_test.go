@@ -214,3 +214,28 @@ func TestDaemonApprovalGoesToTheChannelAndOneAnswerWins(t *testing.T) {
 		t.Errorf("a second answer: %v, want approval.ErrUnknownRequest", err)
 	}
 }
+
+// TestDefaultAssistantWorkspaceIsAProjectOfItsOwn: the default workspace,
+// ~/.fluffy/workspace, lies under the home directory's .fluffy, which is
+// fluffy's own files for a project rooted at home; no sandbox may run
+// over it until the daemon marks the workspace as a project of its own.
+func TestDefaultAssistantWorkspaceIsAProjectOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, ".fluffy", "workspace")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	u := testUser(t, dir, dir).WithCwd(ws)
+	if _, err := u.SandboxMasks(ws); err == nil {
+		t.Fatal("a sandbox over ~/.fluffy/workspace before the mark: no error, want the workspace inside fluffy's own files")
+	}
+	if err := ownProject(ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := ownProject(ws); err != nil {
+		t.Fatalf("a second mark: %v", err)
+	}
+	if _, err := u.SandboxMasks(ws); err != nil {
+		t.Fatalf("a sandbox over the marked workspace: %v", err)
+	}
+}
