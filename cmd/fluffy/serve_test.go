@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +15,47 @@ import (
 
 func init() {
 	scriptCmds["http-get"] = httpGet
+	scriptCmds["http-post"] = httpPost
+	scriptCmds["env-from-stdout"] = envFromStdout
+}
+
+// envFromStdout is "env-from-stdout VAR REGEXP": set VAR to the first
+// group of REGEXP's first match in the last command's stdout.
+func envFromStdout(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: env-from-stdout VAR REGEXP")
+	}
+	m := regexp.MustCompile(args[1]).FindStringSubmatch(ts.ReadFile("stdout"))
+	if len(m) < 2 {
+		ts.Fatalf("env-from-stdout: no match for %q in stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+// httpPost is "http-post ADDR PATH HEADERS BODY": POST the file BODY to
+// PATH on ADDR (host:port) with the headers in the file HEADERS (lines
+// "Name: value", as 'fluffy hook sign' prints them); stdout gets the
+// status code on the first line, then the body.
+func httpPost(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 4 {
+		ts.Fatalf("usage: http-post ADDR PATH HEADERS BODY")
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+args[0]+args[1], strings.NewReader(ts.ReadFile(args[3])))
+	ts.Check(err)
+	for _, l := range strings.Split(strings.TrimSpace(ts.ReadFile(args[2])), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			ts.Fatalf("http-post: header line %q has no colon", l)
+		}
+		req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	res, err := c.Do(req)
+	ts.Check(err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	ts.Check(err)
+	fmt.Fprintf(ts.Stdout(), "%d\n%s", res.StatusCode, b)
 }
 
 // httpGet is "http-get ADDR PATH": GET PATH from ADDR (host:port, or
