@@ -51,7 +51,9 @@ type channelDeps struct {
 // the mail channel (serve.email), then the schedule (serve.cron and the
 // heartbeat). Each channel package's constructor is
 // called here, and only here; channelChecks runs their configuration
-// checks. On error, the channels built so far are closed.
+// checks. A webhook whose nonce store is corrupt is a retryHook: it
+// fails under supervision rather than stopping the daemon. On error, the
+// channels built so far are closed.
 func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, err error) {
 	c := &l.Config
 	defer func() {
@@ -68,7 +70,15 @@ func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, er
 		if d.state != "" {
 			dir = filepath.Join(d.state, "hooks", h.Name)
 		}
-		hook, err := webhook.New(h, webhook.Options{Logger: d.log.With("channel", h.Name), StateDir: dir, Now: d.now, LookupEnv: d.env})
+		opts := webhook.Options{Logger: d.log.With("channel", h.Name), StateDir: dir, Now: d.now, LookupEnv: d.env}
+		hook, err := webhook.New(h, opts)
+		if errors.Is(err, webhook.ErrCorruptNonceStore) {
+			// The hook's state, not the configuration, is at fault: the
+			// daemon starts, this channel fails until the file is repaired.
+			d.log.Error("webhook cannot start; retried under supervision", "channel", h.Name, "err", err)
+			chans = append(chans, &retryHook{name: h.Name, open: func() (*webhook.Hook, error) { return webhook.New(h, opts) }})
+			continue
+		}
 		if err != nil {
 			return chans, fmt.Errorf("serve.webhooks %q: %w", h.Name, err)
 		}
