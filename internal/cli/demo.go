@@ -96,6 +96,7 @@ data directory's cache/) so the next demo is fast; it says so at the end.`,
 	}
 	cmd.Flags().StringVar(&lang, "lang", "", "example to run: go or python (default: go when the Go toolchain is installed)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the copy and the demo's data directory, and say where they are")
+	cmd.AddCommand(newDemoAssistantCmd(a))
 	return cmd
 }
 
