@@ -150,6 +150,10 @@ type pending struct {
 	req     Request
 	version int           // bumped at every change of req
 	done    chan struct{} // closed when no step is open any more
+	// answering admits one answer at a time: a second one waits until
+	// the first is recorded and applied, then meets its outcome, so no
+	// decision is ever recorded that does not apply.
+	answering chan struct{}
 }
 
 // NewBroker checks opts and returns a broker.
@@ -211,7 +215,7 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 		}
 		req.Items = append(req.Items, it)
 	}
-	p := &pending{req: req, done: make(chan struct{})}
+	p := &pending{req: req, done: make(chan struct{}), answering: make(chan struct{}, 1)}
 	b.mu.Lock()
 	id, err := b.newID()
 	if err != nil {
@@ -260,7 +264,18 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 	b.mu.Lock()
 	p, ok := b.pending[id]
-	if !ok || !p.req.Open() {
+	b.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	select {
+	case p.answering <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.answering }()
+	b.mu.Lock()
+	if cur, ok := b.pending[id]; !ok || cur != p || !p.req.Open() {
 		// Unknown, or decided and about to be removed (answered from
 		// another terminal, expired): nothing to answer.
 		b.mu.Unlock()

@@ -476,9 +476,10 @@ func (g *gatedJournal) Record(ctx context.Context, ev Event) error {
 }
 
 // TestAnswerToADecidedRequest: two terminals answer one request at once;
-// the one recorded second finds it decided and is told the request is no
-// longer open (ErrUnknownRequest, which a terminal takes as "answered
-// elsewhere"), not asked to answer again.
+// the second waits for the first to be recorded and applied, then finds
+// the request decided and is told it is no longer open (ErrUnknownRequest,
+// which a terminal takes as "answered elsewhere"): it is neither asked to
+// answer again nor recorded as a decision that never applied.
 func TestAnswerToADecidedRequest(t *testing.T) {
 	n, g := newInbox(), &gatedJournal{arrived: make(chan chan struct{}, 2)}
 	b, err := NewBroker(Options{Evaluator: testPolicy, Notifier: n, Recorder: g, Timeout: time.Minute})
@@ -491,14 +492,30 @@ func TestAnswerToADecidedRequest(t *testing.T) {
 	go func() { first <- b.Answer(t.Context(), r.ID, "/approve", Who{"ana", "cli"}) }()
 	releaseFirst := <-g.arrived
 	go func() { second <- b.Answer(t.Context(), r.ID, "/deny", Who{"bob", "ipc"}) }()
-	releaseSecond := <-g.arrived
+	// While the first is being recorded, the second must not reach the
+	// recorder (it waits its turn); give it the time to try.
+	select {
+	case rel := <-g.arrived:
+		close(rel)
+		close(releaseFirst)
+		<-first
+		<-second
+		t.Fatal("a second decision was recorded while the first was being recorded")
+	case <-time.After(100 * time.Millisecond):
+	}
 	close(releaseFirst)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	close(releaseSecond)
-	if err := <-second; !errors.Is(err, ErrUnknownRequest) {
-		t.Fatalf("second answer: %v, want ErrUnknownRequest", err)
+	select {
+	case rel := <-g.arrived:
+		close(rel)
+		<-second
+		t.Fatal("the second answer recorded a decision that does not apply")
+	case err := <-second:
+		if !errors.Is(err, ErrUnknownRequest) {
+			t.Fatalf("second answer: %v, want ErrUnknownRequest", err)
+		}
 	}
 	if got := verdictsOf((<-done).req); got != "A" {
 		t.Fatalf("decision %s, want the first answer's", got)
