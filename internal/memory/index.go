@@ -209,20 +209,8 @@ func (x *Index) Sync(ctx context.Context) (SyncReport, error) {
 		}
 		changed, n, err := x.syncFile(ctx, root, rel, known[rel])
 		delete(known, rel)
-		var skip *skipError
-		switch {
-		case errors.As(err, &skip):
-			rep.Skipped = append(rep.Skipped, Skip{Path: rel, Reason: skip.Error()})
-			if _, err := x.removeFile(ctx, rel); err != nil {
-				return rep, err
-			}
-		case err != nil:
+		if err := x.count(ctx, &rep, rel, changed, n, err); err != nil {
 			return rep, err
-		case changed:
-			rep.Indexed++
-			rep.Chunks += n
-		default:
-			rep.Unchanged++
 		}
 	}
 	for rel := range known {
@@ -235,6 +223,26 @@ func (x *Index) Sync(ctx context.Context) (SyncReport, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// count adds one file's sync outcome to rep: a file refused (too large)
+// is reported and leaves the index; any other error stops the sync.
+func (x *Index) count(ctx context.Context, rep *SyncReport, rel string, changed bool, chunks int, err error) error {
+	var skip *skipError
+	switch {
+	case errors.As(err, &skip):
+		rep.Skipped = append(rep.Skipped, Skip{Path: rel, Reason: skip.Error()})
+		_, err := x.removeFile(ctx, rel)
+		return err
+	case err != nil:
+		return err
+	case changed:
+		rep.Indexed++
+		rep.Chunks += chunks
+	default:
+		rep.Unchanged++
+	}
+	return nil
 }
 
 // SyncPaths updates the given files only (a watcher's events): each is
@@ -266,20 +274,8 @@ func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error
 			continue
 		}
 		changed, n, err := x.syncFile(ctx, root, rel, known[rel])
-		var skip *skipError
-		switch {
-		case errors.As(err, &skip):
-			rep.Skipped = append(rep.Skipped, Skip{Path: rel, Reason: skip.Error()})
-			if _, err := x.removeFile(ctx, rel); err != nil {
-				return rep, err
-			}
-		case err != nil:
+		if err := x.count(ctx, &rep, rel, changed, n, err); err != nil {
 			return rep, err
-		case changed:
-			rep.Indexed++
-			rep.Chunks += n
-		default:
-			rep.Unchanged++
 		}
 	}
 	if err := x.embed(ctx, &rep, rels); err != nil {
