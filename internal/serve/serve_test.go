@@ -857,3 +857,52 @@ func TestChannelPromptPrecedesTheUntrustedContent(t *testing.T) {
 		t.Errorf("the payload is not inside the wrapper:\n%s", task)
 	}
 }
+
+// endChannel records what is sent to it and tells when each turn of its
+// conversations ended (channel.TurnObserver).
+type endChannel struct {
+	fakeChannel
+	ended chan string
+}
+
+func (c *endChannel) TurnEnded(_ context.Context, _ channel.Conversation, session, status, _ string) {
+	c.ended <- session + ":" + status
+}
+
+// TestQuietReplyAndRoomReportRoute: a job's reply goes to its room's
+// report route ("cron/JOB"), not its channel's; a reply Quiet calls
+// nothing-to-report goes nowhere; each turn's end reaches a TurnObserver.
+func TestQuietReplyAndRoomReportRoute(t *testing.T) {
+	f := newFixture(t)
+	f.ss.reply = "three things need you"
+	job := &endChannel{fakeChannel: fakeChannel{name: "cron", cannot: true}, ended: make(chan string, 4)}
+	mail := &fakeChannel{name: "mail"}
+	d := f.start(t, nil, Options{
+		Reports: map[string]channel.Conversation{"cron/digest": {Channel: "mail", Room: "me@example.org"}},
+		Quiet:   func(_ channel.Conversation, text string) bool { return text == "HEARTBEAT_OK" },
+	}, job, mail)
+	in := inbound("cron", "cron:digest", "digest")
+	in.Conversation.Room = "digest"
+	if _, err := d.Deliver(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, job.ended)
+	mail.mu.Lock()
+	if len(mail.sentTo) != 1 || mail.sentTo[0].Room != "me@example.org" || mail.sent[0].Text != "three things need you" {
+		t.Errorf("report route by room: sent %+v to %+v", mail.sent, mail.sentTo)
+	}
+	mail.mu.Unlock()
+
+	f.ss.mu.Lock()
+	f.ss.reply = "HEARTBEAT_OK"
+	f.ss.mu.Unlock()
+	if _, err := d.Deliver(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, job.ended)
+	mail.mu.Lock()
+	defer mail.mu.Unlock()
+	if len(mail.sent) != 1 {
+		t.Errorf("a nothing-to-report reply was sent: %+v", mail.sent)
+	}
+}
