@@ -34,7 +34,40 @@ type egress struct {
 	// serving says Serve was started (served closes when it returns).
 	serving bool
 	log     *os.File
+	mounts  []sandbox.Mount
 }
+
+// trustProxyCA gives the sandbox the proxy's certificate authority when
+// the proxy has one (a swap opted in to TLS): the system's roots and the
+// CA in one file in the socket's directory, mounted read-only at
+// sandbox.CABundlePath and named by the variables TLS clients read.
+// The file holds certificates only; the CA's key stays in the proxy.
+func (e *egress) trustProxyCA() error {
+	ca := e.proxy.CACert()
+	if ca == nil {
+		return nil
+	}
+	bundle, err := netproxy.TrustBundle(ca)
+	if err != nil {
+		return fmt.Errorf("egress proxy: the sandbox's trust in its CA: %w", err)
+	}
+	path := filepath.Join(e.dir, "ca-bundle.pem")
+	// World-readable: the sandbox's user (another uid for root's
+	// sandboxes) reads it through the mount; the directory keeps
+	// everyone else from its path, and it is public anyway.
+	if err := os.WriteFile(path, bundle, 0o644); err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	e.mounts = append(e.mounts, sandbox.Mount{Source: path, Target: sandbox.CABundlePath})
+	e.env = append(e.env, netproxy.CAEnv(sandbox.CABundlePath)...)
+	return nil
+}
+
+// Mounts are the files the sandbox gets besides the socket.
+func (e *egress) Mounts() []sandbox.Mount { return e.mounts }
 
 // egressRules gathers a sandbox's allow-list: the user's net.allow, the
 // template's net.templates entry, then the command line's --allow-host.
@@ -156,6 +189,10 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		_ = e.proxy.Serve(ln)
 	}()
 	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
+	if err := e.trustProxyCA(); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -305,7 +342,7 @@ func (a auditEgress) RecordEgress(ctx context.Context, rec netproxy.Record) erro
 	}
 	p := audit.NetRequest{
 		ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port,
-		Decision: string(rec.Decision), Rule: rec.Rule,
+		Decision: string(rec.Decision), Rule: rec.Rule, Secrets: rec.Secrets, TLS: rec.TLS,
 	}
 	if rec.Decision == netproxy.Denied {
 		// A refusal is the request's only entry: its answer too.

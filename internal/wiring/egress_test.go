@@ -1,10 +1,12 @@
 package wiring
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -208,5 +210,54 @@ func TestAuditRecorderEgress(t *testing.T) {
 	}
 	if requests != 2 {
 		t.Errorf("%d net.request entries, want 2", requests)
+	}
+}
+
+// TestTrustProxyCA: a proxy with a TLS swap gives the sandbox one file,
+// the system's roots followed by the proxy's CA, mounted read-only at
+// sandbox.CABundlePath and named by the TLS clients' variables; a proxy
+// without one gives nothing.
+func TestTrustProxyCA(t *testing.T) {
+	for _, tls := range []bool{true, false} {
+		p, err := netproxy.New(netproxy.Options{Recorder: failingRecorder{}, Swaps: []netproxy.Swap{{
+			Placeholder: netproxy.PlaceholderPrefix + "abc", Value: []byte("v"), Hosts: []string{"api.example.com"}, TLS: tls}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		e := &egress{proxy: p, dir: t.TempDir(), served: make(chan struct{})}
+		if err := e.trustProxyCA(); err != nil {
+			if errors.Is(err, netproxy.ErrNoSystemRoots) {
+				t.Skip("no system certificate bundle here (scripts/deps.sh installs ca-certificates)")
+			}
+			t.Fatal(err)
+		}
+		if !tls {
+			if len(e.mounts) != 0 || len(e.env) != 0 {
+				t.Errorf("without a TLS swap: mounts %v env %v", e.mounts, e.env)
+			}
+			continue
+		}
+		if len(e.mounts) != 1 || e.mounts[0].Target != sandbox.CABundlePath || e.mounts[0].Writable {
+			t.Fatalf("mounts %v", e.mounts)
+		}
+		for _, v := range []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
+			if !slices.Contains(e.env, v+"="+sandbox.CABundlePath) {
+				t.Errorf("env %v lacks %s", e.env, v)
+			}
+		}
+		b, err := os.ReadFile(e.mounts[0].Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasSuffix(b, p.CACert()) || bytes.Count(b, []byte("BEGIN CERTIFICATE")) < 2 {
+			t.Errorf("the bundle is not the system's roots and the CA (%d bytes)", len(b))
+		}
+		if bytes.Contains(b, []byte("PRIVATE KEY")) {
+			t.Error("the bundle holds a key")
+		}
+		if fi, _ := os.Stat(e.mounts[0].Source); fi.Mode().Perm() != 0o644 {
+			t.Errorf("mode %v", fi.Mode())
+		}
 	}
 }
