@@ -113,11 +113,12 @@ func (a *authority) leaf(host string) (*tls.Certificate, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: host},
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     a.cert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// No common name: OpenSSL checks one against the DNS name
+		// constraints, and an address in it would break them.
+		NotBefore:   now.Add(-5 * time.Minute),
+		NotAfter:    a.cert.NotAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		tmpl.IPAddresses = []net.IP{ip.AsSlice()}

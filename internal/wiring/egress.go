@@ -35,14 +35,18 @@ type egress struct {
 	serving bool
 	log     *os.File
 	mounts  []sandbox.Mount
+	// caDir holds the bundle of trusted certificates, when there is one.
+	caDir string
 }
 
 // trustProxyCA gives the sandbox the proxy's certificate authority when
 // the proxy has one (a swap opted in to TLS): the system's roots and the
-// CA in one file in the socket's directory, mounted read-only at
-// sandbox.CABundlePath and named by the variables TLS clients read.
-// The file holds certificates only; the CA's key stays in the proxy.
-func (e *egress) trustProxyCA() error {
+// CA in one file, mounted read-only at sandbox.CABundlePath and named by
+// the variables TLS clients read. The file holds certificates only; the
+// CA's key stays in the proxy. It lies in a fresh directory under tmp
+// that everyone may enter, unlike the socket's: root's sandboxes run as
+// another uid, which binds the file by its path.
+func (e *egress) trustProxyCA(tmp string) error {
 	ca := e.proxy.CACert()
 	if ca == nil {
 		return nil
@@ -51,14 +55,18 @@ func (e *egress) trustProxyCA() error {
 	if err != nil {
 		return fmt.Errorf("egress proxy: the sandbox's trust in its CA: %w", err)
 	}
-	path := filepath.Join(e.dir, "ca-bundle.pem")
-	// World-readable: the sandbox's user (another uid for root's
-	// sandboxes) reads it through the mount; the directory keeps
-	// everyone else from its path, and it is public anyway.
-	if err := os.WriteFile(path, bundle, 0o644); err != nil {
+	if e.caDir, err = os.MkdirTemp(tmp, "fluffy-ca-"); err != nil {
 		return fmt.Errorf("egress proxy: %w", err)
 	}
-	if err := os.Chmod(path, 0o644); err != nil {
+	path := filepath.Join(e.caDir, "ca-bundle.pem")
+	err = os.Chmod(e.caDir, 0o755)
+	if err == nil {
+		err = os.WriteFile(path, bundle, 0o644)
+	}
+	if err == nil {
+		err = os.Chmod(path, 0o644) // whatever the umask
+	}
+	if err != nil {
 		return fmt.Errorf("egress proxy: %w", err)
 	}
 	e.mounts = append(e.mounts, sandbox.Mount{Source: path, Target: sandbox.CABundlePath})
@@ -189,7 +197,7 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		_ = e.proxy.Serve(ln)
 	}()
 	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
-	if err := e.trustProxyCA(); err != nil {
+	if err := e.trustProxyCA(u.TempDir()); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -278,6 +286,9 @@ func (e *egress) Close() {
 	}
 	if e.dir != "" {
 		os.RemoveAll(e.dir)
+	}
+	if e.caDir != "" {
+		os.RemoveAll(e.caDir)
 	}
 }
 

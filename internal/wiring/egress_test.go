@@ -224,9 +224,9 @@ func TestTrustProxyCA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer p.Close()
-		e := &egress{proxy: p, dir: t.TempDir(), served: make(chan struct{})}
-		if err := e.trustProxyCA(); err != nil {
+		e := &egress{proxy: p, served: make(chan struct{})}
+		defer e.Close()
+		if err := e.trustProxyCA(t.TempDir()); err != nil {
 			if errors.Is(err, netproxy.ErrNoSystemRoots) {
 				t.Skip("no system certificate bundle here (scripts/deps.sh installs ca-certificates)")
 			}
@@ -258,6 +258,13 @@ func TestTrustProxyCA(t *testing.T) {
 		}
 		if fi, _ := os.Stat(e.mounts[0].Source); fi.Mode().Perm() != 0o644 {
 			t.Errorf("mode %v", fi.Mode())
+		}
+		if fi, _ := os.Stat(filepath.Dir(e.mounts[0].Source)); fi.Mode().Perm() != 0o755 {
+			t.Errorf("directory mode %v: the sandbox's user must enter it", fi.Mode())
+		}
+		e.Close()
+		if _, err := os.Stat(e.mounts[0].Source); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the bundle outlives the proxy: %v", err)
 		}
 	}
 }

@@ -119,7 +119,7 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		_ = eg.proxy.Serve(ln)
 	}()
 	eg.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, netproxy.AllowList{})
-	if err := eg.trustProxyCA(); err != nil {
+	if err := eg.trustProxyCA(n.u.TempDir()); err != nil {
 		eg.Close()
 		return nil, err
 	}
