@@ -392,7 +392,15 @@ func (p *Proxy) relay(c net.Conn, bw *bufio.Writer, req *http.Request, t target,
 		Request:       req,
 		Close:         !keep,
 	}
-	if resp.ContentLength < 0 && req.ProtoAtLeast(1, 1) && req.Method != http.MethodHead {
+	if reds := p.swaps.redactions(t, rec.TLS); len(reds) > 0 {
+		// A bound host may echo a value it was sent (an error message,
+		// a debugging endpoint): the sandbox gets the placeholder back.
+		redactHeader(h, reds)
+		if req.Method != http.MethodHead && resp.ContentLength != 0 && bodyAllowed(resp.StatusCode) {
+			fwd.Body, fwd.ContentLength = io.NopCloser(newRedactReader(down, reds)), -1
+		}
+	}
+	if fwd.ContentLength < 0 && req.ProtoAtLeast(1, 1) && req.Method != http.MethodHead {
 		fwd.TransferEncoding = []string{"chunked"}
 	}
 	// The client must keep reading: a stalled reader is cut off after the

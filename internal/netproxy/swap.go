@@ -309,6 +309,10 @@ func (p *Proxy) swapRequest(c net.Conn, bw *bufio.Writer, req, out *http.Request
 	if d := sw.header(out.Header); d != nil {
 		return false, d
 	}
+	if len(p.swaps.redactions(t, rec.TLS)) > 0 {
+		// An answer the proxy cannot read could carry a value back.
+		out.Header.Del("Accept-Encoding")
+	}
 	if out.Body != nil && req.ContentLength <= p.lim.SwapBody {
 		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 			bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
@@ -353,4 +357,112 @@ func refusalStatus(rule string) int {
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusForbidden
+}
+
+// redaction is a value to hide from answers, and what stands for it.
+type redaction struct {
+	value, placeholder []byte
+}
+
+// redactions are the values of the swaps bound to t (with TLS when the
+// answer comes inside a TLS connection the proxy terminated): what an
+// answer from t must not carry back to the sandbox.
+func (s swapSet) redactions(t target, tls bool) []redaction {
+	var out []redaction
+	for ph, b := range s.by {
+		if _, ok := b.hosts.match(t); ok && (b.tls || !tls) {
+			out = append(out, redaction{value: b.value, placeholder: []byte(ph)})
+		}
+	}
+	return out
+}
+
+// redactHeader replaces every value in h by its placeholder.
+func redactHeader(h http.Header, reds []redaction) {
+	for _, vs := range h {
+		for i, v := range vs {
+			for _, r := range reds {
+				if strings.Contains(v, string(r.value)) {
+					v = strings.ReplaceAll(v, string(r.value), string(r.placeholder))
+				}
+			}
+			vs[i] = v
+		}
+	}
+}
+
+// bodyAllowed reports whether a response with status may have a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// redactReader streams r with every value replaced by its placeholder.
+// It holds back the last bytes read until it knows they do not begin a
+// value, so a value split across reads is still found.
+type redactReader struct {
+	r      io.Reader
+	reds   []redaction
+	keep   int    // longest value less one: bytes held back
+	in     []byte // read, not yet looked at to the end
+	out    []byte // ready for the reader
+	err    error  // r's error, once it returned one
+	chunk  []byte
+	marker [256]bool // first bytes of the values
+}
+
+func newRedactReader(r io.Reader, reds []redaction) *redactReader {
+	z := &redactReader{r: r, reds: reds, chunk: make([]byte, 32<<10)}
+	for _, d := range reds {
+		z.keep = max(z.keep, len(d.value)-1)
+		z.marker[d.value[0]] = true
+	}
+	return z
+}
+
+func (z *redactReader) Read(p []byte) (int, error) {
+	for len(z.out) == 0 {
+		if z.err != nil {
+			return 0, z.err
+		}
+		n, err := z.r.Read(z.chunk)
+		z.in = append(z.in, z.chunk[:n]...)
+		if err != nil {
+			z.err = err
+		}
+		z.scan(err != nil)
+	}
+	n := copy(p, z.out)
+	z.out = z.out[n:]
+	return n, nil
+}
+
+// scan moves what is known to be free of a value's beginning from in to
+// out, replacing values; at the end (final) it moves everything.
+func (z *redactReader) scan(final bool) {
+	limit := len(z.in) - z.keep
+	if final {
+		limit = len(z.in)
+	}
+	i := 0
+	for i < limit {
+		if z.marker[z.in[i]] {
+			if r, ok := z.match(z.in[i:]); ok {
+				z.out = append(z.out, r.placeholder...)
+				i += len(r.value)
+				continue
+			}
+		}
+		z.out = append(z.out, z.in[i])
+		i++
+	}
+	z.in = append(z.in[:0], z.in[i:]...)
+}
+
+func (z *redactReader) match(b []byte) (redaction, bool) {
+	for _, r := range z.reds {
+		if bytes.HasPrefix(b, r.value) {
+			return r, true
+		}
+	}
+	return redaction{}, false
 }

@@ -425,3 +425,92 @@ func FuzzScanPlaceholders(f *testing.F) {
 		}
 	})
 }
+
+// TestSwapRedactsAnswers: a bound host that echoes the value it was
+// sent (in a header, in a body of known or unknown length) gives the
+// sandbox the placeholder back, never the value.
+func TestSwapRedactsAnswers(t *testing.T) {
+	var gotEncoding []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotEncoding = append(gotEncoding, r.Header.Get("Accept-Encoding"))
+		auth := r.Header.Get("Authorization")
+		w.Header().Set("X-Echo", auth)
+		if r.URL.Path == "/chunked" {
+			io.WriteString(w, "you sent: ")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, auth[:10])
+			w.(http.Flusher).Flush()
+			io.WriteString(w, auth[10:])
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len("you sent: "+auth)))
+		io.WriteString(w, "you sent: "+auth)
+	}))
+	defer srv.Close()
+	hp := strings.TrimPrefix(srv.URL, "http://")
+	e := startProxy(t, Options{Swaps: []Swap{testSwap(hp)}}, hp)
+	c := e.client(t, &http.Transport{DisableCompression: true})
+	for _, path := range []string{"/length", "/chunked"} {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testPlaceholder)
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "you sent: Bearer "+testPlaceholder || resp.Header.Get("X-Echo") != "Bearer "+testPlaceholder {
+			t.Errorf("%s: body %q, X-Echo %q", path, body, resp.Header.Get("X-Echo"))
+		}
+	}
+	for _, enc := range gotEncoding {
+		if enc != "" {
+			t.Errorf("the bound host was offered encoding %q: its answer could not be read", enc)
+		}
+	}
+}
+
+// FuzzRedactReader compares the streaming redaction, read in small
+// pieces, with bytes.ReplaceAll.
+func FuzzRedactReader(f *testing.F) {
+	f.Add([]byte("abc"), []byte("xxabcxxabab"), uint8(1))
+	f.Add([]byte("aab"), []byte("aaab aab aa"), uint8(2))
+	f.Add([]byte("v"), []byte(""), uint8(3))
+	f.Fuzz(func(t *testing.T, value, in []byte, step uint8) {
+		if len(value) == 0 || bytes.Contains([]byte(testPlaceholder), value) {
+			return
+		}
+		z := newRedactReader(&pieceReader{b: in, n: int(step)%7 + 1}, []redaction{{value: value, placeholder: []byte(testPlaceholder)}})
+		var got []byte
+		buf := make([]byte, int(step)%5+1)
+		for {
+			n, err := z.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := bytes.ReplaceAll(in, value, []byte(testPlaceholder)); !bytes.Equal(got, want) {
+			t.Fatalf("value %q in %q: got %q, want %q", value, in, got, want)
+		}
+	})
+}
+
+// pieceReader returns b n bytes at a time.
+type pieceReader struct {
+	b []byte
+	n int
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(b[:min(len(b), p.n)], p.b)
+	p.b = p.b[k:]
+	return k, nil
+}
