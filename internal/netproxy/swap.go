@@ -411,7 +411,7 @@ type redactReader struct {
 }
 
 func newRedactReader(r io.Reader, reds []redaction) *redactReader {
-	z := &redactReader{r: r, reds: reds, chunk: make([]byte, 32<<10)}
+	z := &redactReader{r: r, reds: reds, chunk: make([]byte, 4<<10)}
 	for _, d := range reds {
 		z.keep = max(z.keep, len(d.value)-1)
 		z.marker[d.value[0]] = true
