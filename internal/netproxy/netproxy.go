@@ -27,6 +27,14 @@
 // OwnerOrDescendant) before a byte is read. A refused peer is logged and
 // reported to a PeerRecorder, never recorded as a request.
 //
+// Secrets can be swapped in on the way out (Options.Swaps): the sandbox
+// holds a placeholder, and the proxy replaces it with the value only in
+// requests to the hosts the secret is bound to, refusing any other
+// request that carries it. For a secret that opts in, the proxy also
+// terminates HTTPS to its hosts with a certificate authority of its own
+// (in memory, name-constrained to those hosts) to swap inside; every
+// other CONNECT stays an opaque tunnel.
+//
 // Forward (the sandbox side) accepts TCP connections on loopback inside the
 // sandbox's network namespace and splices each to the proxy's unix socket;
 // the fluffy binary runs it under the hidden ForwardCommand.
