@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -513,4 +514,57 @@ func (p *pieceReader) Read(b []byte) (int, error) {
 	k := copy(b[:min(len(b), p.n)], p.b)
 	p.b = p.b[k:]
 	return k, nil
+}
+
+// TestSwapChunkedBody: a body of unknown length is read, swapped and
+// sent with its new length.
+func TestSwapChunkedBody(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, fmt.Sprintf("%d %v %s", r.ContentLength, r.TransferEncoding, b))
+	}))
+	defer srv.Close()
+	hp := strings.TrimPrefix(srv.URL, "http://")
+	e := startProxy(t, Options{Swaps: []Swap{testSwap(hp)}}, hp)
+	// An io.Reader of unknown length: the client sends it chunked.
+	body := io.MultiReader(strings.NewReader("k="), strings.NewReader(testPlaceholder))
+	resp, err := e.client(t, nil).Post(srv.URL+"/", "text/plain", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := fmt.Sprintf("%d [] k=%s", len("k="+testValue), testValue)
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("upstream saw %q, want %q", got, want)
+	}
+}
+
+// TestSwapTLSHostMismatch: inside a connection the proxy terminated, a
+// request whose Host names another host than the CONNECT is refused
+// before anything is sent.
+func TestSwapTLSHostMismatch(t *testing.T) {
+	api := &seen{}
+	srv, roots := tlsUpstream(t, api)
+	hp := strings.TrimPrefix(srv.URL, "https://")
+	sw := testSwap(hp)
+	sw.TLS = true
+	e := startProxy(t, Options{Swaps: []Swap{sw}, UpstreamRoots: roots}, hp)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.p.CACert())
+	c := e.client(t, &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}})
+	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+	req.Host = "evil.example"
+	req.Header.Set("Authorization", "Bearer "+testPlaceholder)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || resp.Header.Get("X-Fluffy-Egress-Rule") != "host-mismatch" {
+		t.Errorf("status %d rule %q", resp.StatusCode, resp.Header.Get("X-Fluffy-Egress-Rule"))
+	}
+	if n := len(api.all()); n != 0 {
+		t.Errorf("the server got %d requests", n)
+	}
 }
