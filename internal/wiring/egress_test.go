@@ -268,3 +268,55 @@ func TestTrustProxyCA(t *testing.T) {
 		}
 	}
 }
+
+// A request the proxy swapped secrets into names them (never their
+// values) in its net.request, with tls when the proxy terminated it; a
+// placeholder sent where its secret is not bound is a refusal with its
+// reason, in the CLI's log and a session's alike.
+func TestAuditSwaps(t *testing.T) {
+	swapped := netproxy.Record{ID: "s1", Phase: netproxy.PhaseOpen, Method: "GET", Host: "api.example.com", Port: 443, Decision: netproxy.Allowed,
+		Rule: "api.example.com", Secrets: []string{"secret://env/API_KEY"}, TLS: true}
+	refused := netproxy.Record{ID: "r1", Phase: netproxy.PhaseOpen, Method: "GET", Host: "evil.example", Port: 80, Decision: netproxy.Denied,
+		Rule: "secret:unbound", Reason: "the request carries the placeholder of secret secret://env/API_KEY", Status: 403}
+	check := func(t *testing.T, entries []audit.Entry) {
+		t.Helper()
+		var got []audit.NetRequest
+		for _, e := range entries {
+			if p, ok := e.Payload.(audit.NetRequest); ok {
+				got = append(got, p)
+			}
+		}
+		if len(got) != 2 {
+			t.Fatalf("net.request entries %+v", entries)
+		}
+		if !slices.Equal(got[0].Secrets, []string{"secret://env/API_KEY"}) || !got[0].TLS {
+			t.Errorf("swapped: %+v", got[0])
+		}
+		if got[1].Rule != "secret:unbound" || got[1].Status != 403 || !strings.Contains(got[1].Reason, "placeholder") || got[1].Secrets != nil {
+			t.Errorf("refused: %+v", got[1])
+		}
+	}
+	t.Run("cli", func(t *testing.T) {
+		sink := &fakeSink{}
+		rec := sandboxrun.NewRecorder("", func() (sandboxrun.AuditSink, error) { return sink, nil })
+		if err := rec.Start(t.Context(), sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []netproxy.Record{swapped, refused} {
+			if err := (auditEgress{rec}).RecordEgress(t.Context(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, sink.entries)
+	})
+	t.Run("session", func(t *testing.T) {
+		sink := &fakeSink{}
+		a := &sessionNetAudit{log: sink, session: "s", call: "c1", open: map[string]uint64{}}
+		for _, r := range []netproxy.Record{swapped, refused} {
+			if err := a.RecordEgress(t.Context(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, sink.entries)
+	})
+}
