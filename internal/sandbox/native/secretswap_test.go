@@ -168,9 +168,10 @@ func (a *apiLog) all() []string {
 }
 
 // TestSecretSwap runs processes in a real sandbox that hold only a
-// placeholder: curl's and a Go program's requests reach the bound hosts
-// (plain HTTP, and HTTPS the proxy terminates with its CA, which the
-// sandbox trusts through the mounted bundle) with the real value; the
+// placeholder: curl's, Python's and a Go program's requests reach the
+// bound hosts (plain HTTP, and HTTPS the proxy terminates with its CA,
+// which the sandbox trusts through the mounted bundle) with the real
+// value; the
 // placeholder sent to an unbound host is refused and audited; an HTTPS
 // host no secret is bound to stays a tunnel, whose certificate is the
 // server's own; and the sandboxed process's environment and memory hold
@@ -285,6 +286,20 @@ func TestSecretSwap(t *testing.T) {
 	if got := tapi.all(); len(got) != 1 || got[0] != want {
 		t.Errorf("the HTTPS API saw %q, want %q", got, want)
 	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		// OpenSSL's clients find the CA through SSL_CERT_FILE. (The
+		// system's python: one under the person's home is not in the
+		// sandbox.)
+		res = run(t, rt, spec("/usr/bin/python3", "-c", `import os, urllib.request as u
+r = u.Request("`+tlsSrv.URL+`/py", headers={"Authorization": "Bearer " + os.environ["API_KEY"]})
+print(u.urlopen(r, timeout=20).read().decode(), end="")`))
+		if string(res.Stdout) != "ok" {
+			t.Errorf("python: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		if got := tapi.all(); len(got) != 2 || got[1] != "Bearer "+value+" " {
+			t.Errorf("python's request arrived as %q", got)
+		}
+	}
 
 	// An unbound host: refused, audited, nothing sent.
 	res = sh(curl + ` -sS -w ' %{http_code}' -H "Authorization: Bearer $API_KEY" ` + unboundSrv.URL + `/`)
@@ -327,7 +342,7 @@ func TestSecretSwap(t *testing.T) {
 		t.Errorf("probe: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	t.Log(strings.TrimSpace(string(res.Stdout)))
-	if got := tapi.all(); len(got) != 2 || got[1] != "Bearer "+value+" " {
+	if got := tapi.all(); got[len(got)-1] != "Bearer "+value+" " {
 		t.Errorf("the probe's HTTPS request arrived as %q", got)
 	}
 	// The control: given the value (in its environment, which lies in
