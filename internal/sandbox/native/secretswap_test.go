@@ -171,12 +171,11 @@ func (a *apiLog) all() []string {
 // placeholder: curl's, Python's and a Go program's requests reach the
 // bound hosts (plain HTTP, and HTTPS the proxy terminates with its CA,
 // which the sandbox trusts through the mounted bundle) with the real
-// value; the
-// placeholder sent to an unbound host is refused and audited; an HTTPS
-// host no secret is bound to stays a tunnel, whose certificate is the
-// server's own; and the sandboxed process's environment and memory hold
-// the placeholder, never the value. It runs as root and, through
-// TestSuiteUnprivileged, as an ordinary user.
+// value; the placeholder sent to an unbound host is refused and
+// audited; an HTTPS host no secret is bound to stays a tunnel, whose
+// certificate is the server's own; and the sandboxed process's
+// environment and memory hold the placeholder, never the value. It runs
+// as root and, through TestSuiteUnprivileged, as an ordinary user.
 func TestSecretSwap(t *testing.T) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
