@@ -482,6 +482,8 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.transport.CloseIdleConnections()
+	// No request is left that could need a value.
+	p.swaps.wipe()
 	return nil
 }
 

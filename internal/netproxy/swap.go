@@ -27,8 +27,9 @@ type Swap struct {
 	// is replaced where it stands as a whole: a placeholder directly
 	// followed by another letter or digit is another word.
 	Placeholder string
-	// Value is the secret. The proxy never copies it into a record, a
-	// log or an answer to the sandbox.
+	// Value is the secret. The proxy keeps a copy of its own until
+	// Close, which zeroes it; it never copies it into a record, a log or
+	// an answer to the sandbox.
 	Value []byte
 	// Hosts are the destinations the value may go to, as allow-list
 	// rules (see Rule): "api.example.com" is port 80 for HTTP and 443
@@ -95,6 +96,14 @@ func newSwapSet(swaps []Swap) (swapSet, error) {
 }
 
 func (s swapSet) empty() bool { return len(s.by) == 0 }
+
+// wipe zeroes the proxy's copies of the values (Close calls it once no
+// request is left).
+func (s swapSet) wipe() {
+	for _, b := range s.by {
+		clear(b.value)
+	}
+}
 
 // terminates reports whether the proxy terminates TLS for a CONNECT to t:
 // some swap that opted in is bound to it.

@@ -568,3 +568,24 @@ func TestSwapTLSHostMismatch(t *testing.T) {
 		t.Errorf("the server got %d requests", n)
 	}
 }
+
+// TestCloseWipesValues: the proxy's copies of the values are zeroed
+// when it closes; the caller's are its own.
+func TestCloseWipesValues(t *testing.T) {
+	mine := []byte(testValue)
+	p, err := New(Options{Recorder: &memRecorder{}, Swaps: []Swap{{Placeholder: testPlaceholder, Value: mine, Hosts: []string{"a.example"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := p.swaps.by[testPlaceholder].value
+	if string(kept) != testValue {
+		t.Fatalf("kept %q", kept)
+	}
+	p.Close()
+	if !bytes.Equal(kept, make([]byte, len(testValue))) {
+		t.Errorf("after Close the proxy still holds %q", kept)
+	}
+	if string(mine) != testValue {
+		t.Errorf("Close changed the caller's value: %q", mine)
+	}
+}
