@@ -268,8 +268,9 @@ func (sw *swapping) basicAuth(v string) (string, *DeniedError) {
 	return scheme + " " + base64.StdEncoding.EncodeToString(out), nil
 }
 
-// url swaps in u's path (each value path-escaped), query (query-escaped)
-// and user information.
+// url swaps in u's path (each value path-escaped) and query
+// (query-escaped). User information in the request target is never sent
+// upstream (the proxy writes the origin-form path).
 func (sw *swapping) url(u *url.URL) *DeniedError {
 	if p := u.EscapedPath(); strings.Contains(p, PlaceholderPrefix) {
 		np, d := sw.inString(p, func(v []byte) []byte { return []byte(url.PathEscape(string(v))) })
@@ -287,20 +288,6 @@ func (sw *swapping) url(u *url.URL) *DeniedError {
 		return d
 	}
 	u.RawQuery = q
-	if u.User != nil {
-		name, d := sw.inString(u.User.Username(), nil)
-		if d != nil {
-			return d
-		}
-		if pw, ok := u.User.Password(); ok {
-			if pw, d = sw.inString(pw, nil); d != nil {
-				return d
-			}
-			u.User = url.UserPassword(name, pw)
-		} else {
-			u.User = url.User(name)
-		}
-	}
 	return nil
 }
 
