@@ -30,6 +30,9 @@ done
 # Podman's container init (a recommendation of podman's, which
 # --no-install-recommends leaves out; without it no container starts).
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit)
+# The system's roots, to which a sandbox's bundle adds the egress proxy's
+# CA when it swaps secrets into HTTPS (netproxy, native: TestSecretSwap*).
+[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 
 if [ ${#missing[@]} -gt 0 ]; then
 	SUDO=""

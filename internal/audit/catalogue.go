@@ -490,6 +490,12 @@ type NetRequest struct {
 	// Call is the id of the session's tool call whose command sent the
 	// request (a session's proxy serves one call).
 	Call string `json:"call,omitempty"`
+	// Secrets names the secrets the proxy swapped into the request
+	// (never their values).
+	Secrets []string `json:"secrets,omitempty"`
+	// TLS says the proxy terminated the request's TLS to swap secrets
+	// in: a CONNECT it did not tunnel, or a request read inside one.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // NetEnd (net.end) is the outcome of an allowed egress request.

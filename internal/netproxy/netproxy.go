@@ -27,6 +27,14 @@
 // OwnerOrDescendant) before a byte is read. A refused peer is logged and
 // reported to a PeerRecorder, never recorded as a request.
 //
+// Secrets can be swapped in on the way out (Options.Swaps): the sandbox
+// holds a placeholder, and the proxy replaces it with the value only in
+// requests to the hosts the secret is bound to, refusing any other
+// request that carries it. For a secret that opts in, the proxy also
+// terminates HTTPS to its hosts with a certificate authority of its own
+// (in memory, name-constrained to those hosts) to swap inside; every
+// other CONNECT stays an opaque tunnel.
+//
 // Forward (the sandbox side) accepts TCP connections on loopback inside the
 // sandbox's network namespace and splices each to the proxy's unix socket;
 // the fluffy binary runs it under the hidden ForwardCommand.
@@ -35,6 +43,8 @@ package netproxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -119,6 +129,11 @@ type Record struct {
 	// Err describes how an allowed request failed or was cut short (a
 	// limit, a timeout, an upstream error); empty when it completed.
 	Err string
+	// Secrets names the secrets swapped into the request (Swap.Name).
+	Secrets []string
+	// TLS says the proxy terminated the request's TLS: a CONNECT it
+	// opened rather than tunnelled, or a request read inside one.
+	TLS bool
 }
 
 // DeniedError is a refusal by a proxy check. Rule names the check:
@@ -171,6 +186,10 @@ type Limits struct {
 	// MaxConns bounds concurrent client connections; more wait in the
 	// listener's backlog.
 	MaxConns int
+	// SwapBody caps the request body the proxy reads into memory to swap
+	// secrets in (see Options.Swaps); a longer body goes upstream as the
+	// sandbox sent it.
+	SwapBody int64
 }
 
 // DefaultLimits are the limits used for zero Limits fields.
@@ -184,6 +203,7 @@ var DefaultLimits = Limits{
 	IdleTimeout:           60 * time.Second,
 	MaxDuration:           10 * time.Minute,
 	MaxConns:              256,
+	SwapBody:              1 << 20,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -214,6 +234,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxConns > 0 {
 		d.MaxConns = l.MaxConns
+	}
+	if l.SwapBody > 0 {
+		d.SwapBody = l.SwapBody
 	}
 	return d
 }
@@ -252,6 +275,11 @@ type Options struct {
 	// credentials (TCP listeners: tests and benchmarks). Without it they
 	// are refused.
 	AllowUncredentialed bool
+	// Swaps are the secrets swapped in on the way out (see Swap).
+	Swaps []Swap
+	// UpstreamRoots verify the servers the proxy reaches over TLS itself
+	// (hosts of a Swap with TLS); nil means the system's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy is one sandbox's egress proxy. Serve it on one or more listeners;
@@ -278,6 +306,9 @@ type Proxy struct {
 
 	allowPeer func(Peer) error
 	ownerUID  int
+
+	swaps swapSet
+	ca    *authority // nil unless a swap opts in to TLS
 }
 
 // New builds a proxy. It starts nothing until Serve.
@@ -299,6 +330,15 @@ func New(opts Options) (*Proxy, error) {
 	if p.allowPeer == nil {
 		p.allowPeer = OwnerOrDescendant(p.ownerUID, os.Getpid())
 	}
+	var err error
+	if p.swaps, err = newSwapSet(opts.Swaps); err != nil {
+		return nil, err
+	}
+	if rules := p.swaps.tlsRules(); len(rules) > 0 {
+		if p.ca, err = newAuthority(rules); err != nil {
+			return nil, err
+		}
+	}
 	if p.resolver == nil {
 		p.resolver = net.DefaultResolver
 	}
@@ -318,8 +358,22 @@ func New(opts Options) (*Proxy, error) {
 		IdleConnTimeout:        p.lim.IdleTimeout,
 		MaxResponseHeaderBytes: int64(p.lim.MaxHeaderBytes),
 		ForceAttemptHTTP2:      false,
+		// Only requests the proxy terminated go upstream over TLS; the
+		// server is verified as any client would.
+		TLSClientConfig: &tls.Config{RootCAs: opts.UpstreamRoots, MinVersion: tls.VersionTLS12},
 	}
 	return p, nil
+}
+
+// CACert returns the PEM certificate of the proxy's own certificate
+// authority, which a sandbox must trust for the proxy to swap secrets
+// into its HTTPS requests (see TrustBundle, CAEnv); nil when no swap opts
+// in to TLS. The CA's key exists only in this process's memory.
+func (p *Proxy) CACert() []byte {
+	if p.ca == nil {
+		return nil
+	}
+	return append([]byte(nil), p.ca.certPEM...)
 }
 
 // ErrClosed is returned by Serve once Close has been called.
@@ -428,6 +482,8 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.transport.CloseIdleConnections()
+	// No request is left that could need a value.
+	p.swaps.wipe()
 	return nil
 }
 

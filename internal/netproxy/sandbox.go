@@ -63,23 +63,25 @@ func (j *JSONRecorder) RecordEgress(_ context.Context, r Record) error {
 }
 
 type jsonRecord struct {
-	Time      string `json:"time"`
-	Sandbox   string `json:"sandbox,omitempty"`
-	Session   string `json:"session,omitempty"`
-	Method    string `json:"method"`
-	Host      string `json:"host"`
-	Port      int    `json:"port,omitempty"`
-	Addr      string `json:"addr,omitempty"`
-	Decision  string `json:"decision"`
-	Rule      string `json:"rule"`
-	Reason    string `json:"reason,omitempty"`
-	Status    int    `json:"status"`
-	BytesUp   int64  `json:"bytes_up"`
-	BytesDown int64  `json:"bytes_down"`
-	Millis    int64  `json:"ms"`
-	Err       string `json:"error,omitempty"`
-	Phase     string `json:"phase,omitempty"`
-	ID        string `json:"id,omitempty"`
+	Time      string   `json:"time"`
+	Sandbox   string   `json:"sandbox,omitempty"`
+	Session   string   `json:"session,omitempty"`
+	Method    string   `json:"method"`
+	Host      string   `json:"host"`
+	Port      int      `json:"port,omitempty"`
+	Addr      string   `json:"addr,omitempty"`
+	Decision  string   `json:"decision"`
+	Rule      string   `json:"rule"`
+	Reason    string   `json:"reason,omitempty"`
+	Status    int      `json:"status"`
+	BytesUp   int64    `json:"bytes_up"`
+	BytesDown int64    `json:"bytes_down"`
+	Millis    int64    `json:"ms"`
+	Err       string   `json:"error,omitempty"`
+	Phase     string   `json:"phase,omitempty"`
+	ID        string   `json:"id,omitempty"`
+	Secrets   []string `json:"secrets,omitempty"`
+	TLS       bool     `json:"tls,omitempty"`
 }
 
 func recordJSON(r Record) jsonRecord {
@@ -87,7 +89,7 @@ func recordJSON(r Record) jsonRecord {
 		ID: r.ID, Phase: string(r.Phase), Time: r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), Sandbox: r.Sandbox, Session: r.Session,
 		Method: r.Method, Host: r.Host, Port: r.Port, Addr: r.Addr, Decision: string(r.Decision),
 		Rule: r.Rule, Reason: r.Reason, Status: r.Status, BytesUp: r.BytesUp, BytesDown: r.BytesDown,
-		Millis: r.Duration.Milliseconds(), Err: r.Err,
+		Millis: r.Duration.Milliseconds(), Err: r.Err, Secrets: r.Secrets, TLS: r.TLS,
 	}
 }
 

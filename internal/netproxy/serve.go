@@ -267,12 +267,47 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 		p.deny(bw, rec, status, d)
 		return false
 	}
+	rec.Rule = ruleName
+	return p.relay(c, bw, req, t, rule, rec, "http")
+}
+
+// relay sends one admitted request to t (scheme http, or https for a
+// request read inside a TLS connection the proxy terminated) with the
+// secrets bound to t swapped in, and relays the answer. It reports
+// whether the client connection may carry another request.
+func (p *Proxy) relay(c net.Conn, bw *bufio.Writer, req *http.Request, t target, rule Rule, rec Record, scheme string) bool {
 	if req.ContentLength > p.lim.MaxUpload {
 		p.deny(bw, rec, http.StatusRequestEntityTooLarge, &DeniedError{Rule: "limit:upload",
 			Reason: fmt.Sprintf("request body of %d bytes exceeds the %d-byte limit", req.ContentLength, p.lim.MaxUpload)})
 		return false
 	}
-	rec.Rule = ruleName
+	up := &countReader{r: req.Body, limit: p.lim.MaxUpload}
+	// The upstream sees the canonical target, never the client's spelling.
+	u := *req.URL
+	u.Scheme, u.Host = scheme, t.hostPortForHeader()
+	out := &http.Request{
+		Method:        req.Method,
+		URL:           &u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        req.Header.Clone(),
+		Body:          io.NopCloser(up),
+		ContentLength: req.ContentLength,
+		Host:          t.hostPortForHeader(),
+	}
+	if req.ContentLength == 0 {
+		out.Body = nil
+	}
+	removeHopHeaders(out.Header)
+	continued := false
+	if !p.swaps.empty() {
+		var d *DeniedError
+		if continued, d = p.swapRequest(c, bw, req, out, up, t, &rec); d != nil {
+			p.deny(bw, rec, refusalStatus(d.Rule), d)
+			return false
+		}
+	}
 	rec.Decision = Allowed
 	// The decision is on disk before a byte goes upstream.
 	if err := p.open(&rec); err != nil {
@@ -291,29 +326,10 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 		},
 	})
 
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+	if !continued && strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 		bw.Flush()
 	}
-	up := &countReader{r: req.Body, limit: p.lim.MaxUpload}
-	// The upstream sees the canonical target, never the client's spelling.
-	u := *req.URL
-	u.Host = t.hostPortForHeader()
-	out := &http.Request{
-		Method:        req.Method,
-		URL:           &u,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        req.Header.Clone(),
-		Body:          io.NopCloser(up),
-		ContentLength: req.ContentLength,
-		Host:          t.hostPortForHeader(),
-	}
-	if req.ContentLength == 0 {
-		out.Body = nil
-	}
-	removeHopHeaders(out.Header)
 	out.Header.Del("Expect")
 	out = out.WithContext(ctx)
 
@@ -376,7 +392,15 @@ func (p *Proxy) handleHTTP(c net.Conn, bw *bufio.Writer, req *http.Request, host
 		Request:       req,
 		Close:         !keep,
 	}
-	if resp.ContentLength < 0 && req.ProtoAtLeast(1, 1) && req.Method != http.MethodHead {
+	if reds := p.swaps.redactions(t, rec.TLS); len(reds) > 0 {
+		// A bound host may echo a value it was sent (an error message,
+		// a debugging endpoint): the sandbox gets the placeholder back.
+		redactHeader(h, reds)
+		if req.Method != http.MethodHead && resp.ContentLength != 0 && bodyAllowed(resp.StatusCode) {
+			fwd.Body, fwd.ContentLength = io.NopCloser(newRedactReader(down, reds)), -1
+		}
+	}
+	if fwd.ContentLength < 0 && req.ProtoAtLeast(1, 1) && req.Method != http.MethodHead {
 		fwd.TransferEncoding = []string{"chunked"}
 	}
 	// The client must keep reading: a stalled reader is cut off after the
@@ -607,9 +631,14 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, bw *bufio.Writer, re
 		return
 	}
 	rec.Decision, rec.Rule = Allowed, ruleName
+	rec.TLS = p.ca != nil && p.swaps.terminates(t)
 	// The decision is on disk before the upstream is connected.
 	if err := p.open(&rec); err != nil {
 		auditRefusal(bw)
+		return
+	}
+	if rec.TLS {
+		p.terminate(c, br, bw, t, rule, rec)
 		return
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.lim.MaxDuration)

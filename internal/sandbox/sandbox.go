@@ -69,6 +69,10 @@ const (
 const (
 	ProxySocketPath = "/run/fluffy/egress.sock"
 	ProxyListen     = "127.0.0.1:3128"
+	// CABundlePath is where a sandbox finds the certificates it trusts
+	// when the proxy terminates its TLS to swap secrets in (the system's
+	// roots and the proxy's own CA), mounted only then.
+	CABundlePath = "/run/fluffy/ca-bundle.pem"
 )
 
 // Mount is an extra bind mount of a host path into the sandbox.

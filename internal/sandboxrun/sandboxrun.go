@@ -185,6 +185,13 @@ type Egress interface {
 	Close()
 }
 
+// EgressMounts is an Egress that gives the sandbox files besides its
+// socket: the certificates to trust when the proxy terminates TLS to
+// swap secrets in.
+type EgressMounts interface {
+	Mounts() []sandbox.Mount
+}
+
 // Runner runs 'fluffy sandbox run' on its backends.
 type Runner struct {
 	Backends Backends
@@ -267,6 +274,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (Outcome, error) {
 		// The proxy variables first: a later --env of the same name wins.
 		base := len(u.SandboxEnv())
 		x.spec.Env = append(append(x.spec.Env[:base:base], eg.Env()...), x.spec.Env[base:]...)
+		if m, ok := eg.(EgressMounts); ok {
+			x.spec.Mounts = append(x.spec.Mounts, m.Mounts()...)
+		}
 	} else if len(req.AllowHosts) > 0 || req.EgressLog != "" {
 		return Outcome{}, fmt.Errorf("%w: --allow-host and --egress-log need --net proxy", userenv.ErrUsage)
 	} else if rec != nil {

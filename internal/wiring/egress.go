@@ -34,7 +34,48 @@ type egress struct {
 	// serving says Serve was started (served closes when it returns).
 	serving bool
 	log     *os.File
+	mounts  []sandbox.Mount
+	// caDir holds the bundle of trusted certificates, when there is one.
+	caDir string
 }
+
+// trustProxyCA gives the sandbox the proxy's certificate authority when
+// the proxy has one (a swap opted in to TLS): the system's roots and the
+// CA in one file, mounted read-only at sandbox.CABundlePath and named by
+// the variables TLS clients read. The file holds certificates only; the
+// CA's key stays in the proxy. It lies in a fresh directory under tmp
+// that everyone may enter, unlike the socket's: root's sandboxes run as
+// another uid, which binds the file by its path.
+func (e *egress) trustProxyCA(tmp string) error {
+	ca := e.proxy.CACert()
+	if ca == nil {
+		return nil
+	}
+	bundle, err := netproxy.TrustBundle(ca)
+	if err != nil {
+		return fmt.Errorf("egress proxy: the sandbox's trust in its CA: %w", err)
+	}
+	if e.caDir, err = os.MkdirTemp(tmp, "fluffy-ca-"); err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	path := filepath.Join(e.caDir, "ca-bundle.pem")
+	err = os.Chmod(e.caDir, 0o755)
+	if err == nil {
+		err = os.WriteFile(path, bundle, 0o644)
+	}
+	if err == nil {
+		err = os.Chmod(path, 0o644) // whatever the umask
+	}
+	if err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	e.mounts = append(e.mounts, sandbox.Mount{Source: path, Target: sandbox.CABundlePath})
+	e.env = append(e.env, netproxy.CAEnv(sandbox.CABundlePath)...)
+	return nil
+}
+
+// Mounts are the files the sandbox gets besides the socket.
+func (e *egress) Mounts() []sandbox.Mount { return e.mounts }
 
 // egressRules gathers a sandbox's allow-list: the user's net.allow, the
 // template's net.templates entry, then the command line's --allow-host.
@@ -156,6 +197,10 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		_ = e.proxy.Serve(ln)
 	}()
 	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
+	if err := e.trustProxyCA(u.TempDir()); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -242,6 +287,9 @@ func (e *egress) Close() {
 	if e.dir != "" {
 		os.RemoveAll(e.dir)
 	}
+	if e.caDir != "" {
+		os.RemoveAll(e.caDir)
+	}
 }
 
 // cliRecorder reports refusals on the terminal and passes every record
@@ -305,7 +353,7 @@ func (a auditEgress) RecordEgress(ctx context.Context, rec netproxy.Record) erro
 	}
 	p := audit.NetRequest{
 		ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port,
-		Decision: string(rec.Decision), Rule: rec.Rule,
+		Decision: string(rec.Decision), Rule: rec.Rule, Secrets: rec.Secrets, TLS: rec.TLS,
 	}
 	if rec.Decision == netproxy.Denied {
 		// A refusal is the request's only entry: its answer too.

@@ -1,10 +1,12 @@
 package wiring
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,4 +211,112 @@ func TestAuditRecorderEgress(t *testing.T) {
 	if requests != 2 {
 		t.Errorf("%d net.request entries, want 2", requests)
 	}
+}
+
+// TestTrustProxyCA: a proxy with a TLS swap gives the sandbox one file,
+// the system's roots followed by the proxy's CA, mounted read-only at
+// sandbox.CABundlePath and named by the TLS clients' variables; a proxy
+// without one gives nothing.
+func TestTrustProxyCA(t *testing.T) {
+	for _, tls := range []bool{true, false} {
+		p, err := netproxy.New(netproxy.Options{Recorder: failingRecorder{}, Swaps: []netproxy.Swap{{
+			Placeholder: netproxy.PlaceholderPrefix + "abc", Value: []byte("v"), Hosts: []string{"api.example.com"}, TLS: tls}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &egress{proxy: p, served: make(chan struct{})}
+		defer e.Close()
+		if err := e.trustProxyCA(t.TempDir()); err != nil {
+			if errors.Is(err, netproxy.ErrNoSystemRoots) {
+				t.Skip("no system certificate bundle here (scripts/deps.sh installs ca-certificates)")
+			}
+			t.Fatal(err)
+		}
+		if !tls {
+			if len(e.mounts) != 0 || len(e.env) != 0 {
+				t.Errorf("without a TLS swap: mounts %v env %v", e.mounts, e.env)
+			}
+			continue
+		}
+		if len(e.mounts) != 1 || e.mounts[0].Target != sandbox.CABundlePath || e.mounts[0].Writable {
+			t.Fatalf("mounts %v", e.mounts)
+		}
+		for _, v := range []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
+			if !slices.Contains(e.env, v+"="+sandbox.CABundlePath) {
+				t.Errorf("env %v lacks %s", e.env, v)
+			}
+		}
+		b, err := os.ReadFile(e.mounts[0].Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasSuffix(b, p.CACert()) || bytes.Count(b, []byte("BEGIN CERTIFICATE")) < 2 {
+			t.Errorf("the bundle is not the system's roots and the CA (%d bytes)", len(b))
+		}
+		if bytes.Contains(b, []byte("PRIVATE KEY")) {
+			t.Error("the bundle holds a key")
+		}
+		if fi, _ := os.Stat(e.mounts[0].Source); fi.Mode().Perm() != 0o644 {
+			t.Errorf("mode %v", fi.Mode())
+		}
+		if fi, _ := os.Stat(filepath.Dir(e.mounts[0].Source)); fi.Mode().Perm() != 0o755 {
+			t.Errorf("directory mode %v: the sandbox's user must enter it", fi.Mode())
+		}
+		e.Close()
+		if _, err := os.Stat(e.mounts[0].Source); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the bundle outlives the proxy: %v", err)
+		}
+	}
+}
+
+// A request the proxy swapped secrets into names them (never their
+// values) in its net.request, with tls when the proxy terminated it; a
+// placeholder sent where its secret is not bound is a refusal with its
+// reason, in the CLI's log and a session's alike.
+func TestAuditSwaps(t *testing.T) {
+	swapped := netproxy.Record{ID: "s1", Phase: netproxy.PhaseOpen, Method: "GET", Host: "api.example.com", Port: 443, Decision: netproxy.Allowed,
+		Rule: "api.example.com", Secrets: []string{"secret://env/API_KEY"}, TLS: true}
+	refused := netproxy.Record{ID: "r1", Phase: netproxy.PhaseOpen, Method: "GET", Host: "evil.example", Port: 80, Decision: netproxy.Denied,
+		Rule: "secret:unbound", Reason: "the request carries the placeholder of secret secret://env/API_KEY", Status: 403}
+	check := func(t *testing.T, entries []audit.Entry) {
+		t.Helper()
+		var got []audit.NetRequest
+		for _, e := range entries {
+			if p, ok := e.Payload.(audit.NetRequest); ok {
+				got = append(got, p)
+			}
+		}
+		if len(got) != 2 {
+			t.Fatalf("net.request entries %+v", entries)
+		}
+		if !slices.Equal(got[0].Secrets, []string{"secret://env/API_KEY"}) || !got[0].TLS {
+			t.Errorf("swapped: %+v", got[0])
+		}
+		if got[1].Rule != "secret:unbound" || got[1].Status != 403 || !strings.Contains(got[1].Reason, "placeholder") || got[1].Secrets != nil {
+			t.Errorf("refused: %+v", got[1])
+		}
+	}
+	t.Run("cli", func(t *testing.T) {
+		sink := &fakeSink{}
+		rec := sandboxrun.NewRecorder("", func() (sandboxrun.AuditSink, error) { return sink, nil })
+		if err := rec.Start(t.Context(), sandbox.Spec{Argv: []string{"curl"}, Network: sandbox.NetworkProxy}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []netproxy.Record{swapped, refused} {
+			if err := (auditEgress{rec}).RecordEgress(t.Context(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, sink.entries)
+	})
+	t.Run("session", func(t *testing.T) {
+		sink := &fakeSink{}
+		a := &sessionNetAudit{log: sink, session: "s", call: "c1", open: map[string]uint64{}}
+		for _, r := range []netproxy.Record{swapped, refused} {
+			if err := a.RecordEgress(t.Context(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, sink.entries)
+	})
 }

@@ -43,6 +43,9 @@ type sessionNet struct {
 	// approver asks the person about a destination the policy sends to
 	// approval (the kernel's broker); nil refuses such destinations.
 	approver router.Approver
+	// swaps, when set, gives the secrets call's proxy swaps in (the
+	// credential broker's declarations in proxy mode).
+	swaps func(ctx context.Context, call string) ([]netproxy.Swap, error)
 }
 
 // sessionEgress is the router's Egress for a session, or nil when its
@@ -80,6 +83,12 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 	if err != nil {
 		return nil, err
 	}
+	var swaps []netproxy.Swap
+	if n.swaps != nil {
+		if swaps, err = n.swaps(ctx, call); err != nil {
+			return nil, err
+		}
+	}
 	cn := n.forCall(ctx, call)
 	eg := &egress{served: make(chan struct{})}
 	eg.proxy, err = netproxy.New(netproxy.Options{
@@ -89,6 +98,7 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		AllowAddrs: addrs,
 		Logger:     n.log.With("component", "netproxy", "call", call),
 		Limits:     proxyLimits(c),
+		Swaps:      swaps,
 	})
 	if err != nil {
 		return nil, err
@@ -109,6 +119,10 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		_ = eg.proxy.Serve(ln)
 	}()
 	eg.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, netproxy.AllowList{})
+	if err := eg.trustProxyCA(n.u.TempDir()); err != nil {
+		eg.Close()
+		return nil, err
+	}
 	if namesLoopback(pats) {
 		// A rule names a service on the host's loopback: the command's
 		// requests to loopback go through the proxy (the sandbox's own
@@ -344,7 +358,7 @@ func (a *sessionNetAudit) RecordEgress(ctx context.Context, rec netproxy.Record)
 	}
 	p := audit.NetRequest{
 		ID: rec.ID, Sandbox: rec.Sandbox, Method: rec.Method, Host: rec.Host, Port: rec.Port,
-		Decision: string(rec.Decision), Rule: rec.Rule, Call: a.call,
+		Decision: string(rec.Decision), Rule: rec.Rule, Call: a.call, Secrets: rec.Secrets, TLS: rec.TLS,
 	}
 	if rec.Decision == netproxy.Denied {
 		p.Reason, p.Status = rec.Reason, rec.Status

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if sandboxtest.IsProbe() {
 		os.Exit(sandboxtest.ProbeMain())
 	}
+	if os.Getenv(swapProbeEnv) == "1" {
+		os.Exit(swapProbeMain())
+	}
 	code := m.Run()
 	if smallInitDir != "" {
 		os.RemoveAll(smallInitDir)
@@ -193,7 +196,7 @@ func TestSuiteUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--",
-		bin, "-test.run=^TestSuite$|^TestBasics$|^TestEgressProxy$|^TestRunGated$|^TestCgroupBornInside$|^TestVforkProcess$|^TestUserNSOwner$|^TestVforkNofile$|^TestDirect|^TestAhead|^TestStartMode", "-test.count=1")
+		bin, "-test.run=^TestSuite$|^TestBasics$|^TestEgressProxy$|^TestSecretSwap$|^TestRunGated$|^TestCgroupBornInside$|^TestVforkProcess$|^TestUserNSOwner$|^TestVforkNofile$|^TestDirect|^TestAhead|^TestStartMode", "-test.count=1")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "FLUFFY_SBXTEST_UNPRIV=1", "TMPDIR=" + dir, "FLUFFY_SBXTEST_INIT=" + initBin}
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()

@@ -25,7 +25,14 @@ func (r *specRuntime) Run(_ context.Context, spec sandbox.Spec) (sandbox.Result,
 	return sandbox.Result{}, nil
 }
 
-type fakeEgress struct{ closed bool }
+type fakeEgress struct {
+	closed bool
+	mounts []sandbox.Mount
+}
+
+var _ router.EgressMounts = (*fakeEgress)(nil)
+
+func (f *fakeEgress) Mounts() []sandbox.Mount { return f.mounts }
 
 func (f *fakeEgress) Socket() string { return "/run/test/egress.sock" }
 func (f *fakeEgress) Env() []string  { return []string{"HTTP_PROXY=http://127.0.0.1:3128"} }
@@ -33,13 +40,15 @@ func (f *fakeEgress) Close()         { f.closed = true }
 
 // A sandboxed command gets the network Options.Egress gives its call (the
 // proxy's socket, standard-net, the proxy variables, Options.NetEnv in
-// place of the offline values), closed when the command ends; without
+// place of the offline values, the files it mounts), closed when the
+// command ends; without
 // one it keeps none, and the offline values.
 func TestSandboxEgress(t *testing.T) {
 	for _, give := range []bool{true, false} {
 		t.Run(map[bool]string{true: "egress", false: "none"}[give], func(t *testing.T) {
 			rt := &specRuntime{}
-			eg := &fakeEgress{}
+			ca := sandbox.Mount{Source: "/run/test/ca-bundle.pem", Target: sandbox.CABundlePath}
+			eg := &fakeEgress{mounts: []sandbox.Mount{ca}}
 			var asked []string
 			e := newEnv(t, setup{sandbox: true, hook: func(o *router.Options) {
 				rt.Runtime = o.Runtime
@@ -77,6 +86,9 @@ func TestSandboxEgress(t *testing.T) {
 			}
 			if !slices.Equal(goproxy, []string{"GOPROXY=http://proxy.test"}) {
 				t.Fatalf("egress: %v, want NetEnv's GOPROXY alone", goproxy)
+			}
+			if !slices.Contains(s.Mounts, ca) {
+				t.Fatalf("egress: mounts %v lack the proxy's %v", s.Mounts, ca)
 			}
 			if !eg.closed {
 				t.Fatal("the egress was not closed after the command")

@@ -182,6 +182,13 @@ type Egress interface {
 	Close()
 }
 
+// EgressMounts is an Egress that gives the command files besides its
+// socket: the certificates to trust when the proxy terminates TLS to
+// swap secrets in.
+type EgressMounts interface {
+	Mounts() []sandbox.Mount
+}
+
 // ChangeSet is what the router needs of the session's change set
 // (*changeset.ChangeSet implements it).
 type ChangeSet interface {
@@ -800,7 +807,8 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 // standard-net seccomp profile in place of standard (the forwarder is
 // reached over TCP on loopback), and the proxy variables before the
 // others, so that a command's own setting of one wins (it can only point
-// elsewhere inside a sandbox that has no other way out).
+// elsewhere inside a sandbox that has no other way out), and the files
+// of an EgressMounts.
 func withEgress(spec *sandbox.Spec, eg Egress) {
 	spec.Network = sandbox.NetworkProxy
 	spec.ProxySocket = eg.Socket()
@@ -808,6 +816,9 @@ func withEgress(spec *sandbox.Spec, eg Egress) {
 		spec.Seccomp = "standard-net"
 	}
 	spec.Env = append(append([]string(nil), eg.Env()...), spec.Env...)
+	if m, ok := eg.(EgressMounts); ok {
+		spec.Mounts = append(spec.Mounts, m.Mounts()...)
+	}
 }
 
 // SandboxSpec is the sandbox the router gives a command of template:
