@@ -1,21 +1,25 @@
 // Package memtool owns the memory tools a session gets: memory.search
-// (the memory index, internal/memory) and memory.get (a memory file or a
-// section of one). Both are read-only fast-path tools confined to the
-// memory files (MEMORY.md and memory/**/*.md of the assistant
-// workspace); a path outside them is refused when the call is
+// (the memory index, internal/memory), memory.get (a memory file or a
+// section of one) and memory.write (an append to today's daily log or an
+// edit of a memory file). The readers are read-only fast-path tools
+// confined to the memory files (MEMORY.md and memory/**/*.md of the
+// assistant workspace); a path outside them is refused when the call is
 // normalized. What they return is the person's memory quoted as data,
 // inside markers that say so: a note that reads like an instruction is
-// still only a note. Writes to memory are not here: they go through the
-// change set like any other file edit.
+// still only a note. memory.write is a kernel tool: its write lands in the
+// session's change set, confined to the same files after symbolic links
+// are resolved, and a person asked to approve it sees its diff.
 package memtool
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -33,12 +37,23 @@ type Options struct {
 	Index Searcher
 	// Root is the assistant workspace holding the memory files.
 	Root string
+	// ChangeSet, when set, adds memory.write, writing into it: the
+	// session's change set, whose workspace must be Root.
+	ChangeSet *changeset.ChangeSet
+	// Now is the clock that dates a daily-log append; default time.Now.
+	Now func() time.Time
 }
 
 // ErrOutsideMemory is the refusal of a path that is not a memory file.
-var ErrOutsideMemory = errors.New("the memory tools read the memory files only (MEMORY.md and memory/**/*.md)")
+var ErrOutsideMemory = errors.New("the memory tools read and write the memory files only (MEMORY.md and memory/**/*.md)")
 
-// Register adds memory.search and memory.get to reg.
+// ErrNotMemoryWorkspace is Register's refusal of a change set whose
+// workspace is not the assistant workspace: memory.write is only for
+// sessions that run on it.
+var ErrNotMemoryWorkspace = errors.New("the session's workspace is not the assistant workspace")
+
+// Register adds memory.search and memory.get to reg, and memory.write
+// when o has a change set.
 func Register(reg *tool.Registry, o Options) error {
 	if o.Index == nil || o.Root == "" {
 		return errors.New("memtool: Index and Root are required")
@@ -51,7 +66,24 @@ func Register(reg *tool.Registry, o Options) error {
 	if err != nil {
 		return err
 	}
-	for _, t := range []*tool.Tool{s, g} {
+	tools := []*tool.Tool{s, g}
+	if o.ChangeSet != nil {
+		// memory.write names files relative to the session's workspace:
+		// it is the memory's only when the two are one directory.
+		root, err := filepath.EvalSymlinks(o.Root)
+		if err != nil {
+			return fmt.Errorf("memtool: %w", err)
+		}
+		if root != o.ChangeSet.Workspace() {
+			return fmt.Errorf("memtool: %w: the change set is of %s, the memory of %s", ErrNotMemoryWorkspace, o.ChangeSet.Workspace(), root)
+		}
+		w, err := writeTool(o)
+		if err != nil {
+			return err
+		}
+		tools = append(tools, w)
+	}
+	for _, t := range tools {
 		if err := reg.Register(t); err != nil {
 			return err
 		}
