@@ -13,6 +13,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -20,7 +21,7 @@ import (
 // is tagged TagMemory, a daily-log append also TagMemoryAppend (the one
 // kind of memory write the user may let through unasked: docs/memory.md).
 const (
-	TagMemory       = "memory"
+	TagMemory       = policy.TagMemory
 	TagMemoryAppend = "memory.append"
 )
 
