@@ -222,7 +222,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 			return catalog.Open(ctx, model, copts)
 		},
 		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, now), Now: now,
-		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
+		TDD: &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
