@@ -14,6 +14,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/replay"
+	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
@@ -27,7 +28,7 @@ func TestRegisterMemory(t *testing.T) {
 	dir := t.TempDir()
 	u := testUser(t, dir, dir)
 	reg := tool.NewRegistry()
-	if err := registerMemory(u, reg, nil, time.Now); err != nil {
+	if err := registerMemory(u, reg, nil, memoryDeps{now: time.Now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.Lookup("memory.search"); err == nil {
@@ -37,7 +38,7 @@ func TestRegisterMemory(t *testing.T) {
 	os.MkdirAll(ws, 0o700)
 	os.WriteFile(filepath.Join(ws, "MEMORY.md"), []byte("# Core\n\nx\n"), 0o600)
 	reg = tool.NewRegistry()
-	if err := registerMemory(u, reg, nil, time.Now); err != nil {
+	if err := registerMemory(u, reg, nil, memoryDeps{now: time.Now}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"memory.search", "memory.get"} {
@@ -136,7 +137,7 @@ func TestUntrustedMemoryWritesAreHeld(t *testing.T) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, clock),
+		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: clock}),
 		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
 		Approvals: broker, Logger: log, Now: clock})
 	if err != nil {
@@ -199,3 +200,65 @@ func TestUntrustedMemoryWritesAreHeld(t *testing.T) {
 		}
 	}
 }
+
+// refusingSearcher fails a test that searches it.
+type refusingSearcher struct{ t *testing.T }
+
+func (r refusingSearcher) Search(context.Context, memory.Query) (memory.Result, error) {
+	r.t.Error("a search opened the index although the daemon holds it")
+	return memory.Result{}, nil
+}
+
+// TestHeldMemoryIndex: the index the assistant daemon holds is synced at
+// start and kept current by its watcher: a note saved while it serves is
+// found by a session's memory.search with no scan and no reindex (the
+// on-demand searcher is never asked); once the daemon lets it go,
+// searches open the index themselves again.
+func TestHeldMemoryIndex(t *testing.T) {
+	dir := t.TempDir()
+	u := testUser(t, dir, dir)
+	ws := filepath.Join(dir, ".fluffy", "workspace")
+	if err := os.MkdirAll(filepath.Join(ws, "memory"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "MEMORY.md"), []byte("# Memory\n\nThe person writes Go.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	updates := make(chan memory.SyncReport, 16)
+	h := &heldMemory{synced: func(rep memory.SyncReport, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		updates <- rep
+	}}
+	if err := h.open(t.Context(), u, ws, u.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	s := sessionMemory{held: h, root: ws, demand: refusingSearcher{t}}
+	if res, err := s.Search(t.Context(), memory.Query{Text: "writes Go", Mode: memory.FullText}); err != nil || len(res.Hits) != 1 {
+		t.Fatalf("at start: %+v %v", res, err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "memory", "2026-11-21.md"), []byte("# 2026-11-21\n\nThe bicycle lock code is 4711.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for rep := range updates {
+		if rep.Indexed > 0 {
+			break
+		}
+	}
+	res, err := s.Search(t.Context(), memory.Query{Text: "bicycle lock code", Mode: memory.FullText})
+	if err != nil || len(res.Hits) == 0 || res.Hits[0].Path != "memory/2026-11-21.md" {
+		t.Fatalf("a saved note is not searchable after the watcher's update: %+v %v", res, err)
+	}
+	h.close()
+	called := false
+	s.demand = searchFunc(func(context.Context, memory.Query) (memory.Result, error) { called = true; return memory.Result{}, nil })
+	if _, err := s.Search(t.Context(), memory.Query{Text: "x"}); err != nil || !called {
+		t.Fatalf("after close the search did not open the index itself (%v)", err)
+	}
+}
+
+type searchFunc func(context.Context, memory.Query) (memory.Result, error)
+
+func (f searchFunc) Search(ctx context.Context, q memory.Query) (memory.Result, error) { return f(ctx, q) }
