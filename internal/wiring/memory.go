@@ -11,6 +11,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/memory"
+	"github.com/fluffy-agent/fluffy/internal/memory/embed"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/memtool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -44,9 +45,10 @@ func registerMemory(u *userenv.Env, reg *tool.Registry, cs *changeset.ChangeSet,
 	if err != nil {
 		return err
 	}
+	set := embed.Resolve(l.Config, u.Getenv)
 	idx := sessionMemory{held: deps.held, root: ws, demand: memory.OnDemand{
 		Options:     memory.Options{Root: ws, DB: memory.IndexPath(d), Logger: u.Logger()},
-		NewEmbedder: func() memory.Embedder { return &memory.Local{} },
+		NewEmbedder: func() memory.Embedder { return makeEmbedder(set, u.Logger()) },
 	}}
 	o := memtool.Options{Index: idx, Root: ws, Now: deps.now}
 	if real, err := filepath.EvalSymlinks(ws); err == nil && cs != nil && real == cs.Workspace() {
@@ -76,6 +78,18 @@ func kernelClock(u *userenv.Env) (func() time.Time, error) {
 	return func() time.Time { return at.Add(time.Since(start)) }, nil
 }
 
+// makeEmbedder makes the configured embedder; one that cannot be made
+// (a provider without its key) leaves search to full text, said in the
+// log.
+func makeEmbedder(set embed.Setting, log *slog.Logger) memory.Embedder {
+	e, err := set.Make(context.Background())
+	if err != nil {
+		log.Warn("memory search runs on full text alone", "err", err)
+		return nil
+	}
+	return e
+}
+
 // heldMemory is the memory index the assistant daemon holds open while it
 // serves: one Index, brought up to date at start and kept current by its
 // watcher, so a save is searchable once the watcher has settled and no
@@ -100,7 +114,11 @@ func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *s
 	if err != nil {
 		return err
 	}
-	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: &memory.Local{}, Logger: log})
+	l, err := u.Config()
+	if err != nil {
+		return err
+	}
+	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log})
 	if err != nil {
 		return err
 	}
