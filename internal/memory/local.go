@@ -11,8 +11,8 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
-	"sync"
 	"strings"
+	"sync"
 	"unicode"
 )
 

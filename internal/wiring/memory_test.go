@@ -261,4 +261,6 @@ func TestHeldMemoryIndex(t *testing.T) {
 
 type searchFunc func(context.Context, memory.Query) (memory.Result, error)
 
-func (f searchFunc) Search(ctx context.Context, q memory.Query) (memory.Result, error) { return f(ctx, q) }
+func (f searchFunc) Search(ctx context.Context, q memory.Query) (memory.Result, error) {
+	return f(ctx, q)
+}
