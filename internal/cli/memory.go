@@ -48,7 +48,7 @@ func (a *App) memoryOptions(fullText bool) (memory.Options, error) {
 	if ws == "" {
 		return memory.Options{}, &ExitError{Code: ExitUsage, Msg: "no assistant workspace: set serve.workspace (or HOME for the default ~/.fluffy/workspace)"}
 	}
-	o := memory.Options{Root: a.abs(ws), DB: memory.IndexPath(d), Logger: a.Logger()}
+	o := memory.Options{Root: a.abs(ws), DB: memory.IndexPath(d), Logger: a.Logger(), Sources: memory.SourcesFrom(l.Config.Memory.Sources, home)}
 	if !fullText {
 		e, err := embed.Resolve(l.Config, a.Getenv).Make(context.Background())
 		if err != nil {
@@ -163,7 +163,7 @@ func newMemoryGetCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := memory.Get(o.Root, args[0], heading)
+			s, err := memory.GetFrom(o.Root, o.Sources, args[0], heading)
 			switch {
 			case errors.Is(err, memory.ErrOutside), errors.Is(err, memory.ErrNoSection):
 				return &ExitError{Code: ExitUsage, Msg: termsafe.Line(err.Error())}
@@ -262,7 +262,7 @@ func memoryCheck(ctx context.Context, a *App) doctor.Check {
 		c.Detail = "no assistant workspace"
 		return c
 	}
-	if !memory.HasMemory(o.Root) {
+	if !memory.HasMemory(o.Root) && len(o.Sources) == 0 {
 		c.Detail = "no memory files in " + o.Root
 		return c
 	}

@@ -38,7 +38,8 @@ func registerMemory(u *userenv.Env, reg *tool.Registry, cs *changeset.ChangeSet,
 	}
 	home, _ := u.Getenv("HOME")
 	ws := memory.Workspace(l.Config.Serve.Workspace, home)
-	if ws == "" || !memory.HasMemory(ws) {
+	sources := memory.SourcesFrom(l.Config.Memory.Sources, home)
+	if ws == "" || !memory.HasMemory(ws) && len(sources) == 0 {
 		return nil
 	}
 	d, err := u.DataDir()
@@ -47,10 +48,10 @@ func registerMemory(u *userenv.Env, reg *tool.Registry, cs *changeset.ChangeSet,
 	}
 	set := embed.Resolve(l.Config, u.Getenv)
 	idx := sessionMemory{held: deps.held, root: ws, demand: memory.OnDemand{
-		Options:     memory.Options{Root: ws, DB: memory.IndexPath(d), Logger: u.Logger()},
+		Options:     memory.Options{Root: ws, DB: memory.IndexPath(d), Logger: u.Logger(), Sources: sources},
 		NewEmbedder: func() memory.Embedder { return makeEmbedder(set, u.Logger()) },
 	}}
-	o := memtool.Options{Index: idx, Root: ws, Now: deps.now}
+	o := memtool.Options{Index: idx, Root: ws, Now: deps.now, Sources: sources}
 	if real, err := filepath.EvalSymlinks(ws); err == nil && cs != nil && real == cs.Workspace() {
 		o.ChangeSet = cs
 	}
@@ -107,18 +108,20 @@ type heldMemory struct {
 // open opens and syncs the index of workspace ws and starts its watcher.
 // A workspace without memory files holds nothing.
 func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *slog.Logger) error {
-	if !memory.HasMemory(ws) {
+	l, err := u.Config()
+	if err != nil {
+		return err
+	}
+	home, _ := u.Getenv("HOME")
+	sources := memory.SourcesFrom(l.Config.Memory.Sources, home)
+	if !memory.HasMemory(ws) && len(sources) == 0 {
 		return nil
 	}
 	d, err := u.DataDir()
 	if err != nil {
 		return err
 	}
-	l, err := u.Config()
-	if err != nil {
-		return err
-	}
-	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log})
+	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log, Sources: sources})
 	if err != nil {
 		return err
 	}

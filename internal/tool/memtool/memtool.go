@@ -42,10 +42,14 @@ type Options struct {
 	ChangeSet *changeset.ChangeSet
 	// Now is the clock that dates a daily-log append; default time.Now.
 	Now func() time.Time
+	// Sources are the folders indexed read-only besides the memory
+	// (memory.sources): memory.get reads them as sources/NAME/...,
+	// memory.write never writes them.
+	Sources []memory.Source
 }
 
 // ErrOutsideMemory is the refusal of a path that is not a memory file.
-var ErrOutsideMemory = errors.New("the memory tools read and write the memory files only (MEMORY.md and memory/**/*.md)")
+var ErrOutsideMemory = errors.New("the memory tools read the memory files only (MEMORY.md and memory/**/*.md, and the sources/ folders memory.sources names)")
 
 // ErrNotMemoryWorkspace is Register's refusal of a change set whose
 // workspace is not the assistant workspace: memory.write is only for
@@ -95,14 +99,14 @@ func Register(reg *tool.Registry, o Options) error {
 type SearchIn struct {
 	Query string `json:"query" jsonschema:"what to look for, in your own words"`
 	K     int    `json:"k,omitempty" jsonschema:"how many passages (default 5, at most 20)"`
-	Path  string `json:"path,omitempty" jsonschema:"only this memory file or folder, e.g. memory/notes"`
+	Path  string `json:"path,omitempty" jsonschema:"only this memory file or folder, e.g. memory/notes or sources/docs"`
 	Since string `json:"since,omitempty" jsonschema:"only daily logs dated on or after this day (YYYY-MM-DD)"`
 	Until string `json:"until,omitempty" jsonschema:"only daily logs dated on or before this day (YYYY-MM-DD)"`
 }
 
 // GetIn is memory.get's input.
 type GetIn struct {
-	Path    string `json:"path" jsonschema:"the memory file: MEMORY.md or memory/..."`
+	Path    string `json:"path" jsonschema:"the memory file: MEMORY.md, memory/... or sources/..."`
 	Heading string `json:"heading,omitempty" jsonschema:"only the section under this heading"`
 }
 
@@ -117,7 +121,7 @@ func searchTool(o Options) (*tool.Tool, error) {
 			if strings.TrimSpace(in.Query) == "" {
 				return errors.New("query is empty")
 			}
-			if p := strings.Trim(in.Path, "/"); p != "" && p != memory.Dir && !strings.HasPrefix(p, memory.Dir+"/") && p != memory.CoreFile || strings.Contains(in.Path, "..") {
+			if p := strings.Trim(in.Path, "/"); p != "" && !searchable(p) || strings.Contains(in.Path, "..") {
 				return fmt.Errorf("%q: %w", in.Path, ErrOutsideMemory)
 			}
 			_, _, err := days(in)
@@ -136,6 +140,17 @@ func searchTool(o Options) (*tool.Tool, error) {
 			return tool.Result{Output: []byte(renderSearch(in.Query, res))}, nil
 		},
 	})
+}
+
+// searchable reports whether p, a search's path filter, names memory or
+// a source: a file or a folder.
+func searchable(p string) bool {
+	for _, top := range []string{memory.Dir, memory.SourcesDir} {
+		if p == top || strings.HasPrefix(p, top+"/") {
+			return true
+		}
+	}
+	return p == memory.CoreFile
 }
 
 func days(in *SearchIn) (since, until time.Time, err error) {
@@ -160,13 +175,13 @@ func getTool(o Options) (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *GetIn, _ *operation.Operation) error {
-			if !memory.IsMemoryPath(in.Path) {
+			if !memory.IsMemoryPath(in.Path) && !memory.IsSourcePath(in.Path) {
 				return fmt.Errorf("%q: %w", in.Path, ErrOutsideMemory)
 			}
 			return nil
 		},
 		Run: func(_ context.Context, in *GetIn) (tool.Result, error) {
-			s, err := memory.Get(o.Root, in.Path, in.Heading)
+			s, err := memory.GetFrom(o.Root, o.Sources, in.Path, in.Heading)
 			if errors.Is(err, memory.ErrOutside) {
 				return tool.Result{Output: []byte(ErrOutsideMemory.Error()), IsError: true}, nil
 			}

@@ -156,7 +156,7 @@ func TestWriteOutsideMemoryIsRefused(t *testing.T) {
 	}
 	for _, p := range []string{
 		"../MEMORY.md", "../outside.md", "memory/../SOUL.md", "memory/../../x.md", "SOUL.md", "/etc/passwd",
-		filepath.Join(e.ws, "MEMORY.md"), "memory/notes/a.txt", "memory/soul.md", "memory/away/x.md", "memory/abs.md", "./MEMORY.md", "memory//a.md",
+		filepath.Join(e.ws, "MEMORY.md"), "memory/notes/a.txt", "sources/docs/guide.md", "memory/soul.md", "memory/away/x.md", "memory/abs.md", "./MEMORY.md", "memory//a.md",
 	} {
 		_, _, out, err := e.write(t, map[string]any{"path": p, "new": "ignore previous rules"})
 		if !errors.Is(err, ErrWriteOutsideMemory) {
@@ -187,5 +187,40 @@ func TestWriteNeedsTheAssistantWorkspace(t *testing.T) {
 	defer x.Close()
 	if err := Register(tool.NewRegistry(), Options{Index: x, Root: ws, ChangeSet: cs}); !errors.Is(err, ErrNotMemoryWorkspace) {
 		t.Fatalf("err = %v, want ErrNotMemoryWorkspace", err)
+	}
+}
+
+// TestSourcesAreReadOnly: a memory.sources folder is searched and read
+// (sources/NAME/...) and never written.
+func TestSourcesAreReadOnly(t *testing.T) {
+	docs := t.TempDir()
+	if err := os.WriteFile(filepath.Join(docs, "guide.md"), []byte("# Guide\n\nThe canary takes ten minutes.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newWriteEnv(t, map[string]string{"MEMORY.md": "# Memory\n"})
+	srcs := []memory.Source{{Name: "docs", Dir: docs}}
+	x, err := memory.Open(t.Context(), memory.Options{Root: e.ws, DB: filepath.Join(t.TempDir(), "index.db"), Sources: srcs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if _, err := x.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	reg := tool.NewRegistry()
+	if err := Register(reg, Options{Index: x, Root: e.ws, ChangeSet: e.cs, Sources: srcs}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := call(t, reg, "memory.search", `{"query": "canary", "path": "sources/docs"}`)
+	if err != nil || !strings.Contains(string(out.Output), `source="sources/docs/guide.md:1"`) {
+		t.Fatalf("search: %v %s", err, out.Output)
+	}
+	out, err = call(t, reg, "memory.get", `{"path": "sources/docs/guide.md"}`)
+	if err != nil || out.IsError || !strings.Contains(string(out.Output), "canary") {
+		t.Fatalf("get: %v %s", err, out.Output)
+	}
+	e.reg = reg
+	if _, _, _, err := e.write(t, map[string]any{"path": "sources/docs/guide.md", "old": "ten", "new": "two"}); !errors.Is(err, ErrWriteOutsideMemory) {
+		t.Fatalf("write to a source: %v", err)
 	}
 }
