@@ -63,12 +63,8 @@ func IsSourcePath(rel string) bool {
 		strings.HasSuffix(rel, ".md") && !strings.Contains(rel, "/../")
 }
 
-// source returns the source a sources/NAME/... path is in and the path
-// within it.
-func (x *Index) source(rel string) (Source, string, bool) {
-	return findSource(x.o.Sources, rel)
-}
-
+// findSource returns the source a sources/NAME/... path is in and the
+// path within it.
 func findSource(sources []Source, rel string) (Source, string, bool) {
 	if !IsSourcePath(rel) {
 		return Source{}, "", false
