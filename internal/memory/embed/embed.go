@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -48,6 +49,10 @@ var defaultURLs = map[string]string{
 // takes at most 100; OpenAI's takes more, but a smaller request fails
 // (and is retried) alone.
 const batch = 64
+
+// timeout bounds one request: a search waits for its query's vector, and
+// a provider that does not answer must leave it to full text.
+const timeout = 30 * time.Second
 
 // ErrNoKey is New's error for a provider that needs a key and has none.
 var ErrNoKey = errors.New("embed: no API key")
@@ -93,7 +98,7 @@ func New(ctx context.Context, o Options) (memory.Embedder, error) {
 	}
 	if o.Provider == Gemini {
 		c, err := genai.NewClient(ctx, &genai.ClientConfig{APIKey: o.APIKey, Backend: genai.BackendGeminiAPI, HTTPClient: hc,
-			HTTPOptions: genai.HTTPOptions{BaseURL: o.BaseURL, APIVersion: "v1beta"}})
+			HTTPOptions: genai.HTTPOptions{BaseURL: o.BaseURL, APIVersion: "v1beta", Timeout: new(timeout)}})
 		if err != nil {
 			return nil, fmt.Errorf("embed: gemini: %w", err)
 		}
@@ -107,7 +112,7 @@ func New(ctx context.Context, o Options) (memory.Embedder, error) {
 	if !strings.HasSuffix(base, "/") {
 		base += "/"
 	}
-	c := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey(key), option.WithHTTPClient(hc), option.WithMaxRetries(2))
+	c := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey(key), option.WithHTTPClient(hc), option.WithMaxRetries(2), option.WithRequestTimeout(timeout))
 	return &openaiEmbedder{c: c, provider: o.Provider, model: o.Model}, nil
 }
 
