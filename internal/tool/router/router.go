@@ -638,6 +638,9 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 // takePlanned uses one approval left by a request_approval plan for an
 // operation with this signature, if any.
 func (r *Router) takePlanned(cl *call) {
+	if policy.AskedEachTime(cl.pd.Rule) {
+		return // asked at the call itself, a plan's approval notwithstanding
+	}
 	k := plannedKey{sig: cl.op.Signature(), policy: cl.pd.Policy}
 	r.mu.Lock()
 	defer r.mu.Unlock()
