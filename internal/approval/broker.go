@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 )
 
 // Effect is a policy answer as the approval flow sees it.
@@ -197,7 +198,10 @@ func (b *Broker) Ask(ctx context.Context, session, summary string, steps []Step)
 			// no earlier approval: its signature does not say what
 			// it runs.
 			covered, stale := false, false
-			if s.Op.Unbound == "" {
+			// A rule that asks each time (a memory write of an
+			// untrusted session) is never covered by an earlier
+			// approval for the session.
+			if s.Op.Unbound == "" && !policy.AskedEachTime(ev.Rule) {
 				covered, stale = b.coveredForSession(session, ev.Policy, ev.Rule, s.Op.Signature())
 			}
 			switch {
@@ -324,7 +328,7 @@ func (b *Broker) Answer(ctx context.Context, id, text string, who Who) error {
 	p.req = next
 	p.version++
 	for _, it := range next.Items {
-		if it.Decision.Verdict == Approved && it.Decision.Scope == ScopeSession && it.Eval.Effect == EffectApprove && it.Op.Unbound == "" {
+		if it.Decision.Verdict == Approved && it.Decision.Scope == ScopeSession && it.Eval.Effect == EffectApprove && it.Op.Unbound == "" && !policy.AskedEachTime(it.Eval.Rule) {
 			b.rememberLocked(next.Session, it.Eval.Policy, it.Eval.Rule, it.Op.Signature())
 		}
 	}

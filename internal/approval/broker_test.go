@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 )
 
 // tableEvaluator decides by the first argv word (or the tool name): a tiny
@@ -523,5 +524,37 @@ func TestAnswerToADecidedRequest(t *testing.T) {
 	// Once decided, a late answer is refused before anything is recorded.
 	if err := b.Answer(t.Context(), r.ID, "/deny", Who{"cy", "ipc"}); !errors.Is(err, ErrUnknownRequest) {
 		t.Fatalf("late answer: %v", err)
+	}
+}
+
+// TestUntrustedMemoryWriteAskedEachTime: a memory write held by the
+// built-in rule for untrusted sessions is asked at every call, an
+// approval "for session" of the very same write notwithstanding.
+func TestUntrustedMemoryWriteAskedEachTime(t *testing.T) {
+	n, j := newInbox(), &journal{}
+	ev := tableEvaluator{"memory.write": {Effect: EffectApprove, Rule: policy.RuleUntrustedMemory, Reason: "untrusted"}}
+	b, err := NewBroker(Options{Evaluator: ev, Notifier: n, Recorder: j, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := Step{Op: operation.Operation{Tool: "memory.write", Action: operation.Write, ArgsSHA256: "ab",
+		Paths:   []operation.Path{{Abs: "/ws/memory/2026-11-20.md", InWorkspace: true}},
+		Session: operation.Session{ID: "s1", Untrusted: true, UntrustedSource: "webhook github issue_comment"}}}
+	for i := range 3 {
+		done := ask(b, t.Context(), "s1", step)
+		select {
+		case res := <-done:
+			t.Fatalf("ask %d: not asked (%s)", i+1, verdictsOf(res.req))
+		case r := <-n.ch:
+			if err := b.Answer(t.Context(), r.ID, "/approve 1 for session", Who{"ana", "cli"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res := <-done; verdictsOf(res.req) != "S" {
+			t.Fatalf("ask %d: %s", i+1, verdictsOf(res.req))
+		}
+	}
+	if b.CoveredForSession("s1", "", policy.RuleUntrustedMemory, step.Op.Signature()) {
+		t.Error("the approval for session was remembered")
 	}
 }

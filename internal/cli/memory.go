@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/doctor"
 	"github.com/fluffy-agent/fluffy/internal/memory"
+	"github.com/fluffy-agent/fluffy/internal/memory/embed"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
@@ -47,9 +48,14 @@ func (a *App) memoryOptions(fullText bool) (memory.Options, error) {
 	if ws == "" {
 		return memory.Options{}, &ExitError{Code: ExitUsage, Msg: "no assistant workspace: set serve.workspace (or HOME for the default ~/.fluffy/workspace)"}
 	}
-	o := memory.Options{Root: a.abs(ws), DB: memory.IndexPath(d), Logger: a.Logger()}
+	o := memory.Options{Root: a.abs(ws), DB: memory.IndexPath(d), Logger: a.Logger(), Sources: memory.SourcesFrom(l.Config.Memory.Sources, home)}
 	if !fullText {
-		o.Embedder = &memory.Local{}
+		e, err := embed.Resolve(l.Config, a.Getenv).Make(context.Background())
+		if err != nil {
+			fmt.Fprintf(a.Stderr, "fluffy: %v: searching full text alone\n", err)
+		} else {
+			o.Embedder = e
+		}
 	}
 	return o, nil
 }
@@ -157,7 +163,7 @@ func newMemoryGetCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := memory.Get(o.Root, args[0], heading)
+			s, err := memory.GetFrom(o.Root, o.Sources, args[0], heading)
 			switch {
 			case errors.Is(err, memory.ErrOutside), errors.Is(err, memory.ErrNoSection):
 				return &ExitError{Code: ExitUsage, Msg: termsafe.Line(err.Error())}
@@ -256,8 +262,19 @@ func memoryCheck(ctx context.Context, a *App) doctor.Check {
 		c.Detail = "no assistant workspace"
 		return c
 	}
-	if !memory.HasMemory(o.Root) {
+	if !memory.HasMemory(o.Root) && len(o.Sources) == 0 {
 		c.Detail = "no memory files in " + o.Root
+		return c
+	}
+	l, err := a.Config()
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	set := embed.Resolve(l.Config, a.Getenv)
+	if !set.Local() && set.KeyFrom == "" && set.Provider != embed.Ollama {
+		c.Status, c.Detail = doctor.Warn, "full text only: memory.embeddings is "+set.Provider+" and no key is set"
+		c.Fix = "set the provider's key as for its models (docs/models.md), or memory.embeddings: local"
 		return c
 	}
 	if _, err := os.Stat(o.DB); errors.Is(err, fs.ErrNotExist) {
@@ -274,10 +291,16 @@ func memoryCheck(ctx context.Context, a *App) doctor.Check {
 	switch {
 	case err != nil:
 		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "fluffy memory reindex --full (the index is derived from the files)"
+	case s.Chunks > 0 && s.Vectors == 0 && !set.Local():
+		c.Status = doctor.Warn
+		c.Detail = fmt.Sprintf("full text only: %d chunk(s) and no vectors of %s yet", s.Chunks, set.Provider+":"+set.Model)
+		c.Fix = "fluffy memory reindex (embeds every passage with " + set.Provider + " at " + set.BaseURL + ")"
 	case s.Chunks > 0 && s.Vectors == 0:
 		c.Status = doctor.Warn
 		c.Detail = fmt.Sprintf("full text only: %d chunk(s) and no vectors (the local model has not learned: too few notes repeat words across passages)", s.Chunks)
 		c.Fix = "nothing to do: search works on full text, and the local model learns as the notes grow ('fluffy memory reindex' to try now)"
+	case !set.Local():
+		c.Detail = fmt.Sprintf("hybrid: %d chunks, %d vectors (%s); passages and queries are sent to %s", s.Chunks, s.Vectors, s.Model, set.BaseURL)
 	default:
 		c.Detail = fmt.Sprintf("hybrid: %d chunks, %d vectors (%s), all on this machine", s.Chunks, s.Vectors, s.Model)
 	}

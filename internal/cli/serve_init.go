@@ -36,7 +36,7 @@ told things. Example: -->
 <!-- How the assistant works: what to do first, what never to do without
 asking. Example: -->
 
-- Read MEMORY.md before you act; write what you learn to memory/YYYY-MM-DD.md.
+- Read MEMORY.md before you act; remember what you learn with memory.write (today's daily log).
 - Never send a message on my behalf without asking.
 `},
 	{"TOOLS.md", `# Tools

@@ -54,6 +54,28 @@ type Config struct {
 
 	// Serve configures the assistant daemon (fluffy serve).
 	Serve Serve `yaml:"serve"`
+
+	// Memory configures the memory index (docs/memory.md).
+	Memory Memory `yaml:"memory"`
+}
+
+// Memory configures the memory index: how passages get their vectors and
+// which folders besides the memory files it indexes. User only: a project
+// must not be able to send the person's memory to a provider.
+type Memory struct {
+	// Embeddings is the embedder: local (learned from the memory itself,
+	// sends nothing anywhere) or a provider's embedding API, with the key
+	// of the provider's models (docs/models.md).
+	Embeddings string `yaml:"embeddings" enum:"local,openai,gemini,ollama" scope:"user"`
+	// Model is the provider's embedding model; empty takes its default.
+	Model string `yaml:"model" scope:"user"`
+	// BaseURL overrides the provider's address; empty takes
+	// llm.base_urls, then the provider's variable and default.
+	BaseURL string `yaml:"base_url" scope:"user"`
+	// Sources are folders indexed read-only besides the memory files
+	// (a repository's docs/): memory.search finds their Markdown by
+	// path, memory.write never writes them.
+	Sources []string `yaml:"sources" scope:"user"`
 }
 
 // Changeset configures sessions' change sets (docs/changesets.md).
@@ -438,7 +460,8 @@ func Default(env Env) Config {
 
 		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
 
-		Serve: Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
+		Serve:  Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
+		Memory: Memory{Embeddings: "local"},
 	}
 }
 

@@ -4,7 +4,8 @@
 // (SQLite FTS5, BM25) and for meaning (a vector per chunk), and searched
 // with both scores fused. The files are the truth: the index is derived
 // data under the data directory (memory/index.db), rebuilt from them at
-// any time.
+// any time. Folders named by memory.sources are indexed beside them,
+// read-only, as sources/NAME/... (Source).
 //
 // Sync compares each file's content hash with the index's and chunks
 // again only the files that changed; Watch (fsnotify) does the same for

@@ -27,8 +27,17 @@ var ErrNoSection = errors.New("no such heading")
 // above. A path that is not a memory file is refused with ErrOutside;
 // the file is read through the workspace root, never followed out.
 func Get(root, rel, heading string) (Section, error) {
+	return GetFrom(root, nil, rel, heading)
+}
+
+// GetFrom is Get that also reads the sources' files (sources/NAME/...),
+// each through its source folder's root.
+func GetFrom(root string, sources []Source, rel, heading string) (Section, error) {
 	rel = strings.TrimPrefix(path.Clean(strings.ReplaceAll(rel, "\\", "/")), "./")
-	if !IsMemoryPath(rel) {
+	in := rel
+	if src, p, ok := findSource(sources, rel); ok {
+		root, in = src.Dir, p
+	} else if !IsMemoryPath(rel) {
 		return Section{}, fmt.Errorf("%s: %w", rel, ErrOutside)
 	}
 	r, err := os.OpenRoot(root)
@@ -36,14 +45,14 @@ func Get(root, rel, heading string) (Section, error) {
 		return Section{}, fmt.Errorf("memory: open the workspace: %w", err)
 	}
 	defer r.Close()
-	fi, err := r.Lstat(rel)
+	fi, err := r.Lstat(in)
 	if err != nil {
 		return Section{}, fmt.Errorf("memory: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return Section{}, fmt.Errorf("memory: %s: %w", rel, fs.ErrInvalid)
 	}
-	b, err := readFile(r, rel)
+	b, err := readFile(r, in)
 	if err != nil {
 		return Section{}, fmt.Errorf("memory: %w", err)
 	}

@@ -55,6 +55,10 @@ type Options struct {
 	Embedder Embedder
 	// Logger, optional.
 	Logger *slog.Logger
+	// Sources are folders indexed read-only besides the memory files
+	// (memory.sources), as sources/NAME/...; Sync scans them, the
+	// watcher does not.
+	Sources []Source
 }
 
 // Index is the memory index: files, chunks, full text and vectors.
@@ -207,11 +211,14 @@ func (x *Index) Sync(ctx context.Context) (SyncReport, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		changed, n, err := x.syncFile(ctx, root, rel, known[rel])
+		changed, n, err := x.syncFile(ctx, root, rel, rel, known[rel])
 		delete(known, rel)
 		if err := x.count(ctx, &rep, rel, changed, n, err); err != nil {
 			return rep, err
 		}
+	}
+	if err := x.syncSources(ctx, &rep, known); err != nil {
+		return rep, err
 	}
 	for rel := range known {
 		if _, err := x.removeFile(ctx, rel); err != nil {
@@ -273,7 +280,7 @@ func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error
 			}
 			continue
 		}
-		changed, n, err := x.syncFile(ctx, root, rel, known[rel])
+		changed, n, err := x.syncFile(ctx, root, rel, rel, known[rel])
 		if err := x.count(ctx, &rep, rel, changed, n, err); err != nil {
 			return rep, err
 		}
@@ -333,10 +340,11 @@ func readFile(root *os.Root, rel string) ([]byte, error) {
 	return b, nil
 }
 
-// syncFile indexes rel again when its hash is not old; it reports
-// whether it did and how many chunks it wrote.
-func (x *Index) syncFile(ctx context.Context, root *os.Root, rel, old string) (bool, int, error) {
-	b, err := readFile(root, rel)
+// syncFile indexes the file in (read through root) as rel again when its
+// hash is not old; it reports whether it did and how many chunks it
+// wrote. in and rel differ for a source's file.
+func (x *Index) syncFile(ctx context.Context, root *os.Root, in, rel, old string) (bool, int, error) {
+	b, err := readFile(root, in)
 	if err != nil {
 		var skip *skipError
 		if errors.As(err, &skip) {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -38,8 +39,11 @@ const (
 // indexing from the person's own memory corpus, averaged per text
 // (IDF-weighted). It needs no download and sends nothing anywhere.
 // Until it has learned (Learn), it has no vectors and Embed fails with
-// ErrNoModel. Safe for concurrent use after Learn returns.
+// ErrNoModel. Safe for concurrent use: a search embeds its query while
+// the daemon's watcher may have the model learn again.
 type Local struct {
+	// mu guards the model; Learn builds a new one outside it and swaps.
+	mu      sync.RWMutex
 	words   map[string][]float32
 	idf     map[string]float32
 	version string
@@ -53,6 +57,8 @@ var ErrNoModel = errors.New("memory: the local embedding model has not learned a
 
 // Model names the learned vectors: family and a digest of the model.
 func (l *Local) Model() string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.version == "" {
 		return LocalModelName
 	}
@@ -60,11 +66,17 @@ func (l *Local) Model() string {
 }
 
 // Tokens is the corpus size, in tokens, the model last learned from.
-func (l *Local) Tokens() int { return l.tokens }
+func (l *Local) Tokens() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.tokens
+}
 
 // Embed averages each text's known words' vectors; a text with no
 // known word gets a zero vector (never similar to anything).
 func (l *Local) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if len(l.words) == 0 {
 		return nil, ErrNoModel
 	}
@@ -150,9 +162,11 @@ func (l *Local) Learn(ctx context.Context, corpus []string) error {
 		}
 		normalize(v)
 	}
+	sum := sha256.Sum256(encodeLocal(words, idf, tokens))
+	l.mu.Lock()
 	l.words, l.idf, l.tokens = words, idf, tokens
-	sum := sha256.Sum256(l.marshal())
 	l.version = hex.EncodeToString(sum[:6])
+	l.mu.Unlock()
 	return nil
 }
 
@@ -174,20 +188,27 @@ func addIndex(v []float32, word string, f float32) {
 
 // marshal is the model's bytes: words in order, each with IDF and vector.
 func (l *Local) marshal() []byte {
-	ws := make([]string, 0, len(l.words))
-	for w := range l.words {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return encodeLocal(l.words, l.idf, l.tokens)
+}
+
+// encodeLocal is marshal's encoding of a model's parts.
+func encodeLocal(words map[string][]float32, idf map[string]float32, tokens int) []byte {
+	ws := make([]string, 0, len(words))
+	for w := range words {
 		ws = append(ws, w)
 	}
 	sort.Strings(ws)
 	var b bytes.Buffer
 	b.WriteString(LocalModelName + "\n")
-	binary.Write(&b, binary.LittleEndian, uint32(l.tokens))
+	binary.Write(&b, binary.LittleEndian, uint32(tokens))
 	binary.Write(&b, binary.LittleEndian, uint32(len(ws)))
 	for _, w := range ws {
 		binary.Write(&b, binary.LittleEndian, uint16(len(w)))
 		b.WriteString(w)
-		binary.Write(&b, binary.LittleEndian, l.idf[w])
-		binary.Write(&b, binary.LittleEndian, l.words[w])
+		binary.Write(&b, binary.LittleEndian, idf[w])
+		binary.Write(&b, binary.LittleEndian, words[w])
 	}
 	return b.Bytes()
 }
@@ -231,9 +252,11 @@ func (l *Local) UnmarshalBinary(data []byte) error {
 		}
 		words[string(w)], idf[string(w)] = v, f
 	}
-	l.words, l.idf, l.tokens = words, idf, int(tokens)
 	sum := sha256.Sum256(data)
+	l.mu.Lock()
+	l.words, l.idf, l.tokens = words, idf, int(tokens)
 	l.version = hex.EncodeToString(sum[:6])
+	l.mu.Unlock()
 	return nil
 }
 

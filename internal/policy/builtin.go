@@ -49,7 +49,21 @@ const (
 	RuleProtectedArg   = "builtin.protected-argument"
 	RuleOutsideWrite   = "builtin.write-outside-workspace"
 	RuleUnresolved     = "builtin.unresolved-command"
+	// RuleUntrustedMemory holds a memory write (an operation tagged
+	// TagMemory that writes) of a session that has read untrusted data
+	// for a person, every time: no rule, token or approval "for
+	// session" lets it through unasked (AskedEachTime).
+	RuleUntrustedMemory = "builtin.untrusted-memory-write"
 )
+
+// TagMemory is the tag of the tools that write the assistant's memory
+// (memory.write).
+const TagMemory = "memory"
+
+// AskedEachTime reports whether an operation decided by rule needs a
+// person's approval at every call: an approval "for session" or a
+// capability token never covers it.
+func AskedEachTime(rule string) bool { return rule == RuleUntrustedMemory }
 
 // Builtins returns the built-in rules. They cannot be disabled; an approve
 // built-in is a floor (a YAML rule can make the atom block, never allow).
@@ -62,6 +76,7 @@ func Builtins() []BuiltinRule {
 		{RuleProtectedArg, Block, "a command may not name fluffy's protected files"},
 		{RuleOutsideWrite, Block, "writes outside the workspace are not allowed"},
 		{RuleUnresolved, Approve, "the command cannot be resolved statically (a variable, substitution, eval, source, a script or stdin, or unparseable text): a person must look at it"},
+		{RuleUntrustedMemory, Approve, "a session that has read untrusted data writes the assistant's memory only with a person's approval of that write: no rule allows it, no approval for the session or token covers it"},
 		{RuleExecCapable, Approve, "the command is told to run code the policy cannot see (an inline script, an expression language, an editor command); only an allow rule with exec_capable: true covers it"},
 	}
 }
@@ -277,6 +292,9 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]
 		// A write that names no path cannot be placed in the workspace.
 		hit(RuleOutsideWrite)
 	}
+	if writes && op.Session.Untrusted && op.HasTag(TagMemory) {
+		hit(RuleUntrustedMemory)
+	}
 	if a.cmd != nil {
 		if a.cmd.Dynamic {
 			hit(RuleUnresolved)
@@ -296,7 +314,7 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]
 }
 
 func builtinEffect(id string) Effect {
-	if id == RuleUnresolved {
+	if id == RuleUnresolved || id == RuleUntrustedMemory {
 		return Approve
 	}
 	return Block

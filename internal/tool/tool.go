@@ -129,6 +129,11 @@ type Definition[In any] struct {
 	// Command builds a Sandbox tool's command; required for Sandbox
 	// tools, nil for the others.
 	Command func(ctx context.Context, in *In) (Command, error)
+	// Preview, optional, is what a person asked to approve a call sees
+	// of it (the diff a write would make); the router shows the
+	// operation's action and paths for a tool without one, or when
+	// Preview returns "".
+	Preview func(ctx context.Context, in *In) string
 }
 
 // Tool is a registered tool with its input type erased. Immutable, safe
@@ -150,6 +155,7 @@ type Tool struct {
 	normalize func(context.Context, *Resolver, any, *operation.Operation) error
 	run       func(context.Context, any) (Result, error)
 	command   func(context.Context, any) (Command, error)
+	preview   func(context.Context, any) string
 }
 
 // New checks a definition and derives its schema.
@@ -263,7 +269,19 @@ func New[In any](d Definition[In]) (*Tool, error) {
 	if d.Command != nil {
 		t.command = func(ctx context.Context, in any) (Command, error) { return d.Command(ctx, in.(*In)) }
 	}
+	if d.Preview != nil {
+		t.preview = func(ctx context.Context, in any) string { return d.Preview(ctx, in.(*In)) }
+	}
 	return t, nil
+}
+
+// Preview is what a person asked to approve a call with args sees of it,
+// "" when the tool has no preview of its own.
+func (t *Tool) Preview(ctx context.Context, args Args) string {
+	if t.preview == nil || args.tool != t {
+		return ""
+	}
+	return t.preview(ctx, args.in)
 }
 
 // Name returns the registry name (fs.read).

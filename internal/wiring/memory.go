@@ -1,33 +1,210 @@
 package wiring
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/memory"
+	"github.com/fluffy-agent/fluffy/internal/memory/embed"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/memtool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
+// memoryDeps are what the sessions' memory tools share: the kernel's
+// clock and the index the assistant daemon holds (nil outside it).
+type memoryDeps struct {
+	now  func() time.Time
+	held *heldMemory
+}
+
 // registerMemory adds memory.search and memory.get to a session's tools
-// when the assistant workspace has memory files; the index is opened
-// and synced at each search (memory.OnDemand), so a session sees the
-// files as they are without a watcher of its own.
-func registerMemory(u *userenv.Env, reg *tool.Registry) error {
+// when the assistant workspace has memory files, and memory.write when
+// the session runs on the assistant workspace (cs is its change set).
+// Searches use the index the assistant daemon holds, kept current by its
+// watcher; without one (no daemon), the index is opened and synced at
+// each search (memory.OnDemand), so a session sees the files as they are
+// either way.
+func registerMemory(u *userenv.Env, reg *tool.Registry, cs *changeset.ChangeSet, deps memoryDeps) error {
 	l, err := u.Config()
 	if err != nil {
 		return err
 	}
 	home, _ := u.Getenv("HOME")
 	ws := memory.Workspace(l.Config.Serve.Workspace, home)
-	if ws == "" || !memory.HasMemory(ws) {
+	sources := memory.SourcesFrom(l.Config.Memory.Sources, home)
+	if ws == "" || !memory.HasMemory(ws) && len(sources) == 0 {
 		return nil
 	}
 	d, err := u.DataDir()
 	if err != nil {
 		return err
 	}
-	idx := memory.OnDemand{
-		Options:     memory.Options{Root: ws, DB: memory.IndexPath(d), Logger: u.Logger()},
-		NewEmbedder: func() memory.Embedder { return &memory.Local{} },
+	set := embed.Resolve(l.Config, u.Getenv)
+	idx := sessionMemory{held: deps.held, root: ws, demand: memory.OnDemand{
+		Options:     memory.Options{Root: ws, DB: memory.IndexPath(d), Logger: u.Logger(), Sources: sources},
+		NewEmbedder: func() memory.Embedder { return makeEmbedder(set, u.Logger()) },
+	}}
+	o := memtool.Options{Index: idx, Root: ws, Now: deps.now, Sources: sources}
+	if real, err := filepath.EvalSymlinks(ws); err == nil && cs != nil && real == cs.Workspace() {
+		o.ChangeSet = cs
 	}
-	return memtool.Register(reg, memtool.Options{Index: idx, Root: ws})
+	return memtool.Register(reg, o)
+}
+
+// TestNowEnv names the variable that sets the kernel's clock, for tests
+// only (the end-to-end "days later" script): an RFC 3339 time the clock
+// starts at, running on from there. It starts with config.EnvInternalPrefix,
+// so it is not configuration and is not documented as such.
+const TestNowEnv = config.EnvInternalPrefix + "TEST_NOW"
+
+// kernelClock is the kernel's clock: the wall clock, or in a test the
+// time TestNowEnv names plus the time elapsed since.
+func kernelClock(u *userenv.Env) (func() time.Time, error) {
+	v, ok := u.Getenv(TestNowEnv)
+	if !ok || v == "" {
+		return time.Now, nil
+	}
+	at, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: want an RFC 3339 time: %w", TestNowEnv, err)
+	}
+	start := time.Now()
+	return func() time.Time { return at.Add(time.Since(start)) }, nil
+}
+
+// makeEmbedder makes the configured embedder; one that cannot be made
+// (a provider without its key) leaves search to full text, said in the
+// log.
+func makeEmbedder(set embed.Setting, log *slog.Logger) memory.Embedder {
+	e, err := set.Make(context.Background())
+	if err != nil {
+		log.Warn("memory search runs on full text alone", "err", err)
+		return nil
+	}
+	return e
+}
+
+// heldMemory is the memory index the assistant daemon holds open while it
+// serves: one Index, brought up to date at start and kept current by its
+// watcher, so a save is searchable once the watcher has settled and no
+// search scans the files again.
+type heldMemory struct {
+	mu     sync.RWMutex
+	idx    *memory.Index
+	cancel context.CancelFunc
+	done   chan struct{}
+	// synced, optional, is the watcher's callback after each update
+	// (tests wait on it).
+	synced func(memory.SyncReport, error)
+}
+
+// open opens and syncs the index of workspace ws and starts its watcher.
+// A workspace without memory files holds nothing.
+func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *slog.Logger) error {
+	l, err := u.Config()
+	if err != nil {
+		return err
+	}
+	home, _ := u.Getenv("HOME")
+	sources := memory.SourcesFrom(l.Config.Memory.Sources, home)
+	if !memory.HasMemory(ws) && len(sources) == 0 {
+		return nil
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		return err
+	}
+	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log, Sources: sources})
+	if err != nil {
+		return err
+	}
+	rep, err := x.Sync(ctx)
+	if err != nil {
+		x.Close()
+		return err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	synced := h.synced
+	h.mu.Lock()
+	h.idx, h.cancel, h.done = x, cancel, done
+	h.mu.Unlock()
+	go func() {
+		defer close(done)
+		err := x.Watch(wctx, func(rep memory.SyncReport, err error) {
+			if err != nil {
+				log.Warn("memory index: update", "err", err)
+			}
+			if synced != nil {
+				synced(rep, err)
+			}
+		})
+		if err != nil {
+			// Searches open the index themselves from now on.
+			log.Warn("memory index: the watcher stopped; searches scan the files again", "err", err)
+			h.mu.Lock()
+			mine := h.idx == x
+			if mine {
+				h.idx = nil
+			}
+			h.mu.Unlock()
+			if mine {
+				x.Close()
+			}
+		}
+	}()
+	log.Info("memory index held", "workspace", ws, "indexed", rep.Indexed, "unchanged", rep.Unchanged, "removed", rep.Removed)
+	return nil
+}
+
+// close stops the watcher and closes the index; searches fall back to
+// opening it themselves. Idempotent.
+func (h *heldMemory) close() {
+	h.mu.Lock()
+	x, cancel, done := h.idx, h.cancel, h.done
+	h.idx = nil
+	h.mu.Unlock()
+	if x == nil {
+		return
+	}
+	cancel()
+	<-done
+	x.Close()
+}
+
+// search searches the held index when it is root's; ok is false when
+// none is held for root.
+func (h *heldMemory) search(ctx context.Context, root string, q memory.Query) (res memory.Result, ok bool, err error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.idx == nil || h.idx.Root() != root {
+		return memory.Result{}, false, nil
+	}
+	res, err = h.idx.Search(ctx, q)
+	return res, true, err
+}
+
+// sessionMemory is a session's memory.search: the daemon's held index
+// when there is one for root, else demand.
+type sessionMemory struct {
+	held   *heldMemory
+	root   string
+	demand memtool.Searcher
+}
+
+// Search implements memtool.Searcher.
+func (s sessionMemory) Search(ctx context.Context, q memory.Query) (memory.Result, error) {
+	if s.held != nil {
+		if res, ok, err := s.held.search(ctx, s.root, q); ok {
+			return res, err
+		}
+	}
+	return s.demand.Search(ctx, q)
 }

@@ -340,6 +340,7 @@ type serveFront struct {
 	health   string
 	servers  []*http.Server
 	chans    []channel.Channel
+	mem      *heldMemory
 	stopOnce sync.Once
 }
 
@@ -363,6 +364,17 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 	if err := ownProject(ws); err != nil {
 		return nil, err
 	}
+	// The daemon holds the memory index: sessions search it rather
+	// than scan the files at each search. Without it they still can.
+	if err := k.mem.open(ctx, u, ws, log.With("subsystem", "memory")); err != nil {
+		log.Warn("memory index: not held; each search opens it", "err", err)
+	}
+	served := false
+	defer func() {
+		if !served {
+			k.mem.close()
+		}
+	}()
 	d, err := u.DataDir()
 	if err != nil {
 		return nil, err
@@ -397,7 +409,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 		closeChannels(chans)
 		return nil, err
 	}
-	f := &serveFront{d: dm, log: log, grace: c.Serve.Grace.Std(), listen: c.Serve.Listen, health: c.Serve.Health, chans: chans}
+	f := &serveFront{d: dm, log: log, grace: c.Serve.Grace.Std(), listen: c.Serve.Listen, health: c.Serve.Health, chans: chans, mem: &k.mem}
 	if err := dm.Start(ctx, chans); err != nil {
 		closeChannels(chans)
 		return nil, err
@@ -421,6 +433,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 		f.health = bound
 	}
 	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", f.listen, "health", f.health)
+	served = true
 	return f, nil
 }
 
@@ -532,5 +545,8 @@ func (f *serveFront) stop() {
 		}
 		f.d.Stop(ctx)
 		closeChannels(f.chans)
+		if f.mem != nil {
+			f.mem.close()
+		}
 	})
 }

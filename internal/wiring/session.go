@@ -82,6 +82,9 @@ type Kernel struct {
 	sessions *kernel.Kernel
 	broker   *approval.Broker
 	db       *store.DB
+	// mem is the memory index the assistant daemon holds while it
+	// serves (serve.go); the sessions' memory.search use it.
+	mem heldMemory
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -198,6 +201,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", userenv.ErrUsage, err))
 	}
+	now, err := kernelClock(u)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", userenv.ErrUsage, err))
+	}
 	j, err := tdd.NewJournal(tdd.JournalOptions{DB: db})
 	if err != nil {
 		return fail(err)
@@ -217,7 +224,8 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn),
+		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}),
+		Now:   now,
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
@@ -260,7 +268,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // call, telling the session's person through warn of an edit that did
 // not load), and the sandbox runtime boxes gives the session for
 // shell.exec and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Offline unless a command gets network: Go builds use the
 	// toolchain and modules at hand (the person's module cache,
@@ -277,7 +285,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := builtin.Register(reg, builtin.Options{ChangeSet: env.ChangeSet, Resolver: res, Coverage: env.TDD.WantsCoverage, Git: builtin.GitOptions{AuthorName: l.Config.Git.AuthorName, AuthorEmail: l.Config.Git.AuthorEmail}}); err != nil {
 			return nil, err
 		}
-		if err := registerMemory(u, reg); err != nil {
+		if err := registerMemory(u, reg, env.ChangeSet, mem); err != nil {
 			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
 		}
 		// The policy is the one in force for the session's workspace

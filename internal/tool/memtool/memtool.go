@@ -1,21 +1,25 @@
 // Package memtool owns the memory tools a session gets: memory.search
-// (the memory index, internal/memory) and memory.get (a memory file or a
-// section of one). Both are read-only fast-path tools confined to the
-// memory files (MEMORY.md and memory/**/*.md of the assistant
-// workspace); a path outside them is refused when the call is
+// (the memory index, internal/memory), memory.get (a memory file or a
+// section of one) and memory.write (an append to today's daily log or an
+// edit of a memory file). The readers are read-only fast-path tools
+// confined to the memory files (MEMORY.md and memory/**/*.md of the
+// assistant workspace); a path outside them is refused when the call is
 // normalized. What they return is the person's memory quoted as data,
 // inside markers that say so: a note that reads like an instruction is
-// still only a note. Writes to memory are not here: they go through the
-// change set like any other file edit.
+// still only a note. memory.write is a kernel tool: its write lands in the
+// session's change set, confined to the same files after symbolic links
+// are resolved, and a person asked to approve it sees its diff.
 package memtool
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -33,12 +37,27 @@ type Options struct {
 	Index Searcher
 	// Root is the assistant workspace holding the memory files.
 	Root string
+	// ChangeSet, when set, adds memory.write, writing into it: the
+	// session's change set, whose workspace must be Root.
+	ChangeSet *changeset.ChangeSet
+	// Now is the clock that dates a daily-log append; default time.Now.
+	Now func() time.Time
+	// Sources are the folders indexed read-only besides the memory
+	// (memory.sources): memory.get reads them as sources/NAME/...,
+	// memory.write never writes them.
+	Sources []memory.Source
 }
 
 // ErrOutsideMemory is the refusal of a path that is not a memory file.
-var ErrOutsideMemory = errors.New("the memory tools read the memory files only (MEMORY.md and memory/**/*.md)")
+var ErrOutsideMemory = errors.New("the memory tools read the memory files only (MEMORY.md and memory/**/*.md, and the sources/ folders memory.sources names)")
 
-// Register adds memory.search and memory.get to reg.
+// ErrNotMemoryWorkspace is Register's refusal of a change set whose
+// workspace is not the assistant workspace: memory.write is only for
+// sessions that run on it.
+var ErrNotMemoryWorkspace = errors.New("the session's workspace is not the assistant workspace")
+
+// Register adds memory.search and memory.get to reg, and memory.write
+// when o has a change set.
 func Register(reg *tool.Registry, o Options) error {
 	if o.Index == nil || o.Root == "" {
 		return errors.New("memtool: Index and Root are required")
@@ -51,7 +70,24 @@ func Register(reg *tool.Registry, o Options) error {
 	if err != nil {
 		return err
 	}
-	for _, t := range []*tool.Tool{s, g} {
+	tools := []*tool.Tool{s, g}
+	if o.ChangeSet != nil {
+		// memory.write names files relative to the session's workspace:
+		// it is the memory's only when the two are one directory.
+		root, err := filepath.EvalSymlinks(o.Root)
+		if err != nil {
+			return fmt.Errorf("memtool: %w", err)
+		}
+		if root != o.ChangeSet.Workspace() {
+			return fmt.Errorf("memtool: %w: the change set is of %s, the memory of %s", ErrNotMemoryWorkspace, o.ChangeSet.Workspace(), root)
+		}
+		w, err := writeTool(o)
+		if err != nil {
+			return err
+		}
+		tools = append(tools, w)
+	}
+	for _, t := range tools {
 		if err := reg.Register(t); err != nil {
 			return err
 		}
@@ -63,14 +99,14 @@ func Register(reg *tool.Registry, o Options) error {
 type SearchIn struct {
 	Query string `json:"query" jsonschema:"what to look for, in your own words"`
 	K     int    `json:"k,omitempty" jsonschema:"how many passages (default 5, at most 20)"`
-	Path  string `json:"path,omitempty" jsonschema:"only this memory file or folder, e.g. memory/notes"`
+	Path  string `json:"path,omitempty" jsonschema:"only this memory file or folder, e.g. memory/notes or sources/docs"`
 	Since string `json:"since,omitempty" jsonschema:"only daily logs dated on or after this day (YYYY-MM-DD)"`
 	Until string `json:"until,omitempty" jsonschema:"only daily logs dated on or before this day (YYYY-MM-DD)"`
 }
 
 // GetIn is memory.get's input.
 type GetIn struct {
-	Path    string `json:"path" jsonschema:"the memory file: MEMORY.md or memory/..."`
+	Path    string `json:"path" jsonschema:"the memory file: MEMORY.md, memory/... or sources/..."`
 	Heading string `json:"heading,omitempty" jsonschema:"only the section under this heading"`
 }
 
@@ -85,7 +121,7 @@ func searchTool(o Options) (*tool.Tool, error) {
 			if strings.TrimSpace(in.Query) == "" {
 				return errors.New("query is empty")
 			}
-			if p := strings.Trim(in.Path, "/"); p != "" && p != memory.Dir && !strings.HasPrefix(p, memory.Dir+"/") && p != memory.CoreFile || strings.Contains(in.Path, "..") {
+			if p := strings.Trim(in.Path, "/"); p != "" && !searchable(p) || strings.Contains(in.Path, "..") {
 				return fmt.Errorf("%q: %w", in.Path, ErrOutsideMemory)
 			}
 			_, _, err := days(in)
@@ -104,6 +140,17 @@ func searchTool(o Options) (*tool.Tool, error) {
 			return tool.Result{Output: []byte(renderSearch(in.Query, res))}, nil
 		},
 	})
+}
+
+// searchable reports whether p, a search's path filter, names memory or
+// a source: a file or a folder.
+func searchable(p string) bool {
+	for _, top := range []string{memory.Dir, memory.SourcesDir} {
+		if p == top || strings.HasPrefix(p, top+"/") {
+			return true
+		}
+	}
+	return p == memory.CoreFile
 }
 
 func days(in *SearchIn) (since, until time.Time, err error) {
@@ -128,13 +175,13 @@ func getTool(o Options) (*tool.Tool, error) {
 		Tags:        []string{tool.TagReads},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *GetIn, _ *operation.Operation) error {
-			if !memory.IsMemoryPath(in.Path) {
+			if !memory.IsMemoryPath(in.Path) && !memory.IsSourcePath(in.Path) {
 				return fmt.Errorf("%q: %w", in.Path, ErrOutsideMemory)
 			}
 			return nil
 		},
 		Run: func(_ context.Context, in *GetIn) (tool.Result, error) {
-			s, err := memory.Get(o.Root, in.Path, in.Heading)
+			s, err := memory.GetFrom(o.Root, o.Sources, in.Path, in.Heading)
 			if errors.Is(err, memory.ErrOutside) {
 				return tool.Result{Output: []byte(ErrOutsideMemory.Error()), IsError: true}, nil
 			}

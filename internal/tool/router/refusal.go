@@ -141,7 +141,11 @@ func (r *Router) runPlan(ctx context.Context, args tool.Args) (tool.Result, erro
 		if err != nil {
 			return tool.Result{Output: fmt.Appendf(nil, "step %d (%s): %v", i+1, t.Name(), err), IsError: true}, nil
 		}
-		steps = append(steps, approval.Step{Op: *op, Note: s.Note, Preview: preview(op)})
+		shown := t.Preview(ctx, a)
+		if shown == "" {
+			shown = preview(op)
+		}
+		steps = append(steps, approval.Step{Op: *op, Note: s.Note, Preview: shown})
 	}
 	summary := in.Summary
 	if source, ok := r.untrusted(); ok {

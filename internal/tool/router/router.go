@@ -417,7 +417,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 				return agent.Result{}, err
 			}
 			if cl.approval == "" {
-				if ref, ok, err := r.ask(ctx, cl); err != nil || !ok {
+				if ref, ok, err := r.ask(ctx, cl, t.Preview(ctx, args)); err != nil || !ok {
 					if err != nil {
 						return agent.Result{}, err
 					}
@@ -638,6 +638,9 @@ func (r *Router) refuse(ctx context.Context, cl *call, ref Refusal, raw []byte) 
 // takePlanned uses one approval left by a request_approval plan for an
 // operation with this signature, if any.
 func (r *Router) takePlanned(cl *call) {
+	if policy.AskedEachTime(cl.pd.Rule) {
+		return // asked at the call itself, a plan's approval notwithstanding
+	}
 	k := plannedKey{sig: cl.op.Signature(), policy: cl.pd.Policy}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -655,8 +658,9 @@ type plannedKey struct {
 	sig, policy string
 }
 
-// ask puts a policy "approve" to the person now.
-func (r *Router) ask(ctx context.Context, cl *call) (Refusal, bool, error) {
+// ask puts a policy "approve" to the person now, showing them the tool's
+// own preview of the call (the diff of a memory write) when it has one.
+func (r *Router) ask(ctx context.Context, cl *call, shown string) (Refusal, bool, error) {
 	pd := cl.polDec
 	if r.o.Approver == nil {
 		return Refusal{Gate: GateApproval, Rule: pd.Rule, Reason: "this needs a person's approval (" + pd.Reason + ") and no one can be asked in this session",
@@ -671,7 +675,10 @@ func (r *Router) ask(ctx context.Context, cl *call) (Refusal, bool, error) {
 			note += "; the session's untrusted data came from " + sess.UntrustedSource
 		}
 	}
-	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, summary, []approval.Step{{Op: *cl.op, Note: note, Preview: preview(cl.op)}})
+	if shown == "" {
+		shown = preview(cl.op)
+	}
+	req, err := r.o.Approver.Ask(ctx, r.o.Session.ID, summary, []approval.Step{{Op: *cl.op, Note: note, Preview: shown}})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Refusal{}, false, ctx.Err()
