@@ -127,7 +127,6 @@ func openRead(path string, immutable bool) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	db.SetMaxOpenConns(1)
 	return db, nil
 }
 
