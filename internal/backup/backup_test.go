@@ -172,7 +172,7 @@ func TestVerifyCatchesDamage(t *testing.T) {
 		t.Errorf("an audit copy shorter than its saved checkpoint: %v, want ErrDamaged", err)
 	}
 	// Newest skips the damaged one.
-	nb, skipped, err := Newest(ctx, f.o)
+	nb, skipped, err := Newest(ctx, f.o, true)
 	if err != nil || nb.Name != b2.Name || len(skipped) != 0 {
 		t.Errorf("Newest = %s, %v, %v; want %s", nb.Name, skipped, err, b2.Name)
 	}

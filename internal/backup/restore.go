@@ -304,12 +304,13 @@ func Recover(ctx context.Context, o Options) (Recovery, error) {
 		return Recovery{}, err
 	}
 	rec := Recovery{Damage: ce}
-	b, skipped, err := Newest(ctx, o)
+	b, skipped, err := Newest(ctx, o, true)
 	if err != nil {
 		for _, s := range skipped {
 			err = fmt.Errorf("%w; %w", err, s)
 		}
-		return rec, fmt.Errorf("%w; %w", ce, err)
+		p := o.Data.Path(datadir.StateDB)
+		return rec, fmt.Errorf("%w; %w\nfix: to start with an empty database (every session is lost), move the damaged file aside: mv %s %s.damaged (and its -wal and -shm); or put a copy kept elsewhere in its place (docs/troubleshooting.md#a-damaged-database)", ce, err, p, p)
 	}
 	if rec.Report, err = restore(ctx, o, b.Name, Parts{Main: true}, "damaged"); err != nil {
 		return rec, fmt.Errorf("%w; restoring %s: %w", ce, b.Name, err)

@@ -94,9 +94,10 @@ func verifyAudit(ctx context.Context, o Options, b Backup) (audit.CopyReport, er
 	return audit.VerifyCopy(ctx, filepath.Join(b.Dir, datadir.AuditDB), c)
 }
 
-// Newest returns the newest backup whose fluffy.db verifies, and the
-// reasons the newer ones did not (ErrNoBackup when none does).
-func Newest(ctx context.Context, o Options) (Backup, []error, error) {
+// Newest returns the newest backup that verifies (only its fluffy.db with
+// mainOnly), and the reasons the newer ones did not (ErrNoBackup when
+// none does).
+func Newest(ctx context.Context, o Options, mainOnly bool) (Backup, []error, error) {
 	all, err := List(o)
 	if err != nil {
 		return Backup{}, nil, err
@@ -107,7 +108,11 @@ func Newest(ctx context.Context, o Options) (Backup, []error, error) {
 			skipped = append(skipped, fmt.Errorf("backup %s: %w", b.Name, b.Err))
 			continue
 		}
-		if _, err := Verify(ctx, o, b.Name, true); err != nil {
+		if _, ok := b.Files[datadir.AuditDB]; !mainOnly && !ok {
+			skipped = append(skipped, fmt.Errorf("backup %s holds no audit log", b.Name))
+			continue
+		}
+		if _, err := Verify(ctx, o, b.Name, mainOnly); err != nil {
 			skipped = append(skipped, err)
 			continue
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,7 +116,10 @@ func newBackupVerifyCmd(a *App) *cobra.Command {
 				fmt.Fprintf(a.Stdout, ", audit.db (entries up to %d, %d checkpoint signatures)", ar.Size, ar.Checkpoints)
 				if ar.Behind > 0 {
 					fmt.Fprintf(a.Stdout, "; the log in use has %d entries more", ar.Behind)
-					if ar.PrefixChecked {
+					switch {
+					case ar.Diverges:
+						fmt.Fprint(a.Stdout, ", and it does not begin with this copy: one of the two was rewritten since (run 'fluffy audit verify --full')")
+					case ar.PrefixChecked:
 						fmt.Fprint(a.Stdout, " and begins with this copy")
 					}
 				}
@@ -198,4 +202,20 @@ func newBackupRestoreCmd(a *App) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&only, "only", "", "restore only fluffy.db or only audit.db")
 	return cmd
+}
+
+// auditRestoreHint names the command that puts back the newest backup
+// whose audit log verifies, for a kernel that refused a damaged log; ""
+// when there is none.
+func auditRestoreHint(a *App) string {
+	o, _, err := backupOptions(a)
+	if err != nil {
+		return ""
+	}
+	b, _, err := backup.Newest(context.Background(), o, false)
+	if err != nil {
+		return "; there is no verified backup to restore (docs/troubleshooting.md#a-damaged-audit-log)"
+	}
+	return fmt.Sprintf("; to restore the newest verified backup (taken %s; the damaged files are kept beside it): fluffy backup restore %s --only audit.db (docs/troubleshooting.md#a-damaged-audit-log)",
+		b.Time.Local().Format(time.DateTime), b.Name)
 }
