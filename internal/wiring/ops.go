@@ -29,7 +29,7 @@ func protectFromOOM(c config.Kernel, log *slog.Logger) {
 		log.Info("oom_score_adj lowered", "oom_score_adj", kernel.OOMScoreDaemon)
 	case errors.Is(err, os.ErrPermission):
 		cur, _ := kernel.OOMScoreAdj(0)
-		log.Info("oom_score_adj left as it is: lowering it needs CAP_SYS_RESOURCE (sandboxes still raise theirs)", "oom_score_adj", cur)
+		log.Debug("oom_score_adj left as it is: lowering it needs CAP_SYS_RESOURCE (sandboxes still raise theirs)", "oom_score_adj", cur)
 	default:
 		log.Warn("oom_score_adj", "err", err)
 	}

@@ -208,6 +208,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		closeDB()
 		// A file SQLite cannot read is damage, not unavailability: the
 		// person is told to restore, never to start a new log.
+		if errors.Is(err, audit.ErrDamaged) {
+			return nil, fmt.Errorf("%w: %w", kernel.ErrAuditDamaged, err)
+		}
 		if cerr := store.QuickCheck(ctx, d.Path(datadir.AuditDB)); errors.Is(cerr, store.ErrCorrupt) {
 			return nil, fmt.Errorf("%w: %w", kernel.ErrAuditDamaged, cerr)
 		}
