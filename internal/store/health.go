@@ -57,8 +57,8 @@ func isCorruption(err error) bool {
 // unreadable, locked past the busy timeout) is returned as it is.
 //
 // quick_check reads every page and checks the b-trees' structure, but not
-// that indexes match their tables (integrity_check does); it is the
-// check that is cheap enough for every start (about 1 s per GiB).
+// that indexes match their tables (integrity_check does): it is the
+// cheaper of the two, the one for every start.
 func QuickCheck(ctx context.Context, path string) error {
 	return check(ctx, path, "quick_check", false)
 }
