@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/backup"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -197,7 +198,7 @@ func newBackupRestoreCmd(a *App) *cobra.Command {
 			if rep.AuditLost > 0 {
 				fmt.Fprintf(a.Stdout, "the audit log in use had %d entries after the backup; they are in the files kept above\n", rep.AuditLost)
 			}
-			return nil
+			return recordRestore(cmd.Context(), a, rep, what)
 		},
 	}
 	cmd.Flags().StringVar(&only, "only", "", "restore only fluffy.db or only audit.db")
@@ -218,4 +219,22 @@ func auditRestoreHint(a *App) string {
 	}
 	return fmt.Sprintf("; to restore the newest verified backup (taken %s; the damaged files are kept beside it): fluffy backup restore %s --only audit.db (docs/troubleshooting.md#a-damaged-audit-log)",
 		b.Time.Local().Format(time.DateTime), b.Name)
+}
+
+// recordRestore writes the restore into the audit log as it now is
+// (backup.restore). The restore has happened either way: a log that
+// cannot be written is reported, with the exit status of a failure.
+func recordRestore(ctx context.Context, a *App, rep backup.RestoreReport, restored []string) error {
+	l, err := openAuditLog(ctx, a)
+	if err == nil {
+		_, err = l.Append(ctx, audit.Entry{Kind: audit.KindBackupRestore, Actor: "user", Payload: audit.BackupRestore{
+			Backup: rep.Backup.Name, Restored: restored, Aside: rep.Aside, Lost: rep.Lost, RolledBack: rep.RolledBack, AuditLost: rep.AuditLost}})
+		if cerr := l.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("restored, but the restore is not recorded in the audit log: %v", err)}
+	}
+	return nil
 }
