@@ -116,6 +116,12 @@ func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
 		return c
 	case err != nil:
 		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "run 'fluffy audit verify' to see what is wrong"
+		// A file SQLite cannot read stops the kernel: say so, and how
+		// to restore (only now: quick_check reads every page).
+		if cerr := store.QuickCheck(ctx, d.Path(datadir.AuditDB)); errors.Is(cerr, store.ErrCorrupt) {
+			c.Status, c.Required, c.Detail = doctor.Fail, true, cerr.Error()
+			c.Fix = "the kernel will not start over it: 'fluffy backup ls', then 'fluffy backup restore NAME --only audit.db' (the damaged files are kept)"
+		}
 		return c
 	}
 	c.Status = doctor.OK
