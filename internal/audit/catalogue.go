@@ -57,6 +57,12 @@ const (
 	KindChangesetApply     Kind = "changeset.apply"
 	KindChangesetDiscard   Kind = "changeset.discard"
 	KindChangesetAutoApply Kind = "changeset.auto_apply"
+	// KindStoreRecover: the kernel found fluffy.db damaged at its start
+	// and restored a backup (internal/backup.Recover).
+	KindStoreRecover Kind = "store.recover"
+	// KindBackupRestore: a person put a backup back ('fluffy backup
+	// restore'), recorded in the log as it is after the restore.
+	KindBackupRestore Kind = "backup.restore"
 
 	// The assistant daemon's channels (fluffy serve): what arrived, what
 	// a channel refused, answers to approval requests.
@@ -78,7 +84,7 @@ const (
 func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
-		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote,
+		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer:
 		return true
 	}
@@ -106,7 +112,7 @@ func Catalogue() []Payload {
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, TDDMode{}, TDDFinish{},
-		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{},
+		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, StoreRecover{}, BackupRestore{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
 		AuditPrune{}, UserNote{},
 	}
@@ -564,6 +570,32 @@ type KernelStop struct {
 	Abandoned []string `json:"abandoned,omitempty"`
 }
 
+// StoreRecover (store.recover) records that fluffy.db failed its check at
+// the kernel's start and what replaced it: the backup, where the damaged
+// files were kept, and the sessions the backup lacks (lost) or holds in an
+// older state (rolled_back).
+type StoreRecover struct {
+	Damage     string   `json:"damage"`
+	Backup     string   `json:"backup"`
+	Aside      []string `json:"aside"`
+	Lost       []string `json:"lost,omitempty"`
+	RolledBack []string `json:"rolled_back,omitempty"`
+}
+
+// BackupRestore (backup.restore) records a restore a person ran: the
+// backup, what it put back (fluffy.db, audit.db), where the files it
+// replaced were kept, the sessions lost or rolled back, and how many
+// audit entries the log held past the backup (they are in the kept
+// files, not in this log).
+type BackupRestore struct {
+	Backup     string   `json:"backup"`
+	Restored   []string `json:"restored"`
+	Aside      []string `json:"aside"`
+	Lost       []string `json:"lost,omitempty"`
+	RolledBack []string `json:"rolled_back,omitempty"`
+	AuditLost  uint64   `json:"audit_lost,omitempty"`
+}
+
 // ChannelInbound (channel.inbound) is a message a channel of the assistant
 // daemon delivered, before any session sees it. Text is not kept (it may
 // be large or private); its size and digest are.
@@ -739,6 +771,8 @@ func (TDDFinish) Kind() Kind          { return KindTDDFinish }
 func (ChangesetApply) Kind() Kind     { return KindChangesetApply }
 func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
+func (StoreRecover) Kind() Kind       { return KindStoreRecover }
+func (BackupRestore) Kind() Kind      { return KindBackupRestore }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }

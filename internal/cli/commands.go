@@ -23,6 +23,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newDemoCmd(a),
 		newHookCmd(a),
 		newMemoryCmd(a),
+		newBackupCmd(a),
 	)
 	setupTaskCmd(a, root)
 }

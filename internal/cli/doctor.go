@@ -5,17 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/backup"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/doctor"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
 )
@@ -51,6 +57,11 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 					func(context.Context) doctor.Check { return binariesCheck(a.Self) },
 					func(context.Context) doctor.Check { return serverCheck(a) },
 					func(ctx context.Context) doctor.Check { return memoryCheck(ctx, a) },
+					func(ctx context.Context) doctor.Check { return stateDBCheck(ctx, l.Config.Home) },
+					func(ctx context.Context) doctor.Check {
+						return backupsCheck(ctx, l.Config.Home, l.Config.Backup.Interval.Std())
+					},
+					func(context.Context) doctor.Check { return oomCheck(l.Config.Kernel.OOMProtect) },
 				},
 			})
 			if asJSON {
@@ -69,7 +80,11 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 					if c.Fix != "" && c.Status != doctor.OK {
 						fmt.Fprintf(tw, "\t\t  fix: %s\n", c.Fix)
 					}
+					if c.Doc != "" && c.Status != doctor.OK {
+						fmt.Fprintf(tw, "\t\t  see: %s\n", c.Doc)
+					}
 				}
+				fmt.Fprintf(tw, "\nEach check has a section in %s (--json gives every check's link).\n", doctor.TroubleshootingDoc)
 				if err := tw.Flush(); err != nil {
 					return err
 				}
@@ -101,6 +116,12 @@ func auditCheck(ctx context.Context, home string, warnSize int64) doctor.Check {
 		return c
 	case err != nil:
 		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "run 'fluffy audit verify' to see what is wrong"
+		// A file SQLite cannot read stops the kernel: say so, and how
+		// to restore (only now: quick_check reads every page).
+		if cerr := store.QuickCheck(ctx, d.Path(datadir.AuditDB)); errors.Is(cerr, store.ErrCorrupt) {
+			c.Status, c.Required, c.Detail = doctor.Fail, true, cerr.Error()
+			c.Fix = "the kernel will not start over it: 'fluffy backup ls', then 'fluffy backup restore NAME --only audit.db' (the damaged files are kept)"
+		}
 		return c
 	}
 	c.Status = doctor.OK
@@ -158,5 +179,93 @@ func serverCheck(a *App) doctor.Check {
 	} else {
 		c.Detail = "not running; the next 'fluffy sandbox run' starts it (socket " + st.Socket + ")"
 	}
+	return c
+}
+
+// stateDBCheck runs PRAGMA quick_check on fluffy.db, and reports a damaged
+// file the kernel moved aside at a start (and the backup it restored) by
+// the notice it left beside it.
+func stateDBCheck(ctx context.Context, home string) doctor.Check {
+	c := doctor.Check{Name: datadir.StateDB}
+	d, err := datadir.New(home)
+	if err != nil {
+		c.Status, c.Detail = doctor.Fail, err.Error()
+		return c
+	}
+	p := d.Path(datadir.StateDB)
+	err = store.QuickCheck(ctx, p)
+	switch {
+	case errors.Is(err, store.ErrCorrupt):
+		c.Status, c.Required, c.Detail = doctor.Fail, true, err.Error()
+		c.Fix = "stop fluffy ('fluffy kernel stop'); the next start moves the file aside and restores the newest verified backup ('fluffy backup ls'), or run 'fluffy backup restore NAME --only fluffy.db'"
+		return c
+	case err != nil:
+		c.Status, c.Detail = doctor.Warn, err.Error()
+		return c
+	}
+	c.Status, c.Detail = doctor.OK, "quick_check ok"
+	if notices, _ := filepath.Glob(p + ".damaged-*" + backup.NoticeSuffix); len(notices) > 0 {
+		sort.Strings(notices)
+		newest := notices[len(notices)-1]
+		b, _ := os.ReadFile(newest)
+		first, _, _ := strings.Cut(string(b), "\n")
+		c.Status = doctor.Warn
+		c.Detail = "quick_check ok; earlier: " + first
+		c.Fix = "read " + newest + " for the sessions that were lost; delete the notice once you have"
+	}
+	return c
+}
+
+// backupsCheck reports the newest backup's age against backup.interval.
+func backupsCheck(ctx context.Context, home string, interval time.Duration) doctor.Check {
+	c := doctor.Check{Name: "backups"}
+	d, err := datadir.New(home)
+	if err != nil {
+		c.Status, c.Detail = doctor.Fail, err.Error()
+		return c
+	}
+	all, err := backup.List(backup.Options{Data: d})
+	if err != nil {
+		c.Status, c.Detail = doctor.Warn, err.Error()
+		return c
+	}
+	var newest *backup.Backup
+	for i := range all {
+		if all[i].Err == nil {
+			newest = &all[i]
+			break
+		}
+	}
+	if newest == nil {
+		c.Status, c.Detail, c.Fix = doctor.Warn, "no backup yet: a damaged fluffy.db could not be restored", "run 'fluffy backup' (the daemon, 'fluffy serve', takes one every backup.interval)"
+		return c
+	}
+	age := time.Since(newest.Time).Round(time.Minute)
+	c.Status, c.Detail = doctor.OK, fmt.Sprintf("%d, the newest %s (%s ago, %d sessions)", len(all), newest.Name, age, newest.Sessions)
+	if interval > 0 && age > 2*interval {
+		c.Status, c.Fix = doctor.Warn, "the newest backup is older than twice backup.interval: run 'fluffy backup', and check the daemon's log for 'scheduled backup failed'"
+	}
+	return c
+}
+
+// oomCheck reports what this process may do to its oom_score_adj: a
+// daemon started the same way lowers its own only with CAP_SYS_RESOURCE.
+func oomCheck(protect bool) doctor.Check {
+	c := doctor.Check{Name: "oom protection", Status: doctor.OK}
+	if !protect {
+		c.Detail = "off (kernel.oom_protect: false); sandboxes still raise their oom_score_adj to 1000"
+		return c
+	}
+	cur, err := kernel.OOMScoreAdj(0)
+	if err != nil {
+		c.Status, c.Detail = doctor.Warn, err.Error()
+		return c
+	}
+	if err := kernel.SetOOMScoreAdj(0, cur-1); err != nil {
+		c.Detail = fmt.Sprintf("sandboxes raise their oom_score_adj to 1000; the daemon cannot lower its own (%d) without CAP_SYS_RESOURCE", cur)
+		return c
+	}
+	_ = kernel.SetOOMScoreAdj(0, cur)
+	c.Detail = fmt.Sprintf("sandboxes raise their oom_score_adj to 1000; the daemon lowers its own to %d", kernel.OOMScoreDaemon)
 	return c
 }

@@ -189,7 +189,7 @@ func kernelError(a *App, err error) error {
 		}
 		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("a kernel is already serving %s", sock)}
 	case errors.Is(err, kernel.ErrAuditDamaged):
-		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log", err)}
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the kernel refuses to start: %v\nfix: inspect it with 'fluffy audit verify --full'; the kernel will not run sessions over a damaged audit log%s", err, auditRestoreHint(a))}
 	case errors.Is(err, kernel.ErrAuditUnavailable):
 		return &ExitError{Code: ExitFailure, Msg: err.Error()}
 	}

@@ -57,6 +57,10 @@ type Config struct {
 
 	// Memory configures the memory index (docs/memory.md).
 	Memory Memory `yaml:"memory"`
+
+	// Backup configures the daemon's scheduled backups
+	// (docs/operations.md).
+	Backup Backup `yaml:"backup"`
 }
 
 // Memory configures the memory index: how passages get their vectors and
@@ -76,6 +80,16 @@ type Memory struct {
 	// (a repository's docs/): memory.search finds their Markdown by
 	// path, memory.write never writes them.
 	Sources []string `yaml:"sources" scope:"user"`
+}
+
+// Backup configures backups of fluffy.db and the audit log.
+type Backup struct {
+	// Interval is how often the assistant daemon (fluffy serve) takes a
+	// backup; 0 takes none.
+	Interval units.Duration `yaml:"interval" scope:"user"`
+	// Keep is how many backups are kept; older ones are removed after
+	// each new one. 0 keeps all.
+	Keep int `yaml:"keep" scope:"user"`
 }
 
 // Changeset configures sessions' change sets (docs/changesets.md).
@@ -150,6 +164,16 @@ type Kernel struct {
 	// nears it, which bounds what GCPercent lets the heap grow to. 0
 	// sets none. GOMEMLIMIT in the kernel's environment wins.
 	MemoryLimit units.Size `yaml:"memory_limit" scope:"user"`
+	// MemoryHigh: while the kernel process's memory (what the Go
+	// runtime holds from the system) is above it, new sessions are
+	// refused with a message saying so; running ones go on. 0 admits
+	// all.
+	MemoryHigh units.Size `yaml:"memory_high" scope:"user"`
+	// OOMProtect lowers the kernel process's oom_score_adj (to -500, when
+	// the process may: it needs CAP_SYS_RESOURCE) and raises its
+	// sandboxes' (to 1000), so under memory pressure Linux kills a
+	// sandboxed command before the daemon that records it.
+	OOMProtect bool `yaml:"oom_protect" scope:"user"`
 }
 
 // Log configures fluffy's own logs (not the audit log).
@@ -434,7 +458,7 @@ func Default(env Env) Config {
 			ResponseTimeout: units.Duration(60e9),
 		},
 		Kernel: Kernel{IdleTimeout: units.Duration(5 * 60e9), StartTimeout: units.Duration(5e9),
-			GCPercent: 400, MemoryLimit: 1 << 30},
+			GCPercent: 400, MemoryLimit: 1 << 30, MemoryHigh: 768 << 20, OOMProtect: true},
 
 		LLM: LLM{
 			// Published list prices when written (November 2026); set
@@ -462,6 +486,7 @@ func Default(env Env) Config {
 
 		Serve:  Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
 		Memory: Memory{Embeddings: "local"},
+		Backup: Backup{Interval: units.Duration(24 * 3600e9), Keep: 7},
 	}
 }
 

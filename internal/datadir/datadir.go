@@ -30,6 +30,9 @@ const (
 const (
 	StateDB = "fluffy.db"
 	AuditDB = "audit.db"
+	// KernelLock is the file a running kernel holds an exclusive flock
+	// on for its whole life (internal/kernel.LockFile).
+	KernelLock = "kernel.lock"
 )
 
 // New returns the data directory at root (which must be absolute).

@@ -39,6 +39,52 @@ type Check struct {
 	// Required is true when fluffy cannot work without this check
 	// passing (given the configured runtime).
 	Required bool `json:"required"`
+	// Doc is the section of docs/troubleshooting.md about this check
+	// (Run fills it in from Sections).
+	Doc string `json:"doc"`
+}
+
+// TroubleshootingDoc is the page every check links to.
+const TroubleshootingDoc = "docs/troubleshooting.md"
+
+// Sections maps each check's name to its section's anchor in
+// docs/troubleshooting.md; a test fails when a check has none, or a
+// section is missing.
+var Sections = map[string]string{
+	"kernel":              "linux-too-old",
+	"user namespaces":     "no-user-namespaces",
+	"overlayfs in userns": "no-overlayfs-in-a-user-namespace",
+	"landlock":            "no-landlock",
+	"seccomp":             "no-seccomp",
+	"cgroups":             "cgroups-not-delegated",
+	"sandbox-init":        "the-sandbox-init-is-missing",
+	"native sandbox":      "the-sandbox-init-is-missing",
+	"docker engine":       "docker-socket-missing-or-not-permitted",
+	"podman":              "docker-socket-missing-or-not-permitted",
+	"git":                 "a-toolchain-is-missing",
+	"go":                  "a-toolchain-is-missing",
+	"python3":             "a-toolchain-is-missing",
+	"node":                "a-toolchain-is-missing",
+	"cargo":               "a-toolchain-is-missing",
+	"data directory":      "the-data-directory-is-not-private",
+	"free disk":           "disk-full",
+	"audit log":           "a-damaged-audit-log",
+	"fluffy.db":           "a-damaged-database",
+	"backups":             "no-recent-backup",
+	"fluffy binaries":     "the-small-client-is-missing",
+	"sandbox server":      "the-sandbox-server-will-not-start",
+	"memory search":       "memory-search-is-stale",
+	"oom protection":      "the-daemon-was-killed-for-memory",
+}
+
+// DocLink returns the link of the check called name ("" when Sections has
+// none).
+func DocLink(name string) string {
+	a, ok := Sections[name]
+	if !ok {
+		return ""
+	}
+	return TroubleshootingDoc + "#" + a
 }
 
 // Report is the result of a doctor run, in a stable order.
@@ -135,6 +181,11 @@ func Run(ctx context.Context, opts Options) Report {
 	rep.Checks = append(rep.Checks, out[len(probes)]...)
 	for _, cs := range out[1:len(probes)] {
 		rep.Checks = append(rep.Checks, cs...)
+	}
+	for i := range rep.Checks {
+		if rep.Checks[i].Doc == "" {
+			rep.Checks[i].Doc = DocLink(rep.Checks[i].Name)
+		}
 	}
 	return rep
 }

@@ -144,8 +144,12 @@ type Options struct {
 	// Publish pushes an event to the clients subscribed to topic (the IPC
 	// server's Publish); nil drops events.
 	Publish func(topic string, data any)
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Admit is asked before every new session; an error (wrapping
+	// ErrOverloaded) refuses it. nil admits all (MemoryAdmit builds one
+	// from kernel.memory_high).
+	Admit  func() error
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Kernel owns the sessions of one data directory.

@@ -40,7 +40,7 @@ import (
 
 // LockFile is the file in the data directory a running kernel holds an
 // exclusive lock on.
-const LockFile = "kernel.lock"
+const LockFile = datadir.KernelLock
 
 // workPrefix names the overlay work directories of sandboxes.
 const workPrefix = ".fluffy-work-"

@@ -107,6 +107,11 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	default:
 		return Info{}, fmt.Errorf("kernel: unknown session kind %q", p.Kind)
 	}
+	if k.o.Admit != nil {
+		if err := k.o.Admit(); err != nil {
+			return Info{}, err
+		}
+	}
 	id, err := newID()
 	if err != nil {
 		return Info{}, err

@@ -49,6 +49,11 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 		return "", fmt.Errorf("serve: a message from channel %q, which the daemon does not run", in.Conversation.Channel)
 	}
 	c := in.Conversation
+	// Refused before anything is recorded or stored: a flood costs
+	// neither disk nor memory.
+	if err := d.room(d.knownSession(ctx, c)); err != nil {
+		return "", err
+	}
 	sum := sha256.Sum256([]byte(in.Text))
 	if _, err := d.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindChannelInbound, Actor: "channel:" + c.Channel, Payload: audit.ChannelInbound{
 		Channel: c.Channel, Room: c.Room, Principal: c.Principal, Bytes: len(in.Text), SHA256: hex.EncodeToString(sum[:]),
@@ -90,6 +95,15 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 	d.enqueue(id, item{id: row, conv: c, message: text})
 	d.log.Info("message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
 	return id, nil
+}
+
+// knownSession returns the session the conversation is routed to, ""
+// when none (or the lookup fails: session decides then).
+func (d *Daemon) knownSession(ctx context.Context, c channel.Conversation) string {
+	var id string
+	_ = d.o.DB.QueryRowContext(ctx, `SELECT session FROM conversations WHERE channel = ? AND room = ? AND principal = ?`,
+		c.Channel, c.Room, c.Principal).Scan(&id)
+	return id
 }
 
 // session returns the conversation's session, creating one (with task as
@@ -190,6 +204,28 @@ func (d *Daemon) requeue(ctx context.Context) error {
 	return nil
 }
 
+// done counts n items that stopped waiting (their turn began, or the
+// daemon stopped first).
+func (d *Daemon) done(n int) {
+	d.mu.Lock()
+	d.waiting -= n
+	d.mu.Unlock()
+}
+
+// room returns ErrBusy when no more messages may wait: for all sessions,
+// or for session (when not "").
+func (d *Daemon) room(session string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.waiting >= d.o.MaxWaiting {
+		return fmt.Errorf("%w: %d messages wait for their sessions", ErrBusy, d.waiting)
+	}
+	if w := d.workers[session]; session != "" && w != nil && len(w.queue) >= d.o.MaxQueued {
+		return fmt.Errorf("%w: %d messages wait for session %s", ErrBusy, len(w.queue), session)
+	}
+	return nil
+}
+
 // enqueue adds it to session's queue and starts its worker when none
 // runs. Once the daemon stops no worker starts: the item stays in the
 // inbox for the next start.
@@ -199,6 +235,7 @@ func (d *Daemon) enqueue(session string, it item) {
 	if d.stopping {
 		return
 	}
+	d.waiting++
 	if w := d.workers[session]; w != nil {
 		w.queue = append(w.queue, it)
 		return
@@ -215,6 +252,7 @@ func (d *Daemon) next(w *worker) (item, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(w.queue) == 0 || d.stopping {
+		d.waiting -= len(w.queue) // left in the inbox for the next start
 		delete(d.workers, w.session)
 		return item{}, false
 	}
@@ -232,7 +270,18 @@ func (d *Daemon) work(w *worker) {
 		if !ok {
 			return
 		}
+		// One of MaxRunning slots: a flood of sessions waits here, a
+		// blocked goroutine each, still counted as waiting, so
+		// MaxWaiting bounds them.
+		select {
+		case d.running <- struct{}{}:
+		case <-d.runCtx.Done():
+			d.done(1)
+			return
+		}
+		d.done(1)
 		d.turn(w.session, it)
+		<-d.running
 	}
 }
 

@@ -89,9 +89,23 @@ type Options struct {
 	// (default 1s); it doubles up to MaxBackoff (default 1m) and starts
 	// over once a channel ran for MaxBackoff.
 	Backoff, MaxBackoff time.Duration
-	Logger              *slog.Logger
-	Now                 func() time.Time
+	// MaxQueued bounds the messages waiting for one session's turns, and
+	// MaxWaiting those waiting for all sessions together: past either,
+	// Deliver refuses the message with ErrBusy before recording or
+	// storing anything, so a flood costs neither memory nor disk.
+	// Defaults 64 and 1024.
+	MaxQueued, MaxWaiting int
+	// MaxRunning bounds the turns that run at once, all sessions
+	// together; the others wait their turn. Default 8.
+	MaxRunning int
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
+
+// ErrBusy is Deliver's error when too many messages wait already
+// (Options.MaxQueued, MaxWaiting): the message was not taken; the sender
+// may try again later.
+var ErrBusy = errors.New("serve: too many messages are waiting")
 
 // ErrStopping is Deliver's error once the daemon is stopping: the message
 // was not taken.
@@ -122,6 +136,9 @@ type Daemon struct {
 	order    []string                  // channel names in start order
 	workers  map[string]*worker        // by session id
 	requests map[string]approvalTarget // open approval requests by id
+	waiting  int                       // items in all workers' queues
+
+	running chan struct{} // a slot per turn that may run (MaxRunning)
 }
 
 var _ channel.Sink = (*Daemon)(nil)
@@ -148,8 +165,17 @@ func New(o Options) (*Daemon, error) {
 	if o.MaxBackoff < o.Backoff {
 		o.MaxBackoff = max(time.Minute, o.Backoff)
 	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = 64
+	}
+	if o.MaxWaiting <= 0 {
+		o.MaxWaiting = 1024
+	}
+	if o.MaxRunning <= 0 {
+		o.MaxRunning = 8
+	}
 	d := &Daemon{o: o, log: o.Logger, channels: map[string]channel.Channel{}, states: map[string]*kernel.ChannelStatus{},
-		workers: map[string]*worker{}, requests: map[string]approvalTarget{}}
+		workers: map[string]*worker{}, requests: map[string]approvalTarget{}, running: make(chan struct{}, o.MaxRunning)}
 	return d, nil
 }
 

@@ -906,3 +906,65 @@ func TestQuietReplyAndRoomReportRoute(t *testing.T) {
 		t.Errorf("a nothing-to-report reply was sent: %+v", mail.sent)
 	}
 }
+
+// A flood is refused once a session's queue, or all queues together, are
+// full, without recording or storing the message; at most MaxRunning turns
+// run at once.
+func TestFloodIsBounded(t *testing.T) {
+	f := newFixture(t)
+	f.ss.gate = make(chan struct{})
+	d := f.start(t, nil, Options{MaxQueued: 3, MaxWaiting: 5, MaxRunning: 2}, &fakeChannel{name: "chat"})
+	// One conversation: its first message is the running turn (blocked
+	// at the gate), three more wait, the fifth is refused.
+	for i := range 4 {
+		if _, err := d.Deliver(t.Context(), inbound("chat", "@me", fmt.Sprint("m", i))); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			waitFor(t, "the first turn", func() bool { f.ss.mu.Lock(); defer f.ss.mu.Unlock(); return f.ss.running == 1 })
+		}
+	}
+	inboundBefore := len(f.rec.kinds(audit.KindChannelInbound))
+	if _, err := d.Deliver(t.Context(), inbound("chat", "@me", "m4")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a fourth waiting message for one session: %v, want ErrBusy", err)
+	}
+	if n := len(f.rec.kinds(audit.KindChannelInbound)); n != inboundBefore {
+		t.Errorf("a refused message was recorded (%d channel.inbound, want %d)", n, inboundBefore)
+	}
+	var rows int
+	if err := f.db.QueryRowContext(t.Context(), `SELECT count(*) FROM inbox`).Scan(&rows); err != nil || rows != 4 {
+		t.Errorf("inbox rows %d (%v), want 4 (the running turn's and three waiting)", rows, err)
+	}
+	// Other conversations: new sessions start (the first message is
+	// their task, so running), and queue until five wait in all.
+	for _, p := range []string{"@a", "@b", "@c"} {
+		if _, err := d.Deliver(t.Context(), inbound("chat", p, "hi")); err != nil {
+			t.Fatal(err)
+		}
+		if p == "@a" {
+			// The second slot taken: @b and @c wait for one.
+			waitFor(t, "a second turn", func() bool { f.ss.mu.Lock(); defer f.ss.mu.Unlock(); return f.ss.running == 2 })
+		}
+	}
+	if _, err := d.Deliver(t.Context(), inbound("chat", "@d", "hi")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("past MaxWaiting: %v, want ErrBusy", err)
+	}
+	// Let everything run: never more than two turns at once.
+	go func() {
+		for {
+			select {
+			case f.ss.gate <- struct{}{}:
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	waitFor(t, "every turn", func() bool { return len(f.ss.runList()) == 7 })
+	if f.ss.maxRun > 2 {
+		t.Errorf("%d turns ran at once, MaxRunning 2", f.ss.maxRun)
+	}
+	if _, err := d.Deliver(t.Context(), inbound("chat", "@d", "hi")); err != nil {
+		t.Errorf("once the queues drained: %v", err)
+	}
+	waitFor(t, "the last turn", func() bool { return len(f.ss.runList()) == 8 })
+}

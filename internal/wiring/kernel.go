@@ -33,6 +33,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	sock := ipc.SocketPath(rd, l.Config.Home)
 	log := u.Logger().With("subsystem", "kernel")
 	defer kernel.TuneGC(l.Config.Kernel, u.Getenv)()
+	protectFromOOM(l.Config.Kernel, log)
 	var idle time.Duration
 	if o.Oneshot && !o.Serve {
 		idle = time.Duration(l.Config.Kernel.IdleTimeout)
@@ -74,6 +75,12 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 		// Before k.Stop (deferred earlier, run later): the turns end or
 		// are cancelled before the sessions close.
 		defer front.stop()
+		d, err := u.DataDir()
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer startBackups(ctx, d, l.Config.Backup, log.With("subsystem", "backup")).stop()
 	}
 	bi := buildinfo.Get()
 	srv, err := ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: k,

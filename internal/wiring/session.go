@@ -12,6 +12,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/assistant"
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/backup"
+	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
@@ -172,15 +174,46 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if err != nil {
 		return nil, err
 	}
+	// A damaged fluffy.db is replaced by the newest verified backup
+	// before anything reads it (docs/operations.md).
+	rec, err := backup.Recover(ctx, backup.Options{Data: d})
+	if err != nil {
+		return nil, fmt.Errorf("open fluffy.db: %w", err)
+	}
+	if rec.Damage != nil {
+		log.Error("fluffy.db was damaged and restored from a backup", "backup", rec.Report.Backup.Name, "lost", rec.Report.Lost, "rolled_back", rec.Report.RolledBack)
+		if u.Stderr != nil {
+			fmt.Fprint(u.Stderr, "fluffy: "+rec.Message())
+		}
+	}
 	db, err := store.OpenMain(ctx, d.Root)
 	if err != nil {
 		return nil, fmt.Errorf("open fluffy.db: %w", err)
+	}
+	walCtx, stopWAL := context.WithCancel(context.WithoutCancel(ctx))
+	walDone := make(chan struct{})
+	go func() {
+		defer close(walDone)
+		db.RunWALCheckpoints(walCtx, store.WALPolicy{}, func(err error) { log.Warn("fluffy.db WAL checkpoint", "err", err) })
+	}()
+	closeDB := func() {
+		stopWAL()
+		<-walDone
+		db.Close()
 	}
 	// The kernel holds the audit log's writer lock only while it writes
 	// (then for 2s more), so other commands can write between sessions.
 	al := u.SharedAudit(2 * time.Second)
 	if err := al.Use(ctx, func(*audit.Log) error { return nil }); err != nil {
-		db.Close()
+		closeDB()
+		// A file SQLite cannot read is damage, not unavailability: the
+		// person is told to restore, never to start a new log.
+		if errors.Is(err, audit.ErrDamaged) {
+			return nil, fmt.Errorf("%w: %w", kernel.ErrAuditDamaged, err)
+		}
+		if cerr := store.QuickCheck(ctx, d.Path(datadir.AuditDB)); errors.Is(cerr, store.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %w", kernel.ErrAuditDamaged, cerr)
+		}
 		return nil, fmt.Errorf("%w: %w", kernel.ErrAuditUnavailable, err)
 	}
 	var boxes *sessionBoxes
@@ -189,7 +222,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 			boxes.Close()
 		}
 		al.Close()
-		db.Close()
+		closeDB()
 		return nil, err
 	}
 	c := l.Config.TDD
@@ -231,6 +264,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
 		AutoApply: autoApplyOptions(u, deps.live),
+		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
@@ -239,6 +273,13 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	})
 	if err != nil {
 		return fail(err) // kernel.ErrAuditDamaged among others
+	}
+	if rec.Damage != nil {
+		if _, err := al.Append(ctx, audit.Entry{Kind: audit.KindStoreRecover, Actor: "kernel", Payload: audit.StoreRecover{
+			Damage: rec.Damage.Detail, Backup: rec.Report.Backup.Name, Aside: rec.Report.Aside,
+			Lost: rec.Report.Lost, RolledBack: rec.Report.RolledBack}}); err != nil {
+			log.Error("record store.recover", "err", err)
+		}
 	}
 	notify.k.Store(kn)
 	k.held.Store(al)
@@ -258,7 +299,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		if err := al.Close(); err != nil {
 			log.Error("close the audit log", "err", err)
 		}
-		db.Close()
+		closeDB()
 	}, nil
 }
 

@@ -321,6 +321,9 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 			hc.Tmpfs[p] = "ro,nosuid,nodev,noexec,size=64k"
 		}
 	}
+	// The OOM killer's first choice, as a native sandbox
+	// (nsinit.OOMScoreAdj).
+	hc.OomScoreAdj = 1000
 	lim := spec.Limits
 	if lim.Pids > 0 {
 		hc.PidsLimit = ptr(int64(lim.Pids) + 2) // + the init and its sleep

@@ -125,6 +125,7 @@ func directProg(cfg *nsinit.Config, o directOpts) (*childProg, error) {
 		p.add(mnt, "tell the parent the id maps are written", op)
 		p.handsOff = true
 	}
+	p.raiseOOMScore()
 	if err := p.buildRoot(cfg, trees); err != nil {
 		return nil, err
 	}
@@ -576,11 +577,30 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 }
 
 // landlockRuleset is the slot that holds the landlock ruleset's
-// descriptor; upperSlot the workspace's, for the reaper.
+// descriptor; upperSlot the workspace's, for the reaper; oomSlot the
+// oom_score_adj file's, for a moment.
 const (
 	landlockRuleset = 2
 	upperSlot       = 4
+	oomSlot         = 5
 )
+
+// raiseOOMScore makes the sandbox the OOM killer's first choice (PID 1,
+// and the command, which inherits it): it writes nsinit.OOMScoreAdj to
+// /proc/self/oom_score_adj while the host's /proc is still there. Raising
+// needs no privilege; each step may fail (a /proc without the file) and
+// the start goes on, as it would without.
+func (p *childProg) raiseOOMScore() {
+	const stage = "start"
+	open := childOp{nr: unix.SYS_OPENAT, a: [6]uintptr{uintptr(atFDCWD), 0, unix.O_WRONLY | unix.O_CLOEXEC}, out: oomSlot, kind: opTry}
+	open.p[1] = p.str("/proc/self/oom_score_adj")
+	p.add(stage, "open /proc/self/oom_score_adj", open)
+	v := []byte(nsinit.OOMScoreAdj)
+	write := childOp{nr: unix.SYS_WRITE, a: [6]uintptr{0, 0, uintptr(len(v))}, in: oomSlot, inArg: 0, kind: opTry}
+	write.p[1] = p.ptr(v, unsafe.Pointer(&v[0]))
+	p.add(stage, "raise oom_score_adj", write)
+	p.add(stage, "close /proc/self/oom_score_adj", childOp{nr: unix.SYS_CLOSE, in: oomSlot, inArg: 0, kind: opTry})
+}
 
 // execOp returns the command's exec: its path, or each candidate of the
 // sandbox's PATH in turn (nsinit.lookPath's search, done by execve), and

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
 )
 
@@ -236,6 +237,20 @@ func TestBasics(t *testing.T) {
 	t.Run("signal", func(t *testing.T) {
 		if r := run(t, rt, sandbox.Spec{Argv: sh("kill -TERM $$")}); r.Signal != 15 {
 			t.Errorf("got exit %d signal %d", r.ExitCode, r.Signal)
+		}
+	})
+	t.Run("oom score", func(t *testing.T) {
+		// Every sandbox is the OOM killer's first choice, whichever
+		// way it starts: directly, or through the Go init.
+		for _, noDirect := range []bool{false, true} {
+			rt := rt
+			if noDirect {
+				rt = newRuntime(t, Options{NoDirect: true})
+			}
+			r := run(t, rt, sandbox.Spec{Argv: sh("cat /proc/self/oom_score_adj /proc/1/oom_score_adj")})
+			if got := strings.Fields(string(r.Stdout)); len(got) != 2 || got[0] != nsinit.OOMScoreAdj || got[1] != nsinit.OOMScoreAdj {
+				t.Errorf("NoDirect %v: oom_score_adj of the command and PID 1: %q (stderr %q), want %s", noDirect, r.Stdout, r.Stderr, nsinit.OOMScoreAdj)
+			}
 		}
 	})
 	t.Run("stdin and output cap", func(t *testing.T) {

@@ -14,3 +14,10 @@
 // when it is re-executed under the name Arg0 (the fallback when the small
 // binary is absent, and what test binaries use).
 package nsinit
+
+// OOMScoreAdj is the oom_score_adj every sandbox gives itself (the
+// direct start's first steps, Main's first line): the most Linux allows,
+// so that under memory pressure the OOM killer picks a sandboxed command
+// before fluffy's own processes, whose score the kernel daemon lowers
+// (kernel.oom_protect).
+const OOMScoreAdj = "1000"

@@ -39,6 +39,9 @@ func Main() int {
 	// (capabilities, seccomp without TSYNC); the command is forked from
 	// this very thread.
 	runtime.LockOSThread()
+	// The OOM killer's first choice, before the daemon that runs it;
+	// the host's /proc is still mounted here. Raising needs no privilege.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte(OOMScoreAdj), 0)
 	tr := &Tracer{On: true}
 	tr.Mark("go runtime started")
 	start := time.Now()
