@@ -280,6 +280,12 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 // RunMessage is Run with the user's next message: a session's next turn
 // in an interactive conversation. An empty message only resumes.
 func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent func(Event)) (RunResult, error) {
+	return k.runMessage(ctx, id, message, onEvent, nil)
+}
+
+// runMessage is RunMessage; registered, when set, is called once the run
+// is registered (Cancel, Stop and WaitChild find it from then on).
+func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent func(Event), registered func()) (RunResult, error) {
 	info, err := k.Get(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -309,6 +315,9 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	}
 	k.running[id] = r
 	k.mu.Unlock()
+	if registered != nil {
+		registered()
+	}
 	defer func() {
 		cancel()
 		k.mu.Lock()

@@ -502,15 +502,29 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 		}
 	}
 	if !wait {
+		// The child's run is its own: it outlives the call that started
+		// it (Kernel.Stop cancels it with every run). It is registered
+		// before this returns, so WaitChild finds it.
+		started := make(chan struct{})
+		ended := make(chan error, 1)
 		k.bg.Add(1)
 		go func() {
 			defer k.bg.Done()
-			// The child's run is its own: it outlives the call that
-			// started it (Kernel.Stop cancels it with every run).
-			if _, err := k.RunMessage(context.WithoutCancel(ctx), id, message, nil); err != nil {
-				k.log.Warn("a sub-agent's run did not start", "session", id, "err", err)
-			}
+			_, err := k.runMessage(context.WithoutCancel(ctx), id, message, nil, func() { close(started) })
+			ended <- err
 		}()
+		select {
+		case <-started:
+		case err := <-ended:
+			select {
+			case <-started: // it ran, and has ended already
+			default:
+				if err == nil {
+					err = fmt.Errorf("kernel: sub-agent %s did not start", id)
+				}
+				return RunResult{}, err
+			}
+		}
 		return RunResult{Session: id, Status: StatusRunning}, nil
 	}
 	res, err := k.RunMessage(ctx, id, message, nil)
