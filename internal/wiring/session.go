@@ -102,7 +102,7 @@ func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOpti
 	// approvals --watch") and the sessions' inline approvals; it records
 	// through the kernel's audit log once the sessions hold it.
 	notify := &kernelNotifier{}
-	rec := auditOnDemand{u: u, held: &k.held}
+	rec := auditOnDemand{u: u, held: &k.held, kern: &notify.k}
 	// Approved plan steps become capability tokens, signed with the
 	// kernel's token key; without a key they are honoured once by their
 	// exact operation signature.
