@@ -78,3 +78,41 @@ func (k *Kernel) Place(ctx context.Context, e *audit.Entry) error {
 	e.Parent, e.Root = l.parent, l.root
 	return nil
 }
+
+// MethodTree returns a session with its sub-agents at every depth
+// (IDParams → TreeNode).
+const MethodTree = "session.tree"
+
+// TreeNode is a session and its sub-agents, oldest first.
+type TreeNode struct {
+	Info
+	Children []TreeNode `json:"children,omitempty"`
+}
+
+// Tree returns session id with its sub-agents at every depth.
+func (k *Kernel) Tree(ctx context.Context, id string) (TreeNode, error) {
+	info, err := k.Get(ctx, id)
+	if err != nil {
+		return TreeNode{}, err
+	}
+	return k.subtree(ctx, info, 0)
+}
+
+func (k *Kernel) subtree(ctx context.Context, info Info, depth int) (TreeNode, error) {
+	n := TreeNode{Info: info}
+	if depth >= maxTreeWalk {
+		return n, nil
+	}
+	kids, err := k.Children(ctx, info.ID)
+	if err != nil {
+		return TreeNode{}, err
+	}
+	for _, c := range kids {
+		cn, err := k.subtree(ctx, c, depth+1)
+		if err != nil {
+			return TreeNode{}, err
+		}
+		n.Children = append(n.Children, cn)
+	}
+	return n, nil
+}
