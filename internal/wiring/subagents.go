@@ -206,29 +206,53 @@ func (s *sessionTree) Run(ctx context.Context, id, message string, wait bool) (s
 	return o, nil
 }
 
-func (s *sessionTree) List(ctx context.Context) ([]sessiontool.Child, error) {
+func (s *sessionTree) List(ctx context.Context, wait bool) ([]sessiontool.Child, error) {
 	k, err := s.kernel()
 	if err != nil {
 		return nil, err
 	}
+	t, err := k.Tree(ctx, s.caller)
+	if err != nil {
+		return nil, err
+	}
 	var out []sessiontool.Child
-	var walk func(id string, depth int) error
-	walk = func(id string, depth int) error {
-		kids, err := k.Children(ctx, id)
-		if err != nil {
-			return err
-		}
-		for _, c := range kids {
-			ch := childOf(c)
+	var walk func(n kernel.TreeNode, depth int) error
+	walk = func(n kernel.TreeNode, depth int) error {
+		for _, c := range n.Children {
+			if wait {
+				if err := k.WaitChild(ctx, c.ID); err != nil {
+					return err
+				}
+			}
+			// Read again after the wait; reading its words taints the
+			// caller when the child is untrusted (kernel.Transcript).
+			info, msgs, err := k.Transcript(ctx, s.caller, c.ID)
+			if err != nil {
+				return err
+			}
+			ch := childOf(info)
 			ch.Depth = depth
+			if info.Status != kernel.StatusRunning {
+				ch.Answer = lastAnswer(msgs)
+			}
 			out = append(out, ch)
-			if err := walk(c.ID, depth+1); err != nil {
+			if err := walk(c, depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return out, walk(s.caller, 1)
+	return out, walk(t, 1)
+}
+
+// lastAnswer is the text of the conversation's last model message.
+func lastAnswer(msgs []llm.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleAssistant {
+			return msgs[i].Text()
+		}
+	}
+	return ""
 }
 
 func (s *sessionTree) History(ctx context.Context, id string, wait bool) (sessiontool.Child, []llm.Message, error) {

@@ -61,6 +61,8 @@ type Child struct {
 	Budget           Budget
 	Tools            []string
 	Untrusted        bool
+	// Answer is the sub-agent's last answer (List).
+	Answer string
 }
 
 // Outcome is how a sub-agent's run ended ("" Reason: it goes on in the
@@ -82,8 +84,10 @@ type Tree interface {
 	// Run runs sub-agent id with message ("": its task), waiting for the
 	// run's end or not.
 	Run(ctx context.Context, id, message string, wait bool) (Outcome, error)
-	// List returns the caller's sub-agents at every depth, tree order.
-	List(ctx context.Context) ([]Child, error)
+	// List returns the caller's sub-agents at every depth, tree order,
+	// after waiting for every one's run to end when wait is set, with
+	// each one's last answer.
+	List(ctx context.Context, wait bool) ([]Child, error)
 	// History returns sub-agent id and its conversation, after waiting
 	// for its current run to end when wait is set.
 	History(ctx context.Context, id string, wait bool) (Child, []llm.Message, error)
@@ -193,18 +197,20 @@ func budgetOf(b *BudIn) (Budget, error) {
 }
 
 // ListIn is sessions.list's input.
-type ListIn struct{}
+type ListIn struct {
+	Wait bool `json:"wait,omitempty" jsonschema:"wait until every sub-agent's run has ended, then list them with their answers"`
+}
 
 func listTool(tr Tree) (*tool.Tool, error) {
 	return tool.New(tool.Definition[ListIn]{
 		Name:        List,
-		Description: "List your sub-agents (and theirs) with their state, task and what they have spent of their budget.",
+		Description: "List your sub-agents (and theirs) with their state, task, what they have spent of their budget and their last answer; with wait, once all have finished.",
 		Action:      operation.Read,
 		Tags:        []string{"sessions"},
 		Execution:   tool.Execution{Class: tool.FastPath},
 		Normalize:   func(context.Context, *tool.Resolver, *ListIn, *operation.Operation) error { return nil },
-		Run: func(ctx context.Context, _ *ListIn) (tool.Result, error) {
-			cs, err := tr.List(ctx)
+		Run: func(ctx context.Context, in *ListIn) (tool.Result, error) {
+			cs, err := tr.List(ctx, in.Wait)
 			if err != nil {
 				return refused(err), nil
 			}
@@ -222,6 +228,17 @@ func listTool(tr Tree) (*tool.Tool, error) {
 					fmt.Fprintf(&b, "/%d", c.Budget.Turns)
 				}
 				fmt.Fprintf(&b, " tokens %d cost $%.4f: %s\n", c.Tokens, c.Cost, oneLine(c.Task, 100))
+			}
+			answered := false
+			for _, c := range cs {
+				if c.Answer == "" {
+					continue
+				}
+				if !answered {
+					b.WriteString(quoted)
+					answered = true
+				}
+				fmt.Fprintf(&b, "<subagent id=%q>\n%s\n</subagent>\n", c.ID, c.Answer)
 			}
 			return tool.Result{Output: []byte(b.String())}, nil
 		},
