@@ -575,6 +575,11 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	case StatusRunning:
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrBusy, p.ID)
 	}
+	// Its sub-agents end with it: their change sets are discarded (what
+	// was merged into this one through review is here).
+	if err := k.closeChildren(ctx, p.ID); err != nil {
+		return CloseResult{}, err
+	}
 	cs, err := openChangeSet(info, k.o.OwnFiles)
 	if err != nil {
 		return CloseResult{}, fmt.Errorf("kernel: open the change set: %w", err)

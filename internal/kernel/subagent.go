@@ -597,3 +597,26 @@ func inheritedTaint(parent Info) string {
 	}
 	return "parent " + parent.ID + ": " + parent.Untrusted
 }
+
+// closeChildren closes session id's sub-agents, deepest first, each
+// cancelled first when it runs, their change sets discarded.
+func (k *Kernel) closeChildren(ctx context.Context, id string) error {
+	kids, err := k.Children(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, c := range kids {
+		if c.Status == StatusClosed {
+			continue
+		}
+		if k.Cancel(c.ID) {
+			if err := k.WaitChild(ctx, c.ID); err != nil {
+				return err
+			}
+		}
+		if _, err := k.Close(ctx, CloseParams{ID: c.ID}); err != nil && !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("kernel: close sub-agent %s: %w", c.ID, err)
+		}
+	}
+	return nil
+}

@@ -235,4 +235,11 @@ func TestChildRunAndTree(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the child has %d audit entries", n)
 	}
+	// Its sub-agents end with the parent.
+	if _, err := k.Close(ctx, kernel.CloseParams{ID: root.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = k.Get(ctx, c.ID); err != nil || c.Status != kernel.StatusClosed {
+		t.Fatalf("the child after its parent closed: %s %v", c.Status, err)
+	}
 }
