@@ -59,6 +59,7 @@ const (
 	KindChangesetApply     Kind = "changeset.apply"
 	KindChangesetDiscard   Kind = "changeset.discard"
 	KindChangesetAutoApply Kind = "changeset.auto_apply"
+	KindChangesetMerge     Kind = "changeset.merge"
 	// KindStoreRecover: the kernel found fluffy.db damaged at its start
 	// and restored a backup (internal/backup.Recover).
 	KindStoreRecover Kind = "store.recover"
@@ -87,7 +88,7 @@ func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
-		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused:
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge:
 		return true
 	}
 	return false
@@ -114,7 +115,7 @@ func Catalogue() []Payload {
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
-		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, StoreRecover{}, BackupRestore{},
+		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
 		AuditPrune{}, UserNote{},
 	}
@@ -680,6 +681,18 @@ type SessionUntrusted struct {
 	Call   string `json:"call,omitempty"`
 }
 
+// ChangesetMerge (changeset.merge) is what became of a sub-agent's
+// changes at the end of its run, on the parent's session: Merged into
+// the parent's change set after a person approved request Request, or
+// not, and why (Reason).
+type ChangesetMerge struct {
+	Child   string   `json:"child"`
+	Paths   []string `json:"paths"`
+	Merged  bool     `json:"merged"`
+	Request string   `json:"request,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
 // SessionSpawn (session.spawn) is a sub-agent created: the entry's
 // session is the child (its Parent and Root place it in the tree). Tools
 // are the child's whole tool set, Policy the SHA-256 of its own narrowing
@@ -811,6 +824,7 @@ func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
 func (StoreRecover) Kind() Kind       { return KindStoreRecover }
 func (BackupRestore) Kind() Kind      { return KindBackupRestore }
+func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }

@@ -147,6 +147,10 @@ type Options struct {
 	// an error when they do not compile or would loosen anything (an
 	// allow rule). nil refuses every sub-agent that brings rules.
 	CheckPolicy func(rules []byte) error
+	// Reviewer asks the person to review a sub-agent's changes before
+	// they are merged into its parent's change set (merge.go); nil
+	// merges nothing (they stay in the sub-agent's change set).
+	Reviewer Reviewer
 	// Instructions is fluffy's own part of the system prompt.
 	Instructions string
 	// Assistant returns the whole of an assistant session's own part of

@@ -266,6 +266,9 @@ type RunResult struct {
 	// AutoApply is the auto-apply evaluation at the end of the run (nil:
 	// off, or nothing to apply).
 	AutoApply *AutoApplyReport `json:"auto_apply,omitempty"`
+	// Merge is what became of a sub-agent's changes after a run its
+	// parent waited for (nil: none, or not a sub-agent's run).
+	Merge *Merge `json:"merge,omitempty"`
 }
 
 // Run runs (or resumes) a session until the model stops, a limit is hit,

@@ -510,8 +510,14 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 		k.bg.Add(1)
 		go func() {
 			defer k.bg.Done()
-			_, err := k.runMessage(context.WithoutCancel(ctx), id, message, nil, func() { close(started) })
+			bctx := context.WithoutCancel(ctx)
+			res, err := k.runMessage(bctx, id, message, nil, func() { close(started) })
 			ended <- err
+			if err == nil {
+				if _, err := k.afterChild(bctx, id, res); err != nil {
+					k.log.Error("a sub-agent's changes were not offered for merge", "session", id, "err", err)
+				}
+			}
 		}()
 		select {
 		case <-started:
@@ -531,11 +537,27 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 	if err != nil {
 		return res, err
 	}
+	if res.Merge, err = k.afterChild(ctx, id, res); err != nil {
+		return res, err
+	}
 	after, err := k.Get(ctx, id)
 	if err != nil {
 		return res, err
 	}
 	return res, k.inheritUp(ctx, caller, after)
+}
+
+// afterChild offers a sub-agent's changes for merge after a run that
+// ended without a fault of fluffy's.
+func (k *Kernel) afterChild(ctx context.Context, id string, res RunResult) (*Merge, error) {
+	if res.Status != StatusPaused {
+		return nil, nil
+	}
+	info, err := k.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return k.offerMerge(ctx, info)
 }
 
 // WaitChild waits until sub-agent id's current run (if any) ends, or

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 )
@@ -241,5 +242,62 @@ func TestChildRunAndTree(t *testing.T) {
 	}
 	if c, err = k.Get(ctx, c.ID); err != nil || c.Status != kernel.StatusClosed {
 		t.Fatalf("the child after its parent closed: %s %v", c.Status, err)
+	}
+}
+
+// reviewer answers every merge review with verdict, keeping what it was
+// asked.
+type reviewer struct {
+	verdict approval.Verdict
+	asked   []approval.Step
+}
+
+func (r *reviewer) Ask(_ context.Context, session, _ string, steps []approval.Step) (approval.Request, error) {
+	r.asked = append(r.asked, steps...)
+	req := approval.Request{ID: "r1", Session: session}
+	for i, s := range steps {
+		req.Items = append(req.Items, approval.Item{N: i + 1, Step: s, Decision: approval.Decision{Verdict: r.verdict}})
+	}
+	return req, nil
+}
+
+// A sub-agent's writes reach its parent's change set only through a
+// review showing the diff: approved, they move there; denied, they stay
+// in the child's change set and the parent's is untouched.
+func TestMergeThroughReview(t *testing.T) {
+	for _, verdict := range []approval.Verdict{approval.Approved, approval.Denied} {
+		t.Run(string(verdict), func(t *testing.T) {
+			ws := newWorkspace(t)
+			e := openEnv(t, t.TempDir(), ws)
+			defer e.close()
+			rv := &reviewer{verdict: verdict}
+			k, err := kernel.Start(t.Context(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
+				Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+					return &writeTools{env: env}, nil
+				},
+				Subagents: kernel.SubagentLimits{MaxDepth: 1, MaxChildren: 1}, Reviewer: rv})
+			must(t, err)
+			defer k.Stop(context.Background(), "test")
+			ctx := t.Context()
+			root, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
+			must(t, err)
+			c, err := k.Spawn(ctx, kernel.SpawnParams{Parent: root.ID, Task: "write hello", ParentTools: []string{"write"}})
+			must(t, err)
+			res, err := k.RunChild(ctx, root.ID, c.ID, "", true)
+			must(t, err)
+			if res.Merge == nil || res.Merge.Merged != (verdict == approval.Approved) || strings.Join(res.Merge.Paths, ",") != "hello.go" {
+				t.Fatalf("merge %+v", res.Merge)
+			}
+			if len(rv.asked) != 1 || rv.asked[0].Op.Tool != kernel.MergeTool || !strings.Contains(rv.asked[0].Preview, "+package hello") {
+				t.Fatalf("asked %+v", rv.asked)
+			}
+			_, pch, err := k.Diff(ctx, root.ID)
+			must(t, err)
+			_, cch, err := k.Diff(ctx, c.ID)
+			must(t, err)
+			if merged := verdict == approval.Approved; merged != (len(pch) == 1) || merged != (len(cch) == 0) {
+				t.Fatalf("after %s: parent's changes %v, child's %v", verdict, pch, cch)
+			}
+		})
 	}
 }

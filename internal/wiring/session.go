@@ -266,7 +266,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		AutoApply: autoApplyOptions(u, deps.live),
 		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
-		Subagents: kernel.SubagentLimits{MaxDepth: l.Config.Sessions.MaxDepth, MaxChildren: l.Config.Sessions.MaxChildren}, CheckPolicy: checkSubagentPolicy,
+		Subagents: kernel.SubagentLimits{MaxDepth: l.Config.Sessions.MaxDepth, MaxChildren: l.Config.Sessions.MaxChildren}, CheckPolicy: checkSubagentPolicy, Reviewer: broker,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
 			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}

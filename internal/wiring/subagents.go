@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
@@ -202,6 +203,13 @@ func (s *sessionTree) Run(ctx context.Context, id, message string, wait bool) (s
 	o := sessiontool.Outcome{Reason: res.Reason, Text: res.Text}
 	if res.Fault != nil {
 		o.Error = res.Fault.Message
+	}
+	if m := res.Merge; m != nil {
+		if m.Merged {
+			o.Merge = fmt.Sprintf("merged into your change set after a person's review: %s", strings.Join(m.Paths, ", "))
+		} else {
+			o.Merge = fmt.Sprintf("not merged (%s): %s", m.Reason, strings.Join(m.Paths, ", "))
+		}
 	}
 	return o, nil
 }

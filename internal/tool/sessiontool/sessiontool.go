@@ -71,6 +71,9 @@ type Outcome struct {
 	Reason string
 	Text   string
 	Error  string
+	// Merge says what became of the sub-agent's changes ("": it made
+	// none).
+	Merge string
 }
 
 // Tree is the calling session's view of its sub-agents
@@ -318,6 +321,9 @@ func renderOutcome(o Outcome) string {
 	fmt.Fprintf(&b, " ended: %s\n", o.Reason)
 	if o.Error != "" {
 		fmt.Fprintf(&b, "error: %s\n", o.Error)
+	}
+	if o.Merge != "" {
+		fmt.Fprintf(&b, "its changes: %s\n", o.Merge)
 	}
 	b.WriteString(quoted)
 	b.WriteString("<subagent>\n" + o.Text + "\n</subagent>\n")
