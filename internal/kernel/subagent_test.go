@@ -186,6 +186,22 @@ func TestHistoryScope(t *testing.T) {
 	if len(r) != 7 || r[0].Op != "history" || r[0].Code != "scope" || r[0].Target != b.ID || r[6].Op != "send" {
 		t.Fatalf("refusals audited: %+v", r)
 	}
+
+	// Reading an untrusted sub-agent's words makes the reader untrusted,
+	// before it gets them; its sibling stays clean.
+	if _, err := k.MarkUntrusted(ctx, ga.ID, "webhook test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := k.Transcript(ctx, a.ID, ga.ID); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{a.ID: true, b.ID: false, root.ID: false} {
+		i, err := k.Get(ctx, id)
+		must(t, err)
+		if (i.Untrusted != "") != want || want && i.Untrusted != "sub-agent "+ga.ID {
+			t.Errorf("session %s untrusted %q, want %v", id, i.Untrusted, want)
+		}
+	}
 }
 
 // A child runs as any session does, its answer comes back to the
