@@ -182,6 +182,7 @@ type Kernel struct {
 	lock     *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
 	tree     lineages       // each session's place in its tree (tree.go)
 	bg       sync.WaitGroup // sub-agent runs started in the background
+	spawnMu  sync.Mutex     // one Spawn at a time (subagent.go)
 }
 
 // run is a session's run in progress.

@@ -127,6 +127,10 @@ func (k *Kernel) Spawn(ctx context.Context, p SpawnParams) (Info, error) {
 	if strings.TrimSpace(p.Task) == "" {
 		return Info{}, errors.New("kernel: a sub-agent needs a task")
 	}
+	// One spawn at a time: the limits counted and the child stored
+	// together, so two spawns cannot both take the last of a budget.
+	k.spawnMu.Lock()
+	defer k.spawnMu.Unlock()
 	n, serr := k.narrow(ctx, parent, p)
 	if serr != nil {
 		return Info{}, k.refuse(ctx, parent.ID, serr)
