@@ -252,6 +252,12 @@ func TestChildRunAndTree(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the child has %d audit entries", n)
 	}
+	// A child stops at its own budget, whatever the kernel's limits.
+	one, err := k.Spawn(ctx, kernel.SpawnParams{Parent: root.ID, Task: "write hello", ParentTools: []string{"write"}, Budget: kernel.Budget{Turns: 1}})
+	must(t, err)
+	if res, err := k.RunChild(ctx, root.ID, one.ID, "", true); err != nil || res.Reason != string(agent.ReasonMaxTurns) {
+		t.Fatalf("a child with one turn: %+v %v", res, err)
+	}
 	// Its sub-agents end with the parent.
 	if _, err := k.Close(ctx, kernel.CloseParams{ID: root.ID}); err != nil {
 		t.Fatal(err)
