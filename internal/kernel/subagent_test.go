@@ -323,3 +323,38 @@ func TestMergeThroughReview(t *testing.T) {
 		})
 	}
 }
+
+// A sub-agent left running in the background is cancelled when the
+// kernel stops, and stays resumable; Stop waits for its run to end.
+func TestStopCancelsBackgroundChild(t *testing.T) {
+	ws := newWorkspace(t)
+	e := openEnv(t, t.TempDir(), ws)
+	defer e.close()
+	blocked := make(chan struct{}, 1)
+	k, err := kernel.Start(t.Context(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(blockScript),
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			return &writeTools{env: env, ready: func() { blocked <- struct{}{} }}, nil
+		},
+		Subagents: kernel.SubagentLimits{MaxDepth: 1, MaxChildren: 1}})
+	must(t, err)
+	ctx := t.Context()
+	root, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
+	must(t, err)
+	c, err := k.Spawn(ctx, kernel.SpawnParams{Parent: root.ID, Task: "block", ParentTools: []string{"write", "block"}})
+	must(t, err)
+	res, err := k.RunChild(ctx, root.ID, c.ID, "", false)
+	must(t, err)
+	if res.Status != kernel.StatusRunning {
+		t.Fatalf("a child started in the background: %+v", res)
+	}
+	<-blocked
+	must(t, k.Stop(ctx, "test"))
+	c, err = k.Get(ctx, c.ID)
+	must(t, err)
+	if c.Status != kernel.StatusPaused || !c.Resumable() {
+		t.Fatalf("the background child after Stop: %s", c.Status)
+	}
+	if _, err := k.RunChild(ctx, root.ID, c.ID, "", false); !errors.Is(err, kernel.ErrStopping) {
+		t.Fatalf("a run after Stop: %v, want ErrStopping", err)
+	}
+}
