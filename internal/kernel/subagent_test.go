@@ -265,6 +265,13 @@ func TestChildRunAndTree(t *testing.T) {
 	if c, err = k.Get(ctx, c.ID); err != nil || c.Status != kernel.StatusClosed {
 		t.Fatalf("the child after its parent closed: %s %v", c.Status, err)
 	}
+	// And are removed with it.
+	if _, err := k.Remove(ctx, kernel.RemoveParams{ID: root.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Get(ctx, c.ID); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("the child after its parent was removed: %v", err)
+	}
 }
 
 // reviewer answers every merge review with verdict, keeping what it was
