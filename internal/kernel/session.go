@@ -350,6 +350,9 @@ func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent fun
 		k.log.Error("save session status", "session", id, "err", err)
 	}
 	res.AutoApply = k.autoApply(sctx, info, res, em)
+	// A sub-agent's changes are offered for merge while its run is still
+	// registered: whoever waits for the run waits for the review too.
+	res.Merge = k.mergeAfterRun(ctx, id, status)
 	// The run's buffered audit entries (fast-path reads) are durable
 	// before the client hears the run ended.
 	if err := k.o.Audit.Flush(sctx); err != nil {

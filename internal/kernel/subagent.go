@@ -514,14 +514,8 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 		k.bg.Add(1)
 		go func() {
 			defer k.bg.Done()
-			bctx := context.WithoutCancel(ctx)
-			res, err := k.runMessage(bctx, id, message, nil, func() { close(started) })
+			_, err := k.runMessage(context.WithoutCancel(ctx), id, message, nil, func() { close(started) })
 			ended <- err
-			if err == nil {
-				if _, err := k.afterChild(bctx, id, res); err != nil {
-					k.log.Error("a sub-agent's changes were not offered for merge", "session", id, "err", err)
-				}
-			}
 		}()
 		select {
 		case <-started:
@@ -541,9 +535,6 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 	if err != nil {
 		return res, err
 	}
-	if res.Merge, err = k.afterChild(ctx, id, res); err != nil {
-		return res, err
-	}
 	after, err := k.Get(ctx, id)
 	if err != nil {
 		return res, err
@@ -551,17 +542,23 @@ func (k *Kernel) RunChild(ctx context.Context, caller, id, message string, wait 
 	return res, k.inheritUp(ctx, caller, after)
 }
 
-// afterChild offers a sub-agent's changes for merge after a run that
-// ended without a fault of fluffy's.
-func (k *Kernel) afterChild(ctx context.Context, id string, res RunResult) (*Merge, error) {
-	if res.Status != StatusPaused {
-		return nil, nil
+// mergeAfterRun offers sub-agent id's changes for merge after a run
+// that ended paused (not by a fault of fluffy's, not cancelled); nil for
+// a top-level session or nothing to merge. A failure is logged: the
+// changes stay in the sub-agent's change set.
+func (k *Kernel) mergeAfterRun(ctx context.Context, id string, status Status) *Merge {
+	if status != StatusPaused || ctx.Err() != nil {
+		return nil
 	}
 	info, err := k.Get(ctx, id)
-	if err != nil {
-		return nil, err
+	if err != nil || info.Parent == "" {
+		return nil
 	}
-	return k.offerMerge(ctx, info)
+	m, err := k.offerMerge(ctx, info)
+	if err != nil {
+		k.log.Error("a sub-agent's changes were not offered for merge", "session", id, "err", err)
+	}
+	return m
 }
 
 // WaitChild waits until sub-agent id's current run (if any) ends, or

@@ -365,3 +365,34 @@ func TestStopCancelsBackgroundChild(t *testing.T) {
 		t.Fatalf("a run after Stop: %v, want ErrStopping", err)
 	}
 }
+
+// A sub-agent run in the background is reviewed before its run counts as
+// ended: whoever waits for it (sessions.list, sessions.history with
+// wait) finds the review done.
+func TestMergeBeforeBackgroundRunEnds(t *testing.T) {
+	ws := newWorkspace(t)
+	e := openEnv(t, t.TempDir(), ws)
+	defer e.close()
+	rv := &reviewer{verdict: approval.Approved}
+	k, err := kernel.Start(t.Context(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			return &writeTools{env: env}, nil
+		},
+		Subagents: kernel.SubagentLimits{MaxDepth: 1, MaxChildren: 1}, Reviewer: rv})
+	must(t, err)
+	defer k.Stop(context.Background(), "test")
+	ctx := t.Context()
+	root, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
+	must(t, err)
+	c, err := k.Spawn(ctx, kernel.SpawnParams{Parent: root.ID, Task: "write hello", ParentTools: []string{"write"}})
+	must(t, err)
+	if _, err := k.RunChild(ctx, root.ID, c.ID, "", false); err != nil {
+		t.Fatal(err)
+	}
+	must(t, k.WaitChild(ctx, c.ID))
+	_, pch, err := k.Diff(ctx, root.ID)
+	must(t, err)
+	if len(rv.asked) != 1 || len(pch) != 1 || pch[0].Path != "hello.go" {
+		t.Fatalf("after the wait: asked %d, parent's changes %v", len(rv.asked), pch)
+	}
+}
