@@ -56,6 +56,13 @@ type Limits struct {
 	ToolResultBytes int
 }
 
+// Handed is what a session gave its sub-agents out of its budget.
+type Handed struct {
+	Turns  int
+	Tokens int
+	Cost   float64
+}
+
 // Options configure an Agent. Provider, Model and Tools are required.
 type Options struct {
 	Provider llm.Provider
@@ -71,6 +78,11 @@ type Options struct {
 	// uses Provider. Set NoSummary to only note the omission.
 	Summarizer llm.Provider
 	NoSummary  bool
+	// Handed, optional, returns what the session has handed on to its
+	// sub-agents (their budgets, docs/subagents.md), asked before every
+	// model call: it counts against Limits as the session's own use
+	// does, so a parent never spends what its children were given.
+	Handed func() Handed
 	// OnEvent receives events synchronously; it must not block long.
 	OnEvent func(Event)
 	Logger  *slog.Logger
@@ -172,12 +184,16 @@ func (a *Agent) Run(ctx context.Context, s *Session) (Outcome, error) {
 	defer cancel()
 	last := ""
 	for {
+		var h Handed
+		if a.o.Handed != nil {
+			h = a.o.Handed()
+		}
 		switch {
-		case l.MaxTurns > 0 && s.Turns >= l.MaxTurns:
+		case l.MaxTurns > 0 && s.Turns+h.Turns >= l.MaxTurns:
 			return a.stop(s, ReasonMaxTurns, last), nil
-		case l.MaxTokens > 0 && s.Usage.Total() >= l.MaxTokens:
+		case l.MaxTokens > 0 && s.Usage.Total()+h.Tokens >= l.MaxTokens:
 			return a.stop(s, ReasonMaxTokens, last), nil
-		case l.MaxCost > 0 && s.Cost >= l.MaxCost:
+		case l.MaxCost > 0 && s.Cost+h.Cost >= l.MaxCost:
 			return a.stop(s, ReasonMaxCost, last), nil
 		}
 		if r, done := a.ended(ctx); done {

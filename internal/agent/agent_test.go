@@ -135,6 +135,28 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// What a session handed to its sub-agents counts against its limits, and
+// is asked again before every model call (a spawn during the run shrinks
+// what is left at once).
+func TestHandedBudget(t *testing.T) {
+	handed := agent.Handed{}
+	a := newAgent(t, agent.Options{Provider: script(t, "loop.jsonl"), Tools: newWorkspace(nil), Limits: agent.Limits{MaxTurns: 6},
+		Handed: func() agent.Handed { return handed },
+		OnEvent: func(ev agent.Event) {
+			if ev.Type == agent.EventTurnEnd && ev.Turn == 1 {
+				handed.Turns = 4 // a child was given 4 turns during turn 1
+			}
+		}})
+	s := agent.NewSession("loop")
+	out, err := a.Run(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Reason != agent.ReasonMaxTurns || s.Turns != 2 {
+		t.Fatalf("reason %s after %d turns, want max_turns after 2 (6 less 4 handed on)", out.Reason, s.Turns)
+	}
+}
+
 func TestMaxTime(t *testing.T) {
 	ws := newWorkspace(nil)
 	a := newAgent(t, agent.Options{Provider: script(t, "wait.jsonl"), Tools: ws, Limits: agent.Limits{MaxTime: 50 * time.Millisecond}})

@@ -52,11 +52,14 @@ const (
 	KindSessionClose       Kind = "session.close"
 	KindSessionRemove      Kind = "session.rm"
 	KindSessionUntrusted   Kind = "session.untrusted"
+	KindSessionSpawn       Kind = "session.spawn"
+	KindSessionRefused     Kind = "session.refused"
 	KindTDDMode            Kind = "tdd.mode"
 	KindTDDFinish          Kind = "tdd.finish"
 	KindChangesetApply     Kind = "changeset.apply"
 	KindChangesetDiscard   Kind = "changeset.discard"
 	KindChangesetAutoApply Kind = "changeset.auto_apply"
+	KindChangesetMerge     Kind = "changeset.merge"
 	// KindStoreRecover: the kernel found fluffy.db damaged at its start
 	// and restored a backup (internal/backup.Recover).
 	KindStoreRecover Kind = "store.recover"
@@ -85,7 +88,7 @@ func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
-		KindChannelInbound, KindChannelRefused, KindChannelAnswer:
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge:
 		return true
 	}
 	return false
@@ -111,8 +114,8 @@ func Catalogue() []Payload {
 		ExecStart{}, ExecEnd{},
 		NetRequest{}, NetEnd{}, NetRefused{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
-		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, TDDMode{}, TDDFinish{},
-		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, StoreRecover{}, BackupRestore{},
+		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
+		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
 		AuditPrune{}, UserNote{},
 	}
@@ -678,6 +681,52 @@ type SessionUntrusted struct {
 	Call   string `json:"call,omitempty"`
 }
 
+// ChangesetMerge (changeset.merge) is what became of a sub-agent's
+// changes at the end of its run, on the parent's session: Merged into
+// the parent's change set after a person approved request Request, or
+// not, and why (Reason).
+type ChangesetMerge struct {
+	Child   string   `json:"child"`
+	Paths   []string `json:"paths"`
+	Merged  bool     `json:"merged"`
+	Request string   `json:"request,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
+// SessionSpawn (session.spawn) is a sub-agent created: the entry's
+// session is the child (its Parent and Root place it in the tree). Tools
+// are the child's whole tool set, Policy the SHA-256 of its own narrowing
+// rules ("" without), Budget what was carved out of the parent's.
+type SessionSpawn struct {
+	Parent string      `json:"parent"`
+	Task   string      `json:"task"`
+	Depth  int         `json:"depth"`
+	Tools  []string    `json:"tools"`
+	Policy string      `json:"policy,omitempty"`
+	Budget SpawnBudget `json:"budget"`
+}
+
+// SpawnBudget is a sub-agent's budget; a zero member is no limit of its
+// own (the kernel's still applies).
+type SpawnBudget struct {
+	Turns  int     `json:"turns"`
+	Tokens int     `json:"tokens"`
+	Cost   float64 `json:"cost"`
+	TimeMS int64   `json:"time_ms"`
+}
+
+// SessionRefused (session.refused) is a sessions.* request the kernel
+// refused: Op is spawn, history or send; Code says which rule (tool,
+// policy, budget, depth, fanout, scope); Target is the session asked
+// about, Tool the tool asked for.
+type SessionRefused struct {
+	Op     string `json:"op"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+	Target string `json:"target,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+}
+
 // TDDMode (tdd.mode) is a person switching a session's TDD mode.
 type TDDMode struct {
 	From     string   `json:"from"`
@@ -766,6 +815,8 @@ func (SessionCreate) Kind() Kind      { return KindSessionCreate }
 func (SessionClose) Kind() Kind       { return KindSessionClose }
 func (SessionUntrusted) Kind() Kind   { return KindSessionUntrusted }
 func (SessionRemove) Kind() Kind      { return KindSessionRemove }
+func (SessionSpawn) Kind() Kind       { return KindSessionSpawn }
+func (SessionRefused) Kind() Kind     { return KindSessionRefused }
 func (TDDMode) Kind() Kind            { return KindTDDMode }
 func (TDDFinish) Kind() Kind          { return KindTDDFinish }
 func (ChangesetApply) Kind() Kind     { return KindChangesetApply }
@@ -773,6 +824,7 @@ func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
 func (StoreRecover) Kind() Kind       { return KindStoreRecover }
 func (BackupRestore) Kind() Kind      { return KindBackupRestore }
+func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }

@@ -74,7 +74,13 @@ type Entry struct {
 	Time time.Time
 	// Session is the agent session, "" for events outside one.
 	Session string
-	Kind    Kind
+	// Parent and Root place a sub-agent's session in its tree: the
+	// session that spawned it and the top of the tree. Both are "" for
+	// a top-level session's entries and outside sessions, and are then
+	// absent from the encoding, so such entries encode as they always did.
+	Parent string
+	Root   string
+	Kind   Kind
 	// Actor is who caused the event: "agent", "user:alice", "kernel",
 	// "cli", a sub-agent id...
 	Actor string
@@ -91,7 +97,9 @@ type Entry struct {
 type wireEntry struct {
 	Actor   string          `json:"actor"`
 	Kind    Kind            `json:"kind"`
+	Parent  string          `json:"parent"`
 	Payload json.RawMessage `json:"payload"`
+	Root    string          `json:"root"`
 	Seq     uint64          `json:"seq"`
 	Session string          `json:"session"`
 	Time    string          `json:"time"`
@@ -137,7 +145,8 @@ func payloadJSON(p any) ([]byte, error) {
 }
 
 // Encode returns the canonical bytes of e: the RFC 8785 form of
-// {"actor","kind","payload","seq","session","time"}. These bytes are what
+// {"actor","kind","parent"?,"payload","root"?,"seq","session","time"},
+// parent and root only when set. These bytes are what
 // the hash chain covers and what an export holds, one entry per line.
 func (e Entry) Encode() ([]byte, error) {
 	if !ValidKind(e.Kind) {
@@ -150,13 +159,21 @@ func (e Entry) Encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(p)+len(e.Actor)+len(e.Session)+128)
+	b := make([]byte, 0, len(p)+len(e.Actor)+len(e.Session)+len(e.Parent)+len(e.Root)+160)
 	b = append(b, `{"actor":`...)
 	b = appendString(b, e.Actor)
 	b = append(b, `,"kind":`...)
 	b = appendString(b, string(e.Kind))
+	if e.Parent != "" {
+		b = append(b, `,"parent":`...)
+		b = appendString(b, e.Parent)
+	}
 	b = append(b, `,"payload":`...)
 	b = append(b, p...)
+	if e.Root != "" {
+		b = append(b, `,"root":`...)
+		b = appendString(b, e.Root)
+	}
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, e.Seq, 10)
 	b = append(b, `,"session":`...)
@@ -168,8 +185,9 @@ func (e Entry) Encode() ([]byte, error) {
 }
 
 // ParseEntry decodes the canonical bytes of an entry strictly: they must
-// be exactly what Encode produces (canonical JSON, all six members and no
-// others, valid kind, time and sequence number). The Payload of the result
+// be exactly what Encode produces (canonical JSON, the six members, parent
+// and root only when not empty, no others, valid kind, time and sequence
+// number). The Payload of the result
 // is a json.RawMessage.
 func ParseEntry(b []byte) (Entry, error) {
 	c, err := Canonicalize(b)
@@ -189,7 +207,7 @@ func ParseEntry(b []byte) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("audit: entry: %w: time %q", ErrNotCanonical, w.Time)
 	}
-	e := Entry{Seq: w.Seq, Time: t, Session: w.Session, Kind: w.Kind, Actor: w.Actor, Payload: w.Payload}
+	e := Entry{Seq: w.Seq, Time: t, Session: w.Session, Parent: w.Parent, Root: w.Root, Kind: w.Kind, Actor: w.Actor, Payload: w.Payload}
 	// Encode checks the rest (kind, seq, payload is an object) and must
 	// give the same bytes back, which also proves all members were present.
 	again, err := e.Encode()

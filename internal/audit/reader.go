@@ -417,9 +417,12 @@ func (r *Reader) readChunk(ctx context.Context, lo []int64, i, batchSize int, ne
 type Filter struct {
 	After   uint64 // only entries with a larger sequence number
 	Session string
-	Kind    Kind
-	Since   time.Time
-	Limit   int // at most this many (0: no limit)
+	// Tree: only the entries of this session and of its sub-agents at
+	// every depth (those whose root it is).
+	Tree  string
+	Kind  Kind
+	Since time.Time
+	Limit int // at most this many (0: no limit)
 	// Last, with Limit, returns the newest Limit entries (still in
 	// ascending order) instead of the oldest.
 	Last bool
@@ -433,6 +436,10 @@ func (r *Reader) Entries(ctx context.Context, f Filter, fn func(Entry) error) er
 	if f.Session != "" {
 		q += ` AND json_extract(body, '$.session') = ?`
 		args = append(args, f.Session)
+	}
+	if f.Tree != "" {
+		q += ` AND (json_extract(body, '$.session') = ? OR json_extract(body, '$.root') = ?)`
+		args = append(args, f.Tree, f.Tree)
 	}
 	if f.Kind != "" {
 		q += ` AND json_extract(body, '$.kind') = ?`

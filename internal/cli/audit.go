@@ -207,12 +207,20 @@ type entryPrinter struct {
 func (p entryPrinter) print(e audit.Entry) error {
 	payload, _ := e.Payload.(json.RawMessage)
 	if p.asJSON {
-		return json.NewEncoder(termsafe.NewJSONWriter(p.a.Stdout)).Encode(map[string]any{"seq": e.Seq, "time": e.Time.UTC().Format(audit.TimeFormat),
-			"session": e.Session, "kind": e.Kind, "actor": e.Actor, "payload": payload})
+		m := map[string]any{"seq": e.Seq, "time": e.Time.UTC().Format(audit.TimeFormat),
+			"session": e.Session, "kind": e.Kind, "actor": e.Actor, "payload": payload}
+		if e.Parent != "" {
+			m["parent"], m["root"] = e.Parent, e.Root
+		}
+		return json.NewEncoder(termsafe.NewJSONWriter(p.a.Stdout)).Encode(m)
 	}
 	session := e.Session
 	if session == "" {
 		session = "-"
+	}
+	if e.Parent != "" {
+		// A sub-agent's entry: its place in the tree.
+		session += " (sub-agent of " + e.Parent + ", root " + e.Root + ")"
 	}
 	// Payloads hold the model's text and file names; JSON leaves DEL, C1
 	// controls and bidirectional overrides raw.
@@ -223,9 +231,9 @@ func (p entryPrinter) print(e audit.Entry) error {
 
 func newAuditLogCmd(a *App) *cobra.Command {
 	var (
-		session, kind, since string
-		asJSON               bool
-		limit                int
+		session, tree, kind, since string
+		asJSON                     bool
+		limit                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "log",
@@ -244,11 +252,12 @@ run 'fluffy audit verify' to know the entries are authentic.`,
 			}
 			defer r.Close()
 			p := entryPrinter{a: a, asJSON: asJSON}
-			return r.Entries(cmd.Context(), audit.Filter{Session: session, Kind: audit.Kind(kind), Since: t, Limit: limit}, p.print)
+			return r.Entries(cmd.Context(), audit.Filter{Session: session, Tree: tree, Kind: audit.Kind(kind), Since: t, Limit: limit}, p.print)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&session, "session", "", "only this session")
+	f.StringVar(&tree, "tree", "", "only this session and its sub-agents at every depth")
 	f.StringVar(&kind, "kind", "", "only this kind (e.g. exec.start)")
 	f.StringVar(&since, "since", "", "only entries at or after this time, or this long ago (2h, 7d)")
 	f.IntVarP(&limit, "limit", "n", 0, "at most this many entries")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +109,7 @@ func runExit(res kernel.RunResult) error {
 
 func newSessionCmd(a *App) *cobra.Command {
 	cmd := &cobra.Command{Use: "session", Short: "List, inspect, resume, close and remove sessions"}
-	var all, asJSON bool
+	var all, asJSON, showTree bool
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sessions (open ones; --all for closed too)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -133,6 +134,9 @@ func newSessionCmd(a *App) *cobra.Command {
 				if s.Interrupted {
 					st += " (interrupted, resumable)"
 				}
+				if s.Parent != "" {
+					st += " (sub-agent of " + s.Parent + ")"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.ID, st, termsafe.Line(s.Model), s.Turns, oneLine(s.Task, 60))
 			}
 			return tw.Flush()
@@ -141,19 +145,24 @@ func newSessionCmd(a *App) *cobra.Command {
 	ls.Flags().BoolVar(&all, "all", false, "include closed sessions")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	show := &cobra.Command{
-		Use: "show ID", Short: "Show a session", Args: cobra.ExactArgs(1),
+		Use: "show ID", Short: "Show a session and its sub-agents (JSON; --tree: as a tree)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withKernel(cmd.Context(), func(c *ipc.Client) error {
-				var i kernel.Info
-				if err := c.Call(cmd.Context(), kernel.MethodGet, kernel.IDParams{ID: args[0]}, &i); err != nil {
+				var t kernel.TreeNode
+				if err := c.Call(cmd.Context(), kernel.MethodTree, kernel.IDParams{ID: args[0]}, &t); err != nil {
 					return err
+				}
+				if showTree {
+					writeTree(a.Stdout, t, "", "")
+					return nil
 				}
 				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
 				enc.SetIndent("", "  ")
-				return enc.Encode(i)
+				return enc.Encode(t)
 			})
 		},
 	}
+	show.Flags().BoolVar(&showTree, "tree", false, "print the session and its sub-agents as a tree: state, budget used, task")
 	diff := &cobra.Command{
 		Use: "diff ID", Short: "Show a session's pending change set", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -260,4 +269,36 @@ func (a *App) withKernel(ctx context.Context, fn func(*ipc.Client) error) error 
 	}
 	defer c.Close()
 	return fn(c)
+}
+
+// writeTree prints a session and its sub-agents, one line each: id,
+// state, what it used of its budget, task.
+func writeTree(w io.Writer, n kernel.TreeNode, lead, childLead string) {
+	fmt.Fprintf(w, "%s%s %s", lead, n.ID, n.Status)
+	if n.StopReason != "" {
+		fmt.Fprintf(w, " (%s)", termsafe.Line(n.StopReason))
+	}
+	fmt.Fprintf(w, " · %d", n.Turns)
+	if n.Narrowing != nil && n.Narrowing.Budget.Turns > 0 {
+		fmt.Fprintf(w, "/%d", n.Narrowing.Budget.Turns)
+	}
+	fmt.Fprintf(w, " turns · %d", n.Usage.Total())
+	if n.Narrowing != nil && n.Narrowing.Budget.Tokens > 0 {
+		fmt.Fprintf(w, "/%d", n.Narrowing.Budget.Tokens)
+	}
+	fmt.Fprintf(w, " tokens · $%.4f", n.Cost)
+	if n.Narrowing != nil && n.Narrowing.Budget.Cost > 0 {
+		fmt.Fprintf(w, "/$%.4f", n.Narrowing.Budget.Cost)
+	}
+	if n.Untrusted != "" {
+		fmt.Fprint(w, " · untrusted")
+	}
+	fmt.Fprintf(w, " · %s\n", oneLine(n.Task, 60))
+	for i, c := range n.Children {
+		if i == len(n.Children)-1 {
+			writeTree(w, c, childLead+"└─ ", childLead+"   ")
+		} else {
+			writeTree(w, c, childLead+"├─ ", childLead+"│  ")
+		}
+	}
 }

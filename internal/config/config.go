@@ -51,6 +51,8 @@ type Config struct {
 	Agent Agent `yaml:"agent"`
 
 	Changeset Changeset `yaml:"changeset"`
+	// Sessions bounds sub-agents (docs/subagents.md).
+	Sessions Sessions `yaml:"sessions"`
 
 	// Serve configures the assistant daemon (fluffy serve).
 	Serve Serve `yaml:"serve"`
@@ -483,6 +485,7 @@ func Default(env Env) Config {
 		},
 
 		Changeset: Changeset{AutoApply: AutoApply{MaxFiles: 10, RequireTestsGreen: true}},
+		Sessions:  Sessions{MaxDepth: 2, MaxChildren: 4},
 
 		Serve:  Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
 		Memory: Memory{Embeddings: "local"},

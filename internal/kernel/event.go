@@ -180,18 +180,52 @@ func (e *emitter) deliverLocked(ev Event) {
 }
 
 // Notify implements approval.Notifier: the request goes to the session's
-// attached clients as a TypeApproval event. The answer comes back through
-// session.approve (Answer).
-func (k *Kernel) Notify(_ context.Context, req approval.Request) error {
+// attached clients as a TypeApproval event. A sub-agent's request goes
+// to the clients of every running session up its tree as well, so the
+// person who runs the parent is asked (docs/subagents.md). The answer
+// comes back through session.approve (Answer).
+func (k *Kernel) Notify(ctx context.Context, req approval.Request) error {
+	ids := []string{req.Session}
+	for cur := req.Session; len(ids) <= maxTreeWalk; {
+		l, ok := k.tree.get(cur)
+		if !ok {
+			info, err := k.Get(ctx, cur)
+			if err != nil {
+				break
+			}
+			l = lineage{parent: info.Parent, root: info.Root}
+			k.tree.put(cur, l)
+		}
+		if l.parent == "" {
+			break
+		}
+		ids = append(ids, l.parent)
+		cur = l.parent
+	}
+	var ems []*emitter
 	k.mu.Lock()
-	r := k.running[req.Session]
+	for _, id := range ids {
+		if r := k.running[id]; r != nil && r.em != nil {
+			ems = append(ems, r.em)
+		}
+	}
 	k.mu.Unlock()
-	if r == nil || r.em == nil {
+	if len(ems) == 0 {
 		return fmt.Errorf("kernel: session %s is not running: nobody to ask", req.Session)
 	}
-	r.em.emit(Event{Type: TypeApproval, Approval: &req, Text: req.Prompt()})
+	text := req.Prompt()
+	for _, em := range ems {
+		t := text
+		if em.id != req.Session {
+			t = "sub-agent " + req.Session + " asks: " + text
+		}
+		em.emit(Event{Type: TypeApproval, Approval: &req, Text: t})
+	}
 	return nil
 }
+
+// maxTreeWalk bounds a walk up a tree (the configured depth is far below).
+const maxTreeWalk = 64
 
 // Warn shows text to the attached clients of session as a TypeWarning
 // event of its current run. It reports false when the session is not

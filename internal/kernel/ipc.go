@@ -163,6 +163,14 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 		},
 	}
 	handlers[MethodRemove] = k.removeHandler()
+	handlers[MethodTree] = func(ctx context.Context, r *ipc.Request) (any, error) {
+		var p IDParams
+		if err := r.Bind(&p); err != nil {
+			return nil, err
+		}
+		t, err := k.Tree(ctx, p.ID)
+		return t, wireError(err)
+	}
 	for name, h := range k.controlHandlers() {
 		handlers[name] = h
 	}

@@ -60,6 +60,8 @@ var (
 	// ErrOpen: the operation needs a closed session (session rm without
 	// force).
 	ErrOpen = errors.New("kernel: session is open")
+	// ErrStopping: the kernel is stopping and starts no run.
+	ErrStopping = errors.New("kernel: the kernel is stopping")
 )
 
 // Revoker forgets what was granted to a session: *policy.Tokens,
@@ -84,6 +86,10 @@ type Env struct {
 	// records a tool result that makes it so; the tool router puts it
 	// into every operation (docs/provenance.md).
 	Provenance *Provenance
+	// Narrowing is what a sub-agent was given (its tool set and policy
+	// layers: the factory must build no tool outside the set and apply
+	// every layer); nil for a top-level session.
+	Narrowing *Narrowing
 }
 
 // AuditLog is the audit log as the kernel uses it (*audit.Log implements
@@ -134,6 +140,17 @@ type Options struct {
 	OwnFiles OwnFiles
 	// Limits bound each run of a session.
 	Limits agent.Limits
+	// Subagents bound the trees of sub-agents; the zero value refuses
+	// every spawn.
+	Subagents SubagentLimits
+	// CheckPolicy judges a sub-agent's own rules (a policy file's text):
+	// an error when they do not compile or would loosen anything (an
+	// allow rule). nil refuses every sub-agent that brings rules.
+	CheckPolicy func(rules []byte) error
+	// Reviewer asks the person to review a sub-agent's changes before
+	// they are merged into its parent's change set (merge.go); nil
+	// merges nothing (they stay in the sub-agent's change set).
+	Reviewer Reviewer
 	// Instructions is fluffy's own part of the system prompt.
 	Instructions string
 	// Assistant returns the whole of an assistant session's own part of
@@ -158,9 +175,14 @@ type Kernel struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	running map[string]*run // by session id
-	markMu  sync.Mutex      // one MarkUntrusted at a time (provenance.go)
-	started time.Time
-	lock    *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
+	// stopping is set by Stop: no run starts after it.
+	stopping bool
+	markMu   sync.Mutex // one MarkUntrusted at a time (provenance.go)
+	started  time.Time
+	lock     *lockfile.Lock // the data directory's kernel.lock, nil when another holds it
+	tree     lineages       // each session's place in its tree (tree.go)
+	bg       sync.WaitGroup // sub-agent runs started in the background
+	spawnMu  sync.Mutex     // one Spawn at a time (subagent.go)
 }
 
 // run is a session's run in progress.
@@ -195,6 +217,8 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 		o.Now = time.Now
 	}
 	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, started: o.Now()}
+	k.o.Audit = treeLog{AuditLog: o.Audit, k: k}
+	o = k.o
 	rep, err := o.Audit.VerifyAtStart(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrAuditDamaged, err)
@@ -275,6 +299,7 @@ func (k *Kernel) recover(ctx context.Context) ([]string, error) {
 // log, which the caller owns.
 func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	k.mu.Lock()
+	k.stopping = true
 	runs := make(map[string]*run, len(k.running))
 	for id, r := range k.running {
 		r.cancel()
@@ -292,6 +317,14 @@ func (k *Kernel) Stop(ctx context.Context, cause string) error {
 		default:
 			abandoned = append(abandoned, id)
 		}
+	}
+	// Sub-agents started in the background either registered their run
+	// before stopping was set (cancelled above) or are refused a run now.
+	bgDone := make(chan struct{})
+	go func() { k.bg.Wait(); close(bgDone) }()
+	select {
+	case <-bgDone:
+	case <-ctx.Done():
 	}
 	slices.Sort(abandoned)
 	if len(abandoned) > 0 {

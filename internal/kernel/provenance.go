@@ -18,6 +18,12 @@ const (
 	// TaintTool: the session read the result of a tool whose output is
 	// untrusted (Provenance.MarkUntrusted).
 	TaintTool = "tool"
+	// TaintParent: a sub-agent spawned by an untrusted session inherits
+	// its mark at birth.
+	TaintParent = "parent"
+	// TaintSubagent: the session read the words of an untrusted
+	// sub-agent (its answer, its transcript).
+	TaintSubagent = "subagent"
 )
 
 // MarkUntrusted records that session id has read untrusted data: the

@@ -33,7 +33,8 @@ type RemoveResult struct {
 // and debug-instrumentation records) and its change set directory. The
 // audit log keeps every entry about it — it is append-only — and gains a
 // session.rm entry. A running session is refused (ErrBusy); an open one
-// needs Force, which closes it first, discarding its change set.
+// needs Force, which closes it first, discarding its change set. Its
+// sub-agents are removed first, under the same rules.
 func (k *Kernel) Remove(ctx context.Context, p RemoveParams) (RemoveResult, error) {
 	info, err := k.Get(ctx, p.ID)
 	if err != nil {
@@ -41,6 +42,17 @@ func (k *Kernel) Remove(ctx context.Context, p RemoveParams) (RemoveResult, erro
 	}
 	if info.Status == StatusRunning {
 		return RemoveResult{}, fmt.Errorf("%w: %s (cancel it first)", ErrBusy, p.ID)
+	}
+	// Its sub-agents go first, under the same rules: a running one
+	// refuses the removal, an open one needs Force.
+	kids, err := k.Children(ctx, p.ID)
+	if err != nil {
+		return RemoveResult{}, err
+	}
+	for _, c := range kids {
+		if _, err := k.Remove(ctx, RemoveParams{ID: c.ID, Force: p.Force}); err != nil {
+			return RemoveResult{}, fmt.Errorf("kernel: remove sub-agent %s first: %w", c.ID, err)
+		}
 	}
 	release, err := k.reserveChanges(p.ID)
 	if err != nil {

@@ -52,6 +52,14 @@ type Info struct {
 	// Untrusted says what first made the session untrusted (it read
 	// data no principal wrote, docs/provenance.md); "" while it has not.
 	Untrusted string `json:"untrusted,omitempty"`
+	// Parent and Root place a sub-agent in its tree (the session that
+	// spawned it, the top of the tree), Depth from 0 at the top;
+	// Narrowing is what it was given (docs/subagents.md). All empty for
+	// a top-level session.
+	Parent    string     `json:"parent,omitempty"`
+	Root      string     `json:"root,omitempty"`
+	Depth     int        `json:"depth,omitempty"`
+	Narrowing *Narrowing `json:"narrowing,omitempty"`
 }
 
 // Resumable reports whether Run may continue the session.
@@ -91,6 +99,11 @@ type savedResult struct {
 // Create starts a session: a change set over the workspace, a TDD
 // machine, a row in fluffy.db. The session is paused until Run.
 func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
+	return k.create(ctx, p, nil)
+}
+
+// create is Create, for a sub-agent when sp is set.
+func (k *Kernel) create(ctx context.Context, p CreateParams, sp *spawned) (Info, error) {
 	if p.Task == "" {
 		return Info{}, errors.New("kernel: a session needs a task")
 	}
@@ -125,8 +138,16 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 		return Info{}, err
 	}
 	now := k.o.Now()
-	if _, err := k.o.DB.ExecContext(ctx, `INSERT INTO sessions (id, created_at, updated_at, kind, workspace, model, status, task, changeset, state)
+	if err := k.o.DB.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, created_at, updated_at, kind, workspace, model, status, task, changeset, state)
 		VALUES (?, ?, ?, ?, ?, ?, 'paused', ?, ?, ?)`, id, now.UnixNano(), now.UnixNano(), p.Kind, p.Workspace, p.Model, p.Task, dir, string(st)); err != nil {
+			return err
+		}
+		if sp != nil {
+			return insertTree(ctx, tx, id, sp)
+		}
+		return nil
+	}); err != nil {
 		return Info{}, fmt.Errorf("kernel: store session: %w", err)
 	}
 	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionCreate, Actor: "kernel", Payload: audit.SessionCreate{
@@ -134,10 +155,24 @@ func (k *Kernel) Create(ctx context.Context, p CreateParams) (Info, error) {
 	}}); err != nil {
 		return Info{}, fmt.Errorf("kernel: audit session.create: %w", err)
 	}
+	if sp != nil {
+		rec := sp.record()
+		rec.Task = p.Task
+		if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionSpawn, Actor: "kernel", Payload: rec}); err != nil {
+			return Info{}, fmt.Errorf("kernel: audit session.spawn: %w", err)
+		}
+		if t := inheritedTaint(sp.parent); t != "" {
+			if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: id, Kind: audit.KindSessionUntrusted, Actor: "kernel",
+				Payload: audit.SessionUntrusted{Cause: TaintParent, Source: t}}); err != nil {
+				return Info{}, fmt.Errorf("kernel: audit session.untrusted: %w", err)
+			}
+		}
+	}
 	return k.Get(ctx, id)
 }
 
-const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state, untrusted, kind FROM sessions`
+const selectInfo = `SELECT id, created_at, updated_at, workspace, model, task, status, stop_reason, error, interrupted, changeset, state, untrusted, kind,
+	parent, root, depth, narrowing FROM sessions`
 
 func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 	var (
@@ -145,9 +180,15 @@ func scanInfo(sc interface{ Scan(...any) error }) (Info, error) {
 		c, u     int64
 		intr     int
 		stateStr string
+		narrow   string
 	)
-	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr, &i.Untrusted, &i.Kind); err != nil {
+	if err := sc.Scan(&i.ID, &c, &u, &i.Workspace, &i.Model, &i.Task, &i.Status, &i.StopReason, &i.Error, &intr, &i.ChangeSet, &stateStr, &i.Untrusted, &i.Kind,
+		&i.Parent, &i.Root, &i.Depth, &narrow); err != nil {
 		return Info{}, err
+	}
+	var err error
+	if i.Narrowing, err = readNarrowing(narrow); err != nil {
+		return Info{}, fmt.Errorf("kernel: session %s: %w", i.ID, err)
 	}
 	i.CreatedAt, i.UpdatedAt, i.Interrupted = time.Unix(0, c).UTC(), time.Unix(0, u).UTC(), intr == 1
 	var st state
@@ -225,6 +266,9 @@ type RunResult struct {
 	// AutoApply is the auto-apply evaluation at the end of the run (nil:
 	// off, or nothing to apply).
 	AutoApply *AutoApplyReport `json:"auto_apply,omitempty"`
+	// Merge is what became of a sub-agent's changes after a run its
+	// parent waited for (nil: none, or not a sub-agent's run).
+	Merge *Merge `json:"merge,omitempty"`
 }
 
 // Run runs (or resumes) a session until the model stops, a limit is hit,
@@ -239,6 +283,12 @@ func (k *Kernel) Run(ctx context.Context, id string, onEvent func(Event)) (RunRe
 // RunMessage is Run with the user's next message: a session's next turn
 // in an interactive conversation. An empty message only resumes.
 func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent func(Event)) (RunResult, error) {
+	return k.runMessage(ctx, id, message, onEvent, nil)
+}
+
+// runMessage is RunMessage; registered, when set, is called once the run
+// is registered (Cancel, Stop and WaitChild find it from then on).
+func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent func(Event), registered func()) (RunResult, error) {
 	info, err := k.Get(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -256,6 +306,11 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	em := &emitter{k: k, id: id, on: onEvent}
 	r := &run{em: em, cancel: cancel, done: make(chan struct{})}
 	k.mu.Lock()
+	if k.stopping {
+		k.mu.Unlock()
+		cancel()
+		return RunResult{}, ErrStopping
+	}
 	if _, busy := k.running[id]; busy {
 		k.mu.Unlock()
 		cancel()
@@ -263,6 +318,9 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 	}
 	k.running[id] = r
 	k.mu.Unlock()
+	if registered != nil {
+		registered()
+	}
 	defer func() {
 		cancel()
 		k.mu.Lock()
@@ -292,6 +350,9 @@ func (k *Kernel) RunMessage(ctx context.Context, id, message string, onEvent fun
 		k.log.Error("save session status", "session", id, "err", err)
 	}
 	res.AutoApply = k.autoApply(sctx, info, res, em)
+	// A sub-agent's changes are offered for merge while its run is still
+	// registered: whoever waits for the run waits for the review too.
+	res.Merge = k.mergeAfterRun(ctx, id, status)
 	// The run's buffered audit entries (fast-path reads) are durable
 	// before the client hears the run ended.
 	if err := k.o.Audit.Flush(sctx); err != nil {
@@ -341,7 +402,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("open the change set: %v", err), Fix: "check " + info.ChangeSet})
 	}
-	env := Env{Session: info.ID, Workspace: info.Workspace, ChangeSet: cs, Audit: k.o.Audit}
+	env := Env{Session: info.ID, Workspace: info.Workspace, ChangeSet: cs, Audit: k.o.Audit, Narrowing: info.Narrowing}
 	if env.Provenance, err = k.runProvenance(ctx, info.ID); err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: err.Error()})
 	}
@@ -400,7 +461,8 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if k.o.Price != nil {
 		price = k.o.Price(info.Model)
 	}
-	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: limitsFor(ctx, k.o.Limits), Price: price,
+	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: k.limitsOf(ctx, info), Price: price,
+		Handed: k.handedFunc(ctx, info.ID),
 		Logger: k.log.With("session", info.ID), OnEvent: func(ev agent.Event) {
 			switch ev.Type {
 			case agent.EventTurnStart:
@@ -518,6 +580,11 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrClosed, p.ID)
 	case StatusRunning:
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrBusy, p.ID)
+	}
+	// Its sub-agents end with it: their change sets are discarded (what
+	// was merged into this one through review is here).
+	if err := k.closeChildren(ctx, p.ID); err != nil {
+		return CloseResult{}, err
 	}
 	cs, err := openChangeSet(info, k.o.OwnFiles)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/policy"
@@ -75,9 +76,18 @@ func newLivePolicy(u *userenv.Env, log *slog.Logger, toks *policy.Tokens, rec ap
 type auditOnDemand struct {
 	u    *userenv.Env
 	held *atomic.Pointer[audit.Shared]
+	// kern, once set, places a sub-agent's entries in its tree.
+	kern *atomic.Pointer[kernel.Kernel]
 }
 
 func (d auditOnDemand) Append(ctx context.Context, e audit.Entry) (uint64, error) {
+	if d.kern != nil {
+		if k := d.kern.Load(); k != nil {
+			if err := k.Place(ctx, &e); err != nil {
+				return 0, err
+			}
+		}
+	}
 	if d.held != nil {
 		if l := d.held.Load(); l != nil {
 			return l.Append(ctx, e)

@@ -102,7 +102,7 @@ func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOpti
 	// approvals --watch") and the sessions' inline approvals; it records
 	// through the kernel's audit log once the sessions hold it.
 	notify := &kernelNotifier{}
-	rec := auditOnDemand{u: u, held: &k.held}
+	rec := auditOnDemand{u: u, held: &k.held, kern: &notify.k}
 	// Approved plan steps become capability tokens, signed with the
 	// kernel's token key; without a key they are honoured once by their
 	// exact operation signature.
@@ -257,7 +257,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}),
+		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k),
 		Now:   now,
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
@@ -266,6 +266,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		AutoApply: autoApplyOptions(u, deps.live),
 		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
+		Subagents: kernel.SubagentLimits{MaxDepth: l.Config.Sessions.MaxDepth, MaxChildren: l.Config.Sessions.MaxChildren}, CheckPolicy: checkSubagentPolicy, Reviewer: broker,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]
 			return llm.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
@@ -309,7 +310,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // call, telling the session's person through warn of an edit that did
 // not load), and the sandbox runtime boxes gives the session for
 // shell.exec and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel]) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Offline unless a command gets network: Go builds use the
 	// toolchain and modules at hand (the person's module cache,
@@ -329,6 +330,11 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := registerMemory(u, reg, env.ChangeSet, mem); err != nil {
 			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
 		}
+		// A sub-agent gets no tool outside the set it was given, and its
+		// rules on top of the workspace's policy (subagents.go).
+		if reg, err = subagentTools(reg, l.Config.Sessions.MaxDepth, kern, env); err != nil {
+			return nil, err
+		}
 		// The policy is the one in force for the session's workspace
 		// (keyed as the operations name it, so the broker's
 		// pre-evaluation of a step finds the same engine); a session does
@@ -340,7 +346,11 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if _, err := live.engine(ctx, gate.ws); err != nil {
 			return nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 		}
-		o := router.Options{Registry: reg, Resolver: res, Policy: gate, Audit: env.Audit, ChangeSet: env.ChangeSet,
+		pgate, err := newNarrowPolicy(gate, env.Narrowing)
+		if err != nil {
+			return nil, err
+		}
+		o := router.Options{Registry: reg, Resolver: res, Policy: pgate, Audit: env.Audit, ChangeSet: env.ChangeSet,
 			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
 			Approver: approver}
 		if grants != nil {

@@ -19,7 +19,14 @@
 // Expect lines follow the turn whose call they name and are checked
 // against the tool results of the next request; every field but id is
 // optional. End (or the end of the file) closes the conversation: one
-// more request is an error. The full reference is docs/models.md.
+// more request is an error.
+//
+//	{"task": "Summarize"}
+//
+// starts another conversation in the same file, played for a session
+// whose task (its first message) starts with that text: a sub-agent's,
+// spawned by the conversation above it. The full reference is
+// docs/models.md.
 package replay
 
 import (
@@ -78,6 +85,24 @@ type Step struct {
 type Script struct {
 	Name  string
 	Steps []Step
+	// Task, in a conversation of Tasks, is the start of the task it is
+	// played for.
+	Task string
+	// Tasks are the script's other conversations ({"task": ...} lines),
+	// in order; the first whose Task starts a session's task is played
+	// for it, Steps for any other.
+	Tasks []*Script
+}
+
+// For returns the conversation of s played for a session whose task is
+// task.
+func (s *Script) For(task string) *Script {
+	for _, t := range s.Tasks {
+		if strings.HasPrefix(task, t.Task) {
+			return t
+		}
+	}
+	return s
 }
 
 // ParseError locates a problem in a script.
@@ -96,7 +121,8 @@ var stops = map[string]llm.StopReason{"end": llm.StopEnd, "tool_use": llm.StopTo
 
 // Parse reads a script. name is used in errors.
 func Parse(name string, r io.Reader) (*Script, error) {
-	s := &Script{Name: name}
+	top := &Script{Name: name}
+	s := top
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLine)
 	ids := map[string]bool{}
@@ -113,13 +139,11 @@ func Parse(name string, r io.Reader) (*Script, error) {
 		if len(text) == 0 || text[0] == '#' {
 			continue
 		}
-		if ended {
-			return nil, fail("nothing may follow end")
-		}
 		var obj struct {
 			Turn   *Turn           `json:"turn"`
 			Expect *Expect         `json:"expect"`
 			End    json.RawMessage `json:"end"`
+			Task   *string         `json:"task"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(text))
 		dec.DisallowUnknownFields()
@@ -130,15 +154,28 @@ func Parse(name string, r io.Reader) (*Script, error) {
 			return nil, fail("more than one JSON value on the line")
 		}
 		n := 0
-		for _, set := range []bool{obj.Turn != nil, obj.Expect != nil, obj.End != nil} {
+		for _, set := range []bool{obj.Turn != nil, obj.Expect != nil, obj.End != nil, obj.Task != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return nil, fail(`want exactly one of "turn", "expect", "end"`)
+			return nil, fail(`want exactly one of "turn", "expect", "end", "task"`)
+		}
+		if ended && obj.Task == nil {
+			return nil, fail("nothing but a task may follow end")
 		}
 		switch {
+		case obj.Task != nil:
+			if *obj.Task == "" {
+				return nil, fail("a task needs the start of a session's task")
+			}
+			if len(s.Steps) == 0 && s != top {
+				return nil, fail("task %q has no turn", s.Task)
+			}
+			s = &Script{Name: name, Task: *obj.Task}
+			top.Tasks = append(top.Tasks, s)
+			lastCalls, expected, ended = map[string]bool{}, map[string]bool{}, false
 		case obj.Turn != nil:
 			t := *obj.Turn
 			t.Line = line
@@ -191,10 +228,13 @@ func Parse(name string, r io.Reader) (*Script, error) {
 	if err := sc.Err(); err != nil {
 		return nil, &ParseError{Name: name, Line: line + 1, Msg: err.Error()}
 	}
-	if len(s.Steps) == 0 {
+	if len(s.Steps) == 0 && s != top {
+		return nil, &ParseError{Name: name, Line: line, Msg: fmt.Sprintf("task %q has no turn", s.Task)}
+	}
+	if len(top.Steps) == 0 {
 		return nil, &ParseError{Name: name, Line: line, Msg: "the script has no turn"}
 	}
-	return s, nil
+	return top, nil
 }
 
 // Load reads a script: an embedded one by bare name ("demo"), else a file.
@@ -239,6 +279,21 @@ type Provider struct {
 
 	mu   sync.Mutex
 	next int
+	// chosen is set once the conversation for the session's task is
+	// picked (the first request, or Resume).
+	chosen bool
+}
+
+// choose picks the conversation of script for the task in msgs;
+// p.mu is held.
+func (p *Provider) choose(msgs []llm.Message) {
+	if p.chosen {
+		return
+	}
+	p.chosen = true
+	if len(msgs) > 0 && msgs[0].Role == llm.RoleUser {
+		p.script = p.script.For(msgs[0].Text())
+	}
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -264,6 +319,9 @@ func (p *Provider) Remaining() int {
 // A turn whose response was lost with a crashed kernel is not in history
 // and is played again, as a real model would be asked again.
 func (p *Provider) Resume(history []llm.Message) error {
+	p.mu.Lock()
+	p.choose(history)
+	p.mu.Unlock()
 	n := 0
 	for _, m := range history {
 		if m.Role != llm.RoleAssistant {
@@ -341,6 +399,7 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Ev
 func (p *Provider) take(req llm.Request) (Turn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.choose(req.Messages)
 	if p.next > 0 {
 		if err := p.check(p.script.Steps[p.next-1], req); err != nil {
 			return Turn{}, err

@@ -102,10 +102,14 @@ func TestParseErrors(t *testing.T) {
 		{`{"turn": {"text": "x", "tool_calls": [{"id": "a", "name": "n", "args": {"k": 1} }, {"id": "a", "name": "n"}]}}`, `"a" used twice`},
 		{`{"turn": {"text": "x", "tool_calls": [{"name": "n"}]}}`, "needs an id"},
 		{"{\"turn\": {\"text\": \"x\"}}\n{\"expect\": {\"id\": \"z\"}}", ":2: expect names \"z\""},
-		{"{\"turn\": {\"text\": \"x\"}}\n{\"end\": {}}\n{\"turn\": {\"text\": \"y\"}}", ":3: nothing may follow end"},
+		{"{\"turn\": {\"text\": \"x\"}}\n{\"end\": {}}\n{\"turn\": {\"text\": \"y\"}}", ":3: nothing but a task may follow end"},
 		{`{"turn": {"text": "x", "stop": "bored"}}`, "unknown stop"},
 		{`{"turn": {"text": "x"}} {"end": {}}`, "more than one JSON value"},
 		{`not json`, ":1: invalid character"},
+		{"{\"turn\": {\"text\": \"x\"}}\n{\"task\": \"\"}", ":2: a task needs"},
+		{"{\"turn\": {\"text\": \"x\"}}\n{\"task\": \"a\"}\n{\"task\": \"b\"}\n{\"turn\": {\"text\": \"y\"}}", `:3: task "a" has no turn`},
+		{"{\"turn\": {\"text\": \"x\"}}\n{\"task\": \"a\"}", `task "a" has no turn`},
+		{"{\"task\": \"a\"}\n{\"turn\": {\"text\": \"y\"}}", "the script has no turn"},
 	} {
 		_, err := replay.Parse("s.jsonl", strings.NewReader(tc.script))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -226,6 +230,36 @@ func TestResume(t *testing.T) {
 		}
 		if p.Position() != 0 {
 			t.Errorf("%s: position moved to %d on a failed resume", name, p.Position())
+		}
+	}
+}
+
+// A script with task sections plays, for each session, the conversation
+// of its task: the sub-agents' beside the parent's.
+func TestTasks(t *testing.T) {
+	s, err := replay.Parse("t.jsonl", strings.NewReader(`{"turn": {"text": "parent"}}
+{"end": {}}
+{"task": "Count"}
+{"turn": {"text": "counted"}}
+{"task": "List"}
+{"turn": {"text": "listed"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task, want := range map[string]string{"Count the files": "counted", "List them": "listed", "Do it all": "parent"} {
+		p := replay.New(s)
+		var got string
+		for ev, err := range p.Stream(t.Context(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{llm.Text(task)}}}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type == llm.EventText {
+				got += ev.Text
+			}
+		}
+		if got != want {
+			t.Errorf("task %q: played %q, want %q", task, got, want)
 		}
 	}
 }
