@@ -70,6 +70,9 @@ const (
 	KindChannelRefused Kind = "channel.refused"
 	KindChannelAnswer  Kind = "channel.answer"
 
+	// KindWebLogin is a login to the web console (docs/web.md).
+	KindWebLogin Kind = "web.login"
+
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
 	// KindUserNote is the one kind a person records by hand ('fluffy
@@ -85,7 +88,7 @@ func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
-		KindChannelInbound, KindChannelRefused, KindChannelAnswer:
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindWebLogin:
 		return true
 	}
 	return false
@@ -113,7 +116,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, StoreRecover{}, BackupRestore{},
-		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
+		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, WebLogin{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -620,6 +623,13 @@ type ChannelRefused struct {
 	Remote    string `json:"remote,omitempty"`
 }
 
+// WebLogin (web.login) is a one-time login link exchanged for a web
+// console session: who it was minted for and where the browser was.
+type WebLogin struct {
+	Principal string `json:"principal"`
+	Remote    string `json:"remote,omitempty"`
+}
+
 // ChannelAnswer (channel.answer) is an answer to an approval request that
 // arrived on a channel, with its outcome: "accepted" (handed to the
 // broker, which records the decision as approval.decision),
@@ -776,5 +786,6 @@ func (BackupRestore) Kind() Kind      { return KindBackupRestore }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
+func (WebLogin) Kind() Kind           { return KindWebLogin }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }
