@@ -31,6 +31,15 @@ import (
 // conversations.
 const Name = "web"
 
+// MethodLogin is the kernel socket's method for "fluffy web open": it
+// mints a one-time login link (no parameters → LoginResult).
+const MethodLogin = "web.login"
+
+// LoginResult is MethodLogin's answer.
+type LoginResult struct {
+	URL string `json:"url"`
+}
+
 // Session is a kernel session as the console lists it.
 type Session struct {
 	ID        string
