@@ -188,7 +188,7 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
 		return false
 	}
-	want := s.scheme() + "://" + strings.ToLower(r.Host)
+	want := s.scheme(r) + "://" + strings.ToLower(r.Host)
 	if o := r.Header.Get("Origin"); o != "" {
 		return strings.ToLower(o) == want
 	}
@@ -199,11 +199,30 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 	return strings.ToLower(ref.Scheme+"://"+ref.Host) == want
 }
 
-func (s *Server) scheme() string {
-	if s.o.TLS {
+// scheme is the request's scheme as the browser sees it: https under
+// TLS, or when it came through the reverse proxy (a Hosts name), which
+// terminates TLS; http on the console's own loopback address.
+func (s *Server) scheme(r *http.Request) string {
+	if s.secure(r) {
 		return "https"
 	}
 	return "http"
+}
+
+func (s *Server) secure(r *http.Request) bool {
+	if s.o.TLS {
+		return true
+	}
+	if r == nil {
+		return false
+	}
+	host := strings.ToLower(r.Host)
+	for _, h := range s.o.Hosts {
+		if host == h {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCSRF compares the request's token (form field or header) with the

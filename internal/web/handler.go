@@ -60,7 +60,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	if s.o.TLS {
+	if s.secure(r) {
 		h.Set("Strict-Transport-Security", "max-age=31536000")
 	}
 	if !s.hostAllowed(r.Host) {
@@ -111,7 +111,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: s.o.TLS, MaxAge: int(SessionTTL / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(SessionTTL / time.Second)})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
 	if _, err := s.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindWebLogin, Actor: "channel:" + Name,
@@ -131,6 +131,6 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		s.auth.logout(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: s.o.TLS, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: -1})
 	s.renderStatus(w, r, http.StatusOK, "Logged out", "Run 'fluffy web open' for a new login link.")
 }

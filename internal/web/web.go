@@ -131,7 +131,8 @@ type Options struct {
 	// loopback, localhost, 127.0.0.1 and [::1] at its port are always
 	// accepted.
 	Hosts []string
-	// TLS marks the cookie Secure and expects https origins.
+	// TLS marks the cookie Secure and expects https origins; a request
+	// through a Hosts name (a TLS reverse proxy) is treated alike.
 	TLS    bool
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -187,7 +188,7 @@ func (s *Server) LoginURL(principal string) (string, error) {
 	if addr == "" {
 		return "", errors.New("web: the console is not listening yet")
 	}
-	return s.scheme() + "://" + addr + "/login?t=" + s.auth.mint(principal), nil
+	return s.scheme(nil) + "://" + addr + "/login?t=" + s.auth.mint(principal), nil
 }
 
 // Name implements channel.Channel.

@@ -110,6 +110,11 @@ type console struct {
 
 func newConsole(t *testing.T) *console {
 	t.Helper()
+	return newConsoleWith(t, nil)
+}
+
+func newConsoleWith(t *testing.T, opt func(*web.Options)) *console {
+	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
 	l, err := audit.Open(ctx, audit.Options{Path: filepath.Join(dir, "audit.db"), KeyDir: filepath.Join(dir, "keys"), CheckpointEvery: 1})
@@ -135,8 +140,12 @@ func newConsole(t *testing.T) *console {
 	sessions := fakeSessions{m: map[string]web.Session{
 		"s1": {ID: "s1", Kind: "coding", Status: "running", Task: "fix <b>it</b>", Workspace: "/repo"},
 	}}
-	c.srv, err = web.New(web.Options{Sessions: sessions, Approvals: c.broker, Changes: c.changes, Log: web.ReaderLog{R: r, Verifier: k.Verifier},
-		Audit: l, Hub: c.hub, Now: c.clock})
+	o := web.Options{Sessions: sessions, Approvals: c.broker, Changes: c.changes, Log: web.ReaderLog{R: r, Verifier: k.Verifier},
+		Audit: l, Hub: c.hub, Now: c.clock}
+	if opt != nil {
+		opt(&o)
+	}
+	c.srv, err = web.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,5 +661,62 @@ func TestAuditEntryAndProof(t *testing.T) {
 	}
 	if strings.Contains(entry, "<script>x") {
 		t.Errorf("payload not escaped")
+	}
+}
+
+// TestBehindAProxy: through a serve.web.hosts name (a TLS reverse proxy)
+// the cookie is Secure and only the https origin of that name may change
+// state.
+func TestBehindAProxy(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Hosts = []string{"fluffy.example.org"} })
+	link, _ := c.srv.LoginURL("user:alice")
+	req, _ := http.NewRequest(http.MethodGet, link, nil)
+	req.Host = "fluffy.example.org"
+	cl := c.client()
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ck := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(ck) != 1 || !ck[0].Secure {
+		t.Fatalf("login through the proxy: %s, cookies %+v, want one Secure cookie", resp.Status, ck)
+	}
+	page := func() string {
+		req, _ := http.NewRequest(http.MethodGet, c.ts.URL+"/sessions", nil)
+		req.Host = "fluffy.example.org"
+		req.AddCookie(ck[0])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+		}
+		return b.String()
+	}()
+	_, rest, _ := strings.Cut(page, `name="csrf-token" content="`)
+	tok, _, _ := strings.Cut(rest, `"`)
+	post := func(origin string) int {
+		req, _ := http.NewRequest(http.MethodPost, c.ts.URL+"/logout", strings.NewReader(url.Values{"csrf": {tok}}.Encode()))
+		req.Host = "fluffy.example.org"
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		req.AddCookie(ck[0])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("http://fluffy.example.org"); got != http.StatusForbidden {
+		t.Errorf("plain-http origin through the proxy: %d, want 403", got)
+	}
+	if got := post("https://fluffy.example.org"); got != http.StatusOK {
+		t.Errorf("the proxy's https origin: %d, want 200", got)
 	}
 }
