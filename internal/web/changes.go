@@ -44,7 +44,10 @@ type splitRow struct {
 
 func classify(line string) string {
 	switch {
-	case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"), strings.HasPrefix(line, "diff "):
+	case strings.HasPrefix(line, "+++ "), strings.HasPrefix(line, "--- "), strings.HasPrefix(line, "diff "),
+		strings.HasPrefix(line, "new file mode"), strings.HasPrefix(line, "deleted file mode"), strings.HasPrefix(line, "old mode"),
+		strings.HasPrefix(line, "new mode"), strings.HasPrefix(line, "index "), strings.HasPrefix(line, "similarity index"),
+		strings.HasPrefix(line, "rename "), strings.HasPrefix(line, "Binary files"):
 		return "file"
 	case strings.HasPrefix(line, "@@"):
 		return "hunk"
