@@ -46,6 +46,7 @@ func (s *Server) routes() {
 	m.Handle("POST /sessions/{id}/changes/discard", s.authed(s.discardChanges))
 	m.Handle("GET /audit", s.authed(s.auditPage))
 	m.Handle("GET /audit/{seq}", s.authed(s.auditEntry))
+	m.Handle("GET /policy", s.authed(s.policyPage))
 	s.mux = m
 }
 

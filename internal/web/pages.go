@@ -30,6 +30,7 @@ var funcs = template.FuncMap{
 	"cost":  func(c float64) string { return fmt.Sprintf("$%.4f", c) },
 	"short": func(s string) string { return truncate(firstLine(s), 120) },
 	"add":   func(a, b int) int { return a + b },
+	"list":  func(v ...string) []string { return v },
 }
 
 // pages are the parsed templates: the layout, the shared fragments and

@@ -118,12 +118,13 @@ type Recorder interface {
 }
 
 // Options configure a Server. Sessions, Approvals, Hub and Audit are
-// required; Changes and Log may be nil (their pages say so).
+// required; Changes, Log and Policy may be nil (their pages say so).
 type Options struct {
 	Sessions  Sessions
 	Approvals Approvals
 	Changes   Changes
 	Log       AuditLog
+	Policy    Policy
 	Audit     Recorder
 	Hub       *Hub
 	// Hosts are further host:port names the console is reached at (a

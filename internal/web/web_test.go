@@ -720,3 +720,32 @@ func TestBehindAProxy(t *testing.T) {
 		t.Errorf("the proxy's https origin: %d, want 200", got)
 	}
 }
+
+type fakePolicy struct{}
+
+func (fakePolicy) Effective(_ context.Context, ws string) (web.PolicyView, error) {
+	return web.PolicyView{Workspace: ws, Default: "approve", Files: []web.PolicyFile{{Name: "project policy", Path: ws + "/.fluffy/policy.yaml", Present: true}},
+		Rules: []web.PolicyRule{{ID: "no-<b>rm</b>", Effect: "block", Layer: "project", Source: ws + "/.fluffy/policy.yaml:3", Description: "never <script>rm</script>"}}}, nil
+}
+
+func (fakePolicy) Explain(_ context.Context, ws string, q web.PolicyQuery) (web.PolicyDecision, error) {
+	return web.PolicyDecision{Effect: "block", Rule: "no-rm", Layer: "project", Reason: "asked " + q.Tool + " " + q.Shell,
+		Matched: []web.PolicyMatch{{Rule: "no-rm", Effect: "block", Layer: "project", Subject: q.Shell}}}, nil
+}
+
+func TestPolicyPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Policy = fakePolicy{} })
+	cl, _ := c.login()
+	page := c.get(cl, "/policy?workspace=/repo&tool=shell.exec&shell="+url.QueryEscape("rm -rf /"), http.StatusOK)
+	for _, want := range []string{"no-&lt;b&gt;rm&lt;/b&gt;", "/repo/.fluffy/policy.yaml:3", `<strong class="effect-block">block</strong>`, "asked shell.exec rm -rf /"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("policy page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script>rm") {
+		t.Errorf("a rule's description is not escaped")
+	}
+	// A directory no session works on: the daemon does not read its
+	// policy.
+	c.get(cl, "/policy?workspace=/etc", http.StatusNotFound)
+}

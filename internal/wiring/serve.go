@@ -402,7 +402,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 	var console *web.Server
 	if c.Serve.Web.Listen != "" && hub != nil {
 		var closeWeb func()
-		if console, closeWeb, err = startWeb(ctx, u, k, hub, mux, c.Serve.Web, log); err != nil {
+		if console, closeWeb, err = startWeb(ctx, u, k, hub, mux, l, ws, log); err != nil {
 			closeChannels(chans)
 			return nil, err
 		}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
@@ -15,6 +17,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/internal/web"
 )
@@ -139,7 +143,8 @@ func webPrincipal(u *userenv.Env) string {
 // change sets and audit log) and registers web.login on mux. The caller
 // serves it on serve.web.listen and runs it as the "web" channel. close
 // releases its audit reader.
-func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux *ipc.Mux, c config.Web, log *slog.Logger) (_ *web.Server, closeFn func(), err error) {
+func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux *ipc.Mux, l *config.Loaded, ws string, log *slog.Logger) (_ *web.Server, closeFn func(), err error) {
+	c, mode := l.Config.Serve.Web, l.Config.TDD.Mode
 	db, keys, err := u.AuditPaths()
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +168,8 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 		hosts = append(hosts, strings.ToLower(h))
 	}
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
-		Log: web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts,
+		Policy: webPolicy{live: k.live, ws: ws, mode: mode},
+		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts,
 		Logger: log.With("channel", web.Name)})
 	if err != nil {
 		return nil, nil, err
@@ -204,4 +210,110 @@ type closer struct {
 func (c closer) Close() error {
 	c.close()
 	return nil
+}
+
+// webPolicy is the live policy for the console's policy page; a
+// workspace of "" is the assistant's (ws).
+type webPolicy struct {
+	live *livePolicy
+	ws   string
+	mode string // tdd.mode, the mode an explained operation is decided in
+}
+
+func (p webPolicy) workspace(ws string) string {
+	if ws == "" {
+		return p.ws
+	}
+	return ws
+}
+
+func (p webPolicy) Effective(ctx context.Context, ws string) (web.PolicyView, error) {
+	ws = p.workspace(ws)
+	e, err := p.live.engine(ctx, ws)
+	if err != nil {
+		return web.PolicyView{}, err
+	}
+	w, err := p.live.workspace(ws)
+	if err != nil {
+		return web.PolicyView{}, err
+	}
+	v := web.PolicyView{Workspace: ws, Default: e.Default().String()}
+	for _, f := range []struct{ name, path string }{{"user policy", w.files.User}, {"project policy", w.files.Project}} {
+		if f.path == "" {
+			continue
+		}
+		_, serr := os.Stat(f.path)
+		v.Files = append(v.Files, web.PolicyFile{Name: f.name, Path: f.path, Present: serr == nil})
+	}
+	for _, r := range e.Rules() {
+		v.Rules = append(v.Rules, web.PolicyRule{ID: r.ID, Effect: r.Effect, Layer: string(r.Layer), Source: r.Source, Description: r.Description})
+	}
+	if rj := p.live.rejected(ws); rj != nil {
+		v.Rejected = rj.err.Error()
+	}
+	return v, nil
+}
+
+// errPolicyQuery: the typed operation cannot be decided as given.
+var errPolicyQuery = errors.New("web: policy query")
+
+func (p webPolicy) Explain(ctx context.Context, ws string, q web.PolicyQuery) (web.PolicyDecision, error) {
+	ws = p.workspace(ws)
+	act := operation.Action(q.Action)
+	if act == "" {
+		act = toolAction(q.Tool)
+	}
+	if !act.Valid() {
+		return web.PolicyDecision{}, fmt.Errorf("%w: cannot tell the action of tool %q; choose one", errPolicyQuery, q.Tool)
+	}
+	op := operation.Operation{Tool: q.Tool, Action: act, CommandLine: q.Shell,
+		Session: operation.Session{ID: "web", Mode: p.mode, Workspace: ws}}
+	for _, path := range q.Paths {
+		op.Paths = append(op.Paths, operation.Path{Raw: path})
+	}
+	for _, h := range q.Hosts {
+		name, port, hasPort := strings.Cut(h, ":")
+		hp := operation.Host{Name: name}
+		if hasPort {
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 1 || n > 65535 {
+				return web.PolicyDecision{}, fmt.Errorf("%w: host %q: the port must be 1-65535", errPolicyQuery, h)
+			}
+			hp.Port = n
+		}
+		if name == "" {
+			return web.PolicyDecision{}, fmt.Errorf("%w: host %q has no name", errPolicyQuery, h)
+		}
+		op.Hosts = append(op.Hosts, hp)
+	}
+	if err := policy.Normalize(&op, ws); err != nil {
+		return web.PolicyDecision{}, fmt.Errorf("%w: %v", errPolicyQuery, err)
+	}
+	d := p.live.Explain(ctx, op)
+	out := web.PolicyDecision{Effect: d.Effect.String(), Rule: d.Rule, Layer: string(d.Layer), Source: d.Source, Reason: d.Reason, Subject: d.Subject}
+	for _, m := range d.Matched {
+		out.Matched = append(out.Matched, web.PolicyMatch{Rule: m.Rule, Effect: m.Effect.String(), Layer: string(m.Layer), Subject: m.Subject, Error: m.Error, Shadowed: m.Shadowed})
+	}
+	return out, nil
+}
+
+// toolAction is the action a tool's operations have, from its name
+// (fluffy policy check's rule).
+func toolAction(tool string) operation.Action {
+	prefix, _, _ := strings.Cut(tool, ".")
+	switch {
+	case tool == "fs.read" || tool == "fs.list" || tool == "fs.grep":
+		return operation.Read
+	case prefix == "fs":
+		return operation.Write
+	case prefix == "shell" || prefix == "exec":
+		return operation.Exec
+	case prefix == "net" || prefix == "http" || prefix == "web":
+		return operation.Net
+	case prefix == "secret":
+		return operation.Secret
+	case prefix == "message" || prefix == "chat":
+		return operation.Message
+	}
+	return ""
 }
