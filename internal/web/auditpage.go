@@ -102,6 +102,9 @@ func (s *Server) auditBefore(r *http.Request, f audit.Filter, before uint64) ([]
 	var rows []auditRow
 	for {
 		rows = rows[:0]
+		// No entry at or past before is read: the window is bounded
+		// on both sides.
+		f.Limit = int(before - f.After - 1)
 		err := s.o.Log.Entries(r.Context(), f, func(e audit.Entry) error {
 			if e.Seq < before {
 				rows = append(rows, auditRow{Seq: e.Seq, Time: e.Time, Session: e.Session, Kind: string(e.Kind), Actor: e.Actor})

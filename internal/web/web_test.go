@@ -94,7 +94,7 @@ func (r *brokerRecorder) Record(_ context.Context, ev approval.Event) error {
 // console is a web console over fakes, a real approval broker and a real
 // audit log, served by httptest.
 type console struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *web.Server
 	ts      *httptest.Server
 	log     *audit.Log
@@ -108,12 +108,12 @@ type console struct {
 	mu      sync.Mutex
 }
 
-func newConsole(t *testing.T) *console {
+func newConsole(t testing.TB) *console {
 	t.Helper()
 	return newConsoleWith(t, nil)
 }
 
-func newConsoleWith(t *testing.T, opt func(*web.Options)) *console {
+func newConsoleWith(t testing.TB, opt func(*web.Options)) *console {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
