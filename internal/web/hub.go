@@ -48,6 +48,11 @@ type Status struct {
 // further behind is told to reload.
 const hubKeep = 4096
 
+// hubSessions is how many sessions' events the hub keeps: past it, the
+// session whose newest event is oldest and that no page watches is
+// forgotten (its page then starts from what comes next).
+const hubSessions = 256
+
 // hubSubscriberQueue bounds what a slow page has not read yet; when it is
 // full the page is dropped (its stream closes, and EventSource reconnects
 // with Last-Event-ID, which replays from the kept events).
@@ -59,12 +64,14 @@ const hubSubscriberQueue = 256
 type Hub struct {
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*sessionLog
+	tick     uint64 // counts publications, for sessionLog.touched
 }
 
 type sessionLog struct {
-	next   uint64
-	events []Event // the newest hubKeep, ascending IDs
-	subs   map[*subscriber]struct{}
+	touched uint64 // Hub.tick at its newest event
+	next    uint64
+	events  []Event // the newest hubKeep, ascending IDs
+	subs    map[*subscriber]struct{}
 }
 
 type subscriber struct {
@@ -81,6 +88,8 @@ func (h *Hub) Publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l := h.logLocked(ev.Session)
+	h.tick++
+	l.touched = h.tick
 	l.next++
 	ev.ID = l.next
 	l.events = append(l.events, ev)
@@ -102,10 +111,27 @@ func (h *Hub) Publish(ev Event) {
 func (h *Hub) logLocked(session string) *sessionLog {
 	l := h.sessions[session]
 	if l == nil {
-		l = &sessionLog{subs: map[*subscriber]struct{}{}}
+		if len(h.sessions) >= hubSessions {
+			h.forgetLocked()
+		}
+		l = &sessionLog{subs: map[*subscriber]struct{}{}, touched: h.tick}
 		h.sessions[session] = l
 	}
 	return l
+}
+
+// forgetLocked drops the least recently active session no page watches.
+func (h *Hub) forgetLocked() {
+	var oldest string
+	var at uint64
+	for id, l := range h.sessions {
+		if len(l.subs) == 0 && (oldest == "" || l.touched < at) {
+			oldest, at = id, l.touched
+		}
+	}
+	if oldest != "" {
+		delete(h.sessions, oldest)
+	}
 }
 
 func (h *Hub) dropLocked(l *sessionLog, s *subscriber) {

@@ -749,3 +749,21 @@ func TestPolicyPage(t *testing.T) {
 	// policy.
 	c.get(cl, "/policy?workspace=/etc", http.StatusNotFound)
 }
+
+// TestHubForgetsIdleSessions: the hub keeps a bounded number of
+// sessions, forgetting the least recently active one no page watches.
+func TestHubForgetsIdleSessions(t *testing.T) {
+	h := web.NewHub()
+	_, _, _, cancel := h.Subscribe("watched", 0)
+	defer cancel()
+	h.Publish(web.Event{Session: "watched", Type: "text"})
+	for i := range 1000 {
+		h.Publish(web.Event{Session: "s" + strconv.Itoa(i), Type: "text"})
+	}
+	if h.Last("watched") != 1 {
+		t.Errorf("a watched session was forgotten")
+	}
+	if h.Last("s0") != 0 || h.Last("s999") != 1 {
+		t.Errorf("s0 kept (%d) or s999 forgotten (%d): want the oldest idle ones forgotten", h.Last("s0"), h.Last("s999"))
+	}
+}
