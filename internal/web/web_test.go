@@ -560,7 +560,13 @@ func TestApproveChosenSteps(t *testing.T) {
 	if r := c.post(cl, "/approvals/"+req.ID, form, nil); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("answer: %s", r.Status)
 	}
-	final := <-done
+	var final approval.Request
+	select {
+	case final = <-done:
+	case again := <-c.notify:
+		// The broker asks again about steps the answer left open.
+		t.Fatalf("request asked again after the answer: %+v", again.Items)
+	}
 	var verdicts []approval.Verdict
 	for _, it := range final.Items {
 		verdicts = append(verdicts, it.Decision.Verdict)
