@@ -1,11 +1,22 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,6 +27,28 @@ import (
 
 func init() {
 	scriptCmds["browse"] = browse
+	scriptCmds["gencert"] = gencert
+}
+
+// gencert is "gencert CERT KEY": a self-signed certificate for
+// 127.0.0.1 and localhost, PEM, valid for a day.
+func gencert(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: gencert CERT KEY")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ts.Check(err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fluffy test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ts.Check(err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	ts.Check(err)
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 }
 
 // browsers are the scripts' browsers: a cookie jar and the CSRF token of
@@ -42,9 +75,30 @@ func browse(ts *testscript.TestScript, neg bool, args []string) {
 	b := v.(*browser)
 	if b.c == nil {
 		jar, _ := cookiejar.New(nil)
-		b.c = &http.Client{Jar: jar, Timeout: 30 * time.Second}
+		b.c = &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			// The login's cookie comes with its redirect.
+			if req.Response != nil {
+				printCookies(ts, req.Response)
+			}
+			if len(via) >= 10 {
+				return errors.New("too many redirects")
+			}
+			return nil
+		}}
+		// $WEB_CA: the console serves HTTPS with that certificate.
+		if ca := ts.Getenv("WEB_CA"); ca != "" {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM([]byte(ts.ReadFile(ca))) {
+				ts.Fatalf("browse: no certificate in %s", ca)
+			}
+			b.c.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+		}
 	}
-	base := "http://" + ts.Getenv("WEB")
+	scheme := "http"
+	if ts.Getenv("WEB_CA") != "" {
+		scheme = "https"
+	}
+	base := scheme + "://" + ts.Getenv("WEB")
 	target := args[1]
 	if strings.HasPrefix(target, "/") {
 		target = base + target
@@ -88,6 +142,18 @@ func browse(ts *testscript.TestScript, neg bool, args []string) {
 		b.csrf = string(m[1])
 	}
 	fmt.Fprintf(ts.Stdout(), "%d\n%s", res.StatusCode, body)
+	printCookies(ts, res)
+}
+
+// printCookies writes the cookies res sets to stderr, their values
+// replaced: the attributes, as the browser was told them.
+func printCookies(ts *testscript.TestScript, res *http.Response) {
+	for _, c := range res.Cookies() {
+		v := c.Value
+		c.Value = "VALUE"
+		fmt.Fprintf(ts.Stderr(), "set-cookie: %s\n", c.String())
+		c.Value = v
+	}
 }
 
 // readEvents reads n events (blocks ending in a blank line that name an

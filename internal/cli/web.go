@@ -38,7 +38,7 @@ docs/web.md.`,
 			if st.Serve == nil || st.Serve.Web == "" {
 				return errNoConsole
 			}
-			fmt.Fprintf(a.Stdout, "http://%s/ (log in with 'fluffy web open')\n", termsafe.String(st.Serve.Web))
+			fmt.Fprintf(a.Stdout, "%s (log in with 'fluffy web open')\n", termsafe.String(st.Serve.Web))
 			return nil
 		},
 	}

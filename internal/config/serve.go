@@ -56,6 +56,10 @@ type Web struct {
 	// Hosts are further host:port names the console is reached at (a
 	// reverse proxy's name): its Host and Origin checks accept them.
 	Hosts []string `yaml:"hosts" scope:"user"`
+	// TLSCert and TLSKey are PEM files: with both, the console serves
+	// HTTPS with this certificate (and may listen beyond loopback).
+	TLSCert string `yaml:"tls_cert" scope:"user"`
+	TLSKey  string `yaml:"tls_key" scope:"user"`
 }
 
 // Route names a conversation a daemon message goes to: a channel instance

@@ -66,8 +66,8 @@ type ServeStatus struct {
 	// serve.health); empty when not served.
 	Listen string `json:"listen,omitempty"`
 	Health string `json:"health,omitempty"`
-	// Web is the web console's address (serve.web.listen); empty when
-	// not served.
+	// Web is the web console's URL (http or https, the address
+	// serve.web.listen is bound to); empty when not served.
 	Web      string          `json:"web,omitempty"`
 	Channels []ChannelStatus `json:"channels"`
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -189,7 +190,15 @@ func (s *Server) LoginURL(principal string) (string, error) {
 	if addr == "" {
 		return "", errors.New("web: the console is not listening yet")
 	}
-	return s.scheme(nil) + "://" + addr + "/login?t=" + s.auth.mint(principal), nil
+	scheme := s.scheme(nil)
+	if host, _, err := net.SplitHostPort(addr); err == nil && len(s.o.Hosts) > 0 {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			// Bound to every address: the link names the host the
+			// console is reached at, over TLS (its own or the proxy's).
+			addr, scheme = s.o.Hosts[0], "https"
+		}
+	}
+	return scheme + "://" + addr + "/login?t=" + s.auth.mint(principal), nil
 }
 
 // Name implements channel.Channel.

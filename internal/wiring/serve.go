@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -443,13 +444,21 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		f.listen = bound
 	}
 	if console != nil {
-		bound, err := f.serveHTTP(c.Serve.Web.Listen, console)
+		tlsCfg, err := webTLS(c.Serve.Web)
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		bound, err := f.serveHTTPTLS(c.Serve.Web.Listen, console, tlsCfg)
 		if err != nil {
 			f.stop()
 			return nil, fmt.Errorf("serve.web.listen: %w", err)
 		}
 		console.SetAddr(bound)
-		f.web = bound
+		f.web = "http://" + bound + "/"
+		if tlsCfg != nil {
+			f.web = "https://" + bound + "/"
+		}
 	}
 	if c.Serve.Health != "" {
 		bound, err := f.serveHTTP(c.Serve.Health, dm.HealthHandler())
@@ -519,6 +528,11 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 // bound to, in addr's notation: port 0 becomes the port the system chose,
 // which status and the log then show.
 func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
+	return f.serveHTTPTLS(addr, h, nil)
+}
+
+// serveHTTPTLS is serveHTTP, over TLS with cfg when it is not nil.
+func (f *serveFront) serveHTTPTLS(addr string, h http.Handler, cfg *tls.Config) (string, error) {
 	var ln net.Listener
 	var err error
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
@@ -540,6 +554,9 @@ func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
 	bound := addr
 	if ln.Addr().Network() == "tcp" {
 		bound = ln.Addr().String()
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	// Slow or huge requests are the server's to bound, before any handler.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(f.log.Handler(), slog.LevelWarn)}

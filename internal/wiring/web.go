@@ -3,6 +3,7 @@ package wiring
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,7 +144,7 @@ func webPrincipal(u *userenv.Env) string {
 // change sets and audit log) and registers web.login on mux. The caller
 // serves it on serve.web.listen and runs it as the "web" channel. close
 // releases its audit reader.
-func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux *ipc.Mux, l *config.Loaded, ws string, log *slog.Logger) (_ *web.Server, closeFn func(), err error) {
+func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux *ipc.Mux, l *config.Loaded, ws string, log *slog.Logger) (_ *web.Server, _ func(), err error) {
 	c, mode := l.Config.Serve.Web, l.Config.TDD.Mode
 	db, keys, err := u.AuditPaths()
 	if err != nil {
@@ -153,15 +154,19 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	if err != nil {
 		return nil, nil, fmt.Errorf("serve.web: the audit log: %w", err)
 	}
-	closeFn = func() { _ = r.Close() }
+	closeReader := func() { _ = r.Close() }
 	defer func() {
 		if err != nil {
-			closeFn()
+			closeReader()
 		}
 	}()
 	key, err := audit.LoadKey(keys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("serve.web: the audit log's key: %w", err)
+	}
+	tlsCfg, err := webTLS(c)
+	if err != nil {
+		return nil, nil, err
 	}
 	var hosts []string
 	for _, h := range c.Hosts {
@@ -169,7 +174,7 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	}
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
 		Policy: webPolicy{live: k.live, ws: ws, mode: mode},
-		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts,
+		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
 		Logger: log.With("channel", web.Name)})
 	if err != nil {
 		return nil, nil, err
@@ -184,7 +189,7 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	}); err != nil {
 		return nil, nil, err
 	}
-	return srv, closeFn, nil
+	return srv, closeReader, nil
 }
 
 // checkWebListen: the console listens on loopback unless serve.web.hosts
@@ -194,10 +199,34 @@ func checkWebListen(c config.Web) error {
 	if err != nil {
 		return fmt.Errorf("%q: want host:port: %w", c.Listen, err)
 	}
-	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() || len(c.Hosts) > 0 {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("serve.web.tls_cert and serve.web.tls_key go together")
+	}
+	ip := net.ParseIP(host)
+	if host == "" || ip != nil && ip.IsUnspecified() {
+		// Every address of the machine: the Host check needs the names
+		// the console is reached at.
+		if len(c.Hosts) == 0 {
+			return fmt.Errorf("%q listens on every address: name the host:port the console is reached at in serve.web.hosts", c.Listen)
+		}
+	}
+	if host == "localhost" || ip != nil && ip.IsLoopback() || len(c.Hosts) > 0 || c.TLSCert != "" {
 		return nil
 	}
-	return fmt.Errorf("%q: the console is served on loopback only, unless serve.web.hosts names the TLS reverse proxy in front of it", c.Listen)
+	return fmt.Errorf("%q: the console is served on loopback only, unless it has its own certificate (serve.web.tls_cert) or serve.web.hosts names the TLS reverse proxy in front of it", c.Listen)
+}
+
+// webTLS is the console's TLS configuration from serve.web.tls_cert and
+// tls_key; nil when they are not set.
+func webTLS(c config.Web) (*tls.Config, error) {
+	if c.TLSCert == "" && c.TLSKey == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("serve.web.tls_cert, tls_key: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // closer is a channel with what to release when the daemon closes its

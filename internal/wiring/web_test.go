@@ -24,6 +24,10 @@ func TestCheckWebListen(t *testing.T) {
 		{config.Web{Listen: "0.0.0.0:8484"}, false},
 		{config.Web{Listen: "192.0.2.1:8484"}, false},
 		{config.Web{Listen: "0.0.0.0:8484", Hosts: []string{"fluffy.example.org"}}, true},
+		{config.Web{Listen: "0.0.0.0:8484", TLSCert: "c.pem", TLSKey: "k.pem"}, false},
+		{config.Web{Listen: ":8484", TLSCert: "c.pem", TLSKey: "k.pem", Hosts: []string{"fluffy.example.org:8484"}}, true},
+		{config.Web{Listen: "192.0.2.1:8484", TLSCert: "c.pem", TLSKey: "k.pem"}, true},
+		{config.Web{Listen: "127.0.0.1:8484", TLSCert: "c.pem"}, false},
 		{config.Web{Listen: "8484"}, false},
 	} {
 		if err := checkWebListen(c.web); (err == nil) != c.ok {
