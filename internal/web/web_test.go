@@ -43,9 +43,10 @@ func (f fakeSessions) Get(_ context.Context, id string) (web.Session, error) {
 }
 
 type fakeChanges struct {
-	mu    sync.Mutex
-	calls []string
-	diff  string
+	mu        sync.Mutex
+	calls     []string
+	diff      string
+	conflicts []web.Conflict
 }
 
 func (f *fakeChanges) Diff(_ context.Context, session string, paths []string) (web.ChangeSet, error) {
@@ -56,7 +57,7 @@ func (f *fakeChanges) Apply(_ context.Context, session string, paths []string, a
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "apply "+session+" "+strings.Join(paths, ",")+" by "+actor)
-	return web.ChangeSet{}, nil
+	return web.ChangeSet{Conflicts: f.conflicts}, nil
 }
 
 func (f *fakeChanges) Discard(_ context.Context, session string, paths []string, actor string) (web.ChangeSet, error) {
@@ -771,5 +772,31 @@ func TestHubForgetsIdleSessions(t *testing.T) {
 	}
 	if h.Last("s0") != 0 || h.Last("s999") != 1 {
 		t.Errorf("s0 kept (%d) or s999 forgotten (%d): want the oldest idle ones forgotten", h.Last("s0"), h.Last("s999"))
+	}
+}
+
+// TestApplyConflictShowsThreeVersions: an apply that conflicts wrote
+// nothing; the page says so and shows each conflict's versions.
+func TestApplyConflictShowsThreeVersions(t *testing.T) {
+	c := newConsole(t)
+	c.changes.conflicts = []web.Conflict{{Path: "a.go", Explain: "base: <old>\nyours: <mine>\ntheirs: <new>"}}
+	cl, tok := c.login()
+	req, _ := http.NewRequest(http.MethodPost, c.ts.URL+"/sessions/s1/changes/apply", strings.NewReader(url.Values{"csrf": {tok}, "all": {"1"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", c.ts.URL)
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	page := b.String()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(page, "nothing was applied") || !strings.Contains(page, "Conflict: a.go") ||
+		!strings.Contains(page, "yours: &lt;mine&gt;") {
+		t.Fatalf("conflict page: %s\n%s", resp.Status, page)
 	}
 }
