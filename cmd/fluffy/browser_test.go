@@ -52,6 +52,8 @@ const chromeTimeout = 60 * time.Second
 //	chrome key KEYS               press keys on the page (j, k, a...)
 //	chrome focused                the focused element's outer HTML to stdout
 //	chrome screenshot NAME        the whole page as NAME.png in the test's artifact directory
+//	chrome phone                  emulate a phone's screen from now on
+//	chrome overflow               stdout "overflows" when the page is wider than the window, else "fits"
 //	chrome axe                    run axe-core on the page; fails on serious or critical violations
 //	chrome scripts                whether the model's script ran: stdout "pwned" when window.pwned is set, else "inert"
 func chrome(ts *testscript.TestScript, neg bool, args []string) {
@@ -120,6 +122,19 @@ func chrome(ts *testscript.TestScript, neg bool, args []string) {
 			name := filepath.Join(artifactDir(ts), arg(1)+".png")
 			err = os.WriteFile(name, img, 0o644)
 			fmt.Fprintln(ts.Stdout(), name)
+		}
+	case "phone":
+		// A phone's screen: 390 CSS pixels wide, touch.
+		err = chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	case "overflow":
+		// Whether the page is wider than its window (it scrolls
+		// sideways): stdout "overflows" or "fits".
+		var wide bool
+		wide, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`))
+		if wide {
+			fmt.Fprintln(ts.Stdout(), "overflows")
+		} else {
+			fmt.Fprintln(ts.Stdout(), "fits")
 		}
 	case "axe":
 		err = runAxe(ctx, ts)
