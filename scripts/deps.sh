@@ -21,6 +21,8 @@ declare -A want=(
 	[python3]=python3      # the stand-alone audit export verifier (scripts/audit_verify.py) runs in the tests
 	[rg]=ripgrep           # internal/tool/builtin: BenchmarkGrep compares search.grep with ripgrep
 	[tmux]=tmux            # cmd/fluffy: the terminal UI screen tests (TestTerminal*)
+	[chromium]=chromium    # cmd/fluffy: the web console's browser tests (serve_web_browser.txtar)
+	[npm]=npm              # axe-core, below
 )
 
 missing=()
@@ -77,5 +79,14 @@ if command -v podman >/dev/null 2>&1 && ! podman_up; then
 		sleep 1
 	done
 	podman_up || { echo "deps: Podman's API did not answer within 30 s; see /tmp/podman-service.log" >&2; tail -20 /tmp/podman-service.log >&2; exit 1; }
+fi
+# axe-core, the accessibility checker the web console's browser tests run
+# in the page, from npm, cached (installed once per version).
+axe_version=4.14.1
+axe_dir="${XDG_CACHE_HOME:-$HOME/.cache}/fluffy-test/axe-core-$axe_version"
+if [ ! -f "$axe_dir/node_modules/axe-core/axe.min.js" ]; then
+	echo "deps: installing axe-core $axe_version into $axe_dir"
+	mkdir -p "$axe_dir"
+	npm install --prefix "$axe_dir" --no-save --no-audit --no-fund --silent "axe-core@$axe_version" >/dev/null
 fi
 echo "deps: ok"

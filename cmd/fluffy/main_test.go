@@ -48,6 +48,11 @@ func scriptSetup(env *testscript.Env) error {
 	// The host's Go build cache, for scripts that run the real go
 	// on the host (never handed to a sandbox).
 	env.Setenv("HOST_GOCACHE", hostGoCache())
+	// Where a script keeps what a person looks at afterwards (the web
+	// console's screenshots): go test -artifacts keeps it.
+	if a, ok := env.T().(interface{ ArtifactDir() string }); ok && strings.Contains(env.T().(interface{ Name() string }).Name(), "browser") {
+		env.Setenv("ARTIFACTS", a.ArtifactDir())
+	}
 	// Sandbox scripts change the host's mount table (containers)
 	// and cgroups: hold the lock the sandbox suites take while
 	// they watch those.

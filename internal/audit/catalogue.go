@@ -73,6 +73,9 @@ const (
 	KindChannelRefused Kind = "channel.refused"
 	KindChannelAnswer  Kind = "channel.answer"
 
+	// KindWebLogin is a login to the web console (docs/web.md).
+	KindWebLogin Kind = "web.login"
+
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
 	// KindUserNote is the one kind a person records by hand ('fluffy
@@ -88,7 +91,8 @@ func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
-		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge:
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
+		KindWebLogin:
 		return true
 	}
 	return false
@@ -116,7 +120,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
-		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{},
+		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, WebLogin{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -623,6 +627,13 @@ type ChannelRefused struct {
 	Remote    string `json:"remote,omitempty"`
 }
 
+// WebLogin (web.login) is a one-time login link exchanged for a web
+// console session: who it was minted for and where the browser was.
+type WebLogin struct {
+	Principal string `json:"principal"`
+	Remote    string `json:"remote,omitempty"`
+}
+
 // ChannelAnswer (channel.answer) is an answer to an approval request that
 // arrived on a channel, with its outcome: "accepted" (handed to the
 // broker, which records the decision as approval.decision),
@@ -828,5 +839,6 @@ func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
+func (WebLogin) Kind() Kind           { return KindWebLogin }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }

@@ -24,6 +24,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newHookCmd(a),
 		newMemoryCmd(a),
 		newBackupCmd(a),
+		newWebCmd(a),
 	)
 	setupTaskCmd(a, root)
 }

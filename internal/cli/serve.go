@@ -113,6 +113,9 @@ func printServeStatus(w io.Writer, sv *kernel.ServeStatus) {
 	if sv.Listen != "" {
 		fmt.Fprintf(w, "listen\t%s\n", termsafe.String(sv.Listen))
 	}
+	if sv.Web != "" {
+		fmt.Fprintf(w, "web\t%s\n", termsafe.String(sv.Web))
+	}
 	if len(sv.Channels) == 0 {
 		fmt.Fprintf(w, "channels\tnone configured\n")
 	}

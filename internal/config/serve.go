@@ -39,11 +39,27 @@ type Serve struct {
 	Webhooks []Webhook `yaml:"webhooks" scope:"user"`
 	// Email is the inbound mail channel.
 	Email Email `yaml:"email"`
+	// Web is the web console (docs/web.md).
+	Web Web `yaml:"web"`
 	// Cron holds the scheduled jobs.
 	Cron []CronJob `yaml:"cron" scope:"user"`
 	// Grace is how long a stopping daemon lets the turns in progress end
 	// before it cancels them (their sessions stay resumable); default 30s.
 	Grace units.Duration `yaml:"grace" scope:"user"`
+}
+
+// Web configures the web console.
+type Web struct {
+	// Listen is the console's address (host:port, loopback unless
+	// Hosts names the reverse proxy in front); empty: no console.
+	Listen string `yaml:"listen" scope:"user"`
+	// Hosts are further host:port names the console is reached at (a
+	// reverse proxy's name): its Host and Origin checks accept them.
+	Hosts []string `yaml:"hosts" scope:"user"`
+	// TLSCert and TLSKey are PEM files: with both, the console serves
+	// HTTPS with this certificate (and may listen beyond loopback).
+	TLSCert string `yaml:"tls_cert" scope:"user"`
+	TLSKey  string `yaml:"tls_key" scope:"user"`
 }
 
 // Route names a conversation a daemon message goes to: a channel instance

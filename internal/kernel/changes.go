@@ -321,3 +321,8 @@ func (k *Kernel) changesHandlers() map[string]ipc.Handler {
 		MethodChangesDiscard: wrap(SessionChanges.Discard),
 	}
 }
+
+// Changes is the kernel's SessionChanges, for a client in the kernel's
+// own process (the web console): apply and discard are refused while the
+// session runs, as over IPC.
+func (k *Kernel) Changes() SessionChanges { return k.changes() }

@@ -64,8 +64,11 @@ type ServeStatus struct {
 	NotReady []string `json:"not_ready,omitempty"`
 	// Listen and Health are the daemon's HTTP addresses (serve.listen,
 	// serve.health); empty when not served.
-	Listen   string          `json:"listen,omitempty"`
-	Health   string          `json:"health,omitempty"`
+	Listen string `json:"listen,omitempty"`
+	Health string `json:"health,omitempty"`
+	// Web is the web console's URL (http or https, the address
+	// serve.web.listen is bound to); empty when not served.
+	Web      string          `json:"web,omitempty"`
 	Channels []ChannelStatus `json:"channels"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
+	"github.com/fluffy-agent/fluffy/internal/web"
 )
 
 // runKernel is the kernel daemon: it listens on u's kernel socket, starts
@@ -54,7 +55,18 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	// no client to publish to.
 	var server atomic.Pointer[ipc.Server]
 	mux := ipc.NewMux()
+	// The web console's live pages read the sessions' events from its
+	// hub, fed here beside the socket's clients.
+	var hub *web.Hub
+	if o.Serve && l.Config.Serve.Web.Listen != "" {
+		hub = web.NewHub()
+	}
 	k, err := StartKernel(ctx, u, mux, KernelOptions{Logger: log, Publish: func(topic string, data any) {
+		if hub != nil {
+			if ev, ok := webEvent(data); ok {
+				hub.Publish(ev)
+			}
+		}
 		if s := server.Load(); s != nil {
 			if _, err := s.Publish(topic, data); err != nil {
 				log.Warn("publish", "topic", topic, "err", err)
@@ -68,7 +80,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	defer k.Stop()
 	var front *serveFront
 	if o.Serve {
-		if front, err = startServe(ctx, u, k, mux, log); err != nil {
+		if front, err = startServe(ctx, u, k, mux, hub, log); err != nil {
 			_ = ln.Close()
 			return err
 		}

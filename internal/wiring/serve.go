@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,6 +25,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/serve"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
+	"github.com/fluffy-agent/fluffy/internal/web"
 )
 
 // ErrNothingToServe: "fluffy serve" found no assistant workspace, or
@@ -244,6 +246,11 @@ func CheckServe(u *userenv.Env) []error {
 			errs = append(errs, located(l, a.key, fmt.Errorf("%s: %w", a.key, err)))
 		}
 	}
+	if c.Serve.Web.Listen != "" {
+		if err := checkWebListen(c.Serve.Web); err != nil {
+			errs = append(errs, located(l, "serve.web.listen", fmt.Errorf("serve.web.listen: %w", err)))
+		}
+	}
 	home, _ := u.Getenv("HOME")
 	errs = append(errs, channelChecks(l, home, u.Getenv)...)
 	names := map[string]bool{}
@@ -338,6 +345,7 @@ type serveFront struct {
 	grace    time.Duration
 	listen   string
 	health   string
+	web      string
 	servers  []*http.Server
 	chans    []channel.Channel
 	mem      *heldMemory
@@ -348,7 +356,7 @@ type serveFront struct {
 // the channels under supervision, the serve.listen HTTP server (the HTTP
 // channels) and the serve.health endpoints. A listener that cannot be
 // opened stops the start.
-func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, log *slog.Logger) (*serveFront, error) {
+func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hub *web.Hub, log *slog.Logger) (*serveFront, error) {
 	l, err := u.Config()
 	if err != nil {
 		return nil, err
@@ -392,6 +400,17 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 			}
 		}
 	}
+	var console *web.Server
+	if c.Serve.Web.Listen != "" && hub != nil {
+		var closeWeb func()
+		if console, closeWeb, err = startWeb(ctx, u, k, hub, mux, l, ws, log); err != nil {
+			closeChannels(chans)
+			return nil, err
+		}
+		// The console is the "web" channel too: sessions started from
+		// the page are its conversations.
+		chans = append(chans, closer{console, closeWeb})
+	}
 	reports := serveReports(c)
 	var route []channel.Conversation
 	for _, r := range c.Approval.Route {
@@ -424,6 +443,23 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 		}
 		f.listen = bound
 	}
+	if console != nil {
+		tlsCfg, err := webTLS(c.Serve.Web)
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		bound, err := f.serveHTTPTLS(c.Serve.Web.Listen, console, tlsCfg)
+		if err != nil {
+			f.stop()
+			return nil, fmt.Errorf("serve.web.listen: %w", err)
+		}
+		console.SetAddr(bound)
+		f.web = "http://" + bound + "/"
+		if tlsCfg != nil {
+			f.web = "https://" + bound + "/"
+		}
+	}
 	if c.Serve.Health != "" {
 		bound, err := f.serveHTTP(c.Serve.Health, dm.HealthHandler())
 		if err != nil {
@@ -432,7 +468,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, lo
 		}
 		f.health = bound
 	}
-	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", f.listen, "health", f.health)
+	log.Info("assistant daemon serving", "workspace", ws, "channels", len(chans), "listen", f.listen, "health", f.health, "web", f.web)
 	served = true
 	return f, nil
 }
@@ -477,6 +513,9 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 	if c.Serve.Email.Listen != "" {
 		names = append(names, email.Name)
 	}
+	if c.Serve.Web.Listen != "" {
+		names = append(names, web.Name)
+	}
 	home, _ := u.Getenv("HOME")
 	if wantCron(cron.ConfigFrom(l, home)) {
 		names = append(names, cron.Name)
@@ -489,6 +528,11 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 // bound to, in addr's notation: port 0 becomes the port the system chose,
 // which status and the log then show.
 func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
+	return f.serveHTTPTLS(addr, h, nil)
+}
+
+// serveHTTPTLS is serveHTTP, over TLS with cfg when it is not nil.
+func (f *serveFront) serveHTTPTLS(addr string, h http.Handler, cfg *tls.Config) (string, error) {
 	var ln net.Listener
 	var err error
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
@@ -511,6 +555,9 @@ func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
 	if ln.Addr().Network() == "tcp" {
 		bound = ln.Addr().String()
 	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
 	// Slow or huge requests are the server's to bound, before any handler.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(f.log.Handler(), slog.LevelWarn)}
 	f.servers = append(f.servers, srv)
@@ -526,7 +573,7 @@ func (f *serveFront) serveHTTP(addr string, h http.Handler) (string, error) {
 // status is the daemon's part of "fluffy status".
 func (f *serveFront) status(ctx context.Context) *kernel.ServeStatus {
 	st := f.d.Status(ctx)
-	st.Listen, st.Health = f.listen, f.health
+	st.Listen, st.Health, st.Web = f.listen, f.health, f.web
 	return &st
 }
 

@@ -87,6 +87,9 @@ type Kernel struct {
 	// mem is the memory index the assistant daemon holds while it
 	// serves (serve.go); the sessions' memory.search use it.
 	mem heldMemory
+	// live is the policy in force, per workspace (the web console's
+	// policy page reads it).
+	live *livePolicy
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -126,6 +129,7 @@ func StartKernel(ctx context.Context, u *userenv.Env, mux *ipc.Mux, o KernelOpti
 		live.Close()
 		return nil, err
 	}
+	k.live = live
 	k.stop = func() {
 		stop()
 		live.Close()

@@ -1,0 +1,154 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/web"
+)
+
+// ttfb GETs path and returns the time to the response's first byte and
+// to its end.
+func ttfb(tb testing.TB, cl *http.Client, u string) (first, all time.Duration) {
+	tb.Helper()
+	var got time.Time
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotFirstResponseByte: func() { got = time.Now() }}))
+	t0 := time.Now()
+	resp, err := cl.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET %s: %s", u, resp.Status)
+	}
+	return got.Sub(t0), time.Since(t0)
+}
+
+// report adds the median and p99 of ds as metrics.
+func report(b *testing.B, name string, ds []time.Duration) {
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, name+"-p99-ms")
+}
+
+// BenchmarkSessionPage: time to first byte and to the end of a session's
+// page holding 500 kept events.
+func BenchmarkSessionPage(b *testing.B) {
+	c := newConsole(b)
+	cl, _ := c.login()
+	for i := range 500 {
+		c.hub.Publish(web.Event{Session: "s1", Type: "text", Text: strings.Repeat("model text ", 20) + strconv.Itoa(i)})
+	}
+	var first, all []time.Duration
+	for b.Loop() {
+		f, a := ttfb(b, cl, c.ts.URL+"/sessions/s1")
+		first, all = append(first, f), append(all, a)
+	}
+	report(b, "ttfb", first)
+	report(b, "full", all)
+}
+
+// BenchmarkStreamFirstEvent: from opening a session's stream to its
+// first event, and from publishing an event to a listening page reading
+// it.
+func BenchmarkStreamFirstEvent(b *testing.B) {
+	c := newConsole(b)
+	cl, _ := c.login()
+	c.hub.Publish(web.Event{Session: "s1", Type: "text", Text: "hello"})
+	var open, live []time.Duration
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(b.Context())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.ts.URL+"/sessions/s1/events?after="+strconv.FormatUint(c.hub.Last("s1")-1, 10), nil)
+		t0 := time.Now()
+		resp, err := cl.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := bufio.NewReader(resp.Body)
+		waitEvent := func() {
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					b.Fatal(err)
+				}
+				if strings.HasPrefix(line, "event: ev") {
+					return
+				}
+			}
+		}
+		waitEvent()
+		open = append(open, time.Since(t0))
+		t1 := time.Now()
+		c.hub.Publish(web.Event{Session: "s1", Type: "text", Text: "next"})
+		waitEvent()
+		live = append(live, time.Since(t1))
+		cancel()
+		resp.Body.Close()
+	}
+	report(b, "open", open)
+	report(b, "live", live)
+}
+
+// BenchmarkAuditPage: the audit log's newest page and a page in the
+// middle, over 10,000 entries.
+func BenchmarkAuditPage(b *testing.B) {
+	c := newConsole(b)
+	for i := range 10_000 {
+		if _, err := c.log.Append(b.Context(), audit.Entry{Kind: audit.KindUserNote, Actor: audit.ActorUser, Session: "s" + strconv.Itoa(i%50),
+			Payload: map[string]any{"n": i, "text": "a note"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.log.Flush(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	cl, _ := c.login()
+	var newest, middle, session []time.Duration
+	for b.Loop() {
+		_, a := ttfb(b, cl, c.ts.URL+"/audit")
+		newest = append(newest, a)
+		_, a = ttfb(b, cl, c.ts.URL+"/audit?before=5000")
+		middle = append(middle, a)
+		_, a = ttfb(b, cl, c.ts.URL+"/audit?session=s7")
+		session = append(session, a)
+	}
+	report(b, "newest", newest)
+	report(b, "middle", middle)
+	report(b, "session", session)
+}
+
+// BenchmarkDiffPage: a change set whose diff has 5,000 lines, its first
+// page (of five) in the unified and the side-by-side view.
+func BenchmarkDiffPage(b *testing.B) {
+	c := newConsole(b)
+	var d strings.Builder
+	d.WriteString("--- a/big.go\n+++ b/big.go\n@@ -1,2500 +1,2500 @@\n")
+	for i := range 2500 {
+		d.WriteString("-\told line " + strconv.Itoa(i) + "\n+\tnew line " + strconv.Itoa(i) + "\n")
+	}
+	c.changes.diff = d.String()
+	cl, _ := c.login()
+	var unified, split []time.Duration
+	for b.Loop() {
+		_, a := ttfb(b, cl, c.ts.URL+"/sessions/s1/changes")
+		unified = append(unified, a)
+		_, a = ttfb(b, cl, c.ts.URL+"/sessions/s1/changes?view=split")
+		split = append(split, a)
+	}
+	report(b, "unified", unified)
+	report(b, "split", split)
+}
