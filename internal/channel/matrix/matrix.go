@@ -36,6 +36,9 @@ const (
 	// ReasonUnencrypted: a plaintext message in an encrypted room, which
 	// the homeserver could have written.
 	ReasonUnencrypted = "unencrypted_in_encrypted_room"
+	// ReasonUndecryptable: an encrypted event whose key never came (or
+	// was withheld): no one can say who wrote it.
+	ReasonUndecryptable = "undecryptable"
 )
 
 // ErrUnverifiedDevices is SendApproval's error while a principal has
@@ -248,6 +251,10 @@ func (c *Channel) connect(ctx context.Context, st *state) (*mautrix.Client, *cry
 	syncer.OnEventType(event.StateMember, c.onMember)
 	helper.DecryptErrorCallback = func(evt *event.Event, err error) {
 		c.log.Warn("matrix: an event could not be decrypted", "channel", c.name, "room", evt.RoomID, "sender", evt.Sender, "event", evt.ID, "err", err)
+		if _, _, sink, cerr := c.conn(); cerr == nil {
+			_ = sink.Record(context.Background(), channel.Refusal{Channel: c.name, Principal: string(evt.Sender), Reason: ReasonUndecryptable,
+				Detail: fmt.Sprintf("%s in %s: %v", evt.ID, evt.RoomID, err)})
+		}
 	}
 	return cli, helper, nil
 }
