@@ -29,6 +29,8 @@ type sink struct {
 	refusals []channel.Refusal
 	ready    chan struct{}
 	once     sync.Once
+	// failOn makes the first Deliver of a text containing it fail.
+	failOn string
 }
 
 func newSink() *sink { return &sink{ready: make(chan struct{})} }
@@ -36,6 +38,10 @@ func newSink() *sink { return &sink{ready: make(chan struct{})} }
 func (s *sink) Deliver(_ context.Context, in channel.Inbound) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failOn != "" && strings.Contains(in.Text, s.failOn) {
+		s.failOn = ""
+		return "", errors.New("the daemon's inbox is full")
+	}
 	s.inbound = append(s.inbound, in)
 	return "s1", nil
 }
@@ -117,8 +123,9 @@ func (w *world) person(t *testing.T, user string, crossSign bool) *matrixtest.Pe
 	return p
 }
 
-// runBot runs the channel until the returned stop is called.
-func (w *world) runBot(t *testing.T, dir string, s *sink) (*Channel, func()) {
+// runBot runs the channel until the returned stop is called, which
+// returns Run's error.
+func (w *world) runBot(t *testing.T, dir string, s *sink) (*Channel, func() error) {
 	t.Helper()
 	cfg := config.Matrix{Homeserver: w.hs.URL, UserID: w.bot, TokenEnv: "BOT_PASSWORD", Password: true, Principals: []string{w.ana}}
 	c, err := New(cfg, Options{StateDir: dir, LookupEnv: func(k string) (string, bool) { return "bot-password", k == "BOT_PASSWORD" }})
@@ -138,15 +145,15 @@ func (w *world) runBot(t *testing.T, dir string, s *sink) (*Channel, func()) {
 		t.Fatal("the channel did not connect")
 	}
 	var once sync.Once
-	stop := func() {
+	var runErr error
+	stop := func() error {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
+			runErr = <-done
 		})
+		return runErr
 	}
-	t.Cleanup(stop)
+	t.Cleanup(func() { _ = stop() })
 	return c, stop
 }
 
@@ -282,12 +289,14 @@ func TestEncryptedRoom(t *testing.T) {
 
 	// Down, a message arrives; up again, it is delivered once and
 	// nothing before it again.
-	stop()
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 	const later = "are you back? blue-walrus"
 	if _, err := ana.Send(ctx, room, later); err != nil {
 		t.Fatal(err)
 	}
-	w.runBot(t, dir, s)
+	_, stop = w.runBot(t, dir, s)
 	s.waitFor(t, "the message sent while down", func() bool { return len(s.inbound) == 2 })
 	time.Sleep(2 * time.Second) // a repeat would arrive with the same sync
 	s.mu.Lock()
@@ -295,6 +304,31 @@ func TestEncryptedRoom(t *testing.T) {
 		t.Fatalf("after the restart: %d inbound, %d answers", len(s.inbound), len(s.answers))
 	}
 	s.mu.Unlock()
+
+	// A message the daemon could not take fails its sync batch: the
+	// channel stops without saving the batch's token, and the next run
+	// delivers it; what the batch delivered before it is not repeated.
+	s.mu.Lock()
+	s.failOn = "red-panda"
+	s.mu.Unlock()
+	for _, m := range []string{"first yellow-yak", "then red-panda"} {
+		if _, err := ana.Send(ctx, room, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitFor(t, "the refused delivery", func() bool { return s.failOn == "" })
+	if err := stop(); err == nil || !strings.Contains(err.Error(), "inbox is full") {
+		t.Fatalf("Run after a failed delivery: %v", err)
+	}
+	_, stop = w.runBot(t, dir, s)
+	s.waitFor(t, "the redelivery", func() bool { return len(s.inbound) == 4 })
+	time.Sleep(2 * time.Second)
+	s.mu.Lock()
+	if got := []string{s.inbound[2].Text, s.inbound[3].Text}; len(s.inbound) != 4 || got[0] != "first yellow-yak" || got[1] != "then red-panda" {
+		t.Fatalf("after the failed batch: %d inbound, last %q", len(s.inbound), got)
+	}
+	s.mu.Unlock()
+	_ = stop
 
 	// Encrypted at rest: no plaintext in the homeserver's databases.
 	for _, text := range []string{"purple-octopus", "green-giraffe", "blue-walrus", "the plan has three steps"} {
