@@ -80,4 +80,9 @@ func TestReadSecretFileMode(t *testing.T) {
 	if err != nil || got != "syt_secret" {
 		t.Fatalf("got %q, %v", got, err)
 	}
+	m.TokenFile = "~/token"
+	got, err = ReadSecret(m, env(map[string]string{"HOME": filepath.Dir(p)}))
+	if err != nil || got != "syt_secret" {
+		t.Fatalf("~/token: got %q, %v", got, err)
+	}
 }
