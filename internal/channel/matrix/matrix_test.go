@@ -232,6 +232,35 @@ func TestEncryptedRoom(t *testing.T) {
 		t.Fatalf("the diff in the thread: %v", err)
 	}
 
+	// A very long reply is a file in the thread, encrypted with a key of
+	// its own.
+	huge := "Build log\n\n" + strings.Repeat("compiling package mango-tapir\n", 1500)
+	if err := c.Send(ctx, in.Conversation, channel.Outbound{Text: huge}); err != nil {
+		t.Fatal(err)
+	}
+	fileEv, err := ana.Wait(ctx, room, time.Minute, func(e *event.Event) bool {
+		m, ok := e.Content.Parsed.(*event.MessageEventContent)
+		return ok && m.MsgType == event.MsgFile && m.RelatesTo != nil && m.RelatesTo.GetThreadParent() != ""
+	})
+	if err != nil {
+		t.Fatalf("the file in the thread: %v", err)
+	}
+	fm := fileEv.Content.AsMessage()
+	if fm.File == nil {
+		t.Fatalf("the file is not encrypted: %+v", fm)
+	}
+	uri, err := fm.File.URL.Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := ana.Client.DownloadBytes(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := fm.File.Decrypt(data); err != nil || string(plain) != huge {
+		t.Fatalf("the file decrypts to %d bytes (want %d): %v", len(plain), len(huge), err)
+	}
+
 	// An approval request; a stranger's ✅ and an unverified device's ✅
 	// change nothing; 1️⃣ 3️⃣ then ✅ approve exactly steps 1 and 3.
 	req := approval.Request{ID: "r1", Session: "s1", Summary: "run three commands", Items: []approval.Item{
@@ -331,7 +360,7 @@ func TestEncryptedRoom(t *testing.T) {
 	_ = stop
 
 	// Encrypted at rest: no plaintext in the homeserver's databases.
-	for _, text := range []string{"purple-octopus", "green-giraffe", "blue-walrus", "the plan has three steps"} {
+	for _, text := range []string{"purple-octopus", "green-giraffe", "blue-walrus", "the plan has three steps", "mango-tapir"} {
 		hits, err := w.hs.Contains(text)
 		if err != nil {
 			t.Fatal(err)

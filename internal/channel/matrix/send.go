@@ -105,7 +105,8 @@ func (c *Channel) sendFile(ctx context.Context, cli *mautrix.Client, room id.Roo
 	var file *attachment.EncryptedFile
 	if encrypted {
 		file = attachment.NewEncryptedFile()
-		upload, mime = file.Encrypt(data), "application/octet-stream"
+		upload, mime = append([]byte(nil), data...), "application/octet-stream"
+		file.EncryptInPlace(upload)
 	}
 	var resp *mautrix.RespMediaUpload
 	err = limited(ctx, func() (err error) {

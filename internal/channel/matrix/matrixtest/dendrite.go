@@ -195,13 +195,24 @@ func (d *Dendrite) CreateAccount(ctx context.Context, name, password string) (st
 	return "@" + name + ":" + ServerName, nil
 }
 
-// Contains reports the database files (SQLite, their WAL) that hold
-// text, for the check that messages are encrypted at rest.
+// Contains reports the files the homeserver stores (its SQLite
+// databases with their WAL, its media store) that hold text, for the
+// check that messages are encrypted at rest. Its own log is not stored
+// data and is not searched.
 func (d *Dendrite) Contains(text string) ([]string, error) {
 	var hits []string
 	err := filepath.WalkDir(d.Dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.Contains(e.Name(), ".db") {
+		if err != nil {
 			return err
+		}
+		if e.IsDir() {
+			if e.Name() == "logs" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.Name() == "dendrite.out" {
+			return nil
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
