@@ -135,7 +135,7 @@ func (c *Channel) onReaction(ctx context.Context, evt *event.Event) {
 	c.handleMu.Lock()
 	defer c.handleMu.Unlock()
 	cli, st, _, err := c.conn()
-	if err != nil || evt.Sender == cli.UserID {
+	if err != nil || evt.Sender == cli.UserID || c.batchFailed() {
 		return
 	}
 	r := evt.Content.AsReaction()

@@ -56,10 +56,11 @@ func (c *Channel) sender(ctx context.Context, evt *event.Event) (ok bool, reason
 			return true, ""
 		}
 		return false, ReasonUnverifiedDevice
-	case evt.Type == event.EventReaction && encrypted:
-		// Clients send reactions unencrypted (their relation must be
-		// readable to the server), so no device signs them: one counts
-		// only while every device of the principal is verified.
+	case (evt.Type == event.EventReaction || evt.Type == event.EventRedaction) && encrypted:
+		// Clients send reactions (and redactions, which take one back)
+		// unencrypted: the server must read their relation. No device
+		// signs them, so one counts only while every device of the
+		// principal is verified.
 		if bad, err := c.unverifiedDevices(ctx, evt.Sender); err == nil && len(bad) == 0 {
 			return true, ""
 		}
@@ -98,7 +99,7 @@ func (c *Channel) onMessage(ctx context.Context, evt *event.Event) {
 	c.handleMu.Lock()
 	defer c.handleMu.Unlock()
 	cli, st, sink, err := c.conn()
-	if err != nil || evt.Sender == cli.UserID {
+	if err != nil || evt.Sender == cli.UserID || c.batchFailed() {
 		return
 	}
 	msg := evt.Content.AsMessage()

@@ -58,6 +58,9 @@ const (
 	// typingFor is how long one typing notification lasts; it is
 	// renewed while the turn runs.
 	typingFor = 30 * time.Second
+	// handledFor is how long a handled event's id is kept: far longer
+	// than a sync batch can be replayed.
+	handledFor = 30 * 24 * time.Hour
 )
 
 // Options are the channel's dependencies. StateDir is required.
@@ -286,13 +289,20 @@ func (c *Channel) pickleKey() ([]byte, error) {
 // key is written 0600 to recovery-key in the state directory.
 func (c *Channel) crossSign(ctx context.Context, mach *crypto.OlmMachine, secret string) error {
 	own, err := mach.GetOwnCrossSigningPublicKeys(ctx)
-	if err == nil && own != nil && mach.CrossSigningKeys != nil {
-		return mach.SignOwnDevice(ctx, mach.OwnIdentity())
+	if err != nil {
+		return err
 	}
 	if own != nil {
-		// Keys exist on the server but not here: another client made
-		// them; this device stays for the person to verify.
-		return errors.New("the account has cross-signing keys this device does not hold")
+		if t, err := mach.ResolveTrustContext(ctx, mach.OwnIdentity()); err == nil && trusted(t) {
+			return nil // signed at an earlier start
+		}
+		// Keys exist but this device is not signed: restore the private
+		// keys with the recovery key this channel wrote, if it did.
+		rk, err := os.ReadFile(filepath.Join(c.dir, "recovery-key"))
+		if err != nil {
+			return errors.New("the account has cross-signing keys this device does not hold, and no recovery-key file")
+		}
+		return mach.VerifyWithRecoveryKey(ctx, strings.TrimSpace(string(rk)))
 	}
 	if !c.cfg.Password {
 		return errors.New("making cross-signing keys needs the account's password (password: true)")
@@ -327,6 +337,9 @@ func (c *Channel) syncLoop(ctx context.Context, cli *mautrix.Client, st *state, 
 		if err := st.put(ctx, "filter", filterID); err != nil {
 			return fmt.Errorf("state: %w", err)
 		}
+	}
+	if err := st.prune(ctx, c.now().Add(-handledFor).UnixNano()); err != nil {
+		return fmt.Errorf("state: %w", err)
 	}
 	since, err := st.get(ctx, "next_batch")
 	if err != nil {
@@ -428,6 +441,14 @@ func (c *Channel) conn() (*mautrix.Client, *state, channel.Sink, error) {
 		return nil, nil, nil, fmt.Errorf("matrix %s: not connected", c.name)
 	}
 	return c.cli, c.st, c.sink, nil
+}
+
+// batchFailed reports whether an event of the current batch failed:
+// the events after it wait for the batch to be handled again, in order.
+func (c *Channel) batchFailed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed != nil
 }
 
 // fail marks the current batch failed: its token is not saved.

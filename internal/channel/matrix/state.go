@@ -78,6 +78,12 @@ func (s *state) markHandled(ctx context.Context, id string, at int64) error {
 	return err
 }
 
+// prune forgets handled events older than before (UnixNano).
+func (s *state) prune(ctx context.Context, before int64) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM handled WHERE at < ?`, before)
+	return err
+}
+
 func (s *state) get(ctx context.Context, k string) (string, error) {
 	var v string
 	err := s.db.QueryRowContext(ctx, `SELECT v FROM sync WHERE k = ?`, k).Scan(&v)
