@@ -31,6 +31,8 @@ type sink struct {
 	once     sync.Once
 	// failOn makes the first Deliver of a text containing it fail.
 	failOn string
+	// lost counts Ready(false) reports.
+	lost int
 }
 
 func newSink() *sink { return &sink{ready: make(chan struct{})} }
@@ -54,6 +56,11 @@ func (s *sink) Answer(_ context.Context, a channel.Answer) error {
 }
 
 func (s *sink) Ready(_ string, ready bool, _ error) {
+	if !ready {
+		s.mu.Lock()
+		s.lost++
+		s.mu.Unlock()
+	}
 	if ready {
 		s.once.Do(func() { close(s.ready) })
 	}
@@ -355,6 +362,23 @@ func TestEncryptedRoom(t *testing.T) {
 	s.mu.Lock()
 	if got := []string{s.inbound[2].Text, s.inbound[3].Text}; len(s.inbound) != 4 || got[0] != "first yellow-yak" || got[1] != "then red-panda" {
 		t.Fatalf("after the failed batch: %d inbound, last %q", len(s.inbound), got)
+	}
+	s.mu.Unlock()
+
+	// The homeserver goes away and comes back: the channel reports
+	// itself not ready, reconnects with backoff, and what was sent
+	// meanwhile arrives.
+	if err := w.hs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the channel to notice", func() bool { return s.lost > 0 })
+	if _, err := ana.Send(ctx, room, "back again? teal-otter"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the message after the homeserver's restart", func() bool { return len(s.inbound) == 5 })
+	s.mu.Lock()
+	if got := s.inbound[4].Text; got != "back again? teal-otter" {
+		t.Fatalf("after the homeserver's restart: %q", got)
 	}
 	s.mu.Unlock()
 	_ = stop

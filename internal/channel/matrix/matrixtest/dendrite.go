@@ -39,6 +39,7 @@ type Dendrite struct {
 	// Dir holds its configuration, keys, logs and SQLite databases.
 	Dir  string
 	bin  string
+	addr string
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -89,19 +90,28 @@ func Start(ctx context.Context, dir string) (*Dendrite, error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	log, err := os.Create(filepath.Join(dir, "dendrite.out"))
-	if err != nil {
+	d := &Dendrite{URL: "http://" + addr, Dir: dir, bin: bin, addr: addr}
+	if err := d.start(); err != nil {
 		return nil, err
 	}
+	return d, nil
+}
+
+// start runs the homeserver on d.addr and waits until it answers.
+func (d *Dendrite) start() error {
+	log, err := os.OpenFile(filepath.Join(d.Dir, "dendrite.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
 	defer log.Close()
-	cmd := exec.Command(filepath.Join(bin, "dendrite"), "--config", filepath.Join(dir, "dendrite.yaml"),
-		"--http-bind-address", addr, "--https-bind-address", "127.0.0.1:0")
-	cmd.Dir = dir
+	cmd := exec.Command(filepath.Join(d.bin, "dendrite"), "--config", filepath.Join(d.Dir, "dendrite.yaml"),
+		"--http-bind-address", d.addr, "--https-bind-address", "127.0.0.1:0")
+	cmd.Dir = d.Dir
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start dendrite: %w", err)
+		return fmt.Errorf("start dendrite: %w", err)
 	}
-	d := &Dendrite{URL: "http://" + addr, Dir: dir, bin: bin, cmd: cmd, done: make(chan error, 1)}
+	d.cmd, d.done = cmd, make(chan error, 1)
 	go func() { d.done <- cmd.Wait() }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -109,20 +119,27 @@ func Start(ctx context.Context, dir string) (*Dendrite, error) {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return d, nil
+				return nil
 			}
 		}
 		select {
 		case err := <-d.done:
-			out, _ := os.ReadFile(filepath.Join(dir, "dendrite.out"))
-			return nil, fmt.Errorf("dendrite exited: %v\n%s", err, tail(out))
+			out, _ := os.ReadFile(filepath.Join(d.Dir, "dendrite.out"))
+			return fmt.Errorf("dendrite exited: %v\n%s", err, tail(out))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			d.Stop()
-			return nil, errors.New("dendrite did not answer within 60s")
+			return errors.New("dendrite did not answer within 60s")
 		}
 	}
+}
+
+// Restart stops the homeserver (SIGKILL) and starts it again on the same
+// address with the same databases, as a homeserver that went away.
+func (d *Dendrite) Restart() error {
+	d.Stop()
+	return d.start()
 }
 
 // moduleRoot is the directory of fluffy's go.mod above the working
