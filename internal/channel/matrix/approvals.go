@@ -277,30 +277,40 @@ func (c *Channel) answer(ctx context.Context, cli *mautrix.Client, st *state, p 
 }
 
 // describeAnswer is the line edited into a request: who answered, and
-// which steps the answer approved.
+// which steps the answer approved, denied or left open.
 func describeAnswer(text string, steps int, who id.UserID) string {
 	a, err := approval.ParseAnswer(text, steps)
 	if err != nil {
 		return fmt.Sprintf("answered by %s: %s", who, oneLine(text))
 	}
-	var ok, no []int
+	var ok, no, open []int
 	for i, d := range a.Steps {
 		switch d.Verdict {
 		case approval.Approved:
 			ok = append(ok, i+1)
 		case approval.Denied:
 			no = append(no, i+1)
+		default:
+			open = append(open, i+1)
 		}
 	}
 	switch {
-	case len(ok) == 0 && len(no) > 0:
+	case len(open) == 0 && len(ok) == 0:
 		return fmt.Sprintf("denied by %s", who)
-	case len(no) == 0 && len(ok) == steps:
+	case len(open) == 0 && len(no) == 0:
 		return fmt.Sprintf("approved by %s, %s", who, stepsText(ok))
-	case len(no) > 0:
+	case len(open) == 0:
 		return fmt.Sprintf("approved by %s, %s (denied: %s)", who, stepsText(ok), joinInts(no, ", "))
 	}
-	return fmt.Sprintf("approved by %s, %s", who, stepsText(ok))
+	var parts []string
+	if len(ok) > 0 {
+		parts = append(parts, "approved "+stepsText(ok))
+	}
+	if len(no) > 0 {
+		parts = append(parts, "denied "+stepsText(no))
+	}
+	parts = append(parts, "still open: "+joinInts(open, ", "))
+	return fmt.Sprintf("answered by %s: %s", who, strings.Join(parts, "; "))
 }
 
 func stepsText(n []int) string {

@@ -323,6 +323,29 @@ func TestEncryptedRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Once the unverified device is gone, requests are shown again; a
+	// reply in the approval language answers the room's open request.
+	if _, err := ana2.Client.Logout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendApproval(ctx, in.Conversation, approval.Request{ID: "r3", Summary: "two more", Items: []approval.Item{{N: 1}, {N: 2}}}); err != nil {
+		t.Fatalf("SendApproval after the unverified device logged out: %v", err)
+	}
+	if _, err := ana.Wait(ctx, room, time.Minute, bodyMatches("two more")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := ana.Send(ctx, room, "/deny 2 too broad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the reply's answer", func() bool { return len(s.answers) == 2 })
+	if a := s.answers[1]; a.Text != "/deny 2 too broad" || a.RequestID != "r3" || a.Event != reply.String() {
+		t.Fatalf("the reply's answer: %+v", a)
+	}
+	if _, err := ana.Wait(ctx, room, time.Minute, bodyMatches("answered by "+w.ana+": denied step 2; still open: 1")); err != nil {
+		t.Fatal(err)
+	}
+
 	// Down, a message arrives; up again, it is delivered once and
 	// nothing before it again.
 	if err := stop(); err != nil {
@@ -336,7 +359,7 @@ func TestEncryptedRoom(t *testing.T) {
 	s.waitFor(t, "the message sent while down", func() bool { return len(s.inbound) == 2 })
 	time.Sleep(2 * time.Second) // a repeat would arrive with the same sync
 	s.mu.Lock()
-	if len(s.inbound) != 2 || s.inbound[1].Text != later || len(s.answers) != 1 {
+	if len(s.inbound) != 2 || s.inbound[1].Text != later || len(s.answers) != 2 {
 		t.Fatalf("after the restart: %d inbound, %d answers", len(s.inbound), len(s.answers))
 	}
 	s.mu.Unlock()
