@@ -178,11 +178,27 @@ func bodyMatches(sub string) func(*event.Event) bool {
 	return func(e *event.Event) bool { return strings.Contains(body(e), sub) }
 }
 
+// roomTest is TestEncryptedRoom's world: the homeserver, the channel
+// and its sink, the person's verified device and a stranger, their room,
+// and the conversation the person's first message opened.
+type roomTest struct {
+	t        *testing.T
+	w        *world
+	s        *sink
+	c        *Channel
+	stop     func() error
+	dir      string
+	ana, eve *matrixtest.Person
+	room     id.RoomID
+	in       channel.Inbound
+}
+
 // TestEncryptedRoom: the person's message in an encrypted room reaches
-// the daemon as theirs; the reply, a long reply in a thread, an approval
-// request answered by reactions (a stranger's and an unverified device's
-// change nothing), a restart that loses and repeats nothing, and none of
-// the plaintext in the homeserver's database.
+// the daemon as theirs; the reply, a long reply in a thread, a very long
+// one as an encrypted file; an approval request answered by reactions (a
+// stranger's and an unverified device's change nothing) and by a reply;
+// restarts of the channel and of the homeserver that lose and repeat
+// nothing; and none of the plaintext in the homeserver's database.
 func TestEncryptedRoom(t *testing.T) {
 	w := startWorld(t)
 	ctx := t.Context()
@@ -213,6 +229,16 @@ func TestEncryptedRoom(t *testing.T) {
 	}
 	s.waitFor(t, "eve refused", func() bool { return hasRefusal(s.refusals, w.eve, ReasonSenderNotAllowed) })
 
+	r := &roomTest{t: t, w: w, s: s, c: c, stop: stop, dir: dir, ana: ana, eve: eve, room: room, in: in}
+	r.replies()
+	r.approvals()
+	r.restarts()
+	r.atRest()
+}
+
+// replies: the answer, a long one in a thread, a very long one as a file.
+func (r *roomTest) replies() {
+	t, ctx, c, ana, room, in := r.t, r.t.Context(), r.c, r.ana, r.room, r.in
 	// The reply, and a long one in a thread under its summary.
 	if err := c.Send(ctx, in.Conversation, channel.Outbound{Text: "**Done**: the plan has three steps."}); err != nil {
 		t.Fatal(err)
@@ -264,10 +290,15 @@ func TestEncryptedRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain, err := fm.File.Decrypt(data); err != nil || string(plain) != huge {
-		t.Fatalf("the file decrypts to %d bytes (want %d): %v", len(plain), len(huge), err)
+	if err := fm.File.DecryptInPlace(data); err != nil || string(data) != huge {
+		t.Fatalf("the file decrypts to %d bytes (want %d): %v", len(data), len(huge), err)
 	}
 
+}
+
+// approvals: by reactions, refused while a device is unverified, by a reply.
+func (r *roomTest) approvals() {
+	t, ctx, w, s, c, ana, eve, room, in := r.t, r.t.Context(), r.w, r.s, r.c, r.ana, r.eve, r.room, r.in
 	// An approval request; a stranger's ✅ and an unverified device's ✅
 	// change nothing; 1️⃣ 3️⃣ then ✅ approve exactly steps 1 and 3.
 	req := approval.Request{ID: "r1", Session: "s1", Summary: "run three commands", Items: []approval.Item{
@@ -346,6 +377,11 @@ func TestEncryptedRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 
+}
+
+// restarts: of the channel, after a failed batch, of the homeserver.
+func (r *roomTest) restarts() {
+	t, ctx, w, s, stop, dir, ana, room := r.t, r.t.Context(), r.w, r.s, r.stop, r.dir, r.ana, r.room
 	// Down, a message arrives; up again, it is delivered once and
 	// nothing before it again.
 	if err := stop(); err != nil {
@@ -406,7 +442,16 @@ func TestEncryptedRoom(t *testing.T) {
 	s.mu.Unlock()
 	_ = stop
 
-	// Encrypted at rest: no plaintext in the homeserver's databases.
+}
+
+// atRest: no plaintext in the homeserver's stores; the bot kept its recovery key.
+func (r *roomTest) atRest() {
+	t, w, dir := r.t, r.w, r.dir
+	// Encrypted at rest: no plaintext in the homeserver's databases
+	// (which the search does read: the user ids are there in clear).
+	if hits, err := w.hs.Contains(w.ana); err != nil || len(hits) == 0 {
+		t.Fatalf("the at-rest search finds not even %s: %v %v", w.ana, hits, err)
+	}
 	for _, text := range []string{"purple-octopus", "green-giraffe", "blue-walrus", "the plan has three steps", "mango-tapir"} {
 		hits, err := w.hs.Contains(text)
 		if err != nil {
