@@ -231,6 +231,7 @@ func TestEncryptedRoom(t *testing.T) {
 
 	r := &roomTest{t: t, w: w, s: s, c: c, stop: stop, dir: dir, ana: ana, eve: eve, room: room, in: in}
 	r.replies()
+	r.plainRoom()
 	r.approvals()
 	r.restarts()
 	r.atRest()
@@ -294,6 +295,41 @@ func (r *roomTest) replies() {
 		t.Fatalf("the file decrypts to %d bytes (want %d): %v", len(data), len(huge), err)
 	}
 
+}
+
+// plainRoom: in a room without encryption the homeserver vouches for
+// the sender, so messages count, but no approval request is shown there.
+func (r *roomTest) plainRoom() {
+	t, ctx, s, c, ana := r.t, r.t.Context(), r.s, r.c, r.ana
+	plain, err := ana.CreatePlainRoom(ctx, "plain", r.w.bot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJoined(t, ana, plain, r.w.bot)
+	if _, err := ana.Send(ctx, plain, "in the clear"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the plain room's message", func() bool { return len(s.inbound) == 2 })
+	s.mu.Lock()
+	in := s.inbound[1]
+	s.inbound = s.inbound[:1] // the rest of the test counts the encrypted room's
+	s.mu.Unlock()
+	if in.Conversation.Room != string(plain) || in.Meta["encrypted"] != "false" || in.Text != "in the clear" {
+		t.Fatalf("the plain room's message: %+v", in)
+	}
+	if err := c.Send(ctx, in.Conversation, channel.Outbound{Text: "clear reply"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ana.Wait(ctx, plain, time.Minute, bodyMatches("clear reply")); err != nil {
+		t.Fatal(err)
+	}
+	err = c.SendApproval(ctx, in.Conversation, approval.Request{ID: "rp", Summary: "x", Items: []approval.Item{{N: 1}}})
+	if !errors.Is(err, channel.ErrCannotSend) {
+		t.Fatalf("SendApproval in a plain room: %v, want ErrCannotSend", err)
+	}
+	if _, err := ana.Wait(ctx, plain, time.Minute, bodyMatches("this room is not end-to-end encrypted")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // approvals: by reactions, refused while a device is unverified, by a reply.

@@ -129,6 +129,20 @@ func (p *Person) CreateEncryptedRoom(ctx context.Context, name string, invite ..
 	return resp.RoomID, nil
 }
 
+// CreatePlainRoom makes a private room without encryption and invites
+// users; it returns the room id.
+func (p *Person) CreatePlainRoom(ctx context.Context, name string, invite ...string) (id.RoomID, error) {
+	var inv []id.UserID
+	for _, u := range invite {
+		inv = append(inv, id.UserID(u))
+	}
+	resp, err := p.Client.CreateRoom(ctx, &mautrix.ReqCreateRoom{Name: name, Preset: "private_chat", Invite: inv})
+	if err != nil {
+		return "", err
+	}
+	return resp.RoomID, nil
+}
+
 // Send sends a text message (encrypted in an encrypted room).
 func (p *Person) Send(ctx context.Context, room id.RoomID, text string) (id.EventID, error) {
 	resp, err := p.Client.SendText(ctx, room, text)
