@@ -248,7 +248,7 @@ func (c *Channel) answerText(ctx context.Context, evt *event.Event, msg *event.M
 		_ = c.notice(ctx, cli, evt.RoomID, id.EventID(p.thread), fmt.Sprintf("Request %s was already answered (%s).", p.requestID, p.answered))
 		return true
 	}
-	c.answer(ctx, cli, st, p, evt, stripReplyFallback(text))
+	c.answer(ctx, cli, st, p, evt, text)
 	return true
 }
 

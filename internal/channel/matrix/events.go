@@ -116,7 +116,7 @@ func (c *Channel) onMessage(ctx context.Context, evt *event.Event) {
 		c.refuse(ctx, evt, reason)
 		return
 	}
-	text := strings.TrimSpace(msg.Body)
+	text := stripReplyFallback(strings.TrimSpace(msg.Body))
 	thread := id.EventID("")
 	if rel := msg.RelatesTo; rel != nil {
 		thread = rel.GetThreadParent()
@@ -128,7 +128,7 @@ func (c *Channel) onMessage(ctx context.Context, evt *event.Event) {
 			return
 		}
 	}
-	in := channel.Inbound{Conversation: conv, Text: stripReplyFallback(text), Source: "matrix message from " + string(evt.Sender),
+	in := channel.Inbound{Conversation: conv, Text: text, Source: "matrix message from " + string(evt.Sender),
 		Meta: map[string]string{"event_id": evt.ID.String(), "encrypted": fmt.Sprint(evt.Mautrix.WasEncrypted)}, Received: c.now()}
 	if _, err := sink.Deliver(ctx, in); err != nil {
 		if errors.Is(err, channel.ErrNotAllowed) {
