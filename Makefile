@@ -9,6 +9,11 @@ BIN      := bin/fluffy
 GOBIN    ?= $(or $(shell $(GO) env GOBIN),$(shell $(GO) env GOPATH)/bin)
 
 export CGO_ENABLED := 0
+# The one place the goolm tag is set: mautrix's pure-Go olm (the Matrix
+# channel's end-to-end encryption) for every build, vet, staticcheck and
+# test below. A -tags flag on a command line replaces it (the front
+# build, which links no Matrix code).
+export GOFLAGS := $(strip $(GOFLAGS) -tags=goolm)
 
 .PHONY: help build install deps test test-short stress lint demo bench fuzz clean
 

@@ -23,6 +23,7 @@ declare -A want=(
 	[tmux]=tmux            # cmd/fluffy: the terminal UI screen tests (TestTerminal*)
 	[chromium]=chromium    # cmd/fluffy: the web console's browser tests (serve_web_browser.txtar)
 	[npm]=npm              # axe-core, below
+	[gcc]=gcc              # scripts/dendrite.sh: the Matrix test homeserver's SQLite driver needs cgo
 )
 
 missing=()
@@ -89,4 +90,7 @@ if [ ! -f "$axe_dir/node_modules/axe-core/axe.min.js" ]; then
 	mkdir -p "$axe_dir"
 	npm install --prefix "$axe_dir" --no-save --no-audit --no-fund --silent "axe-core@$axe_version" >/dev/null
 fi
+# The Matrix channel's tests run against a real homeserver, built once and
+# cached (scripts/dendrite.sh).
+bash "$(dirname "$0")/dendrite.sh" >/dev/null
 echo "deps: ok"

@@ -424,8 +424,8 @@ func init() {
 		case "landlock-fifo":
 			// init runs on the main thread, which the exec below keeps:
 			// the domain is that thread's.
-			attr := unix.LandlockRulesetAttr{Access_fs: unix.LANDLOCK_ACCESS_FS_MAKE_FIFO}
-			fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr.Access_fs), 0)
+			attr := unix.LandlockRulesetAttr{Handled_access_fs: unix.LANDLOCK_ACCESS_FS_MAKE_FIFO}
+			fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr.Handled_access_fs), 0)
 			if e == 0 {
 				_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0)
 			}

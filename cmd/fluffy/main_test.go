@@ -36,7 +36,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata/script",
 		Setup:               scriptSetup,
 		RequireExplicitExec: false,
-		Condition:           engineCondition("", "CI starts dockerd"),
+		Condition:           scriptCondition,
 		Cmds:                scriptCmds,
 	})
 }
@@ -64,6 +64,16 @@ func scriptSetup(env *testscript.Env) error {
 		env.Defer(release)
 	}
 	return nil
+}
+
+// scriptCondition answers [matrix] (this test binary has the Matrix
+// scripts' commands: it was built with -tags goolm, as make test does)
+// and [docker].
+func scriptCondition(cond string) (bool, error) {
+	if cond == "matrix" {
+		return scriptCmds["mx"] != nil, nil
+	}
+	return engineCondition("", "CI starts dockerd")(cond)
 }
 
 // engineCondition answers [docker]: the container engine at host (empty:

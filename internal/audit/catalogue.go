@@ -643,8 +643,11 @@ type ChannelAnswer struct {
 	Room      string `json:"room,omitempty"`
 	Principal string `json:"principal"`
 	RequestID string `json:"request_id"`
-	Outcome   string `json:"outcome"`
-	Error     string `json:"error,omitempty"`
+	// Event is the channel's id of what carried the answer (a Matrix
+	// event id), when it has one.
+	Event   string `json:"event,omitempty"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
 }
 
 // IPCRefused (ipc.refused) is a connection to the kernel's socket from a

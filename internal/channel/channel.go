@@ -138,6 +138,9 @@ type Answer struct {
 	RequestID string       `json:"request_id"`
 	Text      string       `json:"text"`
 	From      Conversation `json:"from"`
+	// Event is the channel's id of the message or reaction that carried
+	// the answer (a Matrix event id), recorded with it.
+	Event string `json:"event,omitempty"`
 }
 
 // Refusal is something a channel refused before it reached a session.

@@ -170,6 +170,8 @@ func TestLoadErrors(t *testing.T) {
 		{name: "flag unknown", flags: []string{"sandbox.runtim=docker"}, want: []string{"--set sandbox.runtim=docker", "did you mean sandbox.runtime?"}},
 		{name: "flag no equals", flags: []string{"sandbox.runtime"}, want: []string{"expected key=value"}},
 		{name: "serve list entry typo", user: "serve:\n  cron:\n    - name: daily\n      schedul: \"0 9 * * *\"\n", want: []string{"user.yaml:4:7", "serve.cron", `unknown key "schedul" in a cron job`}},
+		{name: "serve matrix typo", user: "serve:\n  matrix:\n    - homeserver: https://m.test\n      acess_token: x\n", want: []string{"user.yaml:4:7", "serve.matrix", `unknown key "acess_token" in a matrix account`}},
+		{name: "project may not add matrix", project: "serve:\n  matrix: []\n", want: []string{"serve.matrix: may only be set by the user"}},
 		{name: "serve list entry not a mapping", user: "serve:\n  webhooks:\n    - github\n", want: []string{"user.yaml:3:7", "a webhook must be a mapping"}},
 		{name: "serve nested route typo", user: "serve:\n  webhooks:\n    - name: gh\n      report: {chanel: mail}\n", want: []string{"user.yaml:4:16", `unknown key "chanel" in a route`}},
 		{name: "project may not add hooks", project: "serve:\n  webhooks: []\n", want: []string{"serve.webhooks: may only be set by the user"}},

@@ -41,6 +41,9 @@ type Serve struct {
 	Email Email `yaml:"email"`
 	// Web is the web console (docs/web.md).
 	Web Web `yaml:"web"`
+	// Matrix are the Matrix accounts the daemon chats through
+	// (docs/channels.md).
+	Matrix []Matrix `yaml:"matrix" scope:"user"`
 	// Cron holds the scheduled jobs.
 	Cron []CronJob `yaml:"cron" scope:"user"`
 	// Grace is how long a stopping daemon lets the turns in progress end
@@ -131,6 +134,48 @@ type Email struct {
 	// none are, since a sender can write that header itself
 	// (docs/email.md).
 	AuthServID string `yaml:"authserv_id" scope:"user"`
+}
+
+// Matrix is one Matrix account the daemon logs in as (docs/channels.md).
+type Matrix struct {
+	// Name is the channel's instance name; default "matrix".
+	Name string `yaml:"name"`
+	// Homeserver is the client-server API's base URL.
+	Homeserver string `yaml:"homeserver"`
+	// UserID is the bot's own Matrix user id (@bot:example.org).
+	UserID string `yaml:"user_id"`
+	// DeviceID is the bot's device; its keys live in the crypto store
+	// under the data directory. Empty: the first login picks one and
+	// the store keeps it.
+	DeviceID string `yaml:"device_id"`
+	// TokenEnv or TokenFile (mode 0600) holds the access token, or with
+	// Password set the password to log in with; exactly one is set. The
+	// secret itself never appears in a configuration file.
+	TokenEnv  string `yaml:"token_env"`
+	TokenFile string `yaml:"token_file"`
+	// Password says the secret is a password to log in with, not an
+	// access token.
+	Password bool `yaml:"password"`
+	// Principals are the Matrix user ids whose messages start or
+	// continue a session; anyone else's are dropped and recorded.
+	Principals []string `yaml:"principals"`
+	// Rooms are room ids or aliases joined at start; invitations are
+	// accepted only from principals.
+	Rooms []string `yaml:"rooms"`
+	// Line and Column locate the entry in its file (0 when not from a
+	// file), for errors found after loading.
+	Line   int `yaml:"-" json:"-"`
+	Column int `yaml:"-" json:"-"`
+}
+
+// UnmarshalYAML decodes an account strictly (unknown keys are errors).
+func (m *Matrix) UnmarshalYAML(n *yaml.Node) error {
+	type plain Matrix
+	if err := strictDecode(n, (*plain)(m), "matrix account"); err != nil {
+		return err
+	}
+	m.Line, m.Column = n.Line, n.Column
+	return nil
 }
 
 // CronJob is one scheduled job.

@@ -89,7 +89,7 @@ func (d *Daemon) Answer(ctx context.Context, a channel.Answer) error {
 			outcome = "invalid"
 		}
 	}
-	rec := audit.ChannelAnswer{Channel: a.From.Channel, Room: a.From.Room, Principal: p, RequestID: a.RequestID, Outcome: outcome}
+	rec := audit.ChannelAnswer{Channel: a.From.Channel, Room: a.From.Room, Principal: p, RequestID: a.RequestID, Event: a.Event, Outcome: outcome}
 	if err != nil {
 		rec.Error = err.Error()
 	}

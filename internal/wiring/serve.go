@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/channel/cron"
 	"github.com/fluffy-agent/fluffy/internal/channel/email"
+	"github.com/fluffy-agent/fluffy/internal/channel/matrix"
 	"github.com/fluffy-agent/fluffy/internal/channel/terminal"
 	"github.com/fluffy-agent/fluffy/internal/channel/webhook"
 	"github.com/fluffy-agent/fluffy/internal/config"
@@ -46,11 +47,15 @@ type channelDeps struct {
 	env func(string) (string, bool)
 	// ws is the assistant workspace (mail attachments go there).
 	ws string
+	// data is the data directory (a Matrix account's state goes under
+	// data/matrix/<name>).
+	data string
 }
 
 // serveChannels builds the channels the serve: section configures, in a
 // stable order: the terminal (always), the webhooks (serve.webhooks),
-// the mail channel (serve.email), then the schedule (serve.cron and the
+// the mail channel (serve.email), the Matrix accounts (serve.matrix),
+// then the schedule (serve.cron and the
 // heartbeat). Each channel package's constructor is
 // called here, and only here; channelChecks runs their configuration
 // checks. A webhook whose nonce store is corrupt is a retryHook: it
@@ -99,6 +104,11 @@ func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, er
 		}
 		chans = append(chans, mail)
 	}
+	mx, err := matrixChannels(c.Serve.Matrix, d)
+	chans = append(chans, mx...)
+	if err != nil {
+		return chans, err
+	}
 	if cc := cron.ConfigFrom(l, d.home); wantCron(cc) {
 		dir := ""
 		if d.state != "" {
@@ -137,6 +147,7 @@ func channelChecks(l *config.Loaded, home string, env func(string) (string, bool
 	if l.Config.Serve.Email.Listen != "" {
 		errs = append(errs, email.Check(l.Config.Serve.Email, l.Origins)...)
 	}
+	errs = append(errs, matrix.Check(l.Config.Serve.Matrix, l.Origins["serve.matrix"], env)...)
 	if cc := cron.ConfigFrom(l, home); wantCron(cc) || len(cc.Jobs) > 0 {
 		errs = append(errs, cron.Check(cc)...)
 	}
@@ -388,7 +399,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		return nil, err
 	}
 	home, _ := u.Getenv("HOME")
-	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv, ws: ws})
+	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv, ws: ws, data: d.Root})
 	if err != nil {
 		return nil, err
 	}
@@ -515,6 +526,9 @@ func servePreflight(u *userenv.Env, l *config.Loaded) ([]string, error) {
 	}
 	if c.Serve.Web.Listen != "" {
 		names = append(names, web.Name)
+	}
+	for _, m := range c.Serve.Matrix {
+		names = append(names, matrix.ChannelName(m))
 	}
 	home, _ := u.Getenv("HOME")
 	if wantCron(cron.ConfigFrom(l, home)) {
