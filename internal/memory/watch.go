@@ -19,9 +19,12 @@ const settle = 50 * time.Millisecond
 
 // Watch keeps the index current until ctx ends: fsnotify events on the
 // workspace root and Dir (and its subdirectories) update only the files
-// they name. It does not scan first: call Sync before, since events
-// are lost while nothing watches. synced, optional, is called after
-// each update (tests and measurements wait on it).
+// they name. Events are lost while nothing watches, so once its watches
+// are in place Watch scans once (a Sync, cheap when nothing changed):
+// a file saved after the caller's own Sync but before the watches
+// existed is found by that scan, one saved later by its event. synced,
+// optional, is called after each update, the first scan included
+// (tests and measurements wait on it).
 func (x *Index) Watch(ctx context.Context, synced func(SyncReport, error)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -42,6 +45,10 @@ func (x *Index) Watch(ctx context.Context, synced func(SyncReport, error)) error
 		})
 	}
 	addTree(filepath.Join(x.o.Root, Dir))
+	rep, err := x.Sync(ctx)
+	if synced != nil {
+		synced(rep, err)
+	}
 	pending := map[string]bool{}
 	var timer <-chan time.Time
 	for {
