@@ -39,7 +39,9 @@ func (f File) Lookup(_ context.Context, p string) ([]byte, error) {
 }
 
 // State: files are read when asked.
-func (File) State(context.Context) (State, string) { return Unlocked, "files readable by their owner only" }
+func (File) State(context.Context) (State, string) {
+	return Unlocked, "files readable by their owner only"
+}
 
 // ReadFile reads a secret file with the File backend's rules. It reads
 // into one buffer of its own, so zeroing the result leaves no copy.

@@ -22,7 +22,11 @@ const KeySize = 32
 func Fingerprint(key, v []byte) string {
 	m := hmac.New(sha256.New, key)
 	m.Write(v)
-	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil)[:16])
+	sum := m.Sum(nil)
+	// The hash keeps the value's last partial block in a buffer of its
+	// own; a full block of zeros written after the sum overwrites it.
+	m.Write(make([]byte, sha256.BlockSize))
+	return "hmac-sha256:" + hex.EncodeToString(sum[:16])
 }
 
 // LoadKey reads the fingerprint key at path, creating it (mode 0600,
