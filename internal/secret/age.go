@@ -71,12 +71,12 @@ func (a *Age) identities(ctx context.Context, ask bool) ([]age.Identity, []age.R
 	if a.Identity != "" {
 		f, err := os.Open(a.Identity)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: age identity: %w", ErrUnreachable, err)
+			return nil, nil, errorf(ErrUnreachable, "age identity: %w", err)
 		}
 		defer f.Close()
 		ids, err := age.ParseIdentities(f)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: age identity %s: %w", ErrUnreachable, a.Identity, err)
+			return nil, nil, errorf(ErrUnreachable, "age identity %s: %w", a.Identity, err)
 		}
 		var rs []age.Recipient
 		for _, id := range ids {
@@ -90,11 +90,11 @@ func (a *Age) identities(ctx context.Context, ask bool) ([]age.Identity, []age.R
 	defer a.mu.Unlock()
 	if a.pass == nil {
 		if !ask || a.Passphrase == nil {
-			return nil, nil, fmt.Errorf("%w: the age store %s needs its passphrase", ErrLocked, a.Store)
+			return nil, nil, errorf(ErrLocked, "the age store %s needs its passphrase", a.Store)
 		}
 		p, err := a.Passphrase(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: age passphrase: %w", ErrLocked, err)
+			return nil, nil, errorf(ErrLocked, "age passphrase: %w", err)
 		}
 		l, err := newLocked(p)
 		wipe(p)
@@ -105,11 +105,11 @@ func (a *Age) identities(ctx context.Context, ask bool) ([]age.Identity, []age.R
 	}
 	id, err := age.NewScryptIdentity(string(a.pass.b))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrLocked, err)
+		return nil, nil, errorf(ErrLocked, "%w", err)
 	}
 	r, err := age.NewScryptRecipient(string(a.pass.b))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrLocked, err)
+		return nil, nil, errorf(ErrLocked, "%w", err)
 	}
 	return []age.Identity{id}, []age.Recipient{r}, nil
 }
@@ -126,18 +126,18 @@ func (a *Age) read(ctx context.Context) ([]byte, []age.Recipient, error) {
 		return nil, rs, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return nil, nil, errorf(ErrUnreachable, "%w", err)
 	}
 	if len(ct) > maxAgeStore {
-		return nil, nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUnreachable, a.Store, maxAgeStore)
+		return nil, nil, errorf(ErrUnreachable, "%s is larger than %d bytes", a.Store, maxAgeStore)
 	}
 	r, err := age.Decrypt(bytes.NewReader(ct), ids...)
 	if err != nil {
 		if a.Identity == "" {
 			_ = a.Lock(ctx) // a wrong passphrase is not kept
-			return nil, nil, fmt.Errorf("%w: decrypting %s: %w", ErrLocked, a.Store, err)
+			return nil, nil, errorf(ErrLocked, "decrypting %s: %w", a.Store, err)
 		}
-		return nil, nil, fmt.Errorf("%w: decrypting %s: %w", ErrUnreachable, a.Store, err)
+		return nil, nil, errorf(ErrUnreachable, "decrypting %s: %w", a.Store, err)
 	}
 	// The plaintext is shorter than the ciphertext: one buffer, no
 	// growth, so no copy is left behind.
@@ -145,7 +145,7 @@ func (a *Age) read(ctx context.Context) ([]byte, []age.Recipient, error) {
 	n, err := io.ReadFull(r, buf)
 	if err != nil && err != io.ErrUnexpectedEOF {
 		wipe(buf)
-		return nil, nil, fmt.Errorf("%w: decrypting %s: %w", ErrUnreachable, a.Store, err)
+		return nil, nil, errorf(ErrUnreachable, "decrypting %s: %w", a.Store, err)
 	}
 	return buf[:n], rs, nil
 }
@@ -177,7 +177,7 @@ func (a *Age) Lookup(ctx context.Context, name string) ([]byte, error) {
 	defer wipe(plain)
 	v, ok := find(plain, name)
 	if !ok {
-		return nil, fmt.Errorf("%w: no entry %q in %s", ErrNotFound, name, a.Store)
+		return nil, errorf(ErrNotFound, "no entry %q in %s", name, a.Store)
 	}
 	return v, nil
 }
@@ -212,7 +212,7 @@ func (a *Age) Set(ctx context.Context, name string, value []byte) error {
 	}
 	defer wipe(plain)
 	if len(rs) == 0 {
-		return fmt.Errorf("%w: the age identity %s has no X25519 key to encrypt to", ErrUnreachable, a.Identity)
+		return errorf(ErrUnreachable, "the age identity %s has no X25519 key to encrypt to", a.Identity)
 	}
 	var out bytes.Buffer
 	out.Grow(len(plain) + base64.StdEncoding.EncodedLen(len(value)) + len(name) + 2)

@@ -3,6 +3,7 @@ package secret
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // The errors a backend's Lookup wraps where they apply; callers branch on
@@ -55,3 +56,26 @@ type Locker interface {
 
 // wipe zeroes b.
 func wipe(b []byte) { clear(b) }
+
+// kindError is a backend error whose message is the reason alone (what a
+// person reads in a configuration check) and which matches its kind
+// (ErrNotFound, ...) and its cause with errors.Is.
+type kindError struct {
+	kind  error
+	msg   string
+	cause error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
+
+// errorf returns a kindError; a %w in format is the cause.
+func errorf(kind error, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &kindError{kind: kind, msg: err.Error(), cause: errors.Unwrap(err)}
+}

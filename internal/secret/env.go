@@ -2,7 +2,6 @@ package secret
 
 import (
 	"context"
-	"fmt"
 	"os"
 )
 
@@ -27,10 +26,10 @@ func (e Env) Lookup(_ context.Context, name string) ([]byte, error) {
 	}
 	v, ok := look(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: environment variable %s is not set", ErrNotFound, name)
+		return nil, errorf(ErrNotFound, "environment variable %s is not set", name)
 	}
 	if v == "" {
-		return nil, fmt.Errorf("%w: environment variable %s is empty", ErrNotFound, name)
+		return nil, errorf(ErrNotFound, "environment variable %s is empty", name)
 	}
 	return []byte(v), nil
 }

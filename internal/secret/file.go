@@ -2,7 +2,6 @@ package secret
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -31,7 +30,7 @@ var (
 func (f File) Lookup(_ context.Context, p string) ([]byte, error) {
 	if rest, ok := strings.CutPrefix(p, "~/"); ok {
 		if f.Home == "" {
-			return nil, fmt.Errorf("%w: %s: no home directory to expand ~", ErrUnreachable, p)
+			return nil, errorf(ErrUnreachable, "%s: no home directory to expand ~", p)
 		}
 		p = filepath.Join(f.Home, rest)
 	}
@@ -48,25 +47,25 @@ func (File) State(context.Context) (State, string) {
 func ReadFile(p string) ([]byte, error) {
 	fh, err := regfile.Open(p, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+		return nil, errorf(ErrNotFound, "%w", err)
 	}
 	defer fh.Close()
 	fi, err := fh.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return nil, errorf(ErrUnreachable, "%w", err)
 	}
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %04o: others than its owner may read or write it (chmod 600 %s)", ErrUnreachable, p, m, p)
+		return nil, errorf(ErrUnreachable, "%s has mode %04o: others than its owner may read or write it (chmod 600 %s)", p, m, p)
 	}
 	buf := make([]byte, MaxFileSecret+1)
 	n, err := io.ReadFull(fh, buf)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		wipe(buf)
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, p, err)
+		return nil, errorf(ErrUnreachable, "%s: %w", p, err)
 	}
 	if n > MaxFileSecret {
 		wipe(buf)
-		return nil, fmt.Errorf("%w: %s is longer than %d bytes", ErrUnreachable, p, MaxFileSecret)
+		return nil, errorf(ErrUnreachable, "%s is longer than %d bytes", p, MaxFileSecret)
 	}
 	v := buf[:n]
 	if len(v) > 0 && v[len(v)-1] == '\n' {
@@ -76,7 +75,7 @@ func ReadFile(p string) ([]byte, error) {
 		v = v[:len(v)-1]
 	}
 	if len(v) == 0 {
-		return nil, fmt.Errorf("%w: %s is empty", ErrNotFound, p)
+		return nil, errorf(ErrNotFound, "%s is empty", p)
 	}
 	out := make([]byte, len(v))
 	copy(out, v)

@@ -48,7 +48,7 @@ func checkHook(w config.Webhook, i int, where config.Origin) []error {
 		bad("name", fmt.Sprintf("%q: want 1 to 63 of a-z 0-9 _ - starting with a letter or digit", w.Name))
 	}
 	if w.Secret == "" {
-		bad("secret", "required: env:VAR or file:PATH")
+		bad("secret", "required: a secret reference (secret://BACKEND/PATH, env:VAR or file:PATH)")
 	}
 	if w.Signature != SchemeGitHub && w.Signature != SchemeFluffy {
 		bad("signature", fmt.Sprintf("%q: want %s or %s", w.Signature, SchemeGitHub, SchemeFluffy))

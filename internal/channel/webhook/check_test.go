@@ -47,7 +47,10 @@ func TestResolveSecret(t *testing.T) {
 		{"file:" + big, "longer than"},
 		{"file:" + fifo, "not a regular file"},
 		{"file:" + filepath.Join(dir, "missing"), "no such file"},
-		{"vault:x", "want env:VAR or file:PATH"},
+		{"vault:x", "env:VAR or file:PATH"},
+		{"secret://env/SET", "env-secret-0123456789"},
+		{"secret://file" + good, "file-secret-0123456789"},
+		{"secret://age/hook", "only the daemon resolves age references"},
 		{"hunter2-the-key-itself", "not shown"},
 	}
 	for _, tt := range tests {
