@@ -143,7 +143,7 @@ func (a *Age) read(ctx context.Context) ([]byte, []age.Recipient, error) {
 	// growth, so no copy is left behind.
 	buf := make([]byte, len(ct))
 	n, err := io.ReadFull(r, buf)
-	if err != nil && err != io.ErrUnexpectedEOF {
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		wipe(buf)
 		return nil, nil, errorf(ErrUnreachable, "decrypting %s: %w", a.Store, err)
 	}

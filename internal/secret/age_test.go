@@ -60,6 +60,15 @@ func TestAgeIdentity(t *testing.T) {
 	if st, _ := a.State(ctx); st != Unlocked {
 		t.Errorf("State = %s", st)
 	}
+	// Deleting every entry leaves an empty store, not a broken one.
+	for _, n := range names {
+		if err := a.Set(ctx, n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Lookup(ctx, "github"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after deleting every entry: %v, want ErrNotFound", err)
+	}
 }
 
 func TestAgePassphrase(t *testing.T) {

@@ -25,15 +25,20 @@ type Ref struct {
 // String is the canonical form, secret://BACKEND/PATH.
 func (r Ref) String() string {
 	if r.Backend == "file" {
-		return Scheme + "file" + r.Path // the path is absolute
+		if strings.HasPrefix(r.Path, "/") {
+			return Scheme + "file" + r.Path
+		}
+		return "file:" + r.Path // relative, or ~/: only the alias writes it
 	}
 	return Scheme + r.Backend + "/" + r.Path
 }
 
 // ParseRef reads a reference: secret://BACKEND/PATH, or one of the
 // aliases env:VAR (secret://env/VAR) and file:PATH (secret://file/PATH).
-// A file path is absolute (secret://file/etc/x and secret://file//etc/x
-// are one file) or starts with ~/ (the person's home). Errors never show
+// In secret://file/PATH the path is absolute (secret://file/etc/x and
+// secret://file//etc/x are one file) or starts with ~/ (the person's
+// home); file:PATH may also be relative (to the working directory of the
+// process resolving it), as it always was. Errors never show
 // a string that does not look like a reference: a value pasted where its
 // reference belongs must not reach a log.
 func ParseRef(s string) (Ref, error) {
@@ -68,7 +73,7 @@ func ParseRef(s string) (Ref, error) {
 		switch {
 		case strings.HasPrefix(r.Path, "~/"):
 		case strings.HasPrefix(s, "file:") && !strings.HasPrefix(r.Path, "/"):
-			return Ref{}, fmt.Errorf("%w: %s: the file path must be absolute or start with ~/", ErrRef, shown(s))
+			r.Path = path.Clean(r.Path)
 		default:
 			r.Path = path.Clean("/" + r.Path)
 		}

@@ -17,7 +17,9 @@ func TestParseRef(t *testing.T) {
 		{"file:/run/k", Ref{"file", "/run/k"}, "secret://file/run/k"},
 		{"secret://file/run/k", Ref{"file", "/run/k"}, "secret://file/run/k"},
 		{"secret://file//run/../run/k", Ref{"file", "/run/k"}, "secret://file/run/k"},
-		{"file:~/k", Ref{"file", "~/k"}, "secret://file~/k"},
+		{"file:~/k", Ref{"file", "~/k"}, "file:~/k"},
+		{"file:deploy.key", Ref{"file", "deploy.key"}, "file:deploy.key"},
+		{"secret://file/~/k", Ref{"file", "~/k"}, "file:~/k"},
 		{"secret://age/github-token", Ref{"age", "github-token"}, "secret://age/github-token"},
 		{"secret://bitwarden/My Item/api key", Ref{"bitwarden", "My Item/api key"}, "secret://bitwarden/My Item/api key"},
 	} {
@@ -33,7 +35,7 @@ func TestParseRef(t *testing.T) {
 }
 
 func TestParseRefErrors(t *testing.T) {
-	for _, in := range []string{"", "secret://env", "secret://ENV/X", "secret://env/", "file:relative", "env:", "secret://env/a\nb", "ghp_abcdefabcdefabcdef"} {
+	for _, in := range []string{"", "secret://env", "secret://ENV/X", "secret://env/", "env:", "secret://env/a\nb", "ghp_abcdefabcdefabcdef"} {
 		_, err := ParseRef(in)
 		if !errors.Is(err, ErrRef) {
 			t.Errorf("ParseRef(%q) = %v, want ErrRef", in, err)
