@@ -32,7 +32,7 @@ func Check(hooks []config.Webhook, where config.Origin, lookupEnv func(string) (
 			errs = append(errs, entryError(w, i, where, "name", fmt.Sprintf("%q is also the name of serve.webhooks[%d]", w.Name, j)))
 		}
 		seen[w.Name] = i
-		if _, err := ResolveSecret(w.Secret, lookupEnv); err != nil && w.Secret != "" {
+		if _, err := checkSecret(w.Secret, lookupEnv); err != nil && w.Secret != "" {
 			// The key names the secret already; the reason is what helps.
 			errs = append(errs, entryError(w, i, where, "secret", strings.TrimPrefix(err.Error(), ErrSecret.Error()+": ")))
 		}

@@ -54,3 +54,17 @@ func resolveSecret(ctx context.Context, s string, lookupEnv func(string) (string
 	}
 	return v, nil
 }
+
+// checkSecret is ResolveSecret for a configuration check: a reference to
+// a backend only the daemon reaches is checked for its form only (the
+// daemon resolves it when it starts the hook).
+func checkSecret(s string, lookupEnv func(string) (string, bool)) ([]byte, error) {
+	ref, err := secret.ParseRef(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSecret, err)
+	}
+	if ref.Backend != "env" && ref.Backend != "file" {
+		return nil, nil
+	}
+	return ResolveSecret(s, lookupEnv)
+}
