@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,5 +97,46 @@ func TestBitwardenErrors(t *testing.T) {
 	nopw := &Bitwarden{BW: "bw", AppData: t.TempDir()}
 	if _, err := nopw.Lookup(ctx, "github/password"); !errors.Is(err, ErrLocked) {
 		t.Errorf("no password source: %v", err)
+	}
+}
+
+// bwVersion is the bw release scripts/deps.sh installs.
+const bwVersion = "2026.9.0"
+
+// realBW finds the bw CLI scripts/deps.sh installed (or one in PATH).
+func realBW(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		cache = filepath.Join(os.Getenv("HOME"), ".cache")
+	}
+	p := filepath.Join(cache, "fluffy-test", "bw-"+bwVersion, "node_modules", ".bin", "bw")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if p, err := exec.LookPath("bw"); err == nil {
+		return p
+	}
+	t.Skip("no bw CLI: scripts/deps.sh installs @bitwarden/cli " + bwVersion + " from npm")
+	return ""
+}
+
+// TestRealBWBeforeLogin drives the real bw CLI as far as needs no server:
+// a vault never logged in is locked (bw status says unauthenticated),
+// and a lookup, which first unlocks through the password pipe, fails as
+// locked with bw's own message.
+func TestRealBWBeforeLogin(t *testing.T) {
+	bin := realBW(t)
+	b := &Bitwarden{BW: bin, AppData: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
+		Password: func(context.Context) ([]byte, error) { return []byte("master-pw"), nil }}
+	ctx := t.Context()
+	st, detail := b.State(ctx)
+	if st != Locked || !strings.Contains(detail, "not logged in") {
+		t.Errorf("State = %s, %q", st, detail)
+	}
+	_, err := b.Lookup(ctx, "github/password")
+	var bwe *BWError
+	if !errors.Is(err, ErrLocked) || !errors.As(err, &bwe) || bwe.Op != "unlock" || bwe.Msg != "You are not logged in." {
+		t.Errorf("Lookup before login: %v", err)
 	}
 }
