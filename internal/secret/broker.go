@@ -1,6 +1,7 @@
 package secret
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,6 +175,29 @@ func (b *Broker) Redactions() []string {
 		}
 	}
 	return out
+}
+
+// Holds reports whether any value is cached for session.
+func (b *Broker) Holds(session string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked()
+	return len(b.sessions[session]) > 0
+}
+
+// Contains reports whether data holds a form (Forms) of a value cached
+// for session.
+func (b *Broker) Contains(session string, data []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.sessions[session] {
+		for _, f := range Forms(e.val.b) {
+			if bytes.Contains(data, []byte(f)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Sweep zeroes the values whose TTL has passed. Use and Redactions sweep

@@ -72,6 +72,9 @@ func TestBrokerCachesPerSession(t *testing.T) {
 	if !slices.Contains(b.Redactions(), "s3cret-token-value") {
 		t.Error("a handed-out value is not among the redactions")
 	}
+	if !b.Holds("s1") || b.Holds("s3") || !b.Contains("s1", []byte("x=czNjcmV0LXRva2VuLXZhbHVl;")) || b.Contains("s3", []byte("s3cret-token-value")) || b.Contains("s1", []byte("nothing")) {
+		t.Error("Holds or Contains is wrong")
+	}
 	b.EndSession(ctx, "s1")
 	if be.locks != 0 {
 		t.Error("backends locked while another session holds a value")

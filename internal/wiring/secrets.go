@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -103,11 +104,21 @@ type sessionSecrets struct {
 	session  string
 	rec      router.Recorder
 	approver router.Approver
+	// cs is the session's change set: files a command wrote a value into
+	// are marked there (nil: none are).
+	cs secretMarker
+}
+
+// secretMarker is what sessionSecrets needs of a change set
+// (*changeset.ChangeSet implements it).
+type secretMarker interface {
+	UpperDir() string
+	MarkSecrets(rels []string) error
 }
 
 // forSession is the router's Secrets hook for one session.
-func (k *kernelSecrets) forSession(live *livePolicy, ws, session string, rec router.Recorder, approver router.Approver) func(context.Context, string, string, []string) (router.SandboxSecrets, error) {
-	s := &sessionSecrets{k: k, live: live, ws: ws, session: session, rec: rec, approver: approver}
+func (k *kernelSecrets) forSession(live *livePolicy, ws, session string, rec router.Recorder, approver router.Approver, cs secretMarker) func(context.Context, string, string, []string) (router.SandboxSecrets, error) {
+	s := &sessionSecrets{k: k, live: live, ws: ws, session: session, rec: rec, approver: approver, cs: cs}
 	return s.command
 }
 
@@ -132,7 +143,13 @@ func (s *sessionSecrets) command(ctx context.Context, call, template string, pro
 			in = append(in, u)
 		}
 	}
+	start := time.Now()
 	if len(in) == 0 {
+		// A command without secrets can still copy a value an earlier
+		// one wrote into the change set.
+		if s.k.broker.Holds(s.session) {
+			return router.SandboxSecrets{Close: func() { s.markWritten(start) }}, nil
+		}
 		return router.SandboxSecrets{}, nil
 	}
 	rules := make([]string, len(in))
@@ -143,12 +160,13 @@ func (s *sessionSecrets) command(ctx context.Context, call, template string, pro
 		}
 		rules[i] = rule
 	}
-	return s.handOut(ctx, call, in, rules)
+	return s.handOut(ctx, call, in, rules, start)
 }
 
 // handOut fetches the decided uses (rules[i] allowed in[i]), records
-// them, and turns them into what the sandbox gets.
-func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.Use, rules []string) (router.SandboxSecrets, error) {
+// them, and turns them into what the sandbox gets; its Close marks the
+// files the command (started at start) wrote a value into.
+func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.Use, rules []string, start time.Time) (router.SandboxSecrets, error) {
 	inj, err := s.k.broker.Inject(ctx, s.session, in)
 	if err != nil {
 		_ = s.record(ctx, call, in[0], "refused", "broker", err.Error(), secret.Handout{})
@@ -184,8 +202,61 @@ func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.U
 			removeSecretDir(dir)
 		}
 		inj.Wipe()
+		s.markWritten(start)
 	}
 	return out, nil
+}
+
+// Bounds of the scan of a command's writes for values.
+const (
+	maxScanFile  = 4 << 20
+	maxScanTotal = 64 << 20
+)
+
+// markWritten marks in the change set the files the command changed
+// (status change at or after start: a command cannot set that time back)
+// that hold a form of a value the session holds; their content is then
+// not shown in a diff and they are applied only when named. Files over
+// maxScanFile, and what lies beyond maxScanTotal, are not read (and
+// logged).
+func (s *sessionSecrets) markWritten(start time.Time) {
+	if s.cs == nil || !s.k.broker.Holds(s.session) {
+		return
+	}
+	upper := s.cs.UpperDir()
+	var marked []string
+	total := int64(0)
+	_ = filepath.WalkDir(upper, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil || time.Unix(st.Ctim.Unix()).Before(start.Add(-time.Second)) {
+			return nil
+		}
+		if st.Size > maxScanFile || total+st.Size > maxScanTotal {
+			s.k.log.Warn("a file the command wrote is too large to check for secret values", "session", s.session, "path", p, "size", st.Size)
+			return nil
+		}
+		total += st.Size
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		if s.k.broker.Contains(s.session, b) {
+			if rel, err := filepath.Rel(upper, p); err == nil {
+				marked = append(marked, rel)
+			}
+		}
+		clear(b)
+		return nil
+	})
+	if len(marked) == 0 {
+		return
+	}
+	if err := s.cs.MarkSecrets(marked); err != nil {
+		s.k.log.Error("files holding a secret value could not be marked in the change set", "session", s.session, "paths", marked, "err", err)
+	}
 }
 
 // decide puts the use to the live policy and, on approve, to the person.

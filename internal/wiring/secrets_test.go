@@ -180,6 +180,26 @@ func TestSessionSecretHostile(t *testing.T) {
 	if !uses[1].Cached || uses[0].Cached {
 		t.Errorf("the first use fetched, the next came from the session's cache: %+v", uses[:2])
 	}
+	// Written into the change set: the file is marked, its diff shows
+	// no content, and apply refuses it unless it is named; so is a copy
+	// a command without secrets made of it.
+	if out, isErr := s.call("printenv TOKEN > leak.txt"); isErr {
+		t.Fatal(out)
+	}
+	if out, isErr := s.call("cp leak.txt copy.txt; echo fine > ok.txt"); isErr {
+		t.Fatal(out)
+	}
+	d, err := s.cs.Diff(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(d, s.value) || !strings.Contains(d, "b/leak.txt holds the value of a secret") || !strings.Contains(d, "b/copy.txt holds the value of a secret") || !strings.Contains(d, "+fine") {
+		t.Errorf("diff:\n%s", d)
+	}
+	var se *changeset.SensitiveError
+	if _, err := s.cs.Apply(t.Context()); !errors.As(err, &se) || len(se.Paths) != 2 {
+		t.Errorf("apply of everything: %v", err)
+	}
 	// No /dev/shm directory of a file use outlives its command.
 	if m, _ := filepath.Glob("/dev/shm/fluffy-secrets-*"); len(m) > 0 {
 		t.Errorf("file uses left %v", m)
@@ -230,13 +250,13 @@ func TestSecretProxyUseWithoutSwap(t *testing.T) {
 	}
 	k := &kernelSecrets{broker: b, uses: []secret.Use{u}}
 	s := &sessionSecrets{k: k, session: "s"}
-	_, err = s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"})
+	_, err = s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"}, time.Now())
 	if !errors.Is(err, ErrNoSwap) {
 		t.Fatalf("proxy use without a swap: %v", err)
 	}
 	var got []secret.Swap
 	k.swap = func(_ context.Context, call string, swaps []secret.Swap) error { got = swaps; return nil }
-	ss, err := s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"})
+	ss, err := s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

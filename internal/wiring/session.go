@@ -404,7 +404,11 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				return nil, err
 			}
 			if secrets != nil {
-				o.Secrets = secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver)
+				var cs secretMarker
+				if env.ChangeSet != nil {
+					cs = env.ChangeSet
+				}
+				o.Secrets = secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 			}
 		}
 		if secrets != nil {
