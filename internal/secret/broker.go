@@ -190,14 +190,30 @@ func (b *Broker) Holds(session string) bool {
 func (b *Broker) Contains(session string, data []byte) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	found := false
 	for _, e := range b.sessions[session] {
-		for _, f := range Forms(e.val.b) {
-			if bytes.Contains(data, []byte(f)) {
-				return true
-			}
+		for _, f := range formBytes(e.val.b) {
+			found = found || bytes.Contains(data, f)
+			wipe(f)
 		}
 	}
-	return false
+	return found
+}
+
+// RedactionBytes is Redactions in slices of their own: the caller zeroes
+// them (tool.SanitizerOptions.SecretBytes does), so no copy of a value
+// outlives its use as a Go string would.
+func (b *Broker) RedactionBytes() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked()
+	var out [][]byte
+	for _, es := range b.sessions {
+		for _, e := range es {
+			out = append(out, formBytes(e.val.b)...)
+		}
+	}
+	return out
 }
 
 // Sweep zeroes the values whose TTL has passed. Use and Redactions sweep

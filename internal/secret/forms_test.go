@@ -53,3 +53,20 @@ func TestFormsLongestFirst(t *testing.T) {
 		t.Error("Forms(nil) is not nil")
 	}
 }
+
+// TestPercentIsNetURL: the URL forms are net/url's escapings, byte for
+// byte, for every byte value.
+func TestPercentIsNetURL(t *testing.T) {
+	var all []byte
+	for c := 0; c < 256; c++ {
+		all = append(all, byte(c))
+	}
+	for _, v := range [][]byte{all, []byte("a b/c?d=e&f+g@h:i;j,k$l"), []byte("plain")} {
+		if got, want := string(percent(v, true)), url.QueryEscape(string(v)); got != want {
+			t.Errorf("query: %q, want %q", got, want)
+		}
+		if got, want := string(percent(v, false)), url.PathEscape(string(v)); got != want {
+			t.Errorf("path: %q, want %q", got, want)
+		}
+	}
+}

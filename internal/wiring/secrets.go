@@ -93,9 +93,6 @@ func (k *kernelSecrets) EndSession(session string) {
 // Close zeroes every value and locks the backends.
 func (k *kernelSecrets) Close() { k.broker.Close(context.Background()) }
 
-// redactions is the sanitizer's hook: every value handed out.
-func (k *kernelSecrets) redactions() []string { return k.broker.Redactions() }
-
 // sessionSecrets decides and hands out one session's declared uses.
 type sessionSecrets struct {
 	k        *kernelSecrets

@@ -414,7 +414,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if secrets != nil {
 			// Every value handed out, and its encodings, is redacted
 			// from what the model sees and the log records.
-			o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{Secrets: secrets.redactions})
+			o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{SecretBytes: secrets.broker.RedactionBytes})
 		}
 		r, err := router.New(o)
 		if err != nil {
