@@ -167,13 +167,13 @@ func (st *Stream) init(s *Sanitizer) {
 		e.feed(v, func(b []byte) { esc = append(esc, b...) })
 		e.flush(func(b []byte) { esc = append(esc, b...) })
 		st.red.secrets = addSecret(st.red.secrets, esc)
-		clear(e.buf)
+		clear(e.buf[:cap(e.buf)]) // flush left it empty, not zeroed
 		var c stripper
 		var stripped []byte
 		c.feed(v, func(b []byte) { stripped = append(stripped, b...) })
 		c.flush(func(b []byte) { stripped = append(stripped, b...) })
 		st.chkRed.secrets = addSecret(st.chkRed.secrets, stripped)
-		clear(c.buf)
+		clear(c.buf[:cap(c.buf)])
 		if st.wipe {
 			clear(v)
 		}
