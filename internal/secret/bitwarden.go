@@ -67,17 +67,37 @@ func classify(msg string) error {
 		return ErrNotFound
 	case strings.Contains(m, "more than one result"):
 		return ErrNotFound
-	case strings.Contains(m, "not logged in"), strings.Contains(m, "locked"), strings.Contains(m, "invalid master password"), strings.Contains(m, "session key"):
+	case strings.Contains(m, "not logged in"), strings.Contains(m, "locked"), strings.Contains(m, "invalid master password"), strings.Contains(m, "session key"),
+		strings.Contains(m, "decryption operation failed"): // a wrong master password, as bw 2026 says it
 		return ErrLocked
 	}
 	return ErrUnreachable
 }
 
-func firstLine(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	s, _, _ = strings.Cut(s, "\n")
+// bwMessage picks bw's message from its output: the first line that is
+// not a log line ("ERROR ...", "WARN ..." of its crypto library), or the
+// first line, cut to 200 bytes.
+func bwMessage(outs ...[]byte) string {
+	var first string
+	for _, b := range outs {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case line == "":
+				continue
+			case !strings.HasPrefix(line, "ERROR ") && !strings.HasPrefix(line, "WARN ") && !strings.HasPrefix(line, "INFO "):
+				return cut(line)
+			case first == "":
+				first = line
+			}
+		}
+	}
+	return cut(first)
+}
+
+func cut(s string) string {
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		return s[:200] + "…"
 	}
 	return s
 }
@@ -120,10 +140,9 @@ func (b *Bitwarden) run(ctx context.Context, session []byte, stdin3 []byte, args
 		if !errors.As(err, &ee) {
 			return nil, &BWError{Op: args[0], Msg: err.Error(), Reason: ErrUnreachable}
 		}
-		msg := firstLine(stderr.Bytes())
-		if msg == "" {
-			msg = firstLine(stdout.Bytes()) // bw says what failed; a failed call prints no value
-		}
+		// bw says what failed (a failed call prints no value), after
+		// the log lines of its crypto library, if any.
+		msg := bwMessage(stderr.Bytes(), stdout.Bytes())
 		return nil, &BWError{Op: args[0], Msg: msg, Reason: classify(msg)}
 	}
 	return stdout.Bytes(), nil

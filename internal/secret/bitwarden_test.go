@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func fakeBW(t *testing.T, password string) (*Bitwarden, string) {
@@ -138,5 +139,75 @@ func TestRealBWBeforeLogin(t *testing.T) {
 	var bwe *BWError
 	if !errors.Is(err, ErrLocked) || !errors.As(err, &bwe) || bwe.Op != "unlock" || bwe.Msg != "You are not logged in." {
 		t.Errorf("Lookup before login: %v", err)
+	}
+}
+
+// TestRealBWAgainstStandIn drives the real bw CLI against a local
+// stand-in of the server API (bwStandIn; no Bitwarden or Vaultwarden
+// server runs here): the person's set-up (bw config server, bw login),
+// then the backend's own path: unlock through the password pipe, get a
+// password, a username and a custom field, a missing item, lock, a wrong
+// master password.
+func TestRealBWAgainstStandIn(t *testing.T) {
+	bin := realBW(t)
+	srv := newBWStandIn(t, "me@example.com", "correct horse battery", map[string]map[string]string{
+		"github": {"password": "ghp_from_the_vault", "username": "me", "api key": "k-123"},
+	})
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(ca, srv.caPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwFile, []byte("correct horse battery"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	app := filepath.Join(dir, "bw")
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "NODE_EXTRA_CA_CERTS=" + ca}
+	ctx := t.Context()
+	setup := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(env, "BITWARDENCLI_APPDATA_DIR="+app, "BW_NOINTERACTION=true")
+		t0 := time.Now()
+		defer func() { t.Logf("bw %s: %v", args[0], time.Since(t0)) }()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("bw %s: %v\n%s", args[0], err, out)
+		}
+	}
+	setup("config", "server", srv.srv.URL)
+	setup("login", "me@example.com", "--passwordfile", pwFile)
+
+	asked := 0
+	b := &Bitwarden{BW: bin, AppData: app, Env: env,
+		Password: func(context.Context) ([]byte, error) { asked++; return []byte("correct horse battery"), nil }}
+	if st, detail := b.State(ctx); st != Locked || !strings.Contains(detail, srv.srv.URL) {
+		t.Errorf("after login: %s, %q", st, detail)
+	}
+	for p, want := range map[string]string{"github/password": "ghp_from_the_vault", "github/username": "me", "github/api key": "k-123"} {
+		v, err := b.Lookup(ctx, p)
+		if err != nil || string(v) != want {
+			t.Errorf("%s = %q, %v; want %q", p, v, err, want)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("the master password was asked %d times, want once", asked)
+	}
+	if st, _ := b.State(ctx); st != Unlocked {
+		t.Errorf("after unlock: %s", st)
+	}
+	if _, err := b.Lookup(ctx, "gitlab/password"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing item: %v", err)
+	}
+	if err := b.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.State(ctx); st != Locked {
+		t.Errorf("after Lock: %s", st)
+	}
+	wrong := &Bitwarden{BW: bin, AppData: app, Env: env, Password: func(context.Context) ([]byte, error) { return []byte("wrong"), nil }}
+	var bwe *BWError
+	if _, err := wrong.Lookup(ctx, "github/password"); !errors.Is(err, ErrLocked) || !errors.As(err, &bwe) || bwe.Op != "unlock" {
+		t.Errorf("wrong master password: %v", err)
 	}
 }
