@@ -103,7 +103,7 @@ func newBWStandIn(t *testing.T, email, password string, items map[string]map[str
 			"organizationId": nil, "folderId": nil, "type": 1, "name": withUserKey(name), "notes": nil, "favorite": false, "edit": true,
 			"viewPassword": true, "reprompt": 0, "organizationUseTotp": false, "revisionDate": "2026-01-01T00:00:00Z",
 			"creationDate": "2026-01-01T00:00:00Z", "deletedDate": nil, "collectionIds": []any{},
-			"login": map[string]any{"username": withUserKey(fields["username"]), "password": withUserKey(fields["password"]), "uris": []any{}, "totp": nil},
+			"login":  map[string]any{"username": withUserKey(fields["username"]), "password": withUserKey(fields["password"]), "uris": []any{}, "totp": nil},
 			"fields": custom, "attachments": nil, "passwordHistory": nil})
 	}
 	s := &bwStandIn{email: email}
