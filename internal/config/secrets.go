@@ -68,6 +68,9 @@ type SecretUse struct {
 	Commands []string `yaml:"commands"`
 	// Templates limits it to these sandbox templates; empty is any.
 	Templates []string `yaml:"templates"`
+	// TLS lets the egress proxy terminate HTTPS to the bind hosts to swap
+	// the value in (proxy; opt-in, docs/network.md).
+	TLS bool `yaml:"tls"`
 }
 
 // UnmarshalYAML decodes a declaration strictly (unknown keys are errors).

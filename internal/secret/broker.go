@@ -341,7 +341,7 @@ func (b *Broker) Inject(ctx context.Context, session string, uses []Use) (*Injec
 				in.Stdin = slices.Clone(v)
 			case AsProxy:
 				in.Env = append(in.Env, u.Name+"="+placeholder)
-				in.Swaps = append(in.Swaps, Swap{Placeholder: placeholder, Value: slices.Clone(v), Hosts: slices.Clone(u.Bind)})
+				in.Swaps = append(in.Swaps, Swap{Placeholder: placeholder, Value: slices.Clone(v), Hosts: slices.Clone(u.Bind), TLS: u.TLS, Ref: u.Ref})
 			}
 			return nil
 		})

@@ -47,6 +47,10 @@ type Use struct {
 	// Templates are the sandbox templates it applies to; empty means
 	// any template.
 	Templates []string
+	// TLS lets the egress proxy terminate HTTPS to the Bind hosts to
+	// swap the value in (proxy; opt-in: the sandbox then trusts a CA of
+	// its own, docs/network.md).
+	TLS bool
 }
 
 // NewUse checks and builds a declaration as configuration states it.
@@ -113,6 +117,10 @@ type Swap struct {
 	Placeholder string
 	Value       []byte
 	Hosts       []string
+	// TLS is the use's TLS (terminate HTTPS to Hosts to swap inside).
+	TLS bool
+	// Ref names the secret in the proxy's records; never the value.
+	Ref Ref
 }
 
 // Wipe zeroes the swap's value.

@@ -111,10 +111,14 @@ func (e *Env) SecretUses() ([]secret.Use, error) {
 	var errs []error
 	for i, c := range l.Config.Secrets.Uses {
 		u, err := secret.NewUse(c.Ref, c.As, c.Name, c.Bind, c.Commands, c.Templates)
+		if err == nil && c.TLS && u.As != secret.AsProxy {
+			err = fmt.Errorf("%w: %s: tls is for a proxy use", secret.ErrUse, u.Ref)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("secrets.uses[%d]: %w", i, err))
 			continue
 		}
+		u.TLS = c.TLS
 		uses = append(uses, u)
 	}
 	return uses, errors.Join(errs...)

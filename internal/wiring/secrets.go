@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -34,9 +36,6 @@ const SecretsMount = "/run/secrets"
 // ErrSecretRefused wraps every refusal of a declared use.
 var ErrSecretRefused = errors.New("secret use refused")
 
-// ErrNoSwap: a proxy use, and no egress proxy to swap its placeholder.
-var ErrNoSwap = errors.New("a proxy use needs the egress proxy's placeholder swap, which is not connected in this build")
-
 // kernelSecrets are the daemon's secret broker and the person's declared
 // uses, shared by the sessions. It implements kernel.Revoker: a session's
 // values are zeroed when it ends.
@@ -44,10 +43,6 @@ type kernelSecrets struct {
 	broker *secret.Broker
 	uses   []secret.Use
 	log    *slog.Logger
-	// swap hands a command's proxy swaps to that command's egress proxy
-	// (the proxy puts the value in for the bound hosts only); nil refuses
-	// proxy uses.
-	swap func(ctx context.Context, call string, swaps []secret.Swap) error
 	// tmp is the tmpfs the file uses' directories are made in.
 	tmp string
 }
@@ -104,6 +99,11 @@ type sessionSecrets struct {
 	// cs is the session's change set: files a command wrote a value into
 	// are marked there (nil: none are).
 	cs secretMarker
+
+	// mu guards pending: each running command's proxy swaps, by call,
+	// until its egress proxy takes them (proxySwaps).
+	mu      sync.Mutex
+	pending map[string][]secret.Swap
 }
 
 // secretMarker is what sessionSecrets needs of a change set
@@ -113,10 +113,24 @@ type secretMarker interface {
 	MarkSecrets(rels []string) error
 }
 
-// forSession is the router's Secrets hook for one session.
-func (k *kernelSecrets) forSession(live *livePolicy, ws, session string, rec router.Recorder, approver router.Approver, cs secretMarker) func(context.Context, string, string, []string) (router.SandboxSecrets, error) {
-	s := &sessionSecrets{k: k, live: live, ws: ws, session: session, rec: rec, approver: approver, cs: cs}
-	return s.command
+// forSession returns one session's side of the broker.
+func (k *kernelSecrets) forSession(live *livePolicy, ws, session string, rec router.Recorder, approver router.Approver, cs secretMarker) *sessionSecrets {
+	return &sessionSecrets{k: k, live: live, ws: ws, session: session, rec: rec, approver: approver, cs: cs, pending: map[string][]secret.Swap{}}
+}
+
+// proxySwaps is the session's egress proxies' source of swaps: the proxy
+// uses the router's Secrets hook (command) handed out for call, taken
+// once. The values stay the command's: its Close zeroes them after the
+// proxy has closed (the proxy keeps copies of its own until then).
+func (s *sessionSecrets) proxySwaps(_ context.Context, call string) ([]netproxy.Swap, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []netproxy.Swap
+	for _, sw := range s.pending[call] {
+		out = append(out, netproxy.Swap{Placeholder: sw.Placeholder, Value: sw.Value, Hosts: sw.Hosts, TLS: sw.TLS, Name: sw.Ref.String()})
+	}
+	delete(s.pending, call)
+	return out, nil
 }
 
 // secretOp is the operation a use puts to the policy.
@@ -177,14 +191,11 @@ func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.U
 	}
 	out := router.SandboxSecrets{Env: inj.Env, Stdin: inj.Stdin}
 	if len(inj.Swaps) > 0 {
-		if s.k.swap == nil {
-			inj.Wipe()
-			return router.SandboxSecrets{}, fmt.Errorf("%w: %w", ErrSecretRefused, ErrNoSwap)
-		}
-		if err := s.k.swap(ctx, call, inj.Swaps); err != nil {
-			inj.Wipe()
-			return router.SandboxSecrets{}, fmt.Errorf("%w: %w", ErrSecretRefused, err)
-		}
+		// The command's egress proxy, started next, takes them
+		// (proxySwaps); without network they are never used.
+		s.mu.Lock()
+		s.pending[call] = inj.Swaps
+		s.mu.Unlock()
 	}
 	var dir string
 	if len(inj.Files) > 0 {
@@ -198,6 +209,9 @@ func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.U
 		if dir != "" {
 			removeSecretDir(dir)
 		}
+		s.mu.Lock()
+		delete(s.pending, call)
+		s.mu.Unlock()
 		inj.Wipe()
 		s.markWritten(start)
 	}

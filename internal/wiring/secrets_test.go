@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,12 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
@@ -49,7 +54,32 @@ type secretSession struct {
 	call    func(cmd string) (string, bool)
 }
 
-func newSecretSession(t *testing.T, policyYAML string) *secretSession {
+// defaultUses: the secret as TOKEN for printenv, as the file token for
+// cat.
+func defaultUses(keyFile string) string {
+	return "    - {ref: file:" + keyFile + ", as: env, name: TOKEN, commands: [printenv]}\n" +
+		"    - {ref: file:" + keyFile + ", as: file, name: token, commands: [cat]}\n"
+}
+
+// approveAll is a person who approves every step asked, and counts them.
+type approveAll struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+func (a *approveAll) Ask(_ context.Context, session, summary string, steps []approval.Step) (approval.Request, error) {
+	a.mu.Lock()
+	a.asked = append(a.asked, summary)
+	a.mu.Unlock()
+	r := approval.Request{ID: "r" + strconv.Itoa(len(a.asked)), Session: session, Summary: summary}
+	for i, st := range steps {
+		r.Items = append(r.Items, approval.Item{N: i + 1, Step: st, Eval: approval.Evaluation{Effect: approval.EffectApprove},
+			Decision: approval.Decision{Verdict: approval.Approved}})
+	}
+	return r, nil
+}
+
+func newSecretSession(t *testing.T, policyYAML string, uses func(keyFile string) string, approver router.Approver) *secretSession {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CI runs as root)")
@@ -71,9 +101,7 @@ func newSecretSession(t *testing.T, policyYAML string) *secretSession {
 	rd := t.TempDir()
 	u := &userenv.Env{Cwd: dir, Self: self, Environ: []string{"HOME=" + dir, "FLUFFY_HOME=" + filepath.Join(dir, "data"),
 		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_RUNTIME_DIR=" + rd, "PATH=/usr/bin:/bin"}}
-	cfg := "secrets:\n  uses:\n" +
-		"    - {ref: file:" + keyFile + ", as: env, name: TOKEN, commands: [printenv]}\n" +
-		"    - {ref: file:" + keyFile + ", as: file, name: token, commands: [cat]}\n"
+	cfg := "secrets:\n  uses:\n" + uses(keyFile)
 	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +120,7 @@ func newSecretSession(t *testing.T, policyYAML string) *secretSession {
 	t.Cleanup(s.sec.Close)
 	boxes := newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
 	t.Cleanup(boxes.Close)
-	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec)
+	tools := sessionTools(u, log, approver, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec)
 	ws := filepath.Join(dir, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
@@ -133,7 +161,7 @@ const allowSecrets = "rules:\n  - id: run-anything\n    effect: allow\n    match
 // does not get it; the audit log records each use with the reference and
 // a keyed fingerprint, never the value; the session's end zeroes it.
 func TestSessionSecretHostile(t *testing.T) {
-	s := newSecretSession(t, allowSecrets)
+	s := newSecretSession(t, allowSecrets, defaultUses, nil)
 	b64 := base64.StdEncoding.EncodeToString([]byte(s.value + "\n"))
 	for _, c := range []struct{ cmd, mustNot string }{
 		{"printenv TOKEN", s.value},
@@ -214,7 +242,7 @@ func TestSessionSecretHostile(t *testing.T) {
 // approval (default.secrets); with no one to ask the command is refused
 // before it runs, and the refusal is recorded.
 func TestSessionSecretNeedsAPerson(t *testing.T) {
-	s := newSecretSession(t, "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n")
+	s := newSecretSession(t, "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n", defaultUses, nil)
 	out, isErr := s.call("printenv TOKEN > ran.txt")
 	if !isErr || !strings.Contains(out, "needs a person's approval") {
 		t.Fatalf("refused use: %v %q", isErr, out)
@@ -236,35 +264,89 @@ func TestSessionSecretNeedsAPerson(t *testing.T) {
 	}
 }
 
-// TestSecretProxyUseWithoutSwap: a proxy use is refused while no egress
-// proxy can swap its placeholder (the value is never handed over
-// instead).
-func TestSecretProxyUseWithoutSwap(t *testing.T) {
+// TestSecretProxySwaps: a proxy use gives the command a placeholder, and
+// the command's egress proxy (started after the Secrets hook) takes the
+// swap for its call once, with the value, the bound hosts, TLS and the
+// reference as its name; the command's end zeroes the value.
+func TestSecretProxySwaps(t *testing.T) {
 	u, err := secret.NewUse("env:X", "proxy", "X", []string{"api.example.com"}, []string{"curl"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	u.TLS = true
 	b, err := secret.New(secret.Options{Backends: map[string]secret.Backend{"env": secret.Env{LookupEnv: func(string) (string, bool) { return "v4lue-of-x", true }}}, Key: make([]byte, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := &kernelSecrets{broker: b, uses: []secret.Use{u}}
-	s := &sessionSecrets{k: k, session: "s"}
-	_, err = s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"}, time.Now())
-	if !errors.Is(err, ErrNoSwap) {
-		t.Fatalf("proxy use without a swap: %v", err)
-	}
-	var got []secret.Swap
-	k.swap = func(_ context.Context, call string, swaps []secret.Swap) error { got = swaps; return nil }
+	s := k.forSession(nil, "/ws", "s", nil, nil, nil)
 	ss, err := s.handOut(t.Context(), "c1", []secret.Use{u}, []string{"r"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || string(got[0].Value) != "v4lue-of-x" || len(ss.Env) != 1 || !strings.HasPrefix(ss.Env[0], "X="+secret.PlaceholderPrefix) {
-		t.Errorf("swaps %+v env %v", got, ss.Env)
+	if len(ss.Env) != 1 || !strings.HasPrefix(ss.Env[0], "X="+secret.PlaceholderPrefix) {
+		t.Fatalf("env %v", ss.Env)
+	}
+	placeholder := strings.TrimPrefix(ss.Env[0], "X=")
+	if got, _ := s.proxySwaps(t.Context(), "c2"); len(got) != 0 {
+		t.Errorf("another call's proxy got %v", got)
+	}
+	got, err := s.proxySwaps(t.Context(), "c1")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("swaps %v, %v", got, err)
+	}
+	sw := got[0]
+	if sw.Placeholder != placeholder || string(sw.Value) != "v4lue-of-x" || len(sw.Hosts) != 1 || sw.Hosts[0] != "api.example.com" || !sw.TLS || sw.Name != "secret://env/X" {
+		t.Errorf("swap %+v", sw)
+	}
+	if again, _ := s.proxySwaps(t.Context(), "c1"); len(again) != 0 {
+		t.Error("the swaps were handed out twice")
 	}
 	ss.Close()
-	if string(got[0].Value) == "v4lue-of-x" {
+	if string(sw.Value) == "v4lue-of-x" {
 		t.Error("the swap's value outlives the command")
+	}
+}
+
+// TestSessionSecretThroughTheProxy: a proxy use in a real session. The
+// command holds only the placeholder (its environment shows it, never the
+// value); its request to the bound host arrives with the value; the same
+// placeholder sent to a host it is not bound to is refused.
+func TestSessionSecretThroughTheProxy(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	bound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		fmt.Fprintln(w, "ok")
+	}))
+	defer bound.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, "other:"+r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	defer other.Close()
+	bh, oh := strings.TrimPrefix(bound.URL, "http://"), strings.TrimPrefix(other.URL, "http://")
+	policy := allowSecrets +
+		"  - id: local-apis\n    effect: allow\n    match: {action: net, host: [\"" + bh + "\", \"" + oh + "\"]}\n"
+	// $TOKEN makes the command line dynamic: a person approves it.
+	person := &approveAll{}
+	s := newSecretSession(t, policy, func(keyFile string) string {
+		return "    - {ref: file:" + keyFile + ", as: proxy, name: TOKEN, bind: [\"" + bh + "\"], commands: [curl]}\n"
+	}, person)
+	out, isErr := s.call("curl -s -H \"Authorization: Bearer $TOKEN\" " + bound.URL + "/; echo; printenv TOKEN; " +
+		"curl -s -o /dev/null -w '%{http_code}' -H \"Authorization: Bearer $TOKEN\" " + other.URL + "/")
+	if isErr {
+		t.Fatal(out)
+	}
+	if strings.Contains(out, s.value) || !strings.Contains(out, secret.PlaceholderPrefix) {
+		t.Errorf("the command's output: %q", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "Bearer "+s.value {
+		t.Errorf("the servers got %q; want the bound one to get the value and the other nothing", got)
 	}
 }

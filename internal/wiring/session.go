@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/store"
@@ -397,18 +398,22 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver)
-			// With network, the tools use the registries the person
-			// turned on (net.registries); without, they stay offline.
-			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
-				return nil, err
-			}
+			// The declared secrets of the session's commands, and the
+			// swaps their egress proxies take for the proxy uses.
+			var swaps func(context.Context, string) ([]netproxy.Swap, error)
 			if secrets != nil {
 				var cs secretMarker
 				if env.ChangeSet != nil {
 					cs = env.ChangeSet
 				}
-				o.Secrets = secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
+				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
+				o.Secrets, swaps = ss.command, ss.proxySwaps
+			}
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps)
+			// With network, the tools use the registries the person
+			// turned on (net.registries); without, they stay offline.
+			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
+				return nil, err
 			}
 		}
 		if secrets != nil {

@@ -167,8 +167,9 @@ type Options struct {
 	// network of that call (its id): a nil Egress keeps the command
 	// without network, as when Egress is unset.
 	Egress func(ctx context.Context, call string) (Egress, error)
-	// Secrets, when set, is asked before each sandboxed command for what
-	// the declared uses of secrets in effect for it put into its sandbox
+	// Secrets, when set, is asked before each sandboxed command (before
+	// Egress, which may need a proxy use's swaps) for what the declared
+	// uses of secrets in effect for it put into its sandbox
 	// (docs/secrets.md): it decides each use (policy, approval), records
 	// it, and hands out the values; an error refuses the command. Nil
 	// hands out none.
@@ -786,17 +787,8 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		spec.Limits.Wall = cmd.Timeout
 	}
 	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
-	if r.o.Egress != nil {
-		eg, err := r.o.Egress(ctx, callID)
-		if err != nil {
-			return tool.Result{}, fmt.Errorf("the command's network could not be set up: %w", err)
-		}
-		if eg != nil {
-			defer eg.Close()
-			withEgress(&spec, eg)
-			spec.Env = sandbox.SetEnv(spec.Env, r.o.NetEnv...)
-		}
-	}
+	// Secrets first: a proxy use's swaps are what the command's egress
+	// proxy, started next, puts the values back in with.
 	if r.o.Secrets != nil {
 		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, progs)
 		if err != nil {
@@ -809,6 +801,17 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		spec.Mounts = append(spec.Mounts, ss.Mounts...)
 		if ss.Stdin != nil {
 			spec.Stdin = bytes.NewReader(ss.Stdin)
+		}
+	}
+	if r.o.Egress != nil {
+		eg, err := r.o.Egress(ctx, callID)
+		if err != nil {
+			return tool.Result{}, fmt.Errorf("the command's network could not be set up: %w", err)
+		}
+		if eg != nil {
+			defer eg.Close()
+			withEgress(&spec, eg)
+			spec.Env = sandbox.SetEnv(spec.Env, r.o.NetEnv...)
 		}
 	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
