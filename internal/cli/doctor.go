@@ -280,7 +280,7 @@ func secretChecks(a *App) []func(context.Context) doctor.Check {
 	bs, err := a.user().SecretBackends(nil)
 	if err != nil {
 		return []func(context.Context) doctor.Check{func(context.Context) doctor.Check {
-			return doctor.Check{Name: "secrets", Status: doctor.Warn, Detail: err.Error(), Fix: "see docs/secrets.md"}
+			return doctor.Check{Name: "secrets", Status: doctor.Warn, Detail: err.Error(), Fix: "see docs/secrets.md", Doc: doctor.TroubleshootingDoc + "#a-secret-backend-is-locked-or-unreachable"}
 		}}
 	}
 	var names []string

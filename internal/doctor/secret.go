@@ -19,13 +19,13 @@ func SecretChecks(ctx context.Context, backends map[string]secret.Backend) []Che
 	slices.Sort(names)
 	var out []Check
 	for _, n := range names {
-		c := Check{Name: "secrets: " + n, Status: OK, Detail: "ready"}
+		c := Check{Name: "secrets: " + n, Status: OK, Detail: "ready", Doc: TroubleshootingDoc + "#a-secret-backend-is-locked-or-unreachable"}
 		if s, ok := backends[n].(secret.Stater); ok {
 			st, detail := s.State(ctx)
 			c.Detail = string(st) + ": " + detail
 			switch st {
 			case secret.Locked:
-				c.Status, c.Fix = Warn, "unlocked when a declared use first needs it (docs/secrets.md)"
+				c.Status, c.Fix = Warn, "unlocked when a declared use first needs it; the daemon reads the configured password file (docs/secrets.md)"
 			case secret.Unreachable:
 				c.Status, c.Fix = Warn, "see docs/secrets.md for this backend's set-up"
 			}
