@@ -22,7 +22,7 @@ declare -A want=(
 	[rg]=ripgrep           # internal/tool/builtin: BenchmarkGrep compares search.grep with ripgrep
 	[tmux]=tmux            # cmd/fluffy: the terminal UI screen tests (TestTerminal*)
 	[chromium]=chromium    # cmd/fluffy: the web console's browser tests (serve_web_browser.txtar)
-	[npm]=npm              # axe-core, below
+	[npm]=npm              # axe-core and the Bitwarden CLI, below
 	[gcc]=gcc              # scripts/dendrite.sh: the Matrix test homeserver's SQLite driver needs cgo
 )
 
@@ -93,4 +93,12 @@ fi
 # The Matrix channel's tests run against a real homeserver, built once and
 # cached (scripts/dendrite.sh).
 bash "$(dirname "$0")/dendrite.sh" >/dev/null
+# The Bitwarden CLI (internal/secret: the real-bw tests), from npm,
+# cached per version; skipped when present.
+bw_dir="${XDG_CACHE_HOME:-$HOME/.cache}/fluffy-test/bw-2026.9.0"
+if [ ! -x "$bw_dir/node_modules/.bin/bw" ]; then
+	echo "deps: installing @bitwarden/cli 2026.9.0 into $bw_dir"
+	mkdir -p "$bw_dir"
+	npm install --no-audit --no-fund --silent --prefix "$bw_dir" @bitwarden/cli@2026.9.0 >/dev/null
+fi
 echo "deps: ok"

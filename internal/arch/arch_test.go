@@ -131,6 +131,7 @@ var boundaries = []struct {
 	{"internal/jsonnum", []string{"internal/"}, "the JSON number grammar is a leaf the hand-written JSON readers share"},
 	{"internal/regfile", []string{"internal/"}, "opening files that must be regular is a leaf every reader of workspace files shares"},
 	{"internal/jsonname", []string{"internal/"}, "when two JSON member names are one name to Go is a leaf the strict JSON readers share"},
+	{"internal/secret", []string{"internal/"}, "secret references and their backends are a leaf: the channels, the CLI and the daemon resolve one syntax"},
 	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the kernel, the bootstrap and the CLI take them"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
@@ -149,6 +150,7 @@ var leaves = map[string]bool{
 	"internal/jsonname": true,
 	"internal/regfile":  true,
 	"internal/lockfile": true,
+	"internal/secret":   true,
 }
 
 func TestImportBoundaries(t *testing.T) {

@@ -44,6 +44,9 @@ const (
 	KindNetEnd     Kind = "net.end"
 	KindNetRefused Kind = "net.refused"
 
+	// The secret broker: a declared use of a secret, decided.
+	KindSecretUse Kind = "secret.use"
+
 	// The kernel: its own life, sessions, change sets, IPC peers.
 	KindKernelStart        Kind = "kernel.start"
 	KindKernelStop         Kind = "kernel.stop"
@@ -92,7 +95,7 @@ func (k Kind) Synchronous() bool {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
-		KindWebLogin:
+		KindWebLogin, KindSecretUse:
 		return true
 	}
 	return false
@@ -117,6 +120,7 @@ func Catalogue() []Payload {
 		ApprovalRequest{}, ApprovalDecision{}, PolicyClassify{}, PolicyChange{},
 		ExecStart{}, ExecEnd{},
 		NetRequest{}, NetEnd{}, NetRefused{},
+		SecretUse{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
@@ -511,6 +515,32 @@ type NetRequest struct {
 	TLS bool `json:"tls,omitempty"`
 }
 
+// SecretUse (secret.use) is one declared use of a secret for one
+// sandboxed command, durable before the command starts: the reference and
+// the keyed fingerprint (HMAC-SHA256 under the data directory's key), so
+// that two uses of one value correlate; never the value.
+type SecretUse struct {
+	// Call is the tool call whose command the use is for.
+	Call string `json:"call"`
+	// Ref is the reference (secret://BACKEND/PATH).
+	Ref string `json:"ref"`
+	// As is how it enters: env, file, stdin, proxy; Name is the variable
+	// or file name.
+	As   string `json:"as"`
+	Name string `json:"name,omitempty"`
+	// Bind are a proxy use's hosts.
+	Bind []string `json:"bind,omitempty"`
+	// Decision is allowed or refused; Rule the policy rule (or the
+	// approval) that decided; Reason why a use was refused.
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+	// Fingerprint is the value's keyed fingerprint, for an allowed use.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Cached is set when the value came from the session's cache.
+	Cached bool `json:"cached,omitempty"`
+}
+
 // NetEnd (net.end) is the outcome of an allowed egress request.
 type NetEnd struct {
 	ID         string `json:"id"`
@@ -822,6 +852,7 @@ func (ExecEnd) Kind() Kind            { return KindExecEnd }
 func (NetRequest) Kind() Kind         { return KindNetRequest }
 func (NetEnd) Kind() Kind             { return KindNetEnd }
 func (NetRefused) Kind() Kind         { return KindNetRefused }
+func (SecretUse) Kind() Kind          { return KindSecretUse }
 func (KernelStart) Kind() Kind        { return KindKernelStart }
 func (KernelStop) Kind() Kind         { return KindKernelStop }
 func (IPCRefused) Kind() Kind         { return KindIPCRefused }

@@ -20,9 +20,16 @@ const maxDiffBytes = 8 << 20
 
 // Diff renders the changes at or below paths (all when none) as a unified
 // diff in git's extended format: mode changes, new and deleted files,
-// symlinks as their target text, binary files summarised.
+// symlinks as their target text, binary files summarised, files marked as
+// holding a secret's value (MarkSecrets) named without their content.
 func (cs *ChangeSet) Diff(ctx context.Context, paths ...string) (string, error) {
 	changes, err := cs.Changes(ctx, paths...)
+	if err != nil {
+		return "", err
+	}
+	// A file marked as holding a secret's value is named, its content
+	// never shown.
+	secrets, err := cs.secretPaths()
 	if err != nil {
 		return "", err
 	}
@@ -31,7 +38,7 @@ func (cs *ChangeSet) Diff(ctx context.Context, paths ...string) (string, error) 
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		if err := cs.writeDiff(&b, c); err != nil {
+		if err := cs.writeDiff(&b, c, secrets); err != nil {
 			return "", err
 		}
 	}
@@ -61,7 +68,7 @@ func quote(prefix, p string) string {
 	return s
 }
 
-func (cs *ChangeSet) writeDiff(b *strings.Builder, c Change) error {
+func (cs *ChangeSet) writeDiff(b *strings.Builder, c Change, secrets map[string]bool) error {
 	if c.Kind == KindDir {
 		if c.Op == Modified {
 			fmt.Fprintf(b, "diff --git %s %s\nold mode %s\nnew mode %s\n", quote("a/", c.Path), quote("b/", c.Path), gitMode(KindDir, c.OldMode), gitMode(KindDir, c.NewMode))
@@ -74,6 +81,10 @@ func (cs *ChangeSet) writeDiff(b *strings.Builder, c Change) error {
 	}
 	a, bb := quote("a/", c.Path), quote("b/", c.Path)
 	fmt.Fprintf(b, "diff --git %s %s\n", a, bb)
+	if c.Op != Deleted && secrets[c.Path] {
+		fmt.Fprintf(b, "%s holds the value of a secret a command was given: content not shown (docs/secrets.md)\n", bb)
+		return nil
+	}
 	var old, new string
 	var oldBin, newBin bool
 	var err error

@@ -192,10 +192,19 @@ type judge struct {
 	// configs caches what each repository's real config points at
 	// (configRefsAt), by working tree.
 	configs map[string]gitConfigRefs
+	// secrets are the paths marked as holding a secret's value
+	// (MarkSecrets).
+	secrets    map[string]bool
+	secretsErr error
 }
 
 func (cs *ChangeSet) newJudge(all []Change) *judge {
 	j := &judge{cs: cs, gitDirs: map[string]bool{}, pointed: map[string]bool{}, configs: map[string]gitConfigRefs{}}
+	// Unreadable marks fail closed: every changed file is then treated
+	// as marked.
+	if j.secrets, j.secretsErr = cs.secretPaths(); j.secretsErr != nil {
+		j.secrets = map[string]bool{}
+	}
 	for _, c := range all {
 		if c.Op == Deleted {
 			continue
@@ -282,6 +291,9 @@ func (j *judge) isGitDir(dir string) bool {
 
 // reason returns why the change c must be named to be applied, or "".
 func (j *judge) reason(c Change) string {
+	if c.Op != Deleted && c.Kind != KindDir && (j.secrets[c.Path] || j.secretsErr != nil) {
+		return secretReason
+	}
 	if c.Op == Modified && !c.Content && c.Kind != KindSymlink {
 		// A mode change alone: only a widening one inside a git
 		// directory (another user could then replace its config or

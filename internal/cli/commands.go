@@ -25,6 +25,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newMemoryCmd(a),
 		newBackupCmd(a),
 		newWebCmd(a),
+		newSecretCmd(a),
 	)
 	setupTaskCmd(a, root)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandboxd"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/units"
@@ -43,6 +45,20 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 			if err != nil {
 				return err
 			}
+			extra := []func(context.Context) doctor.Check{
+				func(ctx context.Context) doctor.Check {
+					return auditCheck(ctx, l.Config.Home, int64(l.Config.Audit.WarnSize))
+				},
+				func(context.Context) doctor.Check { return binariesCheck(a.Self) },
+				func(context.Context) doctor.Check { return serverCheck(a) },
+				func(ctx context.Context) doctor.Check { return memoryCheck(ctx, a) },
+				func(ctx context.Context) doctor.Check { return stateDBCheck(ctx, l.Config.Home) },
+				func(ctx context.Context) doctor.Check {
+					return backupsCheck(ctx, l.Config.Home, l.Config.Backup.Interval.Std())
+				},
+				func(context.Context) doctor.Check { return oomCheck(l.Config.Kernel.OOMProtect) },
+			}
+			extra = append(extra, secretChecks(a)...)
 			rep := doctor.Run(cmd.Context(), doctor.Options{
 				Home:    l.Config.Home,
 				Runtime: l.Config.Sandbox.Runtime,
@@ -50,19 +66,7 @@ configured sandbox runtime (sandbox.runtime); warnings never fail.`,
 				Facilities: func(ctx context.Context) []sandbox.Facility {
 					return a.Core.SandboxFacilities(ctx, a.user())
 				},
-				Extra: []func(context.Context) doctor.Check{
-					func(ctx context.Context) doctor.Check {
-						return auditCheck(ctx, l.Config.Home, int64(l.Config.Audit.WarnSize))
-					},
-					func(context.Context) doctor.Check { return binariesCheck(a.Self) },
-					func(context.Context) doctor.Check { return serverCheck(a) },
-					func(ctx context.Context) doctor.Check { return memoryCheck(ctx, a) },
-					func(ctx context.Context) doctor.Check { return stateDBCheck(ctx, l.Config.Home) },
-					func(ctx context.Context) doctor.Check {
-						return backupsCheck(ctx, l.Config.Home, l.Config.Backup.Interval.Std())
-					},
-					func(context.Context) doctor.Check { return oomCheck(l.Config.Kernel.OOMProtect) },
-				},
+				Extra: extra,
 			})
 			if asJSON {
 				enc := json.NewEncoder(termsafe.NewJSONWriter(a.Stdout))
@@ -268,4 +272,26 @@ func oomCheck(protect bool) doctor.Check {
 	_ = kernel.SetOOMScoreAdj(0, cur)
 	c.Detail = fmt.Sprintf("sandboxes raise their oom_score_adj to 1000; the daemon lowers its own to %d", kernel.OOMScoreDaemon)
 	return c
+}
+
+// secretChecks are one check per configured secret backend (its state,
+// never a value); backends that cannot be built are one warning.
+func secretChecks(a *App) []func(context.Context) doctor.Check {
+	bs, err := a.user().SecretBackends(nil)
+	if err != nil {
+		return []func(context.Context) doctor.Check{func(context.Context) doctor.Check {
+			return doctor.Check{Name: "secrets", Status: doctor.Warn, Detail: err.Error(), Fix: "see docs/secrets.md", Doc: doctor.TroubleshootingDoc + "#a-secret-backend-is-locked-or-unreachable"}
+		}}
+	}
+	var names []string
+	for n := range bs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []func(context.Context) doctor.Check
+	for _, n := range names {
+		one := map[string]secret.Backend{n: bs[n]}
+		out = append(out, func(ctx context.Context) doctor.Check { return doctor.SecretChecks(ctx, one)[0] })
+	}
+	return out
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// Backup configures the daemon's scheduled backups
 	// (docs/operations.md).
 	Backup Backup `yaml:"backup"`
+
+	// Secrets configures the credential broker (docs/secrets.md).
+	Secrets Secrets `yaml:"secrets"`
 }
 
 // Memory configures the memory index: how passages get their vectors and

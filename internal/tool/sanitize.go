@@ -35,9 +35,13 @@ type SanitizerOptions struct {
 	// most. 0 means a quarter of MaxBytes; negative means head only.
 	TailBytes int
 	// Secrets is the redaction hook: it returns the secret values to
-	// replace, and is called once per stream. Nil means none. The secrets
-	// broker plugs in here.
+	// replace, and is called once per stream. Nil means none.
 	Secrets func() []string
+	// SecretBytes is Secrets in slices the sanitizer owns: it zeroes
+	// them, and every copy it makes of them, when the stream is closed,
+	// so no value outlives the stream on the heap. The secrets broker
+	// plugs in here.
+	SecretBytes func() [][]byte
 	// Redaction replaces each secret; "" means DefaultRedaction.
 	Redaction string
 }
@@ -56,10 +60,11 @@ type SanitizerOptions struct {
 // saying how much was cut, and binary output is summarised instead of
 // shown. Safe for concurrent use; each Stream is not.
 type Sanitizer struct {
-	max     int
-	tail    int
-	secrets func() []string
-	label   string
+	max         int
+	tail        int
+	secrets     func() []string
+	secretBytes func() [][]byte
+	label       string
 	// streams recycles Sanitize's streams (a Stream is ~600 bytes before
 	// any output): the fast path sanitizes every result.
 	streams sync.Pool
@@ -67,7 +72,7 @@ type Sanitizer struct {
 
 // NewSanitizer returns a Sanitizer.
 func NewSanitizer(o SanitizerOptions) *Sanitizer {
-	s := &Sanitizer{max: o.MaxBytes, secrets: o.Secrets, label: o.Redaction}
+	s := &Sanitizer{max: o.MaxBytes, secrets: o.Secrets, secretBytes: o.SecretBytes, label: o.Redaction}
 	if s.max <= 0 {
 		s.max = DefaultMaxOutput
 	}
@@ -140,31 +145,66 @@ func (st *Stream) init(s *Sanitizer) {
 	*st = Stream{s: s, out: out, sniff: st.sniff[:0], ring: st.ring[:0],
 		esc: escaper{buf: st.esc.buf[:0]}, red: redactor{pend: st.red.pend[:0]},
 		chk: stripper{buf: st.chk.buf[:0]}, chkRed: redactor{pend: st.chkRed.pend[:0]}}
-	if s != nil && s.secrets != nil {
-		seen, seenStripped := map[string]bool{}, map[string]bool{}
+	if s == nil || (s.secrets == nil && s.secretBytes == nil) {
+		return
+	}
+	var vals [][]byte
+	if s.secrets != nil {
 		for _, v := range s.secrets() {
-			// The model sees escaped text, so look for the escaped
-			// form; the check looks for the stripped form in the
-			// output with its control characters removed.
-			var e escaper
-			var esc []byte
-			e.feed([]byte(v), func(b []byte) { esc = append(esc, b...) })
-			e.flush(func(b []byte) { esc = append(esc, b...) })
-			if len(esc) > 0 && !seen[string(esc)] {
-				seen[string(esc)] = true
-				st.red.secrets = append(st.red.secrets, esc)
-			}
-			var c stripper
-			var stripped []byte
-			c.feed([]byte(v), func(b []byte) { stripped = append(stripped, b...) })
-			c.flush(func(b []byte) { stripped = append(stripped, b...) })
-			if len(stripped) > 0 && !seenStripped[string(stripped)] {
-				seenStripped[string(stripped)] = true
-				st.chkRed.secrets = append(st.chkRed.secrets, stripped)
-			}
+			vals = append(vals, []byte(v))
 		}
-		st.red.index()
-		st.chkRed.index()
+	}
+	if s.secretBytes != nil {
+		vals = append(vals, s.secretBytes()...)
+		st.wipe = true
+	}
+	for _, v := range vals {
+		// The model sees escaped text, so look for the escaped form;
+		// the check looks for the stripped form in the output with its
+		// control characters removed.
+		var e escaper
+		var esc []byte
+		e.feed(v, func(b []byte) { esc = append(esc, b...) })
+		e.flush(func(b []byte) { esc = append(esc, b...) })
+		st.red.secrets = addSecret(st.red.secrets, esc)
+		clear(e.buf[:cap(e.buf)]) // flush left it empty, not zeroed
+		var c stripper
+		var stripped []byte
+		c.feed(v, func(b []byte) { stripped = append(stripped, b...) })
+		c.flush(func(b []byte) { stripped = append(stripped, b...) })
+		st.chkRed.secrets = addSecret(st.chkRed.secrets, stripped)
+		clear(c.buf[:cap(c.buf)])
+		if st.wipe {
+			clear(v)
+		}
+	}
+	st.red.index()
+	st.chkRed.index()
+}
+
+// addSecret appends v unless it is empty or already there (compared as
+// bytes: a map keyed by string would copy the value).
+func addSecret(list [][]byte, v []byte) [][]byte {
+	if len(v) == 0 {
+		return list
+	}
+	for _, o := range list {
+		if bytes.Equal(o, v) {
+			clear(v)
+			return list
+		}
+	}
+	return append(list, v)
+}
+
+// wipeSecrets zeroes the stream's copies of secret values and what it
+// held back as a possible start of one.
+func (st *Stream) wipeSecrets() {
+	for _, r := range []*redactor{&st.red, &st.chkRed} {
+		for _, v := range r.secrets {
+			clear(v)
+		}
+		clear(r.pend[:cap(r.pend)])
 	}
 }
 
@@ -182,8 +222,11 @@ type Stream struct {
 	// characters removed: a secret they find more often than red was
 	// split by controls, and the output is withheld. Unused without
 	// secrets.
-	chk     stripper
-	chkRed  redactor
+	chk    stripper
+	chkRed redactor
+	// wipe: the secrets came from SecretBytes, and Close zeroes every
+	// copy.
+	wipe    bool
 	out     bytes.Buffer
 	emitted int64
 	full    bool   // the head is full: the rest goes to the tail ring
@@ -300,6 +343,14 @@ func (st *Stream) Close() Sanitized {
 	if st.closed {
 		return st.result
 	}
+	r := st.close()
+	if st.wipe {
+		st.wipeSecrets()
+	}
+	return r
+}
+
+func (st *Stream) close() Sanitized {
 	if !st.decided {
 		st.decide()
 	}

@@ -273,3 +273,39 @@ func TestSanitizePoolReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretBytesWiped: values from SecretBytes are redacted like Secrets,
+// and the slices handed over are zeroed once the stream is closed, as are
+// the stream's own copies.
+func TestSecretBytesWiped(t *testing.T) {
+	var handed [][]byte
+	s := NewSanitizer(SanitizerOptions{SecretBytes: func() [][]byte {
+		handed = [][]byte{[]byte("hunter2-hunter2"), []byte("hunter2-hunter2")}
+		return handed
+	}})
+	st := s.Stream()
+	_, _ = st.Write([]byte("pw=hunter2-hun"))
+	_, _ = st.Write([]byte("ter2 and hunter2-h"))
+	r := st.Close()
+	if r.Text != "pw=[REDACTED] and hunter2-h" || r.Redactions != 1 {
+		t.Errorf("text %q, %d redactions", r.Text, r.Redactions)
+	}
+	for _, h := range handed {
+		if string(h) == "hunter2-hunter2" {
+			t.Error("a handed-over value was not zeroed")
+		}
+	}
+	for _, red := range []*redactor{&st.red, &st.chkRed} {
+		for _, v := range red.secrets {
+			if bytes.Contains(v, []byte("hunter")) {
+				t.Errorf("the stream kept a copy: %q", v)
+			}
+		}
+		if bytes.Contains(red.pend[:cap(red.pend)], []byte("hunter2-h")) {
+			t.Error("the held-back tail was not zeroed")
+		}
+	}
+	if r := s.Sanitize([]byte("x hunter2-hunter2")); r.Text != "x [REDACTED]" {
+		t.Errorf("Sanitize: %q", r.Text)
+	}
+}

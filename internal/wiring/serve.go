@@ -24,6 +24,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/serve"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/internal/web"
@@ -45,6 +46,9 @@ type channelDeps struct {
 	home string
 	// env resolves a webhook's env: secret.
 	env func(string) (string, bool)
+	// resolve resolves a webhook's secret of another backend (age,
+	// bitwarden); nil refuses them.
+	resolve webhook.Resolver
 	// ws is the assistant workspace (mail attachments go there).
 	ws string
 	// data is the data directory (a Matrix account's state goes under
@@ -77,7 +81,7 @@ func serveChannels(l *config.Loaded, d channelDeps) (chans []channel.Channel, er
 		if d.state != "" {
 			dir = filepath.Join(d.state, "hooks", h.Name)
 		}
-		opts := webhook.Options{Logger: d.log.With("channel", h.Name), StateDir: dir, Now: d.now, LookupEnv: d.env}
+		opts := webhook.Options{Logger: d.log.With("channel", h.Name), StateDir: dir, Now: d.now, LookupEnv: d.env, Resolve: d.resolve}
 		hook, err := webhook.New(h, opts)
 		if errors.Is(err, webhook.ErrCorruptNonceStore) {
 			// The hook's state, not the configuration, is at fault: the
@@ -399,7 +403,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		return nil, err
 	}
 	home, _ := u.Getenv("HOME")
-	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv, ws: ws, data: d.Root})
+	chans, err := serveChannels(l, channelDeps{log: log, state: d.Path("serve"), now: time.Now, home: home, env: u.Getenv, ws: ws, data: d.Root, resolve: channelSecrets(u)})
 	if err != nil {
 		return nil, err
 	}
@@ -610,4 +614,22 @@ func (f *serveFront) stop() {
 			f.mem.close()
 		}
 	})
+}
+
+// channelSecrets resolves channels' secret references of the backends
+// beyond env and file (a hook's key in the age store or a vault) through
+// the configured backends. The daemon has no terminal: a backend that
+// needs a password reads it from its configured file or stays locked.
+func channelSecrets(u *userenv.Env) webhook.Resolver {
+	return func(ctx context.Context, ref secret.Ref) ([]byte, error) {
+		bs, err := u.SecretBackends(nil)
+		if err != nil {
+			return nil, err
+		}
+		b, ok := bs[ref.Backend]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", secret.ErrUnknownBackend, ref)
+		}
+		return b.Lookup(ctx, ref.Path)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/store"
@@ -221,9 +222,13 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		return nil, fmt.Errorf("%w: %w", kernel.ErrAuditUnavailable, err)
 	}
 	var boxes *sessionBoxes
+	var secrets *kernelSecrets
 	fail := func(err error) (func(), error) {
 		if boxes != nil {
 			boxes.Close()
+		}
+		if secrets != nil {
+			secrets.Close()
 		}
 		al.Close()
 		closeDB()
@@ -250,6 +255,17 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	// cached classifier answers and containers end with it.
 	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
 	revokers := []kernel.Revoker{broker, deps.live, boxes}
+	// The person's declared uses of secrets, and the broker that hands
+	// them out; a session's values are zeroed when it ends.
+	if err := disableCoreDumps(); err != nil {
+		log.Warn("core dumps could not be turned off", "err", err)
+	}
+	if secrets, err = newKernelSecrets(u, log); err != nil {
+		return fail(err)
+	}
+	if secrets != nil {
+		revokers = append(revokers, secrets)
+	}
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
@@ -261,7 +277,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k),
+		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets),
 		Now:   now,
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
@@ -301,6 +317,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 			log.Error("stop sessions", "err", err)
 		}
 		boxes.Close()
+		if secrets != nil {
+			secrets.Close()
+		}
 		if err := al.Close(); err != nil {
 			log.Error("close the audit log", "err", err)
 		}
@@ -314,7 +333,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // call, telling the session's person through warn of an edit that did
 // not load), and the sandbox runtime boxes gives the session for
 // shell.exec and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel]) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel], secrets *kernelSecrets) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Offline unless a command gets network: Go builds use the
 	// toolchain and modules at hand (the person's module cache,
@@ -379,12 +398,28 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver)
+			// The declared secrets of the session's commands, and the
+			// swaps their egress proxies take for the proxy uses.
+			var swaps func(context.Context, string) ([]netproxy.Swap, error)
+			if secrets != nil {
+				var cs secretMarker
+				if env.ChangeSet != nil {
+					cs = env.ChangeSet
+				}
+				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
+				o.Secrets, swaps = ss.command, ss.proxySwaps
+			}
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps)
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.
 			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
 				return nil, err
 			}
+		}
+		if secrets != nil {
+			// Every value handed out, and its encodings, is redacted
+			// from what the model sees and the log records.
+			o.Sanitizer = tool.NewSanitizer(tool.SanitizerOptions{SecretBytes: secrets.broker.RedactionBytes})
 		}
 		r, err := router.New(o)
 		if err != nil {

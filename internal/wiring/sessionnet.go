@@ -53,13 +53,13 @@ type sessionNet struct {
 // into the sandbox; a container (docker, podman) gets a forwarder on its
 // loopback opened by this process in its network namespace for the one
 // command (docker.Instance.Run), which reaches the same socket.
-func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver) func(context.Context, string) (router.Egress, error) {
+func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver, swaps func(context.Context, string) ([]netproxy.Swap, error)) func(context.Context, string) (router.Egress, error) {
 	switch runtime {
 	case "native", "docker", "podman":
 	default:
 		return nil
 	}
-	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver}
+	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver, swaps: swaps}
 	return n.egress
 }
 

@@ -32,7 +32,7 @@ func Check(hooks []config.Webhook, where config.Origin, lookupEnv func(string) (
 			errs = append(errs, entryError(w, i, where, "name", fmt.Sprintf("%q is also the name of serve.webhooks[%d]", w.Name, j)))
 		}
 		seen[w.Name] = i
-		if _, err := ResolveSecret(w.Secret, lookupEnv); err != nil && w.Secret != "" {
+		if _, err := checkSecret(w.Secret, lookupEnv); err != nil && w.Secret != "" {
 			// The key names the secret already; the reason is what helps.
 			errs = append(errs, entryError(w, i, where, "secret", strings.TrimPrefix(err.Error(), ErrSecret.Error()+": ")))
 		}
@@ -48,7 +48,7 @@ func checkHook(w config.Webhook, i int, where config.Origin) []error {
 		bad("name", fmt.Sprintf("%q: want 1 to 63 of a-z 0-9 _ - starting with a letter or digit", w.Name))
 	}
 	if w.Secret == "" {
-		bad("secret", "required: env:VAR or file:PATH")
+		bad("secret", "required: a secret reference (secret://BACKEND/PATH, env:VAR or file:PATH)")
 	}
 	if w.Signature != SchemeGitHub && w.Signature != SchemeFluffy {
 		bad("signature", fmt.Sprintf("%q: want %s or %s", w.Signature, SchemeGitHub, SchemeFluffy))

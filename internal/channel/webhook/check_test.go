@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
 func TestResolveSecret(t *testing.T) {
@@ -47,7 +49,10 @@ func TestResolveSecret(t *testing.T) {
 		{"file:" + big, "longer than"},
 		{"file:" + fifo, "not a regular file"},
 		{"file:" + filepath.Join(dir, "missing"), "no such file"},
-		{"vault:x", "want env:VAR or file:PATH"},
+		{"vault:x", "env:VAR or file:PATH"},
+		{"secret://env/SET", "env-secret-0123456789"},
+		{"secret://file" + good, "file-secret-0123456789"},
+		{"secret://age/hook", "only the daemon resolves age references"},
 		{"hunter2-the-key-itself", "not shown"},
 	}
 	for _, tt := range tests {
@@ -133,5 +138,31 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := New(config.Webhook{Name: "gh", Secret: "env:S", Signature: SchemeGitHub}, Options{LookupEnv: env("S", "x")}); err == nil {
 		t.Error("New without a state directory succeeded")
+	}
+}
+
+// TestSecretOfTheDaemonsBackends: a hook's key may be in the age store or
+// a vault; the check takes its reference's form, the hook resolves it
+// through Options.Resolve (the daemon's backends), and without a
+// resolver it is refused.
+func TestSecretOfTheDaemonsBackends(t *testing.T) {
+	hook := config.Webhook{Name: "deploy", Secret: "secret://age/deploy-key", Signature: SchemeFluffy}
+	if errs := Check([]config.Webhook{hook}, config.Origin{}, nil); len(errs) != 0 {
+		t.Errorf("Check: %v", errs)
+	}
+	if _, err := New(hook, Options{StateDir: t.TempDir()}); !errors.Is(err, ErrSecret) {
+		t.Errorf("New without a resolver: %v", err)
+	}
+	var asked secret.Ref
+	h, err := New(hook, Options{StateDir: t.TempDir(), Resolve: func(_ context.Context, r secret.Ref) ([]byte, error) {
+		asked = r
+		return []byte("key-from-the-age-store"), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if asked != (secret.Ref{Backend: "age", Path: "deploy-key"}) || string(h.secret) != "key-from-the-age-store" {
+		t.Errorf("resolved %+v to %q", asked, h.secret)
 	}
 }

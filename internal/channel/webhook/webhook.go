@@ -75,6 +75,9 @@ type Options struct {
 	Now func() time.Time
 	// LookupEnv resolves env: secrets; nil is os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Resolve resolves secret references of the backends beyond env and
+	// file (the daemon's secret broker); nil refuses them.
+	Resolve Resolver
 	// MaxNonces bounds the nonce store; 0 is DefaultMaxNonces.
 	MaxNonces int
 }
@@ -118,7 +121,7 @@ func New(cfg config.Webhook, opts Options) (*Hook, error) {
 	if errs := checkHook(cfg, -1, config.Origin{}); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	secret, err := ResolveSecret(cfg.Secret, opts.LookupEnv)
+	secret, err := resolveSecret(context.Background(), cfg.Secret, opts.LookupEnv, opts.Resolve)
 	if err != nil {
 		return nil, fmt.Errorf("webhook %s: secret: %w", cfg.Name, err)
 	}

@@ -27,6 +27,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -166,6 +167,13 @@ type Options struct {
 	// network of that call (its id): a nil Egress keeps the command
 	// without network, as when Egress is unset.
 	Egress func(ctx context.Context, call string) (Egress, error)
+	// Secrets, when set, is asked before each sandboxed command (before
+	// Egress, which may need a proxy use's swaps) for what the declared
+	// uses of secrets in effect for it put into its sandbox
+	// (docs/secrets.md): it decides each use (policy, approval), records
+	// it, and hands out the values; an error refuses the command. Nil
+	// hands out none.
+	Secrets func(ctx context.Context, call, template string, programs []string) (SandboxSecrets, error)
 	// NetEnv are variables a command gets when Egress gave it network,
 	// set last so that each replaces the variable's offline value (the
 	// template caches' GOPROXY, say): a session's package registries.
@@ -187,6 +195,17 @@ type Egress interface {
 // swap secrets in.
 type EgressMounts interface {
 	Mounts() []sandbox.Mount
+}
+
+// SandboxSecrets are the secrets one sandboxed command gets: variables,
+// read-only mounts (files in a tmpfs) and its standard input. Close,
+// when set, is called once the command has ended (it zeroes and removes
+// what it handed out).
+type SandboxSecrets struct {
+	Env    []string
+	Mounts []sandbox.Mount
+	Stdin  []byte
+	Close  func()
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -744,7 +763,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 	case tool.FastPath, tool.Kernel:
 		return t.Run(ctx, args)
 	case tool.Sandbox:
-		return r.sandboxed(ctx, cl.id, t, args, gate)
+		return r.sandboxed(ctx, cl.id, t, args, gate, programs(cl.op))
 	}
 	return tool.Result{}, fmt.Errorf("unknown execution class %q", t.Execution().Class)
 }
@@ -752,7 +771,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 // sandboxed runs a sandbox tool's command once gate (if any) has made its
 // records durable: a runtime that builds sandboxes ahead of the command
 // (sandbox.GatedRunner) builds it meanwhile.
-func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, args tool.Args, gate *writeAhead) (tool.Result, error) {
+func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, args tool.Args, gate *writeAhead, progs []string) (tool.Result, error) {
 	if r.o.Runtime == nil || r.o.ChangeSet == nil {
 		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
 	}
@@ -768,6 +787,22 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		spec.Limits.Wall = cmd.Timeout
 	}
 	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
+	// Secrets first: a proxy use's swaps are what the command's egress
+	// proxy, started next, puts the values back in with.
+	if r.o.Secrets != nil {
+		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, progs)
+		if err != nil {
+			return tool.Result{}, fmt.Errorf("the command's secrets: %w", err)
+		}
+		if ss.Close != nil {
+			defer ss.Close()
+		}
+		spec.Env = sandbox.SetEnv(spec.Env, ss.Env...)
+		spec.Mounts = append(spec.Mounts, ss.Mounts...)
+		if ss.Stdin != nil {
+			spec.Stdin = bytes.NewReader(ss.Stdin)
+		}
+	}
 	if r.o.Egress != nil {
 		eg, err := r.o.Egress(ctx, callID)
 		if err != nil {
@@ -808,6 +843,24 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		return cmd.Collect(out)
 	}
 	return DefaultCollect(out), nil
+}
+
+// programs are the programs a command line runs (each simple command's
+// first word, wrappers included), for the declared uses of secrets.
+func programs(op *operation.Operation) []string {
+	if op == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range op.Commands {
+		if len(c.Argv) > 0 {
+			out = append(out, c.Argv[0])
+		}
+	}
+	if len(out) == 0 && len(op.Argv) > 0 {
+		out = append(out, op.Argv[0])
+	}
+	return out
 }
 
 // withEgress gives spec the network of eg: the proxy's socket, the
