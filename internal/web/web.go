@@ -127,7 +127,9 @@ type Options struct {
 	Log       AuditLog
 	Policy    Policy
 	Audit     Recorder
-	Hub       *Hub
+	// Passkeys keep the principals' passkeys; nil: no passkeys.
+	Passkeys Passkeys
+	Hub      *Hub
 	// Hosts are further host:port names the console is reached at (a
 	// reverse proxy's name), lower-case; the bound address and, on
 	// loopback, localhost, 127.0.0.1 and [::1] at its port are always
@@ -145,6 +147,7 @@ type Server struct {
 	o    Options
 	log  *slog.Logger
 	auth *auth
+	cer  *ceremonies
 	mux  *http.ServeMux
 	// pages are the parsed templates (templates/).
 	pages pages
@@ -170,7 +173,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web: templates: %w", err)
 	}
-	s := &Server{o: o, log: o.Logger, auth: newAuth(o.Now), pages: p}
+	s := &Server{o: o, log: o.Logger, auth: newAuth(o.Now), pages: p,
+		cer: &ceremonies{now: o.Now, m: map[string]ceremony{}}}
 	s.addr.Store("")
 	s.routes()
 	return s, nil
