@@ -158,8 +158,8 @@ func (s *softKey) authData(rpID string, att bool) []byte {
 	binary.BigEndian.PutUint32(out[33:], s.count)
 	if att {
 		var x, y [32]byte
-		s.key.X.FillBytes(x[:]) //nolint:staticcheck // the coordinates are what COSE wants
-		s.key.Y.FillBytes(y[:]) //nolint:staticcheck
+		s.key.X.FillBytes(x[:])                //nolint:staticcheck // the coordinates are what COSE wants
+		s.key.Y.FillBytes(y[:])                //nolint:staticcheck
 		out = append(out, make([]byte, 16)...) // AAGUID
 		out = binary.BigEndian.AppendUint16(out, uint16(len(s.id)))
 		out = append(out, s.id...)
