@@ -1,8 +1,8 @@
 // Package web owns the web console: the pages a person uses, in a
 // browser, to watch the kernel's sessions live, answer approval requests,
 // review and apply change sets and read the audit log, and the console's
-// security: one-time login links exchanged for an in-memory session
-// cookie, CSRF tokens, Host and Origin checks, a strict
+// security: one-time login links and passkeys (WebAuthn) exchanged for
+// an in-memory session cookie, CSRF tokens, Host and Origin checks, a strict
 // Content-Security-Policy. Pages are rendered on the server with
 // html/template (model output is hostile and always escaped); the small
 // script and stylesheet are embedded. The console is also the daemon's
