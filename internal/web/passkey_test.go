@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -117,7 +118,7 @@ func cbor(v any) []byte {
 		}
 		return out
 	}
-	panic("cbor: type")
+	panic(fmt.Sprintf("cbor: type %T", v))
 }
 
 // softKey is a software authenticator: one P-256 credential, a counter
@@ -157,13 +158,15 @@ func (s *softKey) authData(rpID string, att bool) []byte {
 	out := append(h[:], flags, 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(out[33:], s.count)
 	if att {
-		var x, y [32]byte
-		s.key.X.FillBytes(x[:])                //nolint:staticcheck // the coordinates are what COSE wants
-		s.key.Y.FillBytes(y[:])                //nolint:staticcheck
+		pub, err := s.key.PublicKey.Bytes() // 0x04 | X | Y
+		if err != nil {
+			panic(err)
+		}
+		x, y := pub[1:33], pub[33:]
 		out = append(out, make([]byte, 16)...) // AAGUID
 		out = binary.BigEndian.AppendUint16(out, uint16(len(s.id)))
 		out = append(out, s.id...)
-		out = append(out, cbor([]cborKV{{1, 2}, {3, -7}, {-1, 1}, {-2, x[:]}, {-3, y[:]}})...)
+		out = append(out, cbor([]cborKV{{1, 2}, {3, -7}, {-1, 1}, {-2, x}, {-3, y}})...)
 	}
 	return out
 }
