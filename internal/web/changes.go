@@ -144,7 +144,7 @@ func (s *Server) showChanges(w http.ResponseWriter, r *http.Request, status int,
 	for _, l := range all[lo:min(lo+diffPageLines, len(all))] {
 		v.Lines = append(v.Lines, diffLine{Class: classify(l), Text: l})
 	}
-	highlight(v.Lines, pathBefore(all, lo))
+	s.lexers.highlight(v.Lines, pathBefore(all, lo))
 	if v.Split {
 		v.Rows = splitRows(v.Lines)
 		v.Lines = nil

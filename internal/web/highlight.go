@@ -1,7 +1,9 @@
 package web
 
 import (
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/alecthomas/chroma/v2"
 	"github.com/alecthomas/chroma/v2/lexers"
@@ -45,14 +47,43 @@ func tokClass(t chroma.TokenType) string {
 	return ""
 }
 
+// lexerCacheSize bounds the lexers remembered by file name pattern: the
+// names are the model's, so the map must not grow without end.
+const lexerCacheSize = 256
+
+// lexerCache remembers which lexer claims a file name (its extension,
+// or its whole name when it has none): finding one globs every lexer's
+// patterns, which costs more than lexing a page.
+type lexerCache struct {
+	mu sync.Mutex // guards m
+	m  map[string]chroma.Lexer
+}
+
 // lexerFor is the lexer for a file by its name, nil for one no lexer
 // claims (shown plain).
-func lexerFor(path string) chroma.Lexer {
-	l := lexers.Match(path)
-	if l == nil {
-		return nil
+func (c *lexerCache) lexerFor(path string) chroma.Lexer {
+	base := filepath.Base(path)
+	key := filepath.Ext(base)
+	if key == "" || key == base {
+		key = base
+	} else {
+		key = "*" + key
 	}
-	return chroma.Coalesce(l)
+	c.mu.Lock()
+	l, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return l
+	}
+	if m := lexers.Match(base); m != nil {
+		l = chroma.Coalesce(m)
+	}
+	c.mu.Lock()
+	if len(c.m) < lexerCacheSize {
+		c.m[key] = l
+	}
+	c.mu.Unlock()
+	return l
 }
 
 // tokenise splits text (lines joined by "\n") into per-line tokens;
@@ -103,10 +134,10 @@ func tokenise(l chroma.Lexer, lines []string) ([][]tok, bool) {
 // file's name, so a construct spanning lines (a block comment) is seen
 // whole within its hunk. path is the file the page starts in (a page
 // may begin inside a file's hunks), "" when it starts at a header.
-func highlight(lines []diffLine, path string) {
+func (c *lexerCache) highlight(lines []diffLine, path string) {
 	var lexer chroma.Lexer
 	if path != "" {
-		lexer = lexerFor(path)
+		lexer = c.lexerFor(path)
 	}
 	start := -1 // the first content line of the hunk under way
 	flush := func(end int) {
@@ -153,7 +184,7 @@ func highlight(lines []diffLine, path string) {
 		case "file":
 			flush(i)
 			if p := headerPath(l.Text); p != "" {
-				lexer = lexerFor(p)
+				lexer = c.lexerFor(p)
 			}
 		case "hunk":
 			flush(i)

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/alecthomas/chroma/v2"
+
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -148,7 +150,9 @@ type Server struct {
 	log  *slog.Logger
 	auth *auth
 	cer  *ceremonies
-	mux  *http.ServeMux
+	// lexers highlight the change sets' diffs.
+	lexers *lexerCache
+	mux    *http.ServeMux
 	// pages are the parsed templates (templates/).
 	pages pages
 	addr  atomic.Value // string: the bound address
@@ -174,7 +178,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("web: templates: %w", err)
 	}
 	s := &Server{o: o, log: o.Logger, auth: newAuth(o.Now), pages: p,
-		cer: &ceremonies{now: o.Now, m: map[string]ceremony{}}}
+		cer: &ceremonies{now: o.Now, m: map[string]ceremony{}}, lexers: &lexerCache{m: map[string]chroma.Lexer{}}}
 	s.addr.Store("")
 	s.routes()
 	return s, nil
