@@ -329,12 +329,24 @@ func (s *Server) removePasskey(w http.ResponseWriter, r *http.Request) {
 		s.renderStatus(w, r, http.StatusBadRequest, "Passkeys", "That is not a passkey's id.")
 		return
 	}
-	if err := s.o.Passkeys.Remove(r.Context(), ws.principal, id); err != nil {
+	pk, err := s.o.Passkeys.ByID(r.Context(), id)
+	if err == nil && pk.Principal != ws.principal {
+		err = fmt.Errorf("%w: passkey", ErrNotFound)
+	}
+	if err == nil {
+		err = s.o.Passkeys.Remove(r.Context(), ws.principal, id)
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if err := s.recordPasskey(r, ws.principal, "remove", id); err != nil {
-		s.log.Error("record a passkey's removal", "err", err)
+		// A removal that cannot be recorded does not happen.
+		if aerr := s.o.Passkeys.Add(context.WithoutCancel(r.Context()), pk); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		s.fail(w, r, fmt.Errorf("the removal could not be recorded: %w", err))
+		return
 	}
 	http.Redirect(w, r, "/passkeys", http.StatusSeeOther)
 }

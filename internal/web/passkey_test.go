@@ -460,6 +460,33 @@ func TestPasskeyRefusals(t *testing.T) {
 			t.Errorf("%d web.passkey entries, want register and remove", n)
 		}
 	})
+	t.Run("another principal's passkey", func(t *testing.T) {
+		c := newPasskeyConsole(t)
+		key := newSoftKey(t)
+		c.register(key)
+		link, err := c.srv.LoginURL("user:bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := c.client()
+		resp, err := cl.Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		page := c.get(cl, "/passkeys", http.StatusOK)
+		if strings.Contains(page, b64.EncodeToString(key.id)[:20]) {
+			t.Errorf("bob's page lists alice's passkey")
+		}
+		_, rest, _ := strings.Cut(page, `name="csrf-token" content="`)
+		csrf, _, _ := strings.Cut(rest, `"`)
+		if code, _ := c.post(cl, "/passkeys/"+b64.EncodeToString(key.id)+"/remove", c.origin, csrf, nil); code != http.StatusNotFound {
+			t.Fatalf("bob removing alice's passkey: %d", code)
+		}
+		if len(c.keys.keys) != 1 {
+			t.Fatalf("alice's passkey is gone")
+		}
+	})
 	t.Run("no TLS, not localhost", func(t *testing.T) {
 		c := newPasskeyConsole(t)
 		c.host = c.ts.Listener.Addr().String()
