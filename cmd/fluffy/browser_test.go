@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -56,6 +59,8 @@ const chromeTimeout = 60 * time.Second
 //	chrome overflow               stdout "overflows" when the page is wider than the window, else "fits"
 //	chrome axe                    run axe-core on the page; fails on serious or critical violations
 //	chrome scripts                whether the model's script ran: stdout "pwned" when window.pwned is set, else "inert"
+//	chrome authenticator          add a virtual passkey authenticator to the tab (CTAP2, internal, resident keys, user verified)
+//	chrome clearcookies           forget every cookie, as a new browser would
 func chrome(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: chrome ACTION ARGS...")
@@ -146,6 +151,22 @@ func chrome(ts *testscript.TestScript, neg bool, args []string) {
 		} else {
 			fmt.Fprintln(ts.Stdout(), "inert")
 		}
+	case "authenticator":
+		err = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, t, webauthn.Enable, webauthn.EnableParams{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, t, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{
+				Options: &webauthn.VirtualAuthenticatorOptions{Protocol: webauthn.AuthenticatorProtocolCtap2,
+					Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+					HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true}})
+			return err
+		}))
+	case "clearcookies":
+		err = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, network.ClearBrowserCookies, cdp.Empty{})
+			return err
+		}))
 	default:
 		ts.Fatalf("chrome: unknown action %q", args[0])
 	}

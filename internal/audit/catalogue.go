@@ -78,6 +78,9 @@ const (
 
 	// KindWebLogin is a login to the web console (docs/web.md).
 	KindWebLogin Kind = "web.login"
+	// KindWebPasskey is a passkey registered or removed on the web
+	// console (docs/web.md).
+	KindWebPasskey Kind = "web.passkey"
 
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
@@ -95,7 +98,7 @@ func (k Kind) Synchronous() bool {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
-		KindWebLogin, KindSecretUse:
+		KindWebLogin, KindWebPasskey, KindSecretUse:
 		return true
 	}
 	return false
@@ -124,7 +127,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
-		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, WebLogin{},
+		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, WebLogin{}, WebPasskey{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -657,11 +660,26 @@ type ChannelRefused struct {
 	Remote    string `json:"remote,omitempty"`
 }
 
-// WebLogin (web.login) is a one-time login link exchanged for a web
-// console session: who it was minted for and where the browser was.
+// WebLogin (web.login) is a login to the web console: a one-time link
+// exchanged (method "link", or absent) or a passkey's assertion verified
+// (method "passkey", with the credential's id); who logged in and where
+// the browser was.
 type WebLogin struct {
-	Principal string `json:"principal"`
-	Remote    string `json:"remote,omitempty"`
+	Principal  string `json:"principal"`
+	Remote     string `json:"remote,omitempty"`
+	Method     string `json:"method,omitempty"`
+	Credential string `json:"credential,omitempty"`
+}
+
+// WebPasskey (web.passkey) is a passkey registered or removed on the web
+// console (action "register" or "remove"): the principal, the
+// credential's id (base64url) and where the browser was. A refused
+// passkey login is a channel.refused.
+type WebPasskey struct {
+	Principal  string `json:"principal"`
+	Action     string `json:"action"`
+	Credential string `json:"credential"`
+	Remote     string `json:"remote,omitempty"`
 }
 
 // ChannelAnswer (channel.answer) is an answer to an approval request that
@@ -874,5 +892,6 @@ func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
 func (WebLogin) Kind() Kind           { return KindWebLogin }
+func (WebPasskey) Kind() Kind         { return KindWebPasskey }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }

@@ -114,9 +114,21 @@ func (a *auth) redeem(token string) (cookie, principal string, err error) {
 	if !ok || a.now().After(l.expires) {
 		return "", "", ErrLoginInvalid
 	}
-	cookie = newToken()
-	a.sessions[tokenKey(cookie)] = &webSession{principal: l.principal, csrf: newToken(), lastUsed: a.now()}
-	return cookie, l.principal, nil
+	return a.startLocked(l.principal), l.principal, nil
+}
+
+// start begins a console session for principal (a passkey verified):
+// the cookie value.
+func (a *auth) start(principal string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.startLocked(principal)
+}
+
+func (a *auth) startLocked(principal string) string {
+	cookie := newToken()
+	a.sessions[tokenKey(cookie)] = &webSession{principal: principal, csrf: newToken(), lastUsed: a.now()}
+	return cookie
 }
 
 // session returns the console session of a cookie value, refreshing its

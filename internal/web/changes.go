@@ -26,11 +26,16 @@ type changesView struct {
 }
 
 // diffLine is one line of a unified diff with its class: "add", "del",
-// "hunk", "file" or "ctx".
+// "hunk", "file" or "ctx"; Toks, when set, are its content (the text
+// after the +, - or space) highlighted.
 type diffLine struct {
 	Class string
 	Text  string
+	Toks  []tok
 }
+
+// Mark is a content line's first character (+, - or space).
+func (l diffLine) Mark() string { return l.Text[:min(1, len(l.Text))] }
 
 // splitRow is a line of the side-by-side view: the old side and the new.
 type splitRow struct {
@@ -38,8 +43,10 @@ type splitRow struct {
 	Text       string // a hunk or file header's text
 	Left       string
 	LeftClass  string
+	LeftToks   []tok
 	Right      string
 	RightClass string
+	RightToks  []tok
 }
 
 func classify(line string) string {
@@ -63,15 +70,15 @@ func classify(line string) string {
 // follow them, for the side-by-side view.
 func splitRows(lines []diffLine) []splitRow {
 	var rows []splitRow
-	var dels, adds []string
+	var dels, adds []diffLine
 	flush := func() {
 		for i := 0; i < max(len(dels), len(adds)); i++ {
 			r := splitRow{}
 			if i < len(dels) {
-				r.Left, r.LeftClass = dels[i], "del"
+				r.Left, r.LeftClass, r.LeftToks = dels[i].Text[1:], "del", dels[i].Toks
 			}
 			if i < len(adds) {
-				r.Right, r.RightClass = adds[i], "add"
+				r.Right, r.RightClass, r.RightToks = adds[i].Text[1:], "add", adds[i].Toks
 			}
 			rows = append(rows, r)
 		}
@@ -83,13 +90,13 @@ func splitRows(lines []diffLine) []splitRow {
 			if len(adds) > 0 {
 				flush()
 			}
-			dels = append(dels, l.Text[1:])
+			dels = append(dels, l)
 		case "add":
-			adds = append(adds, l.Text[1:])
+			adds = append(adds, l)
 		case "ctx":
 			flush()
 			t := strings.TrimPrefix(l.Text, " ")
-			rows = append(rows, splitRow{Left: t, Right: t})
+			rows = append(rows, splitRow{Left: t, Right: t, LeftToks: l.Toks, RightToks: l.Toks})
 		default:
 			flush()
 			rows = append(rows, splitRow{Class: l.Class, Text: l.Text})
@@ -137,6 +144,7 @@ func (s *Server) showChanges(w http.ResponseWriter, r *http.Request, status int,
 	for _, l := range all[lo:min(lo+diffPageLines, len(all))] {
 		v.Lines = append(v.Lines, diffLine{Class: classify(l), Text: l})
 	}
+	s.lexers.highlight(v.Lines, pathBefore(all, lo))
 	if v.Split {
 		v.Rows = splitRows(v.Lines)
 		v.Lines = nil

@@ -47,6 +47,13 @@ func (s *Server) routes() {
 	m.Handle("GET /audit", s.authed(s.auditPage))
 	m.Handle("GET /audit/{seq}", s.authed(s.auditEntry))
 	m.Handle("GET /policy", s.authed(s.policyPage))
+	m.Handle("GET /passkeys", s.authed(s.passkeysPage))
+	m.Handle("POST /passkeys/register/begin", s.authed(s.registerBegin))
+	m.Handle("POST /passkeys/register/finish", s.authed(s.registerFinish))
+	m.Handle("POST /passkeys/{id}/remove", s.authed(s.removePasskey))
+	m.HandleFunc("GET /login/passkey", s.passkeyLoginPage)
+	m.HandleFunc("POST /login/passkey/begin", s.loginBegin)
+	m.HandleFunc("POST /login/passkey/finish", s.loginFinish)
 	s.mux = m
 }
 
@@ -78,7 +85,7 @@ func (s *Server) authed(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := r.Cookie(CookieName)
 		if err != nil {
-			s.renderStatus(w, r, http.StatusUnauthorized, "Not logged in", "Run 'fluffy web open' on the daemon's host for a one-time login link.")
+			s.renderStatus(w, r, http.StatusUnauthorized, "Not logged in", "Run 'fluffy web open' on the daemon's host for a one-time login link, or log in with a passkey at /login/passkey.")
 			return
 		}
 		ws, ok := s.auth.session(c.Value)
@@ -111,20 +118,24 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusForbidden, RefusedLogin, "")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(SessionTTL / time.Second)})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
 	if _, err := s.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindWebLogin, Actor: "channel:" + Name,
-		Payload: audit.WebLogin{Principal: principal, Remote: r.RemoteAddr}}); err != nil {
+		Payload: audit.WebLogin{Principal: principal, Remote: r.RemoteAddr, Method: "link"}}); err != nil {
 		// A login that cannot be recorded does not count.
 		s.auth.logout(cookie)
 		s.log.Error("record a login", "err", err)
 		http.Error(w, "the login could not be recorded", http.StatusInternalServerError)
 		return
 	}
+	s.setCookie(w, r, cookie)
 	s.log.Info("web login", "principal", principal, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/sessions", http.StatusSeeOther)
+}
+
+func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, cookie string) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(SessionTTL / time.Second)})
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {

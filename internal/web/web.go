@@ -1,8 +1,8 @@
 // Package web owns the web console: the pages a person uses, in a
 // browser, to watch the kernel's sessions live, answer approval requests,
 // review and apply change sets and read the audit log, and the console's
-// security: one-time login links exchanged for an in-memory session
-// cookie, CSRF tokens, Host and Origin checks, a strict
+// security: one-time login links and passkeys (WebAuthn) exchanged for
+// an in-memory session cookie, CSRF tokens, Host and Origin checks, a strict
 // Content-Security-Policy. Pages are rendered on the server with
 // html/template (model output is hostile and always escaped); the small
 // script and stylesheet are embedded. The console is also the daemon's
@@ -21,6 +21,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/alecthomas/chroma/v2"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -127,7 +129,9 @@ type Options struct {
 	Log       AuditLog
 	Policy    Policy
 	Audit     Recorder
-	Hub       *Hub
+	// Passkeys keep the principals' passkeys; nil: no passkeys.
+	Passkeys Passkeys
+	Hub      *Hub
 	// Hosts are further host:port names the console is reached at (a
 	// reverse proxy's name), lower-case; the bound address and, on
 	// loopback, localhost, 127.0.0.1 and [::1] at its port are always
@@ -145,7 +149,10 @@ type Server struct {
 	o    Options
 	log  *slog.Logger
 	auth *auth
-	mux  *http.ServeMux
+	cer  *ceremonies
+	// lexers highlight the change sets' diffs.
+	lexers *lexerCache
+	mux    *http.ServeMux
 	// pages are the parsed templates (templates/).
 	pages pages
 	addr  atomic.Value // string: the bound address
@@ -170,7 +177,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web: templates: %w", err)
 	}
-	s := &Server{o: o, log: o.Logger, auth: newAuth(o.Now), pages: p}
+	s := &Server{o: o, log: o.Logger, auth: newAuth(o.Now), pages: p,
+		cer: &ceremonies{now: o.Now, m: map[string]ceremony{}}, lexers: &lexerCache{m: map[string]chroma.Lexer{}}}
 	s.addr.Store("")
 	s.routes()
 	return s, nil

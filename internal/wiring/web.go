@@ -175,7 +175,8 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
 		Policy: webPolicy{live: k.live, ws: ws, mode: mode},
 		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
-		Logger: log.With("channel", web.Name)})
+		Passkeys: webPasskeys{db: k.db.DB},
+		Logger:   log.With("channel", web.Name)})
 	if err != nil {
 		return nil, nil, err
 	}

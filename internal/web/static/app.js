@@ -82,8 +82,76 @@
     e.preventDefault();
   }
 
+  // Passkeys: the server's options carry binary fields as base64url;
+  // the browser's API wants ArrayBuffers, and its answer goes back as
+  // base64url JSON.
+  function unb64(s) {
+    s = s.replace(/-/g, "+").replace(/_/g, "/");
+    while (s.length % 4) s += "=";
+    var b = atob(s), out = new Uint8Array(b.length);
+    for (var i = 0; i < b.length; i++) out[i] = b.charCodeAt(i);
+    return out.buffer;
+  }
+  function b64(buf) {
+    var b = new Uint8Array(buf), s = "";
+    for (var i = 0; i < b.length; i++) s += String.fromCharCode(b[i]);
+    return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+  function ids(list) {
+    (list || []).forEach(function (c) { c.id = unb64(c.id); });
+  }
+  function post(url, body) {
+    var h = { "Content-Type": "application/json" };
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    if (meta && meta.content) h["X-CSRF-Token"] = meta.content;
+    return fetch(url, { method: "POST", headers: h, body: body ? JSON.stringify(body) : "{}", credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) throw new Error(r.status + " " + r.statusText);
+        return r.json();
+      });
+  }
+  function answer(cred, fields) {
+    var resp = {};
+    fields.forEach(function (f) { if (cred.response[f]) resp[f] = b64(cred.response[f]); });
+    if (cred.response.getTransports) resp.transports = cred.response.getTransports();
+    return { id: cred.id, rawId: b64(cred.rawId), type: cred.type, response: resp,
+      clientExtensionResults: cred.getClientExtensionResults ? cred.getClientExtensionResults() : {} };
+  }
+  function passkeys() {
+    var state = document.getElementById("passkey-state");
+    function say(t) { if (state) state.textContent = t; }
+    var reg = document.getElementById("passkey-register");
+    if (reg) reg.addEventListener("click", function () {
+      say("waiting for the authenticator…");
+      post("/passkeys/register/begin").then(function (start) {
+        var o = start.options.publicKey;
+        o.challenge = unb64(o.challenge);
+        o.user.id = unb64(o.user.id);
+        ids(o.excludeCredentials);
+        return navigator.credentials.create({ publicKey: o }).then(function (cred) {
+          return post("/passkeys/register/finish?c=" + encodeURIComponent(start.ceremony),
+            answer(cred, ["clientDataJSON", "attestationObject"]));
+        });
+      }).then(function () { location.reload(); }, function (e) { say("not registered: " + e.message); });
+    });
+    var login = document.getElementById("passkey-login");
+    if (login) login.addEventListener("click", function () {
+      say("waiting for the authenticator…");
+      post("/login/passkey/begin").then(function (start) {
+        var o = start.options.publicKey;
+        o.challenge = unb64(o.challenge);
+        ids(o.allowCredentials);
+        return navigator.credentials.get({ publicKey: o }).then(function (cred) {
+          return post("/login/passkey/finish?c=" + encodeURIComponent(start.ceremony),
+            answer(cred, ["clientDataJSON", "authenticatorData", "signature", "userHandle"]));
+        });
+      }).then(function (r) { location.assign(r.next); }, function (e) { say("not logged in: " + e.message); });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     stream();
+    passkeys();
     document.addEventListener("keydown", keys);
   });
 })();
