@@ -340,6 +340,7 @@ func (v *verifier) answer(ctx context.Context, txnID string, confirm bool) (Veri
 	if err := vh.ConfirmSAS(ctx, txn); err != nil {
 		_ = vh.CancelVerification(ctx, txn, event.VerificationCancelCodeUser, "the bot could not finish the verification")
 		v.finish(ctx, txn, OutcomeCancelled, "confirm: "+err.Error())
+		return VerifyAnswer{PendingVerification: p, Outcome: OutcomeCancelled, Reason: ver.reason}, nil
 	}
 	v.mu.Lock()
 	ver.macOpen = true
