@@ -95,9 +95,14 @@ func dendriteCmd(ts *testscript.TestScript, neg bool, args []string) {
 //	mx wait DEV ROOM REGEXP [thread] wait for a message matching REGEXP (in a thread);
 //	                                 stdout: its event id, then its text
 //	mx react DEV ROOM EVENT KEY [encrypted]
+//	mx verify DEV USER               ask USER's devices to verify DEV by emoji (the
+//	                                 device confirms what it is shown); sets TXN;
+//	                                 stdout: the emoji once shown
+//	mx sas DEV TXN done|cancelled    wait until the verification ends so
+//	mx trusts DEV USER               fail unless DEV has verified USER
 func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
-		ts.Fatalf("usage: mx login|room|joined|send|wait|react DEV ...")
+		ts.Fatalf("usage: mx login|room|joined|send|wait|react|verify|sas|trusts DEV ...")
 	}
 	ctx := context.Background()
 	mxMu.Lock()
@@ -160,6 +165,25 @@ func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 	case "react":
 		_, err := dev.React(ctx, id.RoomID(args[2]), id.EventID(args[3]), args[4], len(args) > 5 && args[5] == "encrypted")
 		ts.Check(err)
+	case "verify":
+		txn, err := dev.Verify(ctx, args[2])
+		ts.Check(err)
+		ts.Setenv("TXN", string(txn))
+		s, err := dev.WaitSAS(ctx, txn, 2*time.Minute, func(s matrixtest.SAS) bool { return len(s.Emoji) > 0 || s.Cancelled != "" })
+		ts.Check(err)
+		fmt.Fprintf(ts.Stdout(), "%s\n", strings.Join(s.Emoji, "  "))
+	case "sas":
+		s, err := dev.WaitSAS(ctx, id.VerificationTransactionID(args[2]), 2*time.Minute, func(s matrixtest.SAS) bool { return s.Done || s.Cancelled != "" })
+		ts.Check(err)
+		if got := map[bool]string{true: "done", false: "cancelled"}[s.Done]; got != args[3] {
+			ts.Fatalf("verification %s: %s (%s %s), want %s", args[2], got, s.Cancelled, s.Reason, args[3])
+		}
+	case "trusts":
+		ok, err := dev.TrustsUser(ctx, args[2])
+		ts.Check(err)
+		if !ok {
+			ts.Fatalf("%s does not trust %s", args[1], args[2])
+		}
 	default:
 		ts.Fatalf("mx: unknown subcommand %q", args[0])
 	}

@@ -75,6 +75,9 @@ const (
 	KindChannelInbound Kind = "channel.inbound"
 	KindChannelRefused Kind = "channel.refused"
 	KindChannelAnswer  Kind = "channel.answer"
+	// KindChannelVerify: a step of a person's verification of a chat
+	// channel's own device (Matrix SAS), confirmed by the operator.
+	KindChannelVerify Kind = "channel.verify"
 
 	// KindWebLogin is a login to the web console (docs/web.md).
 	KindWebLogin Kind = "web.login"
@@ -97,7 +100,7 @@ func (k Kind) Synchronous() bool {
 	switch k {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
-		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
+		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindChannelVerify, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
 		KindWebLogin, KindWebPasskey, KindSecretUse:
 		return true
 	}
@@ -127,7 +130,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
-		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, WebLogin{}, WebPasskey{},
+		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -698,6 +701,23 @@ type ChannelAnswer struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// ChannelVerify (channel.verify) is a step of a person's interactive
+// verification of a chat channel's own device: "started", "confirmed"
+// (by the operator, after comparing the SAS), "cancelled" or "done".
+type ChannelVerify struct {
+	Channel      string `json:"channel"`
+	Principal    string `json:"principal"`
+	Device       string `json:"device"`
+	ID           string `json:"id"`
+	Step         string `json:"step"`
+	Room         string `json:"room,omitempty"`
+	SAS          string `json:"sas,omitempty"`
+	MasterKey    string `json:"master_key,omitempty"`
+	Repinned     bool   `json:"repinned,omitempty"`
+	PinnedBefore string `json:"pinned_before,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
 // IPCRefused (ipc.refused) is a connection to the kernel's socket from a
 // peer of another user.
 type IPCRefused struct {
@@ -891,6 +911,7 @@ func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }
 func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
+func (ChannelVerify) Kind() Kind      { return KindChannelVerify }
 func (WebLogin) Kind() Kind           { return KindWebLogin }
 func (WebPasskey) Kind() Kind         { return KindWebPasskey }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }

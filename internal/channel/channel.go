@@ -154,6 +154,42 @@ type Refusal struct {
 	Remote string `json:"remote,omitempty"`
 }
 
+// Verification is one step of a person's interactive verification of a
+// channel's own device (Matrix's emoji SAS), for the audit log. A step
+// is "started" (a principal asked), "confirmed" (the operator said the
+// emoji match), "cancelled" (Reason says by whom or why) or "done" (the
+// person's device, and the master key the verification covered, are now
+// trusted by the channel).
+type Verification struct {
+	Channel   string `json:"channel"`
+	Principal string `json:"principal"`
+	Device    string `json:"device"`
+	// ID is the verification's transaction id.
+	ID   string `json:"id"`
+	Step string `json:"step"`
+	// Room is where it runs; empty for a verification by to-device
+	// messages.
+	Room string `json:"room,omitempty"`
+	// SAS is the short authentication string the operator compared
+	// (emoji and numbers).
+	SAS string `json:"sas,omitempty"`
+	// MasterKey is the principal's master key the verification covered.
+	MasterKey string `json:"master_key,omitempty"`
+	// Repinned: the master key differed from the one first seen for the
+	// principal, and the operator's confirmation made it the pinned one;
+	// PinnedBefore is the key pinned until then.
+	Repinned     bool   `json:"repinned,omitempty"`
+	PinnedBefore string `json:"pinned_before,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// VerificationRecorder is a Sink that audits device verifications (the
+// daemon's router is one). A channel whose sink is not one refuses
+// verifications: each step must be on the record.
+type VerificationRecorder interface {
+	RecordVerification(ctx context.Context, v Verification) error
+}
+
 // Errors channels and the daemon branch on.
 var (
 	ErrCannotSend  = errors.New("channel: this channel cannot send messages")

@@ -19,6 +19,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newImageCmd(a),
 		newApproveCmd(a), newApprovalsCmd(a),
 		newCronCmd(a),
+		newMatrixCmd(a),
 		newAskCmd(a),
 		newDemoCmd(a),
 		newHookCmd(a),

@@ -130,3 +130,19 @@ func (d *Daemon) Record(ctx context.Context, r channel.Refusal) error {
 	}
 	return nil
 }
+
+var _ channel.VerificationRecorder = (*Daemon)(nil)
+
+// RecordVerification implements channel.VerificationRecorder: each step
+// of a person's verification of a channel's device becomes a
+// channel.verify audit entry.
+func (d *Daemon) RecordVerification(ctx context.Context, v channel.Verification) error {
+	d.log.Info("channel verification", "channel", v.Channel, "principal", v.Principal, "device", v.Device, "id", v.ID, "step", v.Step, "reason", v.Reason)
+	_, err := d.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindChannelVerify, Actor: "channel:" + v.Channel, Payload: audit.ChannelVerify{
+		Channel: v.Channel, Principal: v.Principal, Device: v.Device, ID: v.ID, Step: v.Step, Room: v.Room, SAS: v.SAS,
+		MasterKey: v.MasterKey, Repinned: v.Repinned, PinnedBefore: v.PinnedBefore, Reason: v.Reason}})
+	if err != nil {
+		return fmt.Errorf("serve: record the verification: %w", err)
+	}
+	return nil
+}

@@ -415,6 +415,10 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 			}
 		}
 	}
+	if err := registerMatrix(mux, chans); err != nil {
+		closeChannels(chans)
+		return nil, err
+	}
 	var console *web.Server
 	if c.Serve.Web.Listen != "" && hub != nil {
 		var closeWeb func()

@@ -8,6 +8,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/channel/matrix"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 )
 
 // matrixChannels builds one channel per serve.matrix account, its state
@@ -27,4 +28,19 @@ func matrixChannels(accounts []config.Matrix, d channelDeps) ([]channel.Channel,
 		out = append(out, ch)
 	}
 	return out, nil
+}
+
+// registerMatrix serves `fluffy matrix verify` for the Matrix channels
+// among chans.
+func registerMatrix(mux *ipc.Mux, chans []channel.Channel) error {
+	var ms []*matrix.Channel
+	for _, ch := range chans {
+		if m, ok := ch.(*matrix.Channel); ok {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	return matrix.RegisterVerify(mux, ms)
 }

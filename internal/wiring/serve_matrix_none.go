@@ -7,6 +7,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 )
 
 // matrixChannels refuses serve.matrix in a build without the goolm tag:
@@ -17,3 +18,6 @@ func matrixChannels(accounts []config.Matrix, _ channelDeps) ([]channel.Channel,
 	}
 	return nil, errors.New("serve.matrix: this fluffy was built without the Matrix channel (build with -tags goolm, as make build does)")
 }
+
+// registerMatrix: a build without the Matrix channel serves nothing.
+func registerMatrix(*ipc.Mux, []channel.Channel) error { return nil }

@@ -20,6 +20,7 @@ import (
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/crypto"
 	"maunium.net/go/mautrix/crypto/cryptohelper"
+	"maunium.net/go/mautrix/crypto/verificationhelper"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
@@ -79,6 +80,9 @@ type Options struct {
 	LookupEnv func(string) (string, bool)
 	// Now stamps Inbound.Received; nil is time.Now.
 	Now func() time.Time
+	// VerifyTimeout is how long a person's verification of the bot's
+	// device waits for the operator; zero is DefaultVerifyTimeout.
+	VerifyTimeout time.Duration
 }
 
 // Channel is one Matrix account. It implements channel.Channel and
@@ -102,6 +106,8 @@ type Channel struct {
 	// failed is the first error handling the current sync batch: the
 	// batch's token is then not saved, so it is handled again.
 	failed error
+	// verify holds the verifications principals started.
+	verify *verifier
 	// handleMu serialises the handling of events (a decrypted event can
 	// arrive from mautrix's goroutine that waited for its key).
 	handleMu sync.Mutex
@@ -135,6 +141,7 @@ func New(cfg config.Matrix, opts Options) (*Channel, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	c.verify = newVerifier(c, opts.VerifyTimeout)
 	if c.secret == nil {
 		env := opts.LookupEnv
 		c.secret = func(context.Context) (string, error) { return ReadSecret(cfg, env) }
@@ -176,6 +183,9 @@ func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 		c.cli, c.helper, c.st, c.sink = nil, nil, nil, nil
 		c.mu.Unlock()
 	}()
+	// Before the connection is forgotten (deferred calls run last
+	// first): what is pending ends on the record.
+	defer c.verify.stop()
 	for _, r := range c.cfg.Rooms {
 		if _, err := cli.JoinRoom(ctx, r, nil); err != nil {
 			c.log.Warn("matrix: join a configured room", "channel", c.name, "room", r, "err", err)
@@ -248,6 +258,17 @@ func (c *Channel) connect(ctx context.Context, st *state) (*mautrix.Client, *cry
 		// Not fatal: the bot works, its device shows as unverified.
 		c.log.Warn("matrix: the bot's device is not cross-signed", "channel", c.name, "err", err)
 	}
+	// The person verifies the bot's device by emoji (SAS); the operator
+	// confirms (verify.go).
+	vh := verificationhelper.NewVerificationHelper(cli, helper.Machine(), nil, c.verify, false, false, true)
+	cli.Syncer = gatedSyncer{DefaultSyncer: syncer, v: c.verify}
+	err = vh.Init(ctx)
+	cli.Syncer = syncer
+	if err != nil {
+		helper.Close()
+		return nil, nil, fmt.Errorf("verification: %w", err)
+	}
+	c.verify.attach(vh, helper.Machine())
 	syncer.OnEventType(event.EventMessage, c.onMessage)
 	syncer.OnEventType(event.EventReaction, c.onReaction)
 	syncer.OnEventType(event.EventRedaction, c.onRedaction)

@@ -27,6 +27,7 @@ type sink struct {
 	inbound  []channel.Inbound
 	answers  []channel.Answer
 	refusals []channel.Refusal
+	verified []channel.Verification
 	ready    chan struct{}
 	once     sync.Once
 	// failOn makes the first Deliver of a text containing it fail.
@@ -73,6 +74,13 @@ func (s *sink) Record(_ context.Context, r channel.Refusal) error {
 	return nil
 }
 
+func (s *sink) RecordVerification(_ context.Context, v channel.Verification) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verified = append(s.verified, v)
+	return nil
+}
+
 // waitFor polls cond (under the sink's lock) up to a minute.
 func (s *sink) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -94,6 +102,8 @@ type world struct {
 	hs       *matrixtest.Dendrite
 	bot, ana string
 	eve      string
+	// verifyTimeout is the bot's Options.VerifyTimeout.
+	verifyTimeout time.Duration
 }
 
 func startWorld(t *testing.T) *world {
@@ -134,7 +144,7 @@ func (w *world) person(t *testing.T, user string, crossSign bool) *matrixtest.Pe
 func (w *world) newBot(t *testing.T, dir string) *Channel {
 	t.Helper()
 	cfg := config.Matrix{Homeserver: w.hs.URL, UserID: w.bot, TokenEnv: "BOT_PASSWORD", Password: true, Principals: []string{w.ana}}
-	c, err := New(cfg, Options{StateDir: dir, LookupEnv: func(k string) (string, bool) { return "bot-password", k == "BOT_PASSWORD" }})
+	c, err := New(cfg, Options{StateDir: dir, VerifyTimeout: w.verifyTimeout, LookupEnv: func(k string) (string, bool) { return "bot-password", k == "BOT_PASSWORD" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.mau.fi/util/dbutil"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/crypto/cryptohelper"
+	"maunium.net/go/mautrix/crypto/verificationhelper"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
@@ -34,6 +35,10 @@ type Person struct {
 	mu     sync.Mutex
 	events []*event.Event
 	seen   chan struct{}
+
+	vh *verificationhelper.VerificationHelper
+	// sas is every verification of this device, by transaction id.
+	sas map[id.VerificationTransactionID]*SAS
 }
 
 // Login logs a new device of user in, with its crypto store in dir. With
@@ -95,6 +100,11 @@ func Login(ctx context.Context, homeserver, user, password, dir string, crossSig
 		case p.seen <- struct{}{}:
 		default:
 		}
+	}
+	p.sas = map[id.VerificationTransactionID]*SAS{}
+	p.vh = verificationhelper.NewVerificationHelper(cli, helper.Machine(), nil, (*personSAS)(p), false, false, true)
+	if err := p.vh.Init(ctx); err != nil {
+		return nil, fmt.Errorf("verification helper: %w", err)
 	}
 	syncer.OnEventType(event.EventMessage, keep)
 	syncer.OnEventType(event.EventReaction, keep)
