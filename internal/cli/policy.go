@@ -39,26 +39,6 @@ See docs/policy.md.`,
 	return cmd
 }
 
-// defaultAction derives the action from the tool name.
-func defaultAction(tool string) operation.Action {
-	prefix, _, _ := strings.Cut(tool, ".")
-	switch {
-	case tool == "fs.read" || tool == "fs.list" || tool == "fs.grep":
-		return operation.Read
-	case prefix == "fs":
-		return operation.Write
-	case prefix == "shell" || prefix == "exec":
-		return operation.Exec
-	case prefix == "net" || prefix == "http" || prefix == "web":
-		return operation.Net
-	case prefix == "secret":
-		return operation.Secret
-	case prefix == "message" || prefix == "chat":
-		return operation.Message
-	}
-	return ""
-}
-
 type opSpec struct {
 	tool, action, size, shell, mode string
 	paths, hosts, argv              []string
@@ -72,7 +52,7 @@ func (a *App) buildOperation(s opSpec) (operation.Operation, error) {
 	}
 	act := operation.Action(s.action)
 	if act == "" {
-		act = defaultAction(s.tool)
+		act = operation.GuessAction(s.tool)
 		if act == "" {
 			return operation.Operation{}, fmt.Errorf("%w: cannot tell the action of tool %q; give --action (read, write, exec, net, secret, message)", errUsage, s.tool)
 		}

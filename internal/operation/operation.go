@@ -8,6 +8,8 @@
 // other.
 package operation
 
+import "strings"
+
 // Action is the coarse kind of effect an operation has.
 type Action string
 
@@ -32,6 +34,31 @@ func (a Action) Valid() bool {
 		}
 	}
 	return false
+}
+
+// GuessAction is the action a tool's operations most likely have, from
+// the tool's name alone ("fs.read" reads, "fs.*" writes, "shell.*"
+// executes...), or "" when the name says nothing. It serves where a
+// person types an operation to explain or check (`fluffy policy check`,
+// the web console's policy page) without its arguments; the router never
+// uses it: a real call's action is what its tool declares.
+func GuessAction(tool string) Action {
+	prefix, _, _ := strings.Cut(tool, ".")
+	switch {
+	case tool == "fs.read" || tool == "fs.list" || tool == "fs.grep":
+		return Read
+	case prefix == "fs":
+		return Write
+	case prefix == "shell" || prefix == "exec":
+		return Exec
+	case prefix == "net" || prefix == "http" || prefix == "web":
+		return Net
+	case prefix == "secret":
+		return Secret
+	case prefix == "message" || prefix == "chat":
+		return Message
+	}
+	return ""
 }
 
 // Path is a canonical resource path: absolute, cleaned, symlinks resolved

@@ -87,3 +87,15 @@ func TestSignatureParts(t *testing.T) {
 		t.Error("another content of the same input kept the signature")
 	}
 }
+
+func TestGuessAction(t *testing.T) {
+	for tool, want := range map[string]Action{
+		"fs.read": Read, "fs.grep": Read, "fs.write": Write, "fs.edit": Write,
+		"shell.exec": Exec, "http.get": Net, "secret.use": Secret, "chat.send": Message,
+		"test.run": "", "fsx.read": "",
+	} {
+		if got := GuessAction(tool); got != want {
+			t.Errorf("GuessAction(%q) = %q, want %q", tool, got, want)
+		}
+	}
+}

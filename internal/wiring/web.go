@@ -291,7 +291,7 @@ func (p webPolicy) Explain(ctx context.Context, ws string, q web.PolicyQuery) (w
 	ws = p.workspace(ws)
 	act := operation.Action(q.Action)
 	if act == "" {
-		act = toolAction(q.Tool)
+		act = operation.GuessAction(q.Tool)
 	}
 	if !act.Valid() {
 		return web.PolicyDecision{}, fmt.Errorf("%w: cannot tell the action of tool %q; choose one", errPolicyQuery, q.Tool)
@@ -325,25 +325,4 @@ func (p webPolicy) Explain(ctx context.Context, ws string, q web.PolicyQuery) (w
 		out.Matched = append(out.Matched, web.PolicyMatch{Rule: m.Rule, Effect: m.Effect.String(), Layer: string(m.Layer), Subject: m.Subject, Error: m.Error, Shadowed: m.Shadowed})
 	}
 	return out, nil
-}
-
-// toolAction is the action a tool's operations have, from its name
-// (fluffy policy check's rule).
-func toolAction(tool string) operation.Action {
-	prefix, _, _ := strings.Cut(tool, ".")
-	switch {
-	case tool == "fs.read" || tool == "fs.list" || tool == "fs.grep":
-		return operation.Read
-	case prefix == "fs":
-		return operation.Write
-	case prefix == "shell" || prefix == "exec":
-		return operation.Exec
-	case prefix == "net" || prefix == "http" || prefix == "web":
-		return operation.Net
-	case prefix == "secret":
-		return operation.Secret
-	case prefix == "message" || prefix == "chat":
-		return operation.Message
-	}
-	return ""
 }
