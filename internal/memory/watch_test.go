@@ -18,23 +18,7 @@ func TestWatchUpdatesChangedFiles(t *testing.T) {
 	if _, err := x.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	synced := make(chan SyncReport, 16)
-	done := make(chan error, 1)
-	go func() {
-		done <- x.Watch(ctx, func(r SyncReport, err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			synced <- r
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	synced := startWatch(t, x)
 	found := func(word, path string) bool {
 		res, err := x.Search(t.Context(), Query{Text: word, Mode: FullText})
 		if err != nil {
@@ -80,6 +64,21 @@ func TestWatchMissesNothingBeforeItsWatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, root, "memory/2026-01-03.md", "# Day\n\nechoword\n")
+	synced := startWatch(t, x)
+	select {
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watcher reported no update: the file saved before its watches was missed")
+	}
+	res, err := x.Search(t.Context(), Query{Text: "echoword", Mode: FullText})
+	if err != nil || len(res.Hits) == 0 || res.Hits[0].Path != "memory/2026-01-03.md" {
+		t.Fatalf("the file saved before the watches is not indexed: %+v %v", res, err)
+	}
+}
+
+// startWatch runs x.Watch until the test ends and returns its updates.
+func startWatch(t *testing.T, x *Index) <-chan SyncReport {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	synced := make(chan SyncReport, 16)
 	done := make(chan error, 1)
@@ -91,19 +90,11 @@ func TestWatchMissesNothingBeforeItsWatches(t *testing.T) {
 			synced <- r
 		})
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
-	select {
-	case <-synced:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the watcher reported no update: the file saved before its watches was missed")
-	}
-	res, err := x.Search(t.Context(), Query{Text: "echoword", Mode: FullText})
-	if err != nil || len(res.Hits) == 0 || res.Hits[0].Path != "memory/2026-01-03.md" {
-		t.Fatalf("the file saved before the watches is not indexed: %+v %v", res, err)
-	}
+	})
+	return synced
 }
