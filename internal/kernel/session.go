@@ -213,7 +213,12 @@ func (k *Kernel) List(ctx context.Context, all bool) ([]Info, error) {
 	if all {
 		q = selectInfo + ` ORDER BY created_at DESC`
 	}
-	rows, err := k.o.DB.QueryContext(ctx, q)
+	return k.queryInfos(ctx, q)
+}
+
+// queryInfos runs q (selectInfo with its conditions) and scans each row.
+func (k *Kernel) queryInfos(ctx context.Context, q string, args ...any) ([]Info, error) {
+	rows, err := k.o.DB.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -407,20 +407,7 @@ func (s *spawned) record() audit.SessionSpawn {
 
 // Children returns the sub-agents of session id, oldest first.
 func (k *Kernel) Children(ctx context.Context, id string) ([]Info, error) {
-	rows, err := k.o.DB.QueryContext(ctx, selectInfo+` WHERE parent = ? ORDER BY created_at, id`, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Info{}
-	for rows.Next() {
-		i, err := scanInfo(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, i)
-	}
-	return out, rows.Err()
+	return k.queryInfos(ctx, selectInfo+` WHERE parent = ? ORDER BY created_at, id`, id)
 }
 
 // Descendant returns session id when it is a descendant of ancestor
