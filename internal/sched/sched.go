@@ -634,17 +634,11 @@ func (l *Lease) Preempted() <-chan struct{} {
 func (l *Lease) Yield(ctx context.Context) error {
 	s, e := l.s, l.e
 	s.mu.Lock()
-	if e.state != stRunning || !e.asked {
-		s.mu.Unlock()
+	w := s.pause(e)
+	s.mu.Unlock()
+	if w == nil {
 		return nil
 	}
-	s.free(e)
-	e.state = stQueued
-	e.wake = make(chan struct{})
-	e.group.q.push(e)
-	w := e.wake
-	s.dispatch()
-	s.mu.Unlock()
 	s.log.Debug("paused", "task", e.t.ID, "session", e.t.Session)
 	select {
 	case <-w:
@@ -661,6 +655,21 @@ func (l *Lease) Yield(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// pause puts running e, asked to pause, back in its queue (with its key)
+// and returns the channel closed when it runs again; nil when it was not
+// asked.
+func (s *Scheduler) pause(e *entry) chan struct{} {
+	if e.state != stRunning || !e.asked {
+		return nil
+	}
+	s.free(e)
+	e.state = stQueued
+	e.wake = make(chan struct{})
+	e.group.q.push(e)
+	s.dispatch()
+	return e.wake
 }
 
 // Release ends the task successfully. It is idempotent, and safe after
