@@ -698,3 +698,17 @@ func (s *Scheduler) Close() {
 		}
 	}
 }
+
+type leaseKey struct{}
+
+// WithLease returns ctx carrying l: the work done under ctx (a turn's
+// model calls and commands) is l's inner work, of its class and session.
+func WithLease(ctx context.Context, l *Lease) context.Context {
+	return context.WithValue(ctx, leaseKey{}, l)
+}
+
+// LeaseFrom returns the lease ctx carries.
+func LeaseFrom(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}

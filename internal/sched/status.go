@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// MethodStatus is the kernel's IPC method answering Status
+// (docs/ipc.md).
+const MethodStatus = "sched.status"
+
 // Status is what the scheduler runs and why the rest waits: the wire
 // type of "fluffy sched status" (docs/sched.md).
 type Status struct {
