@@ -6,6 +6,7 @@ import (
 	"iter"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/channel"
@@ -13,6 +14,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel/terminal"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
@@ -221,4 +223,57 @@ func registerSched(mux *ipc.Mux, s *sched.Scheduler) error {
 	return mux.Handle(sched.MethodStatus, func(context.Context, *ipc.Request) (any, error) {
 		return s.Status(), nil
 	})
+}
+
+// expirer removes old sessions (*kernel.Kernel).
+type expirer interface {
+	Expire(ctx context.Context, before time.Time) (kernel.ExpireResult, error)
+}
+
+// startRetention runs the sessions.retention sweep (docs/sched.md#retention)
+// as a background task of the scheduler: at start, then every tenth of
+// the retention (at least a minute, at most an hour). keep 0 runs none.
+// The returned func stops it and waits for a sweep in progress.
+func startRetention(ctx context.Context, k expirer, s *sched.Scheduler, keep time.Duration, log *slog.Logger) func() {
+	if keep <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	every := min(max(keep/10, time.Minute), time.Hour)
+	go func() {
+		defer close(done)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := sweepSessions(ctx, k, s, keep, time.Now, log); err != nil && ctx.Err() == nil {
+				log.Error("session retention", "err", err)
+			}
+			t.Reset(every)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// sweepSessions is one retention pass, run as a background task: it
+// waits behind interactive and triggered work.
+func sweepSessions(ctx context.Context, k expirer, s *sched.Scheduler, keep time.Duration, now func() time.Time, log *slog.Logger) error {
+	l, err := s.Acquire(ctx, sched.Task{Class: sched.Background, Label: "session retention"})
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	res, err := k.Expire(ctx, now().Add(-keep))
+	if len(res.Removed) > 0 || len(res.Kept) > 0 {
+		log.Info("sessions past their retention", "removed", len(res.Removed), "kept", len(res.Kept), "retention", keep)
+	}
+	return err
 }

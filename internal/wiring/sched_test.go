@@ -4,11 +4,14 @@ import (
 	"context"
 	"iter"
 	"log/slog"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sched"
@@ -156,4 +159,47 @@ func (f toolsFunc) Definitions() []llm.Tool { return nil }
 func (f toolsFunc) Call(context.Context, llm.ToolCall) (agent.Result, error) {
 	f()
 	return agent.Result{}, nil
+}
+
+type expireFunc func(before time.Time) (kernel.ExpireResult, error)
+
+func (f expireFunc) Expire(_ context.Context, before time.Time) (kernel.ExpireResult, error) {
+	return f(before)
+}
+
+// The retention sweep is a background task: it waits behind a triggered
+// turn, and removes what was last updated before now minus the retention.
+func TestRetentionSweepIsABackgroundTask(t *testing.T) {
+	s, err := newScheduler(config.Sched{Global: 1}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	_, release, err := admitTurn(s)(t.Context(), channel.Conversation{Channel: "deploy"}, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during sched.Status
+	var cutoff time.Time
+	done := make(chan error, 1)
+	go func() {
+		done <- sweepSessions(t.Context(), expireFunc(func(before time.Time) (kernel.ExpireResult, error) {
+			cutoff, during = before, s.Status()
+			return kernel.ExpireResult{Removed: []string{"old"}}, nil
+		}), s, 72*time.Hour, func() time.Time { return now }, slog.New(slog.DiscardHandler))
+	}()
+	for len(s.Status().Waiting) == 0 {
+		runtime.Gosched()
+	}
+	if w := s.Status().Waiting[0]; w.Class != "background" || w.Label != "session retention" {
+		t.Fatalf("waiting: %+v", w)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !cutoff.Equal(now.Add(-72*time.Hour)) || len(during.Running) != 1 || during.Running[0].Class != "background" {
+		t.Fatalf("cutoff %v, running %+v", cutoff, during.Running)
+	}
+	startRetention(t.Context(), nil, s, 0, slog.New(slog.DiscardHandler))() // off: no sweep, nothing to stop
 }

@@ -320,8 +320,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		k.held.Store(nil)
 		return fail(err)
 	}
+	stopRetention := startRetention(ctx, kn, boxes.sched, l.Config.Sessions.Retention.Std(), log)
 	return func() {
 		k.held.Store(nil)
+		stopRetention()
 		boxes.sched.Close()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
