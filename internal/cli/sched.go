@@ -105,26 +105,34 @@ func printSched(w io.Writer, st sched.Status, now time.Time) error {
 	return tw.Flush()
 }
 
-// schedUse is each limit with what is in use of it ("global 2/4,
-// sandboxes 1/2"); model limits only for providers in use, and once for
-// the rest.
+// schedUse is each limit with what is in use of it ("global 2/4, per
+// session 1, sandboxes 1/2"): the global and per-session limits first,
+// then the resources; model limits only for providers in use, and once
+// for the rest.
 func schedUse(st sched.Status) string {
 	var out []string
+	if lim, ok := st.Limits["global"]; ok {
+		out = append(out, fmt.Sprintf("global %d/%d", st.Use["global"], lim))
+	} else {
+		out = append(out, fmt.Sprintf("global %d (no limit)", st.Use["global"]))
+	}
+	if lim, ok := st.Limits["per_session"]; ok {
+		out = append(out, fmt.Sprintf("per session %d", lim))
+	}
 	var modelLimit int64
 	for _, k := range slices.Sorted(maps.Keys(st.Limits)) {
 		lim := st.Limits[k]
-		if k == "per_session" {
-			out = append(out, fmt.Sprintf("per session %d", lim))
+		switch {
+		case k == "global" || k == "per_session":
 			continue
-		}
-		if strings.HasPrefix(k, "model:") && st.Use[k] == 0 {
+		case strings.HasPrefix(k, "model:") && st.Use[k] == 0:
 			modelLimit = lim
+			continue
+		case k == string(sched.Memory):
+			out = append(out, fmt.Sprintf("memory %dMiB/%dMiB", st.Use[k]>>20, lim>>20))
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s %d/%d", k, st.Use[k], lim))
-	}
-	if _, ok := st.Limits["global"]; !ok {
-		out = append([]string{fmt.Sprintf("global %d (no limit)", st.Use["global"])}, out...)
 	}
 	if modelLimit > 0 {
 		out = append(out, fmt.Sprintf("model calls 0/%d per provider", modelLimit))
