@@ -203,3 +203,39 @@ func TestRetentionSweepIsABackgroundTask(t *testing.T) {
 	}
 	startRetention(t.Context(), nil, s, 0, slog.New(slog.DiscardHandler))() // off: no sweep, nothing to stop
 }
+
+type resumable struct {
+	holding
+	resumed int
+}
+
+func (r *resumable) Resume([]llm.Message) error {
+	r.resumed++
+	return nil
+}
+
+// A scripted model's position survives the wrapper: the kernel resumes
+// it through the provider the wiring gives it.
+func TestScheduledModelKeepsResume(t *testing.T) {
+	s, err := newScheduler(config.Sched{ModelCalls: 1}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &resumable{holding: holding{s: s}}
+	p, _, err := scheduledModels(s, func(context.Context, string) (llm.Provider, string, error) { return r, "m", nil })(t.Context(), "replay/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, ok := p.(interface{ Resume([]llm.Message) error })
+	if !ok {
+		t.Fatal("the scheduled provider hides Resume")
+	}
+	if err := res.Resume(nil); err != nil || r.resumed != 1 {
+		t.Fatalf("resume: %v, %d", err, r.resumed)
+	}
+	h := &holding{s: s}
+	p, _, _ = scheduledModels(s, func(context.Context, string) (llm.Provider, string, error) { return h, "m", nil })(t.Context(), "anthropic/x")
+	if _, ok := p.(interface{ Resume([]llm.Message) error }); ok {
+		t.Fatal("a provider without Resume gained one")
+	}
+}
