@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,7 +88,7 @@ func (s *Scheduler) Status() Status {
 		}
 		return 1
 	})
-	slices.SortFunc(blocked, func(a, b *entry) int { return int(a.seq - b.seq) })
+	slices.SortFunc(blocked, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	for i, e := range append(queued, blocked...) {
 		if len(st.Waiting) == MaxWaiting {
 			break
