@@ -138,6 +138,7 @@ var boundaries = []struct {
 	{"internal/channel", []string{"internal/kernel", "internal/wiring", "internal/sandbox", "internal/tool", "internal/agent", "internal/llm", "internal/cli"}, "a channel turns what arrives into messages for the daemon's router and depends on the channel contract, never on the sessions it feeds"},
 	{"internal/serve", []string{"internal/wiring", "internal/cli", "internal/sandbox", "internal/tool", "internal/llm/"}, "the assistant daemon's router reaches sessions through the kernel's interface only, never their tools, sandboxes or providers"},
 	{"internal/web", []string{"internal/kernel", "internal/wiring", "internal/cli", "internal/sandbox", "internal/tool", "internal/agent", "internal/llm", "internal/serve"}, "the web console reaches the kernel only through the interfaces it declares, which internal/wiring implements"},
+	{"internal/sched", []string{"internal/"}, "the scheduler decides when work runs, never what it is: it imports nothing of fluffy's, the wiring gives it the work"},
 	{"internal/tool", []string{"internal/kernel", "internal/llm/", "internal/sandbox/native", "github.com/moby/", "github.com/docker/"}, "tools reach execution through interfaces the kernel wires, never a backend (the router uses agent's and llm's types only, no provider)"},
 }
 

@@ -27,6 +27,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newBackupCmd(a),
 		newWebCmd(a),
 		newSecretCmd(a),
+		newSchedCmd(a),
 	)
 	setupTaskCmd(a, root)
 }

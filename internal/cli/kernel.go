@@ -240,5 +240,8 @@ func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error
 	if sv := st.Serve; sv != nil {
 		printServeStatus(tw, sv)
 	}
+	if st.Sched != nil {
+		printSchedSummary(tw, st.Sched)
+	}
 	return tw.Flush()
 }

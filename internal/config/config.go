@@ -66,6 +66,8 @@ type Config struct {
 
 	// Secrets configures the credential broker (docs/secrets.md).
 	Secrets Secrets `yaml:"secrets"`
+
+	Sched Sched `yaml:"sched"`
 }
 
 // Memory configures the memory index: how passages get their vectors and
@@ -493,6 +495,8 @@ func Default(env Env) Config {
 		Serve:  Serve{Heartbeat: units.Duration(30 * 60e9), ContextTokens: 12000, Grace: units.Duration(30e9), Email: Email{MaxSize: 10 << 20}},
 		Memory: Memory{Embeddings: "local"},
 		Backup: Backup{Interval: units.Duration(24 * 3600e9), Keep: 7},
+
+		Sched: defaultSched(),
 	}
 }
 

@@ -3,6 +3,8 @@ package kernel
 import (
 	"errors"
 	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sched"
 )
 
 // The kernel daemon's own IPC methods, beside the session methods. The
@@ -52,6 +54,9 @@ type DaemonStatus struct {
 	// Serve is the assistant daemon's channels and readiness; nil for a
 	// kernel that serves no channels ("fluffy kernel").
 	Serve *ServeStatus `json:"serve,omitempty"`
+	// Sched is what the scheduler runs and why the rest waits
+	// (docs/sched.md); nil before the sessions started.
+	Sched *sched.Status `json:"sched,omitempty"`
 }
 
 // ServeStatus is the assistant daemon's part of DaemonStatus: a kernel run

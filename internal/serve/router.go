@@ -270,19 +270,41 @@ func (d *Daemon) work(w *worker) {
 		if !ok {
 			return
 		}
-		// One of MaxRunning slots: a flood of sessions waits here, a
-		// blocked goroutine each, still counted as waiting, so
-		// MaxWaiting bounds them.
-		select {
-		case d.running <- struct{}{}:
-		case <-d.runCtx.Done():
-			d.done(1)
+		// A flood of sessions waits here, a blocked goroutine each,
+		// still counted as waiting, so MaxWaiting bounds them.
+		ctx, release, ok := d.admit(w.session, it)
+		d.done(1)
+		if !ok {
 			return
 		}
-		d.done(1)
-		d.turn(w.session, it)
-		<-d.running
+		d.turn(ctx, w.session, it)
+		release()
 	}
+}
+
+// admit waits until the turn of it may run: the scheduler's decision
+// (Options.Admit), else one of MaxRunning slots. It returns the turn's
+// context and its release; false when the daemon is stopping.
+func (d *Daemon) admit(session string, it item) (context.Context, func(), bool) {
+	if d.o.Admit == nil {
+		select {
+		case d.running <- struct{}{}:
+			return d.runCtx, func() { <-d.running }, true
+		case <-d.runCtx.Done():
+			return nil, nil, false
+		}
+	}
+	ctx, release, err := d.o.Admit(d.runCtx, it.conv, session)
+	switch {
+	case err == nil:
+		return ctx, release, true
+	case d.runCtx.Err() != nil:
+		return nil, nil, false
+	}
+	// The scheduler bounds the turns; it does not decide whether a
+	// message is answered: the turn runs unadmitted.
+	d.log.Error("the scheduler did not admit a turn; it runs anyway", "session", session, "err", err)
+	return d.runCtx, func() {}, true
 }
 
 // turn hands one message to the session and sends the reply back. The
@@ -290,8 +312,7 @@ func (d *Daemon) work(w *worker) {
 // (its first turn starts) or the run ended without one, so a daemon that
 // dies mid-turn neither loses the message nor delivers it twice (the
 // interrupted session is resumed at the next start instead).
-func (d *Daemon) turn(session string, it item) {
-	ctx := d.runCtx
+func (d *Daemon) turn(ctx context.Context, session string, it item) {
 	if d.o.Limits != nil {
 		ctx = kernel.WithRunLimits(ctx, d.o.Limits(it.conv))
 	}

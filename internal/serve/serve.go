@@ -81,6 +81,11 @@ type Options struct {
 	// job's max_turns and max_cost); it only tightens the kernel's
 	// limits. nil: none.
 	Limits func(conv channel.Conversation) kernel.RunLimits
+	// Admit waits until conv's turn of session may run (the scheduler:
+	// its class, limits and queue) and returns the context to run it in
+	// and the release to call when it ends; an error once the daemon
+	// stops leaves the message queued. nil: MaxRunning bounds the turns.
+	Admit func(ctx context.Context, conv channel.Conversation, session string) (context.Context, func(), error)
 	// Quiet reports whether a reply says there is nothing to report (a
 	// heartbeat's "nothing needs you"): such a reply is sent to no one.
 	// nil: every reply is sent.
@@ -96,7 +101,8 @@ type Options struct {
 	// Defaults 64 and 1024.
 	MaxQueued, MaxWaiting int
 	// MaxRunning bounds the turns that run at once, all sessions
-	// together; the others wait their turn. Default 8.
+	// together; the others wait their turn. Default 8. Unused when
+	// Admit is set: the scheduler bounds them.
 	MaxRunning int
 	Logger     *slog.Logger
 	Now        func() time.Time

@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
 
@@ -967,4 +968,49 @@ func TestFloodIsBounded(t *testing.T) {
 		t.Errorf("once the queues drained: %v", err)
 	}
 	waitFor(t, "the last turn", func() bool { return len(f.ss.runList()) == 8 })
+}
+
+func TestTurnsRunWhenAdmitted(t *testing.T) {
+	f := newFixture(t)
+	f.ss.finished = make(chan string, 10)
+	f.ss.gate = make(chan struct{})
+	s, err := sched.New(sched.Options{Limits: sched.Limits{Global: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var admitted []string
+	d := f.start(t, nil, Options{Admit: func(ctx context.Context, conv channel.Conversation, session string) (context.Context, func(), error) {
+		mu.Lock()
+		admitted = append(admitted, conv.Principal)
+		mu.Unlock()
+		l, err := s.Acquire(ctx, sched.Task{Class: sched.Triggered, Session: session})
+		if err != nil {
+			return nil, nil, err
+		}
+		return sched.WithLease(ctx, l), l.Release, nil
+	}}, &fakeChannel{name: "hook"})
+	for _, p := range []string{"hook:a", "hook:b"} {
+		if _, err := d.Deliver(t.Context(), inbound("hook", p, "event from "+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "one turn admitted, the other waiting", func() bool {
+		st := s.Status()
+		return len(st.Running) == 1 && len(st.Waiting) == 1
+	})
+	f.ss.gate <- struct{}{}
+	recv(t, f.ss.finished)
+	f.ss.gate <- struct{}{}
+	recv(t, f.ss.finished)
+	f.ss.mu.Lock()
+	defer f.ss.mu.Unlock()
+	if f.ss.maxRun != 1 {
+		t.Errorf("%d turns ran at once under a global limit of 1", f.ss.maxRun)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(admitted) != 2 {
+		t.Errorf("admitted %v", admitted)
+	}
 }

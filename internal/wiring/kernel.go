@@ -113,6 +113,10 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 		if front != nil {
 			st.Serve = front.status(ctx)
 		}
+		if k.sched != nil {
+			ss := k.sched.Status()
+			st.Sched = &ss
+		}
 		return st, nil
 	}); err != nil {
 		_ = ln.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -91,6 +92,8 @@ type Kernel struct {
 	// live is the policy in force, per workspace (the web console's
 	// policy page reads it).
 	live *livePolicy
+	// sched decides when turns, model calls and commands run.
+	sched *sched.Scheduler
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -254,6 +257,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	// A closed or removed session's tokens, approvals "for session",
 	// cached classifier answers and containers end with it.
 	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
+	if boxes.sched, err = newScheduler(l.Config.Sched, log); err != nil {
+		return fail(fmt.Errorf("%w: invalid configuration: sched: %w", userenv.ErrUsage, err))
+	}
+	k.sched = boxes.sched
 	revokers := []kernel.Revoker{broker, deps.live, boxes}
 	// The person's declared uses of secrets, and the broker that hands
 	// them out; a session's values are zeroed when it ends.
@@ -274,9 +281,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
 	kn, err := kernel.Start(ctx, kernel.Options{
 		DB: db, Audit: al, DataDir: d,
-		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
+		Models: scheduledModels(boxes.sched, func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
-		},
+		}),
 		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets),
 		Now:   now,
 		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
@@ -309,8 +316,15 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		k.held.Store(nil)
 		return fail(err)
 	}
+	if err := registerSched(mux, boxes.sched); err != nil {
+		k.held.Store(nil)
+		return fail(err)
+	}
+	stopRetention := startRetention(ctx, kn, boxes.sched, l.Config.Sessions.Retention.Std(), log)
 	return func() {
 		k.held.Store(nil)
+		stopRetention()
+		boxes.sched.Close()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := kn.Stop(sctx, "kernel exit"); err != nil {
@@ -390,7 +404,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			log.Warn("no sandbox for the session: shell.exec and test.run will be refused", "session", env.Session, "err", err)
 		}
 		if rt != nil {
-			o.Runtime, o.RuntimeName = rt, name
+			o.Runtime, o.RuntimeName = scheduledRuntime(rt, boxes.sched, env.Session, name), name
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
 			o.UserCaches = u.UserCaches(res.Workspace())
@@ -437,6 +451,9 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				}
 				warm(spec)
 			}
+		}
+		if boxes.sched != nil {
+			return schedTools{r}, nil
 		}
 		return r, nil
 	}

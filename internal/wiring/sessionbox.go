@@ -10,6 +10,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 )
 
 // sessionBoxes gives each of the kernel's sessions its sandbox runtime:
@@ -28,6 +29,8 @@ type sessionBoxes struct {
 	// idle is how long a warm container or a sandbox built ahead waits
 	// for a command before it is removed; 0 is the default (5 minutes).
 	idle time.Duration
+	// sched, when set, gives each command a slot (sessionTools).
+	sched *sched.Scheduler
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
