@@ -148,9 +148,12 @@ type Matrix struct {
 	// under the data directory. Empty: the first login picks one and
 	// the store keeps it.
 	DeviceID string `yaml:"device_id"`
-	// TokenEnv or TokenFile (mode 0600) holds the access token, or with
-	// Password set the password to log in with; exactly one is set. The
-	// secret itself never appears in a configuration file.
+	// Token (a secret reference: secret://age/NAME,
+	// secret://bitwarden/ITEM/FIELD, env:VAR, file:PATH), TokenEnv or
+	// TokenFile (mode 0600) holds the access token, or with Password set
+	// the password to log in with; exactly one is set. The secret itself
+	// never appears in a configuration file.
+	Token     string `yaml:"token"`
 	TokenEnv  string `yaml:"token_env"`
 	TokenFile string `yaml:"token_file"`
 	// Password says the secret is a password to log in with, not an

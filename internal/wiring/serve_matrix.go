@@ -21,7 +21,7 @@ func matrixChannels(accounts []config.Matrix, d channelDeps) ([]channel.Channel,
 		if d.data != "" {
 			dir = filepath.Join(d.data, "matrix", name)
 		}
-		ch, err := matrix.New(m, matrix.Options{Logger: d.log.With("channel", name), StateDir: dir, LookupEnv: d.env, Now: d.now})
+		ch, err := matrix.New(m, matrix.Options{Logger: d.log.With("channel", name), StateDir: dir, LookupEnv: d.env, Resolve: d.resolve, Now: d.now})
 		if err != nil {
 			return out, err
 		}

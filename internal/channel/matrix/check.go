@@ -19,6 +19,7 @@
 package matrix
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -26,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
 // DefaultName is an account's channel name when serve.matrix[].name is
@@ -79,11 +81,27 @@ func Check(accounts []config.Matrix, where config.Origin, lookupEnv func(string)
 		if !userIDPattern.MatchString(m.UserID) {
 			bad("user_id", fmt.Sprintf("%q: want a Matrix user id, @name:server", m.UserID))
 		}
+		set := 0
+		for _, v := range []string{m.Token, m.TokenEnv, m.TokenFile} {
+			if v != "" {
+				set++
+			}
+		}
 		switch {
-		case m.TokenEnv == "" && m.TokenFile == "":
-			bad("token_env", "one of token_env or token_file is required (the secret itself never goes into the configuration)")
-		case m.TokenEnv != "" && m.TokenFile != "":
-			bad("token_file", "token_env and token_file are both set: choose one")
+		case set == 0:
+			bad("token", "one of token (a secret reference), token_env or token_file is required (the secret itself never goes into the configuration)")
+		case set > 1:
+			bad("token", "more than one of token, token_env and token_file is set: choose one")
+		case m.Token != "":
+			// A reference to a backend only the daemon reaches is
+			// checked for its form; the daemon resolves it at start.
+			if ref, err := secret.ParseRef(m.Token); err != nil {
+				bad("token", err.Error())
+			} else if ref.Backend == "env" || ref.Backend == "file" {
+				if _, err := resolveToken(context.Background(), m, lookupEnv, nil); err != nil {
+					bad("token", strings.TrimPrefix(err.Error(), ErrSecret.Error()+": token: "))
+				}
+			}
 		default:
 			if _, err := ReadSecret(m, lookupEnv); err != nil {
 				key := "token_env"

@@ -1,6 +1,7 @@
 package matrix
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
 func goodAccount() config.Matrix {
@@ -30,8 +32,11 @@ func TestCheck(t *testing.T) {
 		edit func(*config.Matrix)
 		want string
 	}{
-		{"no secret", func(m *config.Matrix) { m.TokenEnv = "" }, "serve.matrix[0].token_env: one of token_env or token_file is required"},
-		{"both secrets", func(m *config.Matrix) { m.TokenFile = "/x" }, "token_env and token_file are both set"},
+		{"no secret", func(m *config.Matrix) { m.TokenEnv = "" }, "serve.matrix[0].token: one of token (a secret reference), token_env or token_file is required"},
+		{"both secrets", func(m *config.Matrix) { m.TokenFile = "/x" }, "more than one of token, token_env and token_file"},
+		{"reference and variable", func(m *config.Matrix) { m.Token = "secret://age/mx" }, "more than one of token, token_env and token_file"},
+		{"not a reference", func(m *config.Matrix) { m.TokenEnv, m.Token = "", "syt_pasted_token" }, "serve.matrix[0].token:"},
+		{"unset reference variable", func(m *config.Matrix) { m.TokenEnv, m.Token = "", "env:NOPE" }, "serve.matrix[0].token: "},
 		{"unset variable", func(m *config.Matrix) { m.TokenEnv = "NOPE" }, "environment variable NOPE is not set"},
 		{"bad homeserver", func(m *config.Matrix) { m.Homeserver = "matrix.example.org" }, "serve.matrix[0].homeserver"},
 		{"bad user", func(m *config.Matrix) { m.UserID = "bot" }, "serve.matrix[0].user_id"},
@@ -84,5 +89,37 @@ func TestReadSecretFileMode(t *testing.T) {
 	got, err = ReadSecret(m, env(map[string]string{"HOME": filepath.Dir(p)}))
 	if err != nil || got != "syt_secret" {
 		t.Fatalf("~/token: got %q, %v", got, err)
+	}
+}
+
+// TestTokenReference: a token reference resolves through env: and file:
+// here and through the daemon's backends otherwise; without them such a
+// reference is refused (the configuration check takes its form only).
+func TestTokenReference(t *testing.T) {
+	ctx := t.Context()
+	set := env(map[string]string{"MX_TOKEN": "syt_abc"})
+	m := goodAccount()
+	m.TokenEnv, m.Token = "", "env:MX_TOKEN"
+	if got, err := resolveToken(ctx, m, set, nil); err != nil || got != "syt_abc" {
+		t.Fatalf("env: reference: %q, %v", got, err)
+	}
+	m.Token = "secret://age/mx"
+	if _, err := resolveToken(ctx, m, set, nil); !errors.Is(err, secret.ErrDaemonOnly) || !errors.Is(err, ErrSecret) {
+		t.Fatalf("an age reference without the daemon's backends: %v", err)
+	}
+	var asked secret.Ref
+	other := func(_ context.Context, r secret.Ref) ([]byte, error) { asked = r; return []byte("syt_from_age\n"), nil }
+	if got, err := resolveToken(ctx, m, set, other); err != nil || got != "syt_from_age" || asked.Backend != "age" || asked.Path != "mx" {
+		t.Fatalf("through the daemon's backends: %q, %v (asked %+v)", got, err, asked)
+	}
+	if errs := Check([]config.Matrix{m}, config.Origin{File: "c.yaml"}, set); len(errs) != 0 {
+		t.Fatalf("the check of an age reference takes its form only: %v", errs)
+	}
+	c, err := New(m, Options{StateDir: t.TempDir(), LookupEnv: set, Resolve: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.secret(ctx); err != nil || got != "syt_from_age" {
+		t.Fatalf("the channel's own secret: %q, %v", got, err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
 // Refusal reasons this channel records (channel.Refusal.Reason).
@@ -73,9 +74,12 @@ type Options struct {
 	// 0700 when missing.
 	StateDir string
 	// Secret returns the access token (or the password, with
-	// password: true); nil reads token_env or token_file (ReadSecret).
-	// The credential broker plugs in here.
+	// password: true); nil reads the account's token reference, or
+	// token_env or token_file.
 	Secret func(ctx context.Context) (string, error)
+	// Resolve resolves a token reference of a backend beyond env: and
+	// file: (the daemon's age store or vault); nil refuses them.
+	Resolve func(ctx context.Context, ref secret.Ref) ([]byte, error)
 	// LookupEnv resolves token_env; nil is os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Now stamps Inbound.Received; nil is time.Now.
@@ -143,8 +147,8 @@ func New(cfg config.Matrix, opts Options) (*Channel, error) {
 	}
 	c.verify = newVerifier(c, opts.VerifyTimeout)
 	if c.secret == nil {
-		env := opts.LookupEnv
-		c.secret = func(context.Context) (string, error) { return ReadSecret(cfg, env) }
+		env, other := opts.LookupEnv, opts.Resolve
+		c.secret = func(ctx context.Context) (string, error) { return resolveToken(ctx, cfg, env, other) }
 	}
 	return c, nil
 }

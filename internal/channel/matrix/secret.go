@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/regfile"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
 // maxSecretFile bounds a token file: a token, not a document.
@@ -20,7 +22,6 @@ const maxSecretFile = 4096
 // file no one but its owner may read or write (0600); one trailing
 // newline is not part of the secret; a leading ~/ is $HOME. Errors never
 // contain the secret.
-// This is the seam the credential broker replaces: Options.Secret.
 func ReadSecret(m config.Matrix, lookupEnv func(string) (string, bool)) (string, error) {
 	if lookupEnv == nil {
 		lookupEnv = os.LookupEnv
@@ -70,4 +71,26 @@ func ReadSecret(m config.Matrix, lookupEnv func(string) (string, bool)) (string,
 		return "", fmt.Errorf("%w: %s is empty", ErrSecret, path)
 	}
 	return string(b), nil
+}
+
+// resolveToken reads an account's secret: its token reference through the
+// secret broker's backends (env: and file: here, the others through
+// other, the daemon's), else token_env or token_file (ReadSecret).
+func resolveToken(ctx context.Context, m config.Matrix, lookupEnv func(string) (string, bool), other func(context.Context, secret.Ref) ([]byte, error)) (string, error) {
+	if m.Token == "" {
+		return ReadSecret(m, lookupEnv)
+	}
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	v, err := secret.Resolve(ctx, m.Token, lookupEnv, other)
+	if err != nil {
+		return "", fmt.Errorf("%w: token: %w", ErrSecret, err)
+	}
+	defer clear(v)
+	t := string(bytes.TrimSuffix(bytes.TrimSuffix(v, []byte("\n")), []byte("\r")))
+	if t == "" {
+		return "", fmt.Errorf("%w: token: %s is empty", ErrSecret, m.Token)
+	}
+	return t, nil
 }

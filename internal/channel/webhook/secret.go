@@ -33,22 +33,11 @@ func ResolveSecret(ref string, lookupEnv func(string) (string, bool)) ([]byte, e
 type Resolver func(ctx context.Context, ref secret.Ref) ([]byte, error)
 
 func resolveSecret(ctx context.Context, s string, lookupEnv func(string) (string, bool), resolve Resolver) ([]byte, error) {
-	ref, err := secret.ParseRef(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSecret, err)
+	var other func(context.Context, secret.Ref) ([]byte, error)
+	if resolve != nil {
+		other = resolve
 	}
-	var v []byte
-	switch ref.Backend {
-	case "env":
-		v, err = secret.Env{LookupEnv: lookupEnv}.Lookup(ctx, ref.Path)
-	case "file":
-		v, err = secret.File{}.Lookup(ctx, ref.Path)
-	default:
-		if resolve == nil {
-			return nil, fmt.Errorf("%w: %s: only the daemon resolves %s references (env: and file: resolve anywhere)", ErrSecret, ref, ref.Backend)
-		}
-		v, err = resolve(ctx, ref)
-	}
+	v, err := secret.Resolve(ctx, s, lookupEnv, other)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSecret, err)
 	}
