@@ -44,6 +44,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Sentinel errors callers branch on.
@@ -164,7 +165,10 @@ type Options struct {
 	// Admit is asked before every new session; an error (wrapping
 	// ErrOverloaded) refuses it. nil admits all (MemoryAdmit builds one
 	// from kernel.memory_high).
-	Admit  func() error
+	Admit func() error
+	// Tracer traces each run of a session (a turn) and its model calls
+	// (nil: none; docs/observability.md).
+	Tracer *telemetry.Tracer
 	Logger *slog.Logger
 	Now    func() time.Time
 }

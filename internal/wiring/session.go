@@ -23,6 +23,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
@@ -269,6 +270,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
+	tr, exp, err := startTelemetry(ctx, u, l.Config.Telemetry)
+	if err != nil {
+		return fail(err)
+	}
 	ag := l.Config.Agent
 	copts := catalog.Options{Env: u.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
 		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
@@ -277,9 +282,10 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		},
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets),
-		Now:   now,
-		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
+		Tools:  sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets, tr),
+		Tracer: tr,
+		Now:    now,
+		TDD:    &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
@@ -293,6 +299,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		},
 	})
 	if err != nil {
+		_ = exp.Shutdown(context.WithoutCancel(ctx))
 		return fail(err) // kernel.ErrAuditDamaged among others
 	}
 	if rec.Damage != nil {
@@ -320,6 +327,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		if secrets != nil {
 			secrets.Close()
 		}
+		if err := exp.Shutdown(sctx); err != nil {
+			log.Warn("export the last spans", "err", err)
+		}
 		if err := al.Close(); err != nil {
 			log.Error("close the audit log", "err", err)
 		}
@@ -333,7 +343,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // call, telling the session's person through warn of an edit that did
 // not load), and the sandbox runtime boxes gives the session for
 // shell.exec and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel], secrets *kernelSecrets) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel], secrets *kernelSecrets, tr *telemetry.Tracer) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Offline unless a command gets network: Go builds use the
 	// toolchain and modules at hand (the person's module cache,
@@ -375,7 +385,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		}
 		o := router.Options{Registry: reg, Resolver: res, Policy: pgate, Audit: env.Audit, ChangeSet: env.ChangeSet,
 			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
-			Approver: approver}
+			Approver: approver, Tracer: tr}
 		if grants != nil {
 			o.Grants = grants
 		}

@@ -41,6 +41,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -50,6 +52,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -178,6 +181,9 @@ type Options struct {
 	// set last so that each replaces the variable's offline value (the
 	// template caches' GOPROXY, say): a session's package registries.
 	NetEnv []string
+	// Tracer traces each call and its gates (nil: none;
+	// docs/observability.md).
+	Tracer *telemetry.Tracer
 	Logger *slog.Logger
 }
 
@@ -341,6 +347,34 @@ type call struct {
 	// allocation for the call instead of three).
 	sd tdd.Decision
 	pd policy.Decision
+	// The state and policy gates' spans stay open until their
+	// decisions are recorded, so each carries its own entry.
+	gates [2]gateSpan
+}
+
+// gateSpan is a gate's span and the context its record is written with.
+type gateSpan struct {
+	ctx  context.Context
+	span telemetry.Span
+}
+
+// gate starts the span of gate i (0 state, 1 policy) under ctx.
+func (r *Router) gate(ctx context.Context, cl *call, i int, name string) {
+	cl.gates[i].ctx, cl.gates[i].span = r.o.Tracer.Start(ctx, "fluffy.gate."+name, trace.SpanKindInternal, telemetry.KeyGate.String(name))
+}
+
+// gateCtx is the context gate i's record is written with.
+func (cl *call) gateCtx(ctx context.Context, i int) context.Context {
+	if g := cl.gates[i].ctx; g != nil {
+		return g
+	}
+	return ctx
+}
+
+// endGates ends the gates' spans (again: harmless).
+func (cl *call) endGates() {
+	cl.gates[0].span.End()
+	cl.gates[1].span.End()
 }
 
 // Call runs one call through every gate. See the package doc.
@@ -352,7 +386,11 @@ func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		r.order.Lock()
 		defer r.order.Unlock()
 	}
+	ctx, span := r.toolSpan(ctx, c)
+	defer span.End()
 	res, err := r.call(ctx, c)
+	span.Set(telemetry.KeyDecision.String(res.Decision))
+	span.Fail(err)
 	if err != nil {
 		r.o.Logger.Error("tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
 		return agent.Result{Content: "refused: the runtime could not process this call (" + runtimeCause(err) + "); it did not complete", IsError: true, Decision: "refused: runtime"}, err
@@ -372,6 +410,7 @@ func runtimeCause(err error) string {
 
 func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
 	cl := &call{id: c.ID, name: c.Name}
+	defer cl.endGates()
 	// 1. Decode.
 	t, err := r.o.Registry.Lookup(c.Name)
 	if err != nil {
@@ -410,9 +449,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 3. State gate.
 	// The machine judges on its own status; the decision names the mode
 	// and state it judged in, which the policy gate then sees.
+	r.gate(ctx, cl, 0, "state")
 	cl.sd = r.o.State.Allowed(*op)
 	cl.stateDec = &cl.sd
 	sd := &cl.sd
+	cl.gates[0].span.Set(telemetry.KeyDecision.String(allowString(sd.Allow)), telemetry.KeyRule.String(string(sd.Code)))
 	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
 		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
@@ -422,9 +463,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		if r.o.Grants != nil {
 			r.o.Grants.Present(op)
 		}
+		r.gate(ctx, cl, 1, "policy")
 		cl.pd = r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &cl.pd
 		pd := cl.pd
+		cl.gates[1].span.Set(telemetry.KeyDecision.String(pd.Effect.String()), telemetry.KeyRule.String(pd.Rule))
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
@@ -436,7 +479,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 				return agent.Result{}, err
 			}
 			if cl.approval == "" {
-				if ref, ok, err := r.ask(ctx, cl, t.Preview(ctx, args)); err != nil || !ok {
+				if ref, ok, err := r.askTraced(ctx, cl, t.Preview(ctx, args)); err != nil || !ok {
 					if err != nil {
 						return agent.Result{}, err
 					}
@@ -454,7 +497,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			return agent.Result{}, err
 		}
 	}
+	cl.endGates()
 	// 6. Execute.
+	readCtx := ctx // the tool.read entry records the whole call
+	ctx, exec := r.o.Tracer.Start(ctx, "fluffy.tool.execution", trace.SpanKindInternal, telemetry.KeyToolClass.String(string(t.Execution().Class)))
+	defer exec.End()
 	if !cl.fast {
 		start := audit.ExecStart{Call: cl.id, Tool: cl.name, Class: string(t.Execution().Class), Template: t.Execution().Template, Approval: cl.approval}
 		if t.Execution().Class == tool.Sandbox {
@@ -509,7 +556,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		}
 		r.readRecord(&rb.rec, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum)
 		rb.rec.Encode(&rb.o)
-		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: audit.KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
+		_, err := r.o.Audit.Append(readCtx, audit.Entry{Session: r.o.Session.ID, Kind: audit.KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
 		if len(s.Text) <= maxPooledRecord {
 			r.records.Put(rb)
 		}
@@ -608,17 +655,18 @@ func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
 		return err
 	}
 	if cl.stateDec != nil {
-		if err := r.append(ctx, audit.GateState{Call: cl.id, Tool: cl.name, Decision: cl.stateDec}); err != nil {
+		if err := r.append(cl.gateCtx(ctx, 0), audit.GateState{Call: cl.id, Tool: cl.name, Decision: cl.stateDec}); err != nil {
 			return err
 		}
 	}
 	if d := cl.polDec; d != nil {
 		p := audit.GatePolicy{Call: cl.id, Tool: cl.name, Effect: d.Effect.String(), Rule: d.Rule, Layer: string(d.Layer),
 			Reason: d.Reason, Subject: d.Subject, Token: d.Token, Approval: cl.approval}
-		if err := r.append(ctx, p); err != nil {
+		if err := r.append(cl.gateCtx(ctx, 1), p); err != nil {
 			return err
 		}
 	}
+	cl.endGates()
 	return nil
 }
 

@@ -1,0 +1,51 @@
+package router
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
+)
+
+// toolSpan starts a call's span. The name is the model's only when it
+// names a registered tool: the model's text never names a span.
+func (r *Router) toolSpan(ctx context.Context, c llm.ToolCall) (context.Context, telemetry.Span) {
+	if r.o.Tracer == nil {
+		return ctx, telemetry.Span{}
+	}
+	name := "execute_tool"
+	if t, err := r.o.Registry.Lookup(c.Name); err == nil {
+		name += " " + t.Name()
+		ctx, span := r.o.Tracer.Start(ctx, name, trace.SpanKindInternal, telemetry.KeyGenAIOperation.String("execute_tool"),
+			telemetry.KeyGenAIToolName.String(t.Name()), telemetry.KeyGenAIToolCallID.String(c.ID), telemetry.KeySession.String(r.o.Session.ID))
+		return ctx, span
+	}
+	return r.o.Tracer.Start(ctx, name, trace.SpanKindInternal, telemetry.KeyGenAIOperation.String("execute_tool"),
+		telemetry.KeySession.String(r.o.Session.ID))
+}
+
+// askTraced is ask in the approval gate's span, which covers the wait for
+// the person and carries the approval's own entries.
+func (r *Router) askTraced(ctx context.Context, cl *call, shown string) (Refusal, bool, error) {
+	ctx, span := r.o.Tracer.Start(ctx, "fluffy.gate.approval", trace.SpanKindInternal, telemetry.KeyGate.String("approval"), telemetry.KeyRule.String(cl.pd.Rule))
+	defer span.End()
+	ref, ok, err := r.ask(ctx, cl, shown)
+	switch {
+	case err != nil:
+		span.Fail(err)
+	case ok:
+		span.Set(telemetry.KeyDecision.String("approved"))
+	default:
+		span.Set(telemetry.KeyDecision.String("refused"))
+	}
+	return ref, ok, err
+}
+
+func allowString(ok bool) string {
+	if ok {
+		return "allow"
+	}
+	return "refuse"
+}
