@@ -360,6 +360,9 @@ type gateSpan struct {
 
 // gate starts the span of gate i (0 state, 1 policy) under ctx.
 func (r *Router) gate(ctx context.Context, cl *call, i int, name string) {
+	if r.o.Tracer == nil {
+		return
+	}
 	cl.gates[i].ctx, cl.gates[i].span = r.o.Tracer.Start(ctx, "fluffy.gate."+name, trace.SpanKindInternal, telemetry.KeyGate.String(name))
 }
 
@@ -389,8 +392,10 @@ func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	ctx, span := r.toolSpan(ctx, c)
 	defer span.End()
 	res, err := r.call(ctx, c)
-	span.Set(telemetry.KeyDecision.String(res.Decision))
-	span.Fail(err)
+	if span.Recording() { // building attributes allocates: not when off
+		span.Set(telemetry.KeyDecision.String(res.Decision))
+		span.Fail(err)
+	}
 	if err != nil {
 		r.o.Logger.Error("tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
 		return agent.Result{Content: "refused: the runtime could not process this call (" + runtimeCause(err) + "); it did not complete", IsError: true, Decision: "refused: runtime"}, err
@@ -453,7 +458,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	cl.sd = r.o.State.Allowed(*op)
 	cl.stateDec = &cl.sd
 	sd := &cl.sd
-	cl.gates[0].span.Set(telemetry.KeyDecision.String(allowString(sd.Allow)), telemetry.KeyRule.String(string(sd.Code)))
+	if g := cl.gates[0].span; g.Recording() {
+		g.Set(telemetry.KeyDecision.String(allowString(sd.Allow)), telemetry.KeyRule.String(string(sd.Code)))
+	}
 	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
 		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
@@ -467,7 +474,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		cl.pd = r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &cl.pd
 		pd := cl.pd
-		cl.gates[1].span.Set(telemetry.KeyDecision.String(pd.Effect.String()), telemetry.KeyRule.String(pd.Rule))
+		if g := cl.gates[1].span; g.Recording() {
+			g.Set(telemetry.KeyDecision.String(pd.Effect.String()), telemetry.KeyRule.String(pd.Rule))
+		}
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
@@ -500,7 +509,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	cl.endGates()
 	// 6. Execute.
 	readCtx := ctx // the tool.read entry records the whole call
-	ctx, exec := r.o.Tracer.Start(ctx, "fluffy.tool.execution", trace.SpanKindInternal, telemetry.KeyToolClass.String(string(t.Execution().Class)))
+	ctx, exec := r.executionSpan(ctx, t)
 	defer exec.End()
 	if !cl.fast {
 		start := audit.ExecStart{Call: cl.id, Tool: cl.name, Class: string(t.Execution().Class), Template: t.Execution().Template, Approval: cl.approval}

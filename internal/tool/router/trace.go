@@ -7,6 +7,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
+	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
 // toolSpan starts a call's span. The name is the model's only when it
@@ -26,9 +27,20 @@ func (r *Router) toolSpan(ctx context.Context, c llm.ToolCall) (context.Context,
 		telemetry.KeySession.String(r.o.Session.ID))
 }
 
+// executionSpan starts the span of a call's execution.
+func (r *Router) executionSpan(ctx context.Context, t *tool.Tool) (context.Context, telemetry.Span) {
+	if r.o.Tracer == nil {
+		return ctx, telemetry.Span{}
+	}
+	return r.o.Tracer.Start(ctx, "fluffy.tool.execution", trace.SpanKindInternal, telemetry.KeyToolClass.String(string(t.Execution().Class)))
+}
+
 // askTraced is ask in the approval gate's span, which covers the wait for
 // the person and carries the approval's own entries.
 func (r *Router) askTraced(ctx context.Context, cl *call, shown string) (Refusal, bool, error) {
+	if r.o.Tracer == nil {
+		return r.ask(ctx, cl, shown)
+	}
 	ctx, span := r.o.Tracer.Start(ctx, "fluffy.gate.approval", trace.SpanKindInternal, telemetry.KeyGate.String("approval"), telemetry.KeyRule.String(cl.pd.Rule))
 	defer span.End()
 	ref, ok, err := r.ask(ctx, cl, shown)
