@@ -872,6 +872,8 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		}
 	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
+	ctx, span := r.sandboxSpan(ctx, t)
+	defer span.End()
 	var res sandbox.Result
 	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
 	case gate == nil:
@@ -890,8 +892,10 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		r.mu.Unlock()
 	}
 	if err != nil {
+		span.Fail(err)
 		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
 	}
+	sandboxSpanEnd(span, &res)
 	out := tool.CommandOutput{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}
 	for _, h := range res.Hit {
 		out.Limits = append(out.Limits, string(h))

@@ -3,9 +3,11 @@ package router
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
@@ -33,6 +35,26 @@ func (r *Router) executionSpan(ctx context.Context, t *tool.Tool) (context.Conte
 		return ctx, telemetry.Span{}
 	}
 	return r.o.Tracer.Start(ctx, "fluffy.tool.execution", trace.SpanKindInternal, telemetry.KeyToolClass.String(string(t.Execution().Class)))
+}
+
+// sandboxSpan starts the span of a command's sandbox: its build, the
+// command and its teardown.
+func (r *Router) sandboxSpan(ctx context.Context, t *tool.Tool) (context.Context, telemetry.Span) {
+	if r.o.Tracer == nil {
+		return ctx, telemetry.Span{}
+	}
+	return r.o.Tracer.Start(ctx, "fluffy.sandbox.run", trace.SpanKindInternal, telemetry.KeyRuntime.String(r.o.RuntimeName),
+		telemetry.KeyTemplate.String(t.Execution().Template))
+}
+
+// sandboxSpanEnd sets what the run says: the start mode, the setup time
+// and the exit code.
+func sandboxSpanEnd(span telemetry.Span, res *sandbox.Result) {
+	if !span.Recording() {
+		return
+	}
+	span.Set(telemetry.KeyStartMode.String(res.StartMode), telemetry.KeyExitCode.Int(res.ExitCode),
+		attribute.Int64("fluffy.sandbox.setup_us", res.Setup.Microseconds()))
 }
 
 // askTraced is ask in the approval gate's span, which covers the wait for
