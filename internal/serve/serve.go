@@ -22,6 +22,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Sessions are the kernel's sessions as the daemon uses them
@@ -98,8 +99,11 @@ type Options struct {
 	// MaxRunning bounds the turns that run at once, all sessions
 	// together; the others wait their turn. Default 8.
 	MaxRunning int
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Tracer traces each inbound message (nil: none); the turn it
+	// starts is the message span's child.
+	Tracer *telemetry.Tracer
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // ErrBusy is Deliver's error when too many messages wait already

@@ -435,6 +435,7 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		Workspace: ws, Model: c.Model, ApprovalRoute: route, Approvers: c.Approval.Approvers, Reports: reports,
 		Limits:  cronLimits(c.Serve.Cron),
 		Prompts: servePrompts(c),
+		Tracer:  k.tracer,
 		Quiet: func(conv channel.Conversation, text string) bool {
 			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
 		},

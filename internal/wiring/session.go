@@ -92,6 +92,8 @@ type Kernel struct {
 	// live is the policy in force, per workspace (the web console's
 	// policy page reads it).
 	live *livePolicy
+	// tracer traces the sessions and the daemon's messages (nil: off).
+	tracer *telemetry.Tracer
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -310,6 +312,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		}
 	}
 	notify.k.Store(kn)
+	k.tracer = tr
 	k.held.Store(al)
 	k.sessions, k.broker, k.db = kn, broker, db
 	if err := kn.Register(mux); err != nil {
