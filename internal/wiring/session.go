@@ -422,7 +422,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 				o.Secrets, swaps = ss.command, ss.proxySwaps
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps)
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, tr)
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.
 			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {
