@@ -326,7 +326,7 @@ func (a *Agent) runTools(ctx context.Context, s *Session, calls []llm.ToolCall) 
 		}
 		content, cut := Truncate(res.Content, a.o.Limits.ToolResultBytes)
 		if cut > 0 {
-			a.o.Logger.Info("tool result truncated", "call", c.ID, "omitted_bytes", cut)
+			a.o.Logger.InfoContext(ctx, "tool result truncated", "call", c.ID, "omitted_bytes", cut)
 		}
 		r := res
 		a.emit(Event{Type: EventToolResult, Turn: s.Turns, Call: &c, Result: &r})

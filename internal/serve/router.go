@@ -102,7 +102,7 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 		return "", fmt.Errorf("serve: queue the message: %w", err)
 	}
 	d.enqueue(id, item{id: row, conv: c, message: text, span: trace.SpanContextFromContext(ctx)})
-	d.log.Info("message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
+	d.log.InfoContext(ctx, "message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
 	return id, nil
 }
 
@@ -344,7 +344,7 @@ func (d *Daemon) turn(session string, it item) {
 		}
 		take()
 		if err != nil {
-			d.log.Error("session turn", "session", session, "err", err)
+			d.log.ErrorContext(ctx, "session turn", "session", session, "err", err)
 			d.turnEnded(session, it.conv, "error", err.Error())
 			return
 		}

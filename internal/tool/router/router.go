@@ -397,7 +397,7 @@ func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		span.Fail(err)
 	}
 	if err != nil {
-		r.o.Logger.Error("tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
+		r.o.Logger.ErrorContext(ctx, "tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
 		return agent.Result{Content: "refused: the runtime could not process this call (" + runtimeCause(err) + "); it did not complete", IsError: true, Decision: "refused: runtime"}, err
 	}
 	return res, nil
