@@ -84,6 +84,8 @@ type Telemetry struct {
 	HeadersEnv string `yaml:"headers_env" scope:"user"`
 	// IncludeContent puts prompt and response text on model spans.
 	IncludeContent bool `yaml:"include_content" scope:"user"`
+	// Prometheus serves /metrics on fluffy serve's health listener.
+	Prometheus bool `yaml:"prometheus" scope:"user"`
 }
 
 // Memory configures the memory index: how passages get their vectors and

@@ -169,8 +169,10 @@ type Options struct {
 	// Tracer traces each run of a session (a turn) and its model calls
 	// (nil: none; docs/observability.md).
 	Tracer *telemetry.Tracer
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Metrics counts the turns started and running (nil: none).
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Kernel owns the sessions of one data directory.

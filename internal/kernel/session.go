@@ -379,6 +379,9 @@ func cancelledBeforeRun(info Info, em *emitter) RunResult {
 
 // runSession runs the agent; it never panics.
 func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message string) (res RunResult) {
+	k.o.Metrics.Add(telemetry.MetricTurns, 1)
+	k.o.Metrics.Add(telemetry.MetricTurnsRunning, 1)
+	defer k.o.Metrics.Add(telemetry.MetricTurnsRunning, -1)
 	ctx, span := k.o.Tracer.Start(ctx, "fluffy.turn", trace.SpanKindInternal, telemetry.KeySession.String(info.ID),
 		attribute.String("fluffy.session.kind", string(info.Kind)), telemetry.KeyGenAIRequestModel.String(info.Model))
 	defer func() {

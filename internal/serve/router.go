@@ -63,6 +63,7 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 	ctx, span := d.o.Tracer.Start(ctx, "fluffy.channel.message", trace.SpanKindConsumer, telemetry.KeyChannel.String(c.Channel),
 		attribute.Bool("fluffy.untrusted", in.Untrusted))
 	defer span.End()
+	d.o.Metrics.Add(telemetry.MetricChannelMessages, 1, "channel", c.Channel)
 	sum := sha256.Sum256([]byte(in.Text))
 	if _, err := d.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindChannelInbound, Actor: "channel:" + c.Channel, Payload: audit.ChannelInbound{
 		Channel: c.Channel, Room: c.Room, Principal: c.Principal, Bytes: len(in.Text), SHA256: hex.EncodeToString(sum[:]),
@@ -253,6 +254,17 @@ func (d *Daemon) enqueue(session string, it item) {
 	d.workers[session] = w
 	d.turns.Add(1)
 	go d.work(w)
+}
+
+// queued is the number of messages waiting in the sessions' queues.
+func (d *Daemon) queued() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, w := range d.workers {
+		n += len(w.queue)
+	}
+	return float64(n)
 }
 
 // next pops w's next item; false when the queue is empty (the worker is

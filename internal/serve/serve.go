@@ -102,8 +102,11 @@ type Options struct {
 	// Tracer traces each inbound message (nil: none); the turn it
 	// starts is the message span's child.
 	Tracer *telemetry.Tracer
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Metrics, when set, counts inbound messages, reports the queued
+	// ones and is served as /metrics on the health listener.
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // ErrBusy is Deliver's error when too many messages wait already
@@ -180,6 +183,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{o: o, log: o.Logger, channels: map[string]channel.Channel{}, states: map[string]*kernel.ChannelStatus{},
 		workers: map[string]*worker{}, requests: map[string]approvalTarget{}, running: make(chan struct{}, o.MaxRunning)}
+	o.Metrics.GaugeFunc(telemetry.MetricInboxQueue, d.queued)
 	return d, nil
 }
 

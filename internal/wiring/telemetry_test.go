@@ -32,6 +32,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm/replay"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // receiver is a minimal OTLP trace receiver on the official protobuf
@@ -182,6 +183,7 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 		t.Fatal(err)
 	}
 	al, j, m := sessionStores(t, dir)
+	metrics := telemetry.NewMetrics()
 	d, err := datadir.New(filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
@@ -207,9 +209,9 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:  sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, tr),
+		Tools:  sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{tracer: tr}),
 		TDD:    &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
-		Tracer: tr, Logger: log})
+		Tracer: tr, Metrics: metrics, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +225,13 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	}
 	if err := exp.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+	var mb strings.Builder
+	if err := metrics.WritePrometheus(&mb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(mb.String(), "fluffy_session_turns_total 1\n") || !strings.Contains(mb.String(), "fluffy_session_turns_running 0\n") {
+		t.Errorf("turn metrics:\n%s", mb.String())
 	}
 
 	spans, raw := rc.spans()

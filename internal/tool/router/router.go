@@ -184,7 +184,10 @@ type Options struct {
 	// Tracer traces each call and its gates (nil: none;
 	// docs/observability.md).
 	Tracer *telemetry.Tracer
-	Logger *slog.Logger
+	// Metrics counts calls by outcome, approvals waiting, sandbox start
+	// and audit append latency (nil: none).
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
 }
 
 // Egress is one sandboxed command's way out: an egress proxy on a unix
@@ -392,6 +395,9 @@ func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	ctx, span := r.toolSpan(ctx, c)
 	defer span.End()
 	res, err := r.call(ctx, c)
+	if r.o.Metrics != nil {
+		r.o.Metrics.Add(telemetry.MetricToolCalls, 1, "outcome", outcome(res.Decision, err))
+	}
 	if span.Recording() { // building attributes allocates: not when off
 		span.Set(telemetry.KeyDecision.String(res.Decision))
 		span.Fail(err)
@@ -637,6 +643,11 @@ func (r *Router) readRecord(rec *audit.ToolRead, cl *call, raw []byte, isError, 
 
 // append records payload in the session's name, as the router's actor.
 func (r *Router) append(ctx context.Context, payload audit.Payload) error {
+	var t0 time.Time
+	if r.o.Metrics != nil {
+		t0 = time.Now()
+		defer func() { r.o.Metrics.Observe(telemetry.MetricAuditAppend, time.Since(t0)) }()
+	}
 	if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: payload.Kind(), Actor: r.o.Actor, Payload: payload}); err != nil {
 		return fmt.Errorf("%w: %w", ErrAudit, err)
 	}
@@ -896,6 +907,9 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
 	}
 	sandboxSpanEnd(span, &res)
+	if r.o.Metrics != nil {
+		r.o.Metrics.Observe(telemetry.MetricSandboxStart, res.Setup, "start_mode", res.StartMode, "runtime", r.o.RuntimeName)
+	}
 	out := tool.CommandOutput{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}
 	for _, h := range res.Hit {
 		out.Limits = append(out.Limits, string(h))

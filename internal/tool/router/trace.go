@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -60,6 +61,8 @@ func sandboxSpanEnd(span telemetry.Span, res *sandbox.Result) {
 // askTraced is ask in the approval gate's span, which covers the wait for
 // the person and carries the approval's own entries.
 func (r *Router) askTraced(ctx context.Context, cl *call, shown string) (Refusal, bool, error) {
+	r.o.Metrics.Add(telemetry.MetricApprovalsWait, 1)
+	defer r.o.Metrics.Add(telemetry.MetricApprovalsWait, -1)
 	if r.o.Tracer == nil {
 		return r.ask(ctx, cl, shown)
 	}
@@ -75,6 +78,21 @@ func (r *Router) askTraced(ctx context.Context, cl *call, shown string) (Refusal
 		span.Set(telemetry.KeyDecision.String("refused"))
 	}
 	return ref, ok, err
+}
+
+// outcome is a call's label in fluffy_tool_calls_total: the policy's
+// effect for a call that ran (allow, approve), the refusing gate
+// (refused_state, refused_policy, ...), or runtime.
+func outcome(decision string, err error) string {
+	switch {
+	case err != nil:
+		return "runtime"
+	case strings.HasPrefix(decision, "refused by the "):
+		gate, _, _ := strings.Cut(strings.TrimPrefix(decision, "refused by the "), " ")
+		return "refused_" + gate
+	}
+	effect, _, _ := strings.Cut(decision, ":")
+	return effect
 }
 
 func allowString(ok bool) string {

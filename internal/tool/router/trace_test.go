@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,9 +19,11 @@ import (
 func TestTraceOfAnApprovedCommand(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	metrics := telemetry.NewMetrics()
 	e := newEnv(t, setup{approver: true, sandbox: true, hook: func(o *router.Options) {
 		o.Tracer = telemetry.NewTracer(tp.Tracer("test"), false)
 		o.RuntimeName = "native"
+		o.Metrics = metrics
 	}})
 	e.mu.Lock()
 	e.answer = "/approve"
@@ -69,5 +72,18 @@ func TestTraceOfAnApprovedCommand(t *testing.T) {
 	}
 	if pol := attrs(get("fluffy.gate.policy")); pol[telemetry.KeyDecision].AsString() != "approve" || pol[telemetry.KeyRule].AsString() == "" {
 		t.Errorf("policy span attributes: %v", pol)
+	}
+
+	// The same call, counted.
+	var b strings.Builder
+	must(t, metrics.WritePrometheus(&b))
+	for _, want := range []string{`fluffy_tool_calls_total{outcome="approve"} 1`, "fluffy_approvals_waiting 0",
+		`fluffy_sandbox_start_seconds_count{runtime="native",start_mode="` + a[telemetry.KeyStartMode].AsString() + `"} 1`} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+	if !strings.Contains(b.String(), "fluffy_audit_append_seconds_count ") {
+		t.Errorf("no audit append latency:\n%s", b.String())
 	}
 }
