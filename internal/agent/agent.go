@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Tools is how the loop reaches the tool router.
@@ -67,9 +68,12 @@ type Handed struct {
 type Options struct {
 	Provider llm.Provider
 	Model    string
-	Tools    Tools
-	System   string
-	Limits   Limits
+	// ProviderName names the provider on model spans
+	// (gen_ai.provider.name: "anthropic", "openai", "replay"...).
+	ProviderName string
+	Tools        Tools
+	System       string
+	Limits       Limits
 	// Price prices usage for MaxCost and events.
 	Price llm.Price
 	// MaxResponseTokens bounds each response (0: the provider's default).
@@ -85,7 +89,9 @@ type Options struct {
 	Handed func() Handed
 	// OnEvent receives events synchronously; it must not block long.
 	OnEvent func(Event)
-	Logger  *slog.Logger
+	// Tracer traces each model call (nil: none).
+	Tracer *telemetry.Tracer
+	Logger *slog.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -256,6 +262,8 @@ func (a *Agent) turn(ctx context.Context, s *Session) (llm.Response, error) {
 	}
 	s.Turns++
 	a.emit(Event{Type: EventTurnStart, Turn: s.Turns})
+	ctx, span := a.modelSpan(ctx, req, s.Turns)
+	defer span.End()
 	resp, err := llm.Collect(a.o.Provider.Stream(ctx, req), func(ev llm.Event) {
 		switch ev.Type {
 		case llm.EventText:
@@ -265,8 +273,10 @@ func (a *Agent) turn(ctx context.Context, s *Session) (llm.Response, error) {
 		}
 	})
 	if err != nil {
+		span.Fail(err)
 		return resp, fmt.Errorf("model call (turn %d): %w", s.Turns, err)
 	}
+	a.modelSpanEnd(span, resp)
 	est := llm.EstimateRequest(req)
 	if in := resp.Usage.InputTokens + resp.Usage.CacheReadTokens + resp.Usage.CacheWriteTokens; in > 0 && est > 0 {
 		s.ratio = float64(in) / float64(est)
@@ -316,7 +326,7 @@ func (a *Agent) runTools(ctx context.Context, s *Session, calls []llm.ToolCall) 
 		}
 		content, cut := Truncate(res.Content, a.o.Limits.ToolResultBytes)
 		if cut > 0 {
-			a.o.Logger.Info("tool result truncated", "call", c.ID, "omitted_bytes", cut)
+			a.o.Logger.InfoContext(ctx, "tool result truncated", "call", c.ID, "omitted_bytes", cut)
 		}
 		r := res
 		a.emit(Event{Type: EventToolResult, Turn: s.Turns, Call: &c, Result: &r})

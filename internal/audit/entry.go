@@ -90,6 +90,11 @@ type Entry struct {
 	// any value encoding/json marshals to an object. Nil means {}. It is stored
 	// canonicalized (RFC 8785).
 	Payload any
+	// Trace is the id of the OpenTelemetry trace the entry was written
+	// under (32 lower-case hex digits), "" when none: Append fills it from
+	// a traced context. An entry without one encodes exactly as before
+	// the member existed.
+	Trace string
 }
 
 // wireEntry is the JSON shape of an entry. Canonical encoding sorts the
@@ -103,6 +108,7 @@ type wireEntry struct {
 	Seq     uint64          `json:"seq"`
 	Session string          `json:"session"`
 	Time    string          `json:"time"`
+	Trace   string          `json:"trace,omitempty"`
 }
 
 // maxSeq keeps sequence numbers exact in every JSON implementation (2^53-1).
@@ -155,6 +161,9 @@ func (e Entry) Encode() ([]byte, error) {
 	if e.Seq == 0 || e.Seq > maxSeq {
 		return nil, fmt.Errorf("audit: sequence number %d out of range", e.Seq)
 	}
+	if e.Trace != "" && !validTrace(e.Trace) {
+		return nil, fmt.Errorf("audit: trace id %q: want 32 lower-case hex digits", e.Trace)
+	}
 	p, err := payloadJSON(e.Payload)
 	if err != nil {
 		return nil, err
@@ -181,13 +190,33 @@ func (e Entry) Encode() ([]byte, error) {
 	b = append(b, `,"time":`...)
 	b = append(b, '"')
 	b = e.Time.UTC().AppendFormat(b, TimeFormat)
-	return append(b, '"', '}'), nil
+	b = append(b, '"')
+	if e.Trace != "" {
+		b = append(b, `,"trace":"`...)
+		b = append(b, e.Trace...)
+		b = append(b, '"')
+	}
+	return append(b, '}'), nil
+}
+
+// validTrace reports whether s is an OpenTelemetry trace id as the log
+// stores it: 32 lower-case hex digits, not all zero.
+func validTrace(s string) bool {
+	if len(s) != 32 || strings.Count(s, "0") == 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseEntry decodes the canonical bytes of an entry strictly: they must
 // be exactly what Encode produces (canonical JSON, the six members, parent
-// and root only when not empty, no others, valid kind, time and sequence
-// number). The Payload of the result
+// and root only when not empty, trace only when the entry has one, no
+// others, valid kind, time and sequence number). The Payload of the result
 // is a json.RawMessage.
 func ParseEntry(b []byte) (Entry, error) {
 	c, err := Canonicalize(b)
@@ -207,7 +236,7 @@ func ParseEntry(b []byte) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("audit: entry: %w: time %q", ErrNotCanonical, w.Time)
 	}
-	e := Entry{Seq: w.Seq, Time: t, Session: w.Session, Parent: w.Parent, Root: w.Root, Kind: w.Kind, Actor: w.Actor, Payload: w.Payload}
+	e := Entry{Seq: w.Seq, Time: t, Session: w.Session, Parent: w.Parent, Root: w.Root, Kind: w.Kind, Actor: w.Actor, Payload: w.Payload, Trace: w.Trace}
 	// Encode checks the rest (kind, seq, payload is an object) and must
 	// give the same bytes back, which also proves all members were present.
 	again, err := e.Encode()

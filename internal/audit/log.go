@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 //go:embed migrations/*.sql
@@ -442,6 +443,10 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 	if e.Time.IsZero() {
 		e.Time = l.opts.Now()
 	}
+	link, traced := telemetry.LinkFrom(ctx)
+	if traced && e.Trace == "" {
+		e.Trace = link.TraceID()
+	}
 	l.mu.Lock()
 	for len(l.pending)+l.inflight >= l.opts.MaxPending && !l.closed {
 		l.mu.Unlock()
@@ -469,6 +474,9 @@ func (l *Log) Append(ctx context.Context, e Entry) (uint64, error) {
 	l.pending = append(l.pending, row{seq: e.Seq, body: body, hash: hash})
 	n := len(l.pending)
 	l.mu.Unlock()
+	if traced {
+		link.Produced(e.Seq)
+	}
 	if e.Kind.Synchronous() {
 		if err := l.flush(ctx, e.Seq, false); err != nil {
 			return 0, fmt.Errorf("%w: %s entry %d not confirmed durable: %w", ErrUnavailable, e.Kind, e.Seq, err)

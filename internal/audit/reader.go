@@ -419,8 +419,11 @@ type Filter struct {
 	Session string
 	// Tree: only the entries of this session and of its sub-agents at
 	// every depth (those whose root it is).
-	Tree  string
-	Kind  Kind
+	Tree string
+	Kind Kind
+	// Trace keeps the entries written under this OpenTelemetry trace
+	// (its id in hex).
+	Trace string
 	Since time.Time
 	Limit int // at most this many (0: no limit)
 	// Last, with Limit, returns the newest Limit entries (still in
@@ -444,6 +447,10 @@ func (r *Reader) Entries(ctx context.Context, f Filter, fn func(Entry) error) er
 	if f.Kind != "" {
 		q += ` AND json_extract(body, '$.kind') = ?`
 		args = append(args, string(f.Kind))
+	}
+	if f.Trace != "" {
+		q += ` AND json_extract(body, '$.trace') = ?`
+		args = append(args, strings.ToLower(f.Trace))
 	}
 	if !f.Since.IsZero() {
 		q += ` AND json_extract(body, '$.time') >= ?`

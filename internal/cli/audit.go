@@ -212,6 +212,9 @@ func (p entryPrinter) print(e audit.Entry) error {
 		if e.Parent != "" {
 			m["parent"], m["root"] = e.Parent, e.Root
 		}
+		if e.Trace != "" {
+			m["trace"] = e.Trace
+		}
 		return json.NewEncoder(termsafe.NewJSONWriter(p.a.Stdout)).Encode(m)
 	}
 	session := e.Session
@@ -231,14 +234,15 @@ func (p entryPrinter) print(e audit.Entry) error {
 
 func newAuditLogCmd(a *App) *cobra.Command {
 	var (
-		session, tree, kind, since string
-		asJSON                     bool
-		limit                      int
+		session, tree, kind, since, traceID string
+		asJSON                              bool
+		limit                               int
 	)
 	cmd := &cobra.Command{
 		Use:   "log",
 		Short: "List audit entries, oldest first",
-		Long: `Lists entries, filtered by session, kind and time. Reading does not verify:
+		Long: `Lists entries, filtered by session, kind, time and trace (the entries written
+under an OpenTelemetry trace, docs/observability.md). Reading does not verify:
 run 'fluffy audit verify' to know the entries are authentic.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -252,13 +256,14 @@ run 'fluffy audit verify' to know the entries are authentic.`,
 			}
 			defer r.Close()
 			p := entryPrinter{a: a, asJSON: asJSON}
-			return r.Entries(cmd.Context(), audit.Filter{Session: session, Tree: tree, Kind: audit.Kind(kind), Since: t, Limit: limit}, p.print)
+			return r.Entries(cmd.Context(), audit.Filter{Session: session, Tree: tree, Kind: audit.Kind(kind), Trace: traceID, Since: t, Limit: limit}, p.print)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&session, "session", "", "only this session")
 	f.StringVar(&tree, "tree", "", "only this session and its sub-agents at every depth")
 	f.StringVar(&kind, "kind", "", "only this kind (e.g. exec.start)")
+	f.StringVar(&traceID, "trace", "", "only the entries of this trace (its id, 32 hex digits)")
 	f.StringVar(&since, "since", "", "only entries at or after this time, or this long ago (2h, 7d)")
 	f.IntVarP(&limit, "limit", "n", 0, "at most this many entries")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per line")

@@ -156,6 +156,20 @@ TimeoutStopSec=60
 Restart=on-failure
 RestartSec=5
 
+# Hardening that leaves the native sandbox working (docs/deploy.md says why
+# each is here, and why ProtectKernelTunables, ProtectHome, PrivateTmp,
+# RestrictNamespaces and MemoryDenyWriteExecute are not).
+NoNewPrivileges=yes
+ProtectSystem=full
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+SystemCallArchitectures=native
+# The daemon and every sandbox it runs count against these.
+MemoryHigh=6G
+MemoryMax=8G
+TasksMax=4096
+
 [Install]
 WantedBy=default.target
 `, binary)

@@ -68,6 +68,25 @@ type Config struct {
 	Secrets Secrets `yaml:"secrets"`
 
 	Sched Sched `yaml:"sched"`
+	// Telemetry configures OpenTelemetry export (docs/observability.md).
+	Telemetry Telemetry `yaml:"telemetry"`
+}
+
+// Telemetry configures the traces fluffy exports over OTLP. User only: a
+// project must not be able to send the person's sessions to a collector.
+type Telemetry struct {
+	// OTLPEndpoint is the collector's URL (http://host:4318 for HTTP,
+	// http://host:4317 for gRPC; https for TLS); empty exports nothing.
+	OTLPEndpoint string `yaml:"otlp_endpoint" scope:"user"`
+	// OTLPProtocol is the OTLP transport.
+	OTLPProtocol string `yaml:"otlp_protocol" enum:"http,grpc" scope:"user"`
+	// HeadersEnv names an environment variable holding the export's
+	// headers as key=value,key=value (an API key stays out of the file).
+	HeadersEnv string `yaml:"headers_env" scope:"user"`
+	// IncludeContent puts prompt and response text on model spans.
+	IncludeContent bool `yaml:"include_content" scope:"user"`
+	// Prometheus serves /metrics on fluffy serve's health listener.
+	Prometheus bool `yaml:"prometheus" scope:"user"`
 }
 
 // Memory configures the memory index: how passages get their vectors and
@@ -428,9 +447,10 @@ type Agent struct {
 // environment (used only to place the data directory).
 func Default(env Env) Config {
 	return Config{
-		Home:  defaultHome(env),
-		Log:   Log{Level: "info", Format: "text"},
-		Model: "replay/demo",
+		Home:      defaultHome(env),
+		Log:       Log{Level: "info", Format: "text"},
+		Telemetry: Telemetry{OTLPProtocol: "http"},
+		Model:     "replay/demo",
 		Sandbox: Sandbox{
 			Runtime:     "native",
 			Image:       "fluffy-base:latest",

@@ -44,6 +44,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Sentinel errors callers branch on.
@@ -164,9 +165,14 @@ type Options struct {
 	// Admit is asked before every new session; an error (wrapping
 	// ErrOverloaded) refuses it. nil admits all (MemoryAdmit builds one
 	// from kernel.memory_high).
-	Admit  func() error
-	Logger *slog.Logger
-	Now    func() time.Time
+	Admit func() error
+	// Tracer traces each run of a session (a turn) and its model calls
+	// (nil: none; docs/observability.md).
+	Tracer *telemetry.Tracer
+	// Metrics counts the turns started and running (nil: none).
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Kernel owns the sessions of one data directory.

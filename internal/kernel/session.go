@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -17,6 +21,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Status is a session's life-cycle state, as stored.
@@ -379,12 +384,22 @@ func cancelledBeforeRun(info Info, em *emitter) RunResult {
 
 // runSession runs the agent; it never panics.
 func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message string) (res RunResult) {
+	k.o.Metrics.Add(telemetry.MetricTurns, 1)
+	k.o.Metrics.Add(telemetry.MetricTurnsRunning, 1)
+	defer k.o.Metrics.Add(telemetry.MetricTurnsRunning, -1)
+	ctx, span := k.o.Tracer.Start(ctx, "fluffy.turn", trace.SpanKindInternal, telemetry.KeySession.String(info.ID),
+		attribute.String("fluffy.session.kind", string(info.Kind)), telemetry.KeyGenAIRequestModel.String(info.Model))
 	defer func() {
 		if p := recover(); p != nil {
 			k.log.Error("session panicked", "session", info.ID, "panic", p, "stack", string(debug.Stack()))
 			res = RunResult{Reason: "fault", Fault: &Fault{Class: FaultRuntime, Message: fmt.Sprintf("internal error: %v", p),
 				Fix: "this is a bug in fluffy; the session's change set is intact (see kernel.log)"}}
 		}
+		span.Set(attribute.String("fluffy.reason", res.Reason))
+		if res.Fault != nil {
+			span.Fail(errors.New(res.Fault.Message))
+		}
+		span.End()
 	}()
 	fault := func(f *Fault) RunResult {
 		if ctx.Err() != nil {
@@ -466,8 +481,9 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 	if k.o.Price != nil {
 		price = k.o.Price(info.Model)
 	}
+	providerName, _, _ := strings.Cut(info.Model, "/")
 	a, err := agent.New(agent.Options{Provider: provider, Model: model, Tools: tools, System: system, Limits: k.limitsOf(ctx, info), Price: price,
-		Handed: k.handedFunc(ctx, info.ID),
+		Handed: k.handedFunc(ctx, info.ID), Tracer: k.o.Tracer, ProviderName: providerName,
 		Logger: k.log.With("session", info.ID), OnEvent: func(ev agent.Event) {
 			switch ev.Type {
 			case agent.EventTurnStart:

@@ -108,8 +108,8 @@ func startProxy(t *testing.T, opts Options, allow ...string) *proxyEnv {
 		t.Fatal(err)
 	}
 	opts.Allow = al
-	rec, _ := opts.Recorder.(*memRecorder)
-	if rec == nil {
+	rec, _ := opts.Recorder.(*memRecorder) // nil for another Recorder the test keeps
+	if opts.Recorder == nil {
 		rec = &memRecorder{}
 		opts.Recorder = rec
 	}

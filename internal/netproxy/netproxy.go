@@ -55,6 +55,10 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Resolver looks host names up. *net.Resolver satisfies it. It must
@@ -267,6 +271,11 @@ type Options struct {
 	Limits   Limits
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
+	// Tracer, when set, makes a span of each request, a child of
+	// TraceParent (the tool call's execution), carrying the request's
+	// audit entries.
+	Tracer      *telemetry.Tracer
+	TraceParent trace.SpanContext
 	// AllowPeer decides, from its credentials (SO_PEERCRED), whether the
 	// process at the other end of a unix-socket connection may use the
 	// proxy; nil means OwnerOrDescendant(os.Geteuid(), os.Getpid()).
@@ -309,6 +318,15 @@ type Proxy struct {
 
 	swaps swapSet
 	ca    *authority // nil unless a swap opts in to TLS
+
+	spans map[string]openSpan // an allowed request's span, by Record.ID, until its end; guarded by mu
+}
+
+// openSpan is a request's span and the context its records are written
+// with.
+type openSpan struct {
+	ctx  context.Context
+	span telemetry.Span
 }
 
 // New builds a proxy. It starts nothing until Serve.
@@ -348,6 +366,9 @@ func New(opts Options) (*Proxy, error) {
 	p.log = p.log.With("sandbox", opts.Sandbox)
 	p.sem = make(chan struct{}, p.lim.MaxConns)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if opts.TraceParent.IsValid() {
+		p.ctx = trace.ContextWithSpanContext(p.ctx, opts.TraceParent)
+	}
 	p.transport = &http.Transport{
 		// Never honour the host's own proxy settings.
 		Proxy:                  nil,
@@ -575,6 +596,8 @@ func (p *Proxy) write(r Record) error {
 	// be audited.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
 	defer cancel()
+	ctx, end := p.traceRecord(ctx, r)
+	defer end()
 	if err := p.opts.Recorder.RecordEgress(ctx, r); err != nil {
 		p.mu.Lock()
 		if p.auditErr == nil {

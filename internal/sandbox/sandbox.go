@@ -223,6 +223,10 @@ type Result struct {
 	Duration time.Duration
 	// Setup is the time spent before the command started.
 	Setup time.Duration
+	// StartMode names how the sandbox was started (the native runtime's
+	// start modes: ahead, direct, vfork, stage-1, exec), "" where the
+	// runtime has none (containers).
+	StartMode string
 	// Warnings describe protections that were weaker than asked (degraded
 	// runs, limits enforced by a fallback). Show them to the user.
 	Warnings []string

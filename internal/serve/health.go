@@ -43,7 +43,8 @@ func (d *Daemon) Status(ctx context.Context) kernel.ServeStatus {
 }
 
 // HealthHandler serves GET /healthz (200 while the process serves) and
-// GET /readyz (200 "ready", or 503 with one line per thing that is not).
+// GET /readyz (200 "ready", or 503 with one line per thing that is not),
+// and with Options.Metrics GET /metrics (the Prometheus text format).
 func (d *Daemon) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -60,5 +61,11 @@ func (d *Daemon) HealthHandler() http.Handler {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready\n%s\n", strings.Join(st.NotReady, "\n"))
 	})
+	if d.o.Metrics != nil {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			_ = d.o.Metrics.WritePrometheus(w)
+		})
+	}
 	return mux
 }

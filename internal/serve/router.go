@@ -9,10 +9,14 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // item is one message waiting for its session's next turn: a row of the
@@ -21,6 +25,8 @@ type item struct {
 	id      int64
 	conv    channel.Conversation
 	message string // "" runs the task, or resumes
+	// span is the message's span: the turn it starts is its child.
+	span trace.SpanContext
 }
 
 // worker runs one session's turns, one at a time, in arrival order.
@@ -54,6 +60,10 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 	if err := d.room(d.knownSession(ctx, c)); err != nil {
 		return "", err
 	}
+	ctx, span := d.o.Tracer.Start(ctx, "fluffy.channel.message", trace.SpanKindConsumer, telemetry.KeyChannel.String(c.Channel),
+		attribute.Bool("fluffy.untrusted", in.Untrusted))
+	defer span.End()
+	d.o.Metrics.Add(telemetry.MetricChannelMessages, 1, "channel", c.Channel)
 	sum := sha256.Sum256([]byte(in.Text))
 	if _, err := d.o.Audit.Append(ctx, audit.Entry{Kind: audit.KindChannelInbound, Actor: "channel:" + c.Channel, Payload: audit.ChannelInbound{
 		Channel: c.Channel, Room: c.Room, Principal: c.Principal, Bytes: len(in.Text), SHA256: hex.EncodeToString(sum[:]),
@@ -92,8 +102,8 @@ func (d *Daemon) Deliver(ctx context.Context, in channel.Inbound) (string, error
 	if err != nil {
 		return "", fmt.Errorf("serve: queue the message: %w", err)
 	}
-	d.enqueue(id, item{id: row, conv: c, message: text})
-	d.log.Info("message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
+	d.enqueue(id, item{id: row, conv: c, message: text, span: trace.SpanContextFromContext(ctx)})
+	d.log.InfoContext(ctx, "message delivered", "channel", c.Channel, "principal", c.Principal, "session", id, "bytes", len(in.Text), "untrusted", in.Untrusted)
 	return id, nil
 }
 
@@ -246,6 +256,17 @@ func (d *Daemon) enqueue(session string, it item) {
 	go d.work(w)
 }
 
+// queued is the number of messages waiting in the sessions' queues.
+func (d *Daemon) queued() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, w := range d.workers {
+		n += len(w.queue)
+	}
+	return float64(n)
+}
+
 // next pops w's next item; false when the queue is empty (the worker is
 // then gone) or the daemon is stopping (the items stay in the inbox).
 func (d *Daemon) next(w *worker) (item, bool) {
@@ -313,6 +334,9 @@ func (d *Daemon) admit(session string, it item) (context.Context, func(), bool) 
 // dies mid-turn neither loses the message nor delivers it twice (the
 // interrupted session is resumed at the next start instead).
 func (d *Daemon) turn(ctx context.Context, session string, it item) {
+	if it.span.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, it.span)
+	}
 	if d.o.Limits != nil {
 		ctx = kernel.WithRunLimits(ctx, d.o.Limits(it.conv))
 	}
@@ -353,7 +377,7 @@ func (d *Daemon) turn(ctx context.Context, session string, it item) {
 		}
 		take()
 		if err != nil {
-			d.log.Error("session turn", "session", session, "err", err)
+			d.log.ErrorContext(ctx, "session turn", "session", session, "err", err)
 			d.turnEnded(session, it.conv, "error", err.Error())
 			return
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/store"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Sessions are the kernel's sessions as the daemon uses them
@@ -104,8 +105,14 @@ type Options struct {
 	// together; the others wait their turn. Default 8. Unused when
 	// Admit is set: the scheduler bounds them.
 	MaxRunning int
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Tracer traces each inbound message (nil: none); the turn it
+	// starts is the message span's child.
+	Tracer *telemetry.Tracer
+	// Metrics, when set, counts inbound messages, reports the queued
+	// ones and is served as /metrics on the health listener.
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // ErrBusy is Deliver's error when too many messages wait already
@@ -182,6 +189,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{o: o, log: o.Logger, channels: map[string]channel.Channel{}, states: map[string]*kernel.ChannelStatus{},
 		workers: map[string]*worker{}, requests: map[string]approvalTarget{}, running: make(chan struct{}, o.MaxRunning)}
+	o.Metrics.GaugeFunc(telemetry.MetricInboxQueue, d.queued)
 	return d, nil
 }
 

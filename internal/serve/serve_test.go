@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -44,6 +46,7 @@ type fakeSessions struct {
 	tainted  map[string]string
 	markErr  error
 	limits   []kernel.RunLimits
+	spans    []trace.SpanContext // the span each run's context carries
 }
 
 func (f *fakeSessions) Create(ctx context.Context, p kernel.CreateParams) (kernel.Info, error) {
@@ -95,6 +98,7 @@ func (f *fakeSessions) RunMessage(ctx context.Context, id, message string, on fu
 		f.limits = append(f.limits, l)
 	}
 	f.runs = append(f.runs, id+":"+message)
+	f.spans = append(f.spans, trace.SpanContextFromContext(ctx))
 	f.running++
 	f.maxRun = max(f.maxRun, f.running)
 	gate, events := f.gate, f.events

@@ -20,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // ErrUsage marks errors that are the caller's input (flags, arguments,
@@ -179,10 +180,11 @@ func (e *Env) Logger() *slog.Logger {
 		w = io.Discard
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	// A line logged with a traced context names its trace.
 	if format == "json" {
-		e.logger = slog.New(slog.NewJSONHandler(w, opts))
+		e.logger = slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
 	} else {
-		e.logger = slog.New(slog.NewTextHandler(w, opts))
+		e.logger = slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 	}
 	return e.logger
 }

@@ -126,7 +126,7 @@ func TestSessionToolsEnforceTheWorkspacesPolicy(t *testing.T) {
 	log := u.Logger()
 	al, j, m := sessionStores(t, dir)
 	noSandbox := newSessionBoxes(log, func() resolved { return resolved{} })
-	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox, nil, memoryDeps{now: time.Now}, nil, nil)
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, noSandbox, nil, memoryDeps{now: time.Now}, nil, nil, observe{})
 	args, _ := json.Marshal(map[string]string{"path": "notes.txt", "content": "hello\n"})
 	for _, tc := range []struct {
 		ws      string

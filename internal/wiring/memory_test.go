@@ -138,7 +138,7 @@ func TestUntrustedMemoryWritesAreHeld(t *testing.T) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: clock}, nil, nil),
+		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: clock}, nil, nil, observe{}),
 		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
 		Approvals: broker, Logger: log, Now: clock})
 	if err != nil {

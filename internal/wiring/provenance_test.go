@@ -102,7 +102,7 @@ func TestUntrustedSessionHoldsTheInjectionChain(t *testing.T) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil),
+		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{}),
 		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
 		Approvals: broker, Logger: log})
 	if err != nil {

@@ -120,7 +120,7 @@ func newSecretSession(t *testing.T, policyYAML string, uses func(keyFile string)
 	t.Cleanup(s.sec.Close)
 	boxes := newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
 	t.Cleanup(boxes.Close)
-	tools := sessionTools(u, log, approver, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec)
+	tools := sessionTools(u, log, approver, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec, observe{})
 	ws := filepath.Join(dir, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)

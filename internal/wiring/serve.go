@@ -440,6 +440,8 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		Limits:  cronLimits(c.Serve.Cron),
 		Admit:   admitTurn(k.sched),
 		Prompts: servePrompts(c),
+		Tracer:  k.tracer,
+		Metrics: k.metrics,
 		Quiet: func(conv channel.Conversation, text string) bool {
 			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
 		},

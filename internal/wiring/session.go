@@ -24,6 +24,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/builtin"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
@@ -94,6 +95,15 @@ type Kernel struct {
 	live *livePolicy
 	// sched decides when turns, model calls and commands run.
 	sched *sched.Scheduler
+	// tracer traces the sessions and the daemon's messages (nil: off).
+	tracer  *telemetry.Tracer
+	metrics *telemetry.Metrics // nil unless telemetry.prometheus
+}
+
+// observe is what the sessions' routers trace and count with.
+type observe struct {
+	tracer  *telemetry.Tracer
+	metrics *telemetry.Metrics
 }
 
 // StartKernel opens what the sessions run on (fluffy.db, the audit log,
@@ -276,6 +286,14 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
+	tr, exp, err := startTelemetry(ctx, u, l.Config.Telemetry)
+	if err != nil {
+		return fail(err)
+	}
+	var metrics *telemetry.Metrics
+	if l.Config.Telemetry.Prometheus {
+		metrics = telemetry.NewMetrics()
+	}
 	ag := l.Config.Agent
 	copts := catalog.Options{Env: u.Getenv, BaseURLs: l.Config.LLM.BaseURLs,
 		Retry: llm.RetryOptions{Attempts: l.Config.LLM.RetryAttempts, MaxElapsed: l.Config.LLM.RetryBudget.Std(), Logger: log}}
@@ -284,9 +302,11 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		Models: scheduledModels(boxes.sched, func(ctx context.Context, model string) (llm.Provider, string, error) {
 			return catalog.Open(ctx, model, copts)
 		}),
-		Tools: sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets),
-		Now:   now,
-		TDD:   &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
+		Tools:   sessionTools(u, log, broker, deps.live, grants, boxes, notify.Warn, memoryDeps{now: now, held: &k.mem}, &notify.k, secrets, observe{tracer: tr, metrics: metrics}),
+		Tracer:  tr,
+		Metrics: metrics,
+		Now:     now,
+		TDD:     &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
 		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
@@ -300,6 +320,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		},
 	})
 	if err != nil {
+		_ = exp.Shutdown(context.WithoutCancel(ctx))
 		return fail(err) // kernel.ErrAuditDamaged among others
 	}
 	if rec.Damage != nil {
@@ -310,6 +331,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		}
 	}
 	notify.k.Store(kn)
+	k.tracer, k.metrics = tr, metrics
 	k.held.Store(al)
 	k.sessions, k.broker, k.db = kn, broker, db
 	if err := kn.Register(mux); err != nil {
@@ -334,6 +356,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		if secrets != nil {
 			secrets.Close()
 		}
+		if err := exp.Shutdown(sctx); err != nil {
+			log.Warn("export the last spans", "err", err)
+		}
 		if err := al.Close(); err != nil {
 			log.Error("close the audit log", "err", err)
 		}
@@ -347,7 +372,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 // call, telling the session's person through warn of an edit that did
 // not load), and the sandbox runtime boxes gives the session for
 // shell.exec and test.run (when none is usable, those calls are refused).
-func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel], secrets *kernelSecrets) kernel.ToolsFactory {
+func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, live *livePolicy, grants *approval.Grants, boxes *sessionBoxes, warn func(session, text string) bool, mem memoryDeps, kern *atomic.Pointer[kernel.Kernel], secrets *kernelSecrets, obs observe) kernel.ToolsFactory {
 	l, _ := u.Config()
 	// Offline unless a command gets network: Go builds use the
 	// toolchain and modules at hand (the person's module cache,
@@ -389,7 +414,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		}
 		o := router.Options{Registry: reg, Resolver: res, Policy: pgate, Audit: env.Audit, ChangeSet: env.ChangeSet,
 			Session: operation.Session{ID: env.Session, Workspace: res.Workspace()}, Actor: "agent", Logger: log.With("session", env.Session),
-			Approver: approver}
+			Approver: approver, Tracer: obs.tracer, Metrics: obs.metrics}
 		if grants != nil {
 			o.Grants = grants
 		}
@@ -423,7 +448,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 				o.Secrets, swaps = ss.command, ss.proxySwaps
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps)
+			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, obs.tracer)
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.
 			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {

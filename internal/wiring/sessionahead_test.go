@@ -73,7 +73,7 @@ func newNativeSessions(tb testing.TB, boxes func(u *userenv.Env, log *slog.Logge
 	}
 	b := boxes(u, log)
 	tb.Cleanup(b.Close)
-	s.tools = sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: s.al}, nil, b, nil, memoryDeps{now: time.Now}, nil, nil)
+	s.tools = sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: s.al}, nil, b, nil, memoryDeps{now: time.Now}, nil, nil, observe{})
 	return s
 }
 

@@ -95,7 +95,7 @@ func TestSessionContainers(t *testing.T) {
 	al, j, m := sessionStores(t, dir)
 	boxes := newSessionBoxes(log, func() resolved { return resolved{name: "docker", engine: eng} })
 	defer boxes.Close()
-	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, nil)
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, nil, observe{})
 	allow := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n  - id: run-awk\n    effect: allow\n    match:\n      action: exec\n      exec_capable: true\n"
 	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestSessionContainerNet(t *testing.T) {
 	al, j, m := sessionStores(t, dir)
 	boxes := newSessionBoxes(log, func() resolved { return resolved{name: "docker", engine: eng} })
 	defer boxes.Close()
-	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, nil)
+	tools := sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, nil, observe{})
 	rules := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n" +
 		"  - id: local-api\n    effect: allow\n    match: {action: net, host: \"" + hostPort + "\"}\n"
 	if err := os.MkdirAll(filepath.Join(dir, "config", "fluffy"), 0o700); err != nil {

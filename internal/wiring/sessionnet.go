@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
@@ -18,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -46,6 +49,8 @@ type sessionNet struct {
 	// swaps, when set, gives the secrets call's proxy swaps in (the
 	// credential broker's declarations in proxy mode).
 	swaps func(ctx context.Context, call string) ([]netproxy.Swap, error)
+	// tracer makes a span of each request, under the call's (nil: none).
+	tracer *telemetry.Tracer
 }
 
 // sessionEgress is the router's Egress for a session, or nil when its
@@ -53,13 +58,13 @@ type sessionNet struct {
 // into the sandbox; a container (docker, podman) gets a forwarder on its
 // loopback opened by this process in its network namespace for the one
 // command (docker.Instance.Run), which reaches the same socket.
-func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver, swaps func(context.Context, string) ([]netproxy.Swap, error)) func(context.Context, string) (router.Egress, error) {
+func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver, swaps func(context.Context, string) ([]netproxy.Swap, error), tr *telemetry.Tracer) func(context.Context, string) (router.Egress, error) {
 	switch runtime {
 	case "native", "docker", "podman":
 	default:
 		return nil
 	}
-	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver, swaps: swaps}
+	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver, swaps: swaps, tracer: tr}
 	return n.egress
 }
 
@@ -99,6 +104,7 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		Logger:     n.log.With("component", "netproxy", "call", call),
 		Limits:     proxyLimits(c),
 		Swaps:      swaps,
+		Tracer:     n.tracer, TraceParent: trace.SpanContextFromContext(ctx),
 	})
 	if err != nil {
 		return nil, err

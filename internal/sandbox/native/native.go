@@ -310,6 +310,9 @@ func (r *Runtime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() e
 		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &before)
 	}
 	res, mode, err := r.run(ctx, &request{spec: spec, gate: gate, early: early, tr: tr, st: &st})
+	if mode != 0 {
+		res.StartMode = mode.String()
+	}
 	if tr.On {
 		tr.Mark("cleaned up")
 		writeTrace(r.opts.Trace, mode, tr.Marks, st.Marks)

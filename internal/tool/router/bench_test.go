@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
 )
@@ -124,10 +127,37 @@ func threadTime() time.Duration {
 // own at start-up (kernel.TuneGC with the default configuration, GOGC and
 // GOMEMLIMIT in the environment winning), for the benchmark's duration.
 func fastPathEnv(b *testing.B) (*router.Router, llm.ToolCall) {
+	return fastPathEnvTraced(b, nil)
+}
+
+// BenchmarkFastPathTraced is BenchmarkFastPath with tracing on: the
+// OpenTelemetry SDK with its batching processor, whose exporter drops the
+// spans (no network), so the figure is what tracing adds to a call.
+func BenchmarkFastPathTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	r, c := fastPathEnvTraced(b, telemetry.NewTracer(tp.Tracer("bench"), false))
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		res, err := r.Call(ctx, c)
+		lat = append(lat, time.Since(t0))
+		if err != nil || res.IsError {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat, "")
+}
+
+func fastPathEnvTraced(b *testing.B, tr *telemetry.Tracer) (*router.Router, llm.ToolCall) {
 	b.Cleanup(kernel.TuneGC(config.Default(nil).Kernel, os.LookupEnv))
 	pol, err := os.ReadFile("testdata/bench_policy.yaml")
 	must(b, err)
-	e := newEnv(b, setup{userPolicy: pol})
+	e := newEnv(b, setup{userPolicy: pol, hook: func(o *router.Options) { o.Tracer = tr }})
 	type in struct {
 		Path string `json:"path"`
 	}

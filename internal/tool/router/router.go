@@ -41,6 +41,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
@@ -50,6 +52,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tdd/testrun"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -178,7 +181,13 @@ type Options struct {
 	// set last so that each replaces the variable's offline value (the
 	// template caches' GOPROXY, say): a session's package registries.
 	NetEnv []string
-	Logger *slog.Logger
+	// Tracer traces each call and its gates (nil: none;
+	// docs/observability.md).
+	Tracer *telemetry.Tracer
+	// Metrics counts calls by outcome, approvals waiting, sandbox start
+	// and audit append latency (nil: none).
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
 }
 
 // Egress is one sandboxed command's way out: an egress proxy on a unix
@@ -341,6 +350,37 @@ type call struct {
 	// allocation for the call instead of three).
 	sd tdd.Decision
 	pd policy.Decision
+	// The state and policy gates' spans stay open until their
+	// decisions are recorded, so each carries its own entry.
+	gates [2]gateSpan
+}
+
+// gateSpan is a gate's span and the context its record is written with.
+type gateSpan struct {
+	ctx  context.Context
+	span telemetry.Span
+}
+
+// gate starts the span of gate i (0 state, 1 policy) under ctx.
+func (r *Router) gate(ctx context.Context, cl *call, i int, name string) {
+	if r.o.Tracer == nil {
+		return
+	}
+	cl.gates[i].ctx, cl.gates[i].span = r.o.Tracer.Start(ctx, "fluffy.gate."+name, trace.SpanKindInternal, telemetry.KeyGate.String(name))
+}
+
+// gateCtx is the context gate i's record is written with.
+func (cl *call) gateCtx(ctx context.Context, i int) context.Context {
+	if g := cl.gates[i].ctx; g != nil {
+		return g
+	}
+	return ctx
+}
+
+// endGates ends the gates' spans (again: harmless).
+func (cl *call) endGates() {
+	cl.gates[0].span.End()
+	cl.gates[1].span.End()
 }
 
 // Call runs one call through every gate. See the package doc.
@@ -352,9 +392,18 @@ func (r *Router) Call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		r.order.Lock()
 		defer r.order.Unlock()
 	}
+	ctx, span := r.toolSpan(ctx, c)
+	defer span.End()
 	res, err := r.call(ctx, c)
+	if r.o.Metrics != nil {
+		r.o.Metrics.Add(telemetry.MetricToolCalls, 1, "outcome", outcome(res.Decision, err))
+	}
+	if span.Recording() { // building attributes allocates: not when off
+		span.Set(telemetry.KeyDecision.String(res.Decision))
+		span.Fail(err)
+	}
 	if err != nil {
-		r.o.Logger.Error("tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
+		r.o.Logger.ErrorContext(ctx, "tool call failed the runtime", "call", c.ID, "tool", c.Name, "err", err)
 		return agent.Result{Content: "refused: the runtime could not process this call (" + runtimeCause(err) + "); it did not complete", IsError: true, Decision: "refused: runtime"}, err
 	}
 	return res, nil
@@ -372,6 +421,7 @@ func runtimeCause(err error) string {
 
 func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
 	cl := &call{id: c.ID, name: c.Name}
+	defer cl.endGates()
 	// 1. Decode.
 	t, err := r.o.Registry.Lookup(c.Name)
 	if err != nil {
@@ -410,9 +460,13 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	// 3. State gate.
 	// The machine judges on its own status; the decision names the mode
 	// and state it judged in, which the policy gate then sees.
+	r.gate(ctx, cl, 0, "state")
 	cl.sd = r.o.State.Allowed(*op)
 	cl.stateDec = &cl.sd
 	sd := &cl.sd
+	if g := cl.gates[0].span; g.Recording() {
+		g.Set(telemetry.KeyDecision.String(allowString(sd.Allow)), telemetry.KeyRule.String(string(sd.Code)))
+	}
 	op.Session.Mode, op.Session.State = string(sd.Mode), string(sd.State)
 	if !sd.Allow {
 		return r.refuse(ctx, cl, Refusal{Gate: GateState, Rule: string(sd.Code), Reason: sd.Reason, Instead: stateInstead(r.o.State.Status())}, c.Args)
@@ -422,9 +476,13 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		if r.o.Grants != nil {
 			r.o.Grants.Present(op)
 		}
+		r.gate(ctx, cl, 1, "policy")
 		cl.pd = r.o.Policy.Decide(ctx, *op)
 		cl.polDec = &cl.pd
 		pd := cl.pd
+		if g := cl.gates[1].span; g.Recording() {
+			g.Set(telemetry.KeyDecision.String(pd.Effect.String()), telemetry.KeyRule.String(pd.Rule))
+		}
 		switch pd.Effect {
 		case policy.Allow:
 		case policy.Approve:
@@ -436,7 +494,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 				return agent.Result{}, err
 			}
 			if cl.approval == "" {
-				if ref, ok, err := r.ask(ctx, cl, t.Preview(ctx, args)); err != nil || !ok {
+				if ref, ok, err := r.askTraced(ctx, cl, t.Preview(ctx, args)); err != nil || !ok {
 					if err != nil {
 						return agent.Result{}, err
 					}
@@ -454,7 +512,11 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			return agent.Result{}, err
 		}
 	}
+	cl.endGates()
 	// 6. Execute.
+	readCtx := ctx // the tool.read entry records the whole call
+	ctx, exec := r.executionSpan(ctx, t)
+	defer exec.End()
 	if !cl.fast {
 		start := audit.ExecStart{Call: cl.id, Tool: cl.name, Class: string(t.Execution().Class), Template: t.Execution().Template, Approval: cl.approval}
 		if t.Execution().Class == tool.Sandbox {
@@ -509,7 +571,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		}
 		r.readRecord(&rb.rec, cl, c.Args, out.IsError, execErr != nil, dur, &s, sum)
 		rb.rec.Encode(&rb.o)
-		_, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: audit.KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
+		_, err := r.o.Audit.Append(readCtx, audit.Entry{Session: r.o.Session.ID, Kind: audit.KindToolRead, Actor: r.o.Actor, Payload: &rb.o})
 		if len(s.Text) <= maxPooledRecord {
 			r.records.Put(rb)
 		}
@@ -581,6 +643,11 @@ func (r *Router) readRecord(rec *audit.ToolRead, cl *call, raw []byte, isError, 
 
 // append records payload in the session's name, as the router's actor.
 func (r *Router) append(ctx context.Context, payload audit.Payload) error {
+	var t0 time.Time
+	if r.o.Metrics != nil {
+		t0 = time.Now()
+		defer func() { r.o.Metrics.Observe(telemetry.MetricAuditAppend, time.Since(t0)) }()
+	}
 	if _, err := r.o.Audit.Append(ctx, audit.Entry{Session: r.o.Session.ID, Kind: payload.Kind(), Actor: r.o.Actor, Payload: payload}); err != nil {
 		return fmt.Errorf("%w: %w", ErrAudit, err)
 	}
@@ -608,17 +675,18 @@ func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
 		return err
 	}
 	if cl.stateDec != nil {
-		if err := r.append(ctx, audit.GateState{Call: cl.id, Tool: cl.name, Decision: cl.stateDec}); err != nil {
+		if err := r.append(cl.gateCtx(ctx, 0), audit.GateState{Call: cl.id, Tool: cl.name, Decision: cl.stateDec}); err != nil {
 			return err
 		}
 	}
 	if d := cl.polDec; d != nil {
 		p := audit.GatePolicy{Call: cl.id, Tool: cl.name, Effect: d.Effect.String(), Rule: d.Rule, Layer: string(d.Layer),
 			Reason: d.Reason, Subject: d.Subject, Token: d.Token, Approval: cl.approval}
-		if err := r.append(ctx, p); err != nil {
+		if err := r.append(cl.gateCtx(ctx, 1), p); err != nil {
 			return err
 		}
 	}
+	cl.endGates()
 	return nil
 }
 
@@ -815,6 +883,8 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		}
 	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
+	ctx, span := r.sandboxSpan(ctx, t)
+	defer span.End()
 	var res sandbox.Result
 	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
 	case gate == nil:
@@ -833,7 +903,12 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		r.mu.Unlock()
 	}
 	if err != nil {
+		span.Fail(err)
 		return tool.Result{}, fmt.Errorf("the sandbox could not run the command: %w", err)
+	}
+	sandboxSpanEnd(span, &res)
+	if r.o.Metrics != nil {
+		r.o.Metrics.Observe(telemetry.MetricSandboxStart, res.Setup, "start_mode", res.StartMode, "runtime", r.o.RuntimeName)
 	}
 	out := tool.CommandOutput{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}
 	for _, h := range res.Hit {
