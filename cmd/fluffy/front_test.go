@@ -82,6 +82,10 @@ func frontInstall(t *testing.T) (bin, work, runDir string, env []string) {
 // line names it).
 func serverPids(t *testing.T, sock string) []int {
 	t.Helper()
+	ownPidNS, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var pids []int
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -98,12 +102,19 @@ func serverPids(t *testing.T, sock string) []int {
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		if len(args) > 3 && args[1] == "sandbox" && args[2] == "serve" && slices.Contains(args, sock) {
+			// A sandbox's PID 1 (built ahead, or starting) shares the
+			// server's memory, and so its command line, until its command
+			// starts; it lives in a PID namespace of its own, and whatever
+			// its parent (the server, an init between them, or init after
+			// a reparenting) it is not a server.
+			if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || ns != ownPidNS {
+				continue
+			}
 			pids = append(pids, pid)
 		}
 	}
-	// A sandbox the server built ahead has, until its command starts, a
-	// PID 1 that shares the server's memory, and so its command line: a
-	// child of the server, not another server.
+	// A child of the server in the same namespace (a vfork child before
+	// its exec) is not another server either.
 	all := slices.Clone(pids)
 	return slices.DeleteFunc(pids, func(pid int) bool {
 		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
@@ -115,6 +126,19 @@ func serverPids(t *testing.T, sock string) []int {
 		}
 		return false
 	})
+}
+
+// settledServers is serverPids once it equals want, or after 2 s: a
+// process the server is starting shares its command line for a moment
+// (a vfork child before its exec); a second server would stay.
+func settledServers(t *testing.T, sock string, want []int) []int {
+	t.Helper()
+	got := serverPids(t, sock)
+	for i := 0; i < 40 && !slices.Equal(got, want); i++ {
+		time.Sleep(50 * time.Millisecond)
+		got = serverPids(t, sock)
+	}
+	return got
 }
 
 // socketOf is the one socket the installed fluffy's server listens on
@@ -221,15 +245,7 @@ func TestFrontBinary(t *testing.T) {
 	if out, errOut, code := fluffyIn(ws, "line one\nline two\n", nil, "sandbox", "run", "--no-workspace", "--", "/bin/cat"); code != 0 || out != "line one\nline two\n" {
 		t.Errorf("stdin through the server: exit %d, %q %q", code, out, errOut)
 	}
-	// A process the server is starting (a sandbox's PID 1 before its
-	// exec, a vfork child) shares its command line for a moment; a
-	// second server would stay. Look again before judging.
-	again := serverPids(t, sock)
-	for i := 0; i < 40 && !slices.Equal(again, pids); i++ {
-		time.Sleep(50 * time.Millisecond)
-		again = serverPids(t, sock)
-	}
-	if !slices.Equal(again, pids) {
+	if again := settledServers(t, sock, pids); !slices.Equal(again, pids) {
 		t.Errorf("servers after a second run: %v, want %v", again, pids)
 	}
 	// Callers at once: the server runs their sandboxes side by side (a
@@ -248,7 +264,7 @@ func TestFrontBinary(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if again := serverPids(t, sock); !slices.Equal(again, pids) {
+	if again := settledServers(t, sock, pids); !slices.Equal(again, pids) {
 		t.Errorf("servers after concurrent runs: %v, want %v", again, pids)
 	}
 	// The caller's environment, not the server's: --env KEY takes it.
