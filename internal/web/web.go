@@ -128,7 +128,9 @@ type Options struct {
 	Changes   Changes
 	Log       AuditLog
 	Policy    Policy
-	Audit     Recorder
+	// Secrets may be nil (its page says so).
+	Secrets Secrets
+	Audit   Recorder
 	// Passkeys keep the principals' passkeys; nil: no passkeys.
 	Passkeys Passkeys
 	Hub      *Hub

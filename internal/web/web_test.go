@@ -800,3 +800,29 @@ func TestApplyConflictShowsThreeVersions(t *testing.T) {
 		t.Fatalf("conflict page: %s\n%s", resp.Status, page)
 	}
 }
+
+type fakeSecrets struct{ v web.SecretsView }
+
+func (f fakeSecrets) Secrets(context.Context) (web.SecretsView, error) { return f.v, nil }
+
+// TestSecretsPage: the credentials page names each use and backend,
+// escaped.
+func TestSecretsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Secrets = fakeSecrets{web.SecretsView{
+			Backends: []web.SecretBackend{{Name: "age", State: "locked", Detail: "no <i>passphrase</i>"}, {Name: "env", State: "unlocked"}},
+			Uses: []web.SecretUse{{Ref: "env:GH_TOKEN", Backend: "env", As: "proxy", Name: "GH_TOKEN", Bind: []string{"api.github.com"}, Commands: []string{"gh", "git"}},
+				{Ref: "secret://age/hook<script>", Backend: "age", By: "serve.webhooks deploy"}}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/secrets", http.StatusOK)
+	for _, want := range []string{`<a href="/secrets" aria-current="page">Credentials</a>`, "<code>env:GH_TOKEN</code>", "proxy GH_TOKEN", "api.github.com", "gh, git",
+		`<td class="state-locked">locked</td>`, "no &lt;i&gt;passphrase&lt;/i&gt;", "secret://age/hook&lt;script&gt;", "serve.webhooks deploy"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("credentials page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "hook<script>") {
+		t.Errorf("a reference is not escaped")
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/internal/web"
 )
@@ -173,8 +176,8 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 		hosts = append(hosts, strings.ToLower(h))
 	}
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
-		Policy: webPolicy{live: k.live, ws: ws, mode: mode},
-		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
+		Policy: webPolicy{live: k.live, ws: ws, mode: mode}, Secrets: webSecrets{u: u, l: l},
+		Log: web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
 		Passkeys: webPasskeys{db: k.db.DB},
 		Logger:   log.With("channel", web.Name)})
 	if err != nil {
@@ -325,4 +328,41 @@ func (p webPolicy) Explain(ctx context.Context, ws string, q web.PolicyQuery) (w
 		out.Matched = append(out.Matched, web.PolicyMatch{Rule: m.Rule, Effect: m.Effect.String(), Layer: string(m.Layer), Subject: m.Subject, Error: m.Error, Shadowed: m.Shadowed})
 	}
 	return out, nil
+}
+
+// webSecrets lists the backends and declared uses for the credentials
+// page. It asks each backend for its state only (secret.Stater) and never
+// resolves a reference: no value reaches the page.
+type webSecrets struct {
+	u *userenv.Env
+	l *config.Loaded
+}
+
+func (s webSecrets) Secrets(ctx context.Context) (web.SecretsView, error) {
+	var v web.SecretsView
+	bs, err := s.u.SecretBackends(nil)
+	if err != nil {
+		return v, err
+	}
+	for _, n := range slices.Sorted(maps.Keys(bs)) {
+		st, detail := secret.Unlocked, ""
+		if x, ok := bs[n].(secret.Stater); ok {
+			st, detail = x.State(ctx)
+		}
+		v.Backends = append(v.Backends, web.SecretBackend{Name: n, State: string(st), Detail: detail})
+	}
+	uses, err := s.u.SecretUses()
+	if err != nil {
+		v.Error = err.Error()
+	}
+	for _, u := range uses {
+		v.Uses = append(v.Uses, web.SecretUse{Ref: u.Ref.String(), Backend: u.Ref.Backend, As: string(u.As), Name: u.Name,
+			Bind: u.Bind, Commands: u.Commands, Templates: u.Templates})
+	}
+	for _, h := range s.l.Config.Serve.Webhooks {
+		if r, err := secret.ParseRef(h.Secret); err == nil {
+			v.Uses = append(v.Uses, web.SecretUse{Ref: r.String(), Backend: r.Backend, By: "serve.webhooks " + h.Name})
+		}
+	}
+	return v, nil
 }
