@@ -128,9 +128,10 @@ type Options struct {
 	Changes   Changes
 	Log       AuditLog
 	Policy    Policy
-	// Secrets may be nil (its page says so).
-	Secrets Secrets
-	Audit   Recorder
+	// Secrets and Schedules may be nil (their pages say so).
+	Secrets   Secrets
+	Schedules Schedules
+	Audit     Recorder
 	// Passkeys keep the principals' passkeys; nil: no passkeys.
 	Passkeys Passkeys
 	Hub      *Hub

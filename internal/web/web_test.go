@@ -20,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/web"
 )
 
@@ -824,5 +825,38 @@ func TestSecretsPage(t *testing.T) {
 	}
 	if strings.Contains(page, "hook<script>") {
 		t.Errorf("a reference is not escaped")
+	}
+}
+
+type fakeSchedules struct{ v web.ScheduleView }
+
+func (f fakeSchedules) Schedules(context.Context) (web.ScheduleView, error) { return f.v, nil }
+
+// TestSchedulesPage: the jobs with their next and last runs, and what the
+// scheduler runs and why the rest waits, escaped.
+func TestSchedulesPage(t *testing.T) {
+	next := time.Date(2026, 11, 28, 7, 0, 0, 0, time.UTC)
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Schedules = fakeSchedules{web.ScheduleView{
+			Jobs: []web.CronJob{{Name: "digest", Schedule: "0 7 * * *", TimeZone: "UTC", Missed: "skip", Next: next,
+				Runs: []web.CronRun{{ID: "r2", ScheduledFor: next.Add(-24 * time.Hour), Trigger: "schedule", Outcome: "failed", Detail: "no <script>channel</script>"},
+					{ID: "r1", ScheduledFor: next.Add(-48 * time.Hour), Trigger: "schedule", Outcome: "delivered", Session: "s1"}}}},
+			Scheduler: &sched.Status{Aging: "30s", Limits: map[string]int64{"global": 4}, Use: map[string]int64{"global": 1},
+				Queued:  map[string]int{"background": 1},
+				Running: []sched.TaskStatus{{ID: "t1", Class: "interactive", Session: "s1", Label: "turn 3", Since: next}},
+				Waiting: []sched.TaskStatus{{ID: "t2", Class: "background", Label: "retention", Since: next, Why: "global limit 1/1 <b>held</b>"}}},
+		}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/schedules", http.StatusOK)
+	for _, want := range []string{`<a href="/schedules" aria-current="page">Schedules</a>`, "digest", "<code>0 7 * * *</code> (UTC)",
+		`datetime="2026-11-28T07:00:00Z"`, `<span class="outcome-failed">failed</span>`, "no &lt;script&gt;channel&lt;/script&gt;",
+		`<a href="/sessions/s1">s1</a>`, "global 1/4", "1 background", "turn 3", "global limit 1/1 &lt;b&gt;held&lt;/b&gt;"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("schedules page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>channel") || strings.Contains(page, "<b>held") {
+		t.Errorf("a run's detail or a task's reason is not escaped")
 	}
 }
