@@ -49,6 +49,7 @@ func (s *Server) routes() {
 	m.Handle("GET /policy", s.authed(s.policyPage))
 	m.Handle("GET /secrets", s.authed(s.secretsPage))
 	m.Handle("GET /schedules", s.authed(s.schedulesPage))
+	m.Handle("GET /memory", s.authed(s.memoryPage))
 	m.Handle("GET /passkeys", s.authed(s.passkeysPage))
 	m.Handle("POST /passkeys/register/begin", s.authed(s.registerBegin))
 	m.Handle("POST /passkeys/register/finish", s.authed(s.registerFinish))

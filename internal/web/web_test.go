@@ -860,3 +860,37 @@ func TestSchedulesPage(t *testing.T) {
 		t.Errorf("a run's detail or a task's reason is not escaped")
 	}
 }
+
+type fakeMemory struct{}
+
+func (fakeMemory) Files(context.Context) ([]web.MemoryFile, error) {
+	return []web.MemoryFile{{Path: "MEMORY.md", Size: 42, Modified: time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)},
+		{Path: "memory/<img src=x>.md", Size: 7}}, nil
+}
+
+func (fakeMemory) Search(_ context.Context, q string) (web.MemoryResult, error) {
+	return web.MemoryResult{Note: "full text only", Hits: []web.MemoryHit{{Path: "memory/2026-11-27.md", Line: 3, EndLine: 5, Heading: "Notes",
+		Snippet: "asked " + q + ": <script>alert(1)</script>"}}}, nil
+}
+
+// TestMemoryPage: the memory files and a search's hits with file:line;
+// memory content is hostile like model output, so it is escaped.
+func TestMemoryPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Memory = fakeMemory{} })
+	cl, _ := c.login()
+	page := c.get(cl, "/memory?q="+url.QueryEscape("deploy <b>day</b>"), http.StatusOK)
+	for _, want := range []string{`<a href="/memory" aria-current="page">Memory</a>`, "<code>MEMORY.md</code>", "42 bytes",
+		"memory/&lt;img src=x&gt;.md", "<code>memory/2026-11-27.md:3-5</code> Notes", "full text only",
+		"asked deploy &lt;b&gt;day&lt;/b&gt;: &lt;script&gt;alert(1)&lt;/script&gt;", `value="deploy &lt;b&gt;day&lt;/b&gt;"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("memory page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, "<img src=x>") {
+		t.Errorf("memory content is not escaped")
+	}
+	// Without a query: the files, no search.
+	if page := c.get(cl, "/memory", http.StatusOK); strings.Contains(page, "Hits") || !strings.Contains(page, "MEMORY.md") {
+		t.Errorf("memory page without a query:\n%s", page)
+	}
+}
