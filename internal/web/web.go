@@ -128,6 +128,10 @@ type Options struct {
 	Changes   Changes
 	Log       AuditLog
 	Policy    Policy
+	// Secrets, Schedules and Memory may be nil (their pages say so).
+	Secrets   Secrets
+	Schedules Schedules
+	Memory    Memory
 	Audit     Recorder
 	// Passkeys keep the principals' passkeys; nil: no passkeys.
 	Passkeys Passkeys

@@ -20,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/web"
 )
 
@@ -798,5 +799,98 @@ func TestApplyConflictShowsThreeVersions(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(page, "nothing was applied") || !strings.Contains(page, "Conflict: a.go") ||
 		!strings.Contains(page, "yours: &lt;mine&gt;") {
 		t.Fatalf("conflict page: %s\n%s", resp.Status, page)
+	}
+}
+
+type fakeSecrets struct{ v web.SecretsView }
+
+func (f fakeSecrets) Secrets(context.Context) (web.SecretsView, error) { return f.v, nil }
+
+// TestSecretsPage: the credentials page names each use and backend,
+// escaped.
+func TestSecretsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Secrets = fakeSecrets{web.SecretsView{
+			Backends: []web.SecretBackend{{Name: "age", State: "locked", Detail: "no <i>passphrase</i>"}, {Name: "env", State: "unlocked"}},
+			Uses: []web.SecretUse{{Ref: "env:GH_TOKEN", Backend: "env", As: "proxy", Name: "GH_TOKEN", Bind: []string{"api.github.com"}, Commands: []string{"gh", "git"}},
+				{Ref: "secret://age/hook<script>", Backend: "age", By: "serve.webhooks deploy"}}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/secrets", http.StatusOK)
+	for _, want := range []string{`<a href="/secrets" aria-current="page">Credentials</a>`, "<code>env:GH_TOKEN</code>", "proxy GH_TOKEN", "api.github.com", "gh, git",
+		`<td class="state-locked">locked</td>`, "no &lt;i&gt;passphrase&lt;/i&gt;", "secret://age/hook&lt;script&gt;", "serve.webhooks deploy"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("credentials page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "hook<script>") {
+		t.Errorf("a reference is not escaped")
+	}
+}
+
+type fakeSchedules struct{ v web.ScheduleView }
+
+func (f fakeSchedules) Schedules(context.Context) (web.ScheduleView, error) { return f.v, nil }
+
+// TestSchedulesPage: the jobs with their next and last runs, and what the
+// scheduler runs and why the rest waits, escaped.
+func TestSchedulesPage(t *testing.T) {
+	next := time.Date(2026, 11, 28, 7, 0, 0, 0, time.UTC)
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Schedules = fakeSchedules{web.ScheduleView{
+			Jobs: []web.CronJob{{Name: "digest", Schedule: "0 7 * * *", TimeZone: "UTC", Missed: "skip", Next: next,
+				Runs: []web.CronRun{{ID: "r2", ScheduledFor: next.Add(-24 * time.Hour), Trigger: "schedule", Outcome: "failed", Detail: "no <script>channel</script>"},
+					{ID: "r1", ScheduledFor: next.Add(-48 * time.Hour), Trigger: "schedule", Outcome: "delivered", Session: "s1"}}}},
+			Scheduler: &sched.Status{Aging: "30s", Limits: map[string]int64{"global": 4}, Use: map[string]int64{"global": 1},
+				Queued:  map[string]int{"background": 1},
+				Running: []sched.TaskStatus{{ID: "t1", Class: "interactive", Session: "s1", Label: "turn 3", Since: next}},
+				Waiting: []sched.TaskStatus{{ID: "t2", Class: "background", Label: "retention", Since: next, Why: "global limit 1/1 <b>held</b>"}}},
+		}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/schedules", http.StatusOK)
+	for _, want := range []string{`<a href="/schedules" aria-current="page">Schedules</a>`, "digest", "<code>0 7 * * *</code> (UTC)",
+		`datetime="2026-11-28T07:00:00Z"`, `<span class="outcome-failed">failed</span>`, "no &lt;script&gt;channel&lt;/script&gt;",
+		`<a href="/sessions/s1">s1</a>`, "global 1/4", "1 background", "turn 3", "global limit 1/1 &lt;b&gt;held&lt;/b&gt;"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("schedules page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>channel") || strings.Contains(page, "<b>held") {
+		t.Errorf("a run's detail or a task's reason is not escaped")
+	}
+}
+
+type fakeMemory struct{}
+
+func (fakeMemory) Files(context.Context) ([]web.MemoryFile, error) {
+	return []web.MemoryFile{{Path: "MEMORY.md", Size: 42, Modified: time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)},
+		{Path: "memory/<img src=x>.md", Size: 7}}, nil
+}
+
+func (fakeMemory) Search(_ context.Context, q string) (web.MemoryResult, error) {
+	return web.MemoryResult{Note: "full text only", Hits: []web.MemoryHit{{Path: "memory/2026-11-27.md", Line: 3, EndLine: 5, Heading: "Notes",
+		Snippet: "asked " + q + ": <script>alert(1)</script>"}}}, nil
+}
+
+// TestMemoryPage: the memory files and a search's hits with file:line;
+// memory content is hostile like model output, so it is escaped.
+func TestMemoryPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Memory = fakeMemory{} })
+	cl, _ := c.login()
+	page := c.get(cl, "/memory?q="+url.QueryEscape("deploy <b>day</b>"), http.StatusOK)
+	for _, want := range []string{`<a href="/memory" aria-current="page">Memory</a>`, "<code>MEMORY.md</code>", "42 bytes",
+		"memory/&lt;img src=x&gt;.md", "<code>memory/2026-11-27.md:3-5</code> Notes", "full text only",
+		"asked deploy &lt;b&gt;day&lt;/b&gt;: &lt;script&gt;alert(1)&lt;/script&gt;", `value="deploy &lt;b&gt;day&lt;/b&gt;"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("memory page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, "<img src=x>") {
+		t.Errorf("memory content is not escaped")
+	}
+	// Without a query: the files, no search.
+	if page := c.get(cl, "/memory", http.StatusOK); strings.Contains(page, "Hits") || !strings.Contains(page, "MEMORY.md") {
+		t.Errorf("memory page without a query:\n%s", page)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/memtool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
+	"github.com/fluffy-agent/fluffy/internal/web"
 )
 
 // memoryDeps are what the sessions' memory tools share: the kernel's
@@ -207,4 +210,115 @@ func (s sessionMemory) Search(ctx context.Context, q memory.Query) (memory.Resul
 		}
 	}
 	return s.demand.Search(ctx, q)
+}
+
+// files lists the held index's files when it is root's; ok is false
+// when none is held for root.
+func (h *heldMemory) files(ctx context.Context, root string) (files []string, ok bool, err error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.idx == nil || h.idx.Root() != root {
+		return nil, false, nil
+	}
+	files, err = h.idx.Files(ctx)
+	return files, true, err
+}
+
+// webMemory is the assistant's memory for the console's memory page: the
+// daemon's held index, or without one the index opened and synced for
+// each page, as a session's search does.
+type webMemory struct {
+	u    *userenv.Env
+	ws   string
+	held *heldMemory
+}
+
+// webMemoryHits bounds a search's hits on the page.
+const webMemoryHits = 20
+
+// options are the index's, without an embedder (full text; a search
+// through the held index ranks with its embedder).
+func (m webMemory) options() (memory.Options, []memory.Source, bool, error) {
+	l, err := m.u.Config()
+	if err != nil {
+		return memory.Options{}, nil, false, err
+	}
+	home, _ := m.u.Getenv("HOME")
+	sources := memory.SourcesFrom(l.Config.Memory.Sources, home)
+	if m.ws == "" || !memory.HasMemory(m.ws) && len(sources) == 0 {
+		return memory.Options{}, sources, false, nil
+	}
+	d, err := m.u.DataDir()
+	if err != nil {
+		return memory.Options{}, nil, false, err
+	}
+	return memory.Options{Root: m.ws, DB: memory.IndexPath(d), Logger: m.u.Logger(), Sources: sources}, sources, true, nil
+}
+
+func (m webMemory) Files(ctx context.Context) ([]web.MemoryFile, error) {
+	o, sources, has, err := m.options()
+	if err != nil || !has {
+		return nil, err
+	}
+	paths, ok, err := m.held.files(ctx, m.ws)
+	if !ok {
+		paths, err = demandFiles(ctx, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]web.MemoryFile, 0, len(paths))
+	for _, p := range paths {
+		f := web.MemoryFile{Path: p}
+		if fi, err := os.Lstat(memoryFilePath(m.ws, sources, p)); err == nil {
+			f.Size, f.Modified = fi.Size(), fi.ModTime()
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// demandFiles opens and syncs the index for its list of files.
+func demandFiles(ctx context.Context, o memory.Options) ([]string, error) {
+	x, err := memory.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	if _, err := x.Sync(ctx); err != nil {
+		return nil, err
+	}
+	return x.Files(ctx)
+}
+
+// memoryFilePath is where an indexed path is on disk: a source's
+// sources/NAME/REL under that source's directory, the rest under the
+// workspace.
+func memoryFilePath(ws string, sources []memory.Source, p string) string {
+	if memory.IsSourcePath(p) {
+		name, rel, _ := strings.Cut(strings.TrimPrefix(p, memory.SourcesDir+"/"), "/")
+		for _, s := range sources {
+			if s.Name == name {
+				return filepath.Join(s.Dir, filepath.FromSlash(rel))
+			}
+		}
+	}
+	return filepath.Join(ws, filepath.FromSlash(p))
+}
+
+func (m webMemory) Search(ctx context.Context, q string) (web.MemoryResult, error) {
+	o, _, has, err := m.options()
+	if err != nil || !has {
+		return web.MemoryResult{}, err
+	}
+	idx := sessionMemory{held: m.held, root: m.ws, demand: memory.OnDemand{Options: o}}
+	res, err := idx.Search(ctx, memory.Query{Text: q, K: webMemoryHits})
+	if err != nil {
+		return web.MemoryResult{}, err
+	}
+	out := web.MemoryResult{Note: res.Note}
+	for _, h := range res.Hits {
+		out.Hits = append(out.Hits, web.MemoryHit{Path: h.Path, Line: h.Line, EndLine: h.EndLine, Heading: h.Heading, Snippet: h.Snippet})
+	}
+	return out, nil
 }

@@ -8,18 +8,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/channel/cron"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sched"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/internal/web"
 )
@@ -173,8 +179,9 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 		hosts = append(hosts, strings.ToLower(h))
 	}
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
-		Policy: webPolicy{live: k.live, ws: ws, mode: mode},
-		Log:    web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
+		Policy: webPolicy{live: k.live, ws: ws, mode: mode}, Secrets: webSecrets{u: u, l: l},
+		Schedules: webSchedules{u: u, l: l, sched: k.sched}, Memory: webMemory{u: u, ws: ws, held: &k.mem},
+		Log: web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
 		Passkeys: webPasskeys{db: k.db.DB},
 		Logger:   log.With("channel", web.Name)})
 	if err != nil {
@@ -325,4 +332,94 @@ func (p webPolicy) Explain(ctx context.Context, ws string, q web.PolicyQuery) (w
 		out.Matched = append(out.Matched, web.PolicyMatch{Rule: m.Rule, Effect: m.Effect.String(), Layer: string(m.Layer), Subject: m.Subject, Error: m.Error, Shadowed: m.Shadowed})
 	}
 	return out, nil
+}
+
+// webSecrets lists the backends and declared uses for the credentials
+// page. It asks each backend for its state only (secret.Stater) and never
+// resolves a reference: no value reaches the page.
+type webSecrets struct {
+	u *userenv.Env
+	l *config.Loaded
+}
+
+func (s webSecrets) Secrets(ctx context.Context) (web.SecretsView, error) {
+	var v web.SecretsView
+	bs, err := s.u.SecretBackends(nil)
+	if err != nil {
+		return v, err
+	}
+	for _, n := range slices.Sorted(maps.Keys(bs)) {
+		st, detail := secret.Unlocked, ""
+		if x, ok := bs[n].(secret.Stater); ok {
+			st, detail = x.State(ctx)
+		}
+		v.Backends = append(v.Backends, web.SecretBackend{Name: n, State: string(st), Detail: detail})
+	}
+	uses, err := s.u.SecretUses()
+	if err != nil {
+		v.Error = err.Error()
+	}
+	for _, u := range uses {
+		v.Uses = append(v.Uses, web.SecretUse{Ref: u.Ref.String(), Backend: u.Ref.Backend, As: string(u.As), Name: u.Name,
+			Bind: u.Bind, Commands: u.Commands, Templates: u.Templates})
+	}
+	for _, h := range s.l.Config.Serve.Webhooks {
+		if r, err := secret.ParseRef(h.Secret); err == nil {
+			v.Uses = append(v.Uses, web.SecretUse{Ref: r.String(), Backend: r.Backend, By: "serve.webhooks " + h.Name})
+		}
+	}
+	return v, nil
+}
+
+// webRunsPerJob bounds the runs the schedules page shows of each job.
+const webRunsPerJob = 5
+
+// webSchedules are the jobs of serve.cron and the heartbeat, read from
+// the schedule's state in the data directory as `fluffy cron ls` reads
+// them, and the kernel's scheduler.
+type webSchedules struct {
+	u     *userenv.Env
+	l     *config.Loaded
+	sched *sched.Scheduler
+}
+
+func (s webSchedules) Schedules(ctx context.Context) (web.ScheduleView, error) {
+	var v web.ScheduleView
+	if s.sched != nil {
+		st := s.sched.Status()
+		v.Scheduler = &st
+	}
+	home, _ := s.u.Getenv("HOME")
+	cc := cron.ConfigFrom(s.l, home)
+	if !wantCron(cc) {
+		return v, nil
+	}
+	d, err := s.u.DataDir()
+	if err != nil {
+		return v, err
+	}
+	dir := cron.StateDir(d)
+	c, err := cron.New(cc, cron.Options{StateDir: dir})
+	if err != nil {
+		return v, err
+	}
+	jobs, err := c.Status(time.Now())
+	if err != nil {
+		return v, err
+	}
+	recs, err := cron.ReadHistory(dir)
+	if err != nil {
+		return v, err
+	}
+	for _, j := range jobs {
+		wj := web.CronJob{Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, Missed: j.Missed, Next: j.Next}
+		runs := cron.Runs(recs, j.Name)
+		for i := len(runs) - 1; i >= 0 && len(wj.Runs) < webRunsPerJob; i-- {
+			r := runs[i]
+			wj.Runs = append(wj.Runs, web.CronRun{ID: r.ID, ScheduledFor: r.ScheduledFor, Trigger: r.Trigger, Outcome: string(r.Outcome),
+				Session: r.Session, Detail: r.Detail, Missed: r.Missed})
+		}
+		v.Jobs = append(v.Jobs, wj)
+	}
+	return v, nil
 }
