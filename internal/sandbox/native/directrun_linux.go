@@ -204,7 +204,10 @@ type startOutcome struct {
 // returns while PID 1 still works. The start owns cg from here (close
 // removes it).
 func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, stdout, stderr io.Writer, o directOpts, tr *nsinit.Tracer) (d *directStart, err error) {
-	d = &directStart{r: r, cg: cg, gated: o.gated || o.ahead, netFD: -1, ended: make(chan struct{}), started: make(chan startOutcome, 1)}
+	// built, not the named result: a failure returns nil for d, and the
+	// cleanup below must still close what was built.
+	built := &directStart{r: r, cg: cg, gated: o.gated || o.ahead, netFD: -1, ended: make(chan struct{}), started: make(chan startOutcome, 1)}
+	d = built
 	// The child's ends (its descriptors from 3 on), closed here once it
 	// holds them; everything else by close.
 	var childEnds []*os.File
@@ -217,7 +220,7 @@ func (r *Runtime) buildDirect(cfg *nsinit.Config, cg *cgroup, stdin io.Reader, s
 			if cgFD >= 0 {
 				unix.Close(cgFD)
 			}
-			d.close()
+			built.close()
 		}
 	}()
 	var trees []int
