@@ -20,3 +20,13 @@ func TestBuildDirectFailureCleansUp(t *testing.T) {
 		t.Fatalf("a malformed filter: start %v, err %v; want an error", d, err)
 	}
 }
+
+// TestLaunchFailureCleansUp: the same for the Go init's start, whose
+// binary cannot be opened.
+func TestLaunchFailureCleansUp(t *testing.T) {
+	r := &Runtime{opts: Options{Init: "/nonexistent/fluffy-sandbox-init"}}
+	sp, err := r.launch(nil, initIO{}, &nsinit.Tracer{})
+	if err == nil || sp != nil {
+		t.Fatalf("a missing init binary: %v, %v; want an error", sp, err)
+	}
+}

@@ -173,7 +173,10 @@ func (sp *sandboxProc) close() error {
 // this process joins it to the cgroup and sends the idmapped trees. The
 // sandbox owns cg from here (close removes it, also when launch fails).
 func (r *Runtime) launch(cg *cgroup, o initIO, tr *nsinit.Tracer) (sp *sandboxProc, err error) {
-	sp = &sandboxProc{cg: cg, fdSockParent: -1, cfgWritten: make(chan error, 1), ended: make(chan struct{})}
+	// built, not the named result: a failure returns nil for sp, and the
+	// cleanup below must still close what was built.
+	built := &sandboxProc{cg: cg, fdSockParent: -1, cfgWritten: make(chan error, 1), ended: make(chan struct{})}
+	sp = built
 	// The init's ends, closed once it holds them (or the start failed).
 	var childEnds []*os.File
 	defer func() {
@@ -181,7 +184,7 @@ func (r *Runtime) launch(cg *cgroup, o initIO, tr *nsinit.Tracer) (sp *sandboxPr
 			f.Close()
 		}
 		if err != nil {
-			if err := sp.close(); err != nil {
+			if err := built.close(); err != nil {
 				r.opts.Logger.Warn("sandbox cgroup left behind", "err", err)
 			}
 		}
