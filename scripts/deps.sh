@@ -24,6 +24,7 @@ declare -A want=(
 	[chromium]=chromium    # cmd/fluffy: the web console's browser tests (serve_web_browser.txtar)
 	[npm]=npm              # axe-core and the Bitwarden CLI, below
 	[gcc]=gcc              # scripts/dendrite.sh: the Matrix test homeserver's SQLite driver needs cgo
+	[systemd-analyze]=systemd  # internal/cli: 'serve install-unit' writes a unit systemd-analyze verifies
 )
 
 missing=()
