@@ -10,14 +10,9 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/approval"
-	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
-	"github.com/fluffy-agent/fluffy/internal/llm"
-	"github.com/fluffy-agent/fluffy/internal/llm/replay"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/policy"
-	"github.com/fluffy-agent/fluffy/internal/store"
-	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -104,47 +99,11 @@ func TestUntrustedMemoryWritesAreHeld(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config", "fluffy", "policy.yaml"), []byte(rule), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	u := testUser(t, dir, ws)
-	log := u.Logger()
-	al, j, m := sessionStores(t, dir)
-	live := &livePolicy{u: u, log: log, audit: al}
-	person := &grantor{}
-	broker, err := approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: live}, Notifier: person,
-		Recorder: approval.AuditRecorder{Log: al}, Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	person.b = broker
-	d, err := datadir.New(filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := store.OpenMain(ctx, d.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return day }
+	person := &grantor{}
 	var script string
-	k, err := kernel.Start(ctx, kernel.Options{DB: db, Audit: al, DataDir: d,
-		Models: func(context.Context, string) (llm.Provider, string, error) {
-			s, err := replay.Parse("memory.jsonl", strings.NewReader(script))
-			if err != nil {
-				return nil, "", err
-			}
-			return replay.New(s), "test", nil
-		},
-		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: clock}, nil, nil, observe{}),
-		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
-		Approvals: broker, Logger: log, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop(context.WithoutCancel(ctx), "test")
+	k, broker := startReplayKernel(t, dir, ws, person, func() time.Time { return day }, &script)
+	person.b = broker
 	run := func(untrusted, s string) {
 		t.Helper()
 		info, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "remember", Model: "replay/test"})

@@ -70,45 +70,10 @@ func TestUntrustedSessionHoldsTheInjectionChain(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(ws, "skills", "deploy"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u := testUser(t, dir, ws)
-	log := u.Logger()
-	al, j, m := sessionStores(t, dir)
-	live := &livePolicy{u: u, log: log, audit: al}
 	person := &denier{}
-	broker, err := approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: live}, Notifier: person,
-		Recorder: approval.AuditRecorder{Log: al}, Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	person.b = broker
-	d, err := datadir.New(filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := store.OpenMain(ctx, d.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	var script string
-	k, err := kernel.Start(ctx, kernel.Options{DB: db, Audit: al, DataDir: d,
-		Models: func(context.Context, string) (llm.Provider, string, error) {
-			s, err := replay.Parse("injection.jsonl", strings.NewReader(script))
-			if err != nil {
-				return nil, "", err
-			}
-			return replay.New(s), "test", nil
-		},
-		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{}),
-		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
-		Approvals: broker, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop(context.WithoutCancel(ctx), "test")
+	k, broker := startReplayKernel(t, dir, ws, person, time.Now, &script)
+	person.b = broker
 
 	run := func(untrusted string, want string) kernel.RunResult {
 		t.Helper()
@@ -152,4 +117,50 @@ func TestUntrustedSessionHoldsTheInjectionChain(t *testing.T) {
 			t.Errorf("request %d's step does not say why: %+v", i+1, req.Items)
 		}
 	}
+}
+
+// startReplayKernel starts a kernel on dir's stores for sessions in the
+// assistant workspace ws, with the live policy, a real approval broker
+// that asks person, and the session tools; its model plays *script (set
+// before each Run). The kernel stops when the test ends.
+func startReplayKernel(t *testing.T, dir, ws string, person approval.Notifier, now func() time.Time, script *string) (*kernel.Kernel, *approval.Broker) {
+	t.Helper()
+	ctx := t.Context()
+	u := testUser(t, dir, ws)
+	log := u.Logger()
+	al, j, m := sessionStores(t, dir)
+	live := &livePolicy{u: u, log: log, audit: al}
+	broker, err := approval.NewBroker(approval.Options{Evaluator: approval.PolicyEvaluator{Engine: live}, Notifier: person,
+		Recorder: approval.AuditRecorder{Log: al}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := datadir.New(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.OpenMain(ctx, d.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	k, err := kernel.Start(ctx, kernel.Options{DB: db, Audit: al, DataDir: d,
+		Models: func(context.Context, string) (llm.Provider, string, error) {
+			s, err := replay.Parse("script.jsonl", strings.NewReader(*script))
+			if err != nil {
+				return nil, "", err
+			}
+			return replay.New(s), "test", nil
+		},
+		Tools:     sessionTools(u, log, broker, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: now}, nil, nil, observe{}),
+		TDD:       &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
+		Approvals: broker, Logger: log, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Stop(context.WithoutCancel(ctx), "test") })
+	return k, broker
 }
