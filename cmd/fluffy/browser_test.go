@@ -87,16 +87,26 @@ func chrome(ts *testscript.TestScript, neg bool, args []string) {
 	case "wait":
 		err = chromedp.Do(ctx, chromedp.WaitVisible(css(1)))
 	case "waittext":
+		// A click on a link may still be replacing the document when
+		// the query runs ("No node with given id found"): such errors
+		// are retried until the deadline like a text that does not
+		// match yet, and the last one is reported.
 		re := regexp.MustCompile(arg(2))
 		for {
-			var text string
-			text, err = chromedp.Run(ctx, chromedp.Text(css(1), chromedp.NodeVisible))
-			if err != nil || re.MatchString(text) {
+			text, qerr := chromedp.Run(ctx, chromedp.Text(css(1), chromedp.NodeVisible))
+			if qerr == nil && re.MatchString(text) {
+				err = nil
 				break
+			}
+			if ctx.Err() != nil && err != nil {
+				break // keep the last real reason, not the deadline's
+			}
+			err = qerr
+			if qerr == nil {
+				err = fmt.Errorf("no match for %q in %q", arg(2), text)
 			}
 			select {
 			case <-ctx.Done():
-				err = fmt.Errorf("no match for %q in %q", arg(2), text)
 			case <-time.After(100 * time.Millisecond):
 				continue
 			}
