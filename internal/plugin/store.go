@@ -24,7 +24,10 @@ type Record struct {
 	State  State
 	// Reason says why the plugin is in State (who disabled it, the
 	// crash, the changed digest).
-	Reason  string
+	Reason string
+	// Source is where it came from: the folder installed, or the
+	// configuration file imported.
+	Source  string
 	Created time.Time
 	Updated time.Time
 }
