@@ -3,8 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -592,17 +590,6 @@ func newPluginLogsCmd(a *App) *cobra.Command {
 	return cmd
 }
 
-// pinSHA256 is the hash of a tool's pin as canonical JSON, for the audit
-// log.
-func pinSHA256(t *plugin.ToolPin) string {
-	if t == nil {
-		return ""
-	}
-	b, _ := json.Marshal(t)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
-
 // printToolDiff shows, field by field, how a tool's description changed.
 func printToolDiff(w io.Writer, plug string, c plugin.ToolChange) {
 	line := termsafe.Line
@@ -688,7 +675,7 @@ shows each difference and asks (or --yes) before making them the pins.`,
 			ev := audit.PluginTools{Plugin: r.Manifest.Name, Action: "approve"}
 			for _, c := range done {
 				ev.Tools = append(ev.Tools, c.Name)
-				ev.SHA256 = append(ev.SHA256, pinSHA256(c.Offered))
+				ev.SHA256 = append(ev.SHA256, plugin.PinSHA256(*c.Offered))
 			}
 			if err := recordPlugin(ctx, a, ev); err != nil {
 				return err

@@ -2,7 +2,9 @@ package plugin
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -258,6 +260,14 @@ func (d *DB) tools(ctx context.Context, name string) ([]ToolChange, error) {
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// PinSHA256 is the hex SHA-256 of a pin's JSON (members in declaration
+// order, annotations by key): what plugin.tools entries record of it.
+func PinSHA256(p ToolPin) string {
+	b, _ := json.Marshal(p)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
 }
 
 // SamePin reports whether two descriptions of a tool are the one
