@@ -86,10 +86,10 @@ const (
 	KindWebPasskey Kind = "web.passkey"
 
 	// Plugins (docs/plugins.md): installed or imported, their state
-	// changed, their tool descriptions pinned or approved.
+	// changed by a person, changed tool descriptions approved.
 	KindPluginInstall Kind = "plugin.install"
 	KindPluginState   Kind = "plugin.state"
-	KindPluginTools   Kind = "plugin.tools"
+	KindPluginApprove Kind = "plugin.approve"
 
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
@@ -107,7 +107,7 @@ func (k Kind) Synchronous() bool {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindChannelVerify, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
-		KindWebLogin, KindWebPasskey, KindSecretUse, KindPluginInstall, KindPluginState, KindPluginTools:
+		KindWebLogin, KindWebPasskey, KindSecretUse, KindPluginInstall, KindPluginState, KindPluginApprove:
 		return true
 	}
 	return false
@@ -137,7 +137,7 @@ func Catalogue() []Payload {
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
-		PluginInstall{}, PluginState{}, PluginTools{},
+		PluginInstall{}, PluginState{}, PluginApprove{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -709,8 +709,7 @@ type PluginInstall struct {
 }
 
 // PluginState (plugin.state) is a plugin's state changed by a person
-// (enable, disable, rm: To "removed") or by the runtime (start, stop,
-// crashes, a changed digest), with the reason. On an enable that
+// (enable, disable, rm: To "removed"), with the reason. On an enable that
 // approved changed files, OldDigest is the digest approved before.
 type PluginState struct {
 	Plugin    string `json:"plugin"`
@@ -721,17 +720,14 @@ type PluginState struct {
 	OldDigest string `json:"old_digest,omitempty"`
 }
 
-// PluginTools (plugin.tools) is a change of a plugin's pinned tools:
-// action "pin" (the first pins, at the first start), "changed" (the
-// server now describes these tools otherwise: they are disabled) or
-// "approve" (a person made the offered descriptions the pins). Tools are
-// the tool names; SHA256 the hash of each tool's pin as recorded, in the
-// same order.
-type PluginTools struct {
+// PluginApprove (plugin.approve) is a person's approval of a plugin's
+// tool descriptions that changed since they were pinned ('fluffy plugin
+// approve-tools'): Tools the tool names, SHA256 the hash of each new pin
+// (plugin.PinSHA256), in the same order.
+type PluginApprove struct {
 	Plugin string   `json:"plugin"`
-	Action string   `json:"action"`
 	Tools  []string `json:"tools"`
-	SHA256 []string `json:"sha256,omitempty"`
+	SHA256 []string `json:"sha256"`
 }
 
 // ChannelAnswer (channel.answer) is an answer to an approval request that
@@ -965,6 +961,6 @@ func (WebLogin) Kind() Kind           { return KindWebLogin }
 func (WebPasskey) Kind() Kind         { return KindWebPasskey }
 func (PluginInstall) Kind() Kind      { return KindPluginInstall }
 func (PluginState) Kind() Kind        { return KindPluginState }
-func (PluginTools) Kind() Kind        { return KindPluginTools }
+func (PluginApprove) Kind() Kind      { return KindPluginApprove }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }

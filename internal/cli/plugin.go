@@ -672,7 +672,7 @@ shows each difference and asks (or --yes) before making them the pins.`,
 			if err != nil {
 				return err
 			}
-			ev := audit.PluginTools{Plugin: r.Manifest.Name, Action: "approve"}
+			ev := audit.PluginApprove{Plugin: r.Manifest.Name}
 			for _, c := range done {
 				ev.Tools = append(ev.Tools, c.Name)
 				ev.SHA256 = append(ev.SHA256, plugin.PinSHA256(*c.Offered))

@@ -263,7 +263,7 @@ func (d *DB) tools(ctx context.Context, name string) ([]ToolChange, error) {
 }
 
 // PinSHA256 is the hex SHA-256 of a pin's JSON (members in declaration
-// order, annotations by key): what plugin.tools entries record of it.
+// order, annotations by key): what plugin.approve entries record of it.
 func PinSHA256(p ToolPin) string {
 	b, _ := json.Marshal(p)
 	h := sha256.Sum256(b)
