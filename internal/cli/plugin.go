@@ -174,6 +174,11 @@ func newPluginInspectCmd(a *App) *cobra.Command {
 			fmt.Fprintf(w, "  state:   %s (%s)\n", r.State, line(r.Reason))
 			fmt.Fprintf(w, "  folder:  %s\n", line(r.Dir))
 			fmt.Fprintf(w, "  digest:  %s\n", r.Digest)
+			if now, err := plugin.Digest(r.Dir); err != nil {
+				fmt.Fprintf(w, "  files:   cannot be read: %s\n", line(err.Error()))
+			} else if now != r.Digest {
+				fmt.Fprintf(w, "  files:   changed since approval (now %s): 'fluffy plugin enable %s' shows and approves them\n", now, m.Name)
+			}
 			signer := "unsigned"
 			if r.Signer != "" {
 				signer = "signed by " + line(r.Signer)
@@ -421,6 +426,10 @@ first start.`,
 			}
 			if m.Name != r.Manifest.Name {
 				return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the manifest in %s now names %q, not %q: 'fluffy plugin rm' and install it again", r.Dir, m.Name, r.Manifest.Name)}
+			}
+			if r.State == plugin.Enabled && digest == r.Digest {
+				fmt.Fprintf(a.Stdout, "%s is enabled already\n", m.Name)
+				return nil
 			}
 			old := ""
 			if digest != r.Digest {

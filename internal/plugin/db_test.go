@@ -137,7 +137,7 @@ func TestNext(t *testing.T) {
 	}{
 		{Installed, ActEnable, Enabled, true},
 		{Disabled, ActEnable, Enabled, true},
-		{Enabled, ActEnable, Enabled, false},
+		{Enabled, ActEnable, Enabled, true},
 		{Running, ActEnable, Running, false},
 		{Enabled, ActStart, Running, true},
 		{Disabled, ActStart, Disabled, false},

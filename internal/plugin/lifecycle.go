@@ -12,7 +12,8 @@ type Action string
 // The actions and the states each may start from.
 const (
 	// ActEnable: a person turns an installed (or disabled, stopped,
-	// failed) plugin on; the runtime may start it.
+	// failed) plugin on, or approves an enabled one's changed files; the
+	// runtime may start it.
 	ActEnable Action = "enable"
 	// ActDisable: a person, the runtime (crashes) or a changed digest
 	// turns it off.
@@ -47,7 +48,7 @@ func (e *StateError) Is(target error) bool { return target == ErrState }
 // (ActRemove leads nowhere: the record goes).
 var (
 	from = map[Action][]State{
-		ActEnable:  {Installed, Disabled, Stopped, Failed},
+		ActEnable:  {Installed, Enabled, Disabled, Stopped, Failed},
 		ActDisable: {Installed, Enabled, Running, Stopped, Failed},
 		ActStart:   {Enabled, Stopped, Failed},
 		ActStop:    {Running},
@@ -59,10 +60,9 @@ var (
 	}
 )
 
-// Next is the state action leads to from s, or a *StateError. The
-// runtime's steps may also run from the states a person's enable leads
-// to; a person's enable of an enabled plugin is refused, so a second
-// enable cannot skip the digest check it shows.
+// Next is the state action leads to from s, or a *StateError. A running
+// plugin is not enabled again: its server runs the files it started
+// with, so a person disables it first.
 func Next(name string, s State, a Action) (State, error) {
 	allowed, ok := from[a]
 	if !ok || !slices.Contains(allowed, s) {
