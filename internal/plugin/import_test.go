@@ -1,12 +1,16 @@
 package plugin
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/import")
@@ -102,4 +106,47 @@ func TestIsSecret(t *testing.T) {
 			t.Errorf("isSecret(%s=%s) = %v", c.name, c.value, got)
 		}
 	}
+}
+
+// FuzzParseClientConfig: no configuration panics; every manifest
+// generated parses as the one returned; no value taken for a secret
+// reaches a manifest.
+func FuzzParseClientConfig(f *testing.F) {
+	for _, name := range []string{"claude_desktop_config.json", "mcp.json", "claude.json", "cursor_mcp.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata/import", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"mcpServers":{"x":{"command":"a","env":{"API_TOKEN":"verysecretvalue"}}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ims, err := ParseClientConfig(data, "c.json")
+		if err != nil {
+			return
+		}
+		var c struct {
+			MCPServers map[string]server `json:"mcpServers"`
+		}
+		_ = json.Unmarshal(data, &c)
+		for _, im := range ims {
+			if im.Skipped != "" {
+				continue
+			}
+			m, err := ParseManifest(im.YAML, "f.yaml")
+			if err != nil {
+				t.Fatalf("generated manifest does not parse: %v\n%s", err, im.YAML)
+			}
+			if d := cmp.Diff(im.Manifest, m, cmpopts.EquateEmpty()); d != "" {
+				t.Fatalf("the YAML is not the manifest:\n%s", d)
+			}
+			for _, s := range c.MCPServers {
+				for k, v := range s.Env {
+					if len(v) >= 8 && isSecret(k, v) && strings.Contains(string(im.YAML), v) {
+						t.Fatalf("secret %s=%q is in the manifest:\n%s", k, v, im.YAML)
+					}
+				}
+			}
+		}
+	})
 }
