@@ -256,12 +256,7 @@ func printManifest(w io.Writer, m plugin.Manifest) {
 // digest and, when the folder holds a signature, its signer (verified
 // against signers; a signature that does not verify is an error).
 func readPlugin(ctx context.Context, dir, signers string, requireSig bool) (plugin.Manifest, string, string, error) {
-	mf := filepath.Join(dir, plugin.ManifestName)
-	data, err := os.ReadFile(mf)
-	if err != nil {
-		return plugin.Manifest{}, "", "", fmt.Errorf("%w: %v", errUsage, err)
-	}
-	m, err := plugin.ParseManifest(data, mf)
+	m, err := plugin.ReadManifest(dir)
 	if err != nil {
 		return m, "", "", fmt.Errorf("%w: %v", errUsage, err)
 	}

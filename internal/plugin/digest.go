@@ -8,9 +8,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 )
 
 // SignatureName is the SSH signature of a plugin's digest in its folder;
@@ -39,8 +42,8 @@ const digestHeader = "fluffy-plugin-digest v1\n"
 // executable bit is what decides; a copy under another umask is the same
 // plugin), and the length prefix keeps paths with newlines unambiguous.
 // The signature file and a top-level .git folder are left out (a
-// checkout's own bookkeeping, never run). Sockets, devices and FIFOs are
-// refused (ErrFolder).
+// checkout's own bookkeeping, never run). Sockets, devices, FIFOs and
+// symlinks that point outside the folder are refused (ErrFolder).
 func Digest(dir string) (string, error) {
 	type entry struct{ rel, line string }
 	var entries []entry
@@ -74,6 +77,11 @@ func Digest(dir string) (string, error) {
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
+			}
+			// What a link outside the folder points at could change
+			// without changing the digest.
+			if to := path.Join(path.Dir(rel), filepath.ToSlash(target)); filepath.IsAbs(target) || to == ".." || strings.HasPrefix(to, "../") {
+				return fmt.Errorf("%w: %s links outside the folder (%s)", ErrFolder, rel, target)
 			}
 			h := sha256.Sum256([]byte(target))
 			kind, mode, sum = "l", "777", hex.EncodeToString(h[:])
@@ -111,7 +119,9 @@ func Digest(dir string) (string, error) {
 }
 
 func fileSum(p string) (string, error) {
-	f, err := os.Open(p)
+	// Not following a link, and not waiting on a FIFO put in the
+	// file's place since the walk saw it.
+	f, err := regfile.Open(p, true)
 	if err != nil {
 		return "", err
 	}
@@ -138,4 +148,21 @@ func Verify(dir, approved string) error {
 		return fmt.Errorf("%w: %s was %s, is %s", ErrDigestChanged, dir, approved, d)
 	}
 	return nil
+}
+
+// ReadManifest reads and parses dir's fluffy-plugin.yaml: a regular file
+// (a FIFO is refused, not waited on) inside dir (a symlink may not lead
+// out of it), at most MaxManifest bytes.
+func ReadManifest(dir string) (Manifest, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("plugin: %w", err)
+	}
+	defer root.Close()
+	file := filepath.Join(dir, ManifestName)
+	data, err := regfile.ReadFileIn(root, ManifestName, MaxManifest)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("plugin: %s: %w", file, err)
+	}
+	return ParseManifest(data, file)
 }

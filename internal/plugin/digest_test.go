@@ -58,7 +58,7 @@ func TestDigest(t *testing.T) {
 		{"content", func() { writeFiles(t, dir, map[string]string{"bin/server": "#!/bin/sh\nrm -rf ~\n"}) }},
 		{"executable bit", func() { os.Chmod(filepath.Join(dir, "bin/server"), 0o755) }},
 		{"new file", func() { writeFiles(t, dir, map[string]string{"extra": ""}) }},
-		{"symlink", func() { os.Symlink("/etc/passwd", filepath.Join(dir, "link")) }},
+		{"symlink", func() { os.Symlink("bin/server", filepath.Join(dir, "link")) }},
 		{"renamed", func() { os.Rename(filepath.Join(dir, "extra"), filepath.Join(dir, "extra2")) }},
 		{"empty dir", func() { os.Mkdir(filepath.Join(dir, "d"), 0o755) }},
 	}
@@ -73,6 +73,55 @@ func TestDigest(t *testing.T) {
 		if err := Verify(dir, base); !errors.Is(err, ErrDigestChanged) {
 			t.Fatalf("%s: Verify = %v, want ErrDigestChanged", c.name, err)
 		}
+	}
+}
+
+func TestDigestRefusesLinksOut(t *testing.T) {
+	for _, target := range []string{"/etc/passwd", "../x", "../../x", "a/../../../x"} {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{"sub/f": ""})
+		if err := os.Symlink(target, filepath.Join(dir, "sub", "link")); err != nil {
+			t.Fatal(err)
+		}
+		if target == "../x" {
+			// From sub/, ../x is the folder's own x: allowed.
+			if _, err := Digest(dir); err != nil {
+				t.Errorf("%s: %v", target, err)
+			}
+			continue
+		}
+		if _, err := Digest(dir); !errors.Is(err, ErrFolder) {
+			t.Errorf("a link to %s: %v, want ErrFolder", target, err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.Symlink("../../etc/passwd", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Digest(dir); !errors.Is(err, ErrFolder) {
+		t.Errorf("a link out of the top: %v, want ErrFolder", err)
+	}
+}
+
+func TestReadManifest(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, ManifestName), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "FIFO") {
+		t.Fatalf("a FIFO manifest: %v", err)
+	}
+	os.Remove(filepath.Join(dir, ManifestName))
+	if err := os.Symlink("/etc/hostname", filepath.Join(dir, ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(dir); err == nil {
+		t.Fatal("a manifest linked from outside the folder was read")
+	}
+	os.Remove(filepath.Join(dir, ManifestName))
+	writeFiles(t, dir, map[string]string{ManifestName: goodManifest})
+	if m, err := ReadManifest(dir); err != nil || m.Name != "github" {
+		t.Fatalf("ReadManifest = %+v, %v", m, err)
 	}
 }
 
