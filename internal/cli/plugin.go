@@ -545,11 +545,33 @@ func newPluginRmCmd(a *App) *cobra.Command {
 	}
 }
 
+// tailLines appends the lines of file to ring, keeping the last n (all
+// when n is 0); false when the file does not exist.
+func tailLines(file string, n int, ring *[]string) (bool, error) {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		*ring = append(*ring, sc.Text())
+		if n > 0 && len(*ring) > n {
+			*ring = (*ring)[1:]
+		}
+	}
+	return true, sc.Err()
+}
+
 func newPluginLogsCmd(a *App) *cobra.Command {
 	var lines int
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
-		Short: "Print a plugin's stderr as the runtime captured it (<data>/plugins/NAME/log)",
+		Short: "Print a plugin's stderr as the runtime captured it (<data>/plugins/NAME/log, and log.1 before it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -562,26 +584,20 @@ func newPluginLogsCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(filepath.Join(plugin.Folder(p.data, r.Manifest.Name), plugin.LogName))
-			if errors.Is(err, os.ErrNotExist) {
+			// The runtime moves a full log to log.1: the older lines first.
+			base := filepath.Join(plugin.Folder(p.data, r.Manifest.Name), plugin.LogName)
+			var ring []string
+			found := false
+			for _, name := range []string{base + ".1", base} {
+				ok, err := tailLines(name, lines, &ring)
+				if err != nil {
+					return err
+				}
+				found = found || ok
+			}
+			if !found {
 				fmt.Fprintf(a.Stderr, "fluffy: %s has no log yet (it has not run)\n", r.Manifest.Name)
 				return nil
-			}
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			var ring []string
-			sc := bufio.NewScanner(f)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				ring = append(ring, sc.Text())
-				if lines > 0 && len(ring) > lines {
-					ring = ring[1:]
-				}
-			}
-			if err := sc.Err(); err != nil {
-				return err
 			}
 			// The server wrote it: shown escaped, never as terminal codes.
 			for _, l := range ring {
