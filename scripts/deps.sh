@@ -25,6 +25,7 @@ declare -A want=(
 	[npm]=npm              # axe-core and the Bitwarden CLI, below
 	[gcc]=gcc              # scripts/dendrite.sh: the Matrix test homeserver's SQLite driver needs cgo
 	[systemd-analyze]=systemd  # internal/cli: 'serve install-unit' writes a unit systemd-analyze verifies
+	[ssh-keygen]=openssh-client  # internal/plugin: plugin signatures are verified with ssh-keygen -Y verify
 )
 
 missing=()

@@ -85,6 +85,12 @@ const (
 	// console (docs/web.md).
 	KindWebPasskey Kind = "web.passkey"
 
+	// Plugins (docs/plugins.md): installed or imported, their state
+	// changed by a person, changed tool descriptions approved.
+	KindPluginInstall Kind = "plugin.install"
+	KindPluginState   Kind = "plugin.state"
+	KindPluginApprove Kind = "plugin.approve"
+
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
 	// KindUserNote is the one kind a person records by hand ('fluffy
@@ -101,7 +107,7 @@ func (k Kind) Synchronous() bool {
 	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindChannelVerify, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
-		KindWebLogin, KindWebPasskey, KindSecretUse:
+		KindWebLogin, KindWebPasskey, KindSecretUse, KindPluginInstall, KindPluginState, KindPluginApprove:
 		return true
 	}
 	return false
@@ -131,6 +137,7 @@ func Catalogue() []Payload {
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
+		PluginInstall{}, PluginState{}, PluginApprove{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -685,6 +692,44 @@ type WebPasskey struct {
 	Remote     string `json:"remote,omitempty"`
 }
 
+// PluginInstall (plugin.install) is a plugin recorded: installed from a
+// folder (state "installed") or imported from a client's configuration
+// (state "disabled", source the file). Checks are the capability
+// pre-check's decisions, "CAPABILITY OBJECT: EFFECT by RULE".
+type PluginInstall struct {
+	Plugin       string   `json:"plugin"`
+	Version      string   `json:"version"`
+	Dir          string   `json:"dir"`
+	Digest       string   `json:"digest"`
+	State        string   `json:"state"`
+	Signer       string   `json:"signer,omitempty"`
+	Source       string   `json:"source,omitempty"`
+	Capabilities []string `json:"capabilities,omitempty"`
+	Checks       []string `json:"checks,omitempty"`
+}
+
+// PluginState (plugin.state) is a plugin's state changed by a person
+// (enable, disable, rm: To "removed"), with the reason. On an enable that
+// approved changed files, OldDigest is the digest approved before.
+type PluginState struct {
+	Plugin    string `json:"plugin"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Reason    string `json:"reason"`
+	Digest    string `json:"digest,omitempty"`
+	OldDigest string `json:"old_digest,omitempty"`
+}
+
+// PluginApprove (plugin.approve) is a person's approval of a plugin's
+// tool descriptions that changed since they were pinned ('fluffy plugin
+// approve-tools'): Tools the tool names, SHA256 the hash of each new pin
+// (plugin.PinSHA256), in the same order.
+type PluginApprove struct {
+	Plugin string   `json:"plugin"`
+	Tools  []string `json:"tools"`
+	SHA256 []string `json:"sha256"`
+}
+
 // ChannelAnswer (channel.answer) is an answer to an approval request that
 // arrived on a channel, with its outcome: "accepted" (handed to the
 // broker, which records the decision as approval.decision),
@@ -914,5 +959,8 @@ func (ChannelAnswer) Kind() Kind      { return KindChannelAnswer }
 func (ChannelVerify) Kind() Kind      { return KindChannelVerify }
 func (WebLogin) Kind() Kind           { return KindWebLogin }
 func (WebPasskey) Kind() Kind         { return KindWebPasskey }
+func (PluginInstall) Kind() Kind      { return KindPluginInstall }
+func (PluginState) Kind() Kind        { return KindPluginState }
+func (PluginApprove) Kind() Kind      { return KindPluginApprove }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }

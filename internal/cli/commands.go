@@ -28,6 +28,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newWebCmd(a),
 		newSecretCmd(a),
 		newSchedCmd(a),
+		newPluginCmd(a),
 	)
 	setupTaskCmd(a, root)
 }
