@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
@@ -337,7 +338,4 @@ func readProgress(r io.Reader, w io.Writer) (int, error) {
 	}
 }
 
-func isNotFound(err error) bool {
-	var nf interface{ NotFound() }
-	return errors.As(err, &nf)
-}
+func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
