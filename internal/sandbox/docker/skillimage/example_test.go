@@ -35,13 +35,13 @@ func TestExampleWeather(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A copy, so the image's labels name a folder the test owns (gc in
-	// the other tests then removes it with the folder).
-	s := skill.Skill{Name: "weather-example-test", Dir: t.TempDir(), Manifest: skill.Manifest{Image: skill.Image{Dockerfile: "Dockerfile"}}}
+	// A copy, so the image's labels name a folder the test owns (a gc
+	// afterwards removes the image with the folder).
+	s := skill.Skill{Name: "weather", Dir: t.TempDir(), Manifest: skill.Manifest{Image: skill.Image{Dockerfile: "Dockerfile"}}}
 	if err := os.CopyFS(s.Dir, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	removeSkillImages(t, cli, s.Name)
+	removeSkillImages(t, cli, s)
 	b := skillimage.New(skillimage.Options{Client: cli, LockDir: t.TempDir(), EnsureBase: func(ctx2 context.Context) error {
 		_, err := docker.EnsureBasePresent(ctx2, cli, docker.DebianOptions{LockDir: t.TempDir()})
 		return err

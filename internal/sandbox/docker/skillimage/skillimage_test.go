@@ -58,10 +58,14 @@ func engine(t testing.TB) *client.Client {
 	return cli
 }
 
-// newSkill writes a skill folder with files and returns its Skill.
+// newSkill writes a skill folder with files, a SKILL.md naming it and a
+// manifest naming the Dockerfile (as a real one has: a 'skill build --gc'
+// running meanwhile sees it as current), and returns its Skill.
 func newSkill(t *testing.T, name string, files map[string]string) skill.Skill {
 	t.Helper()
 	dir := t.TempDir()
+	files["SKILL.md"] = "---\nname: " + name + "\ndescription: a test\n---\n"
+	files["skill.yaml"] = "image:\n  dockerfile: Dockerfile\n"
 	for n, data := range files {
 		p := filepath.Join(dir, n)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -78,10 +82,11 @@ func newBuilder(t *testing.T, cli *client.Client) *skillimage.Builder {
 	return skillimage.New(skillimage.Options{Client: cli, Base: testBase, LockDir: t.TempDir()})
 }
 
-// removeSkillImages removes every image of the skill name at the end.
-func removeSkillImages(t *testing.T, cli *client.Client, name string) {
+// removeSkillImages removes every image built from the folder of s at
+// the end.
+func removeSkillImages(t *testing.T, cli *client.Client, s skill.Skill) {
 	t.Cleanup(func() {
-		imgs, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("label", skillimage.LabelSkill+"="+name)})
+		imgs, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("label", skillimage.LabelDir+"="+s.Dir)})
 		for _, img := range imgs.Items {
 			cli.ImageRemove(context.Background(), img.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 		}
@@ -99,7 +104,7 @@ func TestEnsureRebuildsOnChange(t *testing.T) {
 		"requirements.txt": "alpha==1\n",
 		".dockerignore":    "*.log\n",
 	})
-	removeSkillImages(t, cli, s.Name)
+	removeSkillImages(t, cli, s)
 	b := newBuilder(t, cli)
 	builds := 0
 	ensure := func(what string) string {
@@ -154,7 +159,7 @@ func TestBuildErrorNamesLine(t *testing.T) {
 	s := newSkill(t, "skillimage-test-fail", map[string]string{
 		"Dockerfile": "FROM fluffy-base\n# install\nRUN echo one \\\n  two\nRUN exit 3\n",
 	})
-	removeSkillImages(t, cli, s.Name)
+	removeSkillImages(t, cli, s)
 	var progress strings.Builder
 	_, err := newBuilder(t, cli).Build(t.Context(), s, &progress)
 	var de *skillimage.DockerfileError
@@ -188,7 +193,7 @@ func TestBuildErrorNamesLine(t *testing.T) {
 func TestMissingBase(t *testing.T) {
 	cli := engine(t)
 	s := newSkill(t, "skillimage-test-nobase", map[string]string{"Dockerfile": "FROM fluffy-base\n"})
-	removeSkillImages(t, cli, s.Name)
+	removeSkillImages(t, cli, s)
 	b := skillimage.New(skillimage.Options{Client: cli, Base: "fluffy-skillimage-no-such-base:latest", LockDir: t.TempDir()})
 	if _, _, err := b.Ensure(t.Context(), s); !errors.Is(err, skillimage.ErrNoBase) {
 		t.Fatalf("err = %v, want ErrNoBase", err)
@@ -201,16 +206,17 @@ func TestMissingBase(t *testing.T) {
 	}
 }
 
-// load reads a test skill folder: the Dockerfile named in a file
-// "dockerfile" (absent: none), the name in "name".
+// load reads a test skill folder as newSkill wrote it: the name from
+// SKILL.md, the Dockerfile's from skill.yaml.
 func load(dir string) (skill.Skill, error) {
-	name, err := os.ReadFile(filepath.Join(dir, "name"))
+	md, err := os.ReadFile(filepath.Join(dir, "SKILL.md"))
 	if err != nil {
 		return skill.Skill{}, err
 	}
-	s := skill.Skill{Name: strings.TrimSpace(string(name)), Dir: dir}
-	if df, err := os.ReadFile(filepath.Join(dir, "dockerfile")); err == nil {
-		s.Manifest.Image.Dockerfile = strings.TrimSpace(string(df))
+	name, _, _ := strings.Cut(strings.TrimPrefix(string(md), "---\nname: "), "\n")
+	s := skill.Skill{Name: name, Dir: dir}
+	if m, err := os.ReadFile(filepath.Join(dir, "skill.yaml")); err == nil {
+		s.Manifest.Image.Dockerfile = strings.TrimSpace(strings.TrimPrefix(string(m), "image:\n  dockerfile:"))
 	}
 	return s, nil
 }
@@ -221,8 +227,8 @@ func TestGC(t *testing.T) {
 	cli := engine(t)
 	ctx := t.Context()
 	name := "skillimage-test-gc"
-	s := newSkill(t, name, map[string]string{"Dockerfile": "FROM fluffy-base\nCOPY req /req\n", "req": "1\n", "name": name, "dockerfile": "Dockerfile"})
-	removeSkillImages(t, cli, name)
+	s := newSkill(t, name, map[string]string{"Dockerfile": "FROM fluffy-base\nCOPY req /req\n", "req": "1\n"})
+	removeSkillImages(t, cli, s)
 	b := newBuilder(t, cli)
 	old, _, err := b.Ensure(ctx, s)
 	if err != nil {
@@ -268,7 +274,7 @@ func TestGC(t *testing.T) {
 		t.Fatalf("after GC: old %v (in use: kept), mid %v (removed), current %v (kept)", exists(old), exists(mid), exists(cur))
 	}
 	// The skill goes: its image goes, once no container holds it.
-	os.Remove(filepath.Join(s.Dir, "name"))
+	os.Remove(filepath.Join(s.Dir, "SKILL.md"))
 	cli.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true})
 	if _, err := b.GC(ctx, skillimage.GCOptions{Load: load, DryRun: true}); err != nil || !exists(cur) {
 		t.Fatalf("a dry run removed %s (%v)", cur, err)
