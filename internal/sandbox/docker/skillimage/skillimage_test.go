@@ -78,13 +78,13 @@ func newSkill(t *testing.T, name string, files map[string]string) skill.Skill {
 	return skill.Skill{Name: name, Dir: dir, Manifest: skill.Manifest{Image: skill.Image{Dockerfile: "Dockerfile"}}}
 }
 
-func newBuilder(t *testing.T, cli *client.Client) *skillimage.Builder {
+func newBuilder(t testing.TB, cli *client.Client) *skillimage.Builder {
 	return skillimage.New(skillimage.Options{Client: cli, Base: testBase, LockDir: t.TempDir()})
 }
 
 // removeSkillImages removes every image built from the folder of s at
 // the end.
-func removeSkillImages(t *testing.T, cli *client.Client, s skill.Skill) {
+func removeSkillImages(t testing.TB, cli *client.Client, s skill.Skill) {
 	t.Cleanup(func() {
 		imgs, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: make(client.Filters).Add("label", skillimage.LabelDir+"="+s.Dir)})
 		for _, img := range imgs.Items {
