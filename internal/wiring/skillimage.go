@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 
 	"github.com/moby/moby/client"
@@ -95,4 +96,52 @@ func (*Core) BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.
 		}
 	}
 	return rep, first
+}
+
+// collectSkillImages removes the stale images of u's skills (those whose
+// folder holds no skill of their name any more, or whose key is not the
+// skill's current one) from the engine of sandbox.runtime (docker unless
+// it says podman). It returns what it removed.
+func collectSkillImages(ctx context.Context, u *userenv.Env) ([]skillimage.Collected, error) {
+	runtime := "docker"
+	if l, err := u.Config(); err == nil && l.Config.Sandbox.Runtime == "podman" {
+		runtime = "podman"
+	}
+	rt, err := engine(ctx, u, runtime)
+	if err != nil {
+		return nil, err
+	}
+	defer rt.Close()
+	sb, err := skillImages(u, rt.Client())
+	if err != nil {
+		return nil, err
+	}
+	return sb.GC(ctx, skillimage.GCOptions{Load: loadSkillImage})
+}
+
+// startSkillImageGC runs collectSkillImages in the background at the
+// assistant daemon's start, which does not wait for it; a machine without
+// a container engine has no skill images, and is only logged at debug
+// level. The function returned waits for it to end.
+func startSkillImageGC(ctx context.Context, u *userenv.Env, log *slog.Logger) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		removed, err := collectSkillImages(ctx, u)
+		if ee := (*sandboxrun.EngineError)(nil); errors.As(err, &ee) {
+			log.Debug("skill images not collected: no container engine", "err", err)
+			return
+		}
+		if err != nil {
+			log.Warn("collecting stale skill images", "err", err)
+		}
+		for _, c := range removed {
+			if c.InUse {
+				log.Info("stale skill image kept: a container uses it", "image", c.Ref, "skill", c.Skill, "reason", c.Reason)
+				continue
+			}
+			log.Info("stale skill image removed", "image", c.Ref, "skill", c.Skill, "reason", c.Reason)
+		}
+	}()
+	return func() { <-done }
 }
