@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -193,12 +194,17 @@ func (b *Builder) prepare(ctx context.Context, s skill.Skill) (*prepared, error)
 		return nil, fmt.Errorf("%w: %s: image.dockerfile %q is not inside the skill's folder", ErrInvalid, s.Name, s.Manifest.Image.Dockerfile)
 	}
 	abs := filepath.Join(s.Dir, rel)
-	// The Dockerfile is read through no symbolic link: a link could name
-	// any file of the host.
+	// The Dockerfile is read through no symbolic link, of its own or of
+	// a folder on its way: a link could name any file of the host.
 	if fi, err := os.Lstat(abs); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, s.Name, err)
+	} else if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%w: %s: %s is a symbolic link", ErrInvalid, s.Name, abs)
 	} else if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s: %s is not a regular file", ErrInvalid, s.Name, abs)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err != nil || real != filepath.Join(mustReal(s.Dir), rel) {
+		return nil, fmt.Errorf("%w: %s: %s is reached through a symbolic link", ErrInvalid, s.Name, abs)
 	}
 	src, err := os.ReadFile(abs)
 	if err != nil {
@@ -231,6 +237,15 @@ func (b *Builder) prepare(ctx context.Context, s skill.Skill) (*prepared, error)
 	key := hex.EncodeToString(h.Sum(nil))
 	return &prepared{dockerfile: slashRel, path: abs, ins: ins, body: body, key: key,
 		tag: Repository + "/" + s.Name + ":" + key[:12]}, nil
+}
+
+// mustReal is dir with its symbolic links resolved, or dir when that
+// fails (the check it serves then fails closed).
+func mustReal(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
 }
 
 // baseID returns the base image's ID, building it first when it is

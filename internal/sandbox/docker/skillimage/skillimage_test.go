@@ -183,9 +183,12 @@ func TestBuildErrorNamesLine(t *testing.T) {
 		}
 	}
 	os.Symlink("/etc/passwd", filepath.Join(s.Dir, "Link"))
-	s.Manifest.Image.Dockerfile = "Link"
-	if _, _, err := newBuilder(t, cli).Ensure(t.Context(), s); !errors.Is(err, skillimage.ErrInvalid) {
-		t.Errorf("a linked Dockerfile: %v", err)
+	os.Symlink("/etc", filepath.Join(s.Dir, "etc"))
+	for _, df := range []string{"Link", "etc/passwd"} {
+		s.Manifest.Image.Dockerfile = df
+		if _, _, err := newBuilder(t, cli).Ensure(t.Context(), s); !errors.Is(err, skillimage.ErrInvalid) || !strings.Contains(err.Error(), "link") {
+			t.Errorf("a Dockerfile through a link (%s): %v", df, err)
+		}
 	}
 }
 
