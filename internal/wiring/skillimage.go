@@ -36,6 +36,8 @@ func skillImages(u *userenv.Env, cli *client.Client) (*skillimage.Builder, error
 			_, err := docker.EnsureBasePresent(ctx, cli, docker.DebianOptions{Tag: base})
 			return err
 		},
+		// A build step is held to a sandbox's memory.
+		Memory: int64(l.Config.Sandbox.Memory),
 		Logger: u.Logger(),
 	}), nil
 }

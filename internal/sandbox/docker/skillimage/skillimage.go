@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -82,6 +83,9 @@ type Options struct {
 	// MaxContext bounds a build context in bytes; 0 means
 	// DefaultMaxContext.
 	MaxContext int64
+	// Memory bounds each build step's container (RUN), swap included,
+	// in bytes; 0 means the engine's default (none).
+	Memory int64
 	// Logger receives a record per build; nil discards them.
 	Logger *slog.Logger
 }
@@ -292,10 +296,16 @@ func (b *Builder) lock(ctx context.Context, tag string) *lockfile.Lock {
 func (b *Builder) build(ctx context.Context, s skill.Skill, p *prepared, progress io.Writer) error {
 	resp, err := b.cli.ImageBuild(ctx, bytes.NewReader(p.body), client.ImageBuildOptions{
 		Tags: []string{p.tag}, Dockerfile: p.dockerfile, Remove: true, ForceRemove: true,
-		NetworkMode: "none", Version: build.BuilderV1,
+		NetworkMode: "none", Version: build.BuilderV1, Memory: b.opts.Memory, MemorySwap: b.opts.Memory,
 		Labels: map[string]string{docker.LabelContent: p.key, LabelSkill: s.Name, LabelDir: s.Dir, LabelDockerfile: p.dockerfile},
 	})
 	if err != nil {
+		// The engine parses the Dockerfile before any step and names
+		// the line of what it could not parse.
+		if m := parseErrLine.FindStringSubmatch(err.Error()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return &DockerfileError{Path: p.path, Line: n, Instruction: "(parse)", Err: err}
+		}
 		return fmt.Errorf("skillimage: building %s: %w", p.tag, err)
 	}
 	defer resp.Body.Close()
@@ -309,6 +319,8 @@ func (b *Builder) build(ctx context.Context, s skill.Skill, p *prepared, progres
 	}
 	return fmt.Errorf("skillimage: building %s: %w", p.tag, err)
 }
+
+var parseErrLine = regexp.MustCompile(`(?i)dockerfile parse error (?:on )?line (\d+)`)
 
 // BuildError is the engine's report of a failed build.
 type BuildError struct{ Msg string }

@@ -169,6 +169,11 @@ func TestBuildErrorNamesLine(t *testing.T) {
 	if !strings.Contains(progress.String(), "RUN echo one") {
 		t.Errorf("progress:\n%s", progress.String())
 	}
+	// What the engine cannot parse: its line too.
+	os.WriteFile(filepath.Join(s.Dir, "Dockerfile"), []byte("FROM fluffy-base\n\nBOGUS x\n"), 0o644)
+	if _, _, err := newBuilder(t, cli).Ensure(t.Context(), s); !errors.As(err, &de) || de.Line != 3 || !strings.Contains(err.Error(), "unknown instruction") {
+		t.Errorf("an unknown instruction: %v", err)
+	}
 	// A Dockerfile FROM a registry image is refused before the engine
 	// sees it.
 	os.WriteFile(filepath.Join(s.Dir, "Dockerfile"), []byte("FROM debian:stable\n"), 0o644)
@@ -189,6 +194,23 @@ func TestBuildErrorNamesLine(t *testing.T) {
 		if _, _, err := newBuilder(t, cli).Ensure(t.Context(), s); !errors.Is(err, skillimage.ErrInvalid) || !strings.Contains(err.Error(), "link") {
 			t.Errorf("a Dockerfile through a link (%s): %v", df, err)
 		}
+	}
+}
+
+// A build step's container has the memory limit given (cgroup v2 or v1).
+func TestBuildMemoryLimit(t *testing.T) {
+	cli := engine(t)
+	s := newSkill(t, "skillimage-test-memory", map[string]string{
+		"Dockerfile": "FROM fluffy-base\nRUN echo limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\n",
+	})
+	removeSkillImages(t, cli, s)
+	b := skillimage.New(skillimage.Options{Client: cli, Base: testBase, LockDir: t.TempDir(), Memory: 96 << 20})
+	var progress strings.Builder
+	if _, err := b.Build(t.Context(), s, &progress); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), fmt.Sprintf("limit=%d\n", 96<<20)) {
+		t.Errorf("progress:\n%s", progress.String())
 	}
 }
 
