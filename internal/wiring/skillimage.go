@@ -89,7 +89,7 @@ func (*Core) BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.
 		}
 	}
 	if b.GC {
-		removed, err := sb.GC(ctx, skillimage.GCOptions{Load: loadSkillImage})
+		removed, err := sb.GC(ctx, skillimage.GCOptions{Load: loadSkillImage, Roots: rootList(u)})
 		for _, c := range removed {
 			rep.Removed = append(rep.Removed, sandboxrun.SkillImageGC{Ref: c.Ref, Skill: c.Skill, Reason: c.Reason, InUse: c.InUse})
 		}
@@ -100,9 +100,19 @@ func (*Core) BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.
 	return rep, first
 }
 
+// rootList is u's skill roots, the folders a collection judges images
+// of by u's configuration.
+func rootList(u *userenv.Env) []string {
+	var out []string
+	for _, r := range skillRoots(u) {
+		out = append(out, r)
+	}
+	return out
+}
+
 // collectSkillImages removes the stale images of u's skills (those whose
-// folder holds no skill of their name any more, or whose key is not the
-// skill's current one) from the engine of sandbox.runtime (docker unless
+// folder holds no skill of their name any more, or under u's skill roots
+// whose key is not the skill's current one) from the engine of sandbox.runtime (docker unless
 // it says podman). It returns what it removed.
 func collectSkillImages(ctx context.Context, u *userenv.Env) ([]skillimage.Collected, error) {
 	runtime := "docker"
@@ -118,7 +128,7 @@ func collectSkillImages(ctx context.Context, u *userenv.Env) ([]skillimage.Colle
 	if err != nil {
 		return nil, err
 	}
-	return sb.GC(ctx, skillimage.GCOptions{Load: loadSkillImage})
+	return sb.GC(ctx, skillimage.GCOptions{Load: loadSkillImage, Roots: rootList(u)})
 }
 
 // startSkillImageGC runs collectSkillImages in the background at the

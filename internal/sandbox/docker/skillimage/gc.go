@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/moby/moby/client"
@@ -20,7 +21,6 @@ const (
 	ReasonRenamed      = "skill renamed"        // the folder's skill has another name now
 	ReasonNoDockerfile = "no Dockerfile"        // the skill runs in the base image now
 	ReasonSuperseded   = "superseded"           // the skill's context hashes to another key
-	ReasonUntagged     = "untagged"             // a rebuild of the same tag left it without a name
 	reasonKeep         = ""                     // current
 	reasonUnknown      = "could not be checked" // kept: Load or the key failed
 )
@@ -33,6 +33,13 @@ type GCOptions struct {
 	Load func(dir string) (skill.Skill, error)
 	// DryRun lists without removing.
 	DryRun bool
+	// Roots are the folders (skill roots) under which an image's skill
+	// is checked for being renamed, without a Dockerfile or superseded:
+	// the key depends on the base image of the configuration GC runs
+	// with, which is another user's, or another test's, elsewhere. Empty
+	// means everywhere. An image whose folder holds no skill any more is
+	// removed wherever the folder was.
+	Roots []string
 }
 
 // Collected is a stale skill image.
@@ -67,9 +74,25 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 		used[c.ImageID] = true
 	}
 	type state struct {
-		s   skill.Skill
-		err error
-		key string
+		s       skill.Skill
+		loadErr error
+		key     string
+		keyErr  error
+	}
+	roots := make([]string, 0, len(opts.Roots))
+	for _, r := range opts.Roots {
+		if real, err := filepath.EvalSymlinks(r); err == nil {
+			r = real
+		}
+		roots = append(roots, filepath.Clean(r))
+	}
+	within := func(dir string) bool {
+		for _, r := range roots {
+			if strings.HasPrefix(dir, r+string(filepath.Separator)) {
+				return true
+			}
+		}
+		return len(roots) == 0
 	}
 	dirs := map[string]*state{}
 	var out []Collected
@@ -85,32 +108,39 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 		st, ok := dirs[dir]
 		if !ok {
 			st = &state{}
-			st.s, st.err = opts.Load(dir)
-			if st.err == nil && st.s.Manifest.Image.Dockerfile != "" {
-				st.key, st.err = b.Key(ctx, st.s)
+			st.s, st.loadErr = opts.Load(dir)
+			if st.loadErr == nil && within(dir) && st.s.Manifest.Image.Dockerfile != "" {
+				st.key, st.keyErr = b.Key(ctx, st.s)
 			}
 			dirs[dir] = st
 		}
+		// An untagged image (a rebuild moved its tag, or a build in
+		// progress) follows the same rules: one with the current key
+		// is kept.
 		reason := reasonKeep
 		switch {
-		case len(tags) == 0:
-			reason = ReasonUntagged
-		case errors.Is(st.err, fs.ErrNotExist):
+		case errors.Is(st.loadErr, fs.ErrNotExist):
 			reason = ReasonGone
-		case st.err != nil:
+		case st.loadErr != nil:
 			reason = reasonUnknown
+		case !within(dir):
 		case st.s.Name != name:
 			reason = ReasonRenamed
 		case st.s.Manifest.Image.Dockerfile == "":
 			reason = ReasonNoDockerfile
+		case st.keyErr != nil:
+			reason = reasonUnknown
 		case img.Labels[docker.LabelContent] != st.key:
 			reason = ReasonSuperseded
 		}
-		if reason == reasonUnknown {
-			b.log.Warn("skill image kept: its skill could not be read", slog.String("dir", dir), slog.Any("err", st.err))
-			continue
+		if reason == reasonUnknown && within(dir) {
+			err := st.loadErr
+			if err == nil {
+				err = st.keyErr
+			}
+			b.log.Warn("skill image kept: its skill could not be read", slog.String("dir", dir), slog.Any("err", err))
 		}
-		if reason == reasonKeep {
+		if reason == reasonKeep || reason == reasonUnknown {
 			continue
 		}
 		c := Collected{Ref: img.ID, Skill: name, Dir: dir, Reason: reason, InUse: used[img.ID]}

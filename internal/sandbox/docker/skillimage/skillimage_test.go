@@ -275,7 +275,18 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.GC(ctx, skillimage.GCOptions{Load: load})
+	// Outside the roots given only a skill gone counts: the key is the
+	// configuration's, which may be another's there.
+	got, err := b.GC(ctx, skillimage.GCOptions{Load: load, Roots: []string{t.TempDir()}, DryRun: true})
+	for _, c := range got {
+		if c.Skill == name {
+			t.Errorf("outside the roots: %+v", c)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.GC(ctx, skillimage.GCOptions{Load: load, Roots: []string{filepath.Dir(s.Dir)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,13 +309,14 @@ func TestGC(t *testing.T) {
 	if !exists(old) || exists(mid) || !exists(cur) {
 		t.Fatalf("after GC: old %v (in use: kept), mid %v (removed), current %v (kept)", exists(old), exists(mid), exists(cur))
 	}
-	// The skill goes: its image goes, once no container holds it.
+	// The skill goes: its image goes, once no container holds it, inside
+	// the roots or not.
 	os.Remove(filepath.Join(s.Dir, "SKILL.md"))
 	cli.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true})
 	if _, err := b.GC(ctx, skillimage.GCOptions{Load: load, DryRun: true}); err != nil || !exists(cur) {
 		t.Fatalf("a dry run removed %s (%v)", cur, err)
 	}
-	got, err = b.GC(ctx, skillimage.GCOptions{Load: load})
+	got, err = b.GC(ctx, skillimage.GCOptions{Load: load, Roots: []string{t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
