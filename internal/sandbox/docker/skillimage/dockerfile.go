@@ -206,9 +206,10 @@ func rewriteBase(b []byte, from []instruction, ref string) []byte {
 	return []byte(out)
 }
 
-// stepLine maps the engine's "Step N/M : ..." progress lines to the
-// instruction being run.
-var stepLine = regexp.MustCompile(`^Step (\d+)/\d+ : `)
+// stepLine maps the engine's progress lines that start a step to the
+// instruction being run: Docker's "Step N/M : ...", Podman's
+// "STEP N/M: ...".
+var stepLine = regexp.MustCompile(`^(?:Step|STEP) (\d+)/\d+ ?: `)
 
 // stepOf returns the step number a progress line starts, or 0.
 func stepOf(line string) int {

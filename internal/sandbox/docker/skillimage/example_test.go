@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker/skillimage"
@@ -23,8 +25,9 @@ import (
 // FROM the Debian base image with its vendored requirement installed, and
 // its script, run in that image with only the proxy for a network, asks
 // the API through it and prints the forecast.
-func TestExampleWeather(t *testing.T) {
-	cli := engine(t)
+func TestExampleWeather(t *testing.T) { testExampleWeather(t, engine(t)) }
+
+func testExampleWeather(t *testing.T, cli *client.Client) {
 	ctx := t.Context()
 	if _, err := cli.ImageInspect(ctx, docker.BaseImage); err != nil {
 		if _, err := exec.LookPath("mmdebstrap"); err != nil {
@@ -90,7 +93,7 @@ func TestExampleWeather(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
-	rt, err := docker.New(ctx, docker.Options{Image: res.Ref, Session: "test-" + t.Name(), StateDir: t.TempDir()})
+	rt, err := docker.New(ctx, docker.Options{Host: cli.DaemonHost(), Image: res.Ref, Session: "test-" + t.Name(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ type GCOptions struct {
 
 // Collected is a stale skill image.
 type Collected struct {
-	// Ref is its tag (its ID when untagged).
+	// Ref is its tag as Build named it (its ID when untagged).
 	Ref, Skill, Dir string
 	// Reason is one of the Reason constants.
 	Reason string
@@ -101,7 +101,7 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 		name, dir := img.Labels[LabelSkill], img.Labels[LabelDir]
 		var tags []string
 		for _, t := range img.RepoTags {
-			if strings.HasPrefix(t, Repository+"/") {
+			if strings.HasPrefix(withoutRegistry(t), Repository+"/") {
 				tags = append(tags, t)
 			}
 		}
@@ -145,7 +145,11 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 		}
 		c := Collected{Ref: img.ID, Skill: name, Dir: dir, Reason: reason, InUse: used[img.ID]}
 		if len(tags) > 0 {
-			c.Ref = strings.Join(tags, ",")
+			names := make([]string, len(tags))
+			for i, t := range tags {
+				names[i] = withoutRegistry(t)
+			}
+			c.Ref = strings.Join(names, ",")
 		}
 		out = append(out, c)
 		if c.InUse || opts.DryRun {
@@ -164,4 +168,15 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// withoutRegistry is an image name without the registry host Podman
+// puts before a name it was given without one (docker.io/fluffy-skill/...,
+// localhost/...): a first component with a dot or a colon, or localhost.
+func withoutRegistry(name string) string {
+	host, rest, ok := strings.Cut(name, "/")
+	if ok && (strings.ContainsAny(host, ".:") || host == "localhost") {
+		return rest
+	}
+	return name
 }

@@ -156,3 +156,29 @@ func TestContextHash(t *testing.T) {
 		t.Errorf("over the limit: %v", err)
 	}
 }
+
+func TestStepOf(t *testing.T) {
+	for l, want := range map[string]int{
+		"Step 3/7 : RUN exit 3": 3,  // Docker
+		"STEP 12/14: COPY . /":  12, // Podman
+		" ---> Running in abc":  0,
+		"step 1/2: x":           0,
+	} {
+		if got := stepOf(l); got != want {
+			t.Errorf("stepOf(%q) = %d, want %d", l, got, want)
+		}
+	}
+}
+
+func TestWithoutRegistry(t *testing.T) {
+	for in, want := range map[string]string{
+		"fluffy-skill/a:1":           "fluffy-skill/a:1",
+		"docker.io/fluffy-skill/a:1": "fluffy-skill/a:1", // Podman
+		"localhost/fluffy-skill/a:1": "fluffy-skill/a:1",
+		"host:5000/fluffy-skill/a:1": "fluffy-skill/a:1",
+	} {
+		if got := withoutRegistry(in); got != want {
+			t.Errorf("withoutRegistry(%q) = %q", in, got)
+		}
+	}
+}
