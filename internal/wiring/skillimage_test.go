@@ -37,14 +37,14 @@ func TestImageSkills(t *testing.T) {
 	proj := filepath.Join(dir, "proj")
 	os.MkdirAll(filepath.Join(proj, ".git"), 0o755)
 	u := testUser(t, dir, proj)
-	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "b", map[string]string{
+	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "bee", map[string]string{
 		"SKILL.md":   "---\nname: bee\ndescription: x\n---\nbody",
 		"skill.yaml": "image:\n  dockerfile: Dockerfile\n"})
-	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "a", map[string]string{
-		"SKILL.md": "---\nname: ant\n---\n", "carapace.yaml": "image: {dockerfile: build/Dockerfile}\n"})
+	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "ant", map[string]string{
+		"SKILL.md": "---\nname: ant\ndescription: x\n---\n", "carapace.yaml": "image: {dockerfile: build/Dockerfile}\n"})
 	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "notes", map[string]string{"README": "not a skill"})
-	writeSkill(t, filepath.Join(proj, ".fluffy", "skills"), "p", map[string]string{
-		"SKILL.md": "---\nname: proj\n---\n", "skill.yaml": "image: [\n"})
+	writeSkill(t, filepath.Join(proj, ".fluffy", "skills"), "proj", map[string]string{
+		"SKILL.md": "---\nname: proj\ndescription: x\n---\n", "skill.yaml": "image: [\n"})
 	got, errs := imageSkills(u)
 	var names []string
 	for _, s := range got {
@@ -53,7 +53,7 @@ func TestImageSkills(t *testing.T) {
 	if strings.Join(names, " ") != "user:ant:build/Dockerfile user:bee:Dockerfile" {
 		t.Errorf("skills = %v", names)
 	}
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), filepath.Join("p", "skill.yaml")) {
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), filepath.Join("proj", "skill.yaml")) {
 		t.Errorf("errors = %v, want the project skill's manifest", errs)
 	}
 	if _, err := loadSkillImage(filepath.Join(dir, "nowhere")); !errors.Is(err, os.ErrNotExist) {
@@ -70,8 +70,8 @@ func TestSkillImagesBuildAndCollect(t *testing.T) {
 	cfg := filepath.Join(dir, "config", "fluffy")
 	os.MkdirAll(cfg, 0o755)
 	os.WriteFile(filepath.Join(cfg, "config.yaml"), []byte("sandbox:\n  image: "+wiringTestImage+"\n"), 0o644)
-	sd := writeSkill(t, filepath.Join(cfg, "skills"), "w", map[string]string{
-		"SKILL.md":         "---\nname: wiring-skill-test\n---\n",
+	sd := writeSkill(t, filepath.Join(cfg, "skills"), "wiring-skill-test", map[string]string{
+		"SKILL.md":         "---\nname: wiring-skill-test\ndescription: x\n---\n",
 		"skill.yaml":       "image:\n  dockerfile: Dockerfile\n",
 		"Dockerfile":       "FROM fluffy-base\nCOPY requirements.txt /req\n",
 		"requirements.txt": "a\n"})
