@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
+	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
 // addSkillBuildCmd puts 'build' under root's 'skill' command, adding that
@@ -43,20 +44,22 @@ container uses; alone it builds nothing. See docs/skills-images.md.`,
 					runtime = "podman"
 				}
 			}
-			rep, err := a.Core.BuildSkillImages(cmd.Context(), a.user(), sandboxrun.SkillBuild{Runtime: runtime, Names: args, GC: gc, Progress: a.Stderr})
+			// The build's output is the skill's commands' (RUN): escaped,
+			// as are the names and errors, which come from its files.
+			rep, err := a.Core.BuildSkillImages(cmd.Context(), a.user(), sandboxrun.SkillBuild{Runtime: runtime, Names: args, GC: gc, Progress: termsafe.NewWriter(a.Stderr)})
 			if ee := (*sandboxrun.EngineError)(nil); errors.As(err, &ee) {
 				return &ExitError{Code: ExitSandboxSetup, Msg: "skill build: " + ee.Error()}
 			}
 			for _, im := range rep.Images {
 				switch {
 				case im.Err != nil:
-					fmt.Fprintf(a.Stdout, "%s failed: %v\n", im.Skill, im.Err)
+					fmt.Fprintf(a.Stdout, "%s failed: %s\n", termsafe.Line(im.Skill), termsafe.Line(im.Err.Error()))
 				case im.Base:
-					fmt.Fprintf(a.Stdout, "%s %s (base image)\n", im.Skill, im.Ref)
+					fmt.Fprintf(a.Stdout, "%s %s (base image)\n", termsafe.Line(im.Skill), termsafe.Line(im.Ref))
 				case im.Built:
-					fmt.Fprintf(a.Stdout, "%s %s built\n", im.Skill, im.Ref)
+					fmt.Fprintf(a.Stdout, "%s %s built\n", termsafe.Line(im.Skill), im.Ref)
 				default:
-					fmt.Fprintf(a.Stdout, "%s %s up to date\n", im.Skill, im.Ref)
+					fmt.Fprintf(a.Stdout, "%s %s up to date\n", termsafe.Line(im.Skill), im.Ref)
 				}
 			}
 			for _, r := range rep.Removed {
@@ -64,7 +67,7 @@ container uses; alone it builds nothing. See docs/skills-images.md.`,
 				if r.InUse {
 					verb = "kept (in use)"
 				}
-				fmt.Fprintf(a.Stdout, "%s %s %s (%s)\n", verb, r.Skill, r.Ref, r.Reason)
+				fmt.Fprintf(a.Stdout, "%s %s %s (%s)\n", verb, termsafe.Line(r.Skill), termsafe.Line(r.Ref), r.Reason)
 			}
 			if len(rep.Images) == 0 && !gc && err == nil {
 				fmt.Fprintln(a.Stdout, "no skill has a Dockerfile")
