@@ -31,4 +31,5 @@ func addCommands(a *App, root *cobra.Command) {
 		newPluginCmd(a),
 	)
 	setupTaskCmd(a, root)
+	addSkillBuildCmd(a, root)
 }

@@ -36,4 +36,6 @@ type Core interface {
 	SandboxGC(ctx context.Context, u *userenv.Env, runtime string, all, dryRun bool) ([]sandboxrun.Container, error)
 	// BuildImage builds the base image (Debian, or busybox with Minimal) or a Dockerfile's on the engine of runtime.
 	BuildImage(ctx context.Context, u *userenv.Env, runtime string, b sandboxrun.ImageBuild) (sandboxrun.Image, error)
+	// BuildSkillImages builds the images of u's skills that have a Dockerfile (or those b names) and with b.GC removes stale ones.
+	BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.SkillBuild) (sandboxrun.SkillBuildReport, error)
 }

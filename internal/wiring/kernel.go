@@ -93,6 +93,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 			return err
 		}
 		defer startBackups(ctx, d, l.Config.Backup, log.With("subsystem", "backup")).stop()
+		defer startSkillImageGC(ctx, u, log.With("subsystem", "skillimage"))()
 	}
 	bi := buildinfo.Get()
 	srv, err := ipc.NewServer(ipc.ServerOptions{Mux: mux, Name: "fluffy-kernel/" + bi.Version, Logger: log, Refusals: k,

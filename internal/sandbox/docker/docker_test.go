@@ -253,6 +253,28 @@ func TestLabelsAndGC(t *testing.T) {
 		exec.Command("docker", "rm", "-f", oid).Run()
 		t.Fatalf("GC did not remove the orphan %s", oid)
 	}
+	// A container that only inherits dev.fluffy.managed from the image
+	// (a skill build's intermediate container, one a person started from
+	// the base image) has no owner: fluffy did not create it, and GC,
+	// even --all, leaves it alone.
+	b, err = exec.Command("docker", "create", "--network", "none", testImage, "true").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := strings.TrimSpace(string(b))
+	defer exec.Command("docker", "rm", "-f", foreign).Run()
+	if out, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.fluffy.managed"}}`, foreign).Output(); strings.TrimSpace(string(out)) != "1" {
+		t.Fatalf("the test image's label did not reach the container: %q", out)
+	}
+	removed, err = docker.GC(ctx, rt.Client(), docker.GCOptions{All: true, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range removed {
+		if o.ID == foreign {
+			t.Fatalf("GC would remove %s, a container fluffy did not create", foreign)
+		}
+	}
 }
 
 func TestImageCache(t *testing.T) {

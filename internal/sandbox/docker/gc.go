@@ -26,11 +26,11 @@ type Orphan struct {
 	ID, Session, Template, Owner, Mount string
 }
 
-// GC removes the containers labelled by fluffy whose owning process is
-// gone (a crashed or killed fluffy), with their anonymous volumes, and
-// unmounts their workspace overlays, and then the overlays of dead owners
-// that no container refers to any more. It returns the containers it
-// removed.
+// GC removes the containers a fluffy runtime created (labelled with
+// LabelManaged and LabelOwner) whose owning process is gone (a crashed
+// or killed fluffy), with their anonymous volumes, and unmounts their
+// workspace overlays, and then the overlays of dead owners that no
+// container refers to any more. It returns the containers it removed.
 func GC(ctx context.Context, cli *client.Client, opts GCOptions) ([]Orphan, error) {
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=1")})
 	if err != nil {
@@ -40,6 +40,13 @@ func GC(ctx context.Context, cli *client.Client, opts GCOptions) ([]Orphan, erro
 	var errs []error
 	for _, c := range list.Items {
 		o := Orphan{ID: c.ID, Session: c.Labels[LabelSession], Template: c.Labels[LabelTemplate], Owner: c.Labels[LabelOwner], Mount: c.Labels[LabelMount]}
+		if o.Owner == "" {
+			// Not created by a fluffy runtime (which always names the
+			// owner): it inherits LabelManaged from a fluffy image, as a
+			// skill image build's intermediate containers and a person's
+			// own containers of the base image do.
+			continue
+		}
 		if !opts.All && ownerAlive(o.Owner) {
 			continue
 		}
