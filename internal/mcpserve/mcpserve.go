@@ -23,7 +23,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Tool is one of the session router's tools.
+// Tool is one of the session router's tools, under its wire name (dots
+// as double underscores: "shell__exec"), which the router and the
+// clients' model APIs accept alike.
 type Tool struct {
 	Name        string
 	Description string
@@ -93,15 +95,11 @@ var offered = map[string]bool{
 // The session's own tools, served here rather than by the router: they
 // read fluffy's record of the session, never the workspace.
 const (
-	toolChanges = "changes_diff"
-	toolAudit   = "audit_log"
-	// maxAudit bounds audit_log's limit.
+	toolChanges = "changes__diff"
+	toolAudit   = "audit__log"
+	// maxAudit bounds audit__log's limit.
 	maxAudit = 500
 )
-
-// MCPName is the MCP name of a fluffy tool: dots become underscores, as
-// the clients' model APIs accept only [a-zA-Z0-9_-] in a tool name.
-func MCPName(fluffy string) string { return strings.ReplaceAll(fluffy, ".", "_") }
 
 // Options configure New. Session is required.
 type Options struct {
@@ -139,7 +137,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "fluffy", Title: "fluffy (sandboxed, gated tools)", Version: o.Version},
 		&mcp.ServerOptions{Logger: o.Logger, Instructions: instructions(o.Session.ID())})
 	for _, d := range defs {
-		readOnly, ok := offered[d.Name]
+		readOnly, ok := offered[strings.ReplaceAll(d.Name, "__", ".")]
 		if !ok {
 			continue
 		}
@@ -147,7 +145,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if len(schema) == 0 {
 			schema = json.RawMessage(`{"type": "object"}`)
 		}
-		s.srv.AddTool(&mcp.Tool{Name: MCPName(d.Name), Description: d.Description, InputSchema: schema, Annotations: annotations(readOnly)},
+		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: schema, Annotations: annotations(readOnly)},
 			s.routed(d.Name))
 	}
 	s.srv.AddTool(&mcp.Tool{Name: toolChanges, Annotations: annotations(true),
@@ -272,7 +270,7 @@ func (s *Server) result(r Result) *mcp.CallToolResult {
 	return res
 }
 
-// changes is the changes_diff tool.
+// changes is the changes__diff tool.
 func (s *Server) changes(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var a struct {
 		Paths []string `json:"paths"`
@@ -290,7 +288,7 @@ func (s *Server) changes(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	return s.result(Result{Content: d}), nil
 }
 
-// audit is the audit_log tool.
+// audit is the audit__log tool.
 func (s *Server) audit(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var a struct {
 		Limit int `json:"limit"`

@@ -22,7 +22,7 @@ type fakeSession struct {
 	mu        sync.Mutex
 	calls     []string
 	running   atomic.Int32
-	block     chan struct{} // when set, "shell.exec" waits for it
+	block     chan struct{} // when set, "shell__exec" waits for it
 	approvals chan mcpserve.Approval
 }
 
@@ -30,10 +30,10 @@ func (f *fakeSession) ID() string { return "s1" }
 
 func (f *fakeSession) Tools(context.Context) ([]mcpserve.Tool, error) {
 	return []mcpserve.Tool{
-		{Name: "fs.read", Description: "read", Schema: json.RawMessage(`{"type": "object", "properties": {"path": {"type": "string"}}}`)},
-		{Name: "shell.exec", Description: "run", Schema: json.RawMessage(`{"type": "object", "properties": {"command": {"type": "string"}}}`)},
-		{Name: "memory.write", Description: "not offered"},
-		{Name: "sessions.spawn", Description: "not offered"},
+		{Name: "fs__read", Description: "read", Schema: json.RawMessage(`{"type": "object", "properties": {"path": {"type": "string"}}}`)},
+		{Name: "shell__exec", Description: "run", Schema: json.RawMessage(`{"type": "object", "properties": {"command": {"type": "string"}}}`)},
+		{Name: "memory__write", Description: "not offered"},
+		{Name: "sessions__spawn", Description: "not offered"},
 	}, nil
 }
 
@@ -46,7 +46,7 @@ func (f *fakeSession) Call(ctx context.Context, name string, args json.RawMessag
 	f.mu.Lock()
 	f.calls = append(f.calls, name+" "+string(args))
 	f.mu.Unlock()
-	if name == "shell.exec" && f.block != nil {
+	if name == "shell__exec" && f.block != nil {
 		f.approvals <- mcpserve.Approval{ID: "r1", Prompt: "run it?"}
 		select {
 		case <-f.block:
@@ -93,8 +93,8 @@ func text(r *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// Only the offered tools are listed, under names a model API accepts;
-// a call reaches the session under its fluffy name with its arguments,
+// Only the offered tools are listed, under the router's wire names; a
+// call reaches the session with its arguments,
 // and the gates' decision comes back in _meta.
 func TestToolsAndCall(t *testing.T) {
 	f := &fakeSession{approvals: make(chan mcpserve.Approval, 1)}
@@ -109,19 +109,19 @@ func TestToolsAndCall(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"audit_log", "changes_diff", "fs_read", "shell_exec"}; !slices.Equal(names, want) {
+	if want := []string{"audit__log", "changes__diff", "fs__read", "shell__exec"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "a.txt"}})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs__read", Arguments: map[string]any{"path": "a.txt"}})
 	if err != nil || res.IsError || text(res) != "hello" || res.Meta["fluffy/decision"] != "allow: rule r1" || res.Meta["fluffy/session"] != "s1" {
 		t.Fatalf("call: %+v %v", res, err)
 	}
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "memory_write", Arguments: map[string]any{}}); err == nil {
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "memory__write", Arguments: map[string]any{}}); err == nil {
 		t.Error("a tool that is not offered was called")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if want := []string{`fs.read {"path":"a.txt"}`}; !slices.Equal(f.calls, want) {
+	if want := []string{`fs__read {"path":"a.txt"}`}; !slices.Equal(f.calls, want) {
 		t.Errorf("session calls %q, want %q", f.calls, want)
 	}
 }
@@ -131,17 +131,17 @@ func TestToolsAndCall(t *testing.T) {
 func TestChangesAndAudit(t *testing.T) {
 	cs := connect(t, &fakeSession{}, nil)
 	ctx := t.Context()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "changes_diff", Arguments: map[string]any{}})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "changes__diff", Arguments: map[string]any{}})
 	if err != nil || res.IsError || text(res) != "+x" {
-		t.Fatalf("changes_diff: %+v %v", res, err)
+		t.Fatalf("changes__diff: %+v %v", res, err)
 	}
-	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "audit_log", Arguments: map[string]any{"limit": 1}})
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "audit__log", Arguments: map[string]any{"limit": 1}})
 	if err != nil || res.IsError || text(res) != "1\ttool.call" {
-		t.Fatalf("audit_log: %q %v", text(res), err)
+		t.Fatalf("audit__log: %q %v", text(res), err)
 	}
-	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "audit_log", Arguments: map[string]any{"limit": 100000}})
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "audit__log", Arguments: map[string]any{"limit": 100000}})
 	if err != nil || !res.IsError {
-		t.Fatalf("audit_log over the bound: %+v %v", res, err)
+		t.Fatalf("audit__log over the bound: %+v %v", res, err)
 	}
 }
 
@@ -168,14 +168,14 @@ func TestParallelCallsAndApprovalNotice(t *testing.T) {
 		res, err := cs.CallTool(ctx, p)
 		results <- outcome{name, res, err}
 	}
-	go call("shell_exec")
-	if n := <-notes; !strings.HasPrefix(n, "shell_exec: ") || !strings.Contains(n, "fluffy approve r1") {
+	go call("shell__exec")
+	if n := <-notes; !strings.HasPrefix(n, "shell__exec: ") || !strings.Contains(n, "fluffy approve r1") {
 		t.Fatalf("approval notice %q", n)
 	}
-	go call("fs_read")
+	go call("fs__read")
 	select {
 	case n := <-notes:
-		if !strings.HasPrefix(n, "fs_read: waiting for the session's earlier call") {
+		if !strings.HasPrefix(n, "fs__read: waiting for the session's earlier call") {
 			t.Fatalf("second call's notice %q", n)
 		}
 	case o := <-results:
