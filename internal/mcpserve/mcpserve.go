@@ -92,6 +92,9 @@ var offered = map[string]bool{
 	"test.run":    false,
 }
 
+// sandboxed are the offered tools that run commands in the sandbox.
+var sandboxed = map[string]bool{"shell__exec": true, "test__run": true}
+
 // The session's own tools, served here rather than by the router: they
 // read fluffy's record of the session, never the workspace.
 const (
@@ -145,7 +148,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if len(schema) == 0 {
 			schema = json.RawMessage(`{"type": "object"}`)
 		}
-		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: schema, Annotations: annotations(readOnly)},
+		a := annotations(readOnly)
+		if sandboxed[d.Name] {
+			// Policy may give a command network.
+			a.OpenWorldHint = nil
+		}
+		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: schema, Annotations: a},
 			s.routed(d.Name))
 	}
 	s.srv.AddTool(&mcp.Tool{Name: toolChanges, Annotations: annotations(true),
