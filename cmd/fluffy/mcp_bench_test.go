@@ -19,17 +19,22 @@ import (
 
 // BenchmarkMCPServeRead measures the round trip of a trivial call
 // (fs.read of a small file) made by an MCP client on the official SDK
-// through "fluffy mcp serve" (sub-benchmark mcp), against the same call
-// of the same session sent straight to the kernel (session.call over
-// IPC, sub-benchmark ipc): the difference is what the MCP server adds.
-// Each call is timed alone; p50 and p99 are of those samples.
-// FLUFFY_BENCH_BIN is the binary (a real build, bin/fluffy).
+// through "fluffy mcp serve" (mcp-*), against the same call of the same
+// session sent straight to the kernel (session.call over IPC, ipc-*):
+// the difference is what the MCP server adds. Each iteration makes one
+// call each way; each call is timed alone, p50 and p99 are of those
+// samples (ns/op counts both calls).
+// FLUFFY_BENCH_BIN is the binary (a real build, bin/fluffy);
+// FLUFFY_BENCH_HOME, when set, the data directory (kept).
 func BenchmarkMCPServeRead(b *testing.B) {
 	bin := os.Getenv("FLUFFY_BENCH_BIN")
 	if bin == "" {
 		b.Skip("set FLUFFY_BENCH_BIN to a fluffy build (make build: bin/fluffy)")
 	}
 	home, ws := b.TempDir(), filepath.Join(b.TempDir(), "repo")
+	if h := os.Getenv("FLUFFY_BENCH_HOME"); h != "" {
+		home = h // kept afterwards, with the kernel's log
+	}
 	for _, d := range []string{filepath.Join(ws, ".git")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			b.Fatal(err)
@@ -64,48 +69,58 @@ func BenchmarkMCPServeRead(b *testing.B) {
 		b.Fatalf("%+v %v", res, err)
 	}
 	session, _ := res.Meta["fluffy/session"].(string)
-	b.Run("mcp", func(b *testing.B) {
-		timeCalls(b, func() error {
-			res, err := cs.CallTool(ctx, read)
-			if err == nil && res.IsError {
-				b.Fatalf("%+v", res)
-			}
-			return err
-		})
-	})
-	b.Run("ipc", func(b *testing.B) {
-		c, err := ipc.Dial(ctx, ipc.SocketPath("", home), ipc.ClientOptions{Name: "bench"})
-		if err != nil {
-			b.Fatal(err)
+	c, err := ipc.Dial(ctx, ipc.SocketPath("", home), ipc.ClientOptions{Name: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	p := kernel.CallParams{ID: session, Name: "fs__read", Args: json.RawMessage(`{"path": "README.md"}`)}
+	viaMCP := func() error {
+		res, err := cs.CallTool(ctx, read)
+		if err == nil && res.IsError {
+			b.Fatalf("%+v", res)
 		}
-		defer c.Close()
-		p := kernel.CallParams{ID: session, Name: "fs__read", Args: json.RawMessage(`{"path": "README.md"}`)}
-		timeCalls(b, func() error {
-			var r struct{ IsError bool }
-			err := c.Call(ctx, kernel.MethodCall, p, &r)
-			if err == nil && r.IsError {
-				b.Fatal("fs.read failed")
-			}
-			return err
-		})
-	})
-}
-
-// timeCalls runs call b.N times, timing each, and reports the median and
-// the 99th percentile.
-func timeCalls(b *testing.B, call func() error) {
-	lat := make([]time.Duration, 0, b.N)
-	for b.Loop() {
+		return err
+	}
+	viaIPC := func() error {
+		var r struct{ IsError bool }
+		err := c.Call(ctx, kernel.MethodCall, p, &r)
+		if err == nil && r.IsError {
+			b.Fatal("fs.read failed")
+		}
+		return err
+	}
+	// The two in turn, their order swapped every iteration, so that both
+	// meet the same load.
+	var mcpLat, ipcLat []time.Duration
+	timed := func(lat *[]time.Duration, call func() error) {
 		t0 := time.Now()
 		if err := call(); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
+		*lat = append(*lat, time.Since(t0))
 	}
-	slices.Sort(lat)
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			timed(&mcpLat, viaMCP)
+			timed(&ipcLat, viaIPC)
+		} else {
+			timed(&ipcLat, viaIPC)
+			timed(&mcpLat, viaMCP)
+		}
+		i++
+	}
+	reportLatency(b, "mcp", mcpLat)
+	reportLatency(b, "ipc", ipcLat)
+}
+
+// reportLatency reports the median and the 99th percentile of lat.
+func reportLatency(b *testing.B, name string, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), "p99-µs")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), name+"-p50-µs")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), name+"-p99-µs")
 }

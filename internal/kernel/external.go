@@ -79,9 +79,28 @@ func (k *Kernel) CallTool(ctx context.Context, id string, call llm.ToolCall) (ag
 	return res, nil
 }
 
-// withTools registers an external call on session id, builds the
-// session's router as a run does, and calls fn with it. The audit
-// entries the call wrote are durable before it returns.
+// externalTools is an external session's router, kept between its calls
+// as a run keeps its router between turns: building one per call would
+// cost more than a call (the TDD machine resumed from its journal, the
+// session's sandbox and policy looked up). It is dropped when what it
+// was built on changes outside its calls: the change set or the TDD
+// mode (reserveChanges), the provenance (markUntrusted), the session's
+// end (revoke).
+type externalTools struct {
+	tools agent.Tools
+	prov  *Provenance
+}
+
+// dropExternal forgets session id's router.
+func (k *Kernel) dropExternal(id string) {
+	k.mu.Lock()
+	delete(k.external, id)
+	k.mu.Unlock()
+}
+
+// withTools registers an external call on session id and calls fn with
+// the session's router, built as a run builds it when none is kept. The
+// audit entries the call wrote are durable before it returns.
 func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Context, agent.Tools) error) error {
 	info, err := k.Get(ctx, id)
 	if err != nil {
@@ -107,6 +126,11 @@ func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Conte
 		return fmt.Errorf("%w: %s", ErrBusy, id)
 	}
 	k.running[id] = r
+	x := k.external[id]
+	if x != nil {
+		// A mark while the call runs reaches the router's provenance.
+		r.prov = x.prov
+	}
 	k.mu.Unlock()
 	defer func() {
 		cancel()
@@ -115,30 +139,45 @@ func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Conte
 		k.mu.Unlock()
 		close(r.done)
 	}()
-	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
-	if err != nil {
-		return fmt.Errorf("kernel: open the change set: %w", err)
-	}
-	env := Env{Session: id, Workspace: info.Workspace, ChangeSet: cs, Audit: k.o.Audit, Narrowing: info.Narrowing}
-	if env.Provenance, err = k.runProvenance(ctx, id); err != nil {
-		return err
-	}
-	if t := k.o.TDD; t != nil {
-		if env.TDD, err = tdd.Resume(ctx, t.Journal, t.Machine, id, t.Mode); err != nil {
-			return fmt.Errorf("kernel: TDD machine: %w", err)
+	if x == nil {
+		// The router outlives this call: it is built on a context
+		// without the call's cancellation.
+		if x, err = k.buildExternal(context.WithoutCancel(ctx), info); err != nil {
+			return err
 		}
 	}
-	tools, err := k.o.Tools(ctx, env)
-	if err != nil {
-		return fmt.Errorf("kernel: tool router: %w", err)
-	}
-	ferr := fn(ctx, tools)
+	ferr := fn(ctx, x.tools)
+	k.mu.Lock()
+	k.external[id] = x
+	k.mu.Unlock()
 	// Fast-path reads buffer their entries: the client hears the result
 	// only once its record is durable.
 	if err := k.o.Audit.Flush(context.WithoutCancel(ctx)); err != nil {
 		return errors.Join(ferr, fmt.Errorf("kernel: flush the audit log: %w", err))
 	}
 	return ferr
+}
+
+// buildExternal builds an external session's router as runSession does.
+func (k *Kernel) buildExternal(ctx context.Context, info Info) (*externalTools, error) {
+	cs, err := changeset.Open(info.ChangeSet, info.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: open the change set: %w", err)
+	}
+	env := Env{Session: info.ID, Workspace: info.Workspace, ChangeSet: cs, Audit: k.o.Audit, Narrowing: info.Narrowing}
+	if env.Provenance, err = k.runProvenance(ctx, info.ID); err != nil {
+		return nil, err
+	}
+	if t := k.o.TDD; t != nil {
+		if env.TDD, err = tdd.Resume(ctx, t.Journal, t.Machine, info.ID, t.Mode); err != nil {
+			return nil, fmt.Errorf("kernel: TDD machine: %w", err)
+		}
+	}
+	tools, err := k.o.Tools(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: tool router: %w", err)
+	}
+	return &externalTools{tools: tools, prov: env.Provenance}, nil
 }
 
 // externalHandlers are the IPC handlers of external sessions.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 )
@@ -86,5 +87,56 @@ func TestExternalCallBusy(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
+	}
+}
+
+// An external session's router is kept between calls, and built again
+// when what it was built on changed outside them: the session's
+// provenance (a mark the kept router would not see) or its change set.
+func TestExternalRouterKept(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	var builds []kernel.Env
+	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			builds = append(builds, env)
+			return &writeTools{env: env}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "mcp client", Model: kernel.ModelExternal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string) {
+		t.Helper()
+		res, err := k.CallTool(ctx, info.ID, llm.ToolCall{ID: path, Name: "write", Args: json.RawMessage(`{"path": "` + path + `", "content": "x"}`)})
+		if err != nil || res.IsError {
+			t.Fatalf("call: %+v %v", res, err)
+		}
+	}
+	write("a.txt")
+	write("b.txt")
+	if len(builds) != 1 {
+		t.Fatalf("%d routers built for two calls, want 1", len(builds))
+	}
+	if _, err := k.MarkUntrusted(ctx, info.ID, "a webhook"); err != nil {
+		t.Fatal(err)
+	}
+	write("c.txt")
+	if len(builds) != 2 {
+		t.Fatalf("%d routers built after the session was marked, want 2", len(builds))
+	}
+	if src, ok := builds[1].Provenance.Untrusted(); !ok || src != "a webhook" {
+		t.Errorf("the new router's provenance: %q %v", src, ok)
+	}
+	if _, err := k.Discard(ctx, info.ID, "a.txt"); err != nil {
+		t.Fatal(err)
+	}
+	write("d.txt")
+	if len(builds) != 3 {
+		t.Fatalf("%d routers built after a discard, want 3", len(builds))
 	}
 }

@@ -654,6 +654,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 // longer verify and its approvals "for session" no longer count. They
 // live in the kernel's memory only, so a kernel that restarts holds none.
 func (k *Kernel) revoke(id string) {
+	k.dropExternal(id)
 	for _, r := range k.o.Revokers {
 		r.EndSession(id)
 	}
