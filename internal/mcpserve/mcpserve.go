@@ -76,7 +76,8 @@ type ApprovalWatcher interface {
 
 // offered are the router's tools an MCP client gets, by fluffy name,
 // with whether they only read. Everything else the router has (the
-// memory, sub-agent and git commit tools) stays fluffy's own.
+// memory, sub-agent and git commit tools, plugins' tools) stays fluffy's
+// own.
 var offered = map[string]bool{
 	"fs.read":     true,
 	"fs.list":     true,
