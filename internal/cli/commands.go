@@ -29,6 +29,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newSecretCmd(a),
 		newSchedCmd(a),
 		newPluginCmd(a),
+		newMCPCmd(a),
 	)
 	setupTaskCmd(a, root)
 	addSkillBuildCmd(a, root)

@@ -282,6 +282,9 @@ func (k *Kernel) reserveChanges(id string) (func(), error) {
 	}
 	r := &run{cancel: func() {}, done: make(chan struct{})}
 	k.running[id] = r
+	// The change set or the TDD machine changes under an external
+	// session's router: its next call builds a new one.
+	delete(k.external, id)
 	return func() {
 		k.mu.Lock()
 		if k.running[id] == r {

@@ -174,6 +174,9 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 	for name, h := range k.controlHandlers() {
 		handlers[name] = h
 	}
+	for name, h := range k.externalHandlers() {
+		handlers[name] = h
+	}
 	for name, h := range handlers {
 		if err := mux.Handle(name, h); err != nil {
 			return err
@@ -202,7 +205,7 @@ func wireError(err error) error {
 		return ipc.Errorf(CodeInvalidPath, "%v", err)
 	case errors.Is(err, changeset.ErrLocked):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen), errors.Is(err, ErrExternal), errors.Is(err, ErrNotExternal):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	case errors.As(err, &ce), errors.Is(err, changeset.ErrSensitive), errors.Is(err, changeset.ErrOwnFile):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)

@@ -181,6 +181,9 @@ type Kernel struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	running map[string]*run // by session id
+	// external holds an external session's router between its calls
+	// (external.go), by session id.
+	external map[string]*externalTools
 	// stopping is set by Stop: no run starts after it.
 	stopping bool
 	markMu   sync.Mutex // one MarkUntrusted at a time (provenance.go)
@@ -222,7 +225,7 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, started: o.Now()}
+	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, external: map[string]*externalTools{}, started: o.Now()}
 	k.o.Audit = treeLog{AuditLog: o.Audit, k: k}
 	o = k.o
 	rep, err := o.Audit.VerifyAtStart(ctx)

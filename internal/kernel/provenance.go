@@ -77,6 +77,8 @@ func (k *Kernel) markUntrusted(ctx context.Context, id string, t audit.SessionUn
 	if r := k.running[id]; r != nil && r.prov != nil {
 		r.prov.set(t.Source)
 	}
+	// An external session's next call reads the mark with a new router.
+	delete(k.external, id)
 	k.mu.Unlock()
 	k.log.Info("session marked untrusted", "session", id, "cause", t.Cause, "source", t.Source)
 	return true, nil

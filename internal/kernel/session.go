@@ -312,6 +312,9 @@ func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent fun
 	case StatusRunning:
 		return RunResult{}, fmt.Errorf("%w: %s", ErrBusy, id)
 	}
+	if info.Model == ModelExternal {
+		return RunResult{}, fmt.Errorf("%w: %s", ErrExternal, id)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	em := &emitter{k: k, id: id, on: onEvent}
 	r := &run{em: em, cancel: cancel, done: make(chan struct{})}
@@ -602,6 +605,14 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	case StatusRunning:
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrBusy, p.ID)
 	}
+	// A call of an outside agent (external.go) holds the session without
+	// marking it running; its change set is not applied or discarded
+	// under it.
+	release, err := k.reserveChanges(p.ID)
+	if err != nil {
+		return CloseResult{}, err
+	}
+	defer release()
 	// Its sub-agents end with it: their change sets are discarded (what
 	// was merged into this one through review is here).
 	if err := k.closeChildren(ctx, p.ID); err != nil {
@@ -643,6 +654,7 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 // longer verify and its approvals "for session" no longer count. They
 // live in the kernel's memory only, so a kernel that restarts holds none.
 func (k *Kernel) revoke(id string) {
+	k.dropExternal(id)
 	for _, r := range k.o.Revokers {
 		r.EndSession(id)
 	}
