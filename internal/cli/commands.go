@@ -30,5 +30,6 @@ func addCommands(a *App, root *cobra.Command) {
 		newSchedCmd(a),
 		newPluginCmd(a),
 	)
+	addSkillInstallCmds(a, root)
 	setupTaskCmd(a, root)
 }

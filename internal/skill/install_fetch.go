@@ -47,7 +47,7 @@ func (i *Installed) Install(ctx context.Context, src string, o InstallOptions) (
 			return Record{}, nil, err
 		}
 	} else if info, err := os.Stat(src); err != nil {
-		return Record{}, nil, fmt.Errorf("skill: install: %w", err)
+		return Record{}, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	} else if !info.IsDir() {
 		return Record{}, nil, fmt.Errorf("%w: %s is not a folder", ErrInvalid, src)
 	}
