@@ -164,3 +164,23 @@ func WideningSummary(name string, changes []Change) string {
 	}
 	return b.String()
 }
+
+// IsManifestFile reports whether base is a file name a skill's manifest
+// is read from (skill.yaml, carapace.yaml).
+func IsManifestFile(base string) bool { return slices.Contains(manifestFiles, base) }
+
+// EffectiveManifest is the manifest a folder's files give, as discovery
+// reads it: skill.yaml, else carapace.yaml, else none (the zero
+// Manifest). read returns a file's contents and whether it exists.
+func EffectiveManifest(read func(name string) ([]byte, bool, error)) (Manifest, error) {
+	for _, n := range manifestFiles {
+		b, ok, err := read(n)
+		if err != nil {
+			return Manifest{}, err
+		}
+		if ok {
+			return decodeManifest(n, b)
+		}
+	}
+	return Manifest{}, nil
+}
