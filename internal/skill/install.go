@@ -87,7 +87,9 @@ func (e *FindingsError) Is(target error) bool { return target == ErrFindings }
 // SignatureError is ErrSignature with the reason.
 type SignatureError struct{ Why string }
 
-func (e *SignatureError) Error() string        { return "the skill's signature (" + SignatureFile + ") is not verified: " + e.Why }
+func (e *SignatureError) Error() string {
+	return "the skill's signature (" + SignatureFile + ") is not verified: " + e.Why
+}
 func (e *SignatureError) Is(target error) bool { return target == ErrSignature }
 
 // Record is what fluffy keeps about an installed skill, apart from its
