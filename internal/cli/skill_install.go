@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/skill"
+	"github.com/fluffy-agent/fluffy/internal/tui"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
@@ -306,4 +307,13 @@ func newSkillDigestCmd(a *App) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// widening is a change set review's skill flag (kernel.SkillReview),
+// bold where the terminal shows it, escaped.
+func widening(caps tui.Caps, s string) string {
+	if s == "" {
+		return ""
+	}
+	return caps.Paint(tui.Bold, termsafe.String(s))
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io/fs"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -88,44 +87,25 @@ func (b *builtins) plannedEdit(in *EditIn) plannedWrites {
 func touchesManifest(rel string) bool { return skill.IsManifestFile(path.Base(rel)) }
 
 // skillWidening is what the planned writes widen, one flag per skill
-// folder (with the manifest's diff), "" when nothing widens. A folder is
-// a skill's when it holds a SKILL.md (before or after the writes).
+// folder with its manifest's diff, "" when nothing widens
+// (skill.ReviewWidening says which folders count).
 func (b *builtins) skillWidening(w plannedWrites) string {
-	var dirs []string
+	changed := make([]string, 0, len(w))
 	for rel := range w {
-		if d := path.Dir(rel); touchesManifest(rel) && !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
+		changed = append(changed, rel)
 	}
-	slices.Sort(dirs)
+	ws, err := skill.ReviewWidening(changed, b.readFn(nil), b.readFn(w))
+	if err != nil {
+		// Fail closed: what cannot be read cannot be shown not to widen.
+		return "could not check whether this widens a skill: " + err.Error() + "\n"
+	}
 	var out strings.Builder
-	for _, dir := range dirs {
-		join := func(n string) string { return path.Join(dir, n) }
-		_, planned := w[join("SKILL.md")]
-		if _, err := b.o.ChangeSet.Stat(join("SKILL.md")); err != nil && !planned {
-			continue
-		}
-		before, err := skill.EffectiveManifest(b.readFn(dir, nil))
-		if err != nil {
-			// An invalid manifest makes discovery skip the skill: it
-			// had nothing.
-			before = skill.Manifest{}
-		}
-		name := path.Base(dir)
-		after, err := skill.EffectiveManifest(b.readFn(dir, w))
-		if err != nil {
-			out.WriteString("skill " + name + ": the new manifest does not parse (the skill would be skipped): " + err.Error() + "\n")
-			continue
-		}
-		s := skill.WideningSummary(name, skill.Widening(before, after))
-		if s == "" {
-			continue
-		}
-		out.WriteString(s)
+	for _, fw := range ws {
+		out.WriteString(skill.ReviewText([]skill.FolderWidening{fw}))
 		for _, n := range []string{"skill.yaml", "carapace.yaml"} {
-			rel := join(n)
+			rel := path.Join(fw.Dir, n)
 			if data, ok := w[rel]; ok {
-				old, _, _ := b.readFn(dir, nil)(n)
+				old, _, _ := b.readFn(nil)(rel)
 				out.WriteString(udiff.Unified("a/"+rel, "b/"+rel, string(old), string(data)))
 			}
 		}
@@ -133,11 +113,10 @@ func (b *builtins) skillWidening(w plannedWrites) string {
 	return out.String()
 }
 
-// readFn reads dir's files from the change set's merged view, or from w
-// where it plans a write.
-func (b *builtins) readFn(dir string, w plannedWrites) func(string) ([]byte, bool, error) {
-	return func(n string) ([]byte, bool, error) {
-		rel := path.Join(dir, n)
+// readFn reads a workspace path from the change set's merged view, or
+// from w where it plans a write.
+func (b *builtins) readFn(w plannedWrites) func(string) ([]byte, bool, error) {
+	return func(rel string) ([]byte, bool, error) {
 		if data, ok := w[rel]; ok {
 			return data, data != nil, nil
 		}
