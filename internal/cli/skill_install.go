@@ -2,14 +2,17 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/skill"
 	"github.com/fluffy-agent/fluffy/internal/tui"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
@@ -75,6 +78,13 @@ its manifest asks and records what you grant.`,
 				}
 				return skillExit(err)
 			}
+			t := audit.SkillTrust{Action: "install", Name: r.Name, Digest: r.Digest, Source: r.Source, Commit: r.Commit, Signer: r.Signer}
+			for _, f := range findings {
+				t.Findings = append(t.Findings, f.String())
+			}
+			if err := a.recordSkillTrust(cmd.Context(), t); err != nil {
+				return err
+			}
 			if asJSON {
 				return writeSkillJSON(a.Stdout, r)
 			}
@@ -92,6 +102,22 @@ its manifest asks and records what you grant.`,
 	cmd.Flags().BoolVar(&insist, "insist", false, "install even though the scanner flags it or its signature does not verify")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
 	return cmd
+}
+
+// recordSkillTrust writes a skill.trust entry, durable before it
+// returns. The decision has been carried out by then; a log that cannot
+// record it makes the command fail, saying so.
+func (a *App) recordSkillTrust(ctx context.Context, t audit.SkillTrust) error {
+	al := a.user().SharedAudit(time.Minute)
+	defer al.Close()
+	_, err := al.Append(ctx, audit.Entry{Kind: audit.KindSkillTrust, Actor: audit.ActorUser, Payload: t})
+	if err == nil {
+		err = al.Flush(ctx)
+	}
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("%s of skill %s done, but the audit log could not record it: %v", t.Action, t.Name, err)}
+	}
+	return nil
 }
 
 func writeSkillJSON(w io.Writer, v any) error {
@@ -128,11 +154,15 @@ new manifest adds needs a new grant. --revoke takes everything back.`,
 			}
 			name := args[0]
 			if revoke {
-				_, err := in.SetGrant(cmd.Context(), name, nil)
-				if err == nil {
-					fmt.Fprintf(a.Stdout, "revoked: %s gets no network and no credentials\n", name)
+				r, err := in.SetGrant(cmd.Context(), name, nil)
+				if err != nil {
+					return skillExit(err)
 				}
-				return skillExit(err)
+				if err := a.recordSkillTrust(cmd.Context(), audit.SkillTrust{Action: "revoke", Name: name, Digest: r.Digest}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.Stdout, "revoked: %s gets no network and no credentials\n", name)
+				return nil
 			}
 			m, digest, err := in.Asks(name)
 			if err != nil {
@@ -157,6 +187,13 @@ new manifest adds needs a new grant. --revoke takes everything back.`,
 			}
 			if _, err := in.SetGrant(cmd.Context(), name, &skill.Grant{Network: m.Network, Credentials: m.Credentials, Digest: digest}); err != nil {
 				return skillExit(err)
+			}
+			t := audit.SkillTrust{Action: "grant", Name: name, Digest: digest, Network: m.Network}
+			for _, c := range m.Credentials {
+				t.Credentials = append(t.Credentials, c.Ref)
+			}
+			if err := a.recordSkillTrust(cmd.Context(), t); err != nil {
+				return err
 			}
 			fmt.Fprintf(a.Stdout, "granted %s %d host(s) and %d credential(s)\n", name, len(m.Network), len(m.Credentials))
 			return nil
@@ -216,6 +253,16 @@ refused.`,
 			r, err := in.Repin(cmd.Context(), name, rv.Current, insist)
 			if err != nil {
 				return skillExit(err)
+			}
+			t := audit.SkillTrust{Action: "pin", Name: name, Digest: r.Digest, Previous: rv.Pinned, Changed: rv.Changed}
+			for _, c := range rv.Widening {
+				t.Widening = append(t.Widening, c.String())
+			}
+			for _, f := range r.Insisted {
+				t.Findings = append(t.Findings, f.String())
+			}
+			if err := a.recordSkillTrust(cmd.Context(), t); err != nil {
+				return err
 			}
 			fmt.Fprintf(a.Stdout, "pinned %s %s\n", name, r.Digest)
 			if len(rv.Widening) > 0 {
