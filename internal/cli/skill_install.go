@@ -67,7 +67,7 @@ its manifest asks and records what you grant.`,
 				return err
 			}
 			src := args[0]
-			if !strings.Contains(src, "://") && !strings.Contains(src, "@") {
+			if !skill.IsGitURL(src) {
 				src = a.abs(src)
 			}
 			r, findings, err := in.Install(cmd.Context(), src, skill.InstallOptions{Insist: insist})

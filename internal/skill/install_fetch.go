@@ -124,13 +124,20 @@ func (i *Installed) snapshot(name, dir string) error {
 	return os.Rename(tmp, i.pinnedPath(name))
 }
 
-// isGitSource: a URL (scheme://, or scp-like user@host:path), or a path
-// to a bare repository (HEAD and objects/ at its top, no SKILL.md).
-func isGitSource(src string) bool {
+// IsGitURL reports whether src is a git URL rather than a path: it has a
+// scheme (scheme://...) or is scp-like (user@host:path).
+func IsGitURL(src string) bool {
 	if strings.Contains(src, "://") {
 		return true
 	}
-	if at, colon := strings.Index(src, "@"), strings.Index(src, ":"); at > 0 && colon > at && !strings.Contains(src[:at], "/") {
+	at, colon := strings.Index(src, "@"), strings.Index(src, ":")
+	return at > 0 && colon > at && !strings.Contains(src[:at], "/")
+}
+
+// isGitSource: a git URL, or a path to a bare repository (HEAD and
+// objects/ at its top, no SKILL.md).
+func isGitSource(src string) bool {
+	if IsGitURL(src) {
 		return true
 	}
 	_, errHead := os.Stat(filepath.Join(src, "HEAD"))
@@ -153,14 +160,33 @@ func (i *Installed) clone(ctx context.Context, src, dst string) (string, error) 
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("skill: git %s: %w: %s", args[2], err, strings.TrimSpace(errb.String()))
+			return "", fmt.Errorf("skill: git %s: %w: %s", verb(args), err, strings.TrimSpace(errb.String()))
 		}
 		return strings.TrimSpace(out.String()), nil
 	}
-	if _, err := run("-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-recurse-submodules", "--no-tags", "--single-branch", "-c", "core.symlinks=true", "--", src, dst); err != nil {
+	// Only the plain transports: never ext:: (which runs a command) or
+	// another helper a URL could name, whatever the person's git
+	// configuration allows (a protocol's own setting beats
+	// protocol.allow, so ext and fd are named).
+	if _, err := run("-c", "core.hooksPath=/dev/null", "-c", "protocol.allow=never",
+		"-c", "protocol.ext.allow=never", "-c", "protocol.fd.allow=never",
+		"-c", "protocol.file.allow=always", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always", "-c", "protocol.git.allow=always",
+		"clone", "--quiet", "--no-recurse-submodules", "--no-tags", "--single-branch", "-c", "core.symlinks=true", "--", src, dst); err != nil {
 		return "", err
 	}
 	return run("-C", dst, "rev-parse", "HEAD")
+}
+
+// verb is the git command among args (after the -c and -C options).
+func verb(args []string) string {
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-c" || args[i] == "-C" {
+			i++
+			continue
+		}
+		return args[i]
+	}
+	return ""
 }
 
 // verify checks sig, an SSH signature over the digest line ("sha256:…"

@@ -285,6 +285,21 @@ func TestInstallGit(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ext transport refused", func(t *testing.T) {
+		// Even where the person's git configuration allows ext::.
+		cfg := filepath.Join(t.TempDir(), "gitconfig")
+		os.WriteFile(cfg, []byte("[protocol \"ext\"]\n\tallow = always\n"), 0o644)
+		t.Setenv("GIT_CONFIG_GLOBAL", cfg)
+		in := newInstalled(t)
+		marker := filepath.Join(t.TempDir(), "ran")
+		_, _, err := in.Install(t.Context(), "ext::sh -c touch% "+marker+" #://", InstallOptions{Insist: true})
+		if err == nil {
+			t.Fatal("an ext:: URL was cloned")
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Error("the ext:: command ran")
+		}
+	})
 	t.Run("symlink in the repository", func(t *testing.T) {
 		os.Symlink("/etc/passwd", filepath.Join(src, "passwd"))
 		git(t, src, "add", ".")
