@@ -41,7 +41,7 @@ func skillExit(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, skill.ErrInvalid), errors.Is(err, skill.ErrNotInstalled), errors.Is(err, skill.ErrUnsupportedFile):
+	case errors.Is(err, skill.ErrNotInstallable), errors.Is(err, skill.ErrNotInstalled), errors.Is(err, skill.ErrUnsupportedFile):
 		return fmt.Errorf("%w: %s", errUsage, termsafe.String(err.Error()))
 	}
 	return &ExitError{Code: ExitFailure, Msg: termsafe.String(err.Error())}

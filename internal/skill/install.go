@@ -37,9 +37,9 @@ var (
 	// ErrSignature: the folder carries a signature that does not verify
 	// against the allowed signers (*SignatureError says why).
 	ErrSignature = errors.New("skill: signature not verified")
-	// ErrInvalid: the folder is not a skill fluffy can install (no
-	// SKILL.md, a bad name, a manifest that does not parse).
-	ErrInvalid = errors.New("skill: invalid")
+	// ErrNotInstallable: the folder is not a skill fluffy can install
+	// (no SKILL.md, a bad name, a manifest that does not parse).
+	ErrNotInstallable = errors.New("skill: not installable")
 	// ErrChangedSinceReview: the folder changed between the review the
 	// person saw and the re-pin or grant they confirmed.
 	ErrChangedSinceReview = errors.New("skill: changed since it was reviewed")
@@ -164,10 +164,12 @@ func (i *Installed) lock(ctx context.Context) (*lockfile.Lock, error) {
 	return lockfile.Acquire(ctx, filepath.Join(i.StateDir, "lock"), lockfile.Options{Wait: 30 * time.Second, WritePID: true})
 }
 
-// nameRE is a skill's name: what SKILL.md's front matter must say.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+// installNameRE is a skill's name as the Agent Skills format has it
+// (lower-case letters, digits, single hyphens inside; at most 64): the
+// installed folder's name, so nothing else may reach a path.
+var installNameRE = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 
-// recordPath and pinnedPath: name has passed nameRE.
+// recordPath and pinnedPath: name has passed installNameRE.
 func (i *Installed) recordPath(name string) string {
 	return filepath.Join(i.StateDir, "installed", name+".json")
 }
@@ -182,7 +184,7 @@ func (i *Installed) Dir(name string) string { return filepath.Join(i.SkillsDir, 
 // Record reads name's record.
 func (i *Installed) Record(name string) (Record, error) {
 	var r Record
-	if !nameRE.MatchString(name) {
+	if !installNameRE.MatchString(name) || len(name) > 64 {
 		return r, fmt.Errorf("%w: %q", ErrNotInstalled, name)
 	}
 	b, err := os.ReadFile(i.recordPath(name))
@@ -295,14 +297,14 @@ func (i *Installed) Granted(name string) (network []string, creds []Credential, 
 		}
 	}
 	for _, c := range m.Credentials {
-		if slices.ContainsFunc(r.Grant.Credentials, func(g Credential) bool { return sameCredential(g, c) }) {
+		if slices.ContainsFunc(r.Grant.Credentials, func(g Credential) bool { return grantMatches(g, c) }) {
 			creds = append(creds, c)
 		}
 	}
 	return network, creds, nil
 }
 
-func sameCredential(a, b Credential) bool {
+func grantMatches(a, b Credential) bool {
 	return a.Ref == b.Ref && a.As == b.As && a.Name == b.Name && slices.Equal(a.Bind, b.Bind)
 }
 
@@ -343,7 +345,7 @@ func (i *Installed) SetGrant(ctx context.Context, name string, g *Grant) (Record
 // Forget drops name's record and pinned copy (after its folder is
 // removed); it is no error when there is none.
 func (i *Installed) Forget(ctx context.Context, name string) error {
-	if !nameRE.MatchString(name) {
+	if !installNameRE.MatchString(name) || len(name) > 64 {
 		return fmt.Errorf("%w: %q", ErrNotInstalled, name)
 	}
 	l, err := i.lock(ctx)
@@ -388,25 +390,25 @@ func readOnly(dir string) error {
 func skillName(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "SKILL.md"))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %w", ErrNotInstallable, err)
 	}
 	b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
 	rest, ok := bytes.CutPrefix(b, []byte("---\n"))
 	if !ok {
-		return "", fmt.Errorf("%w: SKILL.md:1: no front matter (a first line ---)", ErrInvalid)
+		return "", fmt.Errorf("%w: SKILL.md:1: no front matter (a first line ---)", ErrNotInstallable)
 	}
 	fm, _, ok := bytes.Cut(rest, []byte("\n---"))
 	if !ok {
-		return "", fmt.Errorf("%w: SKILL.md: the front matter has no closing ---", ErrInvalid)
+		return "", fmt.Errorf("%w: SKILL.md: the front matter has no closing ---", ErrNotInstallable)
 	}
 	var v struct {
 		Name string `yaml:"name"`
 	}
 	if err := yaml.Unmarshal(fm, &v); err != nil {
-		return "", fmt.Errorf("%w: SKILL.md front matter: %w", ErrInvalid, err)
+		return "", fmt.Errorf("%w: SKILL.md front matter: %w", ErrNotInstallable, err)
 	}
-	if !nameRE.MatchString(v.Name) {
-		return "", fmt.Errorf("%w: SKILL.md: name %q must be lower case letters, digits and -, at most 64", ErrInvalid, v.Name)
+	if !installNameRE.MatchString(v.Name) || len(v.Name) > 64 {
+		return "", fmt.Errorf("%w: SKILL.md: name %q must be lower-case letters and digits, with single hyphens inside, at most 64", ErrNotInstallable, v.Name)
 	}
 	return v.Name, nil
 }
@@ -436,7 +438,7 @@ func decodeManifest(name string, b []byte) (Manifest, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&m); err != nil && !errors.Is(err, io.EOF) {
-		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrNotInstallable, name, err)
 	}
 	return m, nil
 }

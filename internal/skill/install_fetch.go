@@ -47,9 +47,9 @@ func (i *Installed) Install(ctx context.Context, src string, o InstallOptions) (
 			return Record{}, nil, err
 		}
 	} else if info, err := os.Stat(src); err != nil {
-		return Record{}, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Record{}, nil, fmt.Errorf("%w: %w", ErrNotInstallable, err)
 	} else if !info.IsDir() {
-		return Record{}, nil, fmt.Errorf("%w: %s is not a folder", ErrInvalid, src)
+		return Record{}, nil, fmt.Errorf("%w: %s is not a folder", ErrNotInstallable, src)
 	}
 	tree := filepath.Join(stage, "tree")
 	es, err := copyTree(from, tree)

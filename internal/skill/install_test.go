@@ -236,8 +236,8 @@ func TestInstallInvalid(t *testing.T) {
 			in := newInstalled(t)
 			src := filepath.Join(t.TempDir(), "s")
 			writeTree(t, src, files)
-			if _, _, err := in.Install(t.Context(), src, InstallOptions{Insist: true}); !errors.Is(err, ErrInvalid) {
-				t.Errorf("install: %v, want ErrInvalid", err)
+			if _, _, err := in.Install(t.Context(), src, InstallOptions{Insist: true}); !errors.Is(err, ErrNotInstallable) {
+				t.Errorf("install: %v, want ErrNotInstallable", err)
 			}
 		})
 	}

@@ -51,12 +51,12 @@ func ReviewWidening(changed []string, before, after func(rel string) ([]byte, bo
 		}
 		fw := FolderWidening{Dir: dir, Name: path.Base(dir)}
 		prev, err := EffectiveManifest(in(before))
-		if err != nil && !errors.Is(err, ErrInvalid) {
+		if err != nil && !errors.Is(err, ErrNotInstallable) {
 			return nil, err
 		}
 		next, err := EffectiveManifest(in(after))
 		switch {
-		case err != nil && errors.Is(err, ErrInvalid):
+		case err != nil && errors.Is(err, ErrNotInstallable):
 			fw.Invalid = err.Error()
 		case err != nil:
 			return nil, err
