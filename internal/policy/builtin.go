@@ -87,7 +87,7 @@ func Builtins() []BuiltinRule {
 		{RuleOutsideWrite, Block, "writes outside the workspace are not allowed"},
 		{RuleUnresolved, Approve, "the command cannot be resolved statically (a variable, substitution, eval, source, a script or stdin, or unparseable text): a person must look at it"},
 		{RuleUntrustedMemory, Approve, "a session that has read untrusted data writes the assistant's memory only with a person's approval of that write: no rule allows it, no approval for the session or token covers it"},
-		{RuleSkillWidening, Approve, "a write that widens a skill's manifest (hosts, credentials or entrypoints added, classification hints removed, the sandbox loosened, the image changed) needs a person's approval of that write, in every session: no rule allows it, no approval for the session or token covers it"},
+		{RuleSkillWidening, Approve, "a write that widens what a skill may reach, hold or run needs a person's approval of that write, every time"},
 		{RuleExecCapable, Approve, "the command is told to run code the policy cannot see (an inline script, an expression language, an editor command); only an allow rule with exec_capable: true covers it"},
 	}
 }
