@@ -141,6 +141,11 @@ type Installed struct {
 	// Git and SSHKeygen are the programs run ("git", "ssh-keygen" when
 	// empty, looked up in PATH).
 	Git, SSHKeygen string
+	// MaxFiles and MaxBytes bound what an install copies (entries, and
+	// the files' bytes together); DefaultMaxFiles and DefaultMaxBytes
+	// when zero.
+	MaxFiles int
+	MaxBytes int64
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }

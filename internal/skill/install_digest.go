@@ -51,6 +51,7 @@ type entry struct {
 	dir  bool
 	exec bool   // any execute bit set (files)
 	sum  string // hex SHA-256 of the contents (files)
+	size int64  // bytes hashed (files)
 }
 
 // skipped: what a folder's digest and copy leave out. A clone's .git is
@@ -93,11 +94,11 @@ func listTree(dir string) ([]entry, error) {
 		if err != nil {
 			return err
 		}
-		sum, err := fileSum(p)
+		size, sum, err := fileSum(p)
 		if err != nil {
 			return err
 		}
-		out = append(out, entry{rel: rel, exec: info.Mode()&0o111 != 0, sum: sum})
+		out = append(out, entry{rel: rel, exec: info.Mode()&0o111 != 0, sum: sum, size: size})
 		return nil
 	})
 	if err != nil {
@@ -121,17 +122,18 @@ func kindOf(m fs.FileMode) string {
 	return "not a regular file"
 }
 
-func fileSum(p string) (string, error) {
-	f, err := os.Open(p)
+func fileSum(p string) (int64, string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // canonical is the text a folder's digest hashes: a version line, then
@@ -175,12 +177,18 @@ func digestOf(es []entry) string {
 }
 
 // copyTree copies src's entries (as listTree saw them) into dst, which
-// must not exist: files 0644 or 0755 by their execute bit. It returns
-// the entries copied, hashed as written, so the caller pins what landed.
-func copyTree(src, dst string) ([]entry, error) {
+// must not exist: files 0644 or 0755 by their execute bit. fit, when
+// set, judges the listing before anything is copied. It returns the
+// entries copied, hashed as written, so the caller pins what landed.
+func copyTree(src, dst string, fit func([]entry) error) ([]entry, error) {
 	es, err := listTree(src)
 	if err != nil {
 		return nil, err
+	}
+	if fit != nil {
+		if err := fit(es); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return nil, err
@@ -205,7 +213,7 @@ func copyTree(src, dst string) ([]entry, error) {
 }
 
 func copyFile(from, to string, mode fs.FileMode) error {
-	in, err := os.OpenFile(from, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	in, err := os.OpenFile(from, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}

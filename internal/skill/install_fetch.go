@@ -52,7 +52,7 @@ func (i *Installed) Install(ctx context.Context, src string, o InstallOptions) (
 		return Record{}, nil, fmt.Errorf("%w: %s is not a folder", ErrNotInstallable, src)
 	}
 	tree := filepath.Join(stage, "tree")
-	es, err := copyTree(from, tree)
+	es, err := copyTree(from, tree, i.fits)
 	if err != nil {
 		return Record{}, nil, fmt.Errorf("skill: install %s: %w", src, err)
 	}
@@ -108,6 +108,34 @@ func (i *Installed) Install(ctx context.Context, src string, o InstallOptions) (
 	return r, findings, nil
 }
 
+// Default limits of what an install copies.
+const (
+	DefaultMaxFiles = 10000
+	DefaultMaxBytes = 256 << 20
+)
+
+// fits refuses a folder with more entries or bytes than the limits: a
+// skill is instructions and scripts, and its copy must not fill the disk.
+func (i *Installed) fits(es []entry) error {
+	maxFiles, maxBytes := i.MaxFiles, i.MaxBytes
+	if maxFiles <= 0 {
+		maxFiles = DefaultMaxFiles
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if len(es) > maxFiles {
+		return fmt.Errorf("%w: more than %d files and folders", ErrNotInstallable, maxFiles)
+	}
+	var total int64
+	for _, e := range es {
+		if total += e.size; total > maxBytes {
+			return fmt.Errorf("%w: more than %d bytes", ErrNotInstallable, maxBytes)
+		}
+	}
+	return nil
+}
+
 // snapshot replaces name's pinned copy with a copy of dir: what a later
 // review diffs the folder against.
 func (i *Installed) snapshot(name, dir string) error {
@@ -115,7 +143,7 @@ func (i *Installed) snapshot(name, dir string) error {
 	if err := removeTree(tmp); err != nil {
 		return err
 	}
-	if _, err := copyTree(dir, tmp); err != nil {
+	if _, err := copyTree(dir, tmp, nil); err != nil {
 		return err
 	}
 	if err := removeTree(i.pinnedPath(name)); err != nil {

@@ -91,7 +91,7 @@ func TestDigestCanonical(t *testing.T) {
 	check := func(name string, do func(string), equal bool) {
 		t.Run(name, func(t *testing.T) {
 			d := filepath.Join(t.TempDir(), "s")
-			if _, err := copyTree(src, d); err != nil {
+			if _, err := copyTree(src, d, nil); err != nil {
 				t.Fatal(err)
 			}
 			do(d)
@@ -112,7 +112,7 @@ func TestDigestCanonical(t *testing.T) {
 	}
 	t.Run("symlink refused", func(t *testing.T) {
 		d := filepath.Join(t.TempDir(), "s")
-		copyTree(src, d)
+		copyTree(src, d, nil)
 		os.Symlink("/etc/passwd", filepath.Join(d, "link"))
 		_, err := Digest(d)
 		var fe *FileError
@@ -309,4 +309,26 @@ func TestInstallGit(t *testing.T) {
 			t.Errorf("install: %v, want ErrUnsupportedFile", err)
 		}
 	})
+}
+
+func TestInstallLimits(t *testing.T) {
+	src := weatherSkill(t)
+	writeTree(t, src, map[string]string{"data/big.bin": strings.Repeat("x", 2000)})
+	in := newInstalled(t)
+	in.MaxBytes = 1000
+	if _, _, err := in.Install(t.Context(), src, InstallOptions{Insist: true}); !errors.Is(err, ErrNotInstallable) || !strings.Contains(err.Error(), "more than 1000 bytes") {
+		t.Errorf("too many bytes: %v", err)
+	}
+	in = newInstalled(t)
+	in.MaxFiles = 3
+	if _, _, err := in.Install(t.Context(), src, InstallOptions{Insist: true}); !errors.Is(err, ErrNotInstallable) || !strings.Contains(err.Error(), "more than 3 files") {
+		t.Errorf("too many files: %v", err)
+	}
+	if ents, _ := os.ReadDir(in.SkillsDir); len(ents) != 0 {
+		t.Errorf("a refused install left %d entries", len(ents))
+	}
+	in = newInstalled(t)
+	if _, _, err := in.Install(t.Context(), src, InstallOptions{}); err != nil {
+		t.Errorf("within the defaults: %v", err)
+	}
 }
