@@ -69,6 +69,9 @@ const (
 	// KindBackupRestore: a person put a backup back ('fluffy backup
 	// restore'), recorded in the log as it is after the restore.
 	KindBackupRestore Kind = "backup.restore"
+	// KindSkillTrust: a person installed, granted, revoked or re-pinned
+	// a skill installed from elsewhere (docs/skills-install.md).
+	KindSkillTrust Kind = "skill.trust"
 
 	// The assistant daemon's channels (fluffy serve): what arrived, what
 	// a channel refused, answers to approval requests.
@@ -104,7 +107,7 @@ const (
 // Other kinds are buffered.
 func (k Kind) Synchronous() bool {
 	switch k {
-	case KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
+	case KindSkillTrust, KindGateState, KindGatePolicy, KindApprovalRequest, KindApprovalDecision, KindPolicyChange,
 		KindChangesetApply, KindKernelStart, KindKernelStop, KindAuditPrune, KindUserNote, KindStoreRecover, KindBackupRestore,
 		KindChannelInbound, KindChannelRefused, KindChannelAnswer, KindChannelVerify, KindSessionSpawn, KindSessionRefused, KindChangesetMerge,
 		KindWebLogin, KindWebPasskey, KindSecretUse, KindPluginInstall, KindPluginState, KindPluginApprove:
@@ -135,7 +138,7 @@ func Catalogue() []Payload {
 		SecretUse{},
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
-		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{},
+		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{}, SkillTrust{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
 		PluginInstall{}, PluginState{}, PluginApprove{},
 		AuditPrune{}, UserNote{},
@@ -906,6 +909,30 @@ type ChangesetAutoApply struct {
 	Error    string   `json:"error,omitempty"`
 }
 
+// SkillTrust (skill.trust) is a person's decision about a skill installed
+// from elsewhere: Action is install, grant, revoke or pin.
+type SkillTrust struct {
+	Action string `json:"action"`
+	Name   string `json:"name"`
+	// Digest is the skill's pin after the action; Previous the pin a
+	// re-pin replaced.
+	Digest   string `json:"digest"`
+	Previous string `json:"previous,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+	Signer   string `json:"signer,omitempty"`
+	// Findings are the scanner's findings the person insisted past
+	// (file:line: rule: why).
+	Findings []string `json:"findings,omitempty"`
+	// Network and Credentials (references) are what a grant gave.
+	Network     []string `json:"network,omitempty"`
+	Credentials []string `json:"credentials,omitempty"`
+	// Changed and Widening are what a re-pin took in: the paths, and how
+	// the manifest widened.
+	Changed  []string `json:"changed,omitempty"`
+	Widening []string `json:"widening,omitempty"`
+}
+
 // AuditPrune (audit.prune) records a pruning; verifiers accept a log
 // whose start is missing only behind one (docs/audit.md, Retention).
 type AuditPrune struct {
@@ -952,6 +979,7 @@ func (ChangesetDiscard) Kind() Kind   { return KindChangesetDiscard }
 func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
 func (StoreRecover) Kind() Kind       { return KindStoreRecover }
 func (BackupRestore) Kind() Kind      { return KindBackupRestore }
+func (SkillTrust) Kind() Kind         { return KindSkillTrust }
 func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
 
@@ -214,6 +215,11 @@ func newChangesDiffCmd(a *App) *cobra.Command {
 			if err != nil {
 				return wrapPathErr(err)
 			}
+			ch, err := cs.Changes(cmd.Context(), args...)
+			if err != nil {
+				return wrapPathErr(err)
+			}
+			fmt.Fprint(a.Stdout, termsafe.String(kernel.SkillReview(cs, ch)))
 			fmt.Fprint(a.Stdout, diffOut(a.Stdout, d))
 			return nil
 		},

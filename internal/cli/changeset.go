@@ -157,6 +157,7 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 			fmt.Fprintln(a.Stdout, changeLine(c))
 		}
 	case "diff":
+		fmt.Fprint(a.Stdout, termsafe.String(res.Widening))
 		fmt.Fprint(a.Stdout, diffOut(a.Stdout, res.Diff))
 	case "apply":
 		if len(res.Conflicts) > 0 {

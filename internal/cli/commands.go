@@ -31,6 +31,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newPluginCmd(a),
 		newMCPCmd(a),
 	)
+	addSkillInstallCmds(a, root)
 	setupTaskCmd(a, root)
 	addSkillBuildCmd(a, root)
 }

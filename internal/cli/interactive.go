@@ -527,7 +527,7 @@ func (k *console) showDiff(ctx context.Context) error {
 		k.printf("no changes\n")
 		return nil
 	}
-	k.printf("%s%s", tui.Stat(k.caps, tui.SplitDiff(d.Diff), k.width()), tui.ColorDiff(k.caps, d.Diff))
+	k.printf("%s%s%s", widening(k.caps, d.Widening), tui.Stat(k.caps, tui.SplitDiff(d.Diff), k.width()), tui.ColorDiff(k.caps, d.Diff))
 	return nil
 }
 
@@ -556,6 +556,7 @@ func (k *console) summary(ctx context.Context, out io.Writer) (kernel.DiffResult
 			fmt.Fprintf(out, "  %-8s %s\n", ch.Op, termsafe.Line(ch.Path))
 		}
 		fmt.Fprintln(out)
+		fmt.Fprint(out, widening(k.caps, d.Widening))
 		fmt.Fprint(out, tui.Stat(k.caps, tui.SplitDiff(d.Diff), k.width()))
 		if !k.caps.TTY {
 			// Logs of pipes and CI keep the whole diff.
@@ -655,7 +656,7 @@ review:
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\n%s\n%s", k.caps.Paint(tui.Bold, fmt.Sprintf("[%d/%d] %s", i+1, len(paths), termsafe.Line(p))), tui.ColorDiff(k.caps, fd.Diff))
+		fmt.Fprintf(out, "\n%s\n%s%s", k.caps.Paint(tui.Bold, fmt.Sprintf("[%d/%d] %s", i+1, len(paths), termsafe.Line(p))), widening(k.caps, fd.Widening), tui.ColorDiff(k.caps, fd.Diff))
 		for {
 			ans, err := k.ask(fmt.Sprintf("apply %s? [a]pply / [s]kip / [q]uit: ", termsafe.Line(p)))
 			if errors.Is(err, errDetach) {

@@ -48,6 +48,9 @@ type ChangesResult struct {
 	Session Info               `json:"session"`
 	Changes []changeset.Change `json:"changes"`
 	Diff    string             `json:"diff,omitempty"`
+	// Widening says what the changes widen of the workspace's skills
+	// (SkillReview); set by Diff, "" when nothing widens.
+	Widening string `json:"widening,omitempty"`
 	// Conflicts are set when apply refused: nothing was written. Each
 	// has its three versions rendered (changeset.Explain).
 	Conflicts []ConflictView `json:"conflicts,omitempty"`
@@ -163,8 +166,11 @@ func (s SessionChanges) Diff(ctx context.Context, p ChangesParams) (ChangesResul
 	if err != nil {
 		return r, err
 	}
-	r.Diff, err = cs.Diff(ctx, p.Paths...)
-	return r, err
+	if r.Diff, err = cs.Diff(ctx, p.Paths...); err != nil {
+		return r, err
+	}
+	r.Widening = SkillReview(cs, r.Changes)
+	return r, nil
 }
 
 // Apply applies the selected paths (all when none), all or nothing. When

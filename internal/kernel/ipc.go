@@ -63,6 +63,9 @@ type ListParams struct {
 type DiffResult struct {
 	Diff    string             `json:"diff"`
 	Changes []changeset.Change `json:"changes"`
+	// Widening says what the changes widen of the workspace's skills
+	// (SkillReview), "" when nothing widens.
+	Widening string `json:"widening,omitempty"`
 }
 
 // Register adds the session methods to mux.
@@ -118,7 +121,11 @@ func (k *Kernel) Register(mux *ipc.Mux) error {
 			if ch == nil {
 				ch = []changeset.Change{}
 			}
-			return DiffResult{Diff: d, Changes: ch}, wireError(err)
+			res := DiffResult{Diff: d, Changes: ch}
+			if err == nil {
+				res.Widening = k.skillReview(ctx, p.ID, ch)
+			}
+			return res, wireError(err)
 		},
 		MethodApprove: func(ctx context.Context, r *ipc.Request) (any, error) {
 			var p ApproveParams

@@ -54,7 +54,17 @@ const (
 	// for a person, every time: no rule, token or approval "for
 	// session" lets it through unasked (AskedEachTime).
 	RuleUntrustedMemory = "builtin.untrusted-memory-write"
+	// RuleSkillWidening holds a write that widens a skill's manifest
+	// (an operation tagged TagSkillWidens: hosts, credentials or
+	// entrypoints added, classification hints removed, the sandbox
+	// loosened, the image changed) for a person, every time, in every
+	// session.
+	RuleSkillWidening = "builtin.skill-widening"
 )
+
+// TagSkillWidens is the tag the write tools give a write that widens a
+// skill's manifest (docs/skills-install.md).
+const TagSkillWidens = "skill.widens"
 
 // TagMemory is the tag of the tools that write the assistant's memory
 // (memory.write).
@@ -63,7 +73,7 @@ const TagMemory = "memory"
 // AskedEachTime reports whether an operation decided by rule needs a
 // person's approval at every call: an approval "for session" or a
 // capability token never covers it.
-func AskedEachTime(rule string) bool { return rule == RuleUntrustedMemory }
+func AskedEachTime(rule string) bool { return rule == RuleUntrustedMemory || rule == RuleSkillWidening }
 
 // Builtins returns the built-in rules. They cannot be disabled; an approve
 // built-in is a floor (a YAML rule can make the atom block, never allow).
@@ -77,6 +87,7 @@ func Builtins() []BuiltinRule {
 		{RuleOutsideWrite, Block, "writes outside the workspace are not allowed"},
 		{RuleUnresolved, Approve, "the command cannot be resolved statically (a variable, substitution, eval, source, a script or stdin, or unparseable text): a person must look at it"},
 		{RuleUntrustedMemory, Approve, "a session that has read untrusted data writes the assistant's memory only with a person's approval of that write: no rule allows it, no approval for the session or token covers it"},
+		{RuleSkillWidening, Approve, "a write that widens what a skill may reach, hold or run needs a person's approval of that write, every time"},
 		{RuleExecCapable, Approve, "the command is told to run code the policy cannot see (an inline script, an expression language, an editor command); only an allow rule with exec_capable: true covers it"},
 	}
 }
@@ -295,6 +306,9 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]
 	if writes && op.Session.Untrusted && op.HasTag(TagMemory) {
 		hit(RuleUntrustedMemory)
 	}
+	if writes && op.HasTag(TagSkillWidens) {
+		hit(RuleSkillWidening)
+	}
 	if a.cmd != nil {
 		if a.cmd.Dynamic {
 			hit(RuleUnresolved)
@@ -314,7 +328,7 @@ func (e *Engine) builtinAtom(op *operation.Operation, a *atom, ws string, ms *[]
 }
 
 func builtinEffect(id string) Effect {
-	if id == RuleUnresolved || id == RuleUntrustedMemory {
+	if id == RuleUnresolved || id == RuleUntrustedMemory || id == RuleSkillWidening {
 		return Approve
 	}
 	return Block

@@ -1,9 +1,14 @@
 // Package skill owns skills: folders that teach the agent a capability
 // (a SKILL.md in the Agent Skills format, an optional skill.yaml manifest
 // with the security facts, scripts, an optional Dockerfile). It finds
-// them, parses them, and says what each asks for; it runs nothing (the
-// wiring hands a skill's entrypoints to the router and the sandbox).
-// docs/skills.md is the user's reference.
+// them, parses them, and says what each asks for; it runs no skill's
+// code (the wiring hands a skill's entrypoints to the router and the
+// sandbox). It also installs skills from elsewhere: copies or clones them
+// (running git), scans them for supply-chain tricks, pins them by a
+// digest, verifies their SSH signatures (running ssh-keygen), and keeps
+// what the person granted them; and it says how a manifest change widens
+// a skill. docs/skills.md is the user's reference; docs/skills-install.md
+// covers installing.
 package skill
 
 import (

@@ -42,6 +42,8 @@ type gitEnv struct {
 	mu     sync.Mutex
 	answer string
 	asked  int
+	// prompts are the approval requests' texts, in order.
+	prompts []string
 }
 
 type gitNotifier struct{ e *gitEnv }
@@ -49,6 +51,7 @@ type gitNotifier struct{ e *gitEnv }
 func (n gitNotifier) Notify(ctx context.Context, req approval.Request) error {
 	n.e.mu.Lock()
 	n.e.asked++
+	n.e.prompts = append(n.e.prompts, req.Prompt())
 	ans := n.e.answer
 	n.e.mu.Unlock()
 	go func() {

@@ -29,8 +29,13 @@ func (b *builtins) write() (*tool.Tool, error) {
 		Execution:   tool.Execution{Class: tool.Kernel},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *WriteIn, op *operation.Operation) error {
 			op.Size = int64(len(in.Content))
-			return b.onePath(in.Path, op)
+			if err := b.onePath(in.Path, op); err != nil {
+				return err
+			}
+			b.tagSkillWidening(b.plannedWrite(in), op)
+			return nil
 		},
+		Preview: func(_ context.Context, in *WriteIn) string { return b.skillWidening(b.plannedWrite(in)) },
 		Run: func(_ context.Context, in *WriteIn) (tool.Result, error) {
 			rel, err := b.rel(in.Path)
 			if err != nil {
@@ -80,6 +85,7 @@ func (b *builtins) edit() (*tool.Tool, error) {
 		Tags:      []string{tool.TagWrites},
 		Execution: tool.Execution{Class: tool.Kernel},
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *EditIn, op *operation.Operation) error {
+			defer func() { b.tagSkillWidening(b.plannedEdit(in), op) }()
 			if in.Diff == "" {
 				op.Size = int64(len(in.New))
 				return b.onePath(in.Path, op)
@@ -101,6 +107,7 @@ func (b *builtins) edit() (*tool.Tool, error) {
 			}
 			return nil
 		},
+		Preview: func(_ context.Context, in *EditIn) string { return b.skillWidening(b.plannedEdit(in)) },
 		Run: func(_ context.Context, in *EditIn) (tool.Result, error) {
 			if in.Diff != "" {
 				if in.Old != "" || in.New != "" {
