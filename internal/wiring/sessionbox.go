@@ -51,9 +51,10 @@ type resolved struct {
 
 // sessionBox is one session's container runtime and pool.
 type sessionBox struct {
-	rt   *docker.Runtime
-	mu   sync.Mutex
-	pool *docker.Pool
+	session string
+	rt      *docker.Runtime
+	mu      sync.Mutex
+	pool    *docker.Pool
 }
 
 // newSessionBoxes resolves the runtime at the first session, not at
@@ -95,7 +96,7 @@ func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runt
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("%s: %w", name, err)
 		}
-		b = &sessionBox{rt: drt}
+		b = &sessionBox{session: session, rt: drt}
 		s.boxes[session] = b
 	}
 	return b, name, func(spec sandbox.Spec) { s.warm(b, spec) }, nil
@@ -133,7 +134,11 @@ func (s *sessionBoxes) warm(b *sessionBox, spec sandbox.Spec) {
 		b.pool = nil
 	}
 	if b.pool == nil {
-		p, err := docker.NewPool(docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle})
+		o := docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle}
+		if s.sched != nil {
+			o.Slots = warmSlots{s: s.sched, session: b.session}
+		}
+		p, err := docker.NewPool(o)
 		if err != nil {
 			s.log.Warn("no pre-warmed containers", "err", err)
 			return
@@ -212,3 +217,27 @@ func (s *sessionBoxes) Close() {
 		}
 	}
 }
+
+// warmSlots lends a session's pre-warmed containers the scheduler's
+// container slots: each idle container is a Warm task of its session, so
+// that a command waiting for a slot (of any session) has an idle
+// container destroyed rather than waiting for a running one
+// (docs/sched.md#preemption).
+type warmSlots struct {
+	s       *sched.Scheduler
+	session string
+}
+
+func (w warmSlots) TryWarm() (docker.WarmSlot, error) {
+	l, err := w.s.TryAcquire(sched.Task{Class: sched.Background, Session: w.session, Label: "pre-warmed container",
+		Inner: true, Warm: true, Needs: map[sched.Resource]int64{sched.Containers: 1}})
+	if err != nil || l == nil {
+		return nil, err
+	}
+	return warmLease{l}, nil
+}
+
+// warmLease is a pre-warmed container's task.
+type warmLease struct{ *sched.Lease }
+
+func (l warmLease) Evict() <-chan struct{} { return l.Preempted() }
