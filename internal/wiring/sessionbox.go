@@ -31,6 +31,9 @@ type sessionBoxes struct {
 	idle time.Duration
 	// sched, when set, gives each command a slot (sessionTools).
 	sched *sched.Scheduler
+	// slots, when set, bound native commands across the user's
+	// processes (hostSlots).
+	slots *sched.HostSlots
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
@@ -116,6 +119,9 @@ func (s *sessionBoxes) native(session string, newRT func() (aheadRuntime, error)
 		if b, err = newNativeBox(s.log, s.idle, newRT); err != nil {
 			return nil, err
 		}
+		if s.sched != nil {
+			b.warm = warmSlots{s: s.sched, session: session, res: sched.Sandboxes}
+		}
 		s.natives[session] = b
 	}
 	return b, nil
@@ -136,7 +142,7 @@ func (s *sessionBoxes) warm(b *sessionBox, spec sandbox.Spec) {
 	if b.pool == nil {
 		o := docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle}
 		if s.sched != nil {
-			o.Slots = warmSlots{s: s.sched, session: b.session}
+			o.Slots = warmSlots{s: s.sched, session: b.session, res: sched.Containers}
 		}
 		p, err := docker.NewPool(o)
 		if err != nil {
@@ -218,19 +224,28 @@ func (s *sessionBoxes) Close() {
 	}
 }
 
-// warmSlots lends a session's pre-warmed containers the scheduler's
-// container slots: each idle container is a Warm task of its session, so
-// that a command waiting for a slot (of any session) has an idle
-// container destroyed rather than waiting for a running one
-// (docs/sched.md#preemption).
+// warmSlots lend a session's pre-warmed containers the scheduler's
+// container slots, and its native sandbox built ahead a sandbox slot:
+// each is a Warm task of its session, so that a command waiting for a
+// slot (of any session) has an idle one destroyed rather than waiting
+// for a running one (docs/sched.md#preemption).
 type warmSlots struct {
 	s       *sched.Scheduler
 	session string
+	res     sched.Resource
+}
+
+func (w warmSlots) lease() (*sched.Lease, error) {
+	label := "pre-warmed container"
+	if w.res == sched.Sandboxes {
+		label = "sandbox built ahead"
+	}
+	return w.s.TryAcquire(sched.Task{Class: sched.Background, Session: w.session, Label: label,
+		Inner: true, Warm: true, Needs: map[sched.Resource]int64{w.res: 1}})
 }
 
 func (w warmSlots) TryWarm() (docker.WarmSlot, error) {
-	l, err := w.s.TryAcquire(sched.Task{Class: sched.Background, Session: w.session, Label: "pre-warmed container",
-		Inner: true, Warm: true, Needs: map[sched.Resource]int64{sched.Containers: 1}})
+	l, err := w.lease()
 	if err != nil || l == nil {
 		return nil, err
 	}

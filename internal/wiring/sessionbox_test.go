@@ -275,7 +275,7 @@ func TestWarmContainerGivesWay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return scheduledRuntime(rt, s, session, name)
+		return scheduledRuntime(rt, s, nil, session, name)
 	}
 	_, _, warm, err := boxes.For(ctx, a)
 	if err != nil {
