@@ -232,7 +232,9 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 		k.log.Warn("keep base copies", "session", info.ID, "err", err)
 	}
 	o := k.o.AutoApply
-	if o == nil || !o.Enabled || res.Fault != nil || res.Reason != string(agent.ReasonDone) {
+	// A sub-agent's changes go to its parent's change set through review
+	// (mergeAfterRun), never to the workspace by themselves.
+	if o == nil || !o.Enabled || info.Parent != "" || res.Fault != nil || res.Reason != string(agent.ReasonDone) {
 		return nil
 	}
 	fail := func(err error) *AutoApplyReport {

@@ -183,6 +183,9 @@ func (s SessionChanges) Apply(ctx context.Context, p ChangesParams) (ChangesResu
 	if err != nil {
 		return ChangesResult{Session: info}, err
 	}
+	if info.Parent != "" {
+		return ChangesResult{Session: info}, &SubagentApplyError{Session: info.ID, Parent: info.Parent}
+	}
 	res := ChangesResult{Session: info}
 	applied, err := cs.Apply(ctx, p.Paths...)
 	var ce *changeset.ConflictError

@@ -212,7 +212,7 @@ func wireError(err error) error {
 		return ipc.Errorf(CodeInvalidPath, "%v", err)
 	case errors.Is(err, changeset.ErrLocked):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen), errors.Is(err, ErrExternal), errors.Is(err, ErrNotExternal):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrClosed), errors.Is(err, ErrOpen), errors.Is(err, ErrExternal), errors.Is(err, ErrNotExternal), errors.Is(err, ErrSubagentApply):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)
 	case errors.As(err, &ce), errors.Is(err, changeset.ErrSensitive), errors.Is(err, changeset.ErrOwnFile):
 		return ipc.Errorf(ipc.CodeUnavailable, "%v", err)

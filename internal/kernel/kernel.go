@@ -63,7 +63,27 @@ var (
 	ErrOpen = errors.New("kernel: session is open")
 	// ErrStopping: the kernel is stopping and starts no run.
 	ErrStopping = errors.New("kernel: the kernel is stopping")
+	// ErrSubagentApply: a sub-agent's change set was to be applied to the
+	// workspace; it reaches it only through its parent (*SubagentApplyError).
+	ErrSubagentApply = errors.New("kernel: a sub-agent's change set is not applied to the workspace")
 )
+
+// SubagentApplyError refuses applying sub-agent Session's change set to
+// the workspace: its changes reach the workspace only through the
+// reviewed merge (sessions.merge) into Parent's change set, which a
+// person then applies, so that no write of a sub-agent skips that review.
+type SubagentApplyError struct {
+	Session, Parent string
+}
+
+func (e *SubagentApplyError) Error() string {
+	return fmt.Sprintf("%v: session %s is a sub-agent of %s; its changes reach the workspace only through a reviewed merge into %s's change set "+
+		"(offered when its run ends), then with %s's own: apply %s's change set ('fluffy session close --apply %s'), "+
+		"or discard %s's ('fluffy session close %s')",
+		ErrSubagentApply, e.Session, e.Parent, e.Parent, e.Parent, e.Parent, e.Parent, e.Session, e.Session)
+}
+
+func (e *SubagentApplyError) Unwrap() error { return ErrSubagentApply }
 
 // Revoker forgets what was granted to a session: *policy.Tokens,
 // *approval.Grants and *approval.Broker implement it.

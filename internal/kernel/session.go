@@ -605,6 +605,9 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	case StatusRunning:
 		return CloseResult{}, fmt.Errorf("%w: %s", ErrBusy, p.ID)
 	}
+	if p.Apply && info.Parent != "" {
+		return CloseResult{}, &SubagentApplyError{Session: p.ID, Parent: info.Parent}
+	}
 	// A call of an outside agent (external.go) holds the session without
 	// marking it running; its change set is not applied or discarded
 	// under it.

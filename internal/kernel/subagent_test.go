@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/operation"
+	"github.com/fluffy-agent/fluffy/internal/policy"
 )
 
 // startTree starts a kernel whose sessions may spawn sub-agents within
@@ -394,5 +398,71 @@ func TestMergeBeforeBackgroundRunEnds(t *testing.T) {
 	must(t, err)
 	if len(rv.asked) != 1 || len(pch) != 1 || pch[0].Path != "hello.go" {
 		t.Fatalf("after the wait: asked %d, parent's changes %v", len(rv.asked), pch)
+	}
+}
+
+type allowAll struct{}
+
+func (allowAll) Explain(context.Context, operation.Operation) policy.Decision {
+	return policy.Decision{Effect: policy.Allow, Rule: "test"}
+}
+
+// A sub-agent's change set reaches the workspace only through the
+// reviewed merge into its parent's: applying it directly (session close
+// --apply, changes apply, auto-apply at the end of its run) is refused
+// with *SubagentApplyError naming the parent, and the workspace is
+// untouched; discarding it stays allowed.
+func TestSubagentChangesNotAppliedDirectly(t *testing.T) {
+	ws := newWorkspace(t)
+	e := openEnv(t, t.TempDir(), ws)
+	defer e.close()
+	aa := kernel.AutoApplyOptions{Enabled: true, AllowDeletions: true, AllowBinary: true,
+		Policy: func(context.Context, string) (kernel.PolicyExplainer, error) { return allowAll{}, nil }}
+	k, err := kernel.Start(t.Context(), kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript),
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			return &writeTools{env: env}, nil
+		},
+		AutoApply: &aa,
+		Subagents: kernel.SubagentLimits{MaxDepth: 1, MaxChildren: 1}, Reviewer: &reviewer{verdict: approval.Denied}})
+	must(t, err)
+	defer k.Stop(context.Background(), "test")
+	ctx := t.Context()
+	root, err := k.Create(ctx, kernel.CreateParams{Workspace: ws, Task: "t", Model: "replay/x"})
+	must(t, err)
+	c, err := k.Spawn(ctx, kernel.SpawnParams{Parent: root.ID, Task: "write hello", ParentTools: []string{"write"}})
+	must(t, err)
+	res, err := k.RunChild(ctx, root.ID, c.ID, "", true)
+	must(t, err)
+	if res.AutoApply != nil && res.AutoApply.Applied {
+		t.Fatalf("a sub-agent's run auto-applied: %+v", res.AutoApply)
+	}
+	real := filepath.Join(ws, "hello.go")
+	if _, err := os.Stat(real); err == nil {
+		t.Fatal("the sub-agent's hello.go reached the workspace at the end of its run")
+	}
+	_, cch, err := k.Diff(ctx, c.ID)
+	must(t, err)
+	if len(cch) != 1 {
+		t.Fatalf("the child's changes after a denied merge: %v", cch)
+	}
+	check := func(how string, err error) {
+		t.Helper()
+		var se *kernel.SubagentApplyError
+		if !errors.As(err, &se) || !errors.Is(err, kernel.ErrSubagentApply) || se.Session != c.ID || se.Parent != root.ID {
+			t.Fatalf("%s: %v, want a *SubagentApplyError for %s under %s", how, err, c.ID, root.ID)
+		}
+		if !strings.Contains(err.Error(), "fluffy session close --apply "+root.ID) {
+			t.Errorf("%s: the message does not say what to do: %v", how, err)
+		}
+		if _, err := os.Stat(real); err == nil {
+			t.Fatalf("%s wrote the sub-agent's hello.go into the workspace", how)
+		}
+	}
+	_, err = k.Close(ctx, kernel.CloseParams{ID: c.ID, Apply: true})
+	check("close --apply", err)
+	_, err = k.Changes().Apply(ctx, kernel.ChangesParams{Session: c.ID})
+	check("changes apply", err)
+	if cr, err := k.Close(ctx, kernel.CloseParams{ID: c.ID}); err != nil || !cr.Discarded {
+		t.Fatalf("close without --apply: %+v, %v", cr, err)
 	}
 }

@@ -143,6 +143,20 @@ type Spec struct {
 	// Stdout and Stderr, when set, receive the output live as well, up
 	// to Limits.Output each.
 	Stdout, Stderr io.Writer
+	// Scratch, when set, is memory outside the Go heap for what may hold
+	// a secret's value: a runtime that supports it (the native one's
+	// direct and ahead starts) makes the C strings of Env there and
+	// captures the output there (Result.Stdout and Stderr then point
+	// into it, when Limits.Output bounds them). Its holder zeroes it
+	// after the run, so the caller copies what it keeps (redacted).
+	Scratch Scratch
+}
+
+// Scratch hands out memory outside the Go heap (*secret.Arena).
+type Scratch interface {
+	// Bytes returns n zeroed bytes, or nil when it cannot: the runtime
+	// then uses the heap.
+	Bytes(n int) []byte
 }
 
 // Validate checks the parts of a spec that do not depend on the backend.

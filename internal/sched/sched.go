@@ -173,6 +173,29 @@ func (s *Scheduler) Acquire(ctx context.Context, t Task) (*Lease, error) {
 	return ts[0].Wait(ctx)
 }
 
+// TryAcquire starts t now if it can, without waiting behind anything:
+// its lease, or nil when it would have to wait (it is then withdrawn,
+// and nothing of it is left). For work that is only worth doing when a
+// slot is free, such as a pre-warmed container (Task.Warm).
+func (s *Scheduler) TryAcquire(t Task) (*Lease, error) {
+	ts, err := s.Submit(t)
+	if err != nil {
+		return nil, err
+	}
+	e := ts[0].e
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.state == stRunning {
+		return &Lease{s: s, e: e}, nil
+	}
+	s.end(e, errNotNow)
+	s.dispatch()
+	return nil, nil
+}
+
+// errNotNow ends a task TryAcquire withdrew.
+var errNotNow = errors.New("sched: withdrawn: it could not start at once")
+
 // Submit adds tasks, which may name each other in After in any order.
 // The whole submission is refused, nothing added, on a cycle
 // (*CycleError), an unknown or failed dependency, a duplicate id or a
@@ -404,7 +427,7 @@ func (s *Scheduler) dispatch() {
 		if outer(e) {
 			globalHeld = true
 		}
-		if e.t.Class == Interactive {
+		if e.t.Class == Interactive || (e.t.Inner && !e.t.Warm) {
 			s.preemptFor(e)
 		}
 	}
@@ -473,17 +496,21 @@ func (s *Scheduler) free(e *entry) {
 	}
 }
 
-// preemptFor asks running work to pause so that interactive e can start:
-// for each limit e is held by, as many victims as the shortfall, counting
-// those already asked. A victim is a pre-warmed container first, then
-// non-inner work of a lower class whose key is after e's (work that has
-// aged past e is left alone), lowest class and latest started first.
-// Inner work is not asked: it ends on its own, and its outer task pauses
-// at its next safe point.
+// preemptFor asks running work to pause so that e can start: for each
+// limit e is held by, as many victims as the shortfall, counting those
+// already asked. dispatch asks for an interactive e, and for inner work
+// (a command, a model call) of any class that is not itself a pre-warmed
+// container: a pre-warmed container is held for work that has not come,
+// so a command that has come goes first. A victim is
+// a pre-warmed container first; then, for an interactive e only, non-inner
+// work of a lower class whose key is after e's (work that has aged past e
+// is left alone), lowest class and latest started first. Inner work is
+// not asked: it ends on its own, and its outer task pauses at its next
+// safe point.
 func (s *Scheduler) preemptFor(e *entry) {
 	var cands []*entry
 	for v := range s.running {
-		if v.t.Warm || (outer(v) && v.t.Class > e.t.Class && v.key > e.key) {
+		if v.t.Warm || (e.t.Class == Interactive && outer(v) && v.t.Class > e.t.Class && v.key > e.key) {
 			cands = append(cands, v)
 		}
 	}

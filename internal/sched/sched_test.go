@@ -289,6 +289,43 @@ func TestPreemption(t *testing.T) {
 	lease(t, later).Release()
 }
 
+// A pre-warmed container gives its slot to any command that waits for
+// one, whatever the command's class, and never to another pre-warmed
+// container; TryAcquire takes a slot only when one is free, leaving
+// nothing queued when none is.
+func TestWarmGivesWay(t *testing.T) {
+	c := newClock()
+	s := newSched(t, c, Limits{Resources: map[Resource]int64{Containers: 2}})
+	warmTask := Task{Class: Background, Warm: true, Inner: true, Needs: map[Resource]int64{Containers: 1}}
+	w1, err := s.TryAcquire(warmTask)
+	if err != nil || w1 == nil {
+		t.Fatalf("first warm: %v %v", w1, err)
+	}
+	run := submit(t, s, Task{ID: "run", Class: Background, Session: "s1", Inner: true, Needs: map[Resource]int64{Containers: 1}})[0]
+	r := lease(t, run)
+	if w, err := s.TryAcquire(warmTask); err != nil || w != nil {
+		t.Fatalf("a warm container at the limit: %v %v", w, err)
+	}
+	if asked(w1) || asked(r) {
+		t.Fatal("a warm container's TryAcquire asked for room")
+	}
+	if st := s.Status(); len(st.Waiting) != 0 || len(st.Running) != 2 {
+		t.Fatalf("after a refused TryAcquire: %+v", st)
+	}
+	// A triggered command at the limit: the warm container is asked to
+	// go, the running command is not.
+	cmd := submit(t, s, Task{ID: "cmd", Class: Triggered, Session: "s2", Inner: true, Needs: map[Resource]int64{Containers: 1}})[0]
+	if !asked(w1) || asked(r) || started(cmd) {
+		t.Fatalf("asked: warm %v, running %v; started %v", asked(w1), asked(r), started(cmd))
+	}
+	w1.Release()
+	if !started(cmd) {
+		t.Fatal("the command did not get the warm container's slot")
+	}
+	r.Release()
+	lease(t, cmd).Release()
+}
+
 // startedIs is started for a ticket whose lease a goroutine holds.
 func startedIs(tk *Ticket) bool { return started(tk) }
 

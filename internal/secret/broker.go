@@ -296,11 +296,16 @@ type Injection struct {
 	Swaps []Swap
 	// Handouts are for the audit log, one per use.
 	Handouts []Handout
+	// Arena holds the Env entries of env uses (their bytes are outside
+	// the Go heap) and is the command's sandbox.Spec.Scratch: what the
+	// runtime derives from Env and the command's raw output live there.
+	Arena *Arena
 }
 
-// Wipe zeroes the byte values the injection holds (Env strings cannot be
-// zeroed: the sandbox specification copies them anyway).
+// Wipe zeroes what the injection holds: the byte values and the arena
+// (with it the env uses' strings, which then read as zeros).
 func (in *Injection) Wipe() {
+	_ = in.Arena.Wipe()
 	for _, v := range in.Files {
 		wipe(v)
 	}
@@ -317,7 +322,7 @@ var ErrTwoStdin = errors.New("secret: two declared uses want the same command's 
 // caller) for session into what a sandbox gets. On error nothing is
 // handed out.
 func (b *Broker) Inject(ctx context.Context, session string, uses []Use) (*Injection, error) {
-	in := &Injection{Files: map[string][]byte{}}
+	in := &Injection{Files: map[string][]byte{}, Arena: &Arena{}}
 	for _, u := range uses {
 		var placeholder string
 		if u.As == AsProxy {
@@ -334,7 +339,7 @@ func (b *Broker) Inject(ctx context.Context, session string, uses []Use) (*Injec
 		h, err := b.Use(ctx, session, u.Ref, func(v []byte) error {
 			switch u.As {
 			case AsEnv:
-				in.Env = append(in.Env, u.Name+"="+string(v))
+				in.Env = append(in.Env, in.Arena.String([]byte(u.Name+"="), v))
 			case AsFile:
 				in.Files[u.Name] = slices.Clone(v)
 			case AsStdin:
@@ -369,4 +374,55 @@ func (b *Broker) Swaps(ctx context.Context, session string, uses []Use) ([]Swap,
 		return nil, nil, err
 	}
 	return in.Swaps, in.Env, nil
+}
+
+// Redact returns a copy of data with every form (Forms) of a value cached
+// for session replaced by label. It reads data in place and copies only
+// what lies between the matches, so a caller that keeps data outside the
+// heap (an Arena) and zeroes it after gets no heap copy of a value.
+func (b *Broker) Redact(session string, data []byte, label string) []byte {
+	b.mu.Lock()
+	var forms [][]byte
+	for _, e := range b.sessions[session] {
+		forms = append(forms, formBytes(e.val.b)...)
+	}
+	b.mu.Unlock()
+	defer func() {
+		for _, f := range forms {
+			wipe(f)
+		}
+	}()
+	return redactForms(data, forms, label)
+}
+
+// redactForms replaces every occurrence of forms in data by label; where
+// matches overlap, their union is replaced once.
+func redactForms(data []byte, forms [][]byte, label string) []byte {
+	type span struct{ from, to int }
+	var spans []span
+	for _, f := range forms {
+		for i := 0; i < len(data); {
+			j := bytes.Index(data[i:], f)
+			if j < 0 {
+				break
+			}
+			spans = append(spans, span{i + j, i + j + len(f)})
+			i += j + 1
+		}
+	}
+	out := make([]byte, 0, len(data))
+	if len(spans) == 0 {
+		return append(out, data...)
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.from - b.from })
+	at := 0
+	for k := 0; k < len(spans); {
+		from, to := spans[k].from, spans[k].to
+		for k++; k < len(spans) && spans[k].from < to; k++ {
+			to = max(to, spans[k].to)
+		}
+		out = append(append(out, data[at:from]...), label...)
+		at = to
+	}
+	return append(out, data[at:]...)
 }

@@ -22,11 +22,22 @@ func (*Core) NewSandboxHost(u *userenv.Env) *sandboxrun.Host {
 	log := u.Logger()
 	return sandboxrun.NewHost(sandboxrun.HostOptions{Logger: log,
 		NewRuntime: func(allowDegraded bool) (sandboxrun.AheadRuntime, error) {
+			l, err := u.Config()
+			if err != nil {
+				return nil, err
+			}
+			slots, err := hostSlots(u, l.Config.Sched)
+			if err != nil {
+				return nil, err
+			}
 			rt, err := native.New(native.Options{Self: u.Self, AllowDegraded: allowDegraded, Logger: log})
 			if err != nil {
 				return nil, err
 			}
 			rt.Prepare()
+			if slots != nil {
+				return slotRuntime{AheadRuntime: rt, slots: slots}, nil
+			}
 			return rt, nil
 		}})
 }

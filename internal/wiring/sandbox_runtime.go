@@ -27,6 +27,14 @@ func sandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sandbox.R
 			}
 			return rt, func() {}, nil
 		}
+		l, err := r.User.Config()
+		if err != nil {
+			return nil, nil, err
+		}
+		slots, err := hostSlots(r.User, l.Config.Sched)
+		if err != nil {
+			return nil, nil, err
+		}
 		rt, err := native.New(native.Options{Self: r.User.Self, AllowDegraded: r.AllowDegraded, Logger: r.User.Logger(), Trace: r.Trace})
 		if err != nil {
 			return nil, nil, err
@@ -34,6 +42,9 @@ func sandboxRuntime(ctx context.Context, r sandboxrun.RuntimeRequest) (sandbox.R
 		// Look at the host (namespaces, landlock, cgroups) while the
 		// caller finishes its own set-up, not at the start of the run.
 		go rt.Prepare()
+		if slots != nil {
+			return slotPlain(rt, slots), func() {}, nil
+		}
 		return rt, func() {}, nil
 	case "auto", "docker", "podman":
 		return otherSandboxRuntime(ctx, r)

@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/llm/catalog"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/sched"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // newScheduler is the kernel's scheduler with the limits of sched:
@@ -164,22 +167,133 @@ type schedRuntime struct {
 	s       *sched.Scheduler
 	session string
 	res     sched.Resource
+	// slots, when set, bound sandboxes across the user's processes: a
+	// native command also holds one of them (hostSlots).
+	slots *sched.HostSlots
 }
 
 var _ sandbox.GatedRunner = schedRuntime{}
 
-func scheduledRuntime(rt sandbox.Runtime, s *sched.Scheduler, session, name string) sandbox.Runtime {
+func scheduledRuntime(rt sandbox.Runtime, s *sched.Scheduler, slots *sched.HostSlots, session, name string) sandbox.Runtime {
 	if rt == nil || s == nil {
 		return rt
 	}
 	res := sched.Sandboxes
 	if name == "docker" || name == "podman" {
-		res = sched.Containers
+		res, slots = sched.Containers, nil
 	}
-	return schedRuntime{rt: rt, s: s, session: session, res: res}
+	return schedRuntime{rt: rt, s: s, session: session, res: res, slots: slots}
 }
 
-func (r schedRuntime) acquire(ctx context.Context, spec sandbox.Spec) (*sched.Lease, error) {
+// hostSlots are the sched.sandboxes slots the kernel, the sandbox server
+// and 'fluffy sandbox run' in its own process share (docs/sched.md);
+// nil when sched.sandboxes is 0 (no limit).
+func hostSlots(u *userenv.Env, c config.Sched) (*sched.HostSlots, error) {
+	if c.Sandboxes <= 0 {
+		return nil, nil
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		return nil, err
+	}
+	return sched.OpenHostSlots(d.Path("run", "sandbox-slots"), c.Sandboxes)
+}
+
+// slotRuntime holds a host slot while each run of its runtime runs: the
+// runs of the sandbox server and of 'fluffy sandbox run' in its own
+// process, which the kernel's scheduler does not see. It keeps the
+// runtime's ahead start.
+type slotRuntime struct {
+	sandboxrun.AheadRuntime
+	slots *sched.HostSlots
+}
+
+var (
+	_ sandbox.EarlyRunner = slotRuntime{}
+	_ sandbox.GatedRunner = slotRuntime{}
+)
+
+func (r slotRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	return r.RunEarly(ctx, spec, nil, nil)
+}
+
+func (r slotRuntime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
+	return r.RunEarly(ctx, spec, gate, nil)
+}
+
+// RunEarly holds a slot for the whole run, the sandbox's tear-down
+// included, and passes gate and early on to the runtime when it takes
+// them (sandbox.Observe records through them).
+func (r slotRuntime) RunEarly(ctx context.Context, spec sandbox.Spec, gate func() error, early func(sandbox.Result)) (sandbox.Result, error) {
+	release, err := r.slots.Acquire(ctx)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
+	defer release()
+	rt := sandbox.Runtime(r.AheadRuntime)
+	if a, ok := rt.(aheadless); ok {
+		rt = a.Runtime
+	}
+	er, isEarly := rt.(sandbox.EarlyRunner)
+	gr, isGated := rt.(sandbox.GatedRunner)
+	switch {
+	case gate == nil && early == nil:
+		return rt.Run(ctx, spec)
+	case isEarly && early != nil:
+		return er.RunEarly(ctx, spec, orNoGate(gate), early)
+	case isGated:
+		return gr.RunGated(ctx, spec, orNoGate(gate))
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	return rt.Run(ctx, spec)
+}
+
+func orNoGate(gate func() error) func() error {
+	if gate == nil {
+		return func() error { return nil }
+	}
+	return gate
+}
+
+// slotPlain is slotRuntime for a runtime without ahead starts.
+func slotPlain(rt sandbox.Runtime, slots *sched.HostSlots) slotRuntime {
+	return slotRuntime{AheadRuntime: aheadless{rt}, slots: slots}
+}
+
+// aheadless is a runtime as a sandboxrun.AheadRuntime that builds
+// nothing ahead.
+type aheadless struct{ sandbox.Runtime }
+
+func (aheadless) PrepareNext(sandbox.Spec, func()) error { return nil }
+func (aheadless) SweepStale() (int, error)               { return 0, nil }
+func (aheadless) Close() error                           { return nil }
+
+// acquire takes the command's task and, for a native command, a host
+// slot; the returned func gives both back.
+func (r schedRuntime) acquire(ctx context.Context, spec sandbox.Spec) (func(), error) {
+	l, err := r.lease(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if r.slots == nil {
+		return l.Release, nil
+	}
+	release, err := r.slots.Acquire(ctx)
+	if err != nil {
+		l.Release()
+		return nil, err
+	}
+	return func() {
+		release()
+		l.Release()
+	}, nil
+}
+
+func (r schedRuntime) lease(ctx context.Context, spec sandbox.Spec) (*sched.Lease, error) {
 	needs := map[sched.Resource]int64{r.res: 1}
 	if m := spec.Limits.Memory; m > 0 {
 		needs[sched.Memory] = m
@@ -195,20 +309,20 @@ func (r schedRuntime) acquire(ctx context.Context, spec sandbox.Spec) (*sched.Le
 }
 
 func (r schedRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	l, err := r.acquire(ctx, spec)
+	release, err := r.acquire(ctx, spec)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer l.Release()
+	defer release()
 	return r.rt.Run(ctx, spec)
 }
 
 func (r schedRuntime) RunGated(ctx context.Context, spec sandbox.Spec, gate func() error) (sandbox.Result, error) {
-	l, err := r.acquire(ctx, spec)
+	release, err := r.acquire(ctx, spec)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer l.Release()
+	defer release()
 	if gr, ok := r.rt.(sandbox.GatedRunner); ok {
 		return gr.RunGated(ctx, spec, gate)
 	}

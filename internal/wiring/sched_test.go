@@ -83,7 +83,7 @@ func TestModelCallsAndCommandsHoldTheirSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt := scheduledRuntime(h, s, "sess1", "docker")
+	rt := scheduledRuntime(h, s, nil, "sess1", "docker")
 	if _, err := rt.(sandbox.GatedRunner).RunGated(ctx, sandbox.Spec{Limits: sandbox.Limits{Memory: 2 << 30}}, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}

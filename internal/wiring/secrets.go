@@ -20,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/policy"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/secret"
+	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -159,7 +160,13 @@ func (s *sessionSecrets) command(ctx context.Context, call, template string, pro
 		// A command without secrets can still copy a value an earlier
 		// one wrote into the change set.
 		if s.k.broker.Holds(s.session) {
-			return router.SandboxSecrets{Close: func() { s.markWritten(start) }}, nil
+			// Its output can hold a value too (a file an earlier
+			// command wrote): read and redacted outside the heap.
+			arena := &secret.Arena{}
+			return router.SandboxSecrets{Scratch: arena, Redact: s.redact, Close: func() {
+				_ = arena.Wipe()
+				s.markWritten(start)
+			}}, nil
 		}
 		return router.SandboxSecrets{}, nil
 	}
@@ -189,7 +196,7 @@ func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.U
 			return router.SandboxSecrets{}, err
 		}
 	}
-	out := router.SandboxSecrets{Env: inj.Env, Stdin: inj.Stdin}
+	out := router.SandboxSecrets{Env: inj.Env, Stdin: inj.Stdin, Scratch: inj.Arena, Redact: s.redact}
 	if len(inj.Swaps) > 0 {
 		// The command's egress proxy, started next, takes them
 		// (proxySwaps); without network they are never used.
@@ -216,6 +223,16 @@ func (s *sessionSecrets) handOut(ctx context.Context, call string, in []secret.U
 		s.markWritten(start)
 	}
 	return out, nil
+}
+
+// redact is a command's raw output without the session's values
+// (router.SandboxSecrets.Redact); the sanitizer redacts the result again
+// with every value any session holds.
+func (s *sessionSecrets) redact(b []byte) []byte {
+	if len(b) == 0 {
+		return b
+	}
+	return s.k.broker.Redact(s.session, b, tool.DefaultRedaction)
 }
 
 // Bounds of the scan of a command's writes for values.

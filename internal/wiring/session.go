@@ -271,6 +271,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		return fail(fmt.Errorf("%w: invalid configuration: sched: %w", userenv.ErrUsage, err))
 	}
 	k.sched = boxes.sched
+	if boxes.slots, err = hostSlots(u, l.Config.Sched); err != nil {
+		return fail(fmt.Errorf("sched: %w", err))
+	}
 	revokers := []kernel.Revoker{broker, deps.live, boxes}
 	// The person's declared uses of secrets, and the broker that hands
 	// them out; a session's values are zeroed when it ends.
@@ -429,7 +432,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			log.Warn("no sandbox for the session: shell.exec and test.run will be refused", "session", env.Session, "err", err)
 		}
 		if rt != nil {
-			o.Runtime, o.RuntimeName = scheduledRuntime(rt, boxes.sched, env.Session, name), name
+			o.Runtime, o.RuntimeName = scheduledRuntime(rt, boxes.sched, boxes.slots, env.Session, name), name
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
 			o.UserCaches = u.UserCaches(res.Workspace())

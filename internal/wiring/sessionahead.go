@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 )
 
 // aheadRuntime is a runtime that builds the next sandbox ahead of its
@@ -40,11 +41,16 @@ type nativeBox struct {
 	log   *slog.Logger
 	idle  time.Duration
 	newRT func() (aheadRuntime, error)
+	// warm, when set, gives the sandbox built ahead a sandbox slot of the
+	// scheduler as a Warm task: nothing is built ahead without a free
+	// slot, and a command waiting for one has it discarded.
+	warm interface{ lease() (*sched.Lease, error) }
 
 	mu      sync.Mutex
 	cur     *boxRuntime // nil once the session has ended
 	running int
 	timer   *time.Timer
+	ahead   *warmAhead // the slot of the sandbox built ahead, if any
 }
 
 // boxRuntime is a runtime and the sandboxes being built ahead on it,
@@ -86,7 +92,12 @@ func (b *nativeBox) RunGated(ctx context.Context, spec sandbox.Spec, gate func()
 	if b.timer != nil {
 		b.timer.Stop()
 	}
+	ahead := b.ahead
+	b.ahead = nil
 	b.mu.Unlock()
+	// The command holds a slot of its own (schedRuntime): the sandbox
+	// built ahead, which it takes or has discarded, gives its slot back.
+	ahead.release()
 	res, err := cur.rt.RunGated(ctx, spec, gate)
 	b.mu.Lock()
 	b.running--
@@ -103,13 +114,28 @@ func (b *nativeBox) RunGated(ctx context.Context, spec sandbox.Spec, gate func()
 // then starts the idle timer when no command is running.
 func (b *nativeBox) prepareNext(cur *boxRuntime, spec sandbox.Spec) {
 	defer cur.prepare.Done()
-	spec.Argv, spec.Env, spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil, nil, nil
-	if err := cur.rt.PrepareNext(spec, nil); err != nil {
+	spec.Argv, spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Scratch = nil, nil, nil, nil, nil, nil
+	var w *warmAhead
+	if b.warm != nil {
+		l, err := b.warm.lease()
+		if err != nil || l == nil {
+			b.log.Debug("sandbox: nothing built ahead for the session: no sandbox slot free", "err", err)
+			return
+		}
+		w = &warmAhead{l: l, done: make(chan struct{})}
+	}
+	if err := cur.rt.PrepareNext(spec, w.release); err != nil {
+		w.release()
 		b.log.Debug("sandbox: nothing built ahead for the session", "err", err)
 		return
 	}
+	if w != nil {
+		go b.evictOnCall(cur, w)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.ahead.release() // replaced by this one
+	b.ahead = w
 	if b.cur != cur || b.running > 0 {
 		return
 	}
@@ -118,6 +144,44 @@ func (b *nativeBox) prepareNext(cur *boxRuntime, spec sandbox.Spec) {
 	} else {
 		b.timer.Reset(b.idle)
 	}
+}
+
+// warmAhead is the Warm task of a sandbox built ahead.
+type warmAhead struct {
+	l    *sched.Lease
+	once sync.Once
+	done chan struct{}
+}
+
+// release gives the slot back, once (nil: none held).
+func (w *warmAhead) release() {
+	if w == nil {
+		return
+	}
+	w.once.Do(func() {
+		w.l.Release()
+		close(w.done)
+	})
+}
+
+// evictOnCall discards the sandbox built ahead on cur when the scheduler
+// wants its slot for a command (of any session).
+func (b *nativeBox) evictOnCall(cur *boxRuntime, w *warmAhead) {
+	select {
+	case <-w.done:
+		return
+	case <-w.l.Preempted():
+	}
+	b.mu.Lock()
+	if b.cur != cur || b.ahead != w || b.running > 0 {
+		// Taken or replaced meanwhile; with a command of the session
+		// running, that command's end builds the next one and this one
+		// goes when it is taken or replaced.
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.expire()
 }
 
 // expire discards the sandbox built ahead of a session that has been

@@ -31,6 +31,9 @@ type sessionBoxes struct {
 	idle time.Duration
 	// sched, when set, gives each command a slot (sessionTools).
 	sched *sched.Scheduler
+	// slots, when set, bound native commands across the user's
+	// processes (hostSlots).
+	slots *sched.HostSlots
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
@@ -51,9 +54,10 @@ type resolved struct {
 
 // sessionBox is one session's container runtime and pool.
 type sessionBox struct {
-	rt   *docker.Runtime
-	mu   sync.Mutex
-	pool *docker.Pool
+	session string
+	rt      *docker.Runtime
+	mu      sync.Mutex
+	pool    *docker.Pool
 }
 
 // newSessionBoxes resolves the runtime at the first session, not at
@@ -95,7 +99,7 @@ func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runt
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("%s: %w", name, err)
 		}
-		b = &sessionBox{rt: drt}
+		b = &sessionBox{session: session, rt: drt}
 		s.boxes[session] = b
 	}
 	return b, name, func(spec sandbox.Spec) { s.warm(b, spec) }, nil
@@ -115,6 +119,9 @@ func (s *sessionBoxes) native(session string, newRT func() (aheadRuntime, error)
 		if b, err = newNativeBox(s.log, s.idle, newRT); err != nil {
 			return nil, err
 		}
+		if s.sched != nil {
+			b.warm = warmSlots{s: s.sched, session: session, res: sched.Sandboxes}
+		}
 		s.natives[session] = b
 	}
 	return b, nil
@@ -133,7 +140,11 @@ func (s *sessionBoxes) warm(b *sessionBox, spec sandbox.Spec) {
 		b.pool = nil
 	}
 	if b.pool == nil {
-		p, err := docker.NewPool(docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle})
+		o := docker.PoolOptions{Starter: b.rt, Spec: spec, IdleTimeout: s.idle}
+		if s.sched != nil {
+			o.Slots = warmSlots{s: s.sched, session: b.session, res: sched.Containers}
+		}
+		p, err := docker.NewPool(o)
 		if err != nil {
 			s.log.Warn("no pre-warmed containers", "err", err)
 			return
@@ -212,3 +223,36 @@ func (s *sessionBoxes) Close() {
 		}
 	}
 }
+
+// warmSlots lend a session's pre-warmed containers the scheduler's
+// container slots, and its native sandbox built ahead a sandbox slot:
+// each is a Warm task of its session, so that a command waiting for a
+// slot (of any session) has an idle one destroyed rather than waiting
+// for a running one (docs/sched.md#preemption).
+type warmSlots struct {
+	s       *sched.Scheduler
+	session string
+	res     sched.Resource
+}
+
+func (w warmSlots) lease() (*sched.Lease, error) {
+	label := "pre-warmed container"
+	if w.res == sched.Sandboxes {
+		label = "sandbox built ahead"
+	}
+	return w.s.TryAcquire(sched.Task{Class: sched.Background, Session: w.session, Label: label,
+		Inner: true, Warm: true, Needs: map[sched.Resource]int64{w.res: 1}})
+}
+
+func (w warmSlots) TryWarm() (docker.WarmSlot, error) {
+	l, err := w.lease()
+	if err != nil || l == nil {
+		return nil, err
+	}
+	return warmLease{l}, nil
+}
+
+// warmLease is a pre-warmed container's task.
+type warmLease struct{ *sched.Lease }
+
+func (l warmLease) Evict() <-chan struct{} { return l.Preempted() }

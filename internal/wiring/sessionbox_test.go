@@ -1,8 +1,10 @@
 package wiring
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,8 +19,10 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/sandboxtest"
+	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 )
 
@@ -243,4 +247,80 @@ func TestSessionContainerNet(t *testing.T) {
 	if host := strings.Fields(res.Content)[0]; !strings.HasPrefix(warm[0], host) {
 		t.Fatalf("the command ran in %q, not in the session's pre-warmed container %s:\n%s", host, warm[0], res.Content)
 	}
+}
+
+// TestWarmContainerGivesWay: under the container limit (2), a session's
+// pre-warmed container holds a slot as a Warm task, and a triggered
+// session's command that finds both slots taken (the warm container, a
+// command running in another session) has the warm container destroyed,
+// not the running command stopped: it runs while the other command still
+// runs, and no more than two containers are alive at once.
+func TestWarmContainerGivesWay(t *testing.T) {
+	eng := dockerEngine(t)
+	s, err := sched.New(sched.Options{Limits: sched.Limits{Resources: map[sched.Resource]int64{sched.Containers: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	boxes := newSessionBoxes(slog.New(slog.DiscardHandler), func() resolved { return resolved{name: "docker", engine: eng} })
+	boxes.sched = s
+	defer boxes.Close()
+	ctx := t.Context()
+	spec := sandbox.Spec{Env: []string{"PATH=/bin:/usr/bin"}, Limits: sandbox.Limits{Wall: time.Minute}}
+	pid := strconv.Itoa(os.Getpid())
+	a, b, c := "test-warm-a-"+pid, "test-warm-b-"+pid, "test-warm-c-"+pid
+	runtime := func(session string) sandbox.Runtime {
+		t.Helper()
+		rt, name, _, err := boxes.For(ctx, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return scheduledRuntime(rt, s, nil, session, name)
+	}
+	_, _, warm, err := boxes.For(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(spec)
+	waitContainers(t, a, 1)
+	if st := s.Status(); st.Use[string(sched.Containers)] != 1 {
+		t.Fatalf("the pre-warmed container holds no slot: %+v", st.Use)
+	}
+
+	// Session b's command runs until it is cancelled.
+	bctx, stopB := context.WithCancel(ctx)
+	defer stopB()
+	bdone := make(chan error, 1)
+	rb := runtime(b)
+	go func() {
+		_, err := rb.Run(bctx, withArgv(spec, "sleep", "600"))
+		bdone <- err
+	}()
+	waitContainers(t, b, 1)
+
+	// Session c's command, in a triggered turn.
+	turn, err := s.Acquire(ctx, sched.Task{Class: sched.Triggered, Session: c, Label: "turn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer turn.Release()
+	res, err := runtime(c).Run(sched.WithLease(ctx, turn), withArgv(spec, "echo", "ran"))
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "ran" {
+		t.Fatalf("session c's command: %v %+v", err, res)
+	}
+	select {
+	case err := <-bdone:
+		t.Fatalf("the running command ended (%v) instead of the pre-warmed container", err)
+	default:
+	}
+	if ids := sessionContainers(t, a); len(ids) != 0 {
+		t.Fatalf("session a's pre-warmed container %v is still there: three containers under a limit of two", ids)
+	}
+	stopB()
+	<-bdone
+}
+
+func withArgv(spec sandbox.Spec, argv ...string) sandbox.Spec {
+	spec.Argv = argv
+	return spec
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,29 @@ type PoolOptions struct {
 	// IdleTimeout closes containers idle longer than this; 0 means 5
 	// minutes.
 	IdleTimeout time.Duration
+	// Slots, when set, counts each idle container against the daemon's
+	// container limit while it waits for a command: Warm starts a
+	// container only when Slots has one free, and a container whose slot
+	// is wanted for a command is destroyed. A container taken by a
+	// command gives its slot back: the command holds its own.
+	Slots WarmSlots
+}
+
+// WarmSlots lends slots to pre-warmed containers (internal/wiring: a
+// Warm task of internal/sched for each).
+type WarmSlots interface {
+	// TryWarm takes a slot for one container started ahead of need, or
+	// returns nil when none is free now.
+	TryWarm() (WarmSlot, error)
+}
+
+// WarmSlot is one pre-warmed container's slot.
+type WarmSlot interface {
+	// Evict is closed when the slot is wanted for other work: the pool
+	// then destroys the container, unless a command took it already.
+	Evict() <-chan struct{}
+	// Release gives the slot back.
+	Release()
 }
 
 // Pool keeps pre-warmed containers for one session: Warm starts them
@@ -40,7 +64,7 @@ type Pool struct {
 	opts   PoolOptions
 	slots  chan struct{} // one token per live container
 	mu     sync.Mutex
-	idle   []pooled
+	idle   []*pooled
 	closed bool
 	// warmed is open while a background Prewarm runs, closed when it
 	// ends: a command that finds no idle container waits for it rather
@@ -56,6 +80,19 @@ type Pool struct {
 type pooled struct {
 	inst  sandbox.Instance
 	since time.Time
+	// slot is its WarmSlot (nil without PoolOptions.Slots); gone is
+	// closed when it leaves the idle list, whoever takes it out.
+	slot WarmSlot
+	gone chan struct{}
+}
+
+// leave ends its time as an idle container: it was taken out of p.idle
+// under p.mu by the caller.
+func (it *pooled) leave() {
+	close(it.gone)
+	if it.slot != nil {
+		it.slot.Release()
+	}
 }
 
 // NewPool returns a pool and starts its idle reaper; it starts no
@@ -98,12 +135,23 @@ func (p *Pool) Warm(ctx context.Context) error {
 		default:
 			return nil // at Max: the busy ones come back idle
 		}
+		var slot WarmSlot
+		if p.opts.Slots != nil {
+			var err error
+			if slot, err = p.opts.Slots.TryWarm(); err != nil || slot == nil {
+				<-p.slots
+				return err // nil: the daemon's containers are all in use
+			}
+		}
 		inst, err := p.opts.Starter.Start(ctx, p.opts.Spec)
 		if err != nil {
 			<-p.slots
+			if slot != nil {
+				slot.Release()
+			}
 			return err
 		}
-		p.put(inst)
+		p.putWarm(inst, slot)
 	}
 }
 
@@ -235,6 +283,7 @@ func (p *Pool) get(ctx context.Context) (sandbox.Instance, error) {
 			it := p.idle[n-1]
 			p.idle = p.idle[:n-1]
 			p.mu.Unlock()
+			it.leave()
 			return it.inst, nil
 		}
 		warmed := p.warmed
@@ -263,15 +312,52 @@ func (p *Pool) get(ctx context.Context) (sandbox.Instance, error) {
 	return inst, nil
 }
 
-func (p *Pool) put(inst sandbox.Instance) {
+func (p *Pool) put(inst sandbox.Instance) { p.putWarm(inst, nil) }
+
+// putWarm adds inst to the idle list with its slot; while it is idle, a
+// call for its slot (WarmSlot.Evict) destroys it.
+func (p *Pool) putWarm(inst sandbox.Instance, slot WarmSlot) {
+	it := &pooled{inst: inst, since: time.Now(), slot: slot, gone: make(chan struct{})}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		it.leave()
 		p.discard(inst)
 		return
 	}
-	p.idle = append(p.idle, pooled{inst: inst, since: time.Now()})
+	p.idle = append(p.idle, it)
+	if slot != nil {
+		p.wg.Add(1)
+		go p.evictOnCall(it)
+	}
 	p.mu.Unlock()
+}
+
+// evictOnCall destroys idle container it when its slot is called for.
+func (p *Pool) evictOnCall(it *pooled) {
+	defer p.wg.Done()
+	select {
+	case <-it.gone:
+		return
+	case <-p.stop:
+		return
+	case <-it.slot.Evict():
+	}
+	p.mu.Lock()
+	i := slices.Index(p.idle, it)
+	if i >= 0 {
+		p.idle = slices.Delete(p.idle, i, i+1)
+	}
+	p.mu.Unlock()
+	if i < 0 {
+		return // a command, the reaper or Close took it
+	}
+	// The slot goes back once the container is gone, so the count never
+	// shows fewer containers than are alive.
+	_ = it.inst.Close()
+	<-p.slots
+	close(it.gone)
+	it.slot.Release()
 }
 
 func (p *Pool) discard(inst sandbox.Instance) {
@@ -289,7 +375,7 @@ func (p *Pool) reaper() {
 			return
 		case now := <-tick.C:
 			p.mu.Lock()
-			var keep, old []pooled
+			var keep, old []*pooled
 			for _, it := range p.idle {
 				if now.Sub(it.since) > p.opts.IdleTimeout {
 					old = append(old, it)
@@ -301,6 +387,7 @@ func (p *Pool) reaper() {
 			p.mu.Unlock()
 			for _, it := range old {
 				p.discard(it.inst)
+				it.leave()
 			}
 		}
 	}
@@ -325,6 +412,7 @@ func (p *Pool) Close() error {
 	for _, it := range idle {
 		errs = append(errs, it.inst.Close())
 		<-p.slots
+		it.leave()
 	}
 	return errors.Join(errs...)
 }

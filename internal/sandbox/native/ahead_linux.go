@@ -72,7 +72,7 @@ func (p *childProg) aheadRlimits() {
 
 // fillTail fills an ahead program's placeholders with cfg's rlimits and
 // command. PID 1 must not have passed the gate: it reads them after.
-func (p *childProg) fillTail(cfg *nsinit.Config) error {
+func (p *childProg) fillTail(cfg *nsinit.Config, sc sandbox.Scratch) error {
 	if len(cfg.Argv) == 0 {
 		return fmt.Errorf("%w: no command", sandbox.ErrInvalidSpec)
 	}
@@ -90,7 +90,7 @@ func (p *childProg) fillTail(cfg *nsinit.Config) error {
 		*t.lim = unix.Rlimit{Cur: rl.Value, Max: rl.Value}
 		p.ops[t.op].kind = opPlain
 	}
-	op, what := p.execOp(cfg)
+	op, what := p.execOp(cfg, sc)
 	if p.err != nil {
 		return fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, p.err)
 	}
@@ -228,7 +228,7 @@ func (r *Runtime) claimAhead(upper string) *aheadStart {
 
 // useAhead prepares a, claimed by a run of cfg, for that run and reports
 // whether it can serve it; when it cannot, a is discarded.
-func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits, wantCg bool) bool {
+func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits, wantCg bool, sc sandbox.Scratch) bool {
 	ok := false
 	defer func() {
 		if !ok {
@@ -251,7 +251,7 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 			return false
 		}
 	}
-	if err := a.d.prog.fillTail(cfg); err != nil {
+	if err := a.d.prog.fillTail(cfg, sc); err != nil {
 		r.opts.Logger.Debug("sandbox: an ahead start cannot take the command", "err", err)
 		return false
 	}
@@ -278,8 +278,8 @@ func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec
 	if spec.Stdin != nil {
 		stdin = spec.Stdin
 	}
-	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
-	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch)
+	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch)
 	a.connect(stdin, stdout, stderr)
 	tr.Mark("ahead start taken")
 	r.ahead.used.Add(1)
@@ -366,6 +366,17 @@ type lateWriter struct{ *late[io.Writer] }
 func newLateWriter() lateWriter { return lateWriter{newLate[io.Writer]()} }
 
 func (l lateWriter) Write(p []byte) (int, error) { return l.get().Write(p) }
+
+// ReadFrom lets the connected writer read the pipe itself when it can (a
+// capWriter into its own buffer): io.Copy's buffer would otherwise hold
+// the output on the heap.
+func (l lateWriter) ReadFrom(r io.Reader) (int64, error) {
+	w := l.get()
+	if rf, ok := w.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w}, r)
+}
 
 // lateReader reads from the reader connected later (nil: none, EOF at
 // once).

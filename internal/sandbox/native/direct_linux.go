@@ -87,6 +87,9 @@ var mountSetattrWorks = sync.OnceValue(func() bool {
 
 // directOpts are a direct start's facts beyond its configuration.
 type directOpts struct {
+	// scratch is the spec's Scratch: the command's environment is made
+	// there.
+	scratch sandbox.Scratch
 	// trees is the number of idmapped trees given from directTrees on
 	// (cfg.LowerFD).
 	trees int
@@ -282,7 +285,7 @@ func (p *childProg) commandOps(cfg *nsinit.Config, o directOpts, nested bool) {
 	if o.ahead {
 		p.tail.exec = p.add("command", "execute the request's command", childOp{kind: opSkip})
 	} else {
-		op, what := p.execOp(cfg)
+		op, what := p.execOp(cfg, o.scratch)
 		p.add("command", what, op)
 	}
 }
@@ -605,8 +608,8 @@ func (p *childProg) raiseOOMScore() {
 // execOp returns the command's exec: its path, or each candidate of the
 // sandbox's PATH in turn (nsinit.lookPath's search, done by execve), and
 // what its failure means.
-func (p *childProg) execOp(cfg *nsinit.Config) (childOp, string) {
-	argv, envv := p.strv(cfg.Argv), p.strv(cfg.Env)
+func (p *childProg) execOp(cfg *nsinit.Config, sc sandbox.Scratch) (childOp, string) {
+	argv, envv := p.strv(cfg.Argv), p.envv(cfg.Env, sc)
 	name := cfg.Argv[0]
 	cands := []string{name}
 	path := "/usr/local/bin:/usr/bin:/bin"

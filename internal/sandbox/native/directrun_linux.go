@@ -101,9 +101,9 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 		// Never the caller's terminal (TIOCSTI and friends): a pipe.
 		stdin = struct{ io.Reader }{spec.Stdin}
 	}
-	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
-	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
-	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early, tr, stOut)
+	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch)
+	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch)
+	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early, tr, stOut, spec.Scratch)
 }
 
 // idmapNS returns a user namespace that maps uid and gid 0 to this
@@ -154,8 +154,8 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // the start (facilities, paths, limits, the cgroup cg, the output's
 // writers). It owns cg from here.
 func (r *Runtime) runDirect(ctx context.Context, cfg *nsinit.Config, res sandbox.Result, lim sandbox.Limits, cg *cgroup, stdin io.Reader,
-	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result), tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
-	d, err := r.buildDirect(cfg, cg, stdin, stdout, stderr, directOpts{gated: gate != nil, pid1Pause: r.pid1Pause}, tr)
+	stdout, stderr *capWriter, gate func() error, early func(sandbox.Result), tr *nsinit.Tracer, stOut *nsinit.Status, sc sandbox.Scratch) (sandbox.Result, error) {
+	d, err := r.buildDirect(cfg, cg, stdin, stdout, stderr, directOpts{gated: gate != nil, pid1Pause: r.pid1Pause, scratch: sc}, tr)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrInvalidSpec) {
 			return res, err

@@ -79,8 +79,8 @@ func (r *Runtime) runInit(ctx context.Context, req *request, cfg *nsinit.Config,
 	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
 	cfg.LowerFD = r.lowerFD(cfg)
 	o := initIO{
-		stdout: &capWriter{max: lim.Output, tee: req.spec.Stdout},
-		stderr: &capWriter{max: lim.Output, tee: req.spec.Stderr},
+		stdout: newCapWriter(lim.Output, req.spec.Stdout, req.spec.Scratch),
+		stderr: newCapWriter(lim.Output, req.spec.Stderr, req.spec.Scratch),
 		fdSock: cfg.LowerFD,
 		proxy:  proxyF,
 		cfg:    nsinit.Frame(cfg.AppendBinary(nil)),

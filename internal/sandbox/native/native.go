@@ -460,7 +460,7 @@ func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mo
 		// A traced run or one through the egress proxy never fits.
 		if tr.On || spec.Network == sandbox.NetworkProxy {
 			r.discardAheadLater(a)
-		} else if r.useAhead(a, &ac, lim, wantCg) {
+		} else if r.useAhead(a, &ac, lim, wantCg, spec.Scratch) {
 			res.Warnings = append(res.Warnings, warnings...)
 			res, err = r.runAhead(ctx, a, spec, res, req.gate, req.early, tr, req.st)
 			return res, modeAhead, err
@@ -729,6 +729,30 @@ type capWriter struct {
 	max       int64
 	tee       io.Writer
 	truncated bool
+	// fixed, when not nil, replaces buf: Limits.Output bytes (and room
+	// for the truncation marker) of sandbox.Spec.Scratch, outside the
+	// heap, filled up to n. ReadFrom reads the pipe straight into it, so
+	// no copy buffer of io.Copy's holds the output either.
+	fixed []byte
+	n     int
+	// sink takes what is read past max, to be dropped (scratch too).
+	sink []byte
+}
+
+// newCapWriter captures up to max bytes (0: no bound), teeing them to
+// tee; with sc and a bound, it captures into sc's memory.
+func newCapWriter(max int64, tee io.Writer, sc sandbox.Scratch) *capWriter {
+	w := &capWriter{max: max, tee: tee}
+	if sc != nil && max > 0 && max < 1<<30 {
+		w.fixed = sc.Bytes(int(max) + len(sandbox.TruncationMarker))
+		if w.fixed != nil {
+			w.sink = sc.Bytes(32 << 10)
+		}
+		if w.sink == nil {
+			w.fixed = nil
+		}
+	}
+	return w
 }
 
 func (w *capWriter) Write(p []byte) (int, error) {
@@ -736,7 +760,7 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	n := len(p)
 	if w.max > 0 {
-		room := w.max - int64(w.buf.Len())
+		room := w.max - int64(w.len())
 		if room <= 0 {
 			w.truncated = true
 			return n, nil
@@ -746,11 +770,62 @@ func (w *capWriter) Write(p []byte) (int, error) {
 			w.truncated = true
 		}
 	}
-	w.buf.Write(p)
+	if w.fixed != nil {
+		w.n += copy(w.fixed[w.n:w.max], p)
+	} else {
+		w.buf.Write(p)
+	}
 	if w.tee != nil {
 		_, _ = w.tee.Write(p)
 	}
 	return n, nil
+}
+
+func (w *capWriter) len() int {
+	if w.fixed != nil {
+		return w.n
+	}
+	return w.buf.Len()
+}
+
+// ReadFrom reads r to its end into the fixed buffer (io.Copy calls it
+// with the output pipe); without one it copies through Write.
+func (w *capWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.fixed == nil {
+		return io.Copy(struct{ io.Writer }{w}, r)
+	}
+	var total int64
+	for {
+		w.mu.Lock()
+		dst := w.sink
+		if room := int(w.max) - w.n; room > 0 {
+			dst = w.fixed[w.n:w.max]
+		}
+		w.mu.Unlock()
+		// The lock is not held across the read: a read blocks until
+		// the command writes. Only this goroutine appends.
+		k, err := r.Read(dst)
+		total += int64(k)
+		if k > 0 {
+			w.mu.Lock()
+			if &dst[0] == &w.sink[0] {
+				w.truncated = true
+				clear(dst[:k])
+			} else {
+				if w.tee != nil {
+					_, _ = w.tee.Write(dst[:k])
+				}
+				w.n += k
+			}
+			w.mu.Unlock()
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // cut says whether output was discarded past the limit.
@@ -760,10 +835,18 @@ func (w *capWriter) cut() bool {
 	return w.truncated
 }
 
+// bytes is the captured output (and the truncation marker when output was
+// cut): a copy on the heap, or the fixed buffer itself, which its
+// Scratch's holder zeroes.
 func (w *capWriter) bytes() []byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	b := bytes.Clone(w.buf.Bytes())
+	var b []byte
+	if w.fixed != nil {
+		b = w.fixed[:w.n]
+	} else {
+		b = bytes.Clone(w.buf.Bytes())
+	}
 	if w.truncated {
 		b = append(b, sandbox.TruncationMarker...)
 		if w.tee != nil {

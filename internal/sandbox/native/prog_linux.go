@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -154,6 +155,30 @@ func (p *childProg) str(s string) unsafe.Pointer {
 func (p *childProg) ptr(v any, ptr unsafe.Pointer) unsafe.Pointer {
 	p.keep = append(p.keep, v)
 	return ptr
+}
+
+// envv is strv for an environment, its C strings in sc's memory when sc
+// is set (a secret's value may be among them: sandbox.Spec.Scratch). An
+// error names the variable, never its value.
+func (p *childProg) envv(env []string, sc sandbox.Scratch) unsafe.Pointer {
+	if sc == nil {
+		return p.strv(env)
+	}
+	v := make([]unsafe.Pointer, len(env)+1)
+	for i, s := range env {
+		b := sc.Bytes(len(s) + 1)
+		if b == nil {
+			v[i] = p.str(s)
+			continue
+		}
+		if strings.IndexByte(s, 0) >= 0 && p.err == nil {
+			name, _, _ := strings.Cut(s, "=")
+			p.err = fmt.Errorf("the variable %q holds a NUL byte", name)
+		}
+		copy(b, s)
+		v[i] = unsafe.Pointer(&b[0])
+	}
+	return p.ptr(v, unsafe.Pointer(&v[0]))
 }
 
 // strv returns a NULL-terminated array of C strings.

@@ -42,7 +42,7 @@ func (r *Runtime) PrepareNext(sandbox.Spec, func()) error {
 	return fmt.Errorf("%w: no direct starts on this architecture", sandbox.ErrSetup)
 }
 func (r *Runtime) claimAhead(string) *aheadStart { return nil }
-func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool) bool {
+func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool, sandbox.Scratch) bool {
 	return false
 }
 func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.Result, func() error, func(sandbox.Result), *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {

@@ -215,6 +215,14 @@ type SandboxSecrets struct {
 	Mounts []sandbox.Mount
 	Stdin  []byte
 	Close  func()
+	// Scratch, when set, becomes the command's sandbox.Spec.Scratch:
+	// memory outside the heap for the environment's C strings and the
+	// raw output, which Close zeroes.
+	Scratch sandbox.Scratch
+	// Redact, when set, turns the command's raw output into what may be
+	// kept: a copy without the values. It runs before anything else reads
+	// the output.
+	Redact func([]byte) []byte
 }
 
 // ChangeSet is what the router needs of the session's change set
@@ -857,6 +865,7 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
 	// Secrets first: a proxy use's swaps are what the command's egress
 	// proxy, started next, puts the values back in with.
+	var redact func([]byte) []byte
 	if r.o.Secrets != nil {
 		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, progs)
 		if err != nil {
@@ -867,6 +876,7 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		}
 		spec.Env = sandbox.SetEnv(spec.Env, ss.Env...)
 		spec.Mounts = append(spec.Mounts, ss.Mounts...)
+		spec.Scratch, redact = ss.Scratch, ss.Redact
 		if ss.Stdin != nil {
 			spec.Stdin = bytes.NewReader(ss.Stdin)
 		}
@@ -895,6 +905,11 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		if err = gate.wait(); err == nil {
 			res, err = r.o.Runtime.Run(ctx, spec)
 		}
+	}
+	if redact != nil {
+		// The raw output may be in spec.Scratch, zeroed when the
+		// secrets close: from here on only its redacted copy is read.
+		res.Stdout, res.Stderr = redact(res.Stdout), redact(res.Stderr)
 	}
 	written := changedSince(r.o.ChangeSet.UpperDir(), before)
 	if err == nil && len(written) > 0 {
