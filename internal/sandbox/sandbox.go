@@ -143,6 +143,11 @@ type Spec struct {
 	// Stdout and Stderr, when set, receive the output live as well, up
 	// to Limits.Output each.
 	Stdout, Stderr io.Writer
+	// Live hands Stdout and Stderr all the output, unbounded, and keeps
+	// none in the Result: for a long-lived process whose output is a
+	// stream its reader bounds (a plugin's MCP server), where a capture
+	// would grow for the process's whole life.
+	Live bool
 }
 
 // Validate checks the parts of a spec that do not depend on the backend.

@@ -278,8 +278,8 @@ func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec
 	if spec.Stdin != nil {
 		stdin = spec.Stdin
 	}
-	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
-	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	stdout := &capWriter{max: lim.Output, tee: spec.Stdout, live: spec.Live}
+	stderr := &capWriter{max: lim.Output, tee: spec.Stderr, live: spec.Live}
 	a.connect(stdin, stdout, stderr)
 	tr.Mark("ahead start taken")
 	r.ahead.used.Add(1)

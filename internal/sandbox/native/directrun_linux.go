@@ -101,8 +101,8 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 		// Never the caller's terminal (TIOCSTI and friends): a pipe.
 		stdin = struct{ io.Reader }{spec.Stdin}
 	}
-	stdout := &capWriter{max: lim.Output, tee: spec.Stdout}
-	stderr := &capWriter{max: lim.Output, tee: spec.Stderr}
+	stdout := &capWriter{max: lim.Output, tee: spec.Stdout, live: spec.Live}
+	stderr := &capWriter{max: lim.Output, tee: spec.Stderr, live: spec.Live}
 	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early, tr, stOut)
 }
 

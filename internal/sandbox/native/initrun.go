@@ -79,8 +79,8 @@ func (r *Runtime) runInit(ctx context.Context, req *request, cfg *nsinit.Config,
 	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
 	cfg.LowerFD = r.lowerFD(cfg)
 	o := initIO{
-		stdout: &capWriter{max: lim.Output, tee: req.spec.Stdout},
-		stderr: &capWriter{max: lim.Output, tee: req.spec.Stderr},
+		stdout: &capWriter{max: lim.Output, tee: req.spec.Stdout, live: req.spec.Live},
+		stderr: &capWriter{max: lim.Output, tee: req.spec.Stderr, live: req.spec.Live},
 		fdSock: cfg.LowerFD,
 		proxy:  proxyF,
 		cfg:    nsinit.Frame(cfg.AppendBinary(nil)),

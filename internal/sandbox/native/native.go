@@ -729,12 +729,20 @@ type capWriter struct {
 	max       int64
 	tee       io.Writer
 	truncated bool
+	// live: everything goes to tee, nothing is kept (Spec.Live).
+	live bool
 }
 
 func (w *capWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := len(p)
+	if w.live {
+		if w.tee != nil {
+			_, _ = w.tee.Write(p)
+		}
+		return n, nil
+	}
 	if w.max > 0 {
 		room := w.max - int64(w.buf.Len())
 		if room <= 0 {
