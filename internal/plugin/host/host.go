@@ -94,8 +94,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// CallTimeout bounds one tool call; default 2 minutes.
 	CallTimeout time.Duration
-	Restart     Restart
-	Logger      *slog.Logger
+	// Ping is how often a running server is pinged; default 2s. Three
+	// failed pings in a row count as a crash.
+	Ping    time.Duration
+	Restart Restart
+	Logger  *slog.Logger
 }
 
 // Host runs the plugins of one session. Safe for concurrent use.
@@ -135,6 +138,9 @@ func New(o Options) (*Host, error) {
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 2 * time.Minute
+	}
+	if o.Ping <= 0 {
+		o.Ping = 2 * time.Second
 	}
 	if o.Restart.Max <= 0 {
 		o.Restart.Max = 5

@@ -197,6 +197,12 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	}
 	exited := make(chan ran, 1)
 	go func() {
+		// A runtime's copy of the standard input ends only when its
+		// reader does: closing it lets the run end once ctx is done.
+		<-ctx.Done()
+		_ = inR.Close()
+	}()
+	go func() {
 		res, err := s.runtime.Run(ctx, spec)
 		// The process is gone: its streams end, and with them the
 		// session.
@@ -219,13 +225,57 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	s.mu.Unlock()
 	close(up)
 	s.ready()
-	r := <-exited
+	var r ran
+	select {
+	case r = <-exited:
+	case <-s.watch(ctx, cs):
+		// Dead or hung: kill it, and stop feeding its standard input
+		// (a runtime waits for that copy to end).
+		cancel()
+		_ = inR.Close()
+		r = <-exited
+		if r.err == nil && r.res.Killed == "" {
+			r.err = errors.New("it stopped answering pings")
+		}
+	}
 	s.mu.Lock()
 	s.cs = nil
 	s.up = make(chan struct{})
 	s.mu.Unlock()
 	_ = cs.Close()
 	return r.res, r.err
+}
+
+// watch pings the server every Ping and returns a channel closed after
+// three pings in a row failed. A ping is also how a server's exit is
+// noticed: the runtime's copy of its standard input waits in a read of
+// ours, and the ping's write makes it meet the closed pipe and end.
+func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan struct{} {
+	dead := make(chan struct{})
+	go func() {
+		failed := 0
+		tick := time.NewTicker(s.h.o.Ping)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			pctx, cancel := context.WithTimeout(ctx, 10*s.h.o.Ping)
+			err := cs.Ping(pctx, nil)
+			cancel()
+			if err == nil {
+				failed = 0
+				continue
+			}
+			if failed++; failed >= 3 || errors.Is(err, mcp.ErrConnectionClosed) {
+				close(dead)
+				return
+			}
+		}
+	}()
+	return dead
 }
 
 // connect speaks MCP over the process's streams: initialize, then the
