@@ -470,8 +470,8 @@ func TestContainment(t *testing.T) {
 		}
 	})
 	t.Run("memory", func(t *testing.T) {
-		if _, err := call(t, reg, "mcp.adv.hog", map[string]any{"n": 512}); err == nil {
-			t.Fatal("512 MiB answered under a 96 MiB limit")
+		if _, err := call(t, reg, "mcp.adv.hog", map[string]any{"n": 300}); err == nil {
+			t.Fatal("300 MiB answered under a 96 MiB limit")
 		}
 		waitEvent(t, f.audit, `"killed":"memory"`)
 		// Restarted: it answers again.
