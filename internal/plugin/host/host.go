@@ -98,7 +98,11 @@ type Options struct {
 	// failed pings in a row count as a crash.
 	Ping    time.Duration
 	Restart Restart
-	Logger  *slog.Logger
+	// Offer, optional, is told a plugin's tools as its server offers
+	// them whenever one is held back, so that a person can review and
+	// approve the change (the store's ToolOfferer); an error is logged.
+	Offer  func(ctx context.Context, plugin string, tools []plugin.ToolPin) error
+	Logger *slog.Logger
 }
 
 // Host runs the plugins of one session. Safe for concurrent use.
@@ -241,6 +245,24 @@ func (h *Host) StartOne(ctx context.Context, rec plugin.Record, reg *tool.Regist
 	}
 	s.mu.Unlock()
 	return rep
+}
+
+// Register adds the tools of every plugin started to reg, and those
+// admitted later (a restart's) too: for a session whose router, and
+// registry, are built anew for a later run.
+func (h *Host) Register(reg *tool.Registry) error {
+	h.mu.Lock()
+	ss := make([]*server, 0, len(h.servers))
+	for _, s := range h.servers {
+		ss = append(ss, s)
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		if err := s.addRegistry(reg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops every server and waits for them to end.

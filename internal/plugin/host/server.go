@@ -34,7 +34,6 @@ type server struct {
 	name    string
 	runtime sandbox.Runtime
 	rtName  string
-	reg     *tool.Registry
 	log     *logFile
 
 	ctx    context.Context
@@ -50,6 +49,11 @@ type server struct {
 	// is closed when cs is set and replaced when it goes.
 	cs *mcp.ClientSession
 	up chan struct{}
+	// regs are the registries the tools go into (a session's router is
+	// built anew for each of its runs).
+	regs []*tool.Registry
+	// tools are the tools built, by registry name.
+	tools map[string]*tool.Tool
 	// registered maps a registry name to the server's tool name.
 	registered map[string]string
 	// held are the tools held back, by registry name, with why.
@@ -76,7 +80,7 @@ func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) 
 	if m.Run.Transport != "" && m.Run.Transport != "stdio" {
 		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio only)", m.Name, m.Run.Transport)
 	}
-	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, reg: reg,
+	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
 		done: make(chan struct{}), firstReady: make(chan struct{}), up: make(chan struct{}),
 		registered: map[string]string{}, held: map[string]string{}}
 	if h.o.LogDir != "" {

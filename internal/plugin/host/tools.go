@@ -120,6 +120,7 @@ func (s *server) admit(ctx context.Context, tools []*mcp.Tool) error {
 		byTool[t.Name] = t
 	}
 	offered := map[string]bool{}
+	heldAny := false
 	for _, p := range got {
 		reg := RegistryName(s.name, p.Name)
 		offered[reg] = true
@@ -137,6 +138,7 @@ func (s *server) admit(ctx context.Context, tools []*mcp.Tool) error {
 		}
 		if held != nil {
 			s.hold(ctx, reg, why, held)
+			heldAny = true
 			continue
 		}
 		if err := s.register(reg, byTool[p.Name]); err != nil {
@@ -149,6 +151,11 @@ func (s *server) admit(ctx context.Context, tools []*mcp.Tool) error {
 	}
 	for name, why := range bad {
 		s.hold(ctx, RegistryName(s.name, name), why, nil)
+	}
+	if offer := s.h.o.Offer; offer != nil && heldAny {
+		if err := offer(ctx, s.name, got); err != nil {
+			s.h.o.Logger.Error("plugin: offering changed tools for approval", "plugin", s.name, "err", err)
+		}
 	}
 	// A registered tool the server no longer offers fails its calls.
 	s.mu.Lock()
@@ -180,38 +187,53 @@ func (s *server) hold(ctx context.Context, reg, why string, rec *audit.PluginToo
 	s.h.o.Logger.Warn("plugin tool held back", "plugin", s.name, "tool", reg, "reason", why)
 }
 
-// register adds t to the registry as reg, once per Host.
+// register builds reg's tool once and adds it to every registry the
+// server's tools go into.
 func (s *server) register(reg string, t *mcp.Tool) error {
 	s.mu.Lock()
-	_, done := s.registered[reg]
+	tl, built := s.tools[reg]
 	s.mu.Unlock()
-	if done {
-		s.mu.Lock()
-		s.registered[reg] = t.Name
-		s.mu.Unlock()
-		return nil
-	}
-	if _, err := s.reg.Lookup(reg); err == nil {
-		// Registered by an earlier start of this server.
-		s.mu.Lock()
-		s.registered[reg] = t.Name
-		s.mu.Unlock()
-		return nil
-	}
-	def, err := s.definition(reg, t)
-	if err != nil {
-		return err
-	}
-	tl, err := tool.New(def)
-	if err != nil {
-		return err
-	}
-	if err := s.reg.Register(tl); err != nil {
-		return err
+	if !built {
+		def, err := s.definition(reg, t)
+		if err != nil {
+			return err
+		}
+		if tl, err = tool.New(def); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.regs {
+		if _, err := r.Lookup(reg); err == nil {
+			continue
+		}
+		if err := r.Register(tl); err != nil {
+			return err
+		}
+	}
+	s.tools[reg] = tl
 	s.registered[reg] = t.Name
-	s.mu.Unlock()
+	return nil
+}
+
+// addRegistry makes r get the server's tools, those admitted now and
+// later.
+func (s *server) addRegistry(r *tool.Registry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.regs = append(s.regs, r)
+	for reg, tl := range s.tools {
+		if _, held := s.held[reg]; held {
+			continue
+		}
+		if _, err := r.Lookup(reg); err == nil {
+			continue
+		}
+		if err := r.Register(tl); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
