@@ -437,6 +437,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
+			// The plugins' tools, from servers in sandboxes of their own
+			// (plugins.go), in the registry the built-in tools are in:
+			// the router knows no difference.
+			if err := boxes.plugins.register(ctx, env, reg, rt, name, o.Masks); err != nil {
+				log.Warn("the plugins are left out", "session", env.Session, "err", err)
+			}
 			// The declared secrets of the session's commands, and the
 			// swaps their egress proxies take for the proxy uses.
 			var swaps func(context.Context, string) ([]netproxy.Swap, error)

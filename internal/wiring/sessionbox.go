@@ -31,6 +31,9 @@ type sessionBoxes struct {
 	idle time.Duration
 	// sched, when set, gives each command a slot (sessionTools).
 	sched *sched.Scheduler
+	// plugins, when set, runs each session's plugin servers, which end
+	// with the session's other sandboxes (plugins.go).
+	plugins *sessionPlugins
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
@@ -182,6 +185,9 @@ func (s *sessionBoxes) EndSession(session string) {
 	delete(s.boxes, session)
 	delete(s.natives, session)
 	s.mu.Unlock()
+	if s.plugins != nil {
+		s.plugins.EndSession(session)
+	}
 	if nb != nil {
 		if err := nb.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", session, "err", err)
@@ -201,6 +207,9 @@ func (s *sessionBoxes) Close() {
 	boxes, natives := s.boxes, s.natives
 	s.boxes, s.natives, s.closed = map[string]*sessionBox{}, map[string]*nativeBox{}, true
 	s.mu.Unlock()
+	if s.plugins != nil {
+		s.plugins.Close()
+	}
 	for id, b := range natives {
 		if err := b.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", id, "err", err)

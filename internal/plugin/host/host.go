@@ -61,11 +61,12 @@ type Restart struct {
 // Options configure a Host. Store, Runtimes and Audit are required.
 type Options struct {
 	Store plugin.Store
-	// Runtimes run the servers, by manifest sandbox.runtime ("native"
-	// when the manifest names none): a plugin whose runtime is missing
-	// does not start.
-	Runtimes map[string]sandbox.Runtime
-	Audit    Recorder
+	// Runtimes run the servers, by manifest sandbox.runtime
+	// (DefaultRuntime when the manifest names none, "native" when that
+	// is empty): a plugin whose runtime is missing does not start.
+	Runtimes       map[string]sandbox.Runtime
+	DefaultRuntime string
+	Audit          Recorder
 	// Session is the session the servers serve (audit entries carry it).
 	Session string
 	// Workspace is the session's workspace, mounted read-only for a
@@ -121,6 +122,9 @@ var ErrClosed = errors.New("plugin host: closed")
 func New(o Options) (*Host, error) {
 	if o.Store == nil || len(o.Runtimes) == 0 || o.Audit == nil {
 		return nil, errors.New("plugin host: Store, Runtimes and Audit are required")
+	}
+	if o.DefaultRuntime == "" {
+		o.DefaultRuntime = "native"
 	}
 	if o.Env == nil {
 		o.Env = sandbox.BaseEnv("")

@@ -68,7 +68,7 @@ func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) 
 	m := rec.Manifest
 	rtName := m.Sandbox.Runtime
 	if rtName == "" {
-		rtName = "native"
+		rtName = h.o.DefaultRuntime
 	}
 	rt := h.o.Runtimes[rtName]
 	if rt == nil {

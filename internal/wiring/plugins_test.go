@@ -1,0 +1,153 @@
+package wiring
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/plugin"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+	"github.com/fluffy-agent/fluffy/pkg/pluginsdk"
+)
+
+// pluginStore is an in-memory plugin.Store.
+type pluginStore struct {
+	mu   sync.Mutex
+	recs map[string]plugin.Record
+	pins map[string][]plugin.ToolPin
+}
+
+func (s *pluginStore) List(context.Context) ([]plugin.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []plugin.Record
+	for _, r := range s.recs {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *pluginStore) Get(_ context.Context, name string) (plugin.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[name]
+	if !ok {
+		return r, plugin.ErrNotFound
+	}
+	return r, nil
+}
+
+func (s *pluginStore) SetState(_ context.Context, name string, st plugin.State, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recs[name]
+	r.State, r.Reason = st, reason
+	s.recs[name] = r
+	return nil
+}
+
+func (s *pluginStore) PinTools(_ context.Context, name string, pins []plugin.ToolPin) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pins[name] = pins
+	return nil
+}
+
+func (s *pluginStore) Pins(_ context.Context, name string) ([]plugin.ToolPin, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pins[name], nil
+}
+
+// TestSessionPlugins: an enabled plugin's tools appear in a session's
+// tools beside the built-in ones, and a call takes the router's road
+// (policy, exec.start of class plugin, exec.end) to the server in its
+// sandbox, which reads the session's workspace; the session's end stops
+// the server.
+func TestSessionPlugins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	store := &pluginStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}}
+	var bxs *sessionBoxes
+	s := newNativeSessions(t, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
+		bxs = newSessionBoxes(log, func() resolved {
+			return resolved{name: "native", native: func() (aheadRuntime, error) {
+				return native.New(native.Options{Self: u.Self, Logger: log})
+			}}
+		})
+		bxs.plugins = newSessionPlugins(u, log, store)
+		return bxs
+	})
+	// As root the sandbox runs as another user, who must reach the
+	// plugin's folder and the workspace by their paths.
+	for _, d := range []string{s.dir, filepath.Dir(s.dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pdir := filepath.Join(s.dir, "wordcount")
+	build := exec.Command("go", "build", "-o", filepath.Join(pdir, "wordcount"), ".")
+	build.Dir = filepath.Join("..", "..", "examples", "plugins", "wordcount")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	m, err := pluginsdk.ReadManifest(build.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.recs[m.Name] = plugin.Record{Manifest: m, Dir: pdir, State: plugin.Enabled}
+
+	r, id, _ := s.open("a")
+	var names []string
+	for _, d := range r.Definitions() {
+		names = append(names, d.Name)
+	}
+	if !slices.Contains(names, "mcp__wordcount__count_file") || !slices.Contains(names, "fs__read") {
+		t.Fatalf("tools %v", names)
+	}
+	args, _ := json.Marshal(map[string]string{"path": "file.txt"})
+	res, err := r.Call(t.Context(), llm.ToolCall{ID: "p1", Name: "mcp__wordcount__count_file", Args: args})
+	if err != nil || res.IsError || !strings.Contains(res.Content, `"words":1`) || !strings.Contains(res.Content, "untrusted data") {
+		t.Fatalf("count_file: %v %+v", err, res)
+	}
+	if err := s.al.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	err = s.al.Reader().Entries(t.Context(), audit.Filter{}, func(e audit.Entry) error {
+		if e.Session == id {
+			b, _ := json.Marshal(e.Payload)
+			if e.Kind == audit.KindExecStart && !strings.Contains(string(b), `"class":"plugin"`) {
+				t.Errorf("exec.start %s", b)
+			}
+			kinds = append(kinds, string(e.Kind))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"plugin.tools", "plugin.server", "gate.policy", "exec.start", "exec.end"} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("no %s among %v", k, kinds)
+		}
+	}
+	bxs.EndSession(id)
+	bxs.plugins.mu.Lock()
+	left := len(bxs.plugins.hosts)
+	bxs.plugins.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d plugin hosts left after the session ended", left)
+	}
+}
