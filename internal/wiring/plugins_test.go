@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/llm"
@@ -74,13 +75,13 @@ func (s *pluginStore) Pins(_ context.Context, name string) ([]plugin.ToolPin, er
 // (policy, exec.start of class plugin, exec.end) to the server in its
 // sandbox, which reads the session's workspace; the session's end stops
 // the server.
-func TestSessionPlugins(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: starts sandboxes")
-	}
+// pluginSessions is newNativeSessions whose sessions get the wordcount
+// example plugin, built for the test.
+func pluginSessions(tb testing.TB) (*nativeSessions, *sessionBoxes) {
+	tb.Helper()
 	store := &pluginStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}}
 	var bxs *sessionBoxes
-	s := newNativeSessions(t, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
+	s := newNativeSessions(tb, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
 		bxs = newSessionBoxes(log, func() resolved {
 			return resolved{name: "native", native: func() (aheadRuntime, error) {
 				return native.New(native.Options{Self: u.Self, Logger: log})
@@ -93,21 +94,28 @@ func TestSessionPlugins(t *testing.T) {
 	// plugin's folder and the workspace by their paths.
 	for _, d := range []string{s.dir, filepath.Dir(s.dir)} {
 		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	pdir := filepath.Join(s.dir, "wordcount")
 	build := exec.Command("go", "build", "-o", filepath.Join(pdir, "wordcount"), ".")
 	build.Dir = filepath.Join("..", "..", "examples", "plugins", "wordcount")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		tb.Fatalf("go build: %v\n%s", err, out)
 	}
 	m, err := pluginsdk.ReadManifest(build.Dir)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	store.recs[m.Name] = plugin.Record{Manifest: m, Dir: pdir, State: plugin.Enabled}
+	return s, bxs
+}
 
+func TestSessionPlugins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	s, bxs := pluginSessions(t)
 	r, id, _ := s.open("a")
 	var names []string
 	for _, d := range r.Definitions() {
@@ -149,5 +157,35 @@ func TestSessionPlugins(t *testing.T) {
 	bxs.plugins.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d plugin hosts left after the session ended", left)
+	}
+}
+
+// BenchmarkSessionToolCall is the per-call cost of tools through a
+// session's router, each call's wall time kept for its median and p99:
+// fs.read (a built-in on the fast path), shell.exec (a built-in in a
+// sandbox started per call), and a plugin tool (an MCP call to the
+// server running in its sandbox; docs/benchmarks.md).
+func BenchmarkSessionToolCall(b *testing.B) {
+	s, _ := pluginSessions(b)
+	r, _, _ := s.open("bench")
+	for _, c := range []struct{ name, tool, args string }{
+		{"builtin-fs.read", "fs__read", `{"path":"file.txt"}`},
+		{"builtin-shell.exec", "shell__exec", `{"command":"true"}`},
+		{"plugin-wordcount.count", "mcp__wordcount__count", `{"text":"a b c"}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := r.Call(b.Context(), llm.ToolCall{ID: "b", Name: c.tool, Args: json.RawMessage(c.args)})
+				ds = append(ds, time.Since(t0))
+				if err != nil || res.IsError {
+					b.Fatalf("%s: %v %s", c.tool, err, res.Content)
+				}
+			}
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "median-us")
+			b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), "p99-us")
+		})
 	}
 }
