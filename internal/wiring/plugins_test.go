@@ -3,7 +3,11 @@ package wiring
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,4 +192,85 @@ func BenchmarkSessionToolCall(b *testing.B) {
 			b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), "p99-us")
 		})
 	}
+}
+
+// TestPluginEgress: a plugin that declares a host reaches it through
+// its egress proxy, and nothing else; each request is recorded under the
+// session as the sandbox plugin:NAME.
+func TestPluginEgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	// Go's clients never proxy loopback: the server listens on one of
+	// the host's other addresses, which net.allow_addrs lets the proxy
+	// reach.
+	ip := hostAddr(t)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from the host") }))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	declared := strings.TrimPrefix(srv.URL, "http://")
+	s, bxs := pluginSessions(t)
+	if err := os.WriteFile(filepath.Join(s.dir, "config", "fluffy", "config.yaml"), []byte("net:\n  allow_addrs: ["+ip+"/32]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pdir := filepath.Join(s.dir, "netplugin")
+	build := exec.Command("go", "build", "-o", filepath.Join(pdir, "netplugin"), "./testdata/netplugin")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	store := bxs.plugins.store.(*pluginStore)
+	store.recs = map[string]plugin.Record{"net": {Dir: pdir, State: plugin.Enabled, Manifest: plugin.Manifest{Name: "net",
+		Run: plugin.Run{Command: []string{"./netplugin"}}, Network: []string{declared}, Capabilities: []plugin.Capability{plugin.CapNetwork}}}}
+	r, id, _ := s.open("net")
+	get := func(url string) string {
+		args, _ := json.Marshal(map[string]string{"url": url})
+		res, err := r.Call(t.Context(), llm.ToolCall{ID: "g", Name: "mcp__net__get", Args: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Content
+	}
+	if out := get(srv.URL); !strings.Contains(out, "hello from the host") {
+		t.Fatalf("the declared host: %s", out)
+	}
+	if out := get("http://undeclared.example/"); strings.Contains(out, "status 200") {
+		t.Fatalf("an undeclared host: %s", out)
+	}
+	if err := s.al.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []string
+	err = s.al.Reader().Entries(t.Context(), audit.Filter{}, func(e audit.Entry) error {
+		if e.Session == id && e.Kind == audit.KindNetRequest {
+			b, _ := json.Marshal(e.Payload)
+			reqs = append(reqs, string(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 || !strings.Contains(reqs[0], `"sandbox":"plugin:net"`) || !strings.Contains(reqs[1], "undeclared.example") || !strings.Contains(reqs[1], `"decision":"deny"`) {
+		t.Fatalf("net.request entries %v", reqs)
+	}
+}
+
+// hostAddr is an IPv4 address of this host's other than loopback.
+func hostAddr(t *testing.T) string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this host has no IPv4 address but loopback")
+	return ""
 }
