@@ -188,8 +188,7 @@ type Held struct {
 	Reason string
 }
 
-// Start starts the server of every enabled (or running) plugin in the
-// store and registers its tools in reg once it answered, waiting up to
+// Start starts the server of every Startable plugin in the store and registers its tools in reg once it answered, waiting up to
 // StartTimeout for each. A plugin that does not start is reported, never
 // an error of Start: the session runs without it. The error is for the
 // store failing.
@@ -200,12 +199,23 @@ func (h *Host) Start(ctx context.Context, reg *tool.Registry) ([]Report, error) 
 	}
 	var out []Report
 	for _, rec := range recs {
-		if rec.State != plugin.Enabled && rec.State != plugin.Running {
+		if !Startable(rec.State) {
 			continue
 		}
 		out = append(out, h.StartOne(ctx, rec, reg))
 	}
 	return out, nil
+}
+
+// Startable reports whether a plugin in state st is started for a
+// session: enabled, or running, stopped or failed (restarting) for
+// another; never installed or disabled.
+func Startable(st plugin.State) bool {
+	switch st {
+	case plugin.Enabled, plugin.Running, plugin.Stopped, plugin.Failed:
+		return true
+	}
+	return false
 }
 
 // StartOne starts rec's server and registers its tools in reg (Start

@@ -380,7 +380,7 @@ func TestChangedDescriptionIsHeld(t *testing.T) {
 
 // TestCrashesRestartThenFail: a server that exits is restarted and each
 // exit recorded; the third crash within the window gives the plugin up
-// (state failed, with the reason), and its tools then fail.
+// (disabled, with the reason), and its tools then fail.
 func TestCrashesRestartThenFail(t *testing.T) {
 	f := newFixture(t)
 	f.install(plugin.Manifest{})
@@ -390,14 +390,17 @@ func TestCrashesRestartThenFail(t *testing.T) {
 			t.Fatalf("crash %d answered", i)
 		}
 		if i < 2 {
-			// The restarted server answers again.
+			// Once its exit is known, the restarted server answers again
+			// (a call at the moment of a crash may meet the session
+			// ending).
+			waitExits(t, f.audit, i+1)
 			if res, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "back"}); err != nil || !strings.Contains(string(res.Output), "back") {
 				t.Fatalf("after crash %d: %q %v", i, res.Output, err)
 			}
 		}
 	}
-	rec := waitState(t, f.store, plugin.Failed)
-	if !strings.Contains(rec.Reason, "3 times") {
+	rec := waitState(t, f.store, plugin.Disabled)
+	if !strings.Contains(rec.Reason, "disabled by the runtime: its server exited 3 times") {
 		t.Errorf("reason %q", rec.Reason)
 	}
 	if _, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "x"}); !errors.Is(err, host.ErrFailed) {
@@ -499,6 +502,7 @@ func TestContainment(t *testing.T) {
 		if _, err := call(t, reg, "mcp.adv.floodline", map[string]any{"n": 64 << 20}); err == nil {
 			t.Fatal("the flooding call answered")
 		}
+		waitExits(t, f.audit, 2) // the memory test's, and this one's
 		if _, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -544,4 +548,53 @@ func TestStderrLogIsBounded(t *testing.T) {
 	if total == 0 || total > 128<<10 {
 		t.Fatalf("the log holds %d bytes", total)
 	}
+}
+
+// TestChangedFilesDisable: a plugin whose folder no longer has the
+// digest a person approved is not started: it is disabled with the
+// reason, and recorded.
+func TestChangedFilesDisable(t *testing.T) {
+	f := newFixture(t)
+	f.install(plugin.Manifest{})
+	d, err := plugin.Digest(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.store.mu.Lock()
+	r := f.store.recs["adv"]
+	r.Digest = d
+	f.store.recs["adv"] = r
+	f.store.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(f.dir, "extra.sh"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, reg, rep := f.start(host.Options{})
+	if len(rep.Tools) != 0 || len(reg.List()) != 0 {
+		t.Fatalf("a changed plugin registered %v", rep.Tools)
+	}
+	rec := waitState(t, f.store, plugin.Disabled)
+	if !strings.Contains(rec.Reason, "files changed since approval") {
+		t.Errorf("reason %q", rec.Reason)
+	}
+	if got := f.audit.of(audit.KindPluginServer); len(got) != 1 || !strings.Contains(got[0], `"event":"failed"`) {
+		t.Errorf("plugin.server entries %v", got)
+	}
+}
+
+// waitExits waits until n exits of the server are recorded.
+func waitExits(t *testing.T, a *memAudit, n int) {
+	t.Helper()
+	for range 500 {
+		got := 0
+		for _, e := range a.of(audit.KindPluginServer) {
+			if strings.Contains(e, `"event":"exit"`) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d exits recorded: %v", n, a.of(audit.KindPluginServer))
 }

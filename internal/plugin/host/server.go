@@ -18,7 +18,8 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
-// ErrFailed: the plugin's server crashed too often and was given up.
+// ErrFailed: the plugin was given up (its server crashed too often, or
+// its files changed since they were approved) and disabled.
 var ErrFailed = errors.New("plugin failed")
 
 // ErrHeld: the tool differs from what the person approved (or is new)
@@ -110,6 +111,14 @@ func (s *server) supervise() {
 	defer s.log.Close()
 	r := s.h.o.Restart
 	for {
+		// The files must still be the ones a person approved: changed,
+		// the plugin is disabled until they approve them again.
+		if d := s.rec.Digest; d != "" {
+			if err := plugin.Verify(s.rec.Dir, d); err != nil {
+				s.giveUp(err.Error())
+				return
+			}
+		}
 		res, err := s.runOnce(s.ctx)
 		if s.ctx.Err() != nil {
 			return
@@ -131,6 +140,7 @@ func (s *server) supervise() {
 		}
 		s.h.record(s.ctx, ev)
 		s.h.o.Logger.Warn("plugin server exited", "plugin", s.name, "exit_code", res.ExitCode, "killed", res.Killed, "err", err, "crashes", n)
+		s.setState(plugin.Failed, "its server exited ("+exitText(res, err)+"); restarting")
 		if n >= r.Max {
 			s.giveUp(fmt.Sprintf("its server exited %d times within %s (last: %s)", n, r.Window, exitText(res, err)))
 			return
@@ -147,15 +157,21 @@ func (s *server) supervise() {
 	}
 }
 
-// giveUp stores the plugin as failed with reason, records it and makes
-// every later call fail.
+// setState stores the plugin's state; a store that fails is logged (the
+// server's supervision goes on).
+func (s *server) setState(st plugin.State, reason string) {
+	if err := s.h.o.Store.SetState(context.WithoutCancel(s.ctx), s.name, st, reason); err != nil {
+		s.h.o.Logger.Error("plugin: storing its state", "plugin", s.name, "state", st, "err", err)
+	}
+}
+
+// giveUp disables the plugin with reason (its crashes, its changed
+// files), records it and makes every later call fail.
 func (s *server) giveUp(reason string) {
 	s.mu.Lock()
 	s.failed = fmt.Errorf("%w: %s: %s", ErrFailed, s.name, reason)
 	s.mu.Unlock()
-	if err := s.h.o.Store.SetState(context.WithoutCancel(s.ctx), s.name, plugin.Failed, reason); err != nil {
-		s.h.o.Logger.Error("plugin: storing the failed state", "plugin", s.name, "err", err)
-	}
+	s.setState(plugin.Disabled, "disabled by the runtime: "+reason)
 	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "failed", Runtime: s.rtName, Error: reason})
 	if err := s.h.o.Audit.Flush(context.WithoutCancel(s.ctx)); err != nil {
 		s.h.o.Logger.Error("plugin: audit flush failed", "err", err)
@@ -228,6 +244,13 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	up := s.up
 	s.mu.Unlock()
 	close(up)
+	go func() {
+		// A session that ended serves no further call, even before the
+		// process's exit is known.
+		_ = cs.Wait()
+		s.down(cs)
+	}()
+	s.setState(plugin.Running, "its server runs for session "+s.h.o.Session)
 	s.ready()
 	var r ran
 	select {
@@ -242,12 +265,19 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 			r.err = errors.New("it stopped answering pings")
 		}
 	}
-	s.mu.Lock()
-	s.cs = nil
-	s.up = make(chan struct{})
-	s.mu.Unlock()
+	s.down(cs)
 	_ = cs.Close()
 	return r.res, r.err
+}
+
+// down forgets cs as the server's session, once.
+func (s *server) down(cs *mcp.ClientSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cs == cs {
+		s.cs = nil
+		s.up = make(chan struct{})
+	}
 }
 
 // watch pings the server every Ping and returns a channel closed after
