@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -37,6 +38,18 @@ type sessionPlugins struct {
 }
 
 var _ kernel.Revoker = (*sessionPlugins)(nil)
+
+// kernelPlugins runs the plugins kept in fluffy.db (plugin.DB), offering
+// held tools there for `fluffy plugin approve-tools`.
+func kernelPlugins(u *userenv.Env, log *slog.Logger, db *sql.DB) *sessionPlugins {
+	pdb := &plugin.DB{SQL: db}
+	p := newSessionPlugins(u, log, pdb)
+	p.offer = func(ctx context.Context, name string, tools []plugin.ToolPin) error {
+		_, err := pdb.OfferTools(ctx, name, tools)
+		return err
+	}
+	return p
+}
 
 func newSessionPlugins(u *userenv.Env, log *slog.Logger, store plugin.Store) *sessionPlugins {
 	return &sessionPlugins{u: u, log: log.With("component", "plugins"), store: store, hosts: map[string]*host.Host{}}

@@ -267,6 +267,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	// A closed or removed session's tokens, approvals "for session",
 	// cached classifier answers and containers end with it.
 	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
+	boxes.plugins = kernelPlugins(u, log, db.DB)
 	if boxes.sched, err = newScheduler(l.Config.Sched, log); err != nil {
 		return fail(fmt.Errorf("%w: invalid configuration: sched: %w", userenv.ErrUsage, err))
 	}
