@@ -320,7 +320,6 @@ func (s *server) definition(reg string, t *mcp.Tool) (tool.Definition[map[string
 	if desc == "" {
 		desc = t.Name
 	}
-	mcpName := t.Name
 	return tool.Definition[map[string]any]{
 		Name:            reg,
 		Description:     "[plugin " + s.name + "] " + desc,
@@ -335,14 +334,14 @@ func (s *server) definition(reg string, t *mcp.Tool) (tool.Definition[map[string
 			return err
 		},
 		Run: func(ctx context.Context, in *map[string]any) (tool.Result, error) {
-			return s.call(ctx, reg, mcpName, *in)
+			return s.call(ctx, reg, *in)
 		},
 	}, nil
 }
 
 // call runs one tool call on the server and renders its result, capped
 // at the plugin's output size and labelled as the untrusted data it is.
-func (s *server) call(ctx context.Context, reg, _ string, args map[string]any) (tool.Result, error) {
+func (s *server) call(ctx context.Context, reg string, args map[string]any) (tool.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.h.o.CallTimeout)
 	defer cancel()
 	cs, mcpName, err := s.session(ctx, reg)
