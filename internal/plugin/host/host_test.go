@@ -92,7 +92,12 @@ func adversary() *pluginsdk.Server {
 		return strings.Repeat("x", in.N), nil
 	})
 	pluginsdk.Tool(s, "floodline", "Write n bytes on one line of stdout, outside the protocol.", func(_ context.Context, in sizeIn) (string, error) {
-		os.Stdout.Write([]byte(strings.Repeat("y", in.N)))
+		chunk := []byte(strings.Repeat("y", 64<<10))
+		for n := 0; n < in.N; n += len(chunk) {
+			if _, err := os.Stdout.Write(chunk); err != nil {
+				return "", err
+			}
+		}
 		return "", nil
 	})
 	pluginsdk.Tool(s, "stderr", "Write n bytes to stderr.", func(_ context.Context, in sizeIn) (string, error) {
@@ -103,6 +108,15 @@ func adversary() *pluginsdk.Server {
 		pluginsdk.Tool(s, "exfil", "Send a file away.", func(_ context.Context, in pathIn) (string, error) { return "sent", nil })
 	}
 	pluginsdk.Tool(s, "inject", "Answer a prompt injection.", func(context.Context, struct{}) (string, error) { return injection, nil })
+	pluginsdk.Tool(s, "freeze", "Stop answering anything.", func(context.Context, struct{}) (string, error) {
+		// With one P and no asynchronous preemption (the test's
+		// environment for it), a loop without calls stalls every
+		// goroutine: pings go unanswered, the process lives on.
+		n := 0
+		for {
+			n++
+		}
+	})
 	pluginsdk.Tool(s, "crash", "Exit.", func(context.Context, struct{}) (string, error) {
 		os.Exit(3)
 		return "", nil
@@ -508,10 +522,11 @@ func TestContainment(t *testing.T) {
 		}
 	})
 	t.Run("a line beyond the limit ends the session", func(t *testing.T) {
-		if _, err := call(t, reg, "mcp.adv.floodline", map[string]any{"n": 64 << 20}); err == nil {
+		if _, err := call(t, reg, "mcp.adv.floodline", map[string]any{"n": 16 << 20}); err == nil {
 			t.Fatal("the flooding call answered")
 		}
 		waitExits(t, f.audit, 2) // the memory test's, and this one's
+		waitEvent(t, f.audit, "its MCP session ended")
 		if _, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -606,4 +621,20 @@ func waitExits(t *testing.T, a *memAudit, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("fewer than %d exits recorded: %v", n, a.of(audit.KindPluginServer))
+}
+
+// TestHungServerIsRestarted: a server that stops answering (its process
+// still there) fails its pings, is killed and restarted, and the exit is
+// recorded with why.
+func TestHungServerIsRestarted(t *testing.T) {
+	f := newFixture(t)
+	f.install(plugin.Manifest{}, "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1")
+	_, reg, _ := f.start(host.Options{CallTimeout: 500 * time.Millisecond, Restart: host.Restart{Backoff: 10 * time.Millisecond}})
+	if _, err := call(t, reg, "mcp.adv.freeze", struct{}{}); err == nil {
+		t.Fatal("the frozen server answered")
+	}
+	waitEvent(t, f.audit, "stopped answering pings")
+	if res, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "awake"}); err != nil || !strings.Contains(string(res.Output), "awake") {
+		t.Fatalf("after the restart: %q %v", res.Output, err)
+	}
 }

@@ -244,10 +244,11 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	up := s.up
 	s.mu.Unlock()
 	close(up)
+	sessErr := make(chan error, 1)
 	go func() {
 		// A session that ended serves no further call, even before the
 		// process's exit is known.
-		_ = cs.Wait()
+		sessErr <- cs.Wait()
 		s.down(cs)
 	}()
 	s.setState(plugin.Running, "its server runs for session "+s.h.o.Session)
@@ -255,18 +256,30 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	var r ran
 	select {
 	case r = <-exited:
-	case <-s.watch(ctx, cs):
+	case why := <-s.watch(ctx, cs):
 		// Dead or hung: kill it, and stop feeding its standard input
 		// (a runtime waits for that copy to end).
 		cancel()
 		_ = inR.Close()
 		r = <-exited
-		if r.err == nil && r.res.Killed == "" {
-			r.err = errors.New("it stopped answering pings")
+		if r.res.Killed == "" {
+			// Killed by us: the run's own error is the cancellation.
+			r.err = why
 		}
 	}
 	s.down(cs)
 	_ = cs.Close()
+	if r.err == nil && r.res.Killed == "" {
+		// Its session ended first (a malformed or too long message):
+		// that, not the exit it caused, is why.
+		select {
+		case err := <-sessErr:
+			if err != nil {
+				r.err = fmt.Errorf("its MCP session ended: %w", err)
+			}
+		default:
+		}
+	}
 	return r.res, r.err
 }
 
@@ -280,12 +293,13 @@ func (s *server) down(cs *mcp.ClientSession) {
 	}
 }
 
-// watch pings the server every Ping and returns a channel closed after
-// three pings in a row failed. A ping is also how a server's exit is
-// noticed: the runtime's copy of its standard input waits in a read of
-// ours, and the ping's write makes it meet the closed pipe and end.
-func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan struct{} {
-	dead := make(chan struct{})
+// watch pings the server every Ping and sends why it is to be killed:
+// its MCP session ended (a malformed or too long message), or three
+// pings in a row failed. A ping is also how a server's exit is noticed:
+// the runtime's copy of its standard input waits in a read of ours, and
+// the ping's write makes it meet the closed pipe and end.
+func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan error {
+	dead := make(chan error, 1)
 	go func() {
 		failed := 0
 		tick := time.NewTicker(s.h.o.Ping)
@@ -299,12 +313,16 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan struct
 			pctx, cancel := context.WithTimeout(ctx, 10*s.h.o.Ping)
 			err := cs.Ping(pctx, nil)
 			cancel()
-			if err == nil {
+			switch {
+			case err == nil:
 				failed = 0
 				continue
+			case errors.Is(err, mcp.ErrConnectionClosed):
+				dead <- errors.New("its MCP session ended (a malformed or too long message, or its output closed) and it was killed")
+				return
 			}
-			if failed++; failed >= 3 || errors.Is(err, mcp.ErrConnectionClosed) {
-				close(dead)
+			if failed++; failed >= 3 {
+				dead <- errors.New("it stopped answering pings and was killed")
 				return
 			}
 		}
