@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
@@ -108,18 +109,23 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 	return nil
 }
 
-// EndSession stops the session's plugin servers.
+// EndSession stops the session's plugin servers; when no session runs
+// plugins any more, a plugin left running is stopped.
 func (p *sessionPlugins) EndSession(session string) {
 	p.mu.Lock()
 	h := p.hosts[session]
 	delete(p.hosts, session)
+	last := h != nil && len(p.hosts) == 0
 	p.mu.Unlock()
 	if h != nil {
 		h.Close()
 	}
+	if last {
+		p.stopRunning("its sessions ended")
+	}
 }
 
-// Close stops every session's plugin servers.
+// Close stops every session's plugin servers (the kernel's exit).
 func (p *sessionPlugins) Close() {
 	p.mu.Lock()
 	p.closed = true
@@ -128,6 +134,31 @@ func (p *sessionPlugins) Close() {
 	p.mu.Unlock()
 	for _, h := range hs {
 		h.Close()
+	}
+	if len(hs) > 0 {
+		p.stopRunning("the kernel stopped")
+	}
+}
+
+// stopRunning records every plugin still running as stopped, for reason.
+func (p *sessionPlugins) stopRunning(reason string) {
+	if p.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := p.store.List(ctx)
+	if err != nil {
+		p.log.Warn("plugins: their states after their servers' stop", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if r.State != plugin.Running {
+			continue
+		}
+		if err := p.store.SetState(ctx, r.Manifest.Name, plugin.Stopped, reason); err != nil {
+			p.log.Warn("plugins: their states after their servers' stop", "plugin", r.Manifest.Name, "err", err)
+		}
 	}
 }
 

@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/pkg/pluginsdk"
 )
@@ -161,6 +163,32 @@ func TestSessionPlugins(t *testing.T) {
 	bxs.plugins.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d plugin hosts left after the session ended", left)
+	}
+	// A sub-agent's session gets no tool outside the set it was given:
+	// no plugin's.
+	reg := tool.NewRegistry()
+	rt, err := native.New(native.Options{Self: s.u.Self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bxs.plugins.register(t.Context(), kernel.Env{Session: "child", Workspace: s.dir, Audit: s.al, Narrowing: &kernel.Narrowing{Tools: []string{"fs.read"}}}, reg, rt, "native", nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(reg.List()) != 0 {
+		t.Errorf("a sub-agent got plugin tools: %d", len(reg.List()))
+	}
+	// The kernel's stop leaves the plugin stopped, not running.
+	r2, _, _ := s.open("b")
+	if len(r2.Definitions()) == 0 {
+		t.Fatal("no tools")
+	}
+	store := bxs.plugins.store.(*pluginStore)
+	if rec, _ := store.Get(t.Context(), "wordcount"); rec.State != plugin.Running {
+		t.Fatalf("state %s while a session runs", rec.State)
+	}
+	bxs.Close()
+	if rec, _ := store.Get(t.Context(), "wordcount"); rec.State != plugin.Stopped || rec.Reason != "the kernel stopped" && rec.Reason != "its sessions ended" {
+		t.Errorf("state %s (%s) after the kernel's stop", rec.State, rec.Reason)
 	}
 }
 
