@@ -103,4 +103,13 @@ if [ ! -x "$bw_dir/node_modules/.bin/bw" ]; then
 	mkdir -p "$bw_dir"
 	npm install --no-audit --no-fund --silent --prefix "$bw_dir" @bitwarden/cli@2026.9.0 >/dev/null
 fi
+# A third-party MCP server the plugin runtime's tests run sandboxed with
+# Node (internal/plugin/host: TestThirdPartyServer), from npm, cached per
+# version; skipped when present.
+fs_dir="${XDG_CACHE_HOME:-$HOME/.cache}/fluffy-test/mcp-server-filesystem-2026.8.31"
+if [ ! -f "$fs_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
+	echo "deps: installing @modelcontextprotocol/server-filesystem 2026.8.31 into $fs_dir"
+	mkdir -p "$fs_dir"
+	npm install --no-audit --no-fund --silent --prefix "$fs_dir" @modelcontextprotocol/server-filesystem@2026.8.31 >/dev/null
+fi
 echo "deps: ok"

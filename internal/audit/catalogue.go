@@ -93,6 +93,12 @@ const (
 	KindPluginInstall Kind = "plugin.install"
 	KindPluginState   Kind = "plugin.state"
 	KindPluginApprove Kind = "plugin.approve"
+	// KindPluginServer: a plugin's MCP server started, exited, or was
+	// given up after repeated crashes (docs/plugins-sdk.md).
+	KindPluginServer Kind = "plugin.server"
+	// KindPluginTools: a plugin's tools pinned at their first start, or
+	// one held back because it is new or differs from its pin.
+	KindPluginTools Kind = "plugin.tools"
 
 	// KindAuditPrune is written only by the log itself (Prune).
 	KindAuditPrune Kind = "audit.prune"
@@ -141,6 +147,7 @@ func Catalogue() []Payload {
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{}, SkillTrust{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
 		PluginInstall{}, PluginState{}, PluginApprove{},
+		PluginServer{}, PluginTools{},
 		AuditPrune{}, UserNote{},
 	}
 }
@@ -733,6 +740,36 @@ type PluginApprove struct {
 	SHA256 []string `json:"sha256"`
 }
 
+// PluginServer (plugin.server) is an event of a plugin's MCP server in
+// its sandbox: Event "start" (Tools are the tools it offered), "exit"
+// (the process ended while the session ran: its status, the limit that
+// killed it, Restarts so far) or "failed" (it crashed too often and was
+// given up; Error is the reason stored with the plugin's state).
+type PluginServer struct {
+	Plugin   string   `json:"plugin"`
+	Event    string   `json:"event"`
+	Runtime  string   `json:"runtime,omitempty"`
+	Restarts int      `json:"restarts,omitempty"`
+	ExitCode int      `json:"exit_code,omitempty"`
+	Signal   int      `json:"signal,omitempty"`
+	Killed   string   `json:"killed,omitempty"`
+	Error    string   `json:"error,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
+}
+
+// PluginTools (plugin.tools) is Event "pinned" (the tools a plugin's
+// server offered at its first start, now pinned) or "held" (one tool not
+// registered until a person re-approves it: Change "new" or "changed",
+// Fields naming what differs from its pin: description, schema,
+// annotations).
+type PluginTools struct {
+	Plugin string   `json:"plugin"`
+	Event  string   `json:"event"`
+	Tools  []string `json:"tools"`
+	Change string   `json:"change,omitempty"`
+	Fields []string `json:"fields,omitempty"`
+}
+
 // ChannelAnswer (channel.answer) is an answer to an approval request that
 // arrived on a channel, with its outcome: "accepted" (handed to the
 // broker, which records the decision as approval.decision),
@@ -990,5 +1027,7 @@ func (WebPasskey) Kind() Kind         { return KindWebPasskey }
 func (PluginInstall) Kind() Kind      { return KindPluginInstall }
 func (PluginState) Kind() Kind        { return KindPluginState }
 func (PluginApprove) Kind() Kind      { return KindPluginApprove }
+func (PluginServer) Kind() Kind       { return KindPluginServer }
+func (PluginTools) Kind() Kind        { return KindPluginTools }
 func (AuditPrune) Kind() Kind         { return KindAuditPrune }
 func (UserNote) Kind() Kind           { return KindUserNote }

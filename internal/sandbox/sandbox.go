@@ -150,6 +150,11 @@ type Spec struct {
 	// into it, when Limits.Output bounds them). Its holder zeroes it
 	// after the run, so the caller copies what it keeps (redacted).
 	Scratch Scratch
+	// Live hands Stdout and Stderr all the output, unbounded, and keeps
+	// none in the Result: for a long-lived process whose output is a
+	// stream its reader bounds (a plugin's MCP server), where a capture
+	// would grow for the process's whole life.
+	Live bool
 }
 
 // Scratch hands out memory outside the Go heap (*secret.Arena).

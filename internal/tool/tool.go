@@ -28,6 +28,10 @@ const (
 	// set only (fs.write, fs.edit): never the real tree, which changes
 	// only when a person applies the change set.
 	Kernel Class = "kernel"
+	// Plugin tools run in a plugin's server, a long-lived process in its
+	// own L2 sandbox (docs/plugins-sdk.md), reached through Run (an MCP
+	// call): any action, never in the kernel's address space.
+	Plugin Class = "plugin"
 )
 
 // Command is what a sandbox tool asks its sandbox to run.
@@ -122,9 +126,10 @@ type Definition[In any] struct {
 	// from the decoded input; required. op already carries the tool, the
 	// action, the tags and the session.
 	Normalize func(ctx context.Context, r *Resolver, in *In, op *operation.Operation) error
-	// Run executes a call on the fast path or in the kernel; required
-	// for FastPath and Kernel tools, nil for Sandbox tools (the router
-	// hands those to the sandbox).
+	// Run executes a call on the fast path or in the kernel, or hands it
+	// to a plugin's server; required for FastPath, Kernel and Plugin
+	// tools, nil for Sandbox tools (the router hands those to the
+	// sandbox).
 	Run func(ctx context.Context, in *In) (Result, error)
 	// Command builds a Sandbox tool's command; required for Sandbox
 	// tools, nil for the others.
@@ -218,6 +223,16 @@ func New[In any](d Definition[In]) (*Tool, error) {
 		}
 		if d.Run == nil {
 			return bad("a kernel tool needs Run")
+		}
+	case Plugin:
+		if d.Execution.Template != "" {
+			return bad("a plugin tool runs in its server's sandbox, not a template's")
+		}
+		if d.Run == nil {
+			return bad("a plugin tool needs Run")
+		}
+		if d.Command != nil {
+			return bad("a plugin tool has no sandbox command")
 		}
 	default:
 		return bad("unknown execution class %q", d.Execution.Class)
@@ -328,7 +343,7 @@ func (t *Tool) Normalize(ctx context.Context, r *Resolver, args Args, sess opera
 	return op, nil
 }
 
-// Run executes a fast-path or kernel call. The router calls it only
+// Run executes a fast-path, kernel or plugin call. The router calls it only
 // after every gate allowed the call.
 func (t *Tool) Run(ctx context.Context, args Args) (Result, error) {
 	if t.run == nil {

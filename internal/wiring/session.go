@@ -267,6 +267,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	// A closed or removed session's tokens, approvals "for session",
 	// cached classifier answers and containers end with it.
 	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
+	boxes.plugins = kernelPlugins(u, log, db.DB)
 	if boxes.sched, err = newScheduler(l.Config.Sched, log); err != nil {
 		return fail(fmt.Errorf("%w: invalid configuration: sched: %w", userenv.ErrUsage, err))
 	}
@@ -439,6 +440,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			o.Toolchains = u.ToolchainMounts(res.Workspace())
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
+			}
+			// The plugins' tools, from servers in sandboxes of their own
+			// (plugins.go), in the registry the built-in tools are in:
+			// the router knows no difference.
+			if err := boxes.plugins.register(ctx, env, reg, rt, name, o.Masks); err != nil {
+				log.Warn("the plugins are left out", "session", env.Session, "err", err)
 			}
 			// The declared secrets of the session's commands, and the
 			// swaps their egress proxies take for the proxy uses.

@@ -34,6 +34,9 @@ type sessionBoxes struct {
 	// slots, when set, bound native commands across the user's
 	// processes (hostSlots).
 	slots *sched.HostSlots
+	// plugins, when set, runs each session's plugin servers, which end
+	// with the session's other sandboxes (plugins.go).
+	plugins *sessionPlugins
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
@@ -193,6 +196,9 @@ func (s *sessionBoxes) EndSession(session string) {
 	delete(s.boxes, session)
 	delete(s.natives, session)
 	s.mu.Unlock()
+	if s.plugins != nil {
+		s.plugins.EndSession(session)
+	}
 	if nb != nil {
 		if err := nb.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", session, "err", err)
@@ -212,6 +218,9 @@ func (s *sessionBoxes) Close() {
 	boxes, natives := s.boxes, s.natives
 	s.boxes, s.natives, s.closed = map[string]*sessionBox{}, map[string]*nativeBox{}, true
 	s.mu.Unlock()
+	if s.plugins != nil {
+		s.plugins.Close()
+	}
 	for id, b := range natives {
 		if err := b.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", id, "err", err)

@@ -451,6 +451,7 @@ type call struct {
 	stdout, stderr io.Writer
 	wall           time.Duration
 	output         int64
+	live           bool
 }
 
 func callOf(spec sandbox.Spec) call {
@@ -459,7 +460,7 @@ func callOf(spec sandbox.Spec) call {
 		env = withoutEgressSocket(env)
 	}
 	return call{argv: spec.Argv, env: env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
-		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output}
+		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output, live: spec.Live}
 }
 
 // SameContainer reports whether a container started for a can run b's
@@ -538,8 +539,8 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	stdout := &capped{max: limit, live: c.stdout}
-	stderr := &capped{max: limit, live: c.stderr}
+	stdout := &capped{max: limit, live: c.stdout, all: c.live}
+	stderr := &capped{max: limit, live: c.stderr, all: c.live}
 	done := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
@@ -731,10 +732,18 @@ type capped struct {
 	max  int64
 	cut  bool
 	live io.Writer
+	// all: everything goes to live, nothing is kept (Spec.Live).
+	all bool
 }
 
 func (c *capped) Write(p []byte) (int, error) {
 	n := len(p)
+	if c.all {
+		if c.live != nil {
+			_, _ = c.live.Write(p)
+		}
+		return n, nil
+	}
 	room := c.max - int64(c.buf.Len())
 	if int64(len(p)) > room {
 		p = p[:max(room, 0)]

@@ -278,8 +278,8 @@ func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec
 	if spec.Stdin != nil {
 		stdin = spec.Stdin
 	}
-	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch)
-	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch)
+	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch, spec.Live)
+	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch, spec.Live)
 	a.connect(stdin, stdout, stderr)
 	tr.Mark("ahead start taken")
 	r.ahead.used.Add(1)

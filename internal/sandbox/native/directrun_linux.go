@@ -101,8 +101,8 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 		// Never the caller's terminal (TIOCSTI and friends): a pipe.
 		stdin = struct{ io.Reader }{spec.Stdin}
 	}
-	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch)
-	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch)
+	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch, spec.Live)
+	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch, spec.Live)
 	return r.runDirect(ctx, cfg, res, lim, cg, stdin, stdout, stderr, gate, early, tr, stOut, spec.Scratch)
 }
 

@@ -79,8 +79,8 @@ func (r *Runtime) runInit(ctx context.Context, req *request, cfg *nsinit.Config,
 	res.Warnings = append(res.Warnings, addRlimits(cfg, lim, cg != nil)...)
 	cfg.LowerFD = r.lowerFD(cfg)
 	o := initIO{
-		stdout: newCapWriter(lim.Output, req.spec.Stdout, req.spec.Scratch),
-		stderr: newCapWriter(lim.Output, req.spec.Stderr, req.spec.Scratch),
+		stdout: newCapWriter(lim.Output, req.spec.Stdout, req.spec.Scratch, req.spec.Live),
+		stderr: newCapWriter(lim.Output, req.spec.Stderr, req.spec.Scratch, req.spec.Live),
 		fdSock: cfg.LowerFD,
 		proxy:  proxyF,
 		cfg:    nsinit.Frame(cfg.AppendBinary(nil)),

@@ -737,13 +737,16 @@ type capWriter struct {
 	n     int
 	// sink takes what is read past max, to be dropped (scratch too).
 	sink []byte
+	// live: everything goes to tee, nothing is kept (Spec.Live).
+	live bool
 }
 
 // newCapWriter captures up to max bytes (0: no bound), teeing them to
-// tee; with sc and a bound, it captures into sc's memory.
-func newCapWriter(max int64, tee io.Writer, sc sandbox.Scratch) *capWriter {
-	w := &capWriter{max: max, tee: tee}
-	if sc != nil && max > 0 && max < 1<<30 {
+// tee; with sc and a bound, it captures into sc's memory. A live writer
+// keeps nothing (Spec.Live).
+func newCapWriter(max int64, tee io.Writer, sc sandbox.Scratch, live bool) *capWriter {
+	w := &capWriter{max: max, tee: tee, live: live}
+	if sc != nil && !live && max > 0 && max < 1<<30 {
 		w.fixed = sc.Bytes(int(max) + len(sandbox.TruncationMarker))
 		if w.fixed != nil {
 			w.sink = sc.Bytes(32 << 10)
@@ -759,6 +762,12 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := len(p)
+	if w.live {
+		if w.tee != nil {
+			_, _ = w.tee.Write(p)
+		}
+		return n, nil
+	}
 	if w.max > 0 {
 		room := w.max - int64(w.len())
 		if room <= 0 {

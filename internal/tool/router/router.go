@@ -836,7 +836,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 		return r.runPlan(ctx, args)
 	}
 	switch t.Execution().Class {
-	case tool.FastPath, tool.Kernel:
+	case tool.FastPath, tool.Kernel, tool.Plugin:
 		return t.Run(ctx, args)
 	case tool.Sandbox:
 		return r.sandboxed(ctx, cl.id, t, args, gate, programs(cl.op))

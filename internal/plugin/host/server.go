@@ -1,0 +1,465 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fluffy-agent/fluffy/internal/audit"
+	"github.com/fluffy-agent/fluffy/internal/plugin"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+)
+
+// ErrFailed: the plugin was given up (its server crashed too often, or
+// its files changed since they were approved) and disabled.
+var ErrFailed = errors.New("plugin failed")
+
+// ErrHeld: the tool differs from what the person approved (or is new)
+// and waits for their re-approval.
+var ErrHeld = errors.New("plugin tool held until re-approved")
+
+// server is one plugin's MCP server and the supervisor that keeps it
+// running: it starts the process, connects, lists and checks the tools,
+// and restarts it with backoff when it exits.
+type server struct {
+	h       *Host
+	rec     plugin.Record
+	name    string
+	runtime sandbox.Runtime
+	rtName  string
+	log     *logFile
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// firstReady is closed when the first start listed its tools, or the
+	// plugin was given up.
+	firstReady chan struct{}
+	readyOnce  sync.Once
+
+	mu sync.Mutex // guards the fields below
+	// cs is the current MCP session, nil while the server is down; up
+	// is closed when cs is set and replaced when it goes.
+	cs *mcp.ClientSession
+	up chan struct{}
+	// regs are the registries the tools go into (a session's router is
+	// built anew for each of its runs).
+	regs []*tool.Registry
+	// tools are the tools built, by registry name.
+	tools map[string]*tool.Tool
+	// registered maps a registry name to the server's tool name.
+	registered map[string]string
+	// held are the tools held back, by registry name, with why.
+	held     map[string]string
+	crashes  []time.Time
+	restarts int
+	failed   error
+	lastErr  error
+}
+
+func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) {
+	m := rec.Manifest
+	rtName := m.Sandbox.Runtime
+	if rtName == "" {
+		rtName = h.o.DefaultRuntime
+	}
+	rt := h.o.Runtimes[rtName]
+	if rt == nil {
+		return nil, fmt.Errorf("plugin %s: its runtime %q is not available here", m.Name, rtName)
+	}
+	if len(m.Run.Command) == 0 {
+		return nil, fmt.Errorf("plugin %s: its manifest has no run.command", m.Name)
+	}
+	if m.Run.Transport != "" && m.Run.Transport != "stdio" {
+		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio only)", m.Name, m.Run.Transport)
+	}
+	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
+		done: make(chan struct{}), firstReady: make(chan struct{}), up: make(chan struct{}),
+		registered: map[string]string{}, held: map[string]string{}}
+	if h.o.LogDir != "" {
+		s.log = newLogFile(filepath.Join(h.o.LogDir, m.Name, plugin.LogName), h.o.LogSize)
+	}
+	return s, nil
+}
+
+func (s *server) start() {
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	go s.supervise()
+}
+
+func (s *server) stop() {
+	s.cancel()
+	<-s.done
+}
+
+func (s *server) ready() { s.readyOnce.Do(func() { close(s.firstReady) }) }
+
+// supervise runs the server until the host closes, restarting it with
+// backoff after each exit, and gives it up after Restart.Max crashes
+// within Restart.Window.
+func (s *server) supervise() {
+	defer close(s.done)
+	defer s.ready()
+	defer s.log.Close()
+	r := s.h.o.Restart
+	for {
+		// The files must still be the ones a person approved: changed,
+		// the plugin is disabled until they approve them again.
+		if d := s.rec.Digest; d != "" {
+			if err := plugin.Verify(s.rec.Dir, d); err != nil {
+				s.giveUp(err.Error())
+				return
+			}
+		}
+		res, err := s.runOnce(s.ctx)
+		if s.ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		s.mu.Lock()
+		s.lastErr = err
+		s.restarts++
+		s.crashes = append(s.crashes, now)
+		for len(s.crashes) > 0 && now.Sub(s.crashes[0]) > r.Window {
+			s.crashes = s.crashes[1:]
+		}
+		n, restarts := len(s.crashes), s.restarts
+		s.mu.Unlock()
+		ev := audit.PluginServer{Plugin: s.name, Event: "exit", Runtime: s.rtName, Restarts: restarts,
+			ExitCode: res.ExitCode, Signal: res.Signal, Killed: string(res.Killed)}
+		if err != nil {
+			ev.Error = err.Error()
+		}
+		s.h.record(s.ctx, ev)
+		s.h.o.Logger.Warn("plugin server exited", "plugin", s.name, "exit_code", res.ExitCode, "killed", res.Killed, "err", err, "crashes", n)
+		s.setState(plugin.Failed, "its server exited ("+exitText(res, err)+"); restarting")
+		if n >= r.Max {
+			s.giveUp(fmt.Sprintf("its server exited %d times within %s (last: %s)", n, r.Window, exitText(res, err)))
+			return
+		}
+		wait := r.Backoff << min(n-1, 20)
+		if wait > r.MaxBackoff || wait <= 0 {
+			wait = r.MaxBackoff
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// setState stores the plugin's state; a store that fails is logged (the
+// server's supervision goes on).
+func (s *server) setState(st plugin.State, reason string) {
+	if err := s.h.o.Store.SetState(context.WithoutCancel(s.ctx), s.name, st, reason); err != nil {
+		s.h.o.Logger.Error("plugin: storing its state", "plugin", s.name, "state", st, "err", err)
+	}
+}
+
+// giveUp disables the plugin with reason (its crashes, its changed
+// files), records it and makes every later call fail.
+func (s *server) giveUp(reason string) {
+	s.mu.Lock()
+	s.failed = fmt.Errorf("%w: %s: %s", ErrFailed, s.name, reason)
+	s.mu.Unlock()
+	s.setState(plugin.Disabled, "disabled by the runtime: "+reason)
+	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "failed", Runtime: s.rtName, Error: reason})
+	if err := s.h.o.Audit.Flush(context.WithoutCancel(s.ctx)); err != nil {
+		s.h.o.Logger.Error("plugin: audit flush failed", "err", err)
+	}
+	s.h.o.Logger.Error("plugin given up", "plugin", s.name, "reason", reason)
+}
+
+func exitText(res sandbox.Result, err error) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case res.Killed != "":
+		return "killed at its " + string(res.Killed) + " limit"
+	case res.Signal != 0:
+		return fmt.Sprintf("signal %d", res.Signal)
+	}
+	return fmt.Sprintf("exit status %d", res.ExitCode)
+}
+
+// runOnce starts the server's process in its sandbox, connects to it,
+// checks and registers its tools, and returns when the process has
+// ended (or ctx ends), with its sandbox result, or the error that kept
+// it from running or being spoken to.
+func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	spec, eg, err := s.spec(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if eg != nil {
+		defer eg.Close()
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	spec.Stdin, spec.Stdout, spec.Live = inR, outW, true
+	if s.log != nil {
+		spec.Stderr = s.log
+	}
+	type ran struct {
+		res sandbox.Result
+		err error
+	}
+	exited := make(chan ran, 1)
+	go func() {
+		// A runtime's copy of the standard input ends only when its
+		// reader does: closing it lets the run end once ctx is done.
+		<-ctx.Done()
+		_ = inR.Close()
+	}()
+	go func() {
+		res, err := s.runtime.Run(ctx, spec)
+		// The process is gone: its streams end, and with them the
+		// session.
+		_ = outW.Close()
+		_ = inR.Close()
+		exited <- ran{res, err}
+	}()
+	cs, err := s.connect(ctx, outR, inW)
+	if err != nil {
+		cancel()
+		r := <-exited
+		if r.err != nil {
+			err = r.err
+		}
+		return r.res, err
+	}
+	s.mu.Lock()
+	s.cs = cs
+	up := s.up
+	s.mu.Unlock()
+	close(up)
+	sessErr := make(chan error, 1)
+	go func() {
+		// A session that ended serves no further call, even before the
+		// process's exit is known.
+		sessErr <- cs.Wait()
+		s.down(cs)
+	}()
+	s.setState(plugin.Running, "its server runs for session "+s.h.o.Session)
+	s.ready()
+	var r ran
+	select {
+	case r = <-exited:
+	case why := <-s.watch(ctx, cs):
+		// Dead or hung: kill it, and stop feeding its standard input
+		// (a runtime waits for that copy to end).
+		cancel()
+		_ = inR.Close()
+		r = <-exited
+		if r.res.Killed == "" {
+			// Killed by us: the run's own error is the cancellation.
+			r.err = why
+		}
+	}
+	s.down(cs)
+	_ = cs.Close()
+	if r.err == nil && r.res.Killed == "" {
+		// Its session ended first (a malformed or too long message):
+		// that, not the exit it caused, is why.
+		select {
+		case err := <-sessErr:
+			if err != nil {
+				r.err = fmt.Errorf("its MCP session ended: %w", err)
+			}
+		default:
+		}
+	}
+	return r.res, r.err
+}
+
+// down forgets cs as the server's session, once.
+func (s *server) down(cs *mcp.ClientSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cs == cs {
+		s.cs = nil
+		s.up = make(chan struct{})
+	}
+}
+
+// watch pings the server every Ping and sends why it is to be killed:
+// its MCP session ended (a malformed or too long message), or three
+// pings in a row failed. A ping is also how a server's exit is noticed:
+// the runtime's copy of its standard input waits in a read of ours, and
+// the ping's write makes it meet the closed pipe and end.
+func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan error {
+	dead := make(chan error, 1)
+	go func() {
+		failed := 0
+		tick := time.NewTicker(s.h.o.Ping)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			pctx, cancel := context.WithTimeout(ctx, 10*s.h.o.Ping)
+			err := cs.Ping(pctx, nil)
+			cancel()
+			switch {
+			case err == nil:
+				failed = 0
+				continue
+			case errors.Is(err, mcp.ErrConnectionClosed):
+				dead <- errors.New("its MCP session ended (a malformed or too long message, or its output closed) and it was killed")
+				return
+			}
+			if failed++; failed >= 3 {
+				dead <- errors.New("it stopped answering pings and was killed")
+				return
+			}
+		}
+	}()
+	return dead
+}
+
+// connect speaks MCP over the process's streams: initialize, then the
+// tools' list, checked against the pins and registered.
+func (s *server) connect(ctx context.Context, out io.ReadCloser, in io.WriteCloser) (*mcp.ClientSession, error) {
+	start, cancel := context.WithTimeout(ctx, s.h.o.StartTimeout)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "fluffy", Version: plugin.APIVersion}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	// A line longer than a result may be is refused: a server flooding
+	// its output ends its session rather than fluffy's memory.
+	cs, err := client.Connect(start, &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: int(4*s.output() + 1<<20)}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: connect: %w", s.name, err)
+	}
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(start, nil) {
+		if err != nil {
+			_ = cs.Close()
+			return nil, fmt.Errorf("plugin %s: list tools: %w", s.name, err)
+		}
+		tools = append(tools, t)
+		if len(tools) > maxTools {
+			_ = cs.Close()
+			return nil, fmt.Errorf("plugin %s: more than %d tools", s.name, maxTools)
+		}
+	}
+	if err := s.admit(ctx, tools); err != nil {
+		_ = cs.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	restarts := s.restarts
+	names := make([]string, 0, len(s.registered))
+	for k := range s.registered {
+		names = append(names, k)
+	}
+	s.mu.Unlock()
+	s.h.record(ctx, audit.PluginServer{Plugin: s.name, Event: "start", Runtime: s.rtName, Restarts: restarts, Tools: sortedCopy(names)})
+	return cs, nil
+}
+
+// maxTools bounds the tools one server may offer.
+const maxTools = 256
+
+// output is the cap of one result.
+func (s *server) output() int64 {
+	if o := int64(s.rec.Manifest.Sandbox.Output); o > 0 {
+		return o
+	}
+	return s.h.o.Output
+}
+
+// spec is the server's sandbox: its folder read-only, the workspace
+// read-only only with read-workspace, no workspace to write, network
+// only through its egress proxy, the manifest's limits.
+func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
+	m := s.rec.Manifest
+	o := s.h.o
+	argv := append([]string(nil), m.Run.Command...)
+	if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
+		argv[0] = filepath.Join(s.rec.Dir, argv[0])
+	}
+	spec := sandbox.Spec{
+		Argv:    argv,
+		Env:     sandbox.SetEnv(append([]string(nil), o.Env...), m.Run.Env...),
+		Dir:     s.rec.Dir,
+		Mounts:  []sandbox.Mount{{Source: s.rec.Dir}},
+		TmpSize: 64 << 20,
+		Network: sandbox.NetworkNone,
+		Limits:  o.Limits,
+	}
+	spec.Limits.Wall, spec.Limits.Output = 0, 0
+	if m.Sandbox.Memory > 0 {
+		spec.Limits.Memory = int64(m.Sandbox.Memory)
+	}
+	if m.Sandbox.PIDs > 0 {
+		spec.Limits.Pids = m.Sandbox.PIDs
+	}
+	if o.Workspace != "" && hasCap(m, plugin.CapReadWorkspace) {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: o.Workspace})
+		spec.Mounts = append(spec.Mounts, o.Masks...)
+		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
+	}
+	var eg Egress
+	if len(m.Network) > 0 && o.Egress != nil {
+		var err error
+		if eg, err = o.Egress(ctx, m.Name, m.Network); err != nil {
+			return spec, nil, fmt.Errorf("plugin %s: egress proxy: %w", m.Name, err)
+		}
+	}
+	if eg != nil {
+		spec.Network, spec.ProxySocket = sandbox.NetworkProxy, eg.Socket()
+		spec.Env = sandbox.SetEnv(spec.Env, eg.Env()...)
+		spec.Seccomp = "standard-net"
+	}
+	return spec, eg, nil
+}
+
+func hasCap(m plugin.Manifest, c plugin.Capability) bool {
+	for _, x := range m.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// session waits until the server is up and returns its MCP session, or
+// why there is none.
+func (s *server) session(ctx context.Context, registryName string) (*mcp.ClientSession, string, error) {
+	for {
+		s.mu.Lock()
+		cs, up, failed := s.cs, s.up, s.failed
+		mcpName, ok := s.registered[registryName]
+		why, held := s.held[registryName]
+		s.mu.Unlock()
+		switch {
+		case failed != nil:
+			return nil, "", failed
+		case held:
+			return nil, "", fmt.Errorf("%w: %s: %s", ErrHeld, registryName, why)
+		case !ok:
+			return nil, "", fmt.Errorf("%w: %s is no longer offered by its server", ErrHeld, registryName)
+		case cs != nil:
+			return cs, mcpName, nil
+		}
+		select {
+		case <-up:
+		case <-s.done:
+			return nil, "", fmt.Errorf("plugin %s: stopped", s.name)
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("plugin %s: its server is restarting: %w", s.name, ctx.Err())
+		}
+	}
+}

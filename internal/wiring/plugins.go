@@ -1,0 +1,213 @@
+package wiring
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/plugin"
+	"github.com/fluffy-agent/fluffy/internal/plugin/host"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// sessionPlugins runs each session's plugins (internal/plugin/host):
+// one host per session, started at the session's first run, its
+// servers' tools added to the registry of every run, ended with the
+// session (kernel.Revoker) or the kernel. A server serves one session
+// only, so it never holds one session's workspace or arguments while
+// serving another.
+type sessionPlugins struct {
+	u   *userenv.Env
+	log *slog.Logger
+	// store keeps the plugins; nil: sessions run without plugins.
+	store plugin.Store
+	// offer, optional, records tools a server offers that differ from
+	// their pins, for a person's approval (the store's ToolOfferer).
+	offer func(ctx context.Context, name string, tools []plugin.ToolPin) error
+
+	mu     sync.Mutex // guards the fields below
+	hosts  map[string]*host.Host
+	closed bool
+}
+
+var _ kernel.Revoker = (*sessionPlugins)(nil)
+
+// kernelPlugins runs the plugins kept in fluffy.db (plugin.DB), offering
+// held tools there for `fluffy plugin approve-tools`.
+func kernelPlugins(u *userenv.Env, log *slog.Logger, db *sql.DB) *sessionPlugins {
+	pdb := &plugin.DB{SQL: db}
+	p := newSessionPlugins(u, log, pdb)
+	p.offer = func(ctx context.Context, name string, tools []plugin.ToolPin) error {
+		_, err := pdb.OfferTools(ctx, name, tools)
+		return err
+	}
+	return p
+}
+
+func newSessionPlugins(u *userenv.Env, log *slog.Logger, store plugin.Store) *sessionPlugins {
+	return &sessionPlugins{u: u, log: log.With("component", "plugins"), store: store, hosts: map[string]*host.Host{}}
+}
+
+// register starts the session's plugins on its first run (on rt, the
+// session's sandbox runtime, named rtName) and adds their tools to reg.
+// A plugin that does not start is logged, and the session runs without
+// it.
+func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool.Registry, rt sandbox.Runtime, rtName string, masks []sandbox.Mount) error {
+	if p == nil || p.store == nil || rt == nil || env.Narrowing != nil {
+		// A sub-agent gets no tool outside the set it was given.
+		return nil
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	h, started := p.hosts[env.Session]
+	if !started {
+		d, err := p.u.DataDir()
+		if err != nil {
+			p.mu.Unlock()
+			return err
+		}
+		h, err = host.New(host.Options{
+			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName,
+			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks,
+			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
+			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer,
+			Logger: p.log.With("session", env.Session),
+		})
+		if err != nil {
+			p.mu.Unlock()
+			return err
+		}
+		p.hosts[env.Session] = h
+	}
+	p.mu.Unlock()
+	if started {
+		return h.Register(reg)
+	}
+	reps, err := h.Start(ctx, reg)
+	if err != nil {
+		return err
+	}
+	for _, r := range reps {
+		if r.Err != nil {
+			p.log.Warn("plugin not started", "session", env.Session, "plugin", r.Plugin, "err", r.Err)
+		}
+		for _, held := range r.Held {
+			p.log.Warn("plugin tool held back until a person approves it", "session", env.Session, "plugin", r.Plugin, "tool", held.Tool, "reason", held.Reason)
+		}
+	}
+	return nil
+}
+
+// EndSession stops the session's plugin servers; when no session runs
+// plugins any more, a plugin left running is stopped.
+func (p *sessionPlugins) EndSession(session string) {
+	p.mu.Lock()
+	h := p.hosts[session]
+	delete(p.hosts, session)
+	last := h != nil && len(p.hosts) == 0
+	p.mu.Unlock()
+	if h != nil {
+		h.Close()
+	}
+	if last {
+		p.stopRunning("its sessions ended")
+	}
+}
+
+// Close stops every session's plugin servers (the kernel's exit).
+func (p *sessionPlugins) Close() {
+	p.mu.Lock()
+	p.closed = true
+	hs := p.hosts
+	p.hosts = map[string]*host.Host{}
+	p.mu.Unlock()
+	for _, h := range hs {
+		h.Close()
+	}
+	if len(hs) > 0 {
+		p.stopRunning("the kernel stopped")
+	}
+}
+
+// stopRunning records every plugin still running as stopped, for reason.
+func (p *sessionPlugins) stopRunning(reason string) {
+	if p.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := p.store.List(ctx)
+	if err != nil {
+		p.log.Warn("plugins: their states after their servers' stop", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if r.State != plugin.Running {
+			continue
+		}
+		if err := p.store.SetState(ctx, r.Manifest.Name, plugin.Stopped, reason); err != nil {
+			p.log.Warn("plugins: their states after their servers' stop", "plugin", r.Manifest.Name, "err", err)
+		}
+	}
+}
+
+// pluginEgress starts, for one plugin's server, an egress proxy that
+// lets through only the hosts its manifest declares (net.allow_addrs
+// still bounding the addresses they may resolve to), each request
+// recorded in the session's audit log as the sandbox "plugin:NAME".
+func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog.Logger) func(context.Context, string, []string) (host.Egress, error) {
+	return func(_ context.Context, name string, hosts []string) (host.Egress, error) {
+		l, err := u.Config()
+		if err != nil {
+			return nil, err
+		}
+		c := l.Config.Net
+		al, err := netproxy.ParseAllowList(hosts)
+		if err != nil {
+			return nil, fmt.Errorf("plugin %s: network: %w", name, err)
+		}
+		addrs, err := allowAddrs(c)
+		if err != nil {
+			return nil, err
+		}
+		who := "plugin:" + name
+		e := &egress{served: make(chan struct{})}
+		e.proxy, err = netproxy.New(netproxy.Options{
+			Sandbox: who, Session: session, Allow: al, AllowAddrs: addrs,
+			Recorder: &sessionNetAudit{log: rec, session: session, call: who, open: map[string]uint64{}},
+			Logger:   log.With("component", "netproxy", "plugin", name),
+			Limits:   proxyLimits(c),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if e.dir, err = egressDir(u); err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.socket = filepath.Join(e.dir, "egress.sock")
+		ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.serving = true
+		go func() {
+			defer close(e.served)
+			_ = e.proxy.Serve(ln)
+		}()
+		e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
+		return e, nil
+	}
+}
