@@ -87,6 +87,8 @@ type Telemetry struct {
 	IncludeContent bool `yaml:"include_content" scope:"user"`
 	// Prometheus serves /metrics on fluffy serve's health listener.
 	Prometheus bool `yaml:"prometheus" scope:"user"`
+	// MetricsInterval is how often the metrics go to OTLPEndpoint.
+	MetricsInterval units.Duration `yaml:"metrics_interval" scope:"user"`
 }
 
 // Memory configures the memory index: how passages get their vectors and
@@ -449,7 +451,7 @@ func Default(env Env) Config {
 	return Config{
 		Home:      defaultHome(env),
 		Log:       Log{Level: "info", Format: "text"},
-		Telemetry: Telemetry{OTLPProtocol: "http"},
+		Telemetry: Telemetry{OTLPProtocol: "http", MetricsInterval: units.Duration(60e9)},
 		Model:     "replay/demo",
 		Sandbox: Sandbox{
 			Runtime:     "native",

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -39,9 +40,44 @@ import (
 // types: it keeps every export request and the authorization header.
 type receiver struct {
 	coltracepb.UnimplementedTraceServiceServer
+	mu      sync.Mutex
+	reqs    []*coltracepb.ExportTraceServiceRequest
+	auth    []string
+	metrics metricsReceiver
+}
+
+// metricsReceiver is the same receiver's metrics service.
+type metricsReceiver struct {
+	colmetricpb.UnimplementedMetricsServiceServer
 	mu   sync.Mutex
-	reqs []*coltracepb.ExportTraceServiceRequest
-	auth []string
+	reqs []*colmetricpb.ExportMetricsServiceRequest
+}
+
+func (mr *metricsReceiver) Export(_ context.Context, req *colmetricpb.ExportMetricsServiceRequest) (*colmetricpb.ExportMetricsServiceResponse, error) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	mr.reqs = append(mr.reqs, req)
+	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+}
+
+// sum returns the value of the counter name in the newest export (-1:
+// not there).
+func (mr *metricsReceiver) sum(name string) float64 {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if len(mr.reqs) == 0 {
+		return -1
+	}
+	for _, rm := range mr.reqs[len(mr.reqs)-1].ResourceMetrics {
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == name && m.GetSum() != nil && len(m.GetSum().DataPoints) == 1 {
+					return m.GetSum().DataPoints[0].GetAsDouble()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func (rc *receiver) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -59,6 +95,22 @@ func (rc *receiver) keep(req *coltracepb.ExportTraceServiceRequest, auth string)
 
 // ServeHTTP is OTLP/HTTP with binary protobuf bodies.
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/metrics" && r.Header.Get("Content-Type") == "application/x-protobuf" {
+		b, err := io.ReadAll(r.Body)
+		req := new(colmetricpb.ExportMetricsServiceRequest)
+		if err == nil {
+			err = proto.Unmarshal(b, req)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, _ := rc.metrics.Export(r.Context(), req)
+		b, _ = proto.Marshal(out)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(b)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
 		http.Error(w, "not an OTLP/HTTP protobuf export", http.StatusBadRequest)
 		return
@@ -159,6 +211,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 				}
 				gs := grpc.NewServer()
 				coltracepb.RegisterTraceServiceServer(gs, rc)
+				colmetricpb.RegisterMetricsServiceServer(gs, &rc.metrics)
 				go func() { _ = gs.Serve(ln) }()
 				t.Cleanup(gs.Stop)
 				endpoint = "http://" + ln.Addr().String()
@@ -178,12 +231,12 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	u := testUser(t, dir, ws)
 	u.Environ = append(u.Environ, "OTLP_TEST_HEADERS=authorization=Bearer%20t0k")
 	log := u.Logger()
-	tr, exp, err := startTelemetry(ctx, u, tc)
+	metrics := telemetry.NewMetrics()
+	tr, exp, err := startTelemetry(ctx, u, tc, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
 	al, j, m := sessionStores(t, dir)
-	metrics := telemetry.NewMetrics()
 	d, err := datadir.New(filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +285,10 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	}
 	if !strings.Contains(mb.String(), "fluffy_session_turns_total 1\n") || !strings.Contains(mb.String(), "fluffy_session_turns_running 0\n") {
 		t.Errorf("turn metrics:\n%s", mb.String())
+	}
+	// The same registry went to the receiver over OTLP at the shutdown.
+	if got := rc.metrics.sum(telemetry.MetricTurns); got != 1 {
+		t.Errorf("OTLP metrics: %s = %v, want 1", telemetry.MetricTurns, got)
 	}
 
 	spans, raw := rc.spans()
