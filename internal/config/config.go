@@ -208,6 +208,12 @@ type Kernel struct {
 type Log struct {
 	Level  string `yaml:"level" enum:"debug,info,warn,error"`
 	Format string `yaml:"format" enum:"text,json"`
+	// MaxSize is the size past which a log file in the data directory's
+	// logs/ is rotated (0: never); Keep how many rotated generations are
+	// kept; Compress gzips them.
+	MaxSize  units.Size `yaml:"max_size" scope:"user"`
+	Keep     int        `yaml:"keep" scope:"user"`
+	Compress bool       `yaml:"compress" scope:"user"`
 }
 
 // Sandbox configures where and how commands run.
@@ -450,7 +456,7 @@ type Agent struct {
 func Default(env Env) Config {
 	return Config{
 		Home:      defaultHome(env),
-		Log:       Log{Level: "info", Format: "text"},
+		Log:       Log{Level: "info", Format: "text", MaxSize: 8 << 20, Keep: 5},
 		Telemetry: Telemetry{OTLPProtocol: "http", MetricsInterval: units.Duration(60e9)},
 		Model:     "replay/demo",
 		Sandbox: Sandbox{
