@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
@@ -254,6 +255,23 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 {"turn": {"text": "done"}}
 {"end": {}}
 `
+	// A classify rule the classifier (a replayed model) says does not
+	// apply: the policy gate asks it, and the write goes ahead.
+	live := &livePolicy{u: u, log: log, audit: al}
+	verdict, err := replay.Parse("classifier.jsonl", strings.NewReader(`{"turn": {"text": "VERDICT: no"}}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: replay.New(verdict), Model: "judge", Log: al}); err != nil {
+		t.Fatal(err)
+	}
+	pf := u.PolicyFiles().User
+	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pf, []byte("rules:\n  - id: secrets\n    effect: block\n    classify: writes a secret\n    match: {tool: fs.write}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	k, err := kernel.Start(ctx, kernel.Options{DB: db, Audit: al, DataDir: d,
 		Models: func(context.Context, string) (llm.Provider, string, error) {
 			s, err := replay.Parse("traced.jsonl", strings.NewReader(script))
@@ -262,7 +280,7 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:  sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{tracer: tr}),
+		Tools:  sessionTools(u, log, nil, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{tracer: tr}),
 		TDD:    &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
 		Tracer: tr, Metrics: metrics, Logger: log})
 	if err != nil {
@@ -344,6 +362,11 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	if attr(pol, "fluffy.decision").GetStringValue() != "allow" || attr(pol, "fluffy.rule").GetStringValue() == "" {
 		t.Errorf("policy gate span: %v", pol.Attributes)
 	}
+	cls := one("fluffy.policy.classify")
+	childOf(cls, pol)
+	if attr(cls, "gen_ai.request.model").GetStringValue() != "judge" || attr(cls, "fluffy.decision").GetStringValue() != "no" {
+		t.Errorf("classifier span: %v", cls.Attributes)
+	}
 
 	// The spans' seqs are exactly the audit entries of the trace, and
 	// each of those entries is the kind its span says.
@@ -374,7 +397,7 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	for _, want := range []struct {
 		s    *tracepb.Span
 		kind audit.Kind
-	}{{state, audit.KindGateState}, {pol, audit.KindGatePolicy}} {
+	}{{state, audit.KindGateState}, {pol, audit.KindGatePolicy}, {cls, audit.KindPolicyClassify}} {
 		if seqs := seqsOf(want.s); len(seqs) != 1 || kinds[seqs[0]] != want.kind {
 			t.Errorf("span %s seqs %v, want one %s entry", want.s.Name, seqs, want.kind)
 		}
