@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -33,12 +34,17 @@ func (a *App) openLog(name string, report io.Writer, opened func(*os.File) error
 			fmt.Fprintf(report, "fluffy: cannot write %s in the data directory (%v); its lines are lost until a write succeeds again\n", rel, err)
 		}
 	}
+	var f *logfile.File
 	o.OnResume = func(lost int, err error) {
-		// Through the logger the file is part of, so the line has the
-		// log's format.
-		a.Logger().Warn("log lines were lost", "log", rel, "lost_writes", lost, "error", err)
+		// A logger of its own: the daemon's handler holds its lock
+		// around the write that got here.
+		var h slog.Handler = slog.NewTextHandler(f, nil)
+		if l.Config.Log.Format == "json" {
+			h = slog.NewJSONHandler(f, nil)
+		}
+		slog.New(h).Warn("log lines were lost", "log", rel, "lost_writes", lost, "error", err)
 	}
-	f, err := logfile.Open(d.Path(datadir.Logs, name), o)
+	f, err = logfile.Open(d.Path(datadir.Logs, name), o)
 	if err != nil {
 		return nil, fmt.Errorf("open the daemon's log: %w", err)
 	}

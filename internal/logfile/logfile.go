@@ -33,7 +33,10 @@ type Options struct {
 	// OnResume, when set, is called after the first write that succeeds
 	// after a failure, with the number of writes lost meanwhile and the
 	// first failure: a log whose only reader is itself (the kernel's)
-	// says so in itself. It may write to the File.
+	// says so in itself. It may write to the File (the File's lock is not
+	// held), but it runs inside its caller's Write: a logger whose handler
+	// made that Write holds its own lock, so OnResume needs a handler of
+	// its own.
 	OnResume func(lost int, err error)
 	// Opened, when set, is called with each file the log opens (at Open
 	// and after every rotation) before the previous one is closed: the
