@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,11 +67,20 @@ func TestComposeDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The configuration as shipped, with the replayed model.
+	shipped, err := os.ReadFile("../../deploy/config/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := regexp.MustCompile(`(?m)^model: .*$`).ReplaceAllString(string(shipped), "model: replay//config/fluffy/model.jsonl")
+	if config == string(shipped) {
+		t.Fatal("deploy/config/config.yaml names no model: line to replace")
+	}
 	secret := filepath.Join(proj, "secrets", "webhook_secret")
 	for name, body := range map[string]string{
 		"compose.yaml":           string(compose),
 		"fluffy.env":             "ANTHROPIC_API_KEY=unused-the-model-is-replayed\n",
-		"config/config.yaml":     composeConfig,
+		"config/config.yaml":     config,
 		"config/model.jsonl":     composeModel,
 		"secrets/webhook_secret": "a webhook secret of the test\n",
 	} {
@@ -200,22 +210,6 @@ func TestComposeDeployment(t *testing.T) {
 	t.Logf("the whole test: %s", time.Since(t0).Round(time.Millisecond))
 }
 
-// composeConfig is the deployment's configuration: deploy/config's, with
-// the replayed model.
-const composeConfig = `model: replay//config/fluffy/model.jsonl
-serve:
-  health: 127.0.0.1:7878
-  listen: 0.0.0.0:8080
-  webhooks:
-    - name: deploy
-      secret: file:/run/secrets/webhook_secret
-      signature: fluffy
-      prompt: A deployment event; report what changed.
-  web:
-    listen: 0.0.0.0:8081
-    hosts: ["127.0.0.1:8081", "localhost:8081"]
-`
-
 func regexpReady(status string) bool {
 	for _, l := range strings.Split(status, "\n") {
 		if f := strings.Fields(l); len(f) == 2 && f[0] == "serve" && f[1] == "ready" {
@@ -291,6 +285,12 @@ func buildImage(t *testing.T) string {
 // to pass.
 func waitHealthy(t *testing.T, id string) {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			out, _ := exec.Command("docker", "inspect", "--format", "{{json .State}}", id).CombinedOutput()
+			t.Logf("the container's state: %s", out)
+		}
+	}()
 	waitFor(t, "the container's health check", func() bool {
 		out, _ := exec.Command("docker", "inspect", "--format", "{{.State.Health.Status}}", id).Output()
 		return strings.TrimSpace(string(out)) == "healthy"
