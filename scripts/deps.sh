@@ -13,6 +13,7 @@ declare -A want=(
 	[hyperfine]=hyperfine  # bench/sandbox.sh
 	[setpriv]=util-linux   # the sandbox suite reruns itself as an unprivileged user
 	[dockerd]=docker.io    # the container sandbox backend's tests (internal/sandbox/docker)
+	[docker-compose]=docker-compose  # cmd/fluffy: TestComposeDeployment runs deploy/compose.yaml
 	[podman]=podman        # the same container tests against Podman (TestPodman, TestPodmanScripts)
 	[busybox]=busybox-static # the minimal base image ('image build base --minimal') is busybox FROM scratch
 	[mmdebstrap]=mmdebstrap  # the Debian base image ('image build base') is built from the apt sources by it

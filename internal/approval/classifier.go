@@ -8,9 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // ErrVerdict is returned when the model's answer is not exactly one of
@@ -139,8 +142,23 @@ func viewOf(op *policy.CELOp) classifierView {
 		Argv: clipAll(op.Argv), Env: clipAll(op.Env), Host: clipField(op.Host), Port: op.Port, Size: op.Size, Tags: clipAll(op.Tags)}
 }
 
-// Classify implements policy.Classifier.
-func (c *ModelClassifier) Classify(ctx context.Context, instruction string, op *policy.CELOp) (bool, error) {
+// Classify implements policy.Classifier. Under a traced tool call it is
+// a span of its own (telemetry.SpanClassify) carrying its policy.classify
+// entry; neither the rule nor the operation goes on the span.
+func (c *ModelClassifier) Classify(ctx context.Context, instruction string, op *policy.CELOp) (yes bool, err error) {
+	ctx, sp := telemetry.StartChild(ctx, telemetry.SpanClassify, trace.SpanKindClient,
+		telemetry.KeyGenAIOperation.String("chat"), telemetry.KeyGenAIRequestModel.String(c.opts.Model))
+	defer func() {
+		switch {
+		case err != nil:
+			sp.Fail(err)
+		case yes:
+			sp.Set(telemetry.KeyDecision.String("yes"))
+		default:
+			sp.Set(telemetry.KeyDecision.String("no"))
+		}
+		sp.End()
+	}()
 	view := viewOf(op)
 	rec := audit.PolicyClassify{Model: c.opts.Model, Instruction: clipField(instruction), Op: view}
 	data, err := json.MarshalIndent(view, "", "  ")
@@ -154,7 +172,6 @@ func (c *ModelClassifier) Classify(ctx context.Context, instruction string, op *
 		Model: c.opts.Model, System: classifierSystem, MaxTokens: c.opts.MaxTokens,
 		Messages: []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{llm.Text(prompt)}}},
 	}), nil)
-	var yes bool
 	switch {
 	case err != nil:
 		err = fmt.Errorf("classifier: model call: %w", err)

@@ -134,6 +134,7 @@ var boundaries = []struct {
 	{"internal/secret", []string{"internal/"}, "secret references and their backends are a leaf: the channels, the CLI and the daemon resolve one syntax"},
 	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the kernel, the bootstrap and the CLI take them"},
 	{"internal/gitview", []string{"internal/sandbox", "internal/kernel", "internal/tool", "internal/policy", "os/exec"}, "git in the kernel reads and writes through a change set and runs no program"},
+	{"internal/logfile", []string{"internal/"}, "fluffy's own log files are a leaf: the bootstrap rotates the kernel's at launch, the CLI's daemons write theirs through it"},
 	{"internal/telemetry", []string{"internal/"}, "the tracer and its audit link are a leaf: the audit log, the agent, the router and the kernel take them; internal/telemetry/otlp alone links the SDK"},
 	{"internal/tui", []string{"internal/"}, "terminal drawing knows nothing of sessions; the CLI feeds it"},
 	{"internal/channel", []string{"internal/kernel", "internal/wiring", "internal/sandbox", "internal/tool", "internal/agent", "internal/llm", "internal/cli"}, "a channel turns what arrives into messages for the daemon's router and depends on the channel contract, never on the sessions it feeds"},

@@ -26,6 +26,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/lockfile"
+	"github.com/fluffy-agent/fluffy/internal/logfile"
 )
 
 // Launcher starts a kernel process that will listen on the socket the
@@ -311,9 +312,22 @@ func ForConfig(cfg *config.Config, runtimeDir string, launcher Exec) Options {
 	if launcher.Log == "" {
 		launcher.Log = datadir.Dir{Root: cfg.Home}.Path(datadir.Logs, KernelLog)
 	}
+	if launcher.LogRotation.MaxSize == 0 {
+		launcher.LogRotation = LogRotation(cfg.Log)
+	}
 	return Options{Socket: ipc.SocketPath(runtimeDir, cfg.Home), Launcher: launcher,
 		StartTimeout: time.Duration(cfg.Kernel.StartTimeout), Name: "fluffy/" + buildinfo.Get().Version}
 }
 
 // KernelLog is the kernel's log file in the data directory's logs/.
 const KernelLog = "kernel.log"
+
+// LogRotation is the rotation log.max_size, log.keep and log.compress
+// configure (a max_size of 0, never rotate, is a negative MaxSize).
+func LogRotation(c config.Log) logfile.Options {
+	o := logfile.Options{MaxSize: int64(c.MaxSize), Keep: c.Keep, Compress: c.Compress}
+	if o.MaxSize == 0 {
+		o.MaxSize = -1
+	}
+	return o
+}

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+
+	"github.com/fluffy-agent/fluffy/internal/logfile"
 )
 
 // Exec launches the kernel as a detached child process: its own session
@@ -23,11 +25,16 @@ type Exec struct {
 	// discards it. When the kernel exits at start, its last lines become
 	// part of the error.
 	Log string
+	// LogRotation says when a launch first rotates Log (MaxSize, Keep,
+	// Compress): MaxSize 0 is MaxKernelLog with one older generation
+	// kept, a negative MaxSize never rotates.
+	LogRotation logfile.Options
 }
 
 var _ Launcher = Exec{}
 
-// MaxKernelLog is the size past which a launch starts a fresh kernel log.
+// MaxKernelLog is the size past which a launch starts a fresh kernel log
+// when Exec.LogRotation names none.
 const MaxKernelLog = 8 << 20
 
 // Launch starts the process.
@@ -37,8 +44,14 @@ func (e Exec) Launch(context.Context) (Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	p := &proc{cmd: cmd, done: make(chan struct{}), log: e.Log}
 	if e.Log != "" {
-		if st, err := os.Stat(e.Log); err == nil && st.Size() > MaxKernelLog {
-			_ = os.Rename(e.Log, e.Log+".1") // one older generation is kept
+		r := e.LogRotation
+		if r.MaxSize == 0 {
+			r.MaxSize, r.Keep = MaxKernelLog, 1
+		}
+		if st, err := os.Stat(e.Log); err == nil && r.MaxSize > 0 && st.Size() > r.MaxSize {
+			// A failed rotation appends to the log as it is: better a long
+			// log than no kernel.
+			_ = logfile.Rotate(e.Log, r.Keep, r.Compress)
 		}
 		f, err := os.OpenFile(e.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {

@@ -175,7 +175,16 @@ func runKernel(ctx context.Context, a *App, oneshot bool) error {
 	if a.Core == nil {
 		return errors.New("this build cannot run the kernel")
 	}
-	return kernelError(a, a.Core.RunKernel(ctx, a.user(), kernel.DaemonOptions{Oneshot: oneshot}))
+	u := a.user()
+	lf, err := a.kernelLog()
+	if err != nil {
+		return err
+	}
+	if lf != nil {
+		defer lf.Close()
+		u.Stderr = lf
+	}
+	return kernelError(a, a.Core.RunKernel(ctx, u, kernel.DaemonOptions{Oneshot: oneshot}))
 }
 
 // kernelError turns the kernel daemon's typed failures into their

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/fluffy-agent/fluffy/internal/datadir"
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
@@ -76,13 +74,9 @@ func (a *App) checkServe() error {
 
 // runServe runs the daemon with its log going to stderr and logs/serve.log.
 func (a *App) runServe(ctx context.Context) error {
-	d, err := a.DataDir()
+	f, err := a.openLog(ServeLog, a.Stderr, nil)
 	if err != nil {
 		return err
-	}
-	f, err := os.OpenFile(d.Path(datadir.Logs, ServeLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("open the daemon's log: %w", err)
 	}
 	defer f.Close()
 	u := a.user()

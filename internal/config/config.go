@@ -87,6 +87,8 @@ type Telemetry struct {
 	IncludeContent bool `yaml:"include_content" scope:"user"`
 	// Prometheus serves /metrics on fluffy serve's health listener.
 	Prometheus bool `yaml:"prometheus" scope:"user"`
+	// MetricsInterval is how often the metrics go to OTLPEndpoint.
+	MetricsInterval units.Duration `yaml:"metrics_interval" scope:"user"`
 }
 
 // Memory configures the memory index: how passages get their vectors and
@@ -206,6 +208,12 @@ type Kernel struct {
 type Log struct {
 	Level  string `yaml:"level" enum:"debug,info,warn,error"`
 	Format string `yaml:"format" enum:"text,json"`
+	// MaxSize is the size past which a log file in the data directory's
+	// logs/ is rotated (0: never); Keep how many rotated generations are
+	// kept; Compress gzips them.
+	MaxSize  units.Size `yaml:"max_size" scope:"user"`
+	Keep     int        `yaml:"keep" scope:"user"`
+	Compress bool       `yaml:"compress" scope:"user"`
 }
 
 // Sandbox configures where and how commands run.
@@ -448,8 +456,8 @@ type Agent struct {
 func Default(env Env) Config {
 	return Config{
 		Home:      defaultHome(env),
-		Log:       Log{Level: "info", Format: "text"},
-		Telemetry: Telemetry{OTLPProtocol: "http"},
+		Log:       Log{Level: "info", Format: "text", MaxSize: 8 << 20, Keep: 5},
+		Telemetry: Telemetry{OTLPProtocol: "http", MetricsInterval: units.Duration(60e9)},
 		Model:     "replay/demo",
 		Sandbox: Sandbox{
 			Runtime:     "native",

@@ -61,7 +61,7 @@ func (d *Daemon) HealthHandler() http.Handler {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready\n%s\n", strings.Join(st.NotReady, "\n"))
 	})
-	if d.o.Metrics != nil {
+	if d.o.Metrics != nil && !d.o.NoMetricsEndpoint {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 			_ = d.o.Metrics.WritePrometheus(w)

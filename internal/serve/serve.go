@@ -109,10 +109,12 @@ type Options struct {
 	// starts is the message span's child.
 	Tracer *telemetry.Tracer
 	// Metrics, when set, counts inbound messages, reports the queued
-	// ones and is served as /metrics on the health listener.
-	Metrics *telemetry.Metrics
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// ones and is served as /metrics on the health listener unless
+	// NoMetricsEndpoint (the metrics then only go to the OTLP export).
+	Metrics           *telemetry.Metrics
+	NoMetricsEndpoint bool
+	Logger            *slog.Logger
+	Now               func() time.Time
 }
 
 // ErrBusy is Deliver's error when too many messages wait already

@@ -46,7 +46,8 @@ func TestChannelMessageSpanParentsItsTurn(t *testing.T) {
 
 // /metrics on the health listener, scraped: the inbound message is
 // counted by channel and the queue length is read at the scrape; without
-// Metrics there is no /metrics.
+// Metrics, or with them kept for the OTLP export alone
+// (NoMetricsEndpoint), there is no /metrics.
 func TestMetricsScrape(t *testing.T) {
 	f := newFixture(t)
 	f.ss.finished = make(chan string, 1)
@@ -72,14 +73,16 @@ func TestMetricsScrape(t *testing.T) {
 		}
 	}
 
-	plain := httptest.NewServer(f.start(t, nil, Options{}, &fakeChannel{name: "chat"}).HealthHandler())
-	defer plain.Close()
-	resp, err = http.Get(plain.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("GET /metrics without telemetry.prometheus: %d, want 404", resp.StatusCode)
+	for _, o := range []Options{{}, {Metrics: telemetry.NewMetrics(), NoMetricsEndpoint: true}} {
+		plain := httptest.NewServer(f.start(t, nil, o, &fakeChannel{name: "chat"}).HealthHandler())
+		resp, err = http.Get(plain.URL + "/metrics")
+		plain.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /metrics without telemetry.prometheus (metrics %v): %d, want 404", o.Metrics != nil, resp.StatusCode)
+		}
 	}
 }

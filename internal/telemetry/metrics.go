@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -14,12 +15,14 @@ import (
 
 // Metrics are the daemon's counters, gauges and histograms, written in
 // the Prometheus text format (WritePrometheus) for /metrics on the health
-// listener. The nil *Metrics is valid and counts nothing.
+// listener, and read as a Snapshot by the OTLP export
+// (internal/telemetry/otlp). The nil *Metrics is valid and counts nothing.
 //
 // The exposition is written here rather than with the Prometheus client
 // library: a dozen series do not need its dependency tree, and the
 // format is small and stable.
 type Metrics struct {
+	start  time.Time // when counting began: the cumulative series' start
 	mu     sync.Mutex
 	series map[string]*series // by name
 	funcs  []gaugeFunc
@@ -55,6 +58,7 @@ type series struct {
 	kind   string              // counter, gauge, histogram
 	values map[string]float64  // counters and gauges, by label text
 	hists  map[string]*histVal // histograms, by label text
+	pairs  map[string][]string // the label pairs of each label text
 }
 
 type histVal struct {
@@ -69,7 +73,7 @@ type gaugeFunc struct {
 }
 
 // NewMetrics returns an empty registry.
-func NewMetrics() *Metrics { return &Metrics{series: map[string]*series{}} }
+func NewMetrics() *Metrics { return &Metrics{start: time.Now(), series: map[string]*series{}} }
 
 // labels renders label pairs (name, value, name, value...) sorted by name.
 func labels(kv []string) string {
@@ -98,7 +102,7 @@ func labels(kv []string) string {
 func (m *Metrics) get(name, kind string) *series {
 	s := m.series[name]
 	if s == nil {
-		s = &series{kind: kind, values: map[string]float64{}, hists: map[string]*histVal{}}
+		s = &series{kind: kind, values: map[string]float64{}, hists: map[string]*histVal{}, pairs: map[string][]string{}}
 		m.series[name] = s
 	}
 	return s
@@ -109,13 +113,15 @@ func (m *Metrics) Add(name string, d float64, kv ...string) {
 	if m == nil {
 		return
 	}
-	kind := "counter"
+	kind := KindCounter
 	if !strings.HasSuffix(name, "_total") {
-		kind = "gauge"
+		kind = KindGauge
 	}
 	l := labels(kv)
 	m.mu.Lock()
-	m.get(name, kind).values[l] += d
+	s := m.get(name, kind)
+	s.values[l] += d
+	s.keepPairs(l, kv)
 	m.mu.Unlock()
 }
 
@@ -128,17 +134,25 @@ func (m *Metrics) Observe(name string, d time.Duration, kv ...string) {
 	v := d.Seconds()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.get(name, "histogram")
+	s := m.get(name, KindHistogram)
 	h := s.hists[l]
 	if h == nil {
 		h = &histVal{counts: make([]uint64, len(buckets))}
 		s.hists[l] = h
+		s.keepPairs(l, kv)
 	}
 	if i := sort.SearchFloat64s(buckets, v); i < len(buckets) {
 		h.counts[i]++
 	}
 	h.sum += v
 	h.n++
+}
+
+// keepPairs remembers the label pairs behind the label text l.
+func (s *series) keepPairs(l string, kv []string) {
+	if _, ok := s.pairs[l]; !ok {
+		s.pairs[l] = slices.Clone(kv[:len(kv)&^1])
+	}
 }
 
 // GaugeFunc makes name a gauge read from fn at each scrape.
@@ -165,7 +179,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	for _, n := range names {
 		s := m.series[n]
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", n, help[n], n, s.kind)
-		if s.kind == "histogram" {
+		if s.kind == KindHistogram {
 			writeHists(&b, n, s.hists)
 			continue
 		}
@@ -225,4 +239,82 @@ func num(v float64) string {
 		return "+Inf"
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// Kinds of a Family.
+const (
+	KindCounter   = "counter"
+	KindGauge     = "gauge"
+	KindHistogram = "histogram"
+)
+
+// Family is one metric at a Snapshot: its name, help text, kind and a
+// Point per label set, in the label text's order.
+type Family struct {
+	Name, Help, Kind string
+	Points           []Point
+}
+
+// Point is one series' value. Labels are name, value pairs as recorded.
+// A counter or gauge has Value; a histogram has Counts (per bucket of
+// Buckets, not cumulative, then the overflow past the last bound), Sum
+// and Count.
+type Point struct {
+	Labels []string
+	Value  float64
+	Counts []uint64
+	Sum    float64
+	Count  uint64
+}
+
+// Buckets are the histograms' upper bounds in seconds.
+func Buckets() []float64 { return slices.Clone(buckets) }
+
+// Start is when the registry began counting: the start of every
+// cumulative series.
+func (m *Metrics) Start() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return m.start
+}
+
+// Snapshot returns every series now, names sorted, the gauge functions
+// read (outside the registry's lock, as a scrape reads them).
+func (m *Metrics) Snapshot() []Family {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	funcs := slices.Clone(m.funcs)
+	names := make([]string, 0, len(m.series))
+	for n := range m.series {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]Family, 0, len(names)+len(funcs))
+	for _, n := range names {
+		s := m.series[n]
+		f := Family{Name: n, Help: help[n], Kind: s.kind}
+		if s.kind == KindHistogram {
+			for _, l := range slices.Sorted(maps.Keys(s.hists)) {
+				h := s.hists[l]
+				over := h.n
+				for _, c := range h.counts {
+					over -= c
+				}
+				f.Points = append(f.Points, Point{Labels: s.pairs[l], Counts: append(slices.Clone(h.counts), over), Sum: h.sum, Count: h.n})
+			}
+		} else {
+			for _, l := range sortedKeys(s.values) {
+				f.Points = append(f.Points, Point{Labels: s.pairs[l], Value: s.values[l]})
+			}
+		}
+		out = append(out, f)
+	}
+	m.mu.Unlock()
+	for _, g := range funcs {
+		out = append(out, Family{Name: g.name, Help: help[g.name], Kind: KindGauge, Points: []Point{{Value: g.fn()}}})
+	}
+	return out
 }

@@ -36,7 +36,20 @@ const (
 	KeyChannel     = attribute.Key("fluffy.channel")
 	KeyApprovalID  = attribute.Key("fluffy.approval.id")
 	KeyDestination = attribute.Key("server.address")
+	KeyContainerID = attribute.Key("container.id")
 )
+
+// Names of the spans that parts without a Tracer of their own start with
+// StartChild.
+const (
+	SpanClassify        = "fluffy.policy.classify"
+	SpanContainerCreate = "fluffy.container.create"
+	SpanContainerStart  = "fluffy.container.start"
+	SpanContainerStop   = "fluffy.container.stop"
+)
+
+// scopeName is the instrumentation scope of fluffy's spans.
+const scopeName = "github.com/fluffy-agent/fluffy"
 
 // GenAI semantic convention keys (gen_ai.*) for model and tool spans.
 const (
@@ -103,6 +116,21 @@ func (t *Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, at
 	}
 	rec := &recorder{trace: s.SpanContext().TraceID().String()}
 	return context.WithValue(ctx, recorderKey{}, rec), Span{s: s, rec: rec}
+}
+
+// StartChild starts a span named name as a child of ctx's span when ctx
+// carries a recording one, with that span's tracer provider; otherwise it
+// returns ctx and the zero Span. It is for parts only ever reached under
+// a traced call (the policy's classifier, the container engine's
+// lifecycle) that take no Tracer of their own: untraced, they pay one
+// context lookup.
+func StartChild(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, Span{}
+	}
+	t := Tracer{t: parent.TracerProvider().Tracer(scopeName)}
+	return t.Start(ctx, name, kind, attrs...)
 }
 
 // Recording reports whether attributes set on s are kept: callers skip

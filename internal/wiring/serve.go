@@ -442,6 +442,9 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 		Prompts: servePrompts(c),
 		Tracer:  k.tracer,
 		Metrics: k.metrics,
+		// Counted for the OTLP export without telemetry.prometheus:
+		// then /metrics stays 404.
+		NoMetricsEndpoint: !c.Telemetry.Prometheus,
 		Quiet: func(conv channel.Conversation, text string) bool {
 			return conv.Channel == cron.Name && cron.IsNothingToReport(text)
 		},

@@ -97,7 +97,7 @@ type Kernel struct {
 	sched *sched.Scheduler
 	// tracer traces the sessions and the daemon's messages (nil: off).
 	tracer  *telemetry.Tracer
-	metrics *telemetry.Metrics // nil unless telemetry.prometheus
+	metrics *telemetry.Metrics // nil unless telemetry.prometheus or telemetry.otlp_endpoint
 }
 
 // observe is what the sessions' routers trace and count with.
@@ -290,13 +290,14 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
-	tr, exp, err := startTelemetry(ctx, u, l.Config.Telemetry)
+	// One registry serves /metrics and the OTLP export alike.
+	var metrics *telemetry.Metrics
+	if l.Config.Telemetry.Prometheus || l.Config.Telemetry.OTLPEndpoint != "" {
+		metrics = telemetry.NewMetrics()
+	}
+	tr, exp, err := startTelemetry(ctx, u, l.Config.Telemetry, metrics)
 	if err != nil {
 		return fail(err)
-	}
-	var metrics *telemetry.Metrics
-	if l.Config.Telemetry.Prometheus {
-		metrics = telemetry.NewMetrics()
 	}
 	ag := l.Config.Agent
 	copts := catalog.Options{Env: u.Getenv, BaseURLs: l.Config.LLM.BaseURLs,

@@ -11,13 +11,16 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
-// startTelemetry starts the OTLP export telemetry.otlp_endpoint names;
-// without one it returns the nil Tracer and Exporter (tracing off).
-func startTelemetry(ctx context.Context, u *userenv.Env, c config.Telemetry) (*telemetry.Tracer, *otlp.Exporter, error) {
+// startTelemetry starts the OTLP export telemetry.otlp_endpoint names: the
+// traces and, when metrics is not nil, the metrics every
+// telemetry.metrics_interval. Without an endpoint it returns the nil
+// Tracer and Exporter (tracing off, nothing exported).
+func startTelemetry(ctx context.Context, u *userenv.Env, c config.Telemetry, metrics *telemetry.Metrics) (*telemetry.Tracer, *otlp.Exporter, error) {
 	if c.OTLPEndpoint == "" {
 		return nil, nil, nil
 	}
-	o := otlp.Options{Endpoint: c.OTLPEndpoint, Protocol: c.OTLPProtocol, IncludeContent: c.IncludeContent, Version: buildinfo.Get().Version}
+	o := otlp.Options{Endpoint: c.OTLPEndpoint, Protocol: c.OTLPProtocol, IncludeContent: c.IncludeContent, Version: buildinfo.Get().Version,
+		Metrics: metrics, MetricsInterval: c.MetricsInterval.Std()}
 	if c.HeadersEnv != "" {
 		v, ok := u.Getenv(c.HeadersEnv)
 		if !ok {
@@ -33,6 +36,6 @@ func startTelemetry(ctx context.Context, u *userenv.Env, c config.Telemetry) (*t
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 	}
-	u.Logger().Info("traces exported", "endpoint", c.OTLPEndpoint, "protocol", c.OTLPProtocol, "include_content", c.IncludeContent)
+	u.Logger().Info("traces and metrics exported", "endpoint", c.OTLPEndpoint, "protocol", c.OTLPProtocol, "include_content", c.IncludeContent, "metrics_interval", c.MetricsInterval.Std())
 	return tr, exp, nil
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fluffy-agent/fluffy/internal/approval"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/datadir"
@@ -39,9 +41,44 @@ import (
 // types: it keeps every export request and the authorization header.
 type receiver struct {
 	coltracepb.UnimplementedTraceServiceServer
+	mu      sync.Mutex
+	reqs    []*coltracepb.ExportTraceServiceRequest
+	auth    []string
+	metrics metricsReceiver
+}
+
+// metricsReceiver is the same receiver's metrics service.
+type metricsReceiver struct {
+	colmetricpb.UnimplementedMetricsServiceServer
 	mu   sync.Mutex
-	reqs []*coltracepb.ExportTraceServiceRequest
-	auth []string
+	reqs []*colmetricpb.ExportMetricsServiceRequest
+}
+
+func (mr *metricsReceiver) Export(_ context.Context, req *colmetricpb.ExportMetricsServiceRequest) (*colmetricpb.ExportMetricsServiceResponse, error) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	mr.reqs = append(mr.reqs, req)
+	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+}
+
+// sum returns the value of the counter name in the newest export (-1:
+// not there).
+func (mr *metricsReceiver) sum(name string) float64 {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if len(mr.reqs) == 0 {
+		return -1
+	}
+	for _, rm := range mr.reqs[len(mr.reqs)-1].ResourceMetrics {
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == name && m.GetSum() != nil && len(m.GetSum().DataPoints) == 1 {
+					return m.GetSum().DataPoints[0].GetAsDouble()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func (rc *receiver) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -59,6 +96,22 @@ func (rc *receiver) keep(req *coltracepb.ExportTraceServiceRequest, auth string)
 
 // ServeHTTP is OTLP/HTTP with binary protobuf bodies.
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/metrics" && r.Header.Get("Content-Type") == "application/x-protobuf" {
+		b, err := io.ReadAll(r.Body)
+		req := new(colmetricpb.ExportMetricsServiceRequest)
+		if err == nil {
+			err = proto.Unmarshal(b, req)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, _ := rc.metrics.Export(r.Context(), req)
+		b, _ = proto.Marshal(out)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(b)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
 		http.Error(w, "not an OTLP/HTTP protobuf export", http.StatusBadRequest)
 		return
@@ -159,6 +212,7 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 				}
 				gs := grpc.NewServer()
 				coltracepb.RegisterTraceServiceServer(gs, rc)
+				colmetricpb.RegisterMetricsServiceServer(gs, &rc.metrics)
 				go func() { _ = gs.Serve(ln) }()
 				t.Cleanup(gs.Stop)
 				endpoint = "http://" + ln.Addr().String()
@@ -178,12 +232,12 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	u := testUser(t, dir, ws)
 	u.Environ = append(u.Environ, "OTLP_TEST_HEADERS=authorization=Bearer%20t0k")
 	log := u.Logger()
-	tr, exp, err := startTelemetry(ctx, u, tc)
+	metrics := telemetry.NewMetrics()
+	tr, exp, err := startTelemetry(ctx, u, tc, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
 	al, j, m := sessionStores(t, dir)
-	metrics := telemetry.NewMetrics()
 	d, err := datadir.New(filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +255,23 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 {"turn": {"text": "done"}}
 {"end": {}}
 `
+	// A classify rule the classifier (a replayed model) says does not
+	// apply: the policy gate asks it, and the write goes ahead.
+	live := &livePolicy{u: u, log: log, audit: al}
+	verdict, err := replay.Parse("classifier.jsonl", strings.NewReader(`{"turn": {"text": "VERDICT: no"}}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.classifier, err = approval.NewClassifier(approval.ClassifierOptions{Provider: replay.New(verdict), Model: "judge", Log: al}); err != nil {
+		t.Fatal(err)
+	}
+	pf := u.PolicyFiles().User
+	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pf, []byte("rules:\n  - id: secrets\n    effect: block\n    classify: writes a secret\n    match: {tool: fs.write}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	k, err := kernel.Start(ctx, kernel.Options{DB: db, Audit: al, DataDir: d,
 		Models: func(context.Context, string) (llm.Provider, string, error) {
 			s, err := replay.Parse("traced.jsonl", strings.NewReader(script))
@@ -209,7 +280,7 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 			}
 			return replay.New(s), "test", nil
 		},
-		Tools:  sessionTools(u, log, nil, &livePolicy{u: u, log: log, audit: al}, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{tracer: tr}),
+		Tools:  sessionTools(u, log, nil, live, nil, newSessionBoxes(log, func() resolved { return resolved{} }), nil, memoryDeps{now: time.Now}, nil, nil, observe{tracer: tr}),
 		TDD:    &kernel.TDDOptions{Machine: m, Journal: j, Mode: tdd.Explore},
 		Tracer: tr, Metrics: metrics, Logger: log})
 	if err != nil {
@@ -232,6 +303,10 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	}
 	if !strings.Contains(mb.String(), "fluffy_session_turns_total 1\n") || !strings.Contains(mb.String(), "fluffy_session_turns_running 0\n") {
 		t.Errorf("turn metrics:\n%s", mb.String())
+	}
+	// The same registry went to the receiver over OTLP at the shutdown.
+	if got := rc.metrics.sum(telemetry.MetricTurns); got != 1 {
+		t.Errorf("OTLP metrics: %s = %v, want 1", telemetry.MetricTurns, got)
 	}
 
 	spans, raw := rc.spans()
@@ -287,6 +362,11 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	if attr(pol, "fluffy.decision").GetStringValue() != "allow" || attr(pol, "fluffy.rule").GetStringValue() == "" {
 		t.Errorf("policy gate span: %v", pol.Attributes)
 	}
+	cls := one("fluffy.policy.classify")
+	childOf(cls, pol)
+	if attr(cls, "gen_ai.request.model").GetStringValue() != "judge" || attr(cls, "fluffy.decision").GetStringValue() != "no" {
+		t.Errorf("classifier span: %v", cls.Attributes)
+	}
 
 	// The spans' seqs are exactly the audit entries of the trace, and
 	// each of those entries is the kind its span says.
@@ -317,7 +397,7 @@ func tracedTurn(t *testing.T, rc *receiver, tc config.Telemetry) {
 	for _, want := range []struct {
 		s    *tracepb.Span
 		kind audit.Kind
-	}{{state, audit.KindGateState}, {pol, audit.KindGatePolicy}} {
+	}{{state, audit.KindGateState}, {pol, audit.KindGatePolicy}, {cls, audit.KindPolicyClassify}} {
 		if seqs := seqsOf(want.s); len(seqs) != 1 || kinds[seqs[0]] != want.kind {
 			t.Errorf("span %s seqs %v, want one %s entry", want.s.Name, seqs, want.kind)
 		}

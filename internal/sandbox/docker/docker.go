@@ -52,9 +52,12 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // Labels set on every container fluffy creates.
@@ -209,7 +212,11 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer inst.Close()
+	defer func() {
+		_, sp := telemetry.StartChild(ctx, telemetry.SpanContainerStop, trace.SpanKindClient, r.spanAttrs(inst.id)...)
+		sp.Fail(inst.Close())
+		sp.End()
+	}()
 	res, err := inst.exec(ctx, callOf(spec))
 	res.Setup += time.Since(t0) - res.Duration - res.Setup
 	return res, err
@@ -219,6 +226,38 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 // and returns it ready for Exec.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
 	return r.start(ctx, spec)
+}
+
+// startContainer starts the created container id and inspects it, in
+// the span telemetry.SpanContainerStart under a traced call.
+func (r *Runtime) startContainer(ctx context.Context, id string) (info client.ContainerInspectResult, err error) {
+	ctx, sp := telemetry.StartChild(ctx, telemetry.SpanContainerStart, trace.SpanKindClient, r.spanAttrs(id)...)
+	defer func() {
+		sp.Fail(err)
+		sp.End()
+	}()
+	if _, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return info, fmt.Errorf("%w: starting the container: %w", sandbox.ErrSetup, err)
+	}
+	info, err = r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || info.Container.State == nil || info.Container.State.Pid == 0 {
+		return info, fmt.Errorf("%w: the container did not start: %v", sandbox.ErrSetup, err)
+	}
+	return info, nil
+}
+
+// spanAttrs are a container span's attributes: the engine and, once
+// known, the container's short id.
+func (r *Runtime) spanAttrs(id string) []attribute.KeyValue {
+	engine := "docker"
+	if r.podman {
+		engine = "podman"
+	}
+	a := []attribute.KeyValue{telemetry.KeyRuntime.String(engine)}
+	if id != "" {
+		a = append(a, telemetry.KeyContainerID.String(shortID(id)))
+	}
+	return a
 }
 
 // Instance is a running container.
@@ -364,20 +403,22 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		NetworkDisabled: true,
 		StopSignal:      "SIGKILL",
 	}
-	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc})
+	// The engine client's own HTTP spans nest under the lifecycle spans.
+	cctx, sp := telemetry.StartChild(ctx, telemetry.SpanContainerCreate, trace.SpanKindClient, r.spanAttrs("")...)
+	created, err := r.cli.ContainerCreate(cctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc})
 	if err != nil {
+		sp.Fail(err)
+		sp.End()
 		inst.ws.release()
 		return nil, fmt.Errorf("%w: creating the container: %w", sandbox.ErrSetup, err)
 	}
 	inst.id = created.ID
-	if _, err := r.cli.ContainerStart(ctx, inst.id, client.ContainerStartOptions{}); err != nil {
+	sp.Set(telemetry.KeyContainerID.String(shortID(inst.id)))
+	sp.End()
+	info, err := r.startContainer(ctx, inst.id)
+	if err != nil {
 		inst.Close()
-		return nil, fmt.Errorf("%w: starting the container: %w", sandbox.ErrSetup, err)
-	}
-	info, err := r.cli.ContainerInspect(ctx, inst.id, client.ContainerInspectOptions{})
-	if err != nil || info.Container.State == nil || info.Container.State.Pid == 0 {
-		inst.Close()
-		return nil, fmt.Errorf("%w: the container did not start: %v", sandbox.ErrSetup, err)
+		return nil, err
 	}
 	inst.pid = info.Container.State.Pid
 	if inst.pidStart, err = procStart(inst.pid); err != nil {

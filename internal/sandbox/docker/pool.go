@@ -8,7 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
 // PoolOptions configure a Pool.
@@ -219,7 +223,10 @@ func (p *Pool) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, erro
 	// container is stopped now; its removal, which takes longer, goes on
 	// in the background (Close waits for it).
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_, sp := telemetry.StartChild(sctx, telemetry.SpanContainerStop, trace.SpanKindClient, stopAttrs(inst)...)
 	serr := in.Stop(sctx)
+	sp.Fail(serr)
+	sp.End()
 	cancel()
 	if serr != nil {
 		p.discard(inst)
@@ -241,6 +248,14 @@ func (p *Pool) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, erro
 		p.discard(inst)
 	}()
 	return res, err
+}
+
+// stopAttrs are the stop span's attributes of a pool's container.
+func stopAttrs(inst sandbox.Instance) []attribute.KeyValue {
+	if in, ok := inst.(*Instance); ok {
+		return in.r.spanAttrs(in.id)
+	}
+	return nil
 }
 
 // runStopper is what Run needs of a pool's container (*Instance).

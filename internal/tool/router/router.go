@@ -485,7 +485,8 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 			r.o.Grants.Present(op)
 		}
 		r.gate(ctx, cl, 1, "policy")
-		cl.pd = r.o.Policy.Decide(ctx, *op)
+		// Under the gate's span: a classifier the policy asks is its child.
+		cl.pd = r.o.Policy.Decide(cl.gateCtx(ctx, 1), *op)
 		cl.polDec = &cl.pd
 		pd := cl.pd
 		if g := cl.gates[1].span; g.Recording() {
