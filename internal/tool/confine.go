@@ -1,0 +1,36 @@
+package tool
+
+import "github.com/fluffy-agent/fluffy/internal/sandbox"
+
+// Confinement is a sandbox tool's command that states its whole
+// sandbox (a skill's run): the router then gives it no workspace
+// overlay, none of the session's declared uses of secrets and none of
+// its network, only what is listed here; every gate before it is the
+// same as for any call.
+type Confinement struct {
+	// Mounts are its bind mounts, read-only unless Writable. The masks of
+	// fluffy's own files are added after them.
+	Mounts []sandbox.Mount
+	// Hosts are the only destinations its egress proxy may let through,
+	// each still decided by the session's policy; none: no network.
+	Hosts []string
+	// Credentials are the only secrets it gets, each decided and
+	// recorded as a declared use is (docs/secrets.md); none: no secret.
+	Credentials []Credential
+	// Stdin is its standard input (nil: /dev/null).
+	Stdin []byte
+	// Memory (bytes) and Pids, when above zero, lower the router's
+	// limits for the command.
+	Memory int64
+	Pids   int
+}
+
+// Credential is a secret a confined command gets: a reference and how
+// it enters (env, file or proxy, as internal/secret.Use states them).
+type Credential struct {
+	Ref  string
+	As   string
+	Name string
+	// Bind are a proxy credential's hosts.
+	Bind []string
+}
