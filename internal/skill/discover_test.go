@@ -115,3 +115,23 @@ func TestDiscoverUserOverAssistant(t *testing.T) {
 		t.Fatalf("problems:\n%s", p)
 	}
 }
+
+func TestPromptList(t *testing.T) {
+	if PromptList(nil) != "" {
+		t.Fatal("a list without skills")
+	}
+	got := PromptList([]Skill{{Name: "shop", Description: "Buys things.\nSecond line."}, {Name: "x", Description: "a\u202eb\x1b[2Jc" + strings.Repeat("y", 300)}})
+	if !strings.Contains(got, "- shop: Buys things.\n") || strings.Contains(got, "Second line") || strings.ContainsAny(got, "\u202e\x1b") {
+		t.Fatalf("list:\n%s", got)
+	}
+	if !strings.Contains(got, strings.Repeat("y", 190)+"…") {
+		t.Fatalf("not cut:\n%s", got)
+	}
+	var many []Skill
+	for i := range 200 {
+		many = append(many, Skill{Name: "s" + strings.Repeat("k", i%50), Description: strings.Repeat("d", 100)})
+	}
+	if got := PromptList(many); len(got) > maxPromptList+100 || !strings.Contains(got, "more skills not listed") {
+		t.Fatalf("unbounded: %d bytes", len(got))
+	}
+}

@@ -331,11 +331,15 @@ func line(n *yaml.Node, fallback *yaml.Node) int {
 }
 
 var (
-	classRE      = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-	entryRE      = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
-	hostLabelRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-	templateName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	classRE     = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	entryRE     = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+	hostLabelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 )
+
+// DefaultTemplate is the sandbox template of every skill run: no
+// workspace overlay, network only through the egress proxy to the
+// manifest's hosts (internal/sandbox names it).
+const DefaultTemplate = "skill"
 
 // validate checks the rules the types cannot state.
 func validate(ps *problems, m *yaml.Node, man *Manifest, dir string) {
@@ -392,8 +396,8 @@ func validate(ps *problems, m *yaml.Node, man *Manifest, dir string) {
 		}
 	}
 	sn := valueOf(m, "sandbox")
-	if t := man.Sandbox.Template; t != "" && !templateName.MatchString(t) {
-		ps.add(line(valueOf(sn, "template"), m), "sandbox.template", "%q is not a template name", t)
+	if t := man.Sandbox.Template; t != "" && t != DefaultTemplate {
+		ps.add(line(valueOf(sn, "template"), m), "sandbox.template", "%q: a skill runs in the %s template (leave it out)", t, DefaultTemplate)
 	}
 	switch man.Sandbox.Runtime {
 	case "", "native", "docker":
