@@ -179,3 +179,27 @@ func larger(w, n int64) bool {
 func sameCredential(a, b Credential) bool {
 	return a.Ref == b.Ref && a.As == b.As && a.Name == b.Name && slices.Equal(a.Bind, b.Bind)
 }
+
+// HostAllowed reports whether host:port is one a manifest's network
+// names: an entry without a port allows every port of its host, *.suffix
+// allows the suffix's subdomains (not the suffix itself). Host names
+// compare without case.
+func HostAllowed(network []string, host string, port int) bool {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, e := range network {
+		name, p, hasPort := strings.Cut(e, ":")
+		if hasPort && p != fmt.Sprint(port) {
+			continue
+		}
+		if suffix, ok := strings.CutPrefix(name, "*."); ok {
+			if strings.HasSuffix(host, "."+suffix) {
+				return true
+			}
+			continue
+		}
+		if host == name {
+			return true
+		}
+	}
+	return false
+}

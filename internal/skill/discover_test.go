@@ -135,3 +135,26 @@ func TestPromptList(t *testing.T) {
 		t.Fatalf("unbounded: %d bytes", len(got))
 	}
 }
+
+func TestHostAllowed(t *testing.T) {
+	net := []string{"api.shop.example", "127.0.0.1:8080", "*.cdn.example"}
+	for _, tc := range []struct {
+		host string
+		port int
+		want bool
+	}{
+		{"api.shop.example", 443, true},
+		{"API.shop.example.", 80, true},
+		{"shop.example", 443, false},
+		{"evil.api.shop.example", 443, false},
+		{"127.0.0.1", 8080, true},
+		{"127.0.0.1", 8081, false},
+		{"a.cdn.example", 443, true},
+		{"cdn.example", 443, false},
+		{"xcdn.example", 443, false},
+	} {
+		if got := HostAllowed(net, tc.host, tc.port); got != tc.want {
+			t.Errorf("%s:%d = %v", tc.host, tc.port, got)
+		}
+	}
+}

@@ -314,7 +314,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		TDD:     &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
-		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
+		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Skills: skillsPrompt(u, log), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
 		AutoApply: autoApplyOptions(u, deps.live),
 		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
@@ -397,6 +397,9 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := registerMemory(u, reg, env.ChangeSet, mem); err != nil {
 			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
 		}
+		if err := registerSkills(u, reg, res.Workspace(), env.Session, log); err != nil {
+			log.Warn("the skill tools are left out", "session", env.Session, "err", err)
+		}
 		// A sub-agent gets no tool outside the set it was given, and its
 		// rules on top of the workspace's policy (subagents.go).
 		if reg, err = subagentTools(reg, l.Config.Sessions.MaxDepth, kern, env); err != nil {
@@ -458,8 +461,14 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				}
 				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 				o.Secrets, swaps = ss.command, ss.proxySwaps
+				// A skill's run gets its manifest's credentials only.
+				o.ConfinedSecrets = ss.confined
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, obs.tracer)
+			if n := newSessionNet(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, obs.tracer); n != nil {
+				o.Egress = n.egress
+				// A skill's run reaches its manifest's hosts only.
+				o.ConfinedEgress = n.confinedEgress
+			}
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.
 			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {

@@ -1,0 +1,133 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/secret"
+	"github.com/fluffy-agent/fluffy/internal/skill"
+	"github.com/fluffy-agent/fluffy/internal/tool"
+	"github.com/fluffy-agent/fluffy/internal/tool/router"
+	"github.com/fluffy-agent/fluffy/internal/tool/skilltool"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
+)
+
+// SkillRoots are the folders the skills of a session over ws come from
+// (docs/skills.md): the assistant workspace's skills/, the person's
+// ~/.config/fluffy/skills/ (beside the user configuration file) and
+// ws/.fluffy/skills/.
+func SkillRoots(u *userenv.Env, ws string) []skill.Root {
+	aws, err := AssistantWorkspace(u)
+	if err != nil {
+		aws = ""
+	}
+	return skill.Roots(aws, filepath.Dir(u.UserFile()), ws)
+}
+
+// sessionSkills discovers the skills of a session over ws, logging what
+// it leaves out.
+func sessionSkills(u *userenv.Env, ws string, log *slog.Logger) skill.Set {
+	set := skill.Discover(SkillRoots(u, ws))
+	for _, p := range set.Problems {
+		log.Warn("skill", "problem", p.String())
+	}
+	return set
+}
+
+// skillsPrompt is the kernel's Skills hook: the list of the skills a
+// session over ws sees, for its system prompt.
+func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
+	return func(ws string) string {
+		return skill.PromptList(sessionSkills(u, ws, log).Skills)
+	}
+}
+
+// registerSkills adds skill.load and skill.run to reg for the session
+// over ws: the skills are discovered again at each call, the shared
+// folder is the session's own under the cache directory, and the
+// assistant's memory folder is mounted when there is one.
+func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, log *slog.Logger) error {
+	o := skilltool.Options{
+		Skills:    func() skill.Set { return skill.Discover(SkillRoots(u, ws)) },
+		Workspace: ws,
+	}
+	if cache := u.CacheDir(); cache != "" {
+		dir := filepath.Join(cache, "skills-shared", session)
+		o.Shared = func() (string, error) { return dir, os.MkdirAll(dir, 0o700) }
+	}
+	if aws, err := AssistantWorkspace(u); err == nil {
+		if fi, err := os.Stat(filepath.Join(aws, "memory")); err == nil && fi.IsDir() {
+			o.Memory = filepath.Join(aws, "memory")
+		}
+	}
+	if err := skilltool.Register(reg, o); err != nil {
+		return err
+	}
+	log.Debug("skill tools registered", "session", session)
+	return nil
+}
+
+// skillsWantSecrets reports whether a skill of the person's scopes (the
+// assistant's and ~/.config/fluffy/skills, whose skills may hold
+// credentials) declares credentials: the kernel then has a secret broker
+// even without configured uses. A skill added while the kernel runs
+// counts from its next start.
+func skillsWantSecrets(u *userenv.Env) bool {
+	for _, s := range skill.Discover(SkillRoots(u, "")).Skills {
+		if len(s.Manifest.Credentials) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// confined hands a skill's run the credentials its manifest lists, each
+// a declared use decided by the policy (and the person on approve) and
+// recorded as secret.use; none of the person's configured uses.
+func (s *sessionSecrets) confined(ctx context.Context, call string, creds []tool.Credential) (router.SandboxSecrets, error) {
+	start := time.Now()
+	in := make([]secret.Use, len(creds))
+	for i, c := range creds {
+		u, err := secret.NewUse(c.Ref, c.As, c.Name, c.Bind, []string{skilltool.RunName}, nil)
+		if err != nil {
+			return router.SandboxSecrets{}, fmt.Errorf("%w: %w", ErrSecretRefused, err)
+		}
+		in[i] = u
+	}
+	rules := make([]string, len(in))
+	for i, u := range in {
+		rule, err := s.decide(ctx, call, u)
+		if err != nil {
+			return router.SandboxSecrets{}, err
+		}
+		rules[i] = rule
+	}
+	return s.handOut(ctx, call, in, rules, start)
+}
+
+// SkillNetworkRule is the rule a proxy verdict names when it refuses a
+// destination outside a skill's manifest.
+const SkillNetworkRule = "skill.network"
+
+// confinedEgress starts call's proxy for a skill's run: a destination
+// outside hosts (the manifest's network) is refused whatever the policy
+// says; one inside it is decided by the live policy as any command's.
+func (n *sessionNet) confinedEgress(ctx context.Context, call string, hosts []string) (router.Egress, error) {
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	cn := n.forCall(ctx, call)
+	decide := func(pctx context.Context, host string, port int) netproxy.Verdict {
+		if !skill.HostAllowed(hosts, host, port) {
+			return netproxy.Verdict{Rule: SkillNetworkRule, Reason: fmt.Sprintf("%s is not in the skill's network (its manifest names %v)", net.JoinHostPort(host, fmt.Sprint(port)), hosts)}
+		}
+		return cn.decide(pctx, host, port)
+	}
+	return n.startProxy(ctx, call, decide, namesLoopback(hosts))
+}
