@@ -58,7 +58,7 @@ func TestConfinedCommand(t *testing.T) {
 			return nil
 		},
 		Command: func(_ context.Context, in *confinedIn) (tool.Command, error) {
-			c := &tool.Confinement{Mounts: []sandbox.Mount{skillDir}, Hosts: in.Hosts, Stdin: []byte(`{"item":"x"}`)}
+			c := &tool.Confinement{Mounts: []sandbox.Mount{skillDir}, Hosts: in.Hosts, Stdin: []byte(`{"item":"x"}`), Workspace: in.Creds}
 			if in.Creds {
 				c.Credentials = []tool.Credential{{Ref: "env:SHOP", As: "env", Name: "SHOP_TOKEN"}}
 			}
@@ -95,6 +95,9 @@ func TestConfinedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = rt.specs[1]
+	if s.Workspace != e.cs.Workspace() || s.ChangeSet != e.cs.UpperDir() || s.ChangeSetSize != tool.ThrowawaySize {
+		t.Fatalf("workspace %q change set %q size %d: want the session's, thrown away", s.Workspace, s.ChangeSet, s.ChangeSetSize)
+	}
 	if !slices.Equal(gotHosts, []string{"shop.example"}) || len(gotCreds) != 1 || gotCreds[0].Name != "SHOP_TOKEN" {
 		t.Fatalf("asked for hosts %v, credentials %v", gotHosts, gotCreds)
 	}

@@ -2,8 +2,8 @@
 // read-only fast-path tool that returns a skill's instructions and its
 // entrypoints with their argument schemas, and skill.run, a sandbox tool
 // that runs one entrypoint confined to what the skill's manifest states
-// (tool.Confinement): its folder at /skills/<name> and the workspace
-// read-only, /tmp/shared read-write for the session, /memory read-only
+// (tool.Confinement): its folder at /skills/<name> read-only, the
+// workspace with its writes thrown away, /tmp/shared read-write for the session, /memory read-only
 // when the assistant has memory, the manifest's hosts as its only
 // network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
@@ -55,7 +55,8 @@ type Options struct {
 	// Skills returns the skills in force for the session, read at each
 	// call (an edit applied since counts, an invalid skill is absent).
 	Skills func() skill.Set
-	// Workspace is mounted read-only at its own path ("" none).
+	// Workspace is the session's workspace: a run sees it at its own
+	// path and its writes there are thrown away ("" none).
 	Workspace string
 	// Shared returns the session's folder mounted read-write at
 	// /tmp/shared, creating it; nil or "" leaves it out.
@@ -239,7 +240,7 @@ func Argv(s skill.Skill, e skill.Entrypoint) []string {
 func runTool(o Options) (*tool.Tool, error) {
 	return tool.New(tool.Definition[RunIn]{
 		Name: RunName,
-		Description: "Run an entrypoint of a skill in its sandbox: the skill's folder and the workspace read-only, /tmp/shared writable for this session, " +
+		Description: "Run an entrypoint of a skill in its sandbox: the skill's folder read-only, the workspace (what it writes there is discarded), /tmp/shared writable for this session, " +
 			"only the network hosts and credentials its manifest declares. Arguments go to the script as JSON on stdin. Load the skill first with skill.load.",
 		Action:    operation.Exec,
 		Tags:      []string{tool.TagExec, TagSkill},
@@ -336,9 +337,10 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 		Memory: int64(m.Sandbox.Memory),
 		Pids:   m.Sandbox.PIDs,
 	}
-	if o.Workspace != "" {
-		c.Mounts = append(c.Mounts, sandbox.Mount{Source: o.Workspace, Target: o.Workspace})
-	}
+	// The workspace as the session sees it; what the run writes there
+	// is thrown away when it ends: writes meant to last are proposed
+	// through the session's change set, not by a skill's script.
+	c.Workspace = o.Workspace != ""
 	if o.Memory != "" {
 		c.Mounts = append(c.Mounts, sandbox.Mount{Source: o.Memory, Target: MemoryMount})
 	}
