@@ -45,3 +45,17 @@ type Credential struct {
 // ThrowawaySize bounds what a confined command may write into the
 // workspace it gets (Confinement.Workspace) before writes fail.
 const ThrowawaySize = 64 << 20
+
+// NormalizeError is a Normalize failure that says what to do instead: the
+// router refuses the call with its Rule and Instead rather than the
+// generic advice about paths.
+type NormalizeError struct {
+	Rule    string
+	Instead string
+	Err     error
+}
+
+func (e *NormalizeError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *NormalizeError) Unwrap() error { return e.Err }

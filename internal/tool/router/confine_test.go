@@ -2,8 +2,10 @@ package router_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fluffy-agent/fluffy/internal/operation"
@@ -106,5 +108,31 @@ func TestConfinedCommand(t *testing.T) {
 	}
 	if sessionAsked != 0 || sessionNet != 0 {
 		t.Fatal("the session's hooks were asked for a confined command")
+	}
+}
+
+// A Normalize failure that says what to do instead is refused with its
+// rule and advice, not the generic one about paths.
+func TestNormalizeErrorAdvice(t *testing.T) {
+	e := newEnv(t, setup{})
+	tl, err := tool.New(tool.Definition[confinedIn]{
+		Name: "test.advice", Description: "refuses", Action: operation.Read, Execution: tool.Execution{Class: tool.FastPath},
+		Normalize: func(context.Context, *tool.Resolver, *confinedIn, *operation.Operation) error {
+			return &tool.NormalizeError{Rule: "skill", Instead: "call skill.load shop first", Err: errors.New("no entrypoint \"sell\"")}
+		},
+		Run: func(context.Context, *confinedIn) (tool.Result, error) { return tool.Result{}, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Register(tl); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.r.Call(t.Context(), tc("test.advice", map[string]any{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(res.Content, "call skill.load shop first") || strings.Contains(res.Content, "name paths inside the workspace") || !strings.Contains(res.Content, "rule skill") {
+		t.Fatalf("result: %s", res.Content)
 	}
 }

@@ -467,8 +467,12 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	if err != nil {
 		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
-		if errors.Is(err, tool.ErrOutsideWorkspace) {
+		var ne *tool.NormalizeError
+		switch {
+		case errors.Is(err, tool.ErrOutsideWorkspace):
 			ref.Rule, ref.Instead = "outside-workspace", "read files of the workspace "+r.o.Resolver.Workspace()
+		case errors.As(err, &ne):
+			ref.Rule, ref.Instead = ne.Rule, ne.Instead
 		}
 		return r.refuse(ctx, cl, ref, c.Args)
 	}

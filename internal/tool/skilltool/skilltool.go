@@ -127,7 +127,7 @@ func loadTool(o Options) (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *LoadIn, op *operation.Operation) error {
 			s, err := o.lookup(in.Name)
 			if err != nil {
-				return err
+				return &tool.NormalizeError{Rule: "skill", Instead: "load a skill the system prompt lists", Err: err}
 			}
 			// The skill by name (its folder may lie outside the
 			// workspace, in the person's configuration).
@@ -248,14 +248,14 @@ func runTool(o Options) (*tool.Tool, error) {
 		Normalize: func(_ context.Context, _ *tool.Resolver, in *RunIn, op *operation.Operation) error {
 			s, err := o.lookup(in.Name)
 			if err != nil {
-				return err
+				return &tool.NormalizeError{Rule: "skill", Instead: "run a skill the system prompt lists", Err: err}
 			}
 			e, err := entrypoint(s, in.Entrypoint)
-			if err != nil {
-				return err
+			if err == nil {
+				_, err = checkArgs(e, in.Args)
 			}
-			if _, err := checkArgs(e, in.Args); err != nil {
-				return err
+			if err != nil {
+				return &tool.NormalizeError{Rule: "skill", Instead: "call skill.load " + s.Name + " and use an entrypoint and arguments it lists", Err: err}
 			}
 			// Policy sees the skill and entrypoint as the command, its
 			// hints as tags, and what it may reach and hold as tags too:
