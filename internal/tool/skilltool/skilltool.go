@@ -86,6 +86,27 @@ type RunIn struct {
 	Name       string         `json:"name" jsonschema:"the skill's name"`
 	Entrypoint string         `json:"entrypoint" jsonschema:"the entrypoint to run, as skill.load lists them"`
 	Args       map[string]any `json:"args,omitempty" jsonschema:"the entrypoint's arguments, a JSON object matching its schema (given to the script on stdin)"`
+
+	// decided is what the gates decided on (the skill's folder and
+	// manifest, as facts): Command refuses a skill changed since.
+	decided string
+}
+
+// ErrChanged is the refusal of a run whose skill changed between the
+// gates' decision and the run.
+var ErrChanged = errors.New("the skill changed since the call was decided")
+
+// facts is a skill's folder and manifest as one string, what a run's
+// decision was made on.
+func facts(s skill.Skill) string {
+	b, err := json.Marshal(struct {
+		Dir string
+		M   skill.Manifest
+	}{s.Dir, s.Manifest})
+	if err != nil {
+		return "unencodable: " + err.Error()
+	}
+	return string(b)
 }
 
 // Register adds skill.load and skill.run to reg.
@@ -260,6 +281,7 @@ func runTool(o Options) (*tool.Tool, error) {
 			// Policy sees the skill and entrypoint as the command, its
 			// hints as tags, and what it may reach and hold as tags too:
 			// each host and secret is still decided when the run uses it.
+			in.decided = facts(s)
 			op.Argv = []string{s.Name, e.Name}
 			op.Tags = append(op.Tags, s.Manifest.Classification...)
 			if len(s.Manifest.Network) > 0 {
@@ -311,6 +333,9 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 	s, err := o.lookup(in.Name)
 	if err != nil {
 		return tool.Command{}, err
+	}
+	if in.decided != facts(s) {
+		return tool.Command{}, fmt.Errorf("%w: call it again", ErrChanged)
 	}
 	e, err := entrypoint(s, in.Entrypoint)
 	if err != nil {

@@ -158,3 +158,23 @@ func TestRunRefusals(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// What runs is what the gates decided on: a manifest edited between the
+// decision and the run refuses the run.
+func TestRunRefusesAChangedSkill(t *testing.T) {
+	reg, o := fixture(t)
+	tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := o.Skills().Lookup("shop")
+	m := filepath.Join(s.Dir, "skill.yaml")
+	b, err := os.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, m, strings.Replace(string(b), `network: ["127.0.0.1:8080"]`, `network: ["127.0.0.1:8080", evil.example]`, 1), 0o644)
+	if _, err := tl.Command(t.Context(), a); !errors.Is(err, skilltool.ErrChanged) {
+		t.Fatalf("err = %v", err)
+	}
+}
