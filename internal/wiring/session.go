@@ -275,7 +275,8 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if boxes.slots, err = hostSlots(u, l.Config.Sched); err != nil {
 		return fail(fmt.Errorf("sched: %w", err))
 	}
-	revokers := []kernel.Revoker{broker, deps.live, boxes}
+	// A session's skill runs share a folder that ends with it.
+	revokers := []kernel.Revoker{broker, deps.live, boxes, newSkillShared(u)}
 	// The person's declared uses of secrets, and the broker that hands
 	// them out; a session's values are zeroed when it ends.
 	if err := disableCoreDumps(); err != nil {

@@ -50,16 +50,15 @@ func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
 
 // registerSkills adds skill.load and skill.run to reg for the session
 // over ws: the skills are discovered again at each call, the shared
-// folder is the session's own under the cache directory, and the
+// folder is the session's own (skillShared), and the
 // assistant's memory folder is mounted when there is one.
 func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, log *slog.Logger) error {
 	o := skilltool.Options{
 		Skills:    func() skill.Set { return skill.Discover(SkillRoots(u, ws)) },
 		Workspace: ws,
 	}
-	if cache := u.CacheDir(); cache != "" {
-		dir := filepath.Join(cache, "skills-shared", session)
-		o.Shared = func() (string, error) { return dir, os.MkdirAll(dir, 0o700) }
+	if sh := newSkillShared(u); sh.root != "" {
+		o.Shared = func() (string, error) { return sh.make(session) }
 	}
 	if aws, err := AssistantWorkspace(u); err == nil {
 		if fi, err := os.Stat(filepath.Join(aws, "memory")); err == nil && fi.IsDir() {
@@ -130,4 +129,33 @@ func (n *sessionNet) confinedEgress(ctx context.Context, call string, hosts []st
 		return cn.decide(pctx, host, port)
 	}
 	return n.startProxy(ctx, call, decide, namesLoopback(hosts))
+}
+
+// skillShared holds the sessions' /tmp/shared folders, one per session
+// under the cache directory's skills-shared/; a session's is removed
+// when it ends (kernel.Revoker).
+type skillShared struct{ root string }
+
+func newSkillShared(u *userenv.Env) skillShared {
+	if cache := u.CacheDir(); cache != "" {
+		return skillShared{root: filepath.Join(cache, "skills-shared")}
+	}
+	return skillShared{}
+}
+
+// make creates session's folder (0700) and returns it.
+func (s skillShared) make(session string) (string, error) {
+	if s.root == "" || session == "" || filepath.Base(session) != session || session[0] == '.' {
+		return "", fmt.Errorf("no shared folder for session %q", session)
+	}
+	dir := filepath.Join(s.root, session)
+	return dir, os.MkdirAll(dir, 0o700)
+}
+
+// EndSession removes session's folder.
+func (s skillShared) EndSession(session string) {
+	if s.root == "" || session == "" || filepath.Base(session) != session || session[0] == '.' {
+		return
+	}
+	_ = os.RemoveAll(filepath.Join(s.root, session))
 }
