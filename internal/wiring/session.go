@@ -398,7 +398,9 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := registerMemory(u, reg, env.ChangeSet, mem); err != nil {
 			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
 		}
-		if err := registerSkills(u, reg, res.Workspace(), env.Session, log); err != nil {
+		// The session's runtime is known once boxes gives it (below).
+		var runtimeName string
+		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, log); err != nil {
 			log.Warn("the skill tools are left out", "session", env.Session, "err", err)
 		}
 		// A sub-agent gets no tool outside the set it was given, and its
@@ -434,6 +436,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			o.State = env.TDD
 		}
 		rt, name, warm, err := boxes.For(ctx, env.Session)
+		runtimeName = name
 		if err != nil {
 			log.Warn("no sandbox for the session: shell.exec and test.run will be refused", "session", env.Session, "err", err)
 		}

@@ -52,10 +52,11 @@ func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
 // over ws: the skills are discovered again at each call, the shared
 // folder is the session's own (skillShared), and the
 // assistant's memory folder is mounted when there is one.
-func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, log *slog.Logger) error {
+func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, log *slog.Logger) error {
 	o := skilltool.Options{
 		Skills:    func() skill.Set { return skill.Discover(SkillRoots(u, ws)) },
 		Workspace: ws,
+		Runtime:   runtime,
 	}
 	if sh := newSkillShared(u); sh.root != "" {
 		o.Shared = func() (string, error) { return sh.make(session) }

@@ -68,6 +68,15 @@ type Options struct {
 	// Dockerfile (the image builder's seam); nil refuses such a skill,
 	// naming the command that builds its image.
 	Image func(ctx context.Context, s skill.Skill) error
+	// Granted, when set, is the manifest a skill's runs may use: the
+	// person's grants narrow an installed skill's network and
+	// credentials (a skill granted nothing gets none). Nil: the manifest
+	// as it stands.
+	Granted func(s skill.Skill) (skill.Manifest, error)
+	// Runtime, when set, names the session's sandbox runtime ("native",
+	// "docker", "podman"): a skill whose manifest names another is
+	// refused.
+	Runtime func() string
 }
 
 // ErrUnknownSkill is the refusal of a name no skill in force has.
@@ -134,6 +143,13 @@ func (o Options) lookup(name string) (skill.Skill, error) {
 	s, ok := o.Skills().Lookup(name)
 	if !ok {
 		return skill.Skill{}, fmt.Errorf("%w %q (the system prompt lists the skills in force)", ErrUnknownSkill, name)
+	}
+	if o.Granted != nil {
+		m, err := o.Granted(s)
+		if err != nil {
+			return skill.Skill{}, fmt.Errorf("skill %q: %w", name, err)
+		}
+		s.Manifest = m
 	}
 	return s, nil
 }
@@ -346,6 +362,12 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 		return tool.Command{}, err
 	}
 	m := s.Manifest
+	if want := m.Sandbox.Runtime; want != "" && o.Runtime != nil {
+		have := o.Runtime()
+		if have != want && (want != "docker" || have != "podman") {
+			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; this session's sandboxes are %s (sandbox.runtime)", s.Name, want, have)
+		}
+	}
 	if m.Image.Dockerfile != "" {
 		if o.Image == nil {
 			return tool.Command{}, fmt.Errorf("%w: skill %q runs in an image built from its %s: build it with 'fluffy skill build %s'", ErrNeedsImage, s.Name, m.Image.Dockerfile, s.Name)

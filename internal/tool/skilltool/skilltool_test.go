@@ -178,3 +178,48 @@ func TestRunRefusesAChangedSkill(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Granted narrows what a run gets (an installed skill granted nothing
+// has no network and no credential); Runtime refuses a skill that wants
+// another runtime.
+func TestGrantedAndRuntime(t *testing.T) {
+	reg := tool.NewRegistry()
+	_, o := fixture(t)
+	o.Granted = func(s skill.Skill) (skill.Manifest, error) {
+		m := s.Manifest
+		m.Network, m.Credentials = nil, nil
+		return m, nil
+	}
+	runtime := "native"
+	o.Runtime = func() string { return runtime }
+	if err := skilltool.Register(reg, o); err != nil {
+		t.Fatal(err)
+	}
+	tl, a, op, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(op.Tags, tool.TagNet) || slices.Contains(op.Tags, tool.TagSecrets) {
+		t.Fatalf("tags %v", op.Tags)
+	}
+	cmd, err := tl.Command(t.Context(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmd.Confine.Hosts) != 0 || len(cmd.Confine.Credentials) != 0 {
+		t.Fatalf("ungranted: %+v", cmd.Confine)
+	}
+	s, _ := o.Skills().Lookup("shop")
+	writeFile(t, filepath.Join(s.Dir, "skill.yaml"), "sandbox: {runtime: docker}\nentrypoints:\n  - {name: buy, command: [./buy.sh]}\n", 0o644)
+	tl, a, _, err = decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tl.Command(t.Context(), a); err == nil || !strings.Contains(err.Error(), "runs in the docker runtime") {
+		t.Fatalf("err = %v", err)
+	}
+	runtime = "podman"
+	if _, err := tl.Command(t.Context(), a); err != nil {
+		t.Fatalf("podman: %v", err)
+	}
+}
