@@ -46,14 +46,12 @@ func (a *App) skillRoots() []skill.Root {
 	if a.Core != nil {
 		aws, _ = a.Core.AssistantWorkspace(a.user())
 	}
-	return skill.Roots(aws, filepath.Dir(a.user().UserFile()), repoRoot(a.Cwd))
+	return skill.Roots(aws, filepath.Dir(a.user().UserSkillsDir()), repoRoot(a.Cwd))
 }
 
-// userSkillsDir is ~/.config/fluffy/skills (beside the user
-// configuration file).
-func (a *App) userSkillsDir() string {
-	return filepath.Join(filepath.Dir(a.user().UserFile()), "skills")
-}
+// userSkillsDir is ~/.config/fluffy/skills, where the person's own
+// skills and installed ones live.
+func (a *App) userSkillsDir() string { return a.user().UserSkillsDir() }
 
 type skillJSON struct {
 	Name           string   `json:"name"`
@@ -172,6 +170,9 @@ func newSkillShowCmd(a *App) *cobra.Command {
 			fmt.Fprintf(w, "image:          %s\n", termsafe.Line(image))
 			for _, e := range s.Manifest.Entrypoints {
 				fmt.Fprintf(w, "entrypoint:     %s: %s\n", termsafe.Line(e.Name), termsafe.Line(strings.Join(e.Command, " ")))
+			}
+			if s.Scope == skill.ScopeUser {
+				a.showInstalled(s.Name)
 			}
 			fmt.Fprintf(w, "\n%s\n", termsafe.String(strings.TrimSpace(s.Body)))
 			return nil
@@ -395,4 +396,28 @@ func newSkillRmCmd(a *App) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	return cmd
+}
+
+// showInstalled says, for a skill installed from elsewhere, whether its
+// files still match their pin and what its runs get of what it asks
+// (docs/skills-install.md).
+func (a *App) showInstalled(name string) {
+	inst, err := a.user().InstalledSkills()
+	if err != nil {
+		return
+	}
+	if _, err := inst.Record(name); err != nil {
+		return
+	}
+	hosts, creds, err := inst.Granted(name)
+	w := a.Stdout
+	if err != nil {
+		fmt.Fprintf(w, "installed:      refused, its runs are left out: %s\n", termsafe.Line(err.Error()))
+		return
+	}
+	var cs []string
+	for _, c := range creds {
+		cs = append(cs, c.Ref+" as "+c.As+" "+c.Name)
+	}
+	fmt.Fprintf(w, "installed:      runs get network %s; credentials %s (fluffy skill grant %s)\n", orNone(hosts), orNone(cs), termsafe.Line(name))
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
@@ -20,20 +21,40 @@ import (
 
 // SkillRoots are the folders the skills of a session over ws come from
 // (docs/skills.md): the assistant workspace's skills/, the person's
-// ~/.config/fluffy/skills/ (beside the user configuration file) and
+// ~/.config/fluffy/skills/ (where installs go too) and
 // ws/.fluffy/skills/.
 func SkillRoots(u *userenv.Env, ws string) []skill.Root {
 	aws, err := AssistantWorkspace(u)
 	if err != nil {
 		aws = ""
 	}
-	return skill.Roots(aws, filepath.Dir(u.UserFile()), ws)
+	return skill.Roots(aws, filepath.Dir(u.UserSkillsDir()), ws)
 }
 
-// sessionSkills discovers the skills of a session over ws, logging what
-// it leaves out.
-func sessionSkills(u *userenv.Env, ws string, log *slog.Logger) skill.Set {
+// grantedSkills are the skills a session over ws sees: those discovered,
+// an installed one cut to what the person granted it and one that fails
+// its pin check left out (skill.Installed.ApplyGrants). When the record
+// of installs cannot be read, the person's scope is left out whole: an
+// installed skill must not run with what it was never granted.
+func grantedSkills(u *userenv.Env, ws string) skill.Set {
 	set := skill.Discover(SkillRoots(u, ws))
+	inst, err := u.InstalledSkills()
+	if err != nil {
+		set.Problems = append(set.Problems, skill.Problem{File: u.UserSkillsDir(), Msg: "left out: the record of installed skills cannot be read: " + err.Error()})
+		set.Skills = slices.DeleteFunc(set.Skills, func(s skill.Skill) bool { return s.Scope == skill.ScopeUser })
+		return set
+	}
+	out, refused := inst.ApplyGrants(set.Skills)
+	set.Skills = out
+	for _, err := range refused {
+		set.Problems = append(set.Problems, skill.Problem{File: u.UserSkillsDir(), Msg: "left out: " + err.Error()})
+	}
+	return set
+}
+
+// sessionSkills are grantedSkills, logging what they leave out.
+func sessionSkills(u *userenv.Env, ws string, log *slog.Logger) skill.Set {
+	set := grantedSkills(u, ws)
 	for _, p := range set.Problems {
 		log.Warn("skill", "problem", p.String())
 	}
@@ -54,7 +75,7 @@ func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
 // assistant's memory folder is mounted when there is one.
 func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, log *slog.Logger) error {
 	o := skilltool.Options{
-		Skills:    func() skill.Set { return skill.Discover(SkillRoots(u, ws)) },
+		Skills:    func() skill.Set { return grantedSkills(u, ws) },
 		Workspace: ws,
 		Runtime:   runtime,
 	}
@@ -79,6 +100,8 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 // even without configured uses. A skill added while the kernel runs
 // counts from its next start.
 func skillsWantSecrets(u *userenv.Env) bool {
+	// What the manifests ask, not what is granted: a grant made while
+	// the kernel runs takes effect at the next run.
 	for _, s := range skill.Discover(SkillRoots(u, "")).Skills {
 		if len(s.Manifest.Credentials) > 0 {
 			return true

@@ -370,7 +370,7 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 	}
 	if m.Image.Dockerfile != "" {
 		if o.Image == nil {
-			return tool.Command{}, fmt.Errorf("%w: skill %q runs in an image built from its %s: build it with 'fluffy skill build %s'", ErrNeedsImage, s.Name, m.Image.Dockerfile, s.Name)
+			return tool.Command{}, fmt.Errorf("%w: skill %q runs in the image built from its %s ('fluffy skill build %s'), which this session cannot give a run", ErrNeedsImage, s.Name, m.Image.Dockerfile, s.Name)
 		}
 		if err := o.Image(ctx, s); err != nil {
 			return tool.Command{}, fmt.Errorf("%w: %w", ErrNeedsImage, err)
