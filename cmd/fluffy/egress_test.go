@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -48,6 +49,10 @@ func egressServers(ts *testscript.TestScript, neg bool, args []string) {
 				w.Write(make([]byte, 16<<10))
 				w.(http.Flusher).Flush()
 			}
+		case "/auth":
+			// What the request authorized itself with, hashed: a script
+			// checks a credential arrived without printing it.
+			fmt.Fprintf(w, "auth sha256 %x\n", sha256.Sum256([]byte(r.Header.Get("Authorization"))))
 		case "/slow":
 			select {
 			case <-time.After(10 * time.Second):

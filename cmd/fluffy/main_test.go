@@ -48,6 +48,10 @@ func scriptSetup(env *testscript.Env) error {
 	// The host's Go build cache, for scripts that run the real go
 	// on the host (never handed to a sandbox).
 	env.Setenv("HOST_GOCACHE", hostGoCache())
+	// The repository's examples (examples/skills), which scripts copy.
+	if ex, err := filepath.Abs(filepath.Join("..", "..", "examples")); err == nil {
+		env.Setenv("EXAMPLES", ex)
+	}
 	// Where a script keeps what a person looks at afterwards (the web
 	// console's screenshots): go test -artifacts keeps it.
 	if a, ok := env.T().(interface{ ArtifactDir() string }); ok && strings.Contains(env.T().(interface{ Name() string }).Name(), "browser") {

@@ -30,6 +30,7 @@ func addCommands(a *App, root *cobra.Command) {
 		newSchedCmd(a),
 		newPluginCmd(a),
 		newMCPCmd(a),
+		newSkillCmd(a),
 	)
 	addSkillInstallCmds(a, root)
 	setupTaskCmd(a, root)

@@ -174,6 +174,9 @@ type Options struct {
 	Reviewer Reviewer
 	// Instructions is fluffy's own part of the system prompt.
 	Instructions string
+	// Skills, optional, is the system prompt's list of the skills a
+	// session over the workspace sees ("" none), read at every run.
+	Skills func(workspace string) string
 	// Assistant returns the whole of an assistant session's own part of
 	// the system prompt (its instructions and its workspace's files,
 	// internal/assistant), read at each run; nil: assistant sessions get

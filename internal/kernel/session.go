@@ -452,6 +452,11 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 		}
 		prompt.ProjectDir = ""
 	}
+	if k.o.Skills != nil {
+		if list := k.o.Skills(info.Workspace); list != "" {
+			prompt.Instructions = strings.TrimSpace(prompt.Instructions) + "\n\n" + list
+		}
+	}
 	system, err := agent.SystemPrompt(prompt)
 	if err != nil {
 		return fault(&Fault{Class: FaultRuntime, Message: fmt.Sprintf("system prompt: %v", err)})

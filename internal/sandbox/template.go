@@ -178,6 +178,7 @@ func Templates() []Template {
 		{Name: "code-executor", Description: "the model's commands: standard seccomp, no network, workspace through the overlay, persistent toolchain caches (Go, cargo, pip, npm)", Seccomp: "standard", Network: NetworkNone, Workspace: true, Caches: ToolchainCaches},
 		{Name: "integration-test", Description: "tests that need sockets: standard-net seccomp; network only to allow-listed hosts through the egress proxy; persistent toolchain caches (Go, cargo, pip, npm)", Seccomp: "standard-net", Network: NetworkProxy, Workspace: true, Caches: ToolchainCaches},
 		{Name: "policy-sandbox", Description: "policy extensions: strict seccomp, no network, no workspace", Seccomp: "strict", Network: NetworkNone, Workspace: false},
+		{Name: "skill", Description: "a skill's runs (skill.run): standard seccomp; no workspace overlay (the run mounts the skill's folder and the workspace read-only); network only to the hosts its manifest names, through the egress proxy", Seccomp: "standard", Network: NetworkNone, Workspace: false},
 		{Name: "ai-provider", Description: "provider clients: strict seccomp (AF_UNIX only: they speak to the proxy socket); network to allow-listed hosts through the egress proxy", Seccomp: "strict", Network: NetworkProxy, Workspace: false},
 	}
 }

@@ -47,6 +47,8 @@ type Command struct {
 	// Collect turns the captured output into the tool's result; nil
 	// means stdout then stderr, IsError on a non-zero exit.
 	Collect func(out CommandOutput) (Result, error)
+	// Confine, when set, is the command's whole sandbox (Confinement).
+	Confine *Confinement
 }
 
 // CommandOutput is what a sandboxed command produced.

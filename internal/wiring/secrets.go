@@ -56,7 +56,7 @@ func newKernelSecrets(u *userenv.Env, log *slog.Logger) (*kernelSecrets, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", userenv.ErrUsage, err)
 	}
-	if len(uses) == 0 {
+	if len(uses) == 0 && !skillsWantSecrets(u) {
 		return nil, nil
 	}
 	// The daemon has no terminal: the password files of the

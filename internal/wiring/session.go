@@ -275,7 +275,8 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if boxes.slots, err = hostSlots(u, l.Config.Sched); err != nil {
 		return fail(fmt.Errorf("sched: %w", err))
 	}
-	revokers := []kernel.Revoker{broker, deps.live, boxes}
+	// A session's skill runs share a folder that ends with it.
+	revokers := []kernel.Revoker{broker, deps.live, boxes, newSkillShared(u)}
 	// The person's declared uses of secrets, and the broker that hands
 	// them out; a session's values are zeroed when it ends.
 	if err := disableCoreDumps(); err != nil {
@@ -314,7 +315,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		TDD:     &kernel.TDDOptions{Machine: m, Journal: j, Mode: mode},
 		Limits: agent.Limits{MaxTurns: ag.MaxTurns, MaxTokens: ag.MaxTokens, MaxCost: ag.MaxCost, MaxTime: ag.MaxTime.Std(),
 			ContextTokens: ag.ContextTokens, ToolResultBytes: int(ag.ToolResultLimit)},
-		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
+		Instructions: instructions, Assistant: assistantPrompt(l.Config.Serve.ContextTokens), Skills: skillsPrompt(u, log), Publish: publish, Logger: log, Approvals: broker, Revokers: revokers,
 		AutoApply: autoApplyOptions(u, deps.live),
 		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
@@ -397,6 +398,11 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		if err := registerMemory(u, reg, env.ChangeSet, mem); err != nil {
 			log.Warn("the memory tools are left out", "session", env.Session, "err", err)
 		}
+		// The session's runtime is known once boxes gives it (below).
+		var runtimeName string
+		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, log); err != nil {
+			log.Warn("the skill tools are left out", "session", env.Session, "err", err)
+		}
 		// A sub-agent gets no tool outside the set it was given, and its
 		// rules on top of the workspace's policy (subagents.go).
 		if reg, err = subagentTools(reg, l.Config.Sessions.MaxDepth, kern, env); err != nil {
@@ -430,6 +436,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			o.State = env.TDD
 		}
 		rt, name, warm, err := boxes.For(ctx, env.Session)
+		runtimeName = name
 		if err != nil {
 			log.Warn("no sandbox for the session: shell.exec and test.run will be refused", "session", env.Session, "err", err)
 		}
@@ -458,8 +465,14 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				}
 				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 				o.Secrets, swaps = ss.command, ss.proxySwaps
+				// A skill's run gets its manifest's credentials only.
+				o.ConfinedSecrets = ss.confined
 			}
-			o.Egress = sessionEgress(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, obs.tracer)
+			if n := newSessionNet(u, live, res.Workspace(), env.Session, name, env.Audit, log.With("session", env.Session), approver, swaps, obs.tracer); n != nil {
+				o.Egress = n.egress
+				// A skill's run reaches its manifest's hosts only.
+				o.ConfinedEgress = n.confinedEgress
+			}
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.
 			if o.NetEnv, err = u.RegistryEnv(res.Workspace()); err != nil {

@@ -53,19 +53,19 @@ type sessionNet struct {
 	tracer *telemetry.Tracer
 }
 
-// sessionEgress is the router's Egress for a session, or nil when its
-// runtime cannot take a proxy socket. The native runtime binds the socket
-// into the sandbox; a container (docker, podman) gets a forwarder on its
+// newSessionNet is a session's network (its egress is the router's
+// Egress, its confinedEgress a skill run's), or nil when its runtime
+// cannot take a proxy socket. The native runtime binds the socket into
+// the sandbox; a container (docker, podman) gets a forwarder on its
 // loopback opened by this process in its network namespace for the one
 // command (docker.Instance.Run), which reaches the same socket.
-func sessionEgress(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver, swaps func(context.Context, string) ([]netproxy.Swap, error), tr *telemetry.Tracer) func(context.Context, string) (router.Egress, error) {
+func newSessionNet(u *userenv.Env, live *livePolicy, ws, session, runtime string, rec router.Recorder, log *slog.Logger, approver router.Approver, swaps func(context.Context, string) ([]netproxy.Swap, error), tr *telemetry.Tracer) *sessionNet {
 	switch runtime {
 	case "native", "docker", "podman":
 	default:
 		return nil
 	}
-	n := &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver, swaps: swaps, tracer: tr}
-	return n.egress
+	return &sessionNet{u: u, live: live, ws: ws, session: session, audit: rec, log: log, approver: approver, swaps: swaps, tracer: tr}
 }
 
 // egress starts call's proxy, or returns nil when no rule could let any
@@ -79,6 +79,12 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 	if len(pats) == 0 {
 		return nil, nil
 	}
+	return n.startProxy(ctx, call, n.forCall(ctx, call).decide, namesLoopback(pats))
+}
+
+// startProxy starts call's proxy deciding each destination with decide;
+// loopback routes the command's requests to loopback through it too.
+func (n *sessionNet) startProxy(ctx context.Context, call string, decide func(context.Context, string, int) netproxy.Verdict, loopback bool) (router.Egress, error) {
 	l, err := n.u.Config()
 	if err != nil {
 		return nil, err
@@ -94,11 +100,10 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 			return nil, err
 		}
 	}
-	cn := n.forCall(ctx, call)
 	eg := &egress{served: make(chan struct{})}
 	eg.proxy, err = netproxy.New(netproxy.Options{
 		Sandbox: "session", Session: n.session,
-		Decide:     cn.decide,
+		Decide:     decide,
 		Recorder:   &sessionNetAudit{log: n.audit, session: n.session, call: call, open: map[string]uint64{}},
 		AllowAddrs: addrs,
 		Logger:     n.log.With("component", "netproxy", "call", call),
@@ -129,7 +134,7 @@ func (n *sessionNet) egress(ctx context.Context, call string) (router.Egress, er
 		eg.Close()
 		return nil, err
 	}
-	if namesLoopback(pats) {
+	if loopback {
 		// A rule names a service on the host's loopback: the command's
 		// requests to loopback go through the proxy (the sandbox's own
 		// loopback has nothing of the host's on it).

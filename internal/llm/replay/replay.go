@@ -14,8 +14,10 @@
 //	{"end": {}}
 //
 // A turn is one model response: optional text, optional tool calls (ids
-// unique in the script, args a JSON object), and optionally "stop"
-// ("end", "tool_use", "max_tokens", "refusal") to force a stop reason.
+// unique in the script, args a JSON object), optionally "stop"
+// ("end", "tool_use", "max_tokens", "refusal") to force a stop reason,
+// and optionally "system", text the request's system prompt must
+// contain.
 // Expect lines follow the turn whose call they name and are checked
 // against the tool results of the next request; every field but id is
 // optional. End (or the end of the file) closes the conversation: one
@@ -54,6 +56,9 @@ type Turn struct {
 	Text      string     `json:"text,omitempty"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	Stop      string     `json:"stop,omitempty"`
+	// System, when set, must be part of the system prompt of the
+	// request this turn answers (what a session's prompt carries).
+	System string `json:"system,omitempty"`
 	// Line is where the turn is in the script.
 	Line int `json:"-"`
 }
@@ -409,6 +414,10 @@ func (p *Provider) take(req llm.Request) (Turn, error) {
 		return Turn{}, ErrScriptEnded
 	}
 	t := p.script.Steps[p.next].Turn
+	if t.System != "" && !strings.Contains(req.System, t.System) {
+		return Turn{}, &ExpectationError{Script: p.script.Name, Line: t.Line, ID: "system",
+			Msg: fmt.Sprintf("the system prompt does not contain %q", t.System)}
+	}
 	p.next++
 	return t, nil
 }

@@ -263,3 +263,17 @@ func TestTasks(t *testing.T) {
 		}
 	}
 }
+
+// A turn's "system" must be part of the request's system prompt.
+func TestSystemExpectation(t *testing.T) {
+	s, err := replay.Parse("sys", strings.NewReader(`{"turn": {"text": "hi", "system": "- shop: Buys things."}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llm.Collect(replay.New(s).Stream(t.Context(), llm.Request{System: "no skills"}), nil); err == nil || !strings.Contains(err.Error(), "system prompt does not contain") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := llm.Collect(replay.New(s).Stream(t.Context(), llm.Request{System: "# Skills\n- shop: Buys things.\n"}), nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -177,6 +177,15 @@ type Options struct {
 	// it, and hands out the values; an error refuses the command. Nil
 	// hands out none.
 	Secrets func(ctx context.Context, call, template string, programs []string) (SandboxSecrets, error)
+	// ConfinedSecrets hands a confined command (tool.Command.Confine) the
+	// credentials it lists, each decided, recorded and handed out as a
+	// declared use is; the session's own declared uses never reach it.
+	// Nil refuses a confined command that lists credentials.
+	ConfinedSecrets func(ctx context.Context, call string, creds []tool.Credential) (SandboxSecrets, error)
+	// ConfinedEgress is a confined command's network: an egress proxy
+	// that lets through only hosts, each still decided by the policy.
+	// Nil refuses a confined command that lists hosts.
+	ConfinedEgress func(ctx context.Context, call string, hosts []string) (Egress, error)
 	// NetEnv are variables a command gets when Egress gave it network,
 	// set last so that each replaces the variable's offline value (the
 	// template caches' GOPROXY, say): a session's package registries.
@@ -458,8 +467,12 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	if err != nil {
 		ref := Refusal{Gate: GateNormalize, Rule: "unresolvable", Reason: err.Error(), Instead: "name paths inside the workspace, without NUL bytes or symlink loops"}
-		if errors.Is(err, tool.ErrOutsideWorkspace) {
+		var ne *tool.NormalizeError
+		switch {
+		case errors.Is(err, tool.ErrOutsideWorkspace):
 			ref.Rule, ref.Instead = "outside-workspace", "read files of the workspace "+r.o.Resolver.Workspace()
+		case errors.As(err, &ne):
+			ref.Rule, ref.Instead = ne.Rule, ne.Instead
 		}
 		return r.refuse(ctx, cl, ref, c.Args)
 	}
@@ -864,10 +877,17 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		spec.Limits.Wall = cmd.Timeout
 	}
 	spec.Argv, spec.Dir = cmd.Argv, cmd.Dir
-	// Secrets first: a proxy use's swaps are what the command's egress
-	// proxy, started next, puts the values back in with.
 	var redact func([]byte) []byte
-	if r.o.Secrets != nil {
+	if cmd.Confine != nil {
+		closeConfined, rd, err := r.confine(ctx, callID, &spec, cmd.Confine)
+		if err != nil {
+			return tool.Result{}, err
+		}
+		defer closeConfined()
+		redact = rd
+	} else if r.o.Secrets != nil {
+		// Secrets first: a proxy use's swaps are what the command's
+		// egress proxy, started next, puts the values back in with.
 		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, progs)
 		if err != nil {
 			return tool.Result{}, fmt.Errorf("the command's secrets: %w", err)
@@ -882,7 +902,7 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 			spec.Stdin = bytes.NewReader(ss.Stdin)
 		}
 	}
-	if r.o.Egress != nil {
+	if r.o.Egress != nil && cmd.Confine == nil {
 		eg, err := r.o.Egress(ctx, callID)
 		if err != nil {
 			return tool.Result{}, fmt.Errorf("the command's network could not be set up: %w", err)
@@ -934,6 +954,68 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		return cmd.Collect(out)
 	}
 	return DefaultCollect(out), nil
+}
+
+// confine makes spec the confined command's whole sandbox: the
+// workspace only with its writes thrown away, its own mounts (then the masks of fluffy's files),
+// its credentials and its hosts only. The returned func releases the
+// secrets and the proxy once the command has ended.
+func (r *Router) confine(ctx context.Context, callID string, spec *sandbox.Spec, c *tool.Confinement) (func(), func([]byte) []byte, error) {
+	spec.Workspace, spec.ChangeSet = "", ""
+	if c.Workspace {
+		spec.Workspace, spec.ChangeSet = r.o.ChangeSet.Workspace(), r.o.ChangeSet.UpperDir()
+		spec.ChangeSetSize = tool.ThrowawaySize
+	}
+	spec.Network, spec.ProxySocket = sandbox.NetworkNone, ""
+	spec.Mounts = append(append(slices.Clone(c.Mounts), r.o.Masks...), r.o.Toolchains...)
+	if c.Stdin != nil {
+		spec.Stdin = bytes.NewReader(c.Stdin)
+	}
+	if c.Memory > 0 && (spec.Limits.Memory == 0 || c.Memory < spec.Limits.Memory) {
+		spec.Limits.Memory = c.Memory
+	}
+	if c.Pids > 0 && (spec.Limits.Pids == 0 || c.Pids < spec.Limits.Pids) {
+		spec.Limits.Pids = c.Pids
+	}
+	var closers []func()
+	var redact func([]byte) []byte
+	release := func() {
+		for _, f := range slices.Backward(closers) {
+			f()
+		}
+	}
+	if len(c.Credentials) > 0 {
+		if r.o.ConfinedSecrets == nil {
+			return nil, nil, errors.New("this session hands out no credentials: the command's cannot be given")
+		}
+		ss, err := r.o.ConfinedSecrets(ctx, callID, c.Credentials)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the command's secrets: %w", err)
+		}
+		if ss.Close != nil {
+			closers = append(closers, ss.Close)
+		}
+		spec.Env = sandbox.SetEnv(spec.Env, ss.Env...)
+		spec.Mounts = append(spec.Mounts, ss.Mounts...)
+		spec.Scratch, redact = ss.Scratch, ss.Redact
+	}
+	if len(c.Hosts) > 0 {
+		if r.o.ConfinedEgress == nil {
+			release()
+			return nil, nil, errors.New("this session has no egress proxy: the command's network cannot be given")
+		}
+		eg, err := r.o.ConfinedEgress(ctx, callID, c.Hosts)
+		if err == nil && eg == nil {
+			err = errors.New("the session's sandbox runtime takes no egress proxy")
+		}
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("the command's network could not be set up: %w", err)
+		}
+		closers = append(closers, eg.Close)
+		withEgress(spec, eg)
+	}
+	return release, redact, nil
 }
 
 // programs are the programs a command line runs (each simple command's
