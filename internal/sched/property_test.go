@@ -1,11 +1,17 @@
 package sched
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 )
+
+// seeds is the range of seeds TestPropertyBoundsAndLimits runs: the
+// default is cheap enough for every test run; a developer runs thousands
+// with -sched.seeds=0-5000.
+var seeds = flag.String("sched.seeds", "0-300", "seeds of TestPropertyBoundsAndLimits: FROM-TO (TO excluded) or one seed")
 
 // simTask is a task of the simulation with what the simulation saw.
 type simTask struct {
@@ -35,9 +41,24 @@ const safePoint = time.Second
 // tasks ahead of it in key order plus that of the tasks running when it
 // became ready.
 func TestPropertyBoundsAndLimits(t *testing.T) {
-	for seed := range uint64(300) {
+	from, to, err := seedRange(*seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := from; seed < to; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, seed) })
 	}
+}
+
+// seedRange reads "FROM-TO" (TO excluded) or a single seed.
+func seedRange(v string) (from, to uint64, err error) {
+	if _, err := fmt.Sscanf(v, "%d-%d", &from, &to); err == nil && from < to {
+		return from, to, nil
+	}
+	if _, err := fmt.Sscanf(v, "%d", &from); err != nil {
+		return 0, 0, fmt.Errorf("-sched.seeds=%q: want FROM-TO or one seed", v)
+	}
+	return from, from + 1, nil
 }
 
 func simulate(t *testing.T, seed uint64) {
