@@ -476,12 +476,14 @@ func (s *Scheduler) fits(e *entry) bool {
 // limit, with a key before e's, keep from e. A parked task gets its
 // global slot back from its own session, whose release brings it back;
 // its resources it does not, so without this a task with a larger key
-// could take them while it waits and pass it. Its own session's inner
-// work is not held back: that is the work the parked task waits for.
+// could take them while it waits and pass it. It holds them from its own
+// session's inner work too, which could otherwise still hold them when
+// the session's outer task ends (fluffy's turns need no resources, so
+// theirs hold nothing).
 func (s *Scheduler) holds(e *entry, r Resource) int64 {
 	var n int64
 	for p := range s.held {
-		if before(p, e) && !(e.t.Inner && e.t.Session == p.t.Session) {
+		if before(p, e) {
 			n += p.t.Needs[r]
 		}
 	}
