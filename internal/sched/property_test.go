@@ -42,9 +42,7 @@ const safePoint = time.Second
 // inner and pre-warmed work, dependencies, and holders that pause at their
 // next safe point when asked. After every event no limit is exceeded, as
 // the simulation counts what runs; at the end every task has run, and each
-// waited no longer than its bound (docs/sched.md): the run time of the
-// tasks ahead of it in key order plus that of the tasks running when it
-// became ready.
+// waited no longer than its bound (docs/sched.md, and bound below).
 func TestPropertyBoundsAndLimits(t *testing.T) {
 	from, to, err := seedRange(*seeds)
 	if err != nil {
