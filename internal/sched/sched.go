@@ -393,7 +393,9 @@ func outer(e *entry) bool { return !e.t.Inner }
 // asks lower-priority work to pause for an interactive task that cannot.
 // A task that cannot start reserves what it needs: no task after it in
 // key order takes any of it (its resources; a global slot when it counts
-// against the global limit), which is what makes the aging bound hold.
+// against the global limit), and so does a head held back by such a
+// reservation; a task parked behind its session's limit keeps its
+// resources by amount (holds). This is what makes the aging bound hold.
 func (s *Scheduler) dispatch() {
 	clear(s.resv)
 	globalHeld := false
@@ -432,8 +434,8 @@ func (s *Scheduler) dispatch() {
 		// reserves too: otherwise a later task could take the resources
 		// it does not wait for now, and pass it once those it waits for
 		// come free.
-		held := (outer(e) && globalHeld) || s.reserved(e.group)
-		if !held && s.fits(e) {
+		heldBack := (outer(e) && globalHeld) || s.reserved(e.group)
+		if !heldBack && s.fits(e) {
 			s.start(e)
 			continue
 		}
@@ -444,7 +446,7 @@ func (s *Scheduler) dispatch() {
 		if outer(e) {
 			globalHeld = true
 		}
-		if !held && (e.t.Class == Interactive || (e.t.Inner && !e.t.Warm)) {
+		if !heldBack && (e.t.Class == Interactive || (e.t.Inner && !e.t.Warm)) {
 			s.preemptFor(e)
 		}
 	}
