@@ -91,6 +91,9 @@ type group struct {
 	inner bool
 	res   []Resource // limited resources, sorted
 	q     queue
+	// pass is the dispatch pass that last found its head held back: it
+	// is not looked at again in that pass.
+	pass uint64
 }
 
 // Scheduler decides when tasks start. Its methods are safe for
@@ -100,18 +103,22 @@ type Scheduler struct {
 	aging int64
 	log   *slog.Logger
 
-	mu        sync.Mutex // guards the fields below
-	closed    bool
-	seq       uint64
-	live      map[string]*entry
-	groups    map[string]*group
-	glist     []*group
-	parked    map[string]*queue // by session: tasks waiting for their session's limit
-	sessRun   map[string]int    // running outer tasks per session
+	mu     sync.Mutex // guards the fields below
+	closed bool
+	seq    uint64
+	live   map[string]*entry
+	groups map[string]*group
+	glist  []*group
+	parked map[string]*queue // by session: tasks waiting for their session's limit
+	// held are the parked tasks that need limited resources: each keeps
+	// its amounts from tasks with a larger key (holds).
+	held      map[*entry]struct{}
+	sessRun   map[string]int // running outer tasks per session
 	globalRun int
 	use       map[Resource]int64
 	running   map[*entry]struct{}
 	resv      map[Resource]bool // scratch of dispatch
+	pass      uint64            // dispatch passes, for group.pass
 	endedIDs  [remembered]string
 	endedPos  int
 	ended     map[string]endedRec
@@ -142,7 +149,7 @@ func New(o Options) (*Scheduler, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{o: o, aging: int64(o.Aging), log: o.Logger,
-		live: map[string]*entry{}, groups: map[string]*group{}, parked: map[string]*queue{}, sessRun: map[string]int{},
+		live: map[string]*entry{}, groups: map[string]*group{}, parked: map[string]*queue{}, held: map[*entry]struct{}{}, sessRun: map[string]int{},
 		use: map[Resource]int64{}, running: map[*entry]struct{}{}, resv: map[Resource]bool{}, ended: map[string]endedRec{}}, nil
 }
 
@@ -386,15 +393,18 @@ func outer(e *entry) bool { return !e.t.Inner }
 // asks lower-priority work to pause for an interactive task that cannot.
 // A task that cannot start reserves what it needs: no task after it in
 // key order takes any of it (its resources; a global slot when it counts
-// against the global limit), which is what makes the aging bound hold.
+// against the global limit), and so does a head held back by such a
+// reservation; a task parked behind its session's limit keeps its
+// resources by amount (holds). This is what makes the aging bound hold.
 func (s *Scheduler) dispatch() {
 	clear(s.resv)
 	globalHeld := false
+	s.pass++
 	for {
 		var best *entry
 		for _, g := range s.glist {
 			h := g.q.head()
-			if h == nil || (!g.inner && globalHeld) || s.reserved(g) {
+			if h == nil || g.pass == s.pass {
 				continue
 			}
 			if best == nil || before(h, best) {
@@ -415,19 +425,28 @@ func (s *Scheduler) dispatch() {
 				s.parked[e.t.Session] = pq
 			}
 			pq.push(e)
+			if len(e.group.res) > 0 {
+				s.held[e] = struct{}{}
+			}
 			continue
 		}
-		if s.fits(e) {
+		// A head held back by a task before it, through a reservation,
+		// reserves too: otherwise a later task could take the resources
+		// it does not wait for now, and pass it once those it waits for
+		// come free.
+		heldBack := (outer(e) && globalHeld) || s.reserved(e.group)
+		if !heldBack && s.fits(e) {
 			s.start(e)
 			continue
 		}
+		e.group.pass = s.pass
 		for _, r := range e.group.res {
 			s.resv[r] = true
 		}
 		if outer(e) {
 			globalHeld = true
 		}
-		if e.t.Class == Interactive || (e.t.Inner && !e.t.Warm) {
+		if !heldBack && (e.t.Class == Interactive || (e.t.Inner && !e.t.Warm)) {
 			s.preemptFor(e)
 		}
 	}
@@ -448,11 +467,29 @@ func (s *Scheduler) fits(e *entry) bool {
 		return false
 	}
 	for _, r := range e.group.res {
-		if s.use[r]+e.t.Needs[r] > s.o.Limits.Resources[r] {
+		if s.use[r]+e.t.Needs[r]+s.holds(e, r) > s.o.Limits.Resources[r] {
 			return false
 		}
 	}
 	return true
+}
+
+// holds is the amount of r that tasks parked behind their session's
+// limit, with a key before e's, keep from e. A parked task gets its
+// global slot back from its own session, whose release brings it back;
+// its resources it does not, so without this a task with a larger key
+// could take them while it waits and pass it. It holds them from its own
+// session's inner work too, which could otherwise still hold them when
+// the session's outer task ends (fluffy's turns need no resources, so
+// theirs hold nothing).
+func (s *Scheduler) holds(e *entry, r Resource) int64 {
+	var n int64
+	for p := range s.held {
+		if before(p, e) {
+			n += p.t.Needs[r]
+		}
+	}
+	return n
 }
 
 func (s *Scheduler) start(e *entry) {
@@ -489,6 +526,7 @@ func (s *Scheduler) free(e *entry) {
 	if pq := s.parked[sess]; pq != nil {
 		p := pq.head()
 		remove(p)
+		delete(s.held, p)
 		if pq.Len() == 0 {
 			delete(s.parked, sess)
 		}
@@ -574,6 +612,7 @@ func (s *Scheduler) end(e *entry, err error) {
 		s.free(e)
 	default:
 		remove(e)
+		delete(s.held, e)
 		if e.err == nil {
 			if err == nil {
 				err = errEndedUnstarted
