@@ -130,6 +130,7 @@ var boundaries = []struct {
 	{"internal/changeset", []string{"internal/"}, "change sets are a leaf: the kernel, the tools and the CLI use them"},
 	{"internal/jsonnum", []string{"internal/"}, "the JSON number grammar is a leaf the hand-written JSON readers share"},
 	{"internal/regfile", []string{"internal/"}, "opening files that must be regular is a leaf every reader of workspace files shares"},
+	{"internal/treedigest", []string{"internal/"}, "a folder's canonical digest is a leaf: installed skills and plugins pin their files with it"},
 	{"internal/jsonname", []string{"internal/"}, "when two JSON member names are one name to Go is a leaf the strict JSON readers share"},
 	{"internal/secret", []string{"internal/"}, "secret references and their backends are a leaf: the channels, the CLI and the daemon resolve one syntax"},
 	{"internal/lockfile", []string{"internal/"}, "the lock files by which fluffy's processes exclude one another are a leaf: the audit log, the change sets, the kernel, the bootstrap and the CLI take them"},
@@ -149,13 +150,14 @@ var boundaries = []struct {
 // says so for each): any package may use them, even one that may import
 // nothing else of fluffy's, since a leaf brings no part with it.
 var leaves = map[string]bool{
-	"internal/units":     true,
-	"internal/jsonnum":   true,
-	"internal/jsonname":  true,
-	"internal/regfile":   true,
-	"internal/lockfile":  true,
-	"internal/secret":    true,
-	"internal/telemetry": true,
+	"internal/units":      true,
+	"internal/jsonnum":    true,
+	"internal/jsonname":   true,
+	"internal/regfile":    true,
+	"internal/treedigest": true,
+	"internal/lockfile":   true,
+	"internal/secret":     true,
+	"internal/telemetry":  true,
 }
 
 func TestImportBoundaries(t *testing.T) {

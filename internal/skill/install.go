@@ -258,7 +258,7 @@ func changedPaths(a, b []entry) []string {
 	byPath := func(es []entry) map[string]entry {
 		m := make(map[string]entry, len(es))
 		for _, e := range es {
-			m[e.rel] = e
+			m[e.Rel] = e
 		}
 		return m
 	}

@@ -129,7 +129,7 @@ func (i *Installed) fits(es []entry) error {
 	}
 	var total int64
 	for _, e := range es {
-		if total += e.size; total > maxBytes {
+		if total += e.Size; total > maxBytes {
 			return fmt.Errorf("%w: more than %d bytes", ErrNotInstallable, maxBytes)
 		}
 	}
