@@ -185,24 +185,25 @@ func buildTar(ctx context.Context, cli *client.Client, tag string, tb *tarBuilde
 // tarBuilder writes a deterministic tar: entries sorted by name, fixed
 // times and owners.
 type tarBuilder struct {
-	entries map[string]tarEntry
+	entries map[string]TarEntry
 }
 
-type tarEntry struct {
-	typ  byte
-	mode int64
-	data []byte
-	link string
+// TarEntry is one entry of a tar an image is built or imported from.
+type TarEntry struct {
+	Type byte // tar.TypeReg, TypeDir, TypeSymlink
+	Mode int64
+	Data []byte
+	Link string
 }
 
-func newTarBuilder() *tarBuilder { return &tarBuilder{entries: map[string]tarEntry{}} }
+func newTarBuilder() *tarBuilder { return &tarBuilder{entries: map[string]TarEntry{}} }
 
-func (t *tarBuilder) dir(name string) { t.entries[name] = tarEntry{typ: tar.TypeDir, mode: 0o755} }
+func (t *tarBuilder) dir(name string) { t.entries[name] = TarEntry{Type: tar.TypeDir, Mode: 0o755} }
 func (t *tarBuilder) file(name string, b []byte, mode int64) {
-	t.entries[name] = tarEntry{typ: tar.TypeReg, mode: mode, data: b}
+	t.entries[name] = TarEntry{Type: tar.TypeReg, Mode: mode, Data: b}
 }
 func (t *tarBuilder) symlink(name, target string) {
-	t.entries[name] = tarEntry{typ: tar.TypeSymlink, mode: 0o777, link: target}
+	t.entries[name] = TarEntry{Type: tar.TypeSymlink, Mode: 0o777, Link: target}
 }
 
 func (t *tarBuilder) hostFile(name, src string) error {
@@ -224,9 +225,14 @@ func (t *tarBuilder) hostFile(name, src string) error {
 }
 
 // finish returns the tar and the hex sha256 of its bytes.
-func (t *tarBuilder) finish() ([]byte, string, error) {
-	names := make([]string, 0, len(t.entries))
-	for n := range t.entries {
+func (t *tarBuilder) finish() ([]byte, string, error) { return DeterministicTar(t.entries) }
+
+// DeterministicTar writes entries as a tar in path order, every time the
+// epoch and no owner, so the same entries make the same bytes (an
+// image's content key); it returns the tar and the hex sha256 of it.
+func DeterministicTar(entries map[string]TarEntry) ([]byte, string, error) {
+	names := make([]string, 0, len(entries))
+	for n := range entries {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -234,15 +240,15 @@ func (t *tarBuilder) finish() ([]byte, string, error) {
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
 	for _, n := range names {
-		e := t.entries[n]
-		h := &tar.Header{Name: n, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.data)), ModTime: epoch, Format: tar.FormatPAX}
-		if e.typ == tar.TypeDir {
+		e := entries[n]
+		h := &tar.Header{Name: n, Typeflag: e.Type, Mode: e.Mode, Linkname: e.Link, Size: int64(len(e.Data)), ModTime: epoch, Format: tar.FormatPAX}
+		if e.Type == tar.TypeDir {
 			h.Name += "/"
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, "", err
 		}
-		if _, err := tw.Write(e.data); err != nil {
+		if _, err := tw.Write(e.Data); err != nil {
 			return nil, "", err
 		}
 	}

@@ -4,17 +4,15 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
-	"time"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 )
 
 // ignoreRule is one line of a .dockerignore.
@@ -115,15 +113,8 @@ func ignored(rules []ignoreRule, rel string) bool {
 // sorted by name, times and owners fixed, so its hash changes only with
 // names, modes, link targets and contents.
 type buildContext struct {
-	entries map[string]tarEntry
+	entries map[string]docker.TarEntry
 	size    int64
-}
-
-type tarEntry struct {
-	typ  byte
-	mode int64
-	data []byte
-	link string
 }
 
 // readContext reads dir as the build context: every file, directory and
@@ -133,7 +124,7 @@ type tarEntry struct {
 // dockerfile's contents instead of the file's (the base image's name put
 // in). A context over limit bytes is refused.
 func readContext(dir, dockerfileRel string, dockerfile []byte, limit int64) (*buildContext, error) {
-	bc := &buildContext{entries: map[string]tarEntry{}}
+	bc := &buildContext{entries: map[string]docker.TarEntry{}}
 	var rules []ignoreRule
 	if b, err := os.ReadFile(filepath.Join(dir, ".dockerignore")); err == nil {
 		if rules, err = parseIgnore(b); err != nil {
@@ -168,14 +159,14 @@ func readContext(dir, dockerfileRel string, dockerfile []byte, limit int64) (*bu
 		}
 		switch {
 		case d.IsDir():
-			bc.entries[rel] = tarEntry{typ: tar.TypeDir, mode: int64(info.Mode().Perm())}
+			bc.entries[rel] = docker.TarEntry{Type: tar.TypeDir, Mode: int64(info.Mode().Perm())}
 		case info.Mode()&fs.ModeSymlink != 0:
 			l, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
 			bc.addParents(rel)
-			bc.entries[rel] = tarEntry{typ: tar.TypeSymlink, mode: 0o777, link: l}
+			bc.entries[rel] = docker.TarEntry{Type: tar.TypeSymlink, Mode: 0o777, Link: l}
 		case info.Mode().IsRegular():
 			bc.size += info.Size()
 			if bc.size > limit {
@@ -188,7 +179,7 @@ func readContext(dir, dockerfileRel string, dockerfile []byte, limit int64) (*bu
 				}
 			}
 			bc.addParents(rel)
-			bc.entries[rel] = tarEntry{typ: tar.TypeReg, mode: int64(info.Mode().Perm()), data: data}
+			bc.entries[rel] = docker.TarEntry{Type: tar.TypeReg, Mode: int64(info.Mode().Perm()), Data: data}
 		}
 		return nil
 	})
@@ -212,37 +203,10 @@ func hasNegation(rules []ignoreRule) bool {
 func (bc *buildContext) addParents(rel string) {
 	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
 		if _, ok := bc.entries[d]; !ok {
-			bc.entries[d] = tarEntry{typ: tar.TypeDir, mode: 0o755}
+			bc.entries[d] = docker.TarEntry{Type: tar.TypeDir, Mode: 0o755}
 		}
 	}
 }
 
 // tar returns the context as a tar and the hex sha256 of its bytes.
-func (bc *buildContext) tar() ([]byte, string, error) {
-	names := make([]string, 0, len(bc.entries))
-	for n := range bc.entries {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0)
-	for _, n := range names {
-		e := bc.entries[n]
-		h := &tar.Header{Name: n, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.data)), ModTime: epoch, Format: tar.FormatPAX}
-		if e.typ == tar.TypeDir {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, "", err
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return nil, "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, "", err
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	return buf.Bytes(), hex.EncodeToString(sum[:]), nil
-}
+func (bc *buildContext) tar() ([]byte, string, error) { return docker.DeterministicTar(bc.entries) }
