@@ -80,20 +80,6 @@ func recordPlugin(ctx context.Context, a *App, p audit.Payload) error {
 	return l.Close()
 }
 
-// confirm asks a yes/no question on stdin; only y or yes agrees.
-func confirm(a *App, question string) (bool, error) {
-	fmt.Fprintf(a.Stdout, "%s [y/N] ", question)
-	line, err := bufio.NewReader(io.LimitReader(a.Stdin, 1024)).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, err
-	}
-	ans := strings.ToLower(strings.TrimSpace(line))
-	if line == "" || !strings.HasSuffix(line, "\n") {
-		fmt.Fprintln(a.Stdout)
-	}
-	return ans == "y" || ans == "yes", nil
-}
-
 func newPluginLsCmd(a *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

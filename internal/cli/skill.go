@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -381,9 +380,11 @@ func newSkillRmCmd(a *App) *cobra.Command {
 				s = skill.Skill{Name: name, Dir: dir}
 			}
 			if !yes {
-				fmt.Fprintf(a.Stdout, "remove skill %s (%s)? [y/N] ", name, s.Dir)
-				line, _ := bufio.NewReader(a.Stdin).ReadString('\n')
-				if ans := strings.ToLower(strings.TrimSpace(line)); ans != "y" && ans != "yes" {
+				ok, err := confirm(a, fmt.Sprintf("remove skill %s (%s)?", name, s.Dir))
+				if err != nil {
+					return err
+				}
+				if !ok {
 					return &ExitError{Code: ExitFailure, Msg: "not removed"}
 				}
 			}

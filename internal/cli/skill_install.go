@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,17 +125,6 @@ func writeSkillJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// confirmSkill asks question on stderr and reads y or yes from stdin.
-func (a *App) confirmSkill(question string) bool {
-	fmt.Fprint(a.Stderr, question+" [y/N] ")
-	line, _ := bufio.NewReader(a.Stdin).ReadString('\n')
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true
-	}
-	return false
-}
-
 func newSkillGrantCmd(a *App) *cobra.Command {
 	var yes, revoke bool
 	cmd := &cobra.Command{
@@ -182,7 +170,9 @@ new manifest adds needs a new grant. --revoke takes everything back.`,
 			if len(m.Classification) > 0 {
 				fmt.Fprintf(a.Stdout, "  it says it: %s\n", termsafe.Line(strings.Join(m.Classification, ", ")))
 			}
-			if !yes && !a.confirmSkill("grant all of it?") {
+			if ok, err := confirmUnless(a, yes, "grant all of it?"); err != nil {
+				return err
+			} else if !ok {
 				return &ExitError{Code: ExitFailure, Msg: "nothing granted"}
 			}
 			if _, err := in.SetGrant(cmd.Context(), name, &skill.Grant{Network: m.Network, Credentials: m.Credentials, Digest: digest}); err != nil {
@@ -247,7 +237,9 @@ refused.`,
 				fmt.Fprintln(a.Stdout, "FLAGGED "+termsafe.Line(f.String()))
 			}
 			fmt.Fprint(a.Stdout, diffOut(a.Stdout, termsafe.String(rv.Diff)))
-			if !yes && !a.confirmSkill(fmt.Sprintf("pin %s as shown (%s)?", name, rv.Current)) {
+			if ok, err := confirmUnless(a, yes, fmt.Sprintf("pin %s as shown (%s)?", name, rv.Current)); err != nil {
+				return err
+			} else if !ok {
 				return &ExitError{Code: ExitFailure, Msg: "not pinned: the skill is refused until it matches a pin"}
 			}
 			r, err := in.Repin(cmd.Context(), name, rv.Current, insist)

@@ -59,7 +59,7 @@ type Entry struct {
 var (
 	// ErrUnsupported: the folder holds something other than directories,
 	// regular files and (with LinksInside) links that stay inside.
-	ErrUnsupported = errors.New("only directories, regular files and links inside the folder are allowed")
+	ErrUnsupported = errors.New("unsupported file")
 	// ErrTooBig: the folder is over Options.MaxFiles or MaxBytes.
 	ErrTooBig = errors.New("folder too big")
 )
@@ -107,7 +107,7 @@ func List(dir string, o Options) ([]Entry, error) {
 				return err
 			}
 			if to := path.Join(path.Dir(rel), filepath.ToSlash(target)); filepath.IsAbs(target) || to == ".." || strings.HasPrefix(to, "../") {
-				return &FileError{Path: rel, Err: fmt.Errorf("%w (a link out of the folder, to %s)", ErrUnsupported, target)}
+				return &FileError{Path: rel, Err: fmt.Errorf("%w: a link out of the folder (to %s)", ErrUnsupported, target)}
 			}
 			out = append(out, Entry{Rel: rel, Link: target})
 		case t.IsRegular():
@@ -124,7 +124,15 @@ func List(dir string, o Options) ([]Entry, error) {
 			}
 			out = append(out, Entry{Rel: rel, Exec: info.Mode()&0o111 != 0, Sum: sum, Size: size})
 		default:
-			return &FileError{Path: rel, Err: fmt.Errorf("%w (%s)", ErrUnsupported, kindOf(t))}
+			what := kindOf(t)
+			if t&fs.ModeSymlink != 0 {
+				what += " (links are refused here)"
+			}
+			allowed := "only directories and regular files are allowed"
+			if o.Links == LinksInside {
+				allowed = "only directories, regular files and links inside the folder are allowed"
+			}
+			return &FileError{Path: rel, Err: fmt.Errorf("%w: %s; %s", ErrUnsupported, what, allowed)}
 		}
 		return nil
 	})
@@ -160,7 +168,7 @@ func fileSum(p string) (int64, string, error) {
 	if info, err := f.Stat(); err != nil {
 		return 0, "", err
 	} else if !info.Mode().IsRegular() {
-		return 0, "", fmt.Errorf("%w (%s changed into %s)", ErrUnsupported, p, kindOf(info.Mode()))
+		return 0, "", fmt.Errorf("%w: %s changed into %s", ErrUnsupported, p, kindOf(info.Mode()))
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
