@@ -77,9 +77,13 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			p.mu.Unlock()
 			return err
 		}
+		var upper string
+		if env.ChangeSet != nil {
+			upper = env.ChangeSet.UpperDir()
+		}
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName,
-			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks,
+			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
 			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
 			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer,
 			Logger: p.log.With("session", env.Session),

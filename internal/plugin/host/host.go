@@ -1,14 +1,16 @@
 // Package host runs plugins: each enabled plugin's MCP server as a
 // long-lived process in its own L2 sandbox (read-only plugin folder,
 // read-only workspace only with read-workspace, network only through an
-// egress proxy for the manifest's hosts, the manifest's limits), spoken
+// egress proxy for the manifest's hosts, the manifest's limits; with
+// write-changeset the workspace is an overlay whose writes land in the
+// session's change set), spoken
 // to over its standard input and output with the official MCP Go SDK's
 // client. Its tools become mcp.<plugin>.<tool> in the session's
 // tool.Registry, the same registry the built-in tools are in, so every
 // call takes the router's full road; a tool whose description, schema or
 // annotations differ from its pin is held back; a server that exits is
 // restarted with backoff and given up (state failed) after too many
-// crashes. docs/plugins-sdk.md describes the runtime.
+// crashes. docs/plugins.md describes the runtime.
 //
 // A Host serves one session: one server per plugin per session, so that
 // a server never holds one session's data (its workspace, its calls'
@@ -74,6 +76,11 @@ type Options struct {
 	// inside it.
 	Workspace string
 	Masks     []sandbox.Mount
+	// ChangeSet is the session's change set's upper directory: a plugin
+	// with write-changeset sees the workspace as an overlay whose writes
+	// land there (reviewed and applied like any other), never in the
+	// tree. Empty: such a plugin gets the workspace read-only.
+	ChangeSet string
 	// LogDir holds each plugin's log, <LogDir>/<name>/log (the server's
 	// standard error, at most LogSize bytes plus one older generation);
 	// empty: stderr is dropped.

@@ -638,3 +638,51 @@ func TestHungServerIsRestarted(t *testing.T) {
 		t.Fatalf("after the restart: %q %v", res.Output, err)
 	}
 }
+
+// TestWriteChangeSet: a plugin with write-changeset writes the
+// workspace through an overlay whose upper layer is the change set, so
+// its write lands there, never in the tree; without the capability the
+// same write fails.
+func TestWriteChangeSet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		caps []plugin.Capability
+		want bool
+	}{
+		{"with write-changeset", []plugin.Capability{plugin.CapWriteChangeSet}, true},
+		{"with read-workspace only", []plugin.Capability{plugin.CapReadWorkspace}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			upper := filepath.Join(openDir(t), "upper")
+			f.install(plugin.Manifest{Capabilities: c.caps})
+			_, reg, rep := f.start(host.Options{ChangeSet: upper})
+			if rep.Err != nil {
+				t.Fatal(rep.Err)
+			}
+			res, err := call(t, reg, "mcp.adv.write", map[string]any{"path": filepath.Join(f.ws, "README.md"), "text": "changed"})
+			if err != nil || res.IsError == c.want {
+				t.Fatalf("write: %q %v", res.Output, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(f.ws, "README.md")); string(b) != "hello workspace\n" {
+				t.Fatalf("the tree was written: %q", b)
+			}
+			b, err := os.ReadFile(filepath.Join(upper, "README.md"))
+			if c.want && (err != nil || string(b) != "changed") {
+				t.Fatalf("the change set has %q (%v)", b, err)
+			}
+			if !c.want && err == nil {
+				t.Fatalf("the change set has %q", b)
+			}
+			// It reads its own write back, as the session's commands do.
+			res, err = call(t, reg, "mcp.adv.read", map[string]any{"path": filepath.Join(f.ws, "README.md")})
+			want := "hello workspace"
+			if c.want {
+				want = "changed"
+			}
+			if err != nil || !strings.Contains(string(res.Output), want) {
+				t.Fatalf("read: %q %v", res.Output, err)
+			}
+		})
+	}
+}

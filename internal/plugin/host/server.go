@@ -381,7 +381,8 @@ func (s *server) output() int64 {
 }
 
 // spec is the server's sandbox: its folder read-only, the workspace
-// read-only only with read-workspace, no workspace to write, network
+// read-only with read-workspace, an overlay writing into the change set
+// with write-changeset, never the tree itself, network
 // only through its egress proxy, the manifest's limits.
 func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 	m := s.rec.Manifest
@@ -406,7 +407,14 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 	if m.Sandbox.PIDs > 0 {
 		spec.Limits.Pids = m.Sandbox.PIDs
 	}
-	if o.Workspace != "" && hasCap(m, plugin.CapReadWorkspace) {
+	switch {
+	case o.Workspace != "" && o.ChangeSet != "" && hasCap(m, plugin.CapWriteChangeSet):
+		// The overlay the sandboxed commands get: its writes land in the
+		// change set, for review and apply.
+		spec.Workspace, spec.ChangeSet = o.Workspace, o.ChangeSet
+		spec.Mounts = append(spec.Mounts, o.Masks...)
+		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
+	case o.Workspace != "" && (hasCap(m, plugin.CapReadWorkspace) || hasCap(m, plugin.CapWriteChangeSet)):
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: o.Workspace})
 		spec.Mounts = append(spec.Mounts, o.Masks...)
 		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
