@@ -151,4 +151,3 @@ type discardAudit struct{}
 
 func (discardAudit) Append(context.Context, audit.Entry) (uint64, error) { return 0, nil }
 func (discardAudit) Flush(context.Context) error                         { return nil }
-
