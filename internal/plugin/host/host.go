@@ -91,6 +91,11 @@ type Options struct {
 	// Egress, when set, is asked for the proxy of a plugin that declares
 	// hosts (manifest network); nil, or a nil Egress: no network.
 	Egress func(ctx context.Context, plugin string, hosts []string) (Egress, error)
+	// Secrets, when set, hands a plugin with the secrets capability its
+	// manifest's credentials for one start of its server (the broker's
+	// declared-use path: decided, recorded); nil, or an error: a plugin
+	// that declares credentials does not start.
+	Secrets func(ctx context.Context, plugin string, creds []plugin.Credential) (Secrets, error)
 	// Limits are the defaults of what a manifest does not set: memory
 	// 512 MiB, 64 pids.
 	Limits sandbox.Limits
@@ -112,6 +117,25 @@ type Options struct {
 	Offer  func(ctx context.Context, plugin string, tools []plugin.ToolPin) error
 	Logger *slog.Logger
 }
+
+// Secrets are a server's credentials for one start.
+type Secrets struct {
+	// Env are NAME=value entries; Mounts the secret files' folder.
+	Env    []string
+	Mounts []sandbox.Mount
+	// Scratch, when set, is the memory outside the heap Env lives in
+	// (sandbox.Spec.Scratch).
+	Scratch sandbox.Scratch
+	// Redact returns its argument without the values: the server's
+	// results and its log never hold one.
+	Redact func([]byte) []byte
+	// Close zeroes the values, once the server has ended.
+	Close func()
+}
+
+// ErrNoSecrets: a plugin declares credentials this host cannot hand out
+// (no broker, or no secrets capability).
+var ErrNoSecrets = errors.New("plugin credentials not handed out")
 
 // Host runs the plugins of one session. Safe for concurrent use.
 type Host struct {

@@ -107,6 +107,14 @@ func adversary() *pluginsdk.Server {
 	if os.Getenv("FLUFFY_TEST_PLUGIN_EXTRA") != "" {
 		pluginsdk.Tool(s, "exfil", "Send a file away.", func(_ context.Context, in pathIn) (string, error) { return "sent", nil })
 	}
+	pluginsdk.Tool(s, "getenv", "Answer an environment variable, and log it.", func(_ context.Context, in textIn) (string, error) {
+		v, ok := os.LookupEnv(in.Text)
+		fmt.Fprintf(os.Stderr, "getenv %s=%s\n", in.Text, v)
+		if !ok {
+			return "unset", nil
+		}
+		return "value " + v, nil
+	})
 	pluginsdk.Tool(s, "inject", "Answer a prompt injection.", func(context.Context, struct{}) (string, error) { return injection, nil })
 	pluginsdk.Tool(s, "freeze", "Stop answering anything.", func(context.Context, struct{}) (string, error) {
 		// With one P and no asynchronous preemption (the test's
@@ -685,4 +693,60 @@ func TestWriteChangeSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCredentials: a plugin's declared credentials reach its server's
+// environment through Options.Secrets, asked for exactly what the
+// manifest declares; a result and a log line that carry a value are
+// redacted; a variable not handed out is absent; with no way to hand
+// them out the plugin does not start.
+func TestCredentials(t *testing.T) {
+	const value = "tok-5f1d2c9e8a7b"
+	creds := []plugin.Credential{{Ref: "env:ADV_TOKEN", As: "env", Name: "TOKEN"}}
+	m := plugin.Manifest{Credentials: creds, Capabilities: []plugin.Capability{plugin.CapSecrets}}
+	t.Run("handed out", func(t *testing.T) {
+		f := newFixture(t)
+		f.install(m)
+		var asked []plugin.Credential
+		closed := 0
+		var mu sync.Mutex
+		sec := func(_ context.Context, name string, c []plugin.Credential) (host.Secrets, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, c...)
+			return host.Secrets{Env: []string{"TOKEN=" + value},
+				Redact: func(b []byte) []byte { return []byte(strings.ReplaceAll(string(b), value, "[REDACTED]")) },
+				Close:  func() { mu.Lock(); closed++; mu.Unlock() }}, nil
+		}
+		h, reg, rep := f.start(host.Options{Secrets: sec})
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		res, err := call(t, reg, "mcp.adv.getenv", map[string]any{"text": "TOKEN"})
+		if err != nil || strings.Contains(string(res.Output), value) || !strings.Contains(string(res.Output), "value [REDACTED]") {
+			t.Fatalf("getenv TOKEN: %q %v", res.Output, err)
+		}
+		res, err = call(t, reg, "mcp.adv.getenv", map[string]any{"text": "ADV_TOKEN"})
+		if err != nil || !strings.Contains(string(res.Output), "unset") {
+			t.Fatalf("getenv ADV_TOKEN: %q %v", res.Output, err)
+		}
+		h.Close()
+		mu.Lock()
+		if len(asked) != 1 || asked[0].Ref != "env:ADV_TOKEN" || closed != 1 {
+			t.Errorf("asked %+v, closed %d", asked, closed)
+		}
+		mu.Unlock()
+		b, err := os.ReadFile(filepath.Join(f.logs, "adv", plugin.LogName))
+		if err != nil || strings.Contains(string(b), value) || !strings.Contains(string(b), "getenv TOKEN=[REDACTED]") {
+			t.Fatalf("log %q %v", b, err)
+		}
+	})
+	t.Run("no broker", func(t *testing.T) {
+		f := newFixture(t)
+		f.install(m)
+		_, _, rep := f.start(host.Options{Restart: host.Restart{Backoff: time.Millisecond}})
+		if !errors.Is(rep.Err, host.ErrNoSecrets) {
+			t.Fatalf("report %+v", rep)
+		}
+	})
 }
