@@ -94,7 +94,7 @@ const (
 	KindPluginState   Kind = "plugin.state"
 	KindPluginApprove Kind = "plugin.approve"
 	// KindPluginServer: a plugin's MCP server started, exited, or was
-	// given up after repeated crashes (docs/plugins-sdk.md).
+	// given up after repeated crashes (docs/plugins.md).
 	KindPluginServer Kind = "plugin.server"
 	// KindPluginTools: a plugin's tools pinned at their first start, or
 	// one held back because it is new or differs from its pin.

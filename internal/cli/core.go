@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fluffy-agent/fluffy/internal/kernel"
+	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -38,4 +39,8 @@ type Core interface {
 	BuildImage(ctx context.Context, u *userenv.Env, runtime string, b sandboxrun.ImageBuild) (sandboxrun.Image, error)
 	// BuildSkillImages builds the images of u's skills that have a Dockerfile (or those b names) and with b.GC removes stale ones.
 	BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.SkillBuild) (sandboxrun.SkillBuildReport, error)
+	// TestPlugin starts dir's plugin (installed or not) in its sandbox
+	// with workspace, lists its tools and runs its tests/*.json cases
+	// ('fluffy plugin test').
+	TestPlugin(ctx context.Context, u *userenv.Env, dir, workspace string) (plugin.TestReport, error)
 }

@@ -29,7 +29,7 @@ func newPluginCmd(a *App) *cobra.Command {
 	}
 	cmd.AddCommand(newPluginLsCmd(a), newPluginInspectCmd(a), newPluginInstallCmd(a), newPluginEnableCmd(a),
 		newPluginDisableCmd(a), newPluginRmCmd(a), newPluginLogsCmd(a), newPluginApproveToolsCmd(a),
-		newPluginImportCmd(a), newPluginDigestCmd(a))
+		newPluginImportCmd(a), newPluginDigestCmd(a), newPluginTestCmd(a))
 	return cmd
 }
 

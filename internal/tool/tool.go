@@ -29,7 +29,7 @@ const (
 	// only when a person applies the change set.
 	Kernel Class = "kernel"
 	// Plugin tools run in a plugin's server, a long-lived process in its
-	// own L2 sandbox (docs/plugins-sdk.md), reached through Run (an MCP
+	// own L2 sandbox (docs/plugins.md), reached through Run (an MCP
 	// call): any action, never in the kernel's address space.
 	Plugin Class = "plugin"
 )

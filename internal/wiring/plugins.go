@@ -59,8 +59,8 @@ func newSessionPlugins(u *userenv.Env, log *slog.Logger, store plugin.Store) *se
 // register starts the session's plugins on its first run (on rt, the
 // session's sandbox runtime, named rtName) and adds their tools to reg.
 // A plugin that does not start is logged, and the session runs without
-// it.
-func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool.Registry, rt sandbox.Runtime, rtName string, masks []sandbox.Mount) error {
+// it. sec, when set, hands out the plugins' credentials (none without).
+func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool.Registry, rt sandbox.Runtime, rtName string, masks []sandbox.Mount, sec *sessionSecrets) error {
 	if p == nil || p.store == nil || rt == nil || env.Narrowing != nil {
 		// A sub-agent gets no tool outside the set it was given.
 		return nil
@@ -77,11 +77,19 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			p.mu.Unlock()
 			return err
 		}
+		var upper string
+		if env.ChangeSet != nil {
+			upper = env.ChangeSet.UpperDir()
+		}
+		var secrets func(context.Context, string, []plugin.Credential) (host.Secrets, error)
+		if sec != nil {
+			secrets = sec.plugin
+		}
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName,
-			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks,
+			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
 			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
-			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer,
+			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer, Secrets: secrets,
 			Logger: p.log.With("session", env.Session),
 		})
 		if err != nil {

@@ -171,7 +171,7 @@ func TestSessionPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bxs.plugins.register(t.Context(), kernel.Env{Session: "child", Workspace: s.dir, Audit: s.al, Narrowing: &kernel.Narrowing{Tools: []string{"fs.read"}}}, reg, rt, "native", nil); err != nil {
+	if err := bxs.plugins.register(t.Context(), kernel.Env{Session: "child", Workspace: s.dir, Audit: s.al, Narrowing: &kernel.Narrowing{Tools: []string{"fs.read"}}}, reg, rt, "native", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(reg.List()) != 0 {

@@ -52,6 +52,8 @@ type secretSession struct {
 	session string
 	cs      *changeset.ChangeSet
 	call    func(cmd string) (string, bool)
+	// live is the session's policy, for a plugin's credentials.
+	live *livePolicy
 }
 
 // defaultUses: the secret as TOKEN for printenv, as the file token for
@@ -120,7 +122,8 @@ func newSecretSession(t *testing.T, policyYAML string, uses func(keyFile string)
 	t.Cleanup(s.sec.Close)
 	boxes := newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
 	t.Cleanup(boxes.Close)
-	tools := sessionTools(u, log, approver, &livePolicy{u: u, log: log, audit: al}, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec, observe{})
+	s.live = &livePolicy{u: u, log: log, audit: al}
+	tools := sessionTools(u, log, approver, s.live, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec, observe{})
 	ws := filepath.Join(dir, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)

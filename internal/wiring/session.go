@@ -285,6 +285,12 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if secrets, err = newKernelSecrets(u, log); err != nil {
 		return fail(err)
 	}
+	if secrets == nil && pluginSecretsWanted(ctx, db.DB) {
+		// An enabled plugin's credentials go through the broker too.
+		if secrets, err = newPluginKernelSecrets(u, log); err != nil {
+			return fail(err)
+		}
+	}
 	if secrets != nil {
 		revokers = append(revokers, secrets)
 	}
@@ -449,21 +455,17 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 			if o.Masks, err = u.SandboxMasks(res.Workspace()); err != nil {
 				return nil, err
 			}
-			// The plugins' tools, from servers in sandboxes of their own
-			// (plugins.go), in the registry the built-in tools are in:
-			// the router knows no difference.
-			if err := boxes.plugins.register(ctx, env, reg, rt, name, o.Masks); err != nil {
-				log.Warn("the plugins are left out", "session", env.Session, "err", err)
-			}
-			// The declared secrets of the session's commands, and the
-			// swaps their egress proxies take for the proxy uses.
+			// The declared secrets of the session's commands (and its
+			// plugins' credentials), and the swaps their egress proxies
+			// take for the proxy uses.
 			var swaps func(context.Context, string) ([]netproxy.Swap, error)
+			var ss *sessionSecrets
 			if secrets != nil {
 				var cs secretMarker
 				if env.ChangeSet != nil {
 					cs = env.ChangeSet
 				}
-				ss := secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
+				ss = secrets.forSession(live, res.Workspace(), env.Session, env.Audit, approver, cs)
 				o.Secrets, swaps = ss.command, ss.proxySwaps
 				// A skill's run gets its manifest's credentials only.
 				o.ConfinedSecrets = ss.confined
@@ -472,6 +474,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 				o.Egress = n.egress
 				// A skill's run reaches its manifest's hosts only.
 				o.ConfinedEgress = n.confinedEgress
+			}
+			// The plugins' tools, from servers in sandboxes of their own
+			// (plugins.go), in the registry the built-in tools are in:
+			// the router knows no difference.
+			if err := boxes.plugins.register(ctx, env, reg, rt, name, o.Masks, ss); err != nil {
+				log.Warn("the plugins are left out", "session", env.Session, "err", err)
 			}
 			// With network, the tools use the registries the person
 			// turned on (net.registries); without, they stay offline.

@@ -3,7 +3,7 @@
 // its standard input and output, and the manifest (fluffy-plugin.yaml)
 // that tells fluffy how to run it. fluffy runs the server in a sandbox
 // and offers its tools to the model as mcp.<plugin>.<tool>;
-// docs/plugins-sdk.md is the guide, examples/plugins/template a layout to
+// docs/plugins.md is the guide, examples/plugins/template a layout to
 // start from. Package plugintest drives a Server in a test.
 package pluginsdk
 

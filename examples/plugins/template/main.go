@@ -2,7 +2,7 @@
 // this folder, rename the plugin in main.go and fluffy-plugin.yaml, and
 // replace the hello tool with yours. Build with `go build -o plugin .`,
 // test with `go test` (plugintest drives the server in memory) and then
-// with fluffy's sandbox and gates (docs/plugins-sdk.md).
+// with fluffy's sandbox and gates (docs/plugins.md).
 package main
 
 import (

@@ -2,7 +2,7 @@
 // pkg/pluginsdk: an MCP server over stdio with two tools, count (words,
 // lines and bytes of a text) and count_file (the same for a file of the
 // workspace, which the plugin may read because its manifest asks for
-// read-workspace). fluffy runs it in a sandbox; docs/plugins-sdk.md.
+// read-workspace). fluffy runs it in a sandbox; docs/plugins.md.
 package main
 
 import (

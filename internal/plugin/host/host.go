@@ -1,14 +1,16 @@
 // Package host runs plugins: each enabled plugin's MCP server as a
 // long-lived process in its own L2 sandbox (read-only plugin folder,
 // read-only workspace only with read-workspace, network only through an
-// egress proxy for the manifest's hosts, the manifest's limits), spoken
+// egress proxy for the manifest's hosts, the manifest's limits; with
+// write-changeset the workspace is an overlay whose writes land in the
+// session's change set), spoken
 // to over its standard input and output with the official MCP Go SDK's
 // client. Its tools become mcp.<plugin>.<tool> in the session's
 // tool.Registry, the same registry the built-in tools are in, so every
 // call takes the router's full road; a tool whose description, schema or
 // annotations differ from its pin is held back; a server that exits is
 // restarted with backoff and given up (state failed) after too many
-// crashes. docs/plugins-sdk.md describes the runtime.
+// crashes. docs/plugins.md describes the runtime.
 //
 // A Host serves one session: one server per plugin per session, so that
 // a server never holds one session's data (its workspace, its calls'
@@ -74,6 +76,11 @@ type Options struct {
 	// inside it.
 	Workspace string
 	Masks     []sandbox.Mount
+	// ChangeSet is the session's change set's upper directory: a plugin
+	// with write-changeset sees the workspace as an overlay whose writes
+	// land there (reviewed and applied like any other), never in the
+	// tree. Empty: such a plugin gets the workspace read-only.
+	ChangeSet string
 	// LogDir holds each plugin's log, <LogDir>/<name>/log (the server's
 	// standard error, at most LogSize bytes plus one older generation);
 	// empty: stderr is dropped.
@@ -84,6 +91,11 @@ type Options struct {
 	// Egress, when set, is asked for the proxy of a plugin that declares
 	// hosts (manifest network); nil, or a nil Egress: no network.
 	Egress func(ctx context.Context, plugin string, hosts []string) (Egress, error)
+	// Secrets, when set, hands a plugin with the secrets capability its
+	// manifest's credentials for one start of its server (the broker's
+	// declared-use path: decided, recorded); nil, or an error: a plugin
+	// that declares credentials does not start.
+	Secrets func(ctx context.Context, plugin string, creds []plugin.Credential) (Secrets, error)
 	// Limits are the defaults of what a manifest does not set: memory
 	// 512 MiB, 64 pids.
 	Limits sandbox.Limits
@@ -105,6 +117,25 @@ type Options struct {
 	Offer  func(ctx context.Context, plugin string, tools []plugin.ToolPin) error
 	Logger *slog.Logger
 }
+
+// Secrets are a server's credentials for one start.
+type Secrets struct {
+	// Env are NAME=value entries; Mounts the secret files' folder.
+	Env    []string
+	Mounts []sandbox.Mount
+	// Scratch, when set, is the memory outside the heap Env lives in
+	// (sandbox.Spec.Scratch).
+	Scratch sandbox.Scratch
+	// Redact returns its argument without the values: the server's
+	// results and its log never hold one.
+	Redact func([]byte) []byte
+	// Close zeroes the values, once the server has ended.
+	Close func()
+}
+
+// ErrNoSecrets: a plugin declares credentials this host cannot hand out
+// (no broker, or no secrets capability).
+var ErrNoSecrets = errors.New("plugin credentials not handed out")
 
 // Host runs the plugins of one session. Safe for concurrent use.
 type Host struct {

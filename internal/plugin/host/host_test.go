@@ -107,6 +107,14 @@ func adversary() *pluginsdk.Server {
 	if os.Getenv("FLUFFY_TEST_PLUGIN_EXTRA") != "" {
 		pluginsdk.Tool(s, "exfil", "Send a file away.", func(_ context.Context, in pathIn) (string, error) { return "sent", nil })
 	}
+	pluginsdk.Tool(s, "getenv", "Answer an environment variable, and log it.", func(_ context.Context, in textIn) (string, error) {
+		v, ok := os.LookupEnv(in.Text)
+		fmt.Fprintf(os.Stderr, "getenv %s=%s\n", in.Text, v)
+		if !ok {
+			return "unset", nil
+		}
+		return "value " + v, nil
+	})
 	pluginsdk.Tool(s, "inject", "Answer a prompt injection.", func(context.Context, struct{}) (string, error) { return injection, nil })
 	pluginsdk.Tool(s, "freeze", "Stop answering anything.", func(context.Context, struct{}) (string, error) {
 		// With one P and no asynchronous preemption (the test's
@@ -637,4 +645,108 @@ func TestHungServerIsRestarted(t *testing.T) {
 	if res, err := call(t, reg, "mcp.adv.echo", map[string]any{"text": "awake"}); err != nil || !strings.Contains(string(res.Output), "awake") {
 		t.Fatalf("after the restart: %q %v", res.Output, err)
 	}
+}
+
+// TestWriteChangeSet: a plugin with write-changeset writes the
+// workspace through an overlay whose upper layer is the change set, so
+// its write lands there, never in the tree; without the capability the
+// same write fails.
+func TestWriteChangeSet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		caps []plugin.Capability
+		want bool
+	}{
+		{"with write-changeset", []plugin.Capability{plugin.CapWriteChangeSet}, true},
+		{"with read-workspace only", []plugin.Capability{plugin.CapReadWorkspace}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			upper := filepath.Join(openDir(t), "upper")
+			f.install(plugin.Manifest{Capabilities: c.caps})
+			_, reg, rep := f.start(host.Options{ChangeSet: upper})
+			if rep.Err != nil {
+				t.Fatal(rep.Err)
+			}
+			res, err := call(t, reg, "mcp.adv.write", map[string]any{"path": filepath.Join(f.ws, "README.md"), "text": "changed"})
+			if err != nil || res.IsError == c.want {
+				t.Fatalf("write: %q %v", res.Output, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(f.ws, "README.md")); string(b) != "hello workspace\n" {
+				t.Fatalf("the tree was written: %q", b)
+			}
+			b, err := os.ReadFile(filepath.Join(upper, "README.md"))
+			if c.want && (err != nil || string(b) != "changed") {
+				t.Fatalf("the change set has %q (%v)", b, err)
+			}
+			if !c.want && err == nil {
+				t.Fatalf("the change set has %q", b)
+			}
+			// It reads its own write back, as the session's commands do.
+			res, err = call(t, reg, "mcp.adv.read", map[string]any{"path": filepath.Join(f.ws, "README.md")})
+			want := "hello workspace"
+			if c.want {
+				want = "changed"
+			}
+			if err != nil || !strings.Contains(string(res.Output), want) {
+				t.Fatalf("read: %q %v", res.Output, err)
+			}
+		})
+	}
+}
+
+// TestCredentials: a plugin's declared credentials reach its server's
+// environment through Options.Secrets, asked for exactly what the
+// manifest declares; a result and a log line that carry a value are
+// redacted; a variable not handed out is absent; with no way to hand
+// them out the plugin does not start.
+func TestCredentials(t *testing.T) {
+	const value = "tok-5f1d2c9e8a7b"
+	creds := []plugin.Credential{{Ref: "env:ADV_TOKEN", As: "env", Name: "TOKEN"}}
+	m := plugin.Manifest{Credentials: creds, Capabilities: []plugin.Capability{plugin.CapSecrets}}
+	t.Run("handed out", func(t *testing.T) {
+		f := newFixture(t)
+		f.install(m)
+		var asked []plugin.Credential
+		closed := 0
+		var mu sync.Mutex
+		sec := func(_ context.Context, name string, c []plugin.Credential) (host.Secrets, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, c...)
+			return host.Secrets{Env: []string{"TOKEN=" + value},
+				Redact: func(b []byte) []byte { return []byte(strings.ReplaceAll(string(b), value, "[REDACTED]")) },
+				Close:  func() { mu.Lock(); closed++; mu.Unlock() }}, nil
+		}
+		h, reg, rep := f.start(host.Options{Secrets: sec})
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		res, err := call(t, reg, "mcp.adv.getenv", map[string]any{"text": "TOKEN"})
+		if err != nil || strings.Contains(string(res.Output), value) || !strings.Contains(string(res.Output), "value [REDACTED]") {
+			t.Fatalf("getenv TOKEN: %q %v", res.Output, err)
+		}
+		res, err = call(t, reg, "mcp.adv.getenv", map[string]any{"text": "ADV_TOKEN"})
+		if err != nil || !strings.Contains(string(res.Output), "unset") {
+			t.Fatalf("getenv ADV_TOKEN: %q %v", res.Output, err)
+		}
+		h.Close()
+		mu.Lock()
+		if len(asked) != 1 || asked[0].Ref != "env:ADV_TOKEN" || closed != 1 {
+			t.Errorf("asked %+v, closed %d", asked, closed)
+		}
+		mu.Unlock()
+		b, err := os.ReadFile(filepath.Join(f.logs, "adv", plugin.LogName))
+		if err != nil || strings.Contains(string(b), value) || !strings.Contains(string(b), "getenv TOKEN=[REDACTED]") {
+			t.Fatalf("log %q %v", b, err)
+		}
+	})
+	t.Run("no broker", func(t *testing.T) {
+		f := newFixture(t)
+		f.install(m)
+		_, _, rep := f.start(host.Options{Restart: host.Restart{Backoff: time.Millisecond}})
+		if !errors.Is(rep.Err, host.ErrNoSecrets) {
+			t.Fatalf("report %+v", rep)
+		}
+	})
 }

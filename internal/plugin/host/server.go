@@ -63,6 +63,8 @@ type server struct {
 	restarts int
 	failed   error
 	lastErr  error
+	// redact strips the current start's credential values (nil: none).
+	redact func([]byte) []byte
 }
 
 func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) {
@@ -205,11 +207,26 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	if eg != nil {
 		defer eg.Close()
 	}
+	sec, err := s.secrets(ctx, &spec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if sec.Close != nil {
+		defer func() {
+			s.mu.Lock()
+			s.redact = nil
+			s.mu.Unlock()
+			sec.Close()
+		}()
+	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	spec.Stdin, spec.Stdout, spec.Live = inR, outW, true
 	if s.log != nil {
 		spec.Stderr = s.log
+		if sec.Redact != nil {
+			spec.Stderr = redactWriter{w: s.log, redact: sec.Redact}
+		}
 	}
 	type ran struct {
 		res sandbox.Result
@@ -381,7 +398,8 @@ func (s *server) output() int64 {
 }
 
 // spec is the server's sandbox: its folder read-only, the workspace
-// read-only only with read-workspace, no workspace to write, network
+// read-only with read-workspace, an overlay writing into the change set
+// with write-changeset, never the tree itself, network
 // only through its egress proxy, the manifest's limits.
 func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 	m := s.rec.Manifest
@@ -406,7 +424,14 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 	if m.Sandbox.PIDs > 0 {
 		spec.Limits.Pids = m.Sandbox.PIDs
 	}
-	if o.Workspace != "" && hasCap(m, plugin.CapReadWorkspace) {
+	switch {
+	case o.Workspace != "" && o.ChangeSet != "" && hasCap(m, plugin.CapWriteChangeSet):
+		// The overlay the sandboxed commands get: its writes land in the
+		// change set, for review and apply.
+		spec.Workspace, spec.ChangeSet = o.Workspace, o.ChangeSet
+		spec.Mounts = append(spec.Mounts, o.Masks...)
+		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
+	case o.Workspace != "" && (hasCap(m, plugin.CapReadWorkspace) || hasCap(m, plugin.CapWriteChangeSet)):
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: o.Workspace})
 		spec.Mounts = append(spec.Mounts, o.Masks...)
 		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
@@ -424,6 +449,50 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 		spec.Seccomp = "standard-net"
 	}
 	return spec, eg, nil
+}
+
+// secrets adds the manifest's credentials to spec (Options.Secrets):
+// none without credentials; refused (the server does not start) without
+// the secrets capability or a broker to hand them out.
+func (s *server) secrets(ctx context.Context, spec *sandbox.Spec) (Secrets, error) {
+	m := s.rec.Manifest
+	if len(m.Credentials) == 0 {
+		return Secrets{}, nil
+	}
+	if !hasCap(m, plugin.CapSecrets) {
+		return Secrets{}, fmt.Errorf("%w: plugin %s: credentials without the capability secrets", ErrNoSecrets, s.name)
+	}
+	if s.h.o.Secrets == nil {
+		return Secrets{}, fmt.Errorf("%w: plugin %s: no secret broker here (docs/secrets.md)", ErrNoSecrets, s.name)
+	}
+	sec, err := s.h.o.Secrets(ctx, s.name, m.Credentials)
+	if err != nil {
+		return Secrets{}, fmt.Errorf("%w: plugin %s: %w", ErrNoSecrets, s.name, err)
+	}
+	spec.Env = sandbox.SetEnv(spec.Env, sec.Env...)
+	spec.Mounts = append(spec.Mounts, sec.Mounts...)
+	if sec.Scratch != nil {
+		spec.Scratch = sec.Scratch
+	}
+	s.mu.Lock()
+	s.redact = sec.Redact
+	s.mu.Unlock()
+	return sec, nil
+}
+
+// redactWriter writes w what redact leaves of each write (the server's
+// stderr into its log). A value split across two writes is not caught:
+// the log is the person's to read, never the model's.
+type redactWriter struct {
+	w      io.Writer
+	redact func([]byte) []byte
+}
+
+func (r redactWriter) Write(p []byte) (int, error) {
+	if _, err := r.w.Write(r.redact(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func hasCap(m plugin.Manifest, c plugin.Capability) bool {

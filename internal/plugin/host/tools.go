@@ -356,6 +356,12 @@ func (s *server) call(ctx context.Context, reg string, args map[string]any) (too
 		return tool.Result{}, fmt.Errorf("plugin %s: %s: %w", s.name, mcpName, err)
 	}
 	out := render(res, s.output())
+	s.mu.Lock()
+	redact := s.redact
+	s.mu.Unlock()
+	if redact != nil {
+		out = redact(out)
+	}
 	return tool.Result{Output: append([]byte(untrustedLabel(s.name)), out...), IsError: res.IsError}, nil
 }
 
