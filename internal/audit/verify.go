@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,8 +156,38 @@ type source interface {
 // first damaged sequence number and the kind of damage, or another error
 // when the log could not be read.
 func (r *Reader) Verify(ctx context.Context, opts VerifyOptions) (Report, error) {
-	return verify(ctx, dbSource{r}, opts)
+	// One snapshot for the whole check. A writer (another process, or
+	// this one's flusher) commits entries together with the head that
+	// signs them; read in several snapshots, the checkpoints could come
+	// from before a commit and the entries from after it, and a live
+	// log would look as if entries had been added outside fluffy. A
+	// deferred BEGIN on one connection takes no write lock (the
+	// database's own transactions are BEGIN IMMEDIATE): writers go on,
+	// the check reads what was committed when it started.
+	c, ok := r.db.(interface {
+		Conn(ctx context.Context) (*sql.Conn, error)
+	})
+	if !ok {
+		return verify(ctx, dbSource{r}, opts)
+	}
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("audit: verify: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		return Report{}, fmt.Errorf("audit: verify: begin a read: %w", err)
+	}
+	// The read ends with the check, whatever the context says.
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") }()
+	return verify(ctx, dbSource{&Reader{db: snapshot{conn}, path: r.path}}, opts)
 }
+
+// snapshot is one connection inside a read transaction, as a Reader's
+// database: closing it is the caller's (Verify's) business.
+type snapshot struct{ *sql.Conn }
+
+func (snapshot) Close() error { return nil }
 
 func verify(ctx context.Context, src source, opts VerifyOptions) (Report, error) {
 	var rep Report
