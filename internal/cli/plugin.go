@@ -58,6 +58,21 @@ func (a *App) openPlugins(ctx context.Context) (*pluginEnv, error) {
 
 func (p *pluginEnv) Close() error { return p.db.Close() }
 
+// openPlugin opens the plugin store and reads one plugin's record; the
+// caller closes the store.
+func (a *App) openPlugin(ctx context.Context, name string) (*pluginEnv, plugin.Record, error) {
+	p, err := a.openPlugins(ctx)
+	if err != nil {
+		return nil, plugin.Record{}, err
+	}
+	r, err := p.get(ctx, name)
+	if err != nil {
+		p.Close()
+		return nil, plugin.Record{}, err
+	}
+	return p, r, nil
+}
+
 // get is a plugin by name; an unknown one is a failure naming it.
 func (p *pluginEnv) get(ctx context.Context, name string) (plugin.Record, error) {
 	r, err := p.ps.Get(ctx, name)
@@ -145,15 +160,11 @@ func newPluginInspectCmd(a *App) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			line, w := termsafe.Line, a.Stdout
 			m := r.Manifest
 			fmt.Fprintf(w, "plugin %s %s\n", m.Name, line(m.Version))
@@ -389,15 +400,11 @@ first start.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			if _, err := plugin.Next(r.Manifest.Name, r.State, plugin.ActEnable); err != nil {
 				return &ExitError{Code: ExitFailure, Msg: err.Error()}
 			}
@@ -464,15 +471,11 @@ func newPluginDisableCmd(a *App) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			if _, err := plugin.Next(r.Manifest.Name, r.State, plugin.ActDisable); err != nil {
 				return &ExitError{Code: ExitFailure, Msg: err.Error()}
 			}
@@ -501,15 +504,11 @@ func newPluginRmCmd(a *App) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			if _, err := plugin.Next(r.Manifest.Name, r.State, plugin.ActRemove); err != nil {
 				return &ExitError{Code: ExitFailure, Msg: err.Error() + fmt.Sprintf(" ('fluffy plugin disable %s' first)", r.Manifest.Name)}
 			}
@@ -561,15 +560,11 @@ func newPluginLogsCmd(a *App) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			// The runtime moves a full log to log.1: the older lines first.
 			base := filepath.Join(plugin.Folder(p.data, r.Manifest.Name), plugin.LogName)
 			var ring []string
@@ -645,15 +640,11 @@ shows each difference and asks (or --yes) before making them the pins.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			p, err := a.openPlugins(ctx)
+			p, r, err := a.openPlugin(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			r, err := p.get(ctx, args[0])
-			if err != nil {
-				return err
-			}
 			off, err := p.ps.Offered(ctx, r.Manifest.Name)
 			if err != nil {
 				return err
