@@ -39,6 +39,28 @@ type egress struct {
 	caDir string
 }
 
+// listen serves e.proxy on a socket in a directory of its own that the
+// sandbox binds, and sets the variables that point a sandbox's clients
+// at it (al decides whether loopback goes through it: netproxy.ClientEnv).
+func (e *egress) listen(u *userenv.Env, al netproxy.AllowList) error {
+	var err error
+	if e.dir, err = egressDir(u); err != nil {
+		return err
+	}
+	e.socket = filepath.Join(e.dir, "egress.sock")
+	ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
+	if err != nil {
+		return err
+	}
+	e.serving = true
+	go func() {
+		defer close(e.served)
+		_ = e.proxy.Serve(ln)
+	}()
+	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
+	return nil
+}
+
 // trustProxyCA gives the sandbox the proxy's certificate authority when
 // the proxy has one (a swap opted in to TLS): the system's roots and the
 // CA in one file, mounted read-only at sandbox.CABundlePath and named by
@@ -181,22 +203,10 @@ func startEgress(_ context.Context, r sandboxrun.EgressRequest) (sandboxrun.Egre
 		e.Close()
 		return nil, err
 	}
-	if e.dir, err = egressDir(u); err != nil {
+	if err := e.listen(u, al); err != nil {
 		e.Close()
 		return nil, err
 	}
-	e.socket = filepath.Join(e.dir, "egress.sock")
-	ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	e.serving = true
-	go func() {
-		defer close(e.served)
-		_ = e.proxy.Serve(ln)
-	}()
-	e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
 	if err := e.trustProxyCA(u.TempDir()); err != nil {
 		e.Close()
 		return nil, err

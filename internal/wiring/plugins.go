@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -200,22 +199,10 @@ func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog
 		if err != nil {
 			return nil, err
 		}
-		if e.dir, err = egressDir(u); err != nil {
+		if err := e.listen(u, al); err != nil {
 			e.Close()
 			return nil, err
 		}
-		e.socket = filepath.Join(e.dir, "egress.sock")
-		ln, err := netproxy.ListenUnix(e.socket, sandboxHostUID())
-		if err != nil {
-			e.Close()
-			return nil, err
-		}
-		e.serving = true
-		go func() {
-			defer close(e.served)
-			_ = e.proxy.Serve(ln)
-		}()
-		e.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, al)
 		return e, nil
 	}
 }

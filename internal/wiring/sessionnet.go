@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
-	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
 	"github.com/fluffy-agent/fluffy/internal/tool/router"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -114,22 +112,10 @@ func (n *sessionNet) startProxy(ctx context.Context, call string, decide func(co
 	if err != nil {
 		return nil, err
 	}
-	if eg.dir, err = egressDir(n.u); err != nil {
+	if err := eg.listen(n.u, netproxy.AllowList{}); err != nil {
 		eg.Close()
 		return nil, err
 	}
-	eg.socket = filepath.Join(eg.dir, "egress.sock")
-	ln, err := netproxy.ListenUnix(eg.socket, sandboxHostUID())
-	if err != nil {
-		eg.Close()
-		return nil, err
-	}
-	eg.serving = true
-	go func() {
-		defer close(eg.served)
-		_ = eg.proxy.Serve(ln)
-	}()
-	eg.env = netproxy.ClientEnv(sandbox.ProxyListen, sandbox.ProxySocketPath, netproxy.AllowList{})
 	if err := eg.trustProxyCA(n.u.TempDir()); err != nil {
 		eg.Close()
 		return nil, err
