@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -79,6 +80,9 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 		Workspace: ws,
 		Runtime:   runtime,
 	}
+	o.Image = func(ctx context.Context, s skill.Skill) (string, error) {
+		return skillImage(ctx, u, runtime(), s, log)
+	}
 	if sh := newSkillShared(u); sh.root != "" {
 		o.Shared = func() (string, error) { return sh.make(session) }
 	}
@@ -92,6 +96,38 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 	}
 	log.Debug("skill tools registered", "session", session)
 	return nil
+}
+
+// ErrSkillImageRuntime refuses a run of a skill with a Dockerfile in a
+// session whose sandboxes are not containers: a native sandbox has no
+// image to start from.
+var ErrSkillImageRuntime = errors.New("a skill with a Dockerfile runs only in a container runtime")
+
+// skillImage is a run's image for s in a session of runtime: built on
+// that runtime's engine when no image carries the key of s's current
+// build context (its Dockerfile and folder), so a change applied to
+// them is built before the run that follows.
+func skillImage(ctx context.Context, u *userenv.Env, runtime string, s skill.Skill, log *slog.Logger) (string, error) {
+	if runtime != "docker" && runtime != "podman" {
+		return "", fmt.Errorf("%w: this session's sandboxes are %s (set sandbox.runtime to docker or podman)", ErrSkillImageRuntime, runtime)
+	}
+	rt, err := engine(ctx, u, runtime)
+	if err != nil {
+		return "", err
+	}
+	defer rt.Close()
+	sb, err := skillImages(u, rt.Client())
+	if err != nil {
+		return "", err
+	}
+	ref, built, err := sb.Ensure(ctx, s)
+	if err != nil {
+		return "", fmt.Errorf("building the image of skill %q: %w", s.Name, err)
+	}
+	if built {
+		log.Info("skill image built for a run", "skill", s.Name, "image", ref)
+	}
+	return ref, nil
 }
 
 // skillsWantSecrets reports whether a skill of the person's scopes (the

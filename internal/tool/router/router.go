@@ -967,6 +967,7 @@ func (r *Router) confine(ctx context.Context, callID string, spec *sandbox.Spec,
 		spec.ChangeSetSize = tool.ThrowawaySize
 	}
 	spec.Network, spec.ProxySocket = sandbox.NetworkNone, ""
+	spec.Image = c.Image
 	spec.Mounts = append(append(slices.Clone(c.Mounts), r.o.Masks...), r.o.Toolchains...)
 	if c.Stdin != nil {
 		spec.Stdin = bytes.NewReader(c.Stdin)

@@ -64,10 +64,11 @@ type Options struct {
 	// Memory is the assistant's memory folder, mounted read-only at
 	// /memory when it is set.
 	Memory string
-	// Image, when set, is asked for a skill whose manifest names a
-	// Dockerfile (the image builder's seam); nil refuses such a skill,
-	// naming the command that builds its image.
-	Image func(ctx context.Context, s skill.Skill) error
+	// Image, when set, returns the container image a skill whose
+	// manifest names a Dockerfile runs in, building it when its inputs
+	// changed since the last build (the image builder's seam); nil
+	// refuses such a skill, naming the command that builds its image.
+	Image func(ctx context.Context, s skill.Skill) (string, error)
 	// Granted, when set, is the manifest a skill's runs may use: the
 	// person's grants narrow an installed skill's network and
 	// credentials (a skill granted nothing gets none). Nil: the manifest
@@ -368,16 +369,20 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; this session's sandboxes are %s (sandbox.runtime)", s.Name, want, have)
 		}
 	}
+	var image string
 	if m.Image.Dockerfile != "" {
 		if o.Image == nil {
 			return tool.Command{}, fmt.Errorf("%w: skill %q runs in the image built from its %s ('fluffy skill build %s'), which this session cannot give a run", ErrNeedsImage, s.Name, m.Image.Dockerfile, s.Name)
 		}
-		if err := o.Image(ctx, s); err != nil {
+		ref, err := o.Image(ctx, s)
+		if err != nil {
 			return tool.Command{}, fmt.Errorf("%w: %w", ErrNeedsImage, err)
 		}
+		image = ref
 	}
 	home := path.Join(SkillsMount, s.Name)
 	c := &tool.Confinement{
+		Image:  image,
 		Mounts: []sandbox.Mount{{Source: s.Dir, Target: home}},
 		Hosts:  slices.Clone(m.Network),
 		Stdin:  stdin,
