@@ -70,7 +70,7 @@ const (
 	// restore'), recorded in the log as it is after the restore.
 	KindBackupRestore Kind = "backup.restore"
 	// KindSkillTrust: a person installed, granted, revoked or re-pinned
-	// a skill installed from elsewhere (docs/skills-install.md).
+	// a skill installed from elsewhere (docs/skills.md).
 	KindSkillTrust Kind = "skill.trust"
 
 	// The assistant daemon's channels (fluffy serve): what arrived, what

@@ -7,7 +7,8 @@
 // when the assistant has memory, the manifest's hosts as its only
 // network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
-// them. docs/skills.md is the reference.
+// them. A skill with a Dockerfile runs in its own image (Options.Image).
+// docs/skills.md is the reference.
 package skilltool
 
 import (
