@@ -620,7 +620,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	// The result reaches the model only once the session's taint is
 	// recorded.
-	if t.UntrustedOutput() {
+	if t.UntrustedOutput() || cl.op != nil && slices.Contains(cl.op.Tags, tool.TagUntrustedOutput) {
 		if err := r.markUntrusted(ctx, cl); err != nil {
 			return agent.Result{}, err
 		}

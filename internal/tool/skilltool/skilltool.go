@@ -303,7 +303,9 @@ func runTool(o Options) (*tool.Tool, error) {
 			op.Argv = []string{s.Name, e.Name}
 			op.Tags = append(op.Tags, s.Manifest.Classification...)
 			if len(s.Manifest.Network) > 0 {
-				op.Tags = append(op.Tags, tool.TagNet)
+				// What a host answered is data no principal wrote: the
+				// run's result taints the session (docs/provenance.md).
+				op.Tags = append(op.Tags, tool.TagNet, tool.TagUntrustedOutput)
 			}
 			if len(s.Manifest.Credentials) > 0 {
 				op.Tags = append(op.Tags, tool.TagSecrets)

@@ -110,7 +110,7 @@ func TestRunCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(op.Tags, "spends-money") || !slices.Contains(op.Tags, "skill") || !slices.Contains(op.Tags, tool.TagNet) || !slices.Equal(op.Argv, []string{"shop", "buy"}) {
+	if !slices.Contains(op.Tags, "spends-money") || !slices.Contains(op.Tags, "skill") || !slices.Contains(op.Tags, tool.TagNet) || !slices.Contains(op.Tags, tool.TagUntrustedOutput) || !slices.Equal(op.Argv, []string{"shop", "buy"}) {
 		t.Fatalf("operation: tags %v argv %v", op.Tags, op.Argv)
 	}
 	cmd, err := tl.Command(t.Context(), a)
@@ -199,7 +199,7 @@ func TestGrantedAndRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(op.Tags, tool.TagNet) || slices.Contains(op.Tags, tool.TagSecrets) {
+	if slices.Contains(op.Tags, tool.TagNet) || slices.Contains(op.Tags, tool.TagSecrets) || slices.Contains(op.Tags, tool.TagUntrustedOutput) {
 		t.Fatalf("tags %v", op.Tags)
 	}
 	cmd, err := tl.Command(t.Context(), a)
