@@ -34,7 +34,8 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 // HTTP_PORT, HTTPS_URL, HTTPS_HOSTPORT; ca.pem (in the current directory) is the HTTPS server's
 // certificate, for the sandbox to trust. Paths: / answers "hello from the
 // host"; /big sends 1 MiB with a Content-Length; /stream sends 1 MiB
-// without one; /slow answers after 10 s.
+// without one; /slow answers after 10 s; /auth and /v1/forecast answer
+// with a hash of the request's Authorization.
 func egressServers(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: egress-servers")
@@ -53,6 +54,11 @@ func egressServers(ts *testscript.TestScript, neg bool, args []string) {
 			// What the request authorized itself with, hashed: a script
 			// checks a credential arrived without printing it.
 			fmt.Fprintf(w, "auth sha256 %x\n", sha256.Sum256([]byte(r.Header.Get("Authorization"))))
+		case "/v1/forecast":
+			// The weather skill's API (examples/skills/weather): the
+			// summary carries what the request authorized itself with,
+			// hashed, as /auth does.
+			fmt.Fprintf(w, `{"summary": "sunny (auth sha256 %x)", "low": 3, "high": 9}`, sha256.Sum256([]byte(r.Header.Get("Authorization"))))
 		case "/slow":
 			select {
 			case <-time.After(10 * time.Second):

@@ -70,8 +70,11 @@ const (
 	// restore'), recorded in the log as it is after the restore.
 	KindBackupRestore Kind = "backup.restore"
 	// KindSkillTrust: a person installed, granted, revoked or re-pinned
-	// a skill installed from elsewhere (docs/skills-install.md).
+	// a skill installed from elsewhere (docs/skills.md).
 	KindSkillTrust Kind = "skill.trust"
+	// KindSkillImage: a skill's image was built for a run, its image
+	// inputs having changed since its last build (docs/skills.md).
+	KindSkillImage Kind = "skill.image"
 
 	// The assistant daemon's channels (fluffy serve): what arrived, what
 	// a channel refused, answers to approval requests.
@@ -145,6 +148,7 @@ func Catalogue() []Payload {
 		KernelStart{}, KernelStop{}, IPCRefused{},
 		SessionCreate{}, SessionClose{}, SessionRemove{}, SessionUntrusted{}, SessionSpawn{}, SessionRefused{}, TDDMode{}, TDDFinish{},
 		ChangesetApply{}, ChangesetDiscard{}, ChangesetAutoApply{}, ChangesetMerge{}, StoreRecover{}, BackupRestore{}, SkillTrust{},
+		SkillImage{},
 		ChannelInbound{}, ChannelRefused{}, ChannelAnswer{}, ChannelVerify{}, WebLogin{}, WebPasskey{},
 		PluginInstall{}, PluginState{}, PluginApprove{},
 		PluginServer{}, PluginTools{},
@@ -970,6 +974,16 @@ type SkillTrust struct {
 	Widening []string `json:"widening,omitempty"`
 }
 
+// SkillImage (skill.image) is a skill's image built before a run (its
+// Dockerfile or build context changed since the last build, or it had
+// none): the image the run starts from.
+type SkillImage struct {
+	Skill      string `json:"skill"`
+	Dir        string `json:"dir"`
+	Dockerfile string `json:"dockerfile"`
+	Image      string `json:"image"`
+}
+
 // AuditPrune (audit.prune) records a pruning; verifiers accept a log
 // whose start is missing only behind one (docs/audit.md, Retention).
 type AuditPrune struct {
@@ -1017,6 +1031,7 @@ func (ChangesetAutoApply) Kind() Kind { return KindChangesetAutoApply }
 func (StoreRecover) Kind() Kind       { return KindStoreRecover }
 func (BackupRestore) Kind() Kind      { return KindBackupRestore }
 func (SkillTrust) Kind() Kind         { return KindSkillTrust }
+func (SkillImage) Kind() Kind         { return KindSkillImage }
 func (ChangesetMerge) Kind() Kind     { return KindChangesetMerge }
 func (ChannelInbound) Kind() Kind     { return KindChannelInbound }
 func (ChannelRefused) Kind() Kind     { return KindChannelRefused }

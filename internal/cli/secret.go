@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/secret"
+	"github.com/fluffy-agent/fluffy/internal/skill"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -97,9 +98,9 @@ func newSecretLsCmd(a *App) *cobra.Command {
 		Short: "List the backends, the secrets and who uses them (never a value)",
 		Long: `ls lists each configured backend with its state (unlocked, locked,
 unreachable, as this process sees it), then every secret a declared use
-(secrets.uses) or a channel (serve.webhooks) names, with what uses it, and the
-age store's entries. It never prints a value; listing the age store asks for
-its passphrase when it has no identity file.`,
+(secrets.uses), a channel (serve.webhooks) or a skill's manifest names, with
+what uses it, and the age store's entries. It never prints a value; listing the
+age store asks for its passphrase when it has no identity file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := a.Config()
@@ -133,6 +134,15 @@ its passphrase when it has no identity file.`,
 			for _, h := range l.Config.Serve.Webhooks {
 				if r, err := secret.ParseRef(h.Secret); err == nil {
 					users[r.String()] = append(users[r.String()], "serve.webhooks "+h.Name)
+				}
+			}
+			// What each skill's manifest asks for (an installed skill
+			// gets it only once granted: fluffy skill show says).
+			for _, sk := range skill.Discover(a.skillRoots()).Skills {
+				for _, c := range sk.Manifest.Credentials {
+					if r, err := secret.ParseRef(c.Ref); err == nil {
+						users[r.String()] = append(users[r.String()], fmt.Sprintf("skill %s (%s %s)", sk.Name, c.As, c.Name))
+					}
 				}
 			}
 			if ag, ok := bs["age"].(*secret.Age); ok {

@@ -401,7 +401,7 @@ func newSkillRmCmd(a *App) *cobra.Command {
 
 // showInstalled says, for a skill installed from elsewhere, whether its
 // files still match their pin and what its runs get of what it asks
-// (docs/skills-install.md).
+// (docs/skills.md).
 func (a *App) showInstalled(name string) {
 	inst, err := a.user().InstalledSkills()
 	if err != nil {

@@ -36,7 +36,7 @@ with no network, tagged fluffy-skill/NAME:KEY, where KEY is a hash of the
 Dockerfile and the build context (.dockerignore honoured). An image whose
 key is unchanged is not built again. --gc removes the images of skills
 that are gone and those a changed skill superseded, never one a
-container uses; alone it builds nothing. See docs/skills-images.md.`,
+container uses; alone it builds nothing. See docs/skills.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runtime == "" {
 				runtime = "docker"

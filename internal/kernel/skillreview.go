@@ -13,7 +13,7 @@ import (
 
 // SkillReview is what a change set's changes widen of the skills in its
 // workspace (a manifest's hosts, credentials, entrypoints, sandbox,
-// image; docs/skills-install.md), for the person reviewing it: a
+// image; docs/skills.md), for the person reviewing it: a
 // WideningSummary per skill, "" when nothing widens. Writes through the
 // tools are flagged when they are asked (builtin.skill-widening); this
 // also catches what a sandboxed command wrote. The workspace side is read

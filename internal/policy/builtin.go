@@ -63,7 +63,7 @@ const (
 )
 
 // TagSkillWidens is the tag the write tools give a write that widens a
-// skill's manifest (docs/skills-install.md).
+// skill's manifest (docs/skills.md).
 const TagSkillWidens = "skill.widens"
 
 // TagMemory is the tag of the tools that write the assistant's memory

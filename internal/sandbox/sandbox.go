@@ -125,6 +125,11 @@ type Spec struct {
 	ChangeSetSize int64
 	// Mounts are extra bind mounts, read-only unless marked Writable.
 	Mounts []Mount
+	// Image, when set, is the container image the sandbox starts from in
+	// place of the runtime's own (a skill's image, docs/skills.md). Only
+	// the container runtimes honour it: the native runtime refuses a
+	// spec that names one (ErrInvalidSpec).
+	Image string
 	// TmpSize is the size of the sandbox's private /tmp (tmpfs), bytes.
 	TmpSize int64
 	// Network is the network mode; empty means NetworkNone.

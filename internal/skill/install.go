@@ -376,7 +376,7 @@ func removeTree(dir string) error {
 }
 
 // readOnly takes the write bits off dir's files: an installed skill
-// changes only through a reviewed re-pin (docs/skills-install.md); the
+// changes only through a reviewed re-pin (docs/skills.md); the
 // person can still write them, but nothing does so by accident.
 func readOnly(dir string) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {

@@ -53,7 +53,7 @@ func listTree(dir string) ([]entry, error) {
 
 // Digest is the pin of a skill's folder: "sha256:" and the hex SHA-256 of
 // its canonical listing (paths, execute bits and contents; see
-// docs/skills-install.md). A .git directory and the signature file are
+// docs/skills.md). A .git directory and the signature file are
 // left out; a symlink or any other special file is an error
 // (ErrUnsupportedFile).
 func Digest(dir string) (string, error) {

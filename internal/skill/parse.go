@@ -77,6 +77,9 @@ func (p Problem) String() string {
 // ParseError lists every problem found in one skill's files.
 type ParseError struct {
 	Problems []Problem
+	// Err, when set, is the error beneath them (a folder or SKILL.md
+	// that is not there wraps fs.ErrNotExist).
+	Err error
 }
 
 func (e *ParseError) Error() string {
@@ -87,8 +90,14 @@ func (e *ParseError) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Unwrap makes errors.Is(err, ErrInvalid) hold.
-func (e *ParseError) Unwrap() error { return ErrInvalid }
+// Unwrap makes errors.Is(err, ErrInvalid) hold, and errors.Is with the
+// error beneath when there is one.
+func (e *ParseError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalid, e.Err}
+	}
+	return []error{ErrInvalid}
+}
 
 // problems collects the problems of one file.
 type problems struct {
@@ -597,19 +606,20 @@ func yamlToJSON(v any) ([]byte, error) {
 
 // Load reads the skill in dir (found in scope): SKILL.md, and skill.yaml
 // or carapace.yaml when present. Any problem fails the whole skill: a
-// *ParseError lists them all.
+// *ParseError lists them all. A folder that is gone or holds no SKILL.md
+// is an error wrapping fs.ErrNotExist: no skill (any more).
 func Load(dir string, scope Scope) (Skill, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return Skill{}, err
 	}
 	if abs, err = filepath.EvalSymlinks(abs); err != nil {
-		return Skill{}, &ParseError{Problems: []Problem{{File: dir, Msg: err.Error()}}}
+		return Skill{}, &ParseError{Problems: []Problem{{File: dir, Msg: err.Error()}}, Err: err}
 	}
 	mdPath := filepath.Join(abs, SkillFile)
 	data, err := regfile.ReadFile(mdPath, maxSkillFile)
 	if err != nil {
-		return Skill{}, &ParseError{Problems: []Problem{{File: mdPath, Msg: readMsg(err)}}}
+		return Skill{}, &ParseError{Problems: []Problem{{File: mdPath, Msg: readMsg(err)}}, Err: err}
 	}
 	front, body, err := ParseSkillMD(mdPath, data)
 	if err != nil {

@@ -226,3 +226,19 @@ func FuzzParseManifest(f *testing.F) {
 		}
 	})
 }
+
+// A folder that is gone, or holds no SKILL.md, is no skill: the error
+// wraps fs.ErrNotExist (what the collection of images goes by) besides
+// ErrInvalid; a SKILL.md that does not parse does not.
+func TestLoadNotExist(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Join(dir, "gone"), dir} {
+		if _, err := Load(d, ScopeUser); !errors.Is(err, os.ErrNotExist) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v", d, err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, SkillFile), []byte("no front matter\n"), 0o644)
+	if _, err := Load(dir, ScopeUser); errors.Is(err, os.ErrNotExist) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("a broken SKILL.md: err = %v", err)
+	}
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // Rule names what a scanner finding is about. The rules are the tricks
-// supply-chain attacks on skill registries used (docs/skills-install.md).
+// supply-chain attacks on skill registries used (docs/skills.md).
 type Rule string
 
 // The scanner's rules.

@@ -7,8 +7,8 @@
 // (running git), scans them for supply-chain tricks, pins them by a
 // digest, verifies their SSH signatures (running ssh-keygen), and keeps
 // what the person granted them; and it says how a manifest change widens
-// a skill. docs/skills.md is the user's reference; docs/skills-install.md
-// covers installing.
+// a skill. docs/skills.md is the user's reference, installing
+// included.
 package skill
 
 import (

@@ -30,6 +30,9 @@ type Confinement struct {
 	// limits for the command.
 	Memory int64
 	Pids   int
+	// Image, when set, is the container image it runs in
+	// (sandbox.Spec.Image): a skill's own, built from its Dockerfile.
+	Image string
 }
 
 // Credential is a secret a confined command gets: a reference and how

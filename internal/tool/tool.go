@@ -75,6 +75,11 @@ const (
 	TagNet         = "net"
 	TagSecrets     = "secrets"
 	TagDestructive = "destructive"
+	// TagUntrustedOutput on a call's operation (added by its Normalize)
+	// makes that call's result untrusted data, as UntrustedOutput does
+	// for every call of a tool: for a tool only some of whose calls read
+	// what no principal wrote (a skill's run that reaches the network).
+	TagUntrustedOutput = "untrusted-output"
 )
 
 // tagsThatWrite may never be carried by a fast-path tool.

@@ -83,7 +83,7 @@ func (e *Env) Protected(ws string) (policy.Protected, error) {
 	add(&prot.Paths, filepath.Dir(files.User))
 	add(&prot.Paths, e.UserFile())
 	// Installed skills change only through a reviewed re-pin
-	// (docs/skills-install.md); their folder is the default
+	// (docs/skills.md); their folder is the default
 	// configuration directory's even when --config names another file.
 	add(&prot.Paths, e.UserSkillsDir())
 	if files.Project != "" {

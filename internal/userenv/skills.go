@@ -16,7 +16,7 @@ func (e *Env) UserSkillsDir() string {
 // InstalledSkills is the record of the skills installed from elsewhere:
 // folders under UserSkillsDir, pins and grants under <data dir>/skills,
 // signatures verified against $XDG_CONFIG_HOME/fluffy/allowed_signers
-// (docs/skills-install.md).
+// (docs/skills.md).
 func (e *Env) InstalledSkills() (*skill.Installed, error) {
 	d, err := e.DataDir()
 	if err != nil {

@@ -406,7 +406,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		}
 		// The session's runtime is known once boxes gives it (below).
 		var runtimeName string
-		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, log); err != nil {
+		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, env.Audit, log); err != nil {
 			log.Warn("the skill tools are left out", "session", env.Session, "err", err)
 		}
 		// A sub-agent gets no tool outside the set it was given, and its

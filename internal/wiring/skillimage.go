@@ -104,8 +104,8 @@ func (*Core) BuildSkillImages(ctx context.Context, u *userenv.Env, b sandboxrun.
 // of by u's configuration.
 func rootList(u *userenv.Env) []string {
 	var out []string
-	for _, r := range skillRoots(u) {
-		out = append(out, r)
+	for _, r := range userSkillRoots(u) {
+		out = append(out, r.Dir)
 	}
 	return out
 }

@@ -30,8 +30,9 @@ func writeSkill(t *testing.T, root, folder string, files map[string]string) stri
 	return dir
 }
 
-// The user's, the assistant's and the project's skills are found; a
-// folder without SKILL.md is none, a broken manifest is reported.
+// The user's, the assistant's and the project's skills are found as a
+// session discovers them; a folder without SKILL.md is none, a broken
+// manifest is reported.
 func TestImageSkills(t *testing.T) {
 	dir := t.TempDir()
 	proj := filepath.Join(dir, "proj")
@@ -39,9 +40,9 @@ func TestImageSkills(t *testing.T) {
 	u := testUser(t, dir, proj)
 	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "bee", map[string]string{
 		"SKILL.md":   "---\nname: bee\ndescription: x\n---\nbody",
-		"skill.yaml": "image:\n  dockerfile: Dockerfile\n"})
+		"skill.yaml": "image:\n  dockerfile: Dockerfile\n", "Dockerfile": "FROM fluffy-base\n"})
 	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "ant", map[string]string{
-		"SKILL.md": "---\nname: ant\ndescription: x\n---\n", "carapace.yaml": "image: {dockerfile: build/Dockerfile}\n"})
+		"SKILL.md": "---\nname: ant\ndescription: x\n---\n", "carapace.yaml": "image: {dockerfile: build/Dockerfile}\n", "build/Dockerfile": "FROM fluffy-base\n"})
 	writeSkill(t, filepath.Join(dir, "config", "fluffy", "skills"), "notes", map[string]string{"README": "not a skill"})
 	writeSkill(t, filepath.Join(proj, ".fluffy", "skills"), "proj", map[string]string{
 		"SKILL.md": "---\nname: proj\ndescription: x\n---\n", "skill.yaml": "image: [\n"})
@@ -58,6 +59,12 @@ func TestImageSkills(t *testing.T) {
 	}
 	if _, err := loadSkillImage(filepath.Join(dir, "nowhere")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a folder that is gone: %v", err)
+	}
+	if _, err := loadSkillImage(filepath.Join(dir, "config", "fluffy", "skills", "notes")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a folder without SKILL.md: %v", err)
+	}
+	if s, err := loadSkillImage(filepath.Join(dir, "config", "fluffy", "skills", "bee")); err != nil || s.Manifest.Image.Dockerfile != "Dockerfile" {
+		t.Errorf("bee: %+v %v", s, err)
 	}
 }
 

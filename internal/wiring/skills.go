@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/skill"
@@ -73,11 +75,25 @@ func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
 // over ws: the skills are discovered again at each call, the shared
 // folder is the session's own (skillShared), and the
 // assistant's memory folder is mounted when there is one.
-func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, log *slog.Logger) error {
+func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, rec router.Recorder, log *slog.Logger) error {
 	o := skilltool.Options{
 		Skills:    func() skill.Set { return grantedSkills(u, ws) },
 		Workspace: ws,
 		Runtime:   runtime,
+	}
+	o.Image = func(ctx context.Context, s skill.Skill) (string, error) {
+		ref, built, err := skillImage(ctx, u, runtime(), s)
+		if err != nil || !built {
+			return ref, err
+		}
+		log.Info("skill image built for a run", "session", session, "skill", s.Name, "image", ref)
+		if rec != nil {
+			p := audit.SkillImage{Skill: s.Name, Dir: s.Dir, Dockerfile: s.Manifest.Image.Dockerfile, Image: ref}
+			if _, err := rec.Append(ctx, audit.Entry{Session: session, Kind: audit.KindSkillImage, Actor: "kernel", Payload: p}); err != nil {
+				return "", fmt.Errorf("recording the build of skill %q's image: %w", s.Name, err)
+			}
+		}
+		return ref, nil
 	}
 	if sh := newSkillShared(u); sh.root != "" {
 		o.Shared = func() (string, error) { return sh.make(session) }
@@ -92,6 +108,35 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 	}
 	log.Debug("skill tools registered", "session", session)
 	return nil
+}
+
+// ErrSkillImageRuntime refuses a run of a skill with a Dockerfile in a
+// session whose sandboxes are not containers: a native sandbox has no
+// image to start from.
+var ErrSkillImageRuntime = errors.New("a skill with a Dockerfile runs only in a container runtime")
+
+// skillImage is a run's image for s in a session of runtime: built on
+// that runtime's engine when no image carries the key of s's current
+// build context (its Dockerfile and folder), so a change applied to
+// them is built before the run that follows; built says it was.
+func skillImage(ctx context.Context, u *userenv.Env, runtime string, s skill.Skill) (ref string, built bool, err error) {
+	if runtime != "docker" && runtime != "podman" {
+		return "", false, fmt.Errorf("%w: this session's sandboxes are %s (set sandbox.runtime to docker or podman)", ErrSkillImageRuntime, runtime)
+	}
+	rt, err := engine(ctx, u, runtime)
+	if err != nil {
+		return "", false, err
+	}
+	defer rt.Close()
+	sb, err := skillImages(u, rt.Client())
+	if err != nil {
+		return "", false, err
+	}
+	ref, built, err = sb.Ensure(ctx, s)
+	if err != nil {
+		return "", false, fmt.Errorf("building the image of skill %q: %w", s.Name, err)
+	}
+	return ref, built, nil
 }
 
 // skillsWantSecrets reports whether a skill of the person's scopes (the

@@ -394,7 +394,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: rl.Name, Soft: rl.Soft, Hard: rl.Hard})
 	}
 	cfg := &container.Config{
-		Image:           r.opts.Image,
+		Image:           orDefault(spec.Image, r.opts.Image),
 		Cmd:             []string{"sleep", "2147483647"},
 		Env:             []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 		User:            user,
@@ -513,7 +513,7 @@ func callOf(spec sandbox.Spec) call {
 func SameContainer(a, b sandbox.Spec) bool {
 	la, lb := a.Limits, b.Limits
 	la.Wall, lb.Wall, la.Output, lb.Output = 0, 0, 0, 0
-	return a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize &&
+	return a.Image == b.Image && a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize &&
 		slices.Equal(a.Mounts, b.Mounts) && a.TmpSize == b.TmpSize && sameNetwork(a, b) &&
 		orDefault(a.Seccomp, "standard") == orDefault(b.Seccomp, "standard") && la == lb
 }

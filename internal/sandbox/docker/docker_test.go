@@ -380,3 +380,24 @@ func TestTimeoutKeepsLimitsHit(t *testing.T) {
 		t.Fatalf("killed %q, hit %v: want the timeout and the pids limit (result %+v)", res.Killed, res.Hit, res)
 	}
 }
+
+// A spec's Image is the container's image in place of the runtime's (a
+// skill's own); without one the runtime's runs.
+func TestSpecImage(t *testing.T) {
+	rt := engine(t)
+	dir := t.TempDir()
+	os.WriteFile(dir+"/Dockerfile", []byte("FROM "+testImage+"\nCOPY marker /etc/skill-marker\n"), 0o644)
+	os.WriteFile(dir+"/marker", []byte("from the skill's image\n"), 0o644)
+	tag := "fluffy-test-spec-image:latest"
+	defer exec.Command("docker", "rmi", "-f", tag).Run()
+	if _, err := docker.BuildDir(context.Background(), rt.Client(), dir, tag); err != nil {
+		t.Fatal(err)
+	}
+	res := run(t, rt, sandbox.Spec{Argv: []string{"cat", "/etc/skill-marker"}, Image: tag})
+	if res.ExitCode != 0 || string(res.Stdout) != "from the skill's image\n" {
+		t.Fatalf("in the spec's image: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := run(t, rt, sandbox.Spec{Argv: []string{"cat", "/etc/skill-marker"}}); res.ExitCode == 0 {
+		t.Fatalf("the runtime's image has the marker: %q", res.Stdout)
+	}
+}

@@ -305,6 +305,7 @@ func TestSameContainer(t *testing.T) {
 		func(s *sandbox.Spec) { s.Limits.CPU = 2 * time.Second },
 		func(s *sandbox.Spec) { s.Limits.FileSize = 2 },
 		func(s *sandbox.Spec) { s.Limits.OpenFiles = 10 },
+		func(s *sandbox.Spec) { s.Image = "fluffy-skill/x:0123456789ab" },
 	}
 	for want, changes := range map[bool][]func(*sandbox.Spec){true: same, false: other} {
 		for i, change := range changes {

@@ -164,6 +164,9 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
+	if err := noImage(spec); err != nil {
+		return err
+	}
 	var res sandbox.Result
 	cfg, err := r.config(spec, &nsinit.Tracer{}, &res)
 	if err != nil {

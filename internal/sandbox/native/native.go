@@ -435,6 +435,15 @@ type request struct {
 	st *nsinit.Status
 }
 
+// noImage refuses a spec naming a container image: a native sandbox is
+// built from the host's own files, it has no image to start from.
+func noImage(spec sandbox.Spec) error {
+	if spec.Image != "" {
+		return fmt.Errorf("%w: the native runtime runs no container image (%s): a container runtime (sandbox.runtime docker or podman) does", sandbox.ErrInvalidSpec, spec.Image)
+	}
+	return nil
+}
+
 // run prepares a run (the spec's checks, the init's configuration, the
 // overlay's work directory, the egress proxy's socket) and hands it to
 // the first start mode that can take it: ahead, direct, then the Go init
@@ -443,6 +452,9 @@ type request struct {
 func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mode startMode, err error) {
 	spec, tr := req.spec, req.tr
 	if err := spec.Validate(); err != nil {
+		return res, 0, err
+	}
+	if err := noImage(spec); err != nil {
 		return res, 0, err
 	}
 	cfg, err := r.config(spec, tr, &res)

@@ -591,3 +591,17 @@ func (a aheadRuntime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Resul
 	_ = a.PrepareNext(spec, nil) // when it cannot, the run starts on demand
 	return a.Runtime.Run(ctx, spec)
 }
+
+// A native sandbox has no image to start from: a spec naming one (a
+// skill's) is refused, never run on the host's files instead.
+func TestImageRefused(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	_, err := rt.Run(t.Context(), sandbox.Spec{Argv: []string{"true"}, Env: []string{"PATH=/usr/bin:/bin"}, Image: "fluffy-skill/weather:0123456789ab"})
+	if !errors.Is(err, sandbox.ErrInvalidSpec) || !strings.Contains(err.Error(), "fluffy-skill/weather") {
+		t.Fatalf("err = %v", err)
+	}
+	err = rt.PrepareNext(sandbox.Spec{Argv: []string{"true"}, Image: "fluffy-skill/weather:0123456789ab"}, nil)
+	if !errors.Is(err, sandbox.ErrInvalidSpec) {
+		t.Fatalf("prepare: err = %v", err)
+	}
+}

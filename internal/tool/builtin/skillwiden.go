@@ -17,7 +17,7 @@ import (
 // hold or run more (skill.Widening) is tagged TagSkillWidens, which
 // the built-in rule builtin.skill-widening holds for a person every time;
 // the approval request shows what widens above the manifest's diff
-// (docs/skills-install.md).
+// (docs/skills.md).
 
 // TagSkillWidens marks a write that widens a skill's manifest; the
 // policy's built-in rule builtin.skill-widening matches it.

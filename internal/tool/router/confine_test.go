@@ -62,6 +62,7 @@ func TestConfinedCommand(t *testing.T) {
 		Command: func(_ context.Context, in *confinedIn) (tool.Command, error) {
 			c := &tool.Confinement{Mounts: []sandbox.Mount{skillDir}, Hosts: in.Hosts, Stdin: []byte(`{"item":"x"}`), Workspace: in.Creds}
 			if in.Creds {
+				c.Image = "fluffy-skill/shop:0123456789ab"
 				c.Credentials = []tool.Credential{{Ref: "env:SHOP", As: "env", Name: "SHOP_TOKEN"}}
 			}
 			return tool.Command{Argv: []string{"/skills/shop/run.sh"}, Confine: c}, nil
@@ -79,8 +80,8 @@ func TestConfinedCommand(t *testing.T) {
 		t.Fatalf("call: %+v, %v", res, err)
 	}
 	s := rt.specs[0]
-	if s.Workspace != "" || s.ChangeSet != "" || s.Network != sandbox.NetworkNone || s.ProxySocket != "" {
-		t.Fatalf("spec: workspace %q change set %q network %q", s.Workspace, s.ChangeSet, s.Network)
+	if s.Workspace != "" || s.ChangeSet != "" || s.Network != sandbox.NetworkNone || s.ProxySocket != "" || s.Image != "" {
+		t.Fatalf("spec: workspace %q change set %q network %q image %q", s.Workspace, s.ChangeSet, s.Network, s.Image)
 	}
 	if !slices.Equal(s.Mounts, []sandbox.Mount{skillDir, mask}) {
 		t.Fatalf("mounts %v", s.Mounts)
@@ -102,6 +103,9 @@ func TestConfinedCommand(t *testing.T) {
 	}
 	if !slices.Equal(gotHosts, []string{"shop.example"}) || len(gotCreds) != 1 || gotCreds[0].Name != "SHOP_TOKEN" {
 		t.Fatalf("asked for hosts %v, credentials %v", gotHosts, gotCreds)
+	}
+	if s.Image != "fluffy-skill/shop:0123456789ab" {
+		t.Fatalf("image %q: want the confinement's", s.Image)
 	}
 	if s.Network != sandbox.NetworkProxy || s.Seccomp != "standard-net" || !slices.Contains(s.Env, "SHOP_TOKEN=t0ken") || !eg.closed {
 		t.Fatalf("spec: network %q seccomp %q env %v closed %v", s.Network, s.Seccomp, s.Env, eg.closed)

@@ -184,3 +184,39 @@ func TestUntrustedWithoutProvenance(t *testing.T) {
 		t.Errorf("plan step: %+v", plan.Items)
 	}
 }
+
+// TestUntrustedPerCall: a call whose operation carries
+// tool.TagUntrustedOutput taints the session as a tool with
+// UntrustedOutput does; a call of the same tool without it does not.
+func TestUntrustedPerCall(t *testing.T) {
+	prov := &fakeProvenance{}
+	type in struct {
+		Net bool `json:"net,omitempty"`
+	}
+	e := newEnv(t, setup{approver: true, mode: tdd.Explore, hook: func(o *router.Options) {
+		f, err := tool.New(tool.Definition[in]{Name: "test.maybe", Description: "reads a host or not", Action: operation.Read,
+			Execution: tool.Execution{Class: tool.FastPath},
+			Normalize: func(_ context.Context, _ *tool.Resolver, i *in, op *operation.Operation) error {
+				if i.Net {
+					op.Tags = append(op.Tags, tool.TagUntrustedOutput)
+				}
+				return nil
+			},
+			Run: func(context.Context, *in) (tool.Result, error) { return tool.Result{Output: []byte(injectedPage)}, nil }})
+		must(t, err)
+		must(t, o.Registry.Register(f))
+		o.Provenance = prov
+	}})
+	e.answer = "/approve"
+	ctx := t.Context()
+	_, err := e.r.Call(ctx, tc("test.maybe", map[string]any{}))
+	must(t, err)
+	if len(prov.marks) != 0 {
+		t.Fatalf("a call without the tag marked the session: %v", prov.marks)
+	}
+	_, err = e.r.Call(ctx, tc("test.maybe", map[string]any{"net": true}))
+	must(t, err)
+	if len(prov.marks) != 1 || !strings.HasPrefix(prov.marks[0], "test.maybe/") {
+		t.Fatalf("marks %v", prov.marks)
+	}
+}

@@ -620,7 +620,7 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 	}
 	// The result reaches the model only once the session's taint is
 	// recorded.
-	if t.UntrustedOutput() {
+	if t.UntrustedOutput() || cl.op != nil && slices.Contains(cl.op.Tags, tool.TagUntrustedOutput) {
 		if err := r.markUntrusted(ctx, cl); err != nil {
 			return agent.Result{}, err
 		}
@@ -967,6 +967,7 @@ func (r *Router) confine(ctx context.Context, callID string, spec *sandbox.Spec,
 		spec.ChangeSetSize = tool.ThrowawaySize
 	}
 	spec.Network, spec.ProxySocket = sandbox.NetworkNone, ""
+	spec.Image = c.Image
 	spec.Mounts = append(append(slices.Clone(c.Mounts), r.o.Masks...), r.o.Toolchains...)
 	if c.Stdin != nil {
 		spec.Stdin = bytes.NewReader(c.Stdin)

@@ -7,7 +7,8 @@
 // when the assistant has memory, the manifest's hosts as its only
 // network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
-// them. docs/skills.md is the reference.
+// them. A skill with a Dockerfile runs in its own image (Options.Image).
+// docs/skills.md is the reference.
 package skilltool
 
 import (
@@ -64,10 +65,11 @@ type Options struct {
 	// Memory is the assistant's memory folder, mounted read-only at
 	// /memory when it is set.
 	Memory string
-	// Image, when set, is asked for a skill whose manifest names a
-	// Dockerfile (the image builder's seam); nil refuses such a skill,
-	// naming the command that builds its image.
-	Image func(ctx context.Context, s skill.Skill) error
+	// Image, when set, returns the container image a skill whose
+	// manifest names a Dockerfile runs in, building it when its inputs
+	// changed since the last build (the image builder's seam); nil
+	// refuses such a skill, naming the command that builds its image.
+	Image func(ctx context.Context, s skill.Skill) (string, error)
 	// Granted, when set, is the manifest a skill's runs may use: the
 	// person's grants narrow an installed skill's network and
 	// credentials (a skill granted nothing gets none). Nil: the manifest
@@ -301,7 +303,9 @@ func runTool(o Options) (*tool.Tool, error) {
 			op.Argv = []string{s.Name, e.Name}
 			op.Tags = append(op.Tags, s.Manifest.Classification...)
 			if len(s.Manifest.Network) > 0 {
-				op.Tags = append(op.Tags, tool.TagNet)
+				// What a host answered is data no principal wrote: the
+				// run's result taints the session (docs/provenance.md).
+				op.Tags = append(op.Tags, tool.TagNet, tool.TagUntrustedOutput)
 			}
 			if len(s.Manifest.Credentials) > 0 {
 				op.Tags = append(op.Tags, tool.TagSecrets)
@@ -368,16 +372,20 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; this session's sandboxes are %s (sandbox.runtime)", s.Name, want, have)
 		}
 	}
+	var image string
 	if m.Image.Dockerfile != "" {
 		if o.Image == nil {
 			return tool.Command{}, fmt.Errorf("%w: skill %q runs in the image built from its %s ('fluffy skill build %s'), which this session cannot give a run", ErrNeedsImage, s.Name, m.Image.Dockerfile, s.Name)
 		}
-		if err := o.Image(ctx, s); err != nil {
+		ref, err := o.Image(ctx, s)
+		if err != nil {
 			return tool.Command{}, fmt.Errorf("%w: %w", ErrNeedsImage, err)
 		}
+		image = ref
 	}
 	home := path.Join(SkillsMount, s.Name)
 	c := &tool.Confinement{
+		Image:  image,
 		Mounts: []sandbox.Mount{{Source: s.Dir, Target: home}},
 		Hosts:  slices.Clone(m.Network),
 		Stdin:  stdin,

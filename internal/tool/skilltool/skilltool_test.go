@@ -110,7 +110,7 @@ func TestRunCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(op.Tags, "spends-money") || !slices.Contains(op.Tags, "skill") || !slices.Contains(op.Tags, tool.TagNet) || !slices.Equal(op.Argv, []string{"shop", "buy"}) {
+	if !slices.Contains(op.Tags, "spends-money") || !slices.Contains(op.Tags, "skill") || !slices.Contains(op.Tags, tool.TagNet) || !slices.Contains(op.Tags, tool.TagUntrustedOutput) || !slices.Equal(op.Argv, []string{"shop", "buy"}) {
 		t.Fatalf("operation: tags %v argv %v", op.Tags, op.Argv)
 	}
 	cmd, err := tl.Command(t.Context(), a)
@@ -199,7 +199,7 @@ func TestGrantedAndRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(op.Tags, tool.TagNet) || slices.Contains(op.Tags, tool.TagSecrets) {
+	if slices.Contains(op.Tags, tool.TagNet) || slices.Contains(op.Tags, tool.TagSecrets) || slices.Contains(op.Tags, tool.TagUntrustedOutput) {
 		t.Fatalf("tags %v", op.Tags)
 	}
 	cmd, err := tl.Command(t.Context(), a)
@@ -221,5 +221,61 @@ func TestGrantedAndRuntime(t *testing.T) {
 	runtime = "podman"
 	if _, err := tl.Command(t.Context(), a); err != nil {
 		t.Fatalf("podman: %v", err)
+	}
+}
+
+// A skill with a Dockerfile runs in the image the Image hook returns,
+// asked at each run (so a changed Dockerfile is built before the run that
+// follows it); a skill without one runs in the runtime's own image.
+func TestRunInItsImage(t *testing.T) {
+	reg := tool.NewRegistry()
+	_, o := fixture(t)
+	var asked []string
+	o.Image = func(_ context.Context, s skill.Skill) (string, error) {
+		asked = append(asked, s.Name)
+		return "fluffy-skill/" + s.Name + ":0123456789ab", nil
+	}
+	if err := skilltool.Register(reg, o); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := tl.Command(t.Context(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Confine.Image != "fluffy-skill/docker-only:0123456789ab" {
+			t.Fatalf("image %q", cmd.Confine.Image)
+		}
+	}
+	if !slices.Equal(asked, []string{"docker-only", "docker-only"}) {
+		t.Fatalf("asked %v", asked)
+	}
+	tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := tl.Command(t.Context(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.Confine.Image != "" || len(asked) != 2 {
+		t.Fatalf("a skill without a Dockerfile: image %q, asked %v", cmd.Confine.Image, asked)
+	}
+	// A build that fails refuses the run.
+	o.Image = func(context.Context, skill.Skill) (string, error) { return "", errors.New("step 3 failed") }
+	reg = tool.NewRegistry()
+	if err := skilltool.Register(reg, o); err != nil {
+		t.Fatal(err)
+	}
+	tl, a, _, err = decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tl.Command(t.Context(), a); !errors.Is(err, skilltool.ErrNeedsImage) || !strings.Contains(err.Error(), "step 3 failed") {
+		t.Fatalf("err = %v", err)
 	}
 }

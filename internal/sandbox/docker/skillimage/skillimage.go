@@ -8,7 +8,7 @@
 // carries the key; GC removes the images of skills that are gone and
 // those a newer key superseded, never one a container uses. The skill
 // runner asks Ensure for the image to run in; 'fluffy skill build' drives
-// Build and GC through internal/wiring. docs/skills-images.md is the
+// Build and GC through internal/wiring. docs/skills.md is the
 // user's reference.
 package skillimage
 
