@@ -154,7 +154,22 @@ func (b *Builder) Build(ctx context.Context, s skill.Skill, progress io.Writer) 
 		return res, nil
 	}
 	if err := b.build(ctx, s, p, progress); err != nil {
-		return res, err
+		// The base image may have been rebuilt (or collected) between
+		// reading its ID and the build: the build then names an image
+		// that is gone. Read the base anew and build once more.
+		if p.base == "" || !b.gone(ctx, p.base) {
+			return res, err
+		}
+		if p, err = b.prepare(ctx, s); err != nil {
+			return res, err
+		}
+		res = Result{Ref: p.tag, Key: p.key}
+		if b.current(ctx, p.tag, p.key) {
+			return res, nil
+		}
+		if err := b.build(ctx, s, p, progress); err != nil {
+			return res, err
+		}
 	}
 	if !b.current(ctx, p.tag, p.key) {
 		return res, fmt.Errorf("skillimage: building %s: the image is missing afterwards", p.tag)
@@ -184,6 +199,7 @@ type prepared struct {
 	ins        []instruction
 	body       []byte // the context tar
 	key, tag   string
+	base       string // the base image's ID the FROM was pinned to; "" for none
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
@@ -219,13 +235,12 @@ func (b *Builder) prepare(ctx context.Context, s skill.Skill) (*prepared, error)
 	if err != nil {
 		return nil, err
 	}
-	df := src
+	df, baseID := src, ""
 	if len(from) > 0 {
-		id, err := b.baseID(ctx)
-		if err != nil {
+		if baseID, err = b.baseID(ctx); err != nil {
 			return nil, err
 		}
-		df = rewriteBase(src, from, id)
+		df = rewriteBase(src, from, baseID)
 	}
 	slashRel := filepath.ToSlash(rel)
 	bc, err := readContext(s.Dir, slashRel, df, b.opts.MaxContext)
@@ -239,7 +254,7 @@ func (b *Builder) prepare(ctx context.Context, s skill.Skill) (*prepared, error)
 	h := sha256.New()
 	fmt.Fprintf(h, "fluffy skill image 1\ndockerfile %s\ncontext %s\n", slashRel, ctxSum)
 	key := hex.EncodeToString(h.Sum(nil))
-	return &prepared{dockerfile: slashRel, path: abs, ins: ins, body: body, key: key,
+	return &prepared{dockerfile: slashRel, path: abs, ins: ins, body: body, key: key, base: baseID,
 		tag: Repository + "/" + s.Name + ":" + key[:12]}, nil
 }
 
@@ -250,6 +265,12 @@ func mustReal(dir string) string {
 		return r
 	}
 	return dir
+}
+
+// gone says whether the engine no longer has image id.
+func (b *Builder) gone(ctx context.Context, id string) bool {
+	_, err := b.cli.ImageInspect(ctx, id)
+	return isNotFound(err)
 }
 
 // baseID returns the base image's ID, building it first when it is
