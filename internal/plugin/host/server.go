@@ -80,8 +80,8 @@ func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) 
 	if len(m.Run.Command) == 0 {
 		return nil, fmt.Errorf("plugin %s: its manifest has no run.command", m.Name)
 	}
-	if m.Run.Transport != "" && m.Run.Transport != "stdio" {
-		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio only)", m.Name, m.Run.Transport)
+	if m.Run.Transport != "" && m.Run.Transport != "stdio" && m.Run.Transport != "http" {
+		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio or http)", m.Name, m.Run.Transport)
 	}
 	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
 		done: make(chan struct{}), firstReady: make(chan struct{}), up: make(chan struct{}),
@@ -228,6 +228,17 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 			spec.Stderr = redactWriter{w: s.log, redact: sec.Redact}
 		}
 	}
+	var tr mcp.Transport = &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: int(4*s.output() + 1<<20)}
+	httpT := s.rec.Manifest.Run.Transport == "http"
+	if httpT {
+		sd, err := newSocketDir()
+		if err != nil {
+			return sandbox.Result{}, fmt.Errorf("plugin %s: %w", s.name, err)
+		}
+		defer sd.Close()
+		sd.httpSpec(&spec)
+		tr = sd.httpTransport(4*s.output() + 1<<20)
+	}
 	type ran struct {
 		res sandbox.Result
 		err error
@@ -245,9 +256,13 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 		// session.
 		_ = outW.Close()
 		_ = inR.Close()
+		if httpT {
+			// Nothing else ends a connect that waits for its socket.
+			cancel()
+		}
 		exited <- ran{res, err}
 	}()
-	cs, err := s.connect(ctx, outR, inW)
+	cs, err := s.connect(ctx, tr)
 	if err != nil {
 		cancel()
 		r := <-exited
@@ -347,15 +362,17 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan error 
 	return dead
 }
 
-// connect speaks MCP over the process's streams: initialize, then the
-// tools' list, checked against the pins and registered.
-func (s *server) connect(ctx context.Context, out io.ReadCloser, in io.WriteCloser) (*mcp.ClientSession, error) {
+// connect speaks MCP over tr (the process's streams, or its socket):
+// initialize, then the tools' list, checked against the pins and
+// registered.
+func (s *server) connect(ctx context.Context, tr mcp.Transport) (*mcp.ClientSession, error) {
 	start, cancel := context.WithTimeout(ctx, s.h.o.StartTimeout)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "fluffy", Version: plugin.APIVersion}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	// A line longer than a result may be is refused: a server flooding
-	// its output ends its session rather than fluffy's memory.
-	cs, err := client.Connect(start, &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: int(4*s.output() + 1<<20)}, nil)
+	// A line (or an HTTP answer) longer than a result may be is refused:
+	// a server flooding its output ends its session rather than fluffy's
+	// memory.
+	cs, err := client.Connect(start, tr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: connect: %w", s.name, err)
 	}
