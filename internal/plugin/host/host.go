@@ -288,6 +288,11 @@ func (h *Host) StartOne(ctx context.Context, rec plugin.Record, reg *tool.Regist
 	if rep.Err == nil && s.lastErr != nil && len(s.registered) == 0 {
 		rep.Err = s.lastErr
 	}
+	if rep.Err == nil && s.failed != nil && len(s.registered) == 0 {
+		// Given up before its first start (its files or its image are
+		// not the ones approved).
+		rep.Err = s.failed
+	}
 	s.mu.Unlock()
 	return rep
 }
