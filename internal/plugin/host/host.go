@@ -68,7 +68,12 @@ type Options struct {
 	// is empty): a plugin whose runtime is missing does not start.
 	Runtimes       map[string]sandbox.Runtime
 	DefaultRuntime string
-	Audit          Recorder
+	// Images, when set, runs the plugins whose manifest names an image
+	// (run.image) on a container engine, whatever the session's runtime;
+	// nil: such a plugin runs only where its runtime in Runtimes is a
+	// container one (a sandbox.ImageRuntime).
+	Images sandbox.ImageRuntime
+	Audit  Recorder
 	// Session is the session the servers serve (audit entries carry it).
 	Session string
 	// Workspace is the session's workspace, mounted read-only for a

@@ -66,12 +66,18 @@ func imageEngine(t *testing.T, session, name string) (*docker.Runtime, string) {
 	return rt, img.ID
 }
 
-func imageHost(t *testing.T, rt sandbox.Runtime, session, ws string, m plugin.Manifest) (*tool.Registry, host.Report, *memStore) {
+// imageHost starts m on rt: as the session's runtime, or with images
+// as Options.Images beside a session that runs natively.
+func imageHost(t *testing.T, rt *docker.Runtime, images bool, session, ws string, m plugin.Manifest) (*tool.Registry, host.Report, *memStore) {
 	t.Helper()
 	st := &memStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}}
 	st.recs[m.Name] = plugin.Record{Manifest: m, Dir: openDir(t), State: plugin.Enabled}
-	h, err := host.New(host.Options{Store: st, Audit: &memAudit{}, Runtimes: map[string]sandbox.Runtime{"docker": rt}, DefaultRuntime: "docker",
-		Session: session, Workspace: ws, Ping: 200 * time.Millisecond, StartTimeout: 20 * time.Second})
+	o := host.Options{Store: st, Audit: &memAudit{}, Runtimes: map[string]sandbox.Runtime{"docker": rt}, DefaultRuntime: "docker",
+		Session: session, Workspace: ws, Ping: 200 * time.Millisecond, StartTimeout: 20 * time.Second}
+	if images {
+		o.Runtimes, o.DefaultRuntime, o.Images = map[string]sandbox.Runtime{"native": notImages{rt}}, "native", rt
+	}
+	h, err := host.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,23 +90,33 @@ func imageHost(t *testing.T, rt sandbox.Runtime, session, ws string, m plugin.Ma
 	return reg, reps[0], st
 }
 
+// notImages is a runtime that runs no image (the native one, say).
+type notImages struct{ sandbox.Runtime }
+
 // TestImagePlugin: a plugin whose manifest names an image pinned by its
 // digest runs in a container of exactly that image through the docker
 // runtime, with the manifest's limits, no network, the workspace
 // read-only (read-workspace); its tools are listed and called through
-// the host.
+// the host. Over stdio on the session's docker runtime, and over
+// streamable HTTP on the socket it shares with fluffy, run through
+// Options.Images for a session whose own runtime is another.
 func TestImagePlugin(t *testing.T) {
-	session := "plugimg-" + strconv.Itoa(os.Getpid())
+	t.Run("stdio", func(t *testing.T) { testImagePlugin(t, "", false) })
+	t.Run("http-images", func(t *testing.T) { testImagePlugin(t, "http", true) })
+}
+
+func testImagePlugin(t *testing.T, transport string, images bool) {
+	session := "plugimg-" + transport + strconv.Itoa(os.Getpid())
 	const name = "fluffy-plugin-test-wordcount:latest"
 	rt, id := imageEngine(t, session, name)
 	ws := openDir(t)
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("hello image\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := plugin.Manifest{Name: "wordcount", Version: "1", Run: plugin.Run{Image: "fluffy-plugin-test-wordcount@" + id},
+	m := plugin.Manifest{Name: "wordcount", Version: "1", Run: plugin.Run{Image: "fluffy-plugin-test-wordcount@" + id, Transport: transport},
 		Sandbox:      plugin.Sandbox{Memory: 96 << 20, PIDs: 32},
 		Capabilities: []plugin.Capability{plugin.CapReadWorkspace}}
-	reg, rep, _ := imageHost(t, rt, session, ws, m)
+	reg, rep, _ := imageHost(t, rt, images, session, ws, m)
 	if rep.Err != nil || !slices.Equal(rep.Tools, []string{"mcp.wordcount.count", "mcp.wordcount.count_file"}) {
 		t.Fatalf("report %+v", rep)
 	}
@@ -135,7 +151,7 @@ func TestImagePluginWrongDigest(t *testing.T) {
 	rt, _ := imageEngine(t, session, name)
 	m := plugin.Manifest{Name: "wordcount", Version: "1",
 		Run: plugin.Run{Image: "fluffy-plugin-test-wordcount@sha256:" + strings.Repeat("0", 64)}}
-	_, rep, st := imageHost(t, rt, session, "", m)
+	_, rep, st := imageHost(t, rt, false, session, "", m)
 	if !errors.Is(rep.Err, sandbox.ErrImageDigest) {
 		t.Fatalf("report %+v", rep)
 	}

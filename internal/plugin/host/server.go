@@ -69,6 +69,7 @@ type server struct {
 	// image runs an image plugin's server, resolved from its pinned
 	// reference before each start, with the image's own command
 	// (imageArgv), or imageErr why it could not be; supervise's only.
+	images    sandbox.ImageRuntime
 	image     sandbox.Runtime
 	imageArgv []string
 	imageErr  error
@@ -84,7 +85,7 @@ func (s *server) resolveImage(ctx context.Context) error {
 		return nil
 	}
 	s.image, s.imageArgv, s.imageErr = nil, nil, nil
-	rt, argv, err := s.runtime.(sandbox.ImageRuntime).Pinned(ctx, ref)
+	rt, argv, err := s.images.Pinned(ctx, ref)
 	if err != nil {
 		s.imageErr = fmt.Errorf("image %s: %w", ref, err)
 		return s.imageErr
@@ -100,19 +101,30 @@ func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) 
 		rtName = h.o.DefaultRuntime
 	}
 	rt := h.o.Runtimes[rtName]
-	if rt == nil {
+	var images sandbox.ImageRuntime
+	if m.Run.Image != "" {
+		images, _ = rt.(sandbox.ImageRuntime)
+		if h.o.Images != nil {
+			images = h.o.Images
+			if m.Sandbox.Runtime == "" {
+				rtName = "docker"
+			}
+		}
+		if images == nil {
+			return nil, fmt.Errorf("plugin %s: its image needs a container runtime, not %q", m.Name, rtName)
+		}
+		rt = nil
+	}
+	if rt == nil && images == nil {
 		return nil, fmt.Errorf("plugin %s: its runtime %q is not available here", m.Name, rtName)
 	}
 	if len(m.Run.Command) == 0 && m.Run.Image == "" {
 		return nil, fmt.Errorf("plugin %s: its manifest has no run.command", m.Name)
 	}
-	if _, ok := rt.(sandbox.ImageRuntime); m.Run.Image != "" && !ok {
-		return nil, fmt.Errorf("plugin %s: its image needs a container runtime, not %q", m.Name, rtName)
-	}
 	if m.Run.Transport != "" && m.Run.Transport != "stdio" && m.Run.Transport != "http" {
 		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio or http)", m.Name, m.Run.Transport)
 	}
-	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
+	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, images: images, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
 		done: make(chan struct{}), firstReady: make(chan struct{}), up: make(chan struct{}),
 		registered: map[string]string{}, held: map[string]string{}}
 	if h.o.LogDir != "" {
