@@ -1,6 +1,7 @@
 // Package pluginsdk is the small kit for writing a fluffy plugin in Go:
 // an MCP server, on the official MCP Go SDK, that serves typed tools over
-// its standard input and output, and the manifest (fluffy-plugin.yaml)
+// its standard input and output (or streamable HTTP on a unix socket),
+// and the manifest (fluffy-plugin.yaml)
 // that tells fluffy how to run it. fluffy runs the server in a sandbox
 // and offers its tools to the model as mcp.<plugin>.<tool>;
 // docs/plugins.md is the guide, examples/plugins/template a layout to

@@ -4,8 +4,9 @@
 // egress proxy for the manifest's hosts, the manifest's limits; with
 // write-changeset the workspace is an overlay whose writes land in the
 // session's change set), spoken
-// to over its standard input and output with the official MCP Go SDK's
-// client. Its tools become mcp.<plugin>.<tool> in the session's
+// to over its standard input and output, or streamable HTTP on a unix
+// socket, with the official MCP Go SDK's client; an image plugin's
+// server runs in a container of its pinned image. Its tools become mcp.<plugin>.<tool> in the session's
 // tool.Registry, the same registry the built-in tools are in, so every
 // call takes the router's full road; a tool whose description, schema or
 // annotations differ from its pin is held back; a server that exits is
