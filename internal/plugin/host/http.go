@@ -157,6 +157,12 @@ type cappedBody struct {
 
 func (b *cappedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
+		// An answer of exactly the cap ends there; one byte more is
+		// too long.
+		var one [1]byte
+		if n, err := b.rc.Read(one[:]); n == 0 && err != nil {
+			return 0, err
+		}
 		return 0, ErrTooLong
 	}
 	if int64(len(p)) > b.left {
