@@ -37,6 +37,10 @@ func examplePlugin(ts *testscript.TestScript, neg bool, args []string) {
 	build := exec.Command("go", "build", "-o", filepath.Join(dst, args[0]), ".")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOCACHE="+hostGoCache(), "GOFLAGS=-buildvcs=false -trimpath -tags=goolm")
+	if v := ts.Getenv("CGO_ENABLED"); v != "" {
+		// A script's CGO_ENABLED=0: a static server, for an image.
+		build.Env = append(build.Env, "CGO_ENABLED="+v)
+	}
 	if out, err := build.CombinedOutput(); err != nil {
 		ts.Fatalf("go build: %v\n%s", err, out)
 	}

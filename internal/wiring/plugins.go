@@ -32,8 +32,10 @@ type sessionPlugins struct {
 	// their pins, for a person's approval (the store's ToolOfferer).
 	offer func(ctx context.Context, name string, tools []plugin.ToolPin) error
 
-	mu     sync.Mutex // guards the fields below
-	hosts  map[string]*host.Host
+	mu    sync.Mutex // guards the fields below
+	hosts map[string]*host.Host
+	// images are the sessions' engines for image plugins.
+	images map[string]*pluginImages
 	closed bool
 }
 
@@ -52,7 +54,7 @@ func kernelPlugins(u *userenv.Env, log *slog.Logger, db *sql.DB) *sessionPlugins
 }
 
 func newSessionPlugins(u *userenv.Env, log *slog.Logger, store plugin.Store) *sessionPlugins {
-	return &sessionPlugins{u: u, log: log.With("component", "plugins"), store: store, hosts: map[string]*host.Host{}}
+	return &sessionPlugins{u: u, log: log.With("component", "plugins"), store: store, hosts: map[string]*host.Host{}, images: map[string]*pluginImages{}}
 }
 
 // register starts the session's plugins on its first run (on rt, the
@@ -84,8 +86,9 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 		if sec != nil {
 			secrets = sec.plugin
 		}
+		images := newPluginImages(p.u, rtName, env.Session)
 		h, err = host.New(host.Options{
-			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName,
+			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName, Images: images,
 			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
 			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
 			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer, Secrets: secrets,
@@ -96,6 +99,7 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			return err
 		}
 		p.hosts[env.Session] = h
+		p.images[env.Session] = images
 	}
 	p.mu.Unlock()
 	if started {
@@ -120,12 +124,16 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 // plugins any more, a plugin left running is stopped.
 func (p *sessionPlugins) EndSession(session string) {
 	p.mu.Lock()
-	h := p.hosts[session]
+	h, img := p.hosts[session], p.images[session]
 	delete(p.hosts, session)
+	delete(p.images, session)
 	last := h != nil && len(p.hosts) == 0
 	p.mu.Unlock()
 	if h != nil {
 		h.Close()
+	}
+	if img != nil {
+		img.Close()
 	}
 	if last {
 		p.stopRunning("its sessions ended")
@@ -136,11 +144,14 @@ func (p *sessionPlugins) EndSession(session string) {
 func (p *sessionPlugins) Close() {
 	p.mu.Lock()
 	p.closed = true
-	hs := p.hosts
-	p.hosts = map[string]*host.Host{}
+	hs, imgs := p.hosts, p.images
+	p.hosts, p.images = map[string]*host.Host{}, map[string]*pluginImages{}
 	p.mu.Unlock()
 	for _, h := range hs {
 		h.Close()
+	}
+	for _, img := range imgs {
+		img.Close()
 	}
 	if len(hs) > 0 {
 		p.stopRunning("the kernel stopped")

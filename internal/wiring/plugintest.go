@@ -62,8 +62,10 @@ func (*Core) TestPlugin(ctx context.Context, u *userenv.Env, dir, workspace stri
 	if m.Sandbox.Runtime != "" {
 		rts[m.Sandbox.Runtime] = rt // auto, as it resolved
 	}
+	images := newPluginImages(u, name, "plugin-test")
+	defer images.Close()
 	o := host.Options{
-		Runtimes: rts, DefaultRuntime: name,
+		Runtimes: rts, DefaultRuntime: name, Images: images,
 		Session: "plugin-test", Workspace: workspace, ChangeSet: filepath.Join(scratch, "upper"),
 		Env: u.SandboxEnv(), Egress: pluginEgress(u, "plugin-test", discardLog{}, log), Logger: log,
 	}

@@ -1,6 +1,7 @@
 // Package pluginsdk is the small kit for writing a fluffy plugin in Go:
 // an MCP server, on the official MCP Go SDK, that serves typed tools over
-// its standard input and output, and the manifest (fluffy-plugin.yaml)
+// its standard input and output (or streamable HTTP on a unix socket),
+// and the manifest (fluffy-plugin.yaml)
 // that tells fluffy how to run it. fluffy runs the server in a sandbox
 // and offers its tools to the model as mcp.<plugin>.<tool>;
 // docs/plugins.md is the guide, examples/plugins/template a layout to
@@ -9,9 +10,13 @@ package pluginsdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
@@ -99,11 +104,43 @@ func (s *Server) Serve(ctx context.Context) error {
 	return s.s.Run(ctx, &mcp.StdioTransport{})
 }
 
-// Main serves s over stdio and exits: a plugin's main is
-// pluginsdk.Main(server). Diagnostics go to standard error, which fluffy
-// keeps in the plugin's log.
+// SocketEnv names the variable fluffy sets for a plugin whose manifest
+// says run.transport: http: the path of the unix socket it is to listen
+// on, in a directory its sandbox shares with fluffy.
+const SocketEnv = "FLUFFY_MCP_SOCKET"
+
+// ServeUnix serves the tools as streamable HTTP on a unix socket at path
+// until ctx ends. Each connection that initializes gets a session of
+// its own.
+func (s *Server) ServeUnix(ctx context.Context, path string) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("pluginsdk: listen: %w", err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.s }, nil)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("pluginsdk: serve: %w", err)
+	}
+	return nil
+}
+
+// Main serves s and exits: a plugin's main is pluginsdk.Main(server).
+// It serves over stdio, or over streamable HTTP on the unix socket
+// SocketEnv names when fluffy sets it (run.transport: http).
+// Diagnostics go to standard error, which fluffy keeps in the plugin's
+// log.
 func Main(s *Server) {
-	if err := s.Serve(context.Background()); err != nil {
+	serve := s.Serve
+	if p := os.Getenv(SocketEnv); p != "" {
+		serve = func(ctx context.Context) error { return s.ServeUnix(ctx, p) }
+	}
+	if err := serve(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "plugin:", err)
 		os.Exit(1)
 	}

@@ -4,8 +4,9 @@
 // egress proxy for the manifest's hosts, the manifest's limits; with
 // write-changeset the workspace is an overlay whose writes land in the
 // session's change set), spoken
-// to over its standard input and output with the official MCP Go SDK's
-// client. Its tools become mcp.<plugin>.<tool> in the session's
+// to over its standard input and output, or streamable HTTP on a unix
+// socket, with the official MCP Go SDK's client; an image plugin's
+// server runs in a container of its pinned image. Its tools become mcp.<plugin>.<tool> in the session's
 // tool.Registry, the same registry the built-in tools are in, so every
 // call takes the router's full road; a tool whose description, schema or
 // annotations differ from its pin is held back; a server that exits is
@@ -68,7 +69,12 @@ type Options struct {
 	// is empty): a plugin whose runtime is missing does not start.
 	Runtimes       map[string]sandbox.Runtime
 	DefaultRuntime string
-	Audit          Recorder
+	// Images, when set, runs the plugins whose manifest names an image
+	// (run.image) on a container engine, whatever the session's runtime;
+	// nil: such a plugin runs only where its runtime in Runtimes is a
+	// container one (a sandbox.ImageRuntime).
+	Images sandbox.ImageRuntime
+	Audit  Recorder
 	// Session is the session the servers serve (audit entries carry it).
 	Session string
 	// Workspace is the session's workspace, mounted read-only for a
@@ -287,6 +293,11 @@ func (h *Host) StartOne(ctx context.Context, rec plugin.Record, reg *tool.Regist
 	}
 	if rep.Err == nil && s.lastErr != nil && len(s.registered) == 0 {
 		rep.Err = s.lastErr
+	}
+	if rep.Err == nil && s.failed != nil && len(s.registered) == 0 {
+		// Given up before its first start (its files or its image are
+		// not the ones approved).
+		rep.Err = s.failed
 	}
 	s.mu.Unlock()
 	return rep

@@ -32,6 +32,16 @@ func TestMain(m *testing.M) {
 		os.Exit(native.InitMain())
 	}
 	if os.Getenv(pluginEnv) != "" {
+		if to := os.Getenv("FLUFFY_TEST_PLUGIN_LINK"); to != "" {
+			// A server that leaves a link to a host socket where fluffy
+			// expects its own.
+			if err := os.Symlink(to, os.Getenv(pluginsdk.SocketEnv)); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			time.Sleep(time.Minute)
+			os.Exit(0)
+		}
 		pluginsdk.Main(adversary())
 	}
 	os.Exit(m.Run())

@@ -65,6 +65,33 @@ type server struct {
 	lastErr  error
 	// redact strips the current start's credential values (nil: none).
 	redact func([]byte) []byte
+
+	// image runs an image plugin's server, resolved from its pinned
+	// reference before each start, with the image's own command
+	// (imageArgv), or imageErr why it could not be; supervise's only.
+	images    sandbox.ImageRuntime
+	image     sandbox.Runtime
+	imageArgv []string
+	imageErr  error
+}
+
+// resolveImage resolves an image plugin's pinned image for its next
+// start: a runtime that starts exactly that image, or why not (an error
+// wrapping sandbox.ErrImageDigest when the name now holds another
+// image).
+func (s *server) resolveImage(ctx context.Context) error {
+	ref := s.rec.Manifest.Run.Image
+	if ref == "" {
+		return nil
+	}
+	s.image, s.imageArgv, s.imageErr = nil, nil, nil
+	rt, argv, err := s.images.Pinned(ctx, ref)
+	if err != nil {
+		s.imageErr = fmt.Errorf("image %s: %w", ref, err)
+		return s.imageErr
+	}
+	s.image, s.imageArgv = rt, argv
+	return nil
 }
 
 func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) {
@@ -74,16 +101,30 @@ func newServer(h *Host, rec plugin.Record, reg *tool.Registry) (*server, error) 
 		rtName = h.o.DefaultRuntime
 	}
 	rt := h.o.Runtimes[rtName]
-	if rt == nil {
+	var images sandbox.ImageRuntime
+	if m.Run.Image != "" {
+		images, _ = rt.(sandbox.ImageRuntime)
+		if h.o.Images != nil {
+			images = h.o.Images
+			if m.Sandbox.Runtime == "" {
+				rtName = "docker"
+			}
+		}
+		if images == nil {
+			return nil, fmt.Errorf("plugin %s: its image needs a container runtime, not %q", m.Name, rtName)
+		}
+		rt = nil
+	}
+	if rt == nil && images == nil {
 		return nil, fmt.Errorf("plugin %s: its runtime %q is not available here", m.Name, rtName)
 	}
-	if len(m.Run.Command) == 0 {
+	if len(m.Run.Command) == 0 && m.Run.Image == "" {
 		return nil, fmt.Errorf("plugin %s: its manifest has no run.command", m.Name)
 	}
-	if m.Run.Transport != "" && m.Run.Transport != "stdio" {
-		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio only)", m.Name, m.Run.Transport)
+	if m.Run.Transport != "" && m.Run.Transport != "stdio" && m.Run.Transport != "http" {
+		return nil, fmt.Errorf("plugin %s: transport %q is not supported (stdio or http)", m.Name, m.Run.Transport)
 	}
-	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
+	s := &server{h: h, rec: rec, name: m.Name, runtime: rt, images: images, rtName: rtName, regs: []*tool.Registry{reg}, tools: map[string]*tool.Tool{},
 		done: make(chan struct{}), firstReady: make(chan struct{}), up: make(chan struct{}),
 		registered: map[string]string{}, held: map[string]string{}}
 	if h.o.LogDir != "" {
@@ -120,6 +161,11 @@ func (s *server) supervise() {
 				s.giveUp(err.Error())
 				return
 			}
+		}
+		if err := s.resolveImage(s.ctx); errors.Is(err, sandbox.ErrImageDigest) {
+			// Another image under the approved name: never run it.
+			s.giveUpErr(err)
+			return
 		}
 		res, err := s.runOnce(s.ctx)
 		if s.ctx.Err() != nil {
@@ -169,9 +215,14 @@ func (s *server) setState(st plugin.State, reason string) {
 
 // giveUp disables the plugin with reason (its crashes, its changed
 // files), records it and makes every later call fail.
-func (s *server) giveUp(reason string) {
+func (s *server) giveUp(reason string) { s.giveUpErr(errors.New(reason)) }
+
+// giveUpErr is giveUp keeping why for callers to branch on
+// (sandbox.ErrImageDigest).
+func (s *server) giveUpErr(why error) {
+	reason := why.Error()
 	s.mu.Lock()
-	s.failed = fmt.Errorf("%w: %s: %s", ErrFailed, s.name, reason)
+	s.failed = fmt.Errorf("%w: %s: %w", ErrFailed, s.name, why)
 	s.mu.Unlock()
 	s.setState(plugin.Disabled, "disabled by the runtime: "+reason)
 	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "failed", Runtime: s.rtName, Error: reason})
@@ -200,6 +251,13 @@ func exitText(res sandbox.Result, err error) string {
 func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	rt := s.runtime
+	if s.rec.Manifest.Run.Image != "" {
+		if s.image == nil {
+			return sandbox.Result{}, s.imageErr
+		}
+		rt = s.image
+	}
 	spec, eg, err := s.spec(ctx)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -228,6 +286,17 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 			spec.Stderr = redactWriter{w: s.log, redact: sec.Redact}
 		}
 	}
+	var tr mcp.Transport = &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: int(4*s.output() + 1<<20)}
+	httpT := s.rec.Manifest.Run.Transport == "http"
+	if httpT {
+		sd, err := newSocketDir()
+		if err != nil {
+			return sandbox.Result{}, fmt.Errorf("plugin %s: %w", s.name, err)
+		}
+		defer sd.Close()
+		sd.httpSpec(&spec)
+		tr = sd.httpTransport(4*s.output() + 1<<20)
+	}
 	type ran struct {
 		res sandbox.Result
 		err error
@@ -240,14 +309,18 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 		_ = inR.Close()
 	}()
 	go func() {
-		res, err := s.runtime.Run(ctx, spec)
+		res, err := rt.Run(ctx, spec)
 		// The process is gone: its streams end, and with them the
 		// session.
 		_ = outW.Close()
 		_ = inR.Close()
+		if httpT {
+			// Nothing else ends a connect that waits for its socket.
+			cancel()
+		}
 		exited <- ran{res, err}
 	}()
-	cs, err := s.connect(ctx, outR, inW)
+	cs, err := s.connect(ctx, tr)
 	if err != nil {
 		cancel()
 		r := <-exited
@@ -347,15 +420,17 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) <-chan error 
 	return dead
 }
 
-// connect speaks MCP over the process's streams: initialize, then the
-// tools' list, checked against the pins and registered.
-func (s *server) connect(ctx context.Context, out io.ReadCloser, in io.WriteCloser) (*mcp.ClientSession, error) {
+// connect speaks MCP over tr (the process's streams, or its socket):
+// initialize, then the tools' list, checked against the pins and
+// registered.
+func (s *server) connect(ctx context.Context, tr mcp.Transport) (*mcp.ClientSession, error) {
 	start, cancel := context.WithTimeout(ctx, s.h.o.StartTimeout)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "fluffy", Version: plugin.APIVersion}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	// A line longer than a result may be is refused: a server flooding
-	// its output ends its session rather than fluffy's memory.
-	cs, err := client.Connect(start, &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: int(4*s.output() + 1<<20)}, nil)
+	// A line (or an HTTP answer) longer than a result may be is refused:
+	// a server flooding its output ends its session rather than fluffy's
+	// memory.
+	cs, err := client.Connect(start, tr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: connect: %w", s.name, err)
 	}
@@ -405,11 +480,7 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 	m := s.rec.Manifest
 	o := s.h.o
 	argv := append([]string(nil), m.Run.Command...)
-	if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
-		argv[0] = filepath.Join(s.rec.Dir, argv[0])
-	}
 	spec := sandbox.Spec{
-		Argv:    argv,
 		Env:     sandbox.SetEnv(append([]string(nil), o.Env...), m.Run.Env...),
 		Dir:     s.rec.Dir,
 		Mounts:  []sandbox.Mount{{Source: s.rec.Dir}},
@@ -417,6 +488,21 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 		Network: sandbox.NetworkNone,
 		Limits:  o.Limits,
 	}
+	if m.Run.Image != "" {
+		// The image is the server: its own command unless the manifest
+		// names one (a path inside the image); the folder holds only the
+		// manifest and is not shown.
+		if len(argv) == 0 {
+			argv = append(argv, s.imageArgv...)
+		}
+		spec.Dir, spec.Mounts = "/", nil
+	} else if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
+		argv[0] = filepath.Join(s.rec.Dir, argv[0])
+	}
+	if len(argv) == 0 {
+		return spec, nil, fmt.Errorf("plugin %s: its image has no command and its manifest names none", m.Name)
+	}
+	spec.Argv = argv
 	spec.Limits.Wall, spec.Limits.Output = 0, 0
 	if m.Sandbox.Memory > 0 {
 		spec.Limits.Memory = int64(m.Sandbox.Memory)

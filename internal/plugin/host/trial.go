@@ -39,6 +39,9 @@ func Trial(ctx context.Context, o Options, m plugin.Manifest, dir string, cases 
 	rep.Runtime = m.Sandbox.Runtime
 	if rep.Runtime == "" {
 		rep.Runtime = h.o.DefaultRuntime
+		if m.Run.Image != "" && h.o.Images != nil {
+			rep.Runtime = "docker" // as newServer runs it
+		}
 	}
 	reg := tool.NewRegistry()
 	r := h.StartOne(ctx, st.rec, reg)
