@@ -1,7 +1,6 @@
 package wiring
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,55 +25,6 @@ import (
 	"github.com/fluffy-agent/fluffy/pkg/pluginsdk"
 )
 
-// pluginStore is an in-memory plugin.Store.
-type pluginStore struct {
-	mu   sync.Mutex
-	recs map[string]plugin.Record
-	pins map[string][]plugin.ToolPin
-}
-
-func (s *pluginStore) List(context.Context) ([]plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []plugin.Record
-	for _, r := range s.recs {
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (s *pluginStore) Get(_ context.Context, name string) (plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs[name]
-	if !ok {
-		return r, plugin.ErrNotFound
-	}
-	return r, nil
-}
-
-func (s *pluginStore) SetState(_ context.Context, name string, st plugin.State, reason string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.recs[name]
-	r.State, r.Reason = st, reason
-	s.recs[name] = r
-	return nil
-}
-
-func (s *pluginStore) PinTools(_ context.Context, name string, pins []plugin.ToolPin) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pins[name] = pins
-	return nil
-}
-
-func (s *pluginStore) Pins(_ context.Context, name string) ([]plugin.ToolPin, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pins[name], nil
-}
-
 // TestSessionPlugins: an enabled plugin's tools appear in a session's
 // tools beside the built-in ones, and a call takes the router's road
 // (policy, exec.start of class plugin, exec.end) to the server in its
@@ -85,7 +34,7 @@ func (s *pluginStore) Pins(_ context.Context, name string) ([]plugin.ToolPin, er
 // example plugin, built for the test.
 func pluginSessions(tb testing.TB) (*nativeSessions, *sessionBoxes) {
 	tb.Helper()
-	store := &pluginStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}}
+	store := plugin.NewMemStore()
 	var bxs *sessionBoxes
 	s := newNativeSessions(tb, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
 		bxs = newSessionBoxes(log, func() resolved {
@@ -113,7 +62,7 @@ func pluginSessions(tb testing.TB) (*nativeSessions, *sessionBoxes) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store.recs[m.Name] = plugin.Record{Manifest: m, Dir: pdir, State: plugin.Enabled}
+	store.Put(plugin.Record{Manifest: m, Dir: pdir, State: plugin.Enabled})
 	return s, bxs
 }
 
@@ -182,7 +131,7 @@ func TestSessionPlugins(t *testing.T) {
 	if len(r2.Definitions()) == 0 {
 		t.Fatal("no tools")
 	}
-	store := bxs.plugins.store.(*pluginStore)
+	store := bxs.plugins.store.(*plugin.MemStore)
 	if rec, _ := store.Get(t.Context(), "wordcount"); rec.State != plugin.Running {
 		t.Fatalf("state %s while a session runs", rec.State)
 	}
@@ -251,9 +200,13 @@ func TestPluginEgress(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	store := bxs.plugins.store.(*pluginStore)
-	store.recs = map[string]plugin.Record{"net": {Dir: pdir, State: plugin.Enabled, Manifest: plugin.Manifest{Name: "net",
-		Run: plugin.Run{Command: []string{"./netplugin"}}, Network: []string{declared}, Capabilities: []plugin.Capability{plugin.CapNetwork}}}}
+	store := bxs.plugins.store.(*plugin.MemStore)
+	// Only the network plugin runs here.
+	if err := store.SetState(t.Context(), "wordcount", plugin.Disabled, "not this test's"); err != nil {
+		t.Fatal(err)
+	}
+	store.Put(plugin.Record{Dir: pdir, State: plugin.Enabled, Manifest: plugin.Manifest{Name: "net",
+		Run: plugin.Run{Command: []string{"./netplugin"}}, Network: []string{declared}, Capabilities: []plugin.Capability{plugin.CapNetwork}}})
 	r, id, _ := s.open("net")
 	get := func(url string) string {
 		args, _ := json.Marshal(map[string]string{"url": url})

@@ -40,7 +40,7 @@ func TestExamplePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.store.recs[m.Name] = plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled}
+	f.store.Put(plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled})
 	_, reg, rep := f.start(host.Options{})
 	if rep.Err != nil || !slices.Equal(rep.Tools, []string{"mcp.wordcount.count", "mcp.wordcount.count_file"}) {
 		t.Fatalf("report %+v", rep)
@@ -78,7 +78,7 @@ func TestThirdPartyServer(t *testing.T) {
 	m := plugin.Manifest{Name: "fsref", Version: "2026.8.31",
 		Run:          plugin.Run{Command: []string{"node", entry, f.ws}},
 		Capabilities: []plugin.Capability{plugin.CapReadWorkspace}}
-	f.store.recs[m.Name] = plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled}
+	f.store.Put(plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled})
 	_, reg, rep := f.start(host.Options{})
 	if rep.Err != nil || !slices.Contains(rep.Tools, "mcp.fsref.read_text_file") || !slices.Contains(rep.Tools, "mcp.fsref.write_file") {
 		t.Fatalf("report %+v", rep)

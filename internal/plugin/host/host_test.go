@@ -142,58 +142,6 @@ func adversary() *pluginsdk.Server {
 	return s
 }
 
-// memStore is an in-memory plugin.Store.
-type memStore struct {
-	mu   sync.Mutex
-	recs map[string]plugin.Record
-	pins map[string][]plugin.ToolPin
-}
-
-func (s *memStore) List(context.Context) ([]plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []plugin.Record
-	for _, r := range s.recs {
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (s *memStore) Get(_ context.Context, name string) (plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs[name]
-	if !ok {
-		return r, plugin.ErrNotFound
-	}
-	return r, nil
-}
-
-func (s *memStore) SetState(_ context.Context, name string, st plugin.State, reason string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs[name]
-	if !ok {
-		return plugin.ErrNotFound
-	}
-	r.State, r.Reason = st, reason
-	s.recs[name] = r
-	return nil
-}
-
-func (s *memStore) PinTools(_ context.Context, name string, pins []plugin.ToolPin) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pins[name] = slices.Clone(pins)
-	return nil
-}
-
-func (s *memStore) Pins(_ context.Context, name string) ([]plugin.ToolPin, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.pins[name]), nil
-}
-
 // memAudit keeps entries in memory.
 type memAudit struct {
 	mu      sync.Mutex
@@ -225,7 +173,7 @@ func (a *memAudit) of(k audit.Kind) []string {
 
 type fixture struct {
 	t     *testing.T
-	store *memStore
+	store *plugin.MemStore
 	audit *memAudit
 	rt    sandbox.Runtime
 	ws    string
@@ -258,7 +206,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, store: &memStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}},
+	f := &fixture{t: t, store: plugin.NewMemStore(),
 		audit: &memAudit{}, rt: rt, ws: openDir(t), logs: t.TempDir(), dir: openDir(t)}
 	// The plugin's folder holds this binary: the sandbox's user reaches
 	// neither the go tool's build directory nor a 0700 one.
@@ -284,9 +232,7 @@ func (f *fixture) install(m plugin.Manifest, env ...string) {
 	m.Name = "adv"
 	m.Run.Command = []string{"./adv"}
 	m.Run.Env = append([]string{pluginEnv + "=1"}, env...)
-	f.store.mu.Lock()
-	f.store.recs["adv"] = plugin.Record{Manifest: m, Dir: f.dir, State: plugin.Enabled}
-	f.store.mu.Unlock()
+	f.store.Put(plugin.Record{Manifest: m, Dir: f.dir, State: plugin.Enabled})
 }
 
 func (f *fixture) start(o host.Options) (*host.Host, *tool.Registry, host.Report) {
@@ -459,7 +405,7 @@ func TestCrashesRestartThenFail(t *testing.T) {
 	}
 }
 
-func waitState(t *testing.T, s *memStore, want plugin.State) plugin.Record {
+func waitState(t *testing.T, s *plugin.MemStore, want plugin.State) plugin.Record {
 	t.Helper()
 	for range 500 {
 		r, _ := s.Get(t.Context(), "adv")
@@ -602,11 +548,9 @@ func TestChangedFilesDisable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.store.mu.Lock()
-	r := f.store.recs["adv"]
+	r, _ := f.store.Get(t.Context(), "adv")
 	r.Digest = d
-	f.store.recs["adv"] = r
-	f.store.mu.Unlock()
+	f.store.Put(r)
 	if err := os.WriteFile(filepath.Join(f.dir, "extra.sh"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}

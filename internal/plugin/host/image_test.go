@@ -68,10 +68,10 @@ func imageEngine(t *testing.T, session, name string) (*docker.Runtime, string) {
 
 // imageHost starts m on rt: as the session's runtime, or with images
 // as Options.Images beside a session that runs natively.
-func imageHost(t *testing.T, rt *docker.Runtime, images bool, session, ws string, m plugin.Manifest) (*tool.Registry, host.Report, *memStore) {
+func imageHost(t *testing.T, rt *docker.Runtime, images bool, session, ws string, m plugin.Manifest) (*tool.Registry, host.Report, *plugin.MemStore) {
 	t.Helper()
-	st := &memStore{recs: map[string]plugin.Record{}, pins: map[string][]plugin.ToolPin{}}
-	st.recs[m.Name] = plugin.Record{Manifest: m, Dir: openDir(t), State: plugin.Enabled}
+	st := plugin.NewMemStore()
+	st.Put(plugin.Record{Manifest: m, Dir: openDir(t), State: plugin.Enabled})
 	o := host.Options{Store: st, Audit: &memAudit{}, Runtimes: map[string]sandbox.Runtime{"docker": rt}, DefaultRuntime: "docker",
 		Session: session, Workspace: ws, Ping: 200 * time.Millisecond, StartTimeout: 20 * time.Second}
 	if images {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
@@ -24,7 +22,8 @@ import (
 // be set up; a server that did not answer is the report's Err.
 func Trial(ctx context.Context, o Options, m plugin.Manifest, dir string, cases []plugin.TestCase) (plugin.TestReport, error) {
 	rep := plugin.TestReport{Manifest: m}
-	st := &trialStore{rec: plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled}}
+	rec := plugin.Record{Manifest: m, Dir: dir, State: plugin.Enabled}
+	st := plugin.NewMemStore(rec)
 	o.Store = st
 	if o.Audit == nil {
 		o.Audit = discardAudit{}
@@ -44,8 +43,8 @@ func Trial(ctx context.Context, o Options, m plugin.Manifest, dir string, cases 
 		}
 	}
 	reg := tool.NewRegistry()
-	r := h.StartOne(ctx, st.rec, reg)
-	rep.Tools = st.pinned()
+	r := h.StartOne(ctx, rec, reg)
+	rep.Tools, _ = st.Pins(ctx, m.Name)
 	for _, held := range r.Held {
 		rep.Refused = append(rep.Refused, held.Tool+": "+held.Reason)
 	}
@@ -96,57 +95,6 @@ func runCase(ctx context.Context, reg *tool.Registry, name string, c plugin.Test
 		res.Pass = true
 	}
 	return res
-}
-
-// trialStore holds the one plugin on trial.
-type trialStore struct {
-	mu   sync.Mutex // guards the fields below
-	rec  plugin.Record
-	pins []plugin.ToolPin
-}
-
-func (s *trialStore) List(context.Context) ([]plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return []plugin.Record{s.rec}, nil
-}
-
-func (s *trialStore) Get(_ context.Context, name string) (plugin.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if name != s.rec.Manifest.Name {
-		return plugin.Record{}, fmt.Errorf("%w: %s", plugin.ErrNotFound, name)
-	}
-	return s.rec, nil
-}
-
-func (s *trialStore) SetState(_ context.Context, name string, st plugin.State, reason string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if name != s.rec.Manifest.Name {
-		return fmt.Errorf("%w: %s", plugin.ErrNotFound, name)
-	}
-	s.rec.State, s.rec.Reason = st, reason
-	return nil
-}
-
-func (s *trialStore) PinTools(_ context.Context, _ string, pins []plugin.ToolPin) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pins = slices.Clone(pins)
-	return nil
-}
-
-func (s *trialStore) Pins(context.Context, string) ([]plugin.ToolPin, error) {
-	return s.pinned(), nil
-}
-
-func (s *trialStore) pinned() []plugin.ToolPin {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := slices.Clone(s.pins)
-	slices.SortFunc(out, func(a, b plugin.ToolPin) int { return strings.Compare(a.Name, b.Name) })
-	return out
 }
 
 // discardAudit records nothing: a trial is no session.
