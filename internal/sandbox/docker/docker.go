@@ -587,14 +587,20 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
 		done <- err
 	}()
+	// copied says the copy's one result was received: it must not be
+	// waited for twice (a copy that ended as the context did would
+	// otherwise hang the kill path below forever).
 	var copyErr error
+	copied := false
 	select {
 	case copyErr = <-done:
+		copied = true
 	case <-runCtx.Done():
 	}
-	if runCtx.Err() != nil && copyErr == nil {
+	if runCtx.Err() != nil && !copied {
 		select {
 		case copyErr = <-done:
+			copied = true
 		default:
 		}
 	}
@@ -609,7 +615,9 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		_, _ = in.r.cli.ContainerKill(kctx, in.id, client.ContainerKillOptions{Signal: "SIGKILL"})
 		kcancel()
 		att.Close()
-		<-done
+		if !copied {
+			<-done
+		}
 		res.Duration = time.Since(start)
 		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
 		if ctx.Err() == nil {
