@@ -45,6 +45,9 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags fluffy_front ./cmd/fluffy
+	# A build without goolm compiles too (the daemon then refuses
+	# serve.matrix): its tests must as well.
+	$(GO) vet -tags '' ./internal/channel/matrix/...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags fluffy_front ./cmd/fluffy
 

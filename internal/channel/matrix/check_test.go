@@ -115,11 +115,4 @@ func TestTokenReference(t *testing.T) {
 	if errs := Check([]config.Matrix{m}, config.Origin{File: "c.yaml"}, set); len(errs) != 0 {
 		t.Fatalf("the check of an age reference takes its form only: %v", errs)
 	}
-	c, err := New(m, Options{StateDir: t.TempDir(), LookupEnv: set, Resolve: other})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := c.secret(ctx); err != nil || got != "syt_from_age" {
-		t.Fatalf("the channel's own secret: %q, %v", got, err)
-	}
 }
