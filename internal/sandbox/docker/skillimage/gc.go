@@ -98,6 +98,13 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 	var out []Collected
 	var errs []error
 	for _, img := range imgs.Items {
+		if !complete(img.Labels) {
+			// The classic builder adds a build's labels one step at a
+			// time, so a build in progress (this process's, another
+			// user's) has layers with some of them: never a skill's
+			// image, and removing one fails that build.
+			continue
+		}
 		name, dir := img.Labels[LabelSkill], img.Labels[LabelDir]
 		var tags []string
 		for _, t := range img.RepoTags {
@@ -179,4 +186,15 @@ func withoutRegistry(name string) string {
 		return rest
 	}
 	return name
+}
+
+// complete reports whether an image carries every label Build gives a
+// skill image: only a finished build's image does.
+func complete(labels map[string]string) bool {
+	for _, l := range []string{docker.LabelContent, LabelSkill, LabelDir, LabelDockerfile} {
+		if labels[l] == "" {
+			return false
+		}
+	}
+	return true
 }

@@ -1,9 +1,12 @@
 package skillimage_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -365,5 +369,50 @@ func testGC(t *testing.T, cli *client.Client) {
 		if c.Skill == name && c.Reason != skillimage.ReasonGone {
 			t.Errorf("%+v: want %q", c, skillimage.ReasonGone)
 		}
+	}
+}
+
+// GC never removes a layer of a build in progress: the classic builder
+// adds the labels one step at a time, so a layer carries the skill's
+// name before its folder, and GC, run meanwhile by another process (a
+// 'fluffy serve' starting), took the folder-less layer for a skill gone
+// and removed it from under the build.
+func TestGCKeepsPartialBuild(t *testing.T) {
+	cli := engine(t)
+	ctx := t.Context()
+	body, _, err := docker.DeterministicTar(map[string]docker.TarEntry{
+		"Dockerfile": {Type: tar.TypeReg, Mode: 0o644, Data: []byte("FROM " + testBase + "\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a build has after its name's LABEL step and before its
+	// folder's: the key and the name, no folder, no tag.
+	resp, err := cli.ImageBuild(ctx, bytes.NewReader(body), client.ImageBuildOptions{
+		Version: build.BuilderV1, Remove: true, NetworkMode: "none",
+		Labels: map[string]string{docker.LabelContent: "partial-" + t.Name(), skillimage.LabelSkill: "skillimage-test-partial"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	imgs, err := cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", docker.LabelContent+"=partial-"+t.Name())})
+	if err != nil || len(imgs.Items) != 1 {
+		t.Fatalf("the partial image: %v %v", imgs, err)
+	}
+	id := imgs.Items[0].ID
+	t.Cleanup(func() { cli.ImageRemove(context.Background(), id, client.ImageRemoveOptions{Force: true}) })
+	got, err := newBuilder(t, cli).GC(ctx, skillimage.GCOptions{Load: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got {
+		if c.Skill == "skillimage-test-partial" {
+			t.Errorf("GC took a build's layer for a stale image: %+v", c)
+		}
+	}
+	if _, err := cli.ImageInspect(ctx, id); err != nil {
+		t.Fatalf("GC removed a build's layer: %v", err)
 	}
 }
