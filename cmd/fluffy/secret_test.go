@@ -36,15 +36,18 @@ func procMem(ts *testscript.TestScript, neg bool, args []string) {
 	for _, r := range residentRegions(ts, args[0]) {
 		buf := make([]byte, r.end-r.start)
 		m, _ := mem.ReadAt(buf, int64(r.start))
-		n += bytes.Count(buf[:m], needle)
-		if os.Getenv("PROCMEM_DEBUG") != "" {
+		c := bytes.Count(buf[:m], needle)
+		n += c
+		// Where a value is left says who left it: a failure shows it
+		// without a rerun (a flake seen once in CI may not come back).
+		if c > 0 && (neg || os.Getenv("PROCMEM_DEBUG") != "") {
 			for i := 0; ; {
 				j := bytes.Index(buf[i:m], needle)
 				if j < 0 {
 					break
 				}
 				at := i + j
-				ts.Logf("at %x in %s: %q", r.start+uint64(at), r.line, buf[max(0, at-64):min(m, at+len(needle)+64)])
+				ts.Logf("at %x in %s: %q", r.start+uint64(at), r.line, buf[max(0, at-64):min(m, at+len(needle)+256)])
 				i = at + 1
 			}
 		}

@@ -251,13 +251,21 @@ func (b *Broker) EndSession(ctx context.Context, session string) {
 			b.log.Warn("secret: freeing a value", "ref", r.String(), "err", err)
 		}
 	}
+	freed := len(b.sessions[session]) > 0
 	delete(b.sessions, session)
 	idle := len(b.sessions) == 0
 	b.mu.Unlock()
+	if freed {
+		scrubSignalStacks(scrubWait)
+	}
 	if idle {
 		b.lockAll(ctx)
 	}
 }
+
+// scrubWait bounds how long zeroing waits for the threads to take the
+// signal that overwrites their signal stacks (scrubSignalStacks).
+const scrubWait = 100 * time.Millisecond
 
 func (b *Broker) lockAll(ctx context.Context) {
 	for n, be := range b.backends {
@@ -279,6 +287,7 @@ func (b *Broker) Close(ctx context.Context) {
 	}
 	b.sessions = map[string]map[Ref]*entry{}
 	b.mu.Unlock()
+	scrubSignalStacks(scrubWait)
 	b.lockAll(ctx)
 }
 
