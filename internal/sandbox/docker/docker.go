@@ -48,7 +48,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -493,6 +492,8 @@ type call struct {
 	wall           time.Duration
 	output         int64
 	live           bool
+	// scratch is the spec's Scratch: the output is read into it.
+	scratch sandbox.Scratch
 }
 
 func callOf(spec sandbox.Spec) call {
@@ -501,7 +502,7 @@ func callOf(spec sandbox.Spec) call {
 		env = withoutEgressSocket(env)
 	}
 	return call{argv: spec.Argv, env: env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
-		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output, live: spec.Live}
+		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output, live: spec.Live, scratch: spec.Scratch}
 }
 
 // SameContainer reports whether a container started for a can run b's
@@ -563,29 +564,31 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
 	}
-	att, err := in.r.cli.ExecAttach(runCtx, ex.ID, client.ExecAttachOptions{})
+	conn, err := in.r.startExec(runCtx, ex.ID)
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
 	}
-	defer att.Close()
+	defer conn.Close()
 	res.Setup = time.Since(t0)
 	start := time.Now()
 	if stdin != nil {
 		go func() {
-			_, _ = io.Copy(att.Conn, stdin)
-			_ = att.CloseWrite()
+			_, _ = io.Copy(conn, stdin)
+			if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
 		}()
 	}
 	limit := c.output
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	stdout := &capped{max: limit, live: c.stdout, all: c.live}
-	stderr := &capped{max: limit, live: c.stderr, all: c.live}
+	stdout := newCapped(limit, c.stdout, c.live, c.scratch)
+	stderr := newCapped(limit, c.stderr, c.live, c.scratch)
+	rbuf := scratchOr(c.scratch, demuxBuffer)
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		done <- err
+		done <- demux(conn, rbuf, stdout, stderr)
 	}()
 	// copied says the copy's one result was received: it must not be
 	// waited for twice (a copy that ended as the context did would
@@ -614,7 +617,7 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, _ = in.r.cli.ContainerKill(kctx, in.id, client.ContainerKillOptions{Signal: "SIGKILL"})
 		kcancel()
-		att.Close()
+		conn.Close()
 		if !copied {
 			<-done
 		}
@@ -645,7 +648,7 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		res.Signal, res.ExitCode = ins.ExitCode-128, -1
 	}
 	if ins.ExitCode == 126 || ins.ExitCode == 127 {
-		if msg := stdout.String() + stderr.String(); strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory") && strings.Contains(msg, "OCI runtime exec failed") {
+		if notFound(stdout.bytes()) || notFound(stderr.bytes()) {
 			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, argv[0])
 		}
 	}
@@ -773,49 +776,6 @@ func waitUnmounted(names []string, limit time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// capped keeps the first max bytes written and passes them on live.
-type capped struct {
-	buf  bytes.Buffer
-	max  int64
-	cut  bool
-	live io.Writer
-	// all: everything goes to live, nothing is kept (Spec.Live).
-	all bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	n := len(p)
-	if c.all {
-		if c.live != nil {
-			_, _ = c.live.Write(p)
-		}
-		return n, nil
-	}
-	room := c.max - int64(c.buf.Len())
-	if int64(len(p)) > room {
-		p = p[:max(room, 0)]
-		c.cut = true
-	}
-	c.buf.Write(p)
-	if c.live != nil && len(p) > 0 {
-		_, _ = c.live.Write(p)
-	}
-	return n, nil
-}
-
-func (c *capped) String() string { return c.buf.String() }
-
-func (c *capped) bytes() []byte {
-	b := bytes.Clone(c.buf.Bytes())
-	if c.cut {
-		b = append(b, sandbox.TruncationMarker...)
-	}
-	if b == nil {
-		b = []byte{}
-	}
-	return b
 }
 
 func orDefault(s, d string) string {
