@@ -276,9 +276,12 @@ type Instance struct {
 	// hostMounts are strings naming the engine's host mounts for the
 	// container (its id, rootfs, network namespace file).
 	hostMounts []string
-	closed     sync.Once
-	dead       bool
-	mu         sync.Mutex
+	// uid and gid are the container's user, who owns its environment
+	// files.
+	uid, gid int
+	closed   sync.Once
+	dead     bool
+	mu       sync.Mutex
 }
 
 var _ sandbox.Instance = (*Instance)(nil)
@@ -335,6 +338,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: tgt, ReadOnly: !m.Writable,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
 	}
+	inst.uid, inst.gid = parseUser(user)
 	tmpSize := spec.TmpSize
 	if tmpSize <= 0 {
 		tmpSize = 64 << 20
@@ -344,12 +348,16 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
-		Mounts:         mounts,
-		Init:           ptr(true),
-		IpcMode:        "private",
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		LogConfig:      container.LogConfig{Type: "none"},
+		Tmpfs: map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize),
+			// A command's variables that carry a secret (envfile.go):
+			// its user may remove a file but not list them (Podman
+			// takes no uid= for a tmpfs).
+			envDir: "rw,nosuid,nodev,noexec,size=1m,mode=1733"},
+		Mounts:       mounts,
+		Init:         ptr(true),
+		IpcMode:      "private",
+		CgroupnsMode: container.CgroupnsModePrivate,
+		LogConfig:    container.LogConfig{Type: "none"},
 	}
 	if r.podman {
 		// Podman's compatible API mounts writable tmpfs on /run and
@@ -558,8 +566,21 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		runCtx, cancel = context.WithTimeout(ctx, c.wall)
 		defer cancel()
 	}
+	held, env := splitEnv(c.env, c.scratch)
+	if len(held) > 0 {
+		ef, err := writeEnvFile(in.pid, in.pidStart, in.uid, in.gid, envContent(held, c.scratch))
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		defer func() {
+			if err := ef.wipe(); err != nil {
+				in.r.log.Warn("a secret's environment file could not be zeroed", "container", shortID(in.id), "err", err)
+			}
+		}()
+		argv = append([]string{envShell, "-c", envScript, "fluffy-env", ef.path()}, argv...)
+	}
 	ex, err := in.r.cli.ExecCreate(runCtx, in.id, client.ExecCreateOptions{
-		Cmd: argv, Env: c.env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
+		Cmd: argv, Env: env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
 	})
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
@@ -649,7 +670,7 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	}
 	if ins.ExitCode == 126 || ins.ExitCode == 127 {
 		if notFound(stdout.bytes()) || notFound(stderr.bytes()) {
-			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, argv[0])
+			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, c.argv[0])
 		}
 	}
 	after := in.cg.events()
