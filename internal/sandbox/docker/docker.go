@@ -25,6 +25,11 @@
 // into the container at the workspace's path. The container sees the
 // merged view; its writes land in the change set. See docs/containers.md.
 //
+// A command's secret-bearing variables and its output keep off the heap
+// and out of the engine's API: the variables arrive through a file on a
+// tmpfs of the container's own (envfile.go), and the output is read from
+// the engine's socket into the spec's arena (stream.go).
+//
 // Every container carries labels (LabelManaged, LabelSession,
 // LabelTemplate, LabelOwner, LabelMount): GC removes those whose owning
 // process is gone, with their overlay mounts.
