@@ -121,6 +121,11 @@ func writeEnvFile(pid int, start string, uid, gid int, content []byte) (*envFile
 	if st, err := procStart(pid); err != nil || st != start {
 		return nil, errors.New("the container's init is gone")
 	}
+	return writeEnvFileIn(root, uid, gid, content)
+}
+
+// writeEnvFileIn is writeEnvFile in the root directory root.
+func writeEnvFileIn(root int, uid, gid int, content []byte) (*envFile, error) {
 	inRoot := func(p string, flags uint64, resolve uint64) (int, error) {
 		return unix.Openat2(root, p, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: resolve})
 	}
