@@ -25,6 +25,11 @@
 // into the container at the workspace's path. The container sees the
 // merged view; its writes land in the change set. See docs/containers.md.
 //
+// A command's secret-bearing variables and its output keep off the heap
+// and out of the engine's API: the variables arrive through a file on a
+// tmpfs of the container's own (envfile.go), and the output is read from
+// the engine's socket into the spec's arena (stream.go).
+//
 // Every container carries labels (LabelManaged, LabelSession,
 // LabelTemplate, LabelOwner, LabelMount): GC removes those whose owning
 // process is gone, with their overlay mounts.
@@ -48,7 +53,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -277,9 +281,12 @@ type Instance struct {
 	// hostMounts are strings naming the engine's host mounts for the
 	// container (its id, rootfs, network namespace file).
 	hostMounts []string
-	closed     sync.Once
-	dead       bool
-	mu         sync.Mutex
+	// uid and gid are the container's user, who owns its environment
+	// files.
+	uid, gid int
+	closed   sync.Once
+	dead     bool
+	mu       sync.Mutex
 }
 
 var _ sandbox.Instance = (*Instance)(nil)
@@ -336,6 +343,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: tgt, ReadOnly: !m.Writable,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
 	}
+	inst.uid, inst.gid = parseUser(user)
 	tmpSize := spec.TmpSize
 	if tmpSize <= 0 {
 		tmpSize = 64 << 20
@@ -345,12 +353,16 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges:true", secOpt},
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
-		Mounts:         mounts,
-		Init:           ptr(true),
-		IpcMode:        "private",
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		LogConfig:      container.LogConfig{Type: "none"},
+		Tmpfs: map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize),
+			// A command's variables that carry a secret (envfile.go):
+			// its user may remove a file but not list them (Podman
+			// takes no uid= for a tmpfs).
+			envDir: "rw,nosuid,nodev,noexec,size=1m,mode=1733"},
+		Mounts:       mounts,
+		Init:         ptr(true),
+		IpcMode:      "private",
+		CgroupnsMode: container.CgroupnsModePrivate,
+		LogConfig:    container.LogConfig{Type: "none"},
 	}
 	if r.podman {
 		// Podman's compatible API mounts writable tmpfs on /run and
@@ -493,6 +505,8 @@ type call struct {
 	wall           time.Duration
 	output         int64
 	live           bool
+	// scratch is the spec's Scratch: the output is read into it.
+	scratch sandbox.Scratch
 }
 
 func callOf(spec sandbox.Spec) call {
@@ -501,7 +515,7 @@ func callOf(spec sandbox.Spec) call {
 		env = withoutEgressSocket(env)
 	}
 	return call{argv: spec.Argv, env: env, dir: spec.Dir, workspace: spec.Workspace, stdin: spec.Stdin,
-		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output, live: spec.Live}
+		stdout: spec.Stdout, stderr: spec.Stderr, wall: spec.Limits.Wall, output: spec.Limits.Output, live: spec.Live, scratch: spec.Scratch}
 }
 
 // SameContainer reports whether a container started for a can run b's
@@ -557,35 +571,50 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		runCtx, cancel = context.WithTimeout(ctx, c.wall)
 		defer cancel()
 	}
+	held, env := splitEnv(c.env, c.scratch)
+	if len(held) > 0 {
+		ef, err := writeEnvFile(in.pid, in.pidStart, in.uid, in.gid, envContent(held, c.scratch))
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		defer func() {
+			if err := ef.wipe(); err != nil {
+				in.r.log.Warn("a secret's environment file could not be zeroed", "container", shortID(in.id), "err", err)
+			}
+		}()
+		argv = append([]string{envShell, "-c", envScript, "fluffy-env", ef.path()}, argv...)
+	}
 	ex, err := in.r.cli.ExecCreate(runCtx, in.id, client.ExecCreateOptions{
-		Cmd: argv, Env: c.env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
+		Cmd: argv, Env: env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
 	})
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
 	}
-	att, err := in.r.cli.ExecAttach(runCtx, ex.ID, client.ExecAttachOptions{})
+	conn, err := in.r.startExec(runCtx, ex.ID)
 	if err != nil {
 		return res, fmt.Errorf("%w: exec: %w", sandbox.ErrSetup, err)
 	}
-	defer att.Close()
+	defer conn.Close()
 	res.Setup = time.Since(t0)
 	start := time.Now()
 	if stdin != nil {
 		go func() {
-			_, _ = io.Copy(att.Conn, stdin)
-			_ = att.CloseWrite()
+			_, _ = io.Copy(conn, stdin)
+			if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
 		}()
 	}
 	limit := c.output
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	stdout := &capped{max: limit, live: c.stdout, all: c.live}
-	stderr := &capped{max: limit, live: c.stderr, all: c.live}
+	stdout := newCapped(limit, c.stdout, c.live, c.scratch)
+	stderr := newCapped(limit, c.stderr, c.live, c.scratch)
+	rbuf := scratchOr(c.scratch, demuxBuffer)
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		done <- err
+		done <- demux(conn, rbuf, stdout, stderr)
 	}()
 	// copied says the copy's one result was received: it must not be
 	// waited for twice (a copy that ended as the context did would
@@ -614,7 +643,7 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, _ = in.r.cli.ContainerKill(kctx, in.id, client.ContainerKillOptions{Signal: "SIGKILL"})
 		kcancel()
-		att.Close()
+		conn.Close()
 		if !copied {
 			<-done
 		}
@@ -645,8 +674,8 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		res.Signal, res.ExitCode = ins.ExitCode-128, -1
 	}
 	if ins.ExitCode == 126 || ins.ExitCode == 127 {
-		if msg := stdout.String() + stderr.String(); strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory") && strings.Contains(msg, "OCI runtime exec failed") {
-			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, argv[0])
+		if notFound(stdout.bytes()) || notFound(stderr.bytes()) {
+			return res, fmt.Errorf("%w: %w: %s", sandbox.ErrInvalidSpec, sandbox.ErrCommandNotFound, c.argv[0])
 		}
 	}
 	after := in.cg.events()
@@ -773,49 +802,6 @@ func waitUnmounted(names []string, limit time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// capped keeps the first max bytes written and passes them on live.
-type capped struct {
-	buf  bytes.Buffer
-	max  int64
-	cut  bool
-	live io.Writer
-	// all: everything goes to live, nothing is kept (Spec.Live).
-	all bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	n := len(p)
-	if c.all {
-		if c.live != nil {
-			_, _ = c.live.Write(p)
-		}
-		return n, nil
-	}
-	room := c.max - int64(c.buf.Len())
-	if int64(len(p)) > room {
-		p = p[:max(room, 0)]
-		c.cut = true
-	}
-	c.buf.Write(p)
-	if c.live != nil && len(p) > 0 {
-		_, _ = c.live.Write(p)
-	}
-	return n, nil
-}
-
-func (c *capped) String() string { return c.buf.String() }
-
-func (c *capped) bytes() []byte {
-	b := bytes.Clone(c.buf.Bytes())
-	if c.cut {
-		b = append(b, sandbox.TruncationMarker...)
-	}
-	if b == nil {
-		b = []byte{}
-	}
-	return b
 }
 
 func orDefault(s, d string) string {

@@ -359,6 +359,7 @@ func TestPodman(t *testing.T) {
 		sandboxtest.Run(t, sandboxtest.Options{Runtime: rt, MemoryKills: true, MountDirs: []string{stateDir()}})
 	})
 	t.Run("pool-proxy", func(t *testing.T) { testPoolProxy(t, rt, "test-podman") })
+	t.Run("secret-env", func(t *testing.T) { testSecretEnv(t, host, false) })
 }
 
 // A fork bomb that outlives the timeout: the run reports both the
