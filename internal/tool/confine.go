@@ -33,6 +33,13 @@ type Confinement struct {
 	// Image, when set, is the container image it runs in
 	// (sandbox.Spec.Image): a skill's own, built from its Dockerfile.
 	Image string
+	// Pending, when set, is a host folder the command may fill (through
+	// a writable mount) with files it proposes to write into the
+	// workspace, each at its path relative to the folder. Once the
+	// command ends, the router takes every regular file there as an
+	// fs.write call on the command's behalf, through all the gates, and
+	// empties the folder (docs/skills.md#lasting-writes).
+	Pending string
 }
 
 // Credential is a secret a confined command gets: a reference and how

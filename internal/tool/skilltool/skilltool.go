@@ -16,7 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -43,6 +45,11 @@ const (
 	SharedMount = "/tmp/shared"
 	// MemoryMount is the assistant's memory, read-only.
 	MemoryMount = "/memory"
+	// PendingDir is the folder under SharedMount where a run proposes
+	// lasting writes: each regular file becomes an fs.write of the
+	// workspace file at its path relative to it, once the run ends
+	// (tool.Confinement.Pending).
+	PendingDir = "pending"
 )
 
 // TagSkill is on every skill.run operation besides its classification.
@@ -406,12 +413,25 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 		}
 		if dir != "" {
 			c.Mounts = append(c.Mounts, sandbox.Mount{Source: dir, Target: SharedMount, Writable: true})
+			// Emptied first: what is there when the run ends is what
+			// this run proposes (a kernel that stopped mid-run may
+			// have left an earlier run's files).
+			c.Pending = filepath.Join(dir, PendingDir)
+			if err := os.RemoveAll(c.Pending); err != nil {
+				return tool.Command{}, fmt.Errorf("the session's pending folder: %w", err)
+			}
+			if err := os.Mkdir(c.Pending, 0o700); err != nil {
+				return tool.Command{}, fmt.Errorf("the session's pending folder: %w", err)
+			}
 		}
 	}
 	for _, cr := range m.Credentials {
 		c.Credentials = append(c.Credentials, tool.Credential{Ref: cr.Ref, As: cr.As, Name: cr.Name, Bind: slices.Clone(cr.Bind)})
 	}
 	env := []string{"SKILL_NAME=" + s.Name, "SKILL_DIR=" + home, "SKILL_SHARED=" + SharedMount}
+	if c.Pending != "" {
+		env = append(env, "SKILL_PENDING="+path.Join(SharedMount, PendingDir))
+	}
 	if o.Workspace != "" {
 		env = append(env, "SKILL_WORKSPACE="+o.Workspace)
 	}
