@@ -977,14 +977,14 @@ func (r *Router) sandboxed(ctx context.Context, cl *call, args tool.Args, gate *
 }
 
 // confine makes spec the confined command's whole sandbox: the
-// workspace only with its writes thrown away, its own mounts (then the masks of fluffy's files),
+// workspace only read-only, its own mounts (then the masks of fluffy's files),
 // its credentials and its hosts only. The returned func releases the
 // secrets and the proxy once the command has ended.
 func (r *Router) confine(ctx context.Context, callID string, spec *sandbox.Spec, c *tool.Confinement) (func(), func([]byte) []byte, error) {
 	spec.Workspace, spec.ChangeSet = "", ""
 	if c.Workspace {
 		spec.Workspace, spec.ChangeSet = r.o.ChangeSet.Workspace(), r.o.ChangeSet.UpperDir()
-		spec.ChangeSetSize = tool.ThrowawaySize
+		spec.WorkspaceReadOnly = true
 	}
 	spec.Network, spec.ProxySocket = sandbox.NetworkNone, ""
 	spec.Image = c.Image
