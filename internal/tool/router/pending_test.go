@@ -45,7 +45,7 @@ func pendingEnv(t *testing.T, fill func(dir string), runErr ...error) (*env, str
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "shared", "pending")
 	must(t, os.MkdirAll(dir, 0o700))
-	e := newEnv(t, setup{approver: true, userPolicy: []byte(pendingPolicy), hook: func(o *router.Options) {
+	e := newEnv(t, setup{approver: true, userPolicy: []byte(pendingPolicy), protected: []string{".fluffy"}, hook: func(o *router.Options) {
 		rt := &fillRuntime{fill: func() { fill(dir) }}
 		if len(runErr) > 0 {
 			rt.err = runErr[0]
@@ -92,8 +92,17 @@ func TestPendingWrites(t *testing.T) {
 		{"regular file", func(t *testing.T, d string) { writeFile(t, filepath.Join(d, "notes/result.md"), "# result\n") }, "notes/result.md", "written into the change set as notes/result.md (allow: rule default.write-workspace)", true},
 		{"state gate", func(t *testing.T, d string) { writeFile(t, filepath.Join(d, "pkg/sub.go"), "package pkg\n") }, "pkg/sub.go", "refused: refused by the state gate (rule need_failing_test)", false},
 		{"policy gate", func(t *testing.T, d string) { writeFile(t, filepath.Join(d, "secrets/x.txt"), "x") }, "secrets/x.txt", "refused: refused by the policy gate (rule test.no-secrets)", false},
+		{"protected path", func(t *testing.T, d string) { writeFile(t, filepath.Join(d, ".fluffy/policy.yaml"), "rules: []\n") }, ".fluffy/policy.yaml", "refused: refused by the policy gate (rule builtin.protected-write)", false},
 		{"symlink out", func(t *testing.T, d string) { must(t, os.Symlink("/etc/passwd", filepath.Join(d, "passwd"))) }, "passwd", "refused: a symbolic link: pending/ takes regular files only", false},
 		{"symlinked folder", func(t *testing.T, d string) { must(t, os.Symlink("/etc", filepath.Join(d, "etc"))) }, "etc", "refused: a symbolic link", false},
+		{"link deeper down", func(t *testing.T, d string) {
+			must(t, os.MkdirAll(filepath.Join(d, "a/b"), 0o755))
+			must(t, os.Symlink("../../../../..", filepath.Join(d, "a/b/up")))
+		}, "a/b/up", "refused: a symbolic link", false},
+		{"pending/ itself a link", func(t *testing.T, d string) {
+			must(t, os.Remove(d))
+			must(t, os.Symlink("/etc", d))
+		}, "", "refused: pending/ itself is not a folder (a symbolic link): nothing in it was taken", false},
 		{"fifo", func(t *testing.T, d string) { must(t, syscall.Mkfifo(filepath.Join(d, "fifo"), 0o644)) }, "fifo", "refused: a FIFO", false},
 		{"device", func(t *testing.T, d string) {
 			must(t, syscall.Mknod(filepath.Join(d, "null"), syscall.S_IFCHR|0o666, 1<<8|3))
@@ -123,8 +132,13 @@ func TestPendingWrites(t *testing.T) {
 			if err != nil || len(ents) != 0 {
 				t.Fatalf("pending folder after the run: %v, %v (want it empty)", ents, err)
 			}
-			_, serr := e.cs.Stat(c.rel)
-			if c.written != (serr == nil) {
+			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+				t.Fatalf("pending/ after the run: %v, %v; want a folder", fi, err)
+			}
+			if _, err := os.Stat("/etc/passwd"); err != nil {
+				t.Fatalf("emptying pending/ followed a link: %v", err)
+			}
+			if _, serr := e.cs.Stat(c.rel); c.rel != "" && c.written != (serr == nil) {
 				t.Fatalf("change set has %s: %v, want %v", c.rel, serr == nil, c.written)
 			}
 			// Every file is recorded as a call made on the run's behalf.
