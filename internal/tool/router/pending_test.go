@@ -52,19 +52,25 @@ func pendingEnv(t *testing.T, fill func(dir string), runErr ...error) (*env, str
 		}
 		o.Runtime = rt
 	}})
-	tl, err := tool.New(tool.Definition[confinedIn]{
-		Name: "test.pending", Description: "a confined command with a pending folder", Action: operation.Exec, Tags: []string{tool.TagExec},
-		Execution: tool.Execution{Class: tool.Sandbox, Template: "skill"},
-		Normalize: func(_ context.Context, _ *tool.Resolver, _ *confinedIn, op *operation.Operation) error {
-			op.Argv = []string{"printf", "x"}
-			return nil
-		},
-		Command: func(context.Context, *confinedIn) (tool.Command, error) {
-			return tool.Command{Argv: []string{"/skills/demo/run.sh"}, Confine: &tool.Confinement{Pending: dir}}, nil
-		},
-	})
-	must(t, err)
-	must(t, e.reg.Register(tl))
+	for _, name := range []string{"test.pending", "test.pending.net"} {
+		tl, err := tool.New(tool.Definition[confinedIn]{
+			Name: name, Description: "a confined command with a pending folder", Action: operation.Exec, Tags: []string{tool.TagExec},
+			Execution: tool.Execution{Class: tool.Sandbox, Template: "skill"},
+			Normalize: func(_ context.Context, _ *tool.Resolver, _ *confinedIn, op *operation.Operation) error {
+				op.Argv = []string{"printf", "x"}
+				if name == "test.pending.net" {
+					// As a skill with network: its output is untrusted.
+					op.Tags = append(op.Tags, tool.TagUntrustedOutput)
+				}
+				return nil
+			},
+			Command: func(context.Context, *confinedIn) (tool.Command, error) {
+				return tool.Command{Argv: []string{"/skills/demo/run.sh"}, Confine: &tool.Confinement{Pending: dir}}, nil
+			},
+		})
+		must(t, err)
+		must(t, e.reg.Register(tl))
+	}
 	return e, dir
 }
 
@@ -205,5 +211,29 @@ func TestPendingAfterAFailedRun(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("pending/ after the run: %v", ents)
+	}
+}
+
+// What a run with untrusted output proposes is judged in an untrusted
+// session: the session is marked before its files are proposed, so an
+// edit of a skill is held for a person (default.untrusted-skills), while
+// the same edit from a clean session's run is allowed.
+func TestPendingFromAnUntrustedRun(t *testing.T) {
+	for _, c := range []struct{ tool, decision string }{
+		{"test.pending", "(allow: rule default.write-workspace)"},
+		{"test.pending.net", "(approve: rule default.untrusted-skills (approved by a person"},
+	} {
+		t.Run(c.tool, func(t *testing.T) {
+			e, _ := pendingEnv(t, func(d string) {
+				writeFile(t, filepath.Join(d, "skills/demo/SKILL.md"), "---\nname: demo\ndescription: d\n---\nbetter\n")
+			})
+			res, err := e.r.Call(t.Context(), tc(c.tool, map[string]any{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "pending/skills/demo/SKILL.md: written into the change set as skills/demo/SKILL.md " + c.decision; !strings.Contains(res.Content, want) {
+				t.Fatalf("result lacks %q:\n%s", want, res.Content)
+			}
+		})
 	}
 }
