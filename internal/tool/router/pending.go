@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"unicode/utf8"
 
@@ -114,7 +115,7 @@ func (w *pendingWalk) dir(rel string, depth int) error {
 		w.out = append(w.out, pendingFile{rel: orDot(rel), why: "the folder cannot be read: " + err.Error()})
 		return nil
 	}
-	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return cmpString(a.Name(), b.Name()) })
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, e := range ents {
 		p := path.Join(rel, e.Name())
 		if w.entries++; w.entries > maxPendingEntries {
@@ -197,16 +198,6 @@ func orDot(rel string) string {
 		return "."
 	}
 	return rel
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // withPending proposes what a confined command left in its pending
