@@ -215,6 +215,10 @@ type ToolRequest struct {
 	// Op is the normalized operation (operation.Operation), absent when
 	// the call did not normalize.
 	Op any `json:"op,omitempty"`
+	// Via is the call on whose behalf this one was made: a skill run's
+	// pending write names the run ("skill.run call ID"); absent for the
+	// model's own calls.
+	Via string `json:"via,omitempty"`
 }
 
 // GateState (gate.state) is the TDD state gate's decision on a call. A

@@ -123,6 +123,11 @@ type Spec struct {
 	// Backends that cannot do it ignore it (the change set is then an
 	// ordinary directory).
 	ChangeSetSize int64
+	// WorkspaceReadOnly mounts the workspace as the change set shows it
+	// (ChangeSet over Workspace) read-only: every write to it fails
+	// (EROFS) and nothing reaches the change set. For a confined command
+	// (a skill's run), which proposes lasting writes otherwise.
+	WorkspaceReadOnly bool
 	// Mounts are extra bind mounts, read-only unless marked Writable.
 	Mounts []Mount
 	// Image, when set, is the container image the sandbox starts from in

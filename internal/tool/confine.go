@@ -13,10 +13,8 @@ type Confinement struct {
 	Mounts []sandbox.Mount
 	// Workspace gives it the session's workspace as the session's other
 	// commands see it (the change set over the tree), at its own path,
-	// with every write it makes there thrown away when it ends (a change
-	// set in memory, sandbox.Spec.ChangeSetSize, of ThrowawaySize); a
-	// backend without that lands them in the session's change set, for
-	// review like any command's.
+	// read-only (sandbox.Spec.WorkspaceReadOnly): its lasting writes go
+	// through Pending.
 	Workspace bool
 	// Hosts are the only destinations its egress proxy may let through,
 	// each still decided by the session's policy; none: no network.
@@ -33,6 +31,13 @@ type Confinement struct {
 	// Image, when set, is the container image it runs in
 	// (sandbox.Spec.Image): a skill's own, built from its Dockerfile.
 	Image string
+	// Pending, when set, is a host folder the command may fill (through
+	// a writable mount) with files it proposes to write into the
+	// workspace, each at its path relative to the folder. Once the
+	// command ends, the router takes every regular file there as an
+	// fs.write call on the command's behalf, through all the gates, and
+	// empties the folder (docs/skills.md#lasting-writes).
+	Pending string
 }
 
 // Credential is a secret a confined command gets: a reference and how
@@ -44,10 +49,6 @@ type Credential struct {
 	// Bind are a proxy credential's hosts.
 	Bind []string
 }
-
-// ThrowawaySize bounds what a confined command may write into the
-// workspace it gets (Confinement.Workspace) before writes fail.
-const ThrowawaySize = 64 << 20
 
 // NormalizeError is a Normalize failure that says what to do instead: the
 // router refuses the call with its Rule and Instead rather than the

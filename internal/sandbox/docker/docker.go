@@ -331,7 +331,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		}
 		inst.ws = ov
 		labels[LabelMount], labels[LabelWork] = ov.merged, ov.work
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: ov.merged, Target: spec.Workspace,
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: ov.merged, Target: spec.Workspace, ReadOnly: spec.WorkspaceReadOnly,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
 		var st syscall.Stat_t
 		if err := syscall.Stat(spec.Workspace, &st); err == nil {
@@ -527,7 +527,7 @@ func callOf(spec sandbox.Spec) call {
 func SameContainer(a, b sandbox.Spec) bool {
 	la, lb := a.Limits, b.Limits
 	la.Wall, lb.Wall, la.Output, lb.Output = 0, 0, 0, 0
-	return a.Image == b.Image && a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize &&
+	return a.Image == b.Image && a.Workspace == b.Workspace && a.ChangeSet == b.ChangeSet && a.ChangeSetSize == b.ChangeSetSize && a.WorkspaceReadOnly == b.WorkspaceReadOnly &&
 		slices.Equal(a.Mounts, b.Mounts) && a.TmpSize == b.TmpSize && sameNetwork(a, b) &&
 		orDefault(a.Seccomp, "standard") == orDefault(b.Seccomp, "standard") && la == lb
 }

@@ -171,6 +171,34 @@ func testWorkspace(t *testing.T, rt sandbox.Runtime) {
 	}
 }
 
+// TestWorkspaceReadOnly: the workspace as the change set shows it,
+// read-only: a file only the change set holds is there, and a write
+// fails and changes neither the workspace nor the change set.
+func TestWorkspaceReadOnly(t *testing.T) {
+	rt := engine(t)
+	base := t.TempDir()
+	ws, cs := base+"/ws", base+"/cs"
+	os.MkdirAll(ws, 0o755)
+	os.MkdirAll(cs, 0o755)
+	os.WriteFile(ws+"/keep.txt", []byte("keep\n"), 0o644)
+	os.WriteFile(cs+"/changed.txt", []byte("changed\n"), 0o644)
+	script := "cat keep.txt changed.txt; echo x > keep.txt || echo refused; touch new.txt || echo refused; rm changed.txt || echo refused"
+	res := run(t, rt, sandbox.Spec{Workspace: ws, ChangeSet: cs, WorkspaceReadOnly: true, Argv: []string{"sh", "-c", script}})
+	if got := string(res.Stdout); got != "keep\nchanged\nrefused\nrefused\nrefused\n" || !strings.Contains(string(res.Stderr), "Read-only file system") {
+		t.Fatalf("stdout %q stderr %q", got, res.Stderr)
+	}
+	if b, _ := os.ReadFile(ws + "/keep.txt"); string(b) != "keep\n" {
+		t.Errorf("the workspace changed: %q", b)
+	}
+	changes, err := sandbox.ReadChanges(ws, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 1 || changes[0].Path != "changed.txt" {
+		t.Errorf("changes %+v, want only changed.txt", changes)
+	}
+}
+
 func TestContainerSettings(t *testing.T) { testSettings(t, engine(t)) }
 
 func testSettings(t *testing.T, rt sandbox.Runtime) {

@@ -306,6 +306,7 @@ func TestSameContainer(t *testing.T) {
 		func(s *sandbox.Spec) { s.Limits.FileSize = 2 },
 		func(s *sandbox.Spec) { s.Limits.OpenFiles = 10 },
 		func(s *sandbox.Spec) { s.Image = "fluffy-skill/x:0123456789ab" },
+		func(s *sandbox.Spec) { s.WorkspaceReadOnly = true },
 	}
 	for want, changes := range map[bool][]func(*sandbox.Spec){true: same, false: other} {
 		for i, change := range changes {

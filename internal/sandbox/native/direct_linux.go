@@ -238,6 +238,11 @@ func (p *childProg) buildRoot(cfg *nsinit.Config, trees int) error {
 	for _, x := range ms {
 		x.do()
 	}
+	if cfg.OverlayRO && cfg.Workspace != "" && !cfg.WorkspaceRO {
+		// Last, so that the mount points of the masks inside the
+		// workspace could still be made.
+		p.mount("overlay", "overlay at "+cfg.Workspace+" read-only", "", nr+cfg.Workspace, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
 	// Into the new root; the host's root goes away entirely.
 	p.chdir(pivot, "chdir to the new root", nr)
 	op = childOp{nr: unix.SYS_PIVOT_ROOT}
@@ -536,7 +541,7 @@ func (p *childProg) landlock(cfg *nsinit.Config) error {
 	rules := []rule{{"/", nsinit.LandlockRead}}
 	rw := []string{"/tmp"}
 	isDir := map[string]bool{"/tmp": true}
-	if cfg.Workspace != "" && !cfg.WorkspaceRO {
+	if cfg.Workspace != "" && !cfg.WorkspaceRO && !cfg.OverlayRO {
 		rw = append(rw, cfg.Workspace)
 		isDir[cfg.Workspace] = true
 	}

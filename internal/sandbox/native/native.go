@@ -403,6 +403,7 @@ func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, res *sandbox.Resu
 			}
 			cfg.Upper = up
 			cfg.UpperSize = max(spec.ChangeSetSize, 0)
+			cfg.OverlayRO = spec.WorkspaceReadOnly
 			for _, p := range []string{ws, up} {
 				if strings.ContainsAny(p, ",:\\\n") {
 					return nil, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)

@@ -98,8 +98,8 @@ func TestConfinedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = rt.specs[1]
-	if s.Workspace != e.cs.Workspace() || s.ChangeSet != e.cs.UpperDir() || s.ChangeSetSize != tool.ThrowawaySize {
-		t.Fatalf("workspace %q change set %q size %d: want the session's, thrown away", s.Workspace, s.ChangeSet, s.ChangeSetSize)
+	if s.Workspace != e.cs.Workspace() || s.ChangeSet != e.cs.UpperDir() || !s.WorkspaceReadOnly || s.ChangeSetSize != 0 {
+		t.Fatalf("workspace %q change set %q read-only %v size %d: want the session's, read-only", s.Workspace, s.ChangeSet, s.WorkspaceReadOnly, s.ChangeSetSize)
 	}
 	if !slices.Equal(gotHosts, []string{"shop.example"}) || len(gotCreds) != 1 || gotCreds[0].Name != "SHOP_TOKEN" {
 		t.Fatalf("asked for hosts %v, credentials %v", gotHosts, gotCreds)

@@ -370,6 +370,13 @@ type call struct {
 	// The state and policy gates' spans stay open until their
 	// decisions are recorded, so each carries its own entry.
 	gates [2]gateSpan
+	// via is the call on whose behalf this one is made (a confined
+	// command's pending write), "" for the model's own.
+	via string
+	// pending is the host folder of the files a confined command
+	// proposes as writes (tool.Confinement.Pending), once its command
+	// is built.
+	pending string
 }
 
 // gateSpan is a gate's span and the context its record is written with.
@@ -437,7 +444,12 @@ func runtimeCause(err error) string {
 }
 
 func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error) {
-	cl := &call{id: c.ID, name: c.Name}
+	return r.callVia(ctx, c, "")
+}
+
+// callVia is call made on behalf of the call via ("" the model's own).
+func (r *Router) callVia(ctx context.Context, c llm.ToolCall, via string) (agent.Result, error) {
+	cl := &call{id: c.ID, name: c.Name, via: via}
 	defer cl.endGates()
 	// 1. Decode.
 	t, err := r.o.Registry.Lookup(c.Name)
@@ -568,6 +580,9 @@ func (r *Router) call(ctx context.Context, c llm.ToolCall) (agent.Result, error)
 		}
 	}
 	dur := time.Since(started)
+	if err := r.withPending(ctx, cl, &out, &execErr); err != nil {
+		return agent.Result{}, err
+	}
 	// 7. Sanitize.
 	var s tool.Sanitized
 	if execErr != nil {
@@ -686,7 +701,7 @@ func (r *Router) recordGates(ctx context.Context, cl *call, raw []byte) error {
 	cl.recorded = true
 	// The raw arguments are identified by their hash (they may be
 	// large); the entry keeps them when small.
-	req := audit.ToolRequest{Call: cl.id, Tool: cl.name, ArgsSHA256: sha256.Sum256(raw), ArgsBytes: len(raw)}
+	req := audit.ToolRequest{Call: cl.id, Tool: cl.name, ArgsSHA256: sha256.Sum256(raw), ArgsBytes: len(raw), Via: cl.via}
 	if len(raw) <= maxRecordedArgs && json.Valid(raw) {
 		req.Args = json.RawMessage(raw)
 	}
@@ -776,6 +791,9 @@ func (r *Router) ask(ctx context.Context, cl *call, shown string) (Refusal, bool
 			Instead: "do without it, or stop and tell the user what you need"}, false, nil
 	}
 	summary, note := fmt.Sprintf("%s wants to run %s", r.o.Actor, cl.name), pd.Reason
+	if cl.via != "" {
+		summary += " proposed by " + cl.via
+	}
 	if sess := cl.op.Session; sess.Untrusted {
 		// The person is told why this is asked when the reason is the
 		// taint, and what they would be trusting in any case.
@@ -853,7 +871,7 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 	case tool.FastPath, tool.Kernel, tool.Plugin:
 		return t.Run(ctx, args)
 	case tool.Sandbox:
-		return r.sandboxed(ctx, cl.id, t, args, gate, programs(cl.op))
+		return r.sandboxed(ctx, cl, args, gate)
 	}
 	return tool.Result{}, fmt.Errorf("unknown execution class %q", t.Execution().Class)
 }
@@ -861,7 +879,8 @@ func (r *Router) execute(ctx context.Context, cl *call, args tool.Args, gate *wr
 // sandboxed runs a sandbox tool's command once gate (if any) has made its
 // records durable: a runtime that builds sandboxes ahead of the command
 // (sandbox.GatedRunner) builds it meanwhile.
-func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, args tool.Args, gate *writeAhead, progs []string) (tool.Result, error) {
+func (r *Router) sandboxed(ctx context.Context, cl *call, args tool.Args, gate *writeAhead) (tool.Result, error) {
+	callID, t := cl.id, cl.t
 	if r.o.Runtime == nil || r.o.ChangeSet == nil {
 		return tool.Result{}, errors.New("no sandbox is configured in this session: " + t.Name() + " cannot run")
 	}
@@ -885,10 +904,11 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 		}
 		defer closeConfined()
 		redact = rd
+		cl.pending = cmd.Confine.Pending
 	} else if r.o.Secrets != nil {
 		// Secrets first: a proxy use's swaps are what the command's
 		// egress proxy, started next, puts the values back in with.
-		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, progs)
+		ss, err := r.o.Secrets(ctx, callID, t.Execution().Template, programs(cl.op))
 		if err != nil {
 			return tool.Result{}, fmt.Errorf("the command's secrets: %w", err)
 		}
@@ -957,14 +977,14 @@ func (r *Router) sandboxed(ctx context.Context, callID string, t *tool.Tool, arg
 }
 
 // confine makes spec the confined command's whole sandbox: the
-// workspace only with its writes thrown away, its own mounts (then the masks of fluffy's files),
+// workspace only read-only, its own mounts (then the masks of fluffy's files),
 // its credentials and its hosts only. The returned func releases the
 // secrets and the proxy once the command has ended.
 func (r *Router) confine(ctx context.Context, callID string, spec *sandbox.Spec, c *tool.Confinement) (func(), func([]byte) []byte, error) {
 	spec.Workspace, spec.ChangeSet = "", ""
 	if c.Workspace {
 		spec.Workspace, spec.ChangeSet = r.o.ChangeSet.Workspace(), r.o.ChangeSet.UpperDir()
-		spec.ChangeSetSize = tool.ThrowawaySize
+		spec.WorkspaceReadOnly = true
 	}
 	spec.Network, spec.ProxySocket = sandbox.NetworkNone, ""
 	spec.Image = c.Image

@@ -105,6 +105,8 @@ type setup struct {
 	hook func(*router.Options)
 	// userPolicy replaces extraRules as the user's policy file.
 	userPolicy []byte
+	// protected are workspace paths added to fluffy's protected files.
+	protected []string
 	// live, when set, is the policy of both the broker and the gate, so
 	// a test can change it (as the kernel's live policy does).
 	live *livePolicy
@@ -172,6 +174,9 @@ func newEnv(t testing.TB, s setup) *env {
 	must(t, err)
 
 	popts := policy.Options{Home: e.home, Protected: policy.Protected{Paths: []string{e.home}}}
+	for _, p := range s.protected {
+		popts.Protected.Paths = append(popts.Protected.Paths, filepath.Join(e.ws, p))
+	}
 	var grants *approval.Grants
 	if s.tokens {
 		toks, err := policy.NewTokens([]byte("a test key of at least 32 bytes!!"), time.Now)

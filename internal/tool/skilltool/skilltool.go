@@ -3,9 +3,10 @@
 // entrypoints with their argument schemas, and skill.run, a sandbox tool
 // that runs one entrypoint confined to what the skill's manifest states
 // (tool.Confinement): its folder at /skills/<name> read-only, the
-// workspace with its writes thrown away, /tmp/shared read-write for the session, /memory read-only
-// when the assistant has memory, the manifest's hosts as its only
-// network and its credentials as its only secrets. Its classification
+// workspace read-only, /tmp/shared read-write for the session (its
+// pending/ folder the writes it proposes into the change set), /memory
+// read-only when the assistant has memory, the manifest's hosts as its
+// only network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
 // them. A skill with a Dockerfile runs in its own image (Options.Image).
 // docs/skills.md is the reference.
@@ -16,7 +17,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -43,6 +46,11 @@ const (
 	SharedMount = "/tmp/shared"
 	// MemoryMount is the assistant's memory, read-only.
 	MemoryMount = "/memory"
+	// PendingDir is the folder under SharedMount where a run proposes
+	// lasting writes: each regular file becomes an fs.write of the
+	// workspace file at its path relative to it, once the run ends
+	// (tool.Confinement.Pending).
+	PendingDir = "pending"
 )
 
 // TagSkill is on every skill.run operation besides its classification.
@@ -57,7 +65,7 @@ type Options struct {
 	// call (an edit applied since counts, an invalid skill is absent).
 	Skills func() skill.Set
 	// Workspace is the session's workspace: a run sees it at its own
-	// path and its writes there are thrown away ("" none).
+	// path, read-only ("" none).
 	Workspace string
 	// Shared returns the session's folder mounted read-write at
 	// /tmp/shared, creating it; nil or "" leaves it out.
@@ -279,7 +287,8 @@ func Argv(s skill.Skill, e skill.Entrypoint) []string {
 func runTool(o Options) (*tool.Tool, error) {
 	return tool.New(tool.Definition[RunIn]{
 		Name: RunName,
-		Description: "Run an entrypoint of a skill in its sandbox: the skill's folder read-only, the workspace (what it writes there is discarded), /tmp/shared writable for this session, " +
+		Description: "Run an entrypoint of a skill in its sandbox: the skill's folder read-only, the workspace read-only, /tmp/shared writable for this session " +
+			"(a file under /tmp/shared/pending/PATH becomes a proposed write of the workspace file PATH once the run ends, each decided like fs.write; the result says what became of each), " +
 			"only the network hosts and credentials its manifest declares. Arguments go to the script as JSON on stdin. Load the skill first with skill.load.",
 		Action:    operation.Exec,
 		Tags:      []string{tool.TagExec, TagSkill},
@@ -392,9 +401,9 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 		Memory: int64(m.Sandbox.Memory),
 		Pids:   m.Sandbox.PIDs,
 	}
-	// The workspace as the session sees it; what the run writes there
-	// is thrown away when it ends: writes meant to last are proposed
-	// through the session's change set, not by a skill's script.
+	// The workspace as the session sees it, read-only: writes meant to
+	// last are proposed under /tmp/shared/pending/ and each goes
+	// through the gates as an fs.write once the run ends.
 	c.Workspace = o.Workspace != ""
 	if o.Memory != "" {
 		c.Mounts = append(c.Mounts, sandbox.Mount{Source: o.Memory, Target: MemoryMount})
@@ -406,12 +415,25 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 		}
 		if dir != "" {
 			c.Mounts = append(c.Mounts, sandbox.Mount{Source: dir, Target: SharedMount, Writable: true})
+			// Emptied first: what is there when the run ends is what
+			// this run proposes (a kernel that stopped mid-run may
+			// have left an earlier run's files).
+			c.Pending = filepath.Join(dir, PendingDir)
+			if err := os.RemoveAll(c.Pending); err != nil {
+				return tool.Command{}, fmt.Errorf("the session's pending folder: %w", err)
+			}
+			if err := os.Mkdir(c.Pending, 0o700); err != nil {
+				return tool.Command{}, fmt.Errorf("the session's pending folder: %w", err)
+			}
 		}
 	}
 	for _, cr := range m.Credentials {
 		c.Credentials = append(c.Credentials, tool.Credential{Ref: cr.Ref, As: cr.As, Name: cr.Name, Bind: slices.Clone(cr.Bind)})
 	}
 	env := []string{"SKILL_NAME=" + s.Name, "SKILL_DIR=" + home, "SKILL_SHARED=" + SharedMount}
+	if c.Pending != "" {
+		env = append(env, "SKILL_PENDING="+path.Join(SharedMount, PendingDir))
+	}
 	if o.Workspace != "" {
 		env = append(env, "SKILL_WORKSPACE="+o.Workspace)
 	}

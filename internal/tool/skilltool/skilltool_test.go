@@ -137,6 +137,44 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
+// A run proposes lasting writes in the shared folder's pending/: the
+// confinement names it (the router takes its files once the run ends),
+// the run finds it in SKILL_PENDING, and it is emptied before the run,
+// so a file an earlier run left behind is never proposed as this one's.
+func TestRunPending(t *testing.T) {
+	reg, o := fixture(t)
+	shared, err := o.Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(shared, "pending", "notes", "old.md")
+	writeFile(t, stale, "left behind\n", 0o644)
+	if err := os.Symlink("/etc", filepath.Join(shared, "pending", "etc")); err != nil {
+		t.Fatal(err)
+	}
+	tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := tl.Command(t.Context(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(shared, "pending"); cmd.Confine.Pending != want {
+		t.Fatalf("pending %q, want %q", cmd.Confine.Pending, want)
+	}
+	if !slices.Contains(cmd.Env, "SKILL_PENDING=/tmp/shared/pending") {
+		t.Fatalf("env %v", cmd.Env)
+	}
+	ents, err := os.ReadDir(cmd.Confine.Pending)
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("pending/ before the run: %v, %v; want it empty", ents, err)
+	}
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Fatalf("emptying pending/ followed its link: %v", err)
+	}
+}
+
 func TestRunRefusals(t *testing.T) {
 	reg, _ := fixture(t)
 	for _, tc := range []struct{ args, want string }{

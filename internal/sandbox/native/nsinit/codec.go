@@ -196,6 +196,7 @@ func (c *Config) AppendBinary(b []byte) []byte {
 	e.bool(c.Probe)
 	e.bool(c.Trace)
 	e.int(c.UpperSize)
+	e.bool(c.OverlayRO)
 	return e.b
 }
 
@@ -238,6 +239,7 @@ func DecodeConfig(b []byte) (Config, error) {
 	c.Probe = d.bool()
 	c.Trace = d.bool()
 	c.UpperSize = d.int()
+	c.OverlayRO = d.bool()
 	if err := d.done(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}

@@ -16,7 +16,7 @@ func sampleConfig() Config {
 		Mounts:  []MountSpec{{Source: "/a", Target: "/b", Writable: true}, {Source: "/c", Target: "/c"}},
 		TmpSize: 64 << 20, UpperSize: 64 << 20, Seccomp: []byte{0x20, 0, 0, 0, 4, 0, 0, 0}, Landlock: 7, LandlockNet: true,
 		Rlimits:     []Rlimit{{Resource: 9, Value: 1 << 62}, {Resource: 1, Value: 0}},
-		ProxySocket: "/run/proxy.sock", ProxyListen: "127.0.0.1:3128", ProxyFD: true, Trace: true,
+		ProxySocket: "/run/proxy.sock", ProxyListen: "127.0.0.1:3128", ProxyFD: true, Trace: true, OverlayRO: true,
 	}
 }
 

@@ -442,6 +442,13 @@ func setupRoot(cfg *Config, tr *Tracer) (string, error) {
 		}
 		tr.Mark("mount: " + x.stage + " " + x.target)
 	}
+	if cfg.OverlayRO && cfg.Workspace != "" && !cfg.WorkspaceRO {
+		// Last, so that the mount points of the masks inside the
+		// workspace could still be made.
+		if err := unix.Mount("", newRoot+cfg.Workspace, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return "overlay", fmt.Errorf("overlay at %s read-only: %w", cfg.Workspace, err)
+		}
+	}
 	if cfg.ProxyFD {
 		if err := attachProxySocket(newRoot + cfg.ProxySocket); err != nil {
 			return "mount", err

@@ -90,7 +90,7 @@ type llPathBeneath struct {
 // synchronising every thread (what go-landlock does) stops the world.
 func applyLandlock(cfg *Config) error {
 	rw := []string{"/tmp"}
-	if cfg.Workspace != "" && !cfg.WorkspaceRO {
+	if cfg.Workspace != "" && !cfg.WorkspaceRO && !cfg.OverlayRO {
 		rw = append(rw, cfg.Workspace)
 	}
 	for _, m := range cfg.Mounts {

@@ -24,6 +24,10 @@ type Config struct {
 	// WorkspaceRO mounts the workspace read-only without overlay
 	// (degraded: overlay unavailable).
 	WorkspaceRO bool `json:"workspace_ro,omitempty"`
+	// OverlayRO makes the workspace's overlay read-only once mounted: the
+	// command sees the change set over the workspace and writes neither
+	// (EROFS; sandbox.Spec.WorkspaceReadOnly).
+	OverlayRO bool `json:"overlay_ro,omitempty"`
 
 	Mounts  []MountSpec `json:"mounts,omitempty"`
 	TmpSize int64       `json:"tmp_size"`
@@ -63,7 +67,7 @@ type Config struct {
 }
 
 // Protocol is the version of Config and Status; it changes with them.
-const Protocol = 6
+const Protocol = 7
 
 // ProxyFD is the init's descriptor for the egress proxy's socket as a
 // detached mount (network mode proxy, root callers; Config.ProxyFD).

@@ -1,0 +1,77 @@
+package native
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
+)
+
+// TestWorkspaceReadOnly: a spec with WorkspaceReadOnly sees the
+// workspace as its change set shows it (a file only the change set
+// holds included), and every write to it fails with EROFS, leaving
+// both the workspace and the change set as they were. Started
+// directly, through the Go init, and built ahead.
+func TestWorkspaceReadOnly(t *testing.T) {
+	for _, mode := range []string{"direct", "go-init", "ahead"} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: mode == "go-init"})
+			ws := varTmp(t) // not t.TempDir: see varTmp
+			if err := os.WriteFile(filepath.Join(ws, "f"), []byte("hi\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cs := filepath.Join(varTmp(t), "upper")
+			if err := os.MkdirAll(cs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(cs, "g"), []byte("changed\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct{ script, stdout string }{
+				{"cat f g", "hi\nchanged\n"},
+				{"echo x > f || echo failed", "failed\n"},
+				{"echo x >> g || echo failed", "failed\n"},
+				{"touch new || echo failed", "failed\n"},
+				{"rm g || echo failed", "failed\n"},
+				{"mkdir d || echo failed", "failed\n"},
+			} {
+				spec := sandbox.Spec{Argv: []string{"/bin/sh", "-c", tc.script}, Env: []string{"PATH=/usr/bin:/bin"},
+					Workspace: ws, ChangeSet: cs, Dir: ws, WorkspaceReadOnly: true}
+				if mode == "ahead" {
+					if err := rt.PrepareNext(spec, nil); err != nil {
+						t.Fatal(err)
+					}
+					waitAhead(t, rt)
+				}
+				res, err := rt.Run(context.Background(), spec)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.script, err)
+				}
+				if string(res.Stdout) != tc.stdout {
+					t.Errorf("%s: stdout %q, stderr %q; want %q", tc.script, res.Stdout, res.Stderr, tc.stdout)
+				}
+				if tc.stdout == "failed\n" && !strings.Contains(string(res.Stderr), "Read-only file system") {
+					t.Errorf("%s: stderr %q, want EROFS", tc.script, res.Stderr)
+				}
+				if mode == "ahead" {
+					if used, _ := rt.AheadStats(); used == 0 {
+						t.Errorf("%s: not run on the sandbox built ahead", tc.script)
+					}
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "hi\n" {
+				t.Errorf("the workspace changed: %q, %v", b, err)
+			}
+			ents, err := os.ReadDir(cs)
+			if err != nil || len(ents) != 1 || ents[0].Name() != "g" {
+				t.Fatalf("the change set holds %v (%v), want only g", ents, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(cs, "g")); err != nil || string(b) != "changed\n" {
+				t.Errorf("the change set's g: %q, %v", b, err)
+			}
+		})
+	}
+}
