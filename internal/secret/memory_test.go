@@ -41,8 +41,25 @@ func TestValueGoneAfterSessionEnd(t *testing.T) {
 	if err := os.WriteFile(file, value, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestValueGoneAfterSessionEnd$", "-test.count=1")
-	cmd.Env = append(os.Environ(), memChildEnv+"="+file)
+	in, expect, pid := startChild(t, "TestValueGoneAfterSessionEnd", memChildEnv+"="+file)
+	expect("held")
+	if n := searchMemory(t, pid, value); n == 0 {
+		t.Fatal("the value is not found while the session holds it: the search finds nothing")
+	}
+	fmt.Fprintln(in, "end")
+	expect("ended")
+	if n := searchMemory(t, pid, value); n != 0 {
+		t.Errorf("the value is in the process's memory %d times after the session ended", n)
+	}
+}
+
+// startChild runs the test binary again as the process a test
+// searches, running only test with env added: it returns the child's
+// stdin, a check of the next line it prints, and its pid.
+func startChild(t *testing.T, test, env string) (io.Writer, func(want string), int) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +72,7 @@ func TestValueGoneAfterSessionEnd(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { in.Close(); _ = cmd.Wait() }()
+	t.Cleanup(func() { in.Close(); _ = cmd.Wait() })
 	out := bufio.NewReader(outPipe)
 	expect := func(want string) {
 		t.Helper()
@@ -64,15 +81,7 @@ func TestValueGoneAfterSessionEnd(t *testing.T) {
 			t.Fatalf("child said %q, %v; want %q", line, err, want)
 		}
 	}
-	expect("held")
-	if n := searchMemory(t, cmd.Process.Pid, value); n == 0 {
-		t.Fatal("the value is not found while the session holds it: the search finds nothing")
-	}
-	fmt.Fprintln(in, "end")
-	expect("ended")
-	if n := searchMemory(t, cmd.Process.Pid, value); n != 0 {
-		t.Errorf("the value is in the process's memory %d times after the session ended", n)
-	}
+	return in, expect, cmd.Process.Pid
 }
 
 // memChild is the searched process: it uses the secret for a session,

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,37 +38,15 @@ func TestScrubSignalStacks(t *testing.T) {
 		return
 	}
 	seed := byte(time.Now().UnixNano()%200) + 1
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestScrubSignalStacks$", "-test.count=1")
-	cmd.Env = append(os.Environ(), sigChildEnv+"="+strconv.Itoa(int(seed)))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { in.Close(); _ = cmd.Wait() }()
-	out := bufio.NewReader(outPipe)
-	expect := func(want string) {
-		t.Helper()
-		line, err := out.ReadString('\n')
-		if err != nil || strings.TrimSpace(line) != want {
-			t.Fatalf("child said %q, %v; want %q", line, err, want)
-		}
-	}
+	in, expect, pid := startChild(t, "TestScrubSignalStacks", sigChildEnv+"="+strconv.Itoa(int(seed)))
 	v := pattern(seed)
 	expect("planted")
-	if n := searchMemory(t, cmd.Process.Pid, v); n == 0 {
+	if n := searchMemory(t, pid, v); n == 0 {
 		t.Fatal("the signal frame holds no copy: nothing for the scrub to remove (the planting does not work on this CPU)")
 	}
 	fmt.Fprintln(in, "scrub")
 	expect("scrubbed")
-	if n := searchMemory(t, cmd.Process.Pid, v); n != 0 {
+	if n := searchMemory(t, pid, v); n != 0 {
 		t.Errorf("after the scrub the value is in the process's memory %d times", n)
 	}
 }
