@@ -10,60 +10,79 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
 	"github.com/fluffy-agent/fluffy/internal/secret"
 )
 
-// TestGoInitModesKeepEnvOffHeap runs a command whose environment holds a
-// secret's value under each of the Go init's start modes, with a
-// secret.Arena as the spec's Scratch as the kernel gives it, and searches
-// this process's whole memory (/proc/self/mem) for the value: found
-// while the arena holds it (the search works), nowhere once the arena is
-// wiped. No garbage collection runs in between, so a copy that passed
-// through the heap (the init's configuration frame, the output) would
-// still be there. The value exists unmasked only in the arena: the test
-// keeps it XORed with swapMask.
-func TestGoInitModesKeepEnvOffHeap(t *testing.T) {
-	for _, want := range []startMode{modeVfork, modeExec, modeStage1} {
-		t.Run(want.String(), func(t *testing.T) {
-			if want == modeVfork && !vforkSupported {
-				t.Skip("no vfork starts on this architecture")
-			}
-			rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: true})
-			defer rt.Close()
-			setStage1(rt, want == modeStage1)
-			rt.noVfork = want != modeVfork
-			arena := &secret.Arena{}
-			defer func() { _ = arena.Wipe() }()
-			env, masked := arenaSecretEnv(t, arena, "TOKEN=")
-			res, err := rt.Run(context.Background(), sandbox.Spec{
-				Argv:    []string{"/bin/sh", "-c", "printenv TOKEN"},
-				Env:     []string{"PATH=/usr/bin:/bin", env},
-				Limits:  sandbox.Limits{Output: 4096},
-				Scratch: arena,
+// TestStartModesKeepSecretOffHeap runs a command that gets a secret's
+// value in its environment, or on its stdin from a bytes.Reader over the
+// value as a stdin use gives it, under each start mode, with a
+// secret.Arena as the spec's Scratch as the kernel gives it, and
+// searches this process's whole memory (/proc/self/mem) for the value:
+// found while the arena holds it (the search works), nowhere once the
+// arena is wiped. No garbage collection runs in between, so a copy that
+// passed through the heap (the Go init's configuration frame, a copy
+// buffer of the stdin or the output) would still be there. The value
+// exists unmasked only in the arena: the test keeps it XORed with
+// swapMask.
+func TestStartModesKeepSecretOffHeap(t *testing.T) {
+	for _, want := range []startMode{modeAhead, modeDirect, modeVfork, modeExec, modeStage1} {
+		for _, via := range []string{"env", "stdin"} {
+			t.Run(want.String()+"/"+via, func(t *testing.T) {
+				rt := newRuntime(t, Options{Init: smallInit(t), NoDirect: !want.direct()})
+				defer rt.Close()
+				setStage1(rt, want == modeStage1)
+				rt.noVfork = want == modeExec || want == modeStage1
+				if want.direct() && !rt.directOK(&nsinit.Config{}, false) {
+					t.Skip("no direct starts on this host")
+				}
+				if want == modeVfork && !vforkSupported {
+					t.Skip("no vfork starts on this architecture")
+				}
+				run := rt.Run
+				if want == modeAhead {
+					run = aheadRuntime{rt}.Run
+				}
+				arena := &secret.Arena{}
+				defer func() { _ = arena.Wipe() }()
+				env, masked := arenaSecretEnv(t, arena, "TOKEN=")
+				spec := sandbox.Spec{
+					Argv:    []string{"/bin/sh", "-c", "printenv TOKEN"},
+					Env:     []string{"PATH=/usr/bin:/bin", env},
+					Limits:  sandbox.Limits{Output: 4096},
+					Scratch: arena,
+				}
+				if via == "stdin" {
+					spec.Argv = []string{"/bin/sh", "-c", "cat; echo"}
+					spec.Env = spec.Env[:1]
+					spec.Stdin = bytes.NewReader(unsafe.Slice(unsafe.StringData(env[len("TOKEN="):]), len(masked)))
+				}
+				res, err := run(context.Background(), spec)
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("run: exit %d, stderr %q, %v", res.ExitCode, res.Stderr, err)
+				}
+				if res.StartMode != want.String() {
+					t.Fatalf("the run took the %s start, want %s", res.StartMode, want)
+				}
+				if len(res.Stdout) != len(masked)+1 || countMasked(res.Stdout, masked, len(res.Stdout)) != 1 {
+					t.Fatalf("the command printed %d bytes, not the value", len(res.Stdout))
+				}
+				if n := searchOwnMemory(t, masked); n == 0 {
+					t.Fatal("the value is not found while the arena holds it: the search finds nothing")
+				}
+				if err := arena.Wipe(); err != nil {
+					t.Fatal(err)
+				}
+				if n := searchOwnMemory(t, masked); n != 0 {
+					t.Errorf("the value is in this process's memory %d time(s) after the arena was wiped: a copy crossed the heap", n)
+				}
 			})
-			if err != nil || res.ExitCode != 0 {
-				t.Fatalf("run: exit %d, stderr %q, %v", res.ExitCode, res.Stderr, err)
-			}
-			if res.StartMode != want.String() {
-				t.Fatalf("the run took the %s start, want %s", res.StartMode, want)
-			}
-			if len(res.Stdout) != len(masked)+1 || countMasked(res.Stdout, masked, len(res.Stdout)) != 1 {
-				t.Fatalf("the command printed %d bytes, not the value", len(res.Stdout))
-			}
-			if n := searchOwnMemory(t, masked); n == 0 {
-				t.Fatal("the value is not found while the arena holds it: the search finds nothing")
-			}
-			if err := arena.Wipe(); err != nil {
-				t.Fatal(err)
-			}
-			if n := searchOwnMemory(t, masked); n != 0 {
-				t.Errorf("the value is in this process's memory %d time(s) after the arena was wiped: a copy crossed the heap", n)
-			}
-		})
+		}
 	}
 }
 

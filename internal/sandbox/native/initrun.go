@@ -98,7 +98,7 @@ func (r *Runtime) runInit(ctx context.Context, req *request, cfg *nsinit.Config,
 	if req.spec.Stdin != nil {
 		// Never hand the sandbox the caller's terminal (TIOCSTI and
 		// friends): always a pipe.
-		o.stdin = struct{ io.Reader }{req.spec.Stdin}
+		o.stdin = pipedStdin{req.spec.Stdin}
 	}
 	start := time.Now()
 	sp, err := r.launch(cg, o, req.tr)
