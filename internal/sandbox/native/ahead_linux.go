@@ -394,3 +394,12 @@ func (l lateReader) Read(p []byte) (int, error) {
 	}
 	return r.Read(p)
 }
+
+// WriteTo copies the reader connected later as pipedStdin does.
+func (l lateReader) WriteTo(w io.Writer) (int64, error) {
+	r := l.get()
+	if r == nil {
+		return 0, nil
+	}
+	return pipedStdin{r}.WriteTo(w)
+}

@@ -99,7 +99,7 @@ func (r *Runtime) startDirect(ctx context.Context, cfg *nsinit.Config, spec sand
 	var stdin io.Reader
 	if spec.Stdin != nil {
 		// Never the caller's terminal (TIOCSTI and friends): a pipe.
-		stdin = struct{ io.Reader }{spec.Stdin}
+		stdin = pipedStdin{spec.Stdin}
 	}
 	stdout := newCapWriter(lim.Output, spec.Stdout, spec.Scratch, spec.Live)
 	stderr := newCapWriter(lim.Output, spec.Stderr, spec.Scratch, spec.Live)

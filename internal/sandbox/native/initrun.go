@@ -33,8 +33,9 @@ type sandboxProc struct {
 	// init's status.
 	cfgW, stR *os.File
 	// cfgWritten receives the configuration's write error (or nil) once
-	// it is written.
+	// it is written; cfgPending says that is still to be received.
 	cfgWritten   chan error
+	cfgPending   bool
 	fdSockParent int
 	// ended is closed when the sandbox is over: the thread that cloned
 	// the init (whose exit would send it the parent-death signal) is
@@ -59,8 +60,17 @@ type initIO struct {
 	fdSock bool
 	// proxy is the egress proxy's socket (fd nsinit.ProxyFD), or nil.
 	proxy *os.File
-	// cfg is the framed configuration.
+	// cfg is the framed configuration, in the spec's Scratch when it has
+	// one: the command's environment may hold a secret's value.
 	cfg []byte
+}
+
+// scratchBytes is sc's allocator, or nil without one.
+func scratchBytes(sc sandbox.Scratch) func(int) []byte {
+	if sc == nil {
+		return nil
+	}
+	return sc.Bytes
 }
 
 // runInit runs cfg under the Go init: the cgroup (where wanted and the
@@ -83,12 +93,12 @@ func (r *Runtime) runInit(ctx context.Context, req *request, cfg *nsinit.Config,
 		stderr: newCapWriter(lim.Output, req.spec.Stderr, req.spec.Scratch, req.spec.Live),
 		fdSock: cfg.LowerFD,
 		proxy:  proxyF,
-		cfg:    nsinit.Frame(cfg.AppendBinary(nil)),
+		cfg:    cfg.Framed(scratchBytes(req.spec.Scratch)),
 	}
 	if req.spec.Stdin != nil {
 		// Never hand the sandbox the caller's terminal (TIOCSTI and
 		// friends): always a pipe.
-		o.stdin = struct{ io.Reader }{req.spec.Stdin}
+		o.stdin = pipedStdin{req.spec.Stdin}
 	}
 	start := time.Now()
 	sp, err := r.launch(cg, o, req.tr)
@@ -135,6 +145,7 @@ func (sp *sandboxProc) stopWatchdog() {
 // holds it, otherwise while the init reads it. cfgWritten receives the
 // outcome.
 func (sp *sandboxProc) writeConfig(msg []byte) {
+	sp.cfgPending = true
 	if n, err := unix.FcntlInt(sp.cfgW.Fd(), unix.F_GETPIPE_SZ, 0); err == nil && n > len(msg) {
 		_, err := sp.cfgW.Write(msg)
 		sp.cfgWritten <- err
@@ -146,10 +157,23 @@ func (sp *sandboxProc) writeConfig(msg []byte) {
 	}()
 }
 
+// configWritten waits for the configuration's write and returns its
+// error.
+func (sp *sandboxProc) configWritten() error {
+	if !sp.cfgPending {
+		return nil
+	}
+	sp.cfgPending = false
+	return <-sp.cfgWritten
+}
+
 // close closes this process's ends of a sandbox whose init has been
 // reaped (or never started), lets the thread that cloned it go and
-// removes its cgroup.
+// removes its cgroup. A configuration write still under way ends first
+// (no reader is left, so it fails at once): its memory, the spec's
+// Scratch, is wiped by its holder once the run has returned.
 func (sp *sandboxProc) close() error {
+	_ = sp.configWritten()
 	close(sp.ended)
 	if sp.cfgW != nil {
 		sp.cfgW.Close()
@@ -451,7 +475,7 @@ func (r *Runtime) supervise(ctx context.Context, req *request, cfg *nsinit.Confi
 		}
 		tr.Mark("gate passed (e.g. exec.start recorded)")
 	}
-	if err := <-sp.cfgWritten; err != nil {
+	if err := sp.configWritten(); err != nil {
 		sp.kill()
 	} else if _, err := sp.cfgW.Write([]byte{nsinit.Release}); err != nil {
 		sp.kill()

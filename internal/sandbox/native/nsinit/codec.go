@@ -165,10 +165,63 @@ func (d *decoder) done() error {
 
 // AppendBinary appends c's encoding (without framing).
 func (c *Config) AppendBinary(b []byte) []byte {
+	b = c.appendHead(b)
+	e := encoder{b}
+	e.strs(c.Env)
+	return c.appendTail(e.b)
+}
+
+// Framed returns c framed for the init's pipe (Frame of AppendBinary) in
+// memory from alloc when it gives the frame's length, else on the heap.
+// The environment, which may hold a secret's value, is encoded straight
+// into that memory: only the fields before and after it pass through the
+// heap (the caller's alloc is sandbox.Spec.Scratch, outside it).
+func (c *Config) Framed(alloc func(n int) []byte) []byte {
+	head, tail := c.appendHead(nil), c.appendTail(nil)
+	n := len(head) + strsLen(c.Env) + len(tail)
+	var b []byte
+	if alloc != nil {
+		b = alloc(4 + n)
+	}
+	if len(b) != 4+n {
+		b = make([]byte, 4+n)
+	}
+	// Every append below stays within b's length: none reallocates.
+	b = binary.BigEndian.AppendUint32(b[:0], uint32(n))
+	b = append(b, head...)
+	e := encoder{b}
+	e.strs(c.Env)
+	return append(e.b, tail...)
+}
+
+// strsLen is the length of e.strs(ss).
+func strsLen(ss []string) int {
+	n := uvarintLen(uint64(len(ss)))
+	for _, s := range ss {
+		n += uvarintLen(uint64(len(s))) + len(s)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// appendHead appends the fields before the environment.
+func (c *Config) appendHead(b []byte) []byte {
 	e := encoder{b}
 	e.uint(uint64(c.Protocol))
 	e.strs(c.Argv)
-	e.strs(c.Env)
+	return e.b
+}
+
+// appendTail appends the fields after the environment.
+func (c *Config) appendTail(b []byte) []byte {
+	e := encoder{b}
 	e.str(c.Dir)
 	e.str(c.Workspace)
 	e.str(c.Upper)

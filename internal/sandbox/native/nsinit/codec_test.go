@@ -50,6 +50,36 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// TestFramedInGivenMemory: Framed encodes the whole frame, environment
+// included, into the memory alloc gives (a secret's value never passes
+// through the heap), byte for byte as Frame(AppendBinary) does; lengths
+// at the varint boundaries too. Without alloc's memory it uses the heap.
+func TestFramedInGivenMemory(t *testing.T) {
+	for _, n := range []int{0, 1, 121, 122, 127, 128, 16383, 16384, 70000} {
+		c := sampleConfig()
+		c.Env = append(c.Env, "TOKEN="+strings.Repeat("v", n))
+		want := Frame(c.AppendBinary(nil))
+		var given []byte
+		got := c.Framed(func(size int) []byte {
+			given = make([]byte, size)
+			return given
+		})
+		if !bytes.Equal(got, want) {
+			t.Fatalf("env value of %d bytes: Framed differs from Frame(AppendBinary)", n)
+		}
+		if len(given) != len(got) || &given[0] != &got[0] {
+			t.Fatalf("env value of %d bytes: the frame is not in the given memory", n)
+		}
+		if heap := c.Framed(func(int) []byte { return nil }); !bytes.Equal(heap, want) {
+			t.Fatalf("env value of %d bytes: without given memory the frame differs", n)
+		}
+	}
+	var empty Config
+	if got := empty.Framed(nil); !bytes.Equal(got, Frame(empty.AppendBinary(nil))) {
+		t.Fatal("an empty config's frame differs")
+	}
+}
+
 func TestCodecRejects(t *testing.T) {
 	sample := sampleConfig()
 	good := sample.AppendBinary(nil)
@@ -90,6 +120,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Frame([]byte("x")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if c, err := DecodeConfig(b); err == nil {
+			if framed := c.Framed(nil); !bytes.Equal(framed, Frame(c.AppendBinary(nil))) {
+				t.Fatalf("Framed differs from Frame(AppendBinary): %+v", c)
+			}
 			if again := c.AppendBinary(nil); !bytes.Equal(again, b) {
 				// Varints have one canonical form here; booleans are 0/1.
 				if c2, err := DecodeConfig(again); err != nil || !reflect.DeepEqual(c, c2) {
