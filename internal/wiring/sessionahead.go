@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,7 +115,7 @@ func (b *nativeBox) RunGated(ctx context.Context, spec sandbox.Spec, gate func()
 // then starts the idle timer when no command is running.
 func (b *nativeBox) prepareNext(cur *boxRuntime, spec sandbox.Spec) {
 	defer cur.prepare.Done()
-	spec.Argv, spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Scratch = nil, nil, nil, nil, nil, nil
+	spec = aheadSpec(spec)
 	var w *warmAhead
 	if b.warm != nil {
 		l, err := b.warm.lease()
@@ -226,4 +227,15 @@ func (b *nativeBox) close() error {
 		return nil
 	}
 	return cur.close()
+}
+
+// aheadSpec is what a sandbox built ahead after a command of spec is
+// built with: spec without what was the command's alone (its command
+// line, environment, stdio, arena, and the folder of its secret files,
+// which is removed when it ends: a sandbox built with it would fail, or
+// wait for a command that never comes).
+func aheadSpec(spec sandbox.Spec) sandbox.Spec {
+	spec.Argv, spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Scratch = nil, nil, nil, nil, nil, nil
+	spec.Mounts = slices.DeleteFunc(slices.Clone(spec.Mounts), func(m sandbox.Mount) bool { return m.Target == SecretsMount })
+	return spec
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -291,5 +293,26 @@ func TestSessionSandboxAhead(t *testing.T) {
 	shell(t, rb, "true")
 	if got := stats(rtB2, [2]int64{2, 0}); got != [2]int64{2, 0} {
 		t.Fatalf("session b after a ended: stats %v", got)
+	}
+}
+
+// A sandbox built ahead after a command that had secret files is built
+// without their folder (removed when the command ended) and without
+// anything else of that command's alone; the session's other mounts stay.
+func TestAheadSpecDropsCommandParts(t *testing.T) {
+	sc := &secret.Arena{}
+	spec := sandbox.Spec{
+		Argv: []string{"cat", "/run/secrets/token"}, Env: []string{"TOKEN=x"}, Stdin: strings.NewReader("x"), Scratch: sc,
+		Workspace: "/ws", Mounts: []sandbox.Mount{{Source: "/dev/shm/fluffy-secrets-1", Target: SecretsMount}, {Source: "/cache/go", Target: "/home/sandbox/go"}},
+	}
+	got := aheadSpec(spec)
+	if got.Argv != nil || got.Env != nil || got.Stdin != nil || got.Scratch != nil {
+		t.Errorf("kept the command's own parts: %+v", got)
+	}
+	if len(got.Mounts) != 1 || got.Mounts[0].Target != "/home/sandbox/go" || got.Workspace != "/ws" {
+		t.Errorf("mounts %+v, workspace %q: want only the cache, and the workspace", got.Mounts, got.Workspace)
+	}
+	if len(spec.Mounts) != 2 {
+		t.Errorf("changed the command's own spec: %+v", spec.Mounts)
 	}
 }
