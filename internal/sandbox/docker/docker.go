@@ -584,6 +584,21 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 		}()
 		argv = append([]string{envShell, "-c", envScript, "fluffy-env", ef.path()}, argv...)
 	}
+	if stdin != nil {
+		sf, err := writeStdinFile(in.pid, in.pidStart, in.uid, in.gid, stdin)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+		}
+		if sf != nil {
+			defer func() {
+				if err := sf.wipe(); err != nil {
+					in.r.log.Warn("a command's stdin file could not be zeroed", "container", shortID(in.id), "err", err)
+				}
+			}()
+			argv = append([]string{envShell, "-c", stdinScript, "fluffy-stdin", sf.path()}, argv...)
+			stdin = nil
+		}
+	}
 	ex, err := in.r.cli.ExecCreate(runCtx, in.id, client.ExecCreateOptions{
 		Cmd: argv, Env: env, WorkingDir: dir, AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil,
 	})
@@ -613,8 +628,12 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	stderr := newCapped(limit, c.stderr, c.live, c.scratch)
 	rbuf := scratchOr(c.scratch, demuxBuffer)
 	done := make(chan error, 1)
+	var drop func([]byte) bool
+	if in.r.podman && stdin != nil {
+		drop = podmanAttachRace.Match
+	}
 	go func() {
-		done <- demux(conn, rbuf, stdout, stderr)
+		done <- demuxDropping(conn, rbuf, stdout, stderr, drop)
 	}()
 	// copied says the copy's one result was received: it must not be
 	// waited for twice (a copy that ended as the context did would

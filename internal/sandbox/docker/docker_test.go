@@ -388,6 +388,7 @@ func TestPodman(t *testing.T) {
 	})
 	t.Run("pool-proxy", func(t *testing.T) { testPoolProxy(t, rt, "test-podman") })
 	t.Run("secret-env", func(t *testing.T) { testSecretEnv(t, host, false) })
+	t.Run("stdin-file", func(t *testing.T) { testStdinFile(t, host) })
 }
 
 // A fork bomb that outlives the timeout: the run reports both the

@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -126,12 +128,29 @@ func writeEnvFile(pid int, start string, uid, gid int, content []byte) (*envFile
 
 // writeEnvFileIn is writeEnvFile in the root directory root.
 func writeEnvFileIn(root int, uid, gid int, content []byte) (*envFile, error) {
+	return writeFileIn(root, uid, gid, "env-", func(fd int) (int, error) {
+		for b := content; len(b) > 0; {
+			n, err := unix.Write(fd, b)
+			if err != nil {
+				return 0, err
+			}
+			b = b[n:]
+		}
+		return len(content), nil
+	})
+}
+
+// writeFileIn creates a file named prefix and 24 random hex digits in
+// the container's envDir (root is its root directory), owned by uid:gid,
+// mode 0400, and fills it with write, which returns how many bytes it
+// wrote. It checks that the image has the wrappers' shell.
+func writeFileIn(root int, uid, gid int, prefix string, write func(fd int) (int, error)) (*envFile, error) {
 	inRoot := func(p string, flags uint64, resolve uint64) (int, error) {
 		return unix.Openat2(root, p, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: resolve})
 	}
 	sh, err := inRoot(envShell, unix.O_PATH, unix.RESOLVE_IN_ROOT)
 	if err != nil {
-		return nil, fmt.Errorf("the image has no %s, which takes a secret's variables from their file (declare the use as: file): %w", envShell, err)
+		return nil, fmt.Errorf("%w: the image has no %s, which takes a secret's variables from their file (declare the use as: file): %w", errNoShell, envShell, err)
 	}
 	unix.Close(sh)
 	// The command may have written the container's other files: nothing
@@ -142,24 +161,83 @@ func writeEnvFileIn(root int, uid, gid int, content []byte) (*envFile, error) {
 	}
 	rnd := make([]byte, 12)
 	_, _ = rand.Read(rnd)
-	f := &envFile{dir: dir, fd: -1, name: "env-" + hex.EncodeToString(rnd), size: len(content)}
+	f := &envFile{dir: dir, fd: -1, name: prefix + hex.EncodeToString(rnd)}
 	fd, err := unix.Openat(dir, f.name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
 	if err != nil {
 		unix.Close(dir)
-		return nil, fmt.Errorf("creating the environment file: %w", err)
+		return nil, fmt.Errorf("creating %s in the container: %w", f.name, err)
 	}
 	f.fd = fd
 	if err := unix.Fchown(fd, uid, gid); err != nil {
-		return nil, errors.Join(fmt.Errorf("the environment file's owner: %w", err), f.wipe())
+		return nil, errors.Join(fmt.Errorf("the owner of %s: %w", f.name, err), f.wipe())
 	}
-	for b := content; len(b) > 0; {
-		n, err := unix.Write(fd, b)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("writing the environment file: %w", err), f.wipe())
-		}
-		b = b[n:]
+	n, err := write(fd)
+	f.size = n
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("writing %s: %w", f.name, err), f.wipe())
 	}
 	return f, nil
+}
+
+// errNoShell: the image has no envShell, which the wrappers need.
+var errNoShell = errors.New("docker: no shell in the image")
+
+// stdinScript is the stdin wrapper's script: $1 is the file the
+// command's standard input was written to, the rest the command (as
+// envScript's).
+const stdinScript = `f=$1; shift; exec <"$f"; rm -f "$f"; unset f; ` +
+	`command -v "$1" >/dev/null 2>&1 || { printf 'fluffy: %s: executable file not found\n' "$1" >&2; exit 127; }; exec "$@"`
+
+// maxStdinFile bounds the standard input written to a file rather than
+// passed through the exec's stream.
+const maxStdinFile = 1 << 20
+
+// writeStdinFile writes a command's whole standard input, when it is in
+// memory (a *bytes.Reader of at most maxStdinFile bytes), into a file of
+// the container's envDir, from the reader's own memory (a secret's value
+// may be in it). An exec's stream passes stdin on while the command
+// runs, and Podman, when the command ends before it has passed all of
+// it, may lose the command's output (and puts a message of its own in
+// stderr); a file is there before the command starts. It returns nil,
+// nil for a stdin it leaves to the stream.
+func writeStdinFile(pid int, start string, uid, gid int, stdin io.Reader) (*envFile, error) {
+	br, ok := stdin.(*bytes.Reader)
+	if !ok || br.Len() > maxStdinFile {
+		return nil, nil
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the container's root: %w", err)
+	}
+	defer unix.Close(root)
+	if st, err := procStart(pid); err != nil || st != start {
+		return nil, errors.New("the container's init is gone")
+	}
+	f, err := writeFileIn(root, uid, gid, "stdin-", func(fd int) (int, error) {
+		n, err := br.WriteTo(fdWriter(fd))
+		return int(n), err
+	})
+	if errors.Is(err, errNoShell) {
+		return nil, nil
+	}
+	return f, err
+}
+
+// fdWriter writes to a descriptor with write(2), from the caller's
+// memory.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		n, err := unix.Write(int(w), p)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		p = p[n:]
+	}
+	return total, nil
 }
 
 // parseUser returns the uid and gid of a container's "uid:gid".

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -151,5 +152,64 @@ func testSecretEnv(t *testing.T, host string, record bool) {
 	spec.Argv = []string{"no-such-program"}
 	if _, err := in.Run(ctx, spec); !errors.Is(err, sandbox.ErrCommandNotFound) {
 		t.Errorf("a missing program: %v", err)
+	}
+}
+
+// TestStdinFile: a command's standard input held in memory is there
+// before the command starts (a file of the container's, not the exec's
+// stream), so a command that never reads it and ends at once keeps its
+// output; with the stream, Podman lost it about one run in two (and put
+// a message of its own in stderr). A command that reads it gets it
+// whole, and the file is gone once it has started.
+func TestStdinFile(t *testing.T) {
+	engine(t)
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = "unix:///var/run/docker.sock"
+	}
+	testStdinFile(t, host)
+}
+
+func testStdinFile(t *testing.T, host string) {
+	ctx := context.Background()
+	rt, err := docker.New(ctx, docker.Options{Host: host, Image: testImage, Session: "test-" + t.Name(), Template: "code-executor", StateDir: stateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	inst, err := rt.Start(ctx, sandbox.Spec{Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	in := inst.(*docker.Instance)
+	run := func(script, stdin string) sandbox.Result {
+		t.Helper()
+		res, err := in.Run(ctx, sandbox.Spec{Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/bin"},
+			Stdin: bytes.NewReader([]byte(stdin)), Limits: sandbox.Limits{Wall: 30 * time.Second, Output: 1 << 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for i := range 12 {
+		if res := run("echo out", `{"unread": true}`); string(res.Stdout) != "out\n" || len(res.Stderr) != 0 {
+			t.Fatalf("run %d of a command that does not read its stdin: stdout %q stderr %q", i, res.Stdout, res.Stderr)
+		}
+	}
+	big := strings.Repeat("line of input\n", 5000)
+	if res := run("cat", big); string(res.Stdout) != big {
+		t.Fatalf("cat: %d bytes out of %d, stderr %q", len(res.Stdout), len(big), res.Stderr)
+	}
+	info, err := rt.Client().ContainerInspect(ctx, in.ID(), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/.fluffy-env", info.Container.State.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left in the container: %s", e.Name())
 	}
 }

@@ -171,3 +171,42 @@ func TestCappedInScratch(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// Podman's message about its own attach socket, a stderr frame of its
+// own, is left out of the command's stderr when the caller asks (a
+// Podman exec with stdin); anything else, the same text inside a larger
+// frame included, passes.
+func TestDemuxDropsEngineLine(t *testing.T) {
+	race := "Error: write unixpacket @->/proc/self/fd/16/attach: write: broken pipe\n"
+	for _, c := range []struct {
+		name           string
+		in             []byte
+		drop           bool
+		stdout, stderr string
+	}{
+		{name: "dropped", in: frames(frame(1, "second run\n"), frame(2, race)), drop: true, stdout: "second run\n"},
+		{name: "reset on read", in: frames(frame(2, "Error: read unixpacket @->/proc/self/fd/9/attach: read: connection reset by peer\n")), drop: true},
+		{name: "not asked", in: frames(frame(2, race)), stderr: race},
+		{name: "inside the command's frame", in: frames(frame(2, "mine\n"+race)), drop: true, stderr: "mine\n" + race},
+		{name: "another message", in: frames(frame(2, "Error: something else\n")), drop: true, stderr: "Error: something else\n"},
+		{name: "on stdout", in: frames(frame(1, race)), drop: true, stdout: race},
+	} {
+		for _, oneByte := range []bool{false, true} {
+			var src io.Reader = bytes.NewReader(c.in)
+			if oneByte {
+				src = iotest.OneByteReader(src)
+			}
+			var drop func([]byte) bool
+			if c.drop {
+				drop = podmanAttachRace.Match
+			}
+			var out, errb bytes.Buffer
+			if err := demuxDropping(src, make([]byte, demuxBuffer), &out, &errb, drop); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if out.String() != c.stdout || errb.String() != c.stderr {
+				t.Errorf("%s (a byte at a time: %v): stdout %q stderr %q, want %q %q", c.name, oneByte, out.String(), errb.String(), c.stdout, c.stderr)
+			}
+		}
+	}
+}
