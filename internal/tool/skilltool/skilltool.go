@@ -8,7 +8,9 @@
 // read-only when the assistant has memory, the manifest's hosts as its
 // only network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
-// them. A skill with a Dockerfile runs in its own image (Options.Image).
+// them. A skill with a Dockerfile runs in its own image (Options.Image),
+// its operation tagged tool.TagImage so that a native session's router
+// runs it on the container engine.
 // docs/skills.md is the reference.
 package skilltool
 
@@ -318,6 +320,11 @@ func runTool(o Options) (*tool.Tool, error) {
 			}
 			if len(s.Manifest.Credentials) > 0 {
 				op.Tags = append(op.Tags, tool.TagSecrets)
+			}
+			if s.Manifest.Image.Dockerfile != "" {
+				// It runs in its own image: in a native session, on
+				// the container engine (router.Options.ImageRuntime).
+				op.Tags = append(op.Tags, tool.TagImage)
 			}
 			return nil
 		},
