@@ -277,9 +277,14 @@ func TestRunInItsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
+		tl, a, op, err := decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Declared to the router, which runs it on the container
+		// engine in a native session.
+		if !slices.Contains(op.Tags, tool.TagImage) {
+			t.Fatalf("tags %v: want %s", op.Tags, tool.TagImage)
 		}
 		cmd, err := tl.Command(t.Context(), a)
 		if err != nil {
@@ -292,7 +297,7 @@ func TestRunInItsImage(t *testing.T) {
 	if !slices.Equal(asked, []string{"docker-only", "docker-only"}) {
 		t.Fatalf("asked %v", asked)
 	}
-	tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	tl, a, op, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +305,8 @@ func TestRunInItsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmd.Confine.Image != "" || len(asked) != 2 {
-		t.Fatalf("a skill without a Dockerfile: image %q, asked %v", cmd.Confine.Image, asked)
+	if cmd.Confine.Image != "" || len(asked) != 2 || slices.Contains(op.Tags, tool.TagImage) {
+		t.Fatalf("a skill without a Dockerfile: image %q, asked %v, tags %v", cmd.Confine.Image, asked, op.Tags)
 	}
 	// A build that fails refuses the run.
 	o.Image = func(context.Context, skill.Skill) (string, error) { return "", errors.New("step 3 failed") }
