@@ -67,7 +67,9 @@ func (e *skillEngines) runtime(ctx context.Context, u *userenv.Env, session, nam
 	if se.rt != nil {
 		return se.rt, nil
 	}
-	o := docker.Options{Host: engineHost(u, name), Session: session, Template: "skill", Logger: u.Logger()}
+	// The session's change set was written by native sandboxes: its
+	// run sees it as they do.
+	o := docker.Options{Host: engineHost(u, name), Session: session, Template: "skill", UserXattr: true, Logger: u.Logger()}
 	if l, err := u.Config(); err == nil {
 		o.Image = l.Config.Sandbox.Image
 	}
