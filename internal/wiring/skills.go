@@ -82,6 +82,13 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 		Skills:    func() skill.Set { return grantedSkills(u, ws) },
 		Workspace: ws,
 		Runtime:   runtime,
+		// A native session's image skills run on the container engine.
+		ImageRuntime: func() string {
+			if rt := runtime(); rt == "native" {
+				return imageEngine(rt)
+			}
+			return ""
+		},
 	}
 	o.Image = func(ctx context.Context, s skill.Skill) (string, error) {
 		ref, built, err := skillImage(ctx, u, runtime(), s, func(ctx context.Context, name string) (*docker.Runtime, error) {

@@ -89,6 +89,11 @@ type Options struct {
 	// "docker", "podman"): a skill whose manifest names another is
 	// refused.
 	Runtime func() string
+	// ImageRuntime, when set, names the runtime a skill with a
+	// Dockerfile runs on when it is not the session's ("docker" in a
+	// native session; "" the session's): such a skill's manifest is held
+	// to that one.
+	ImageRuntime func() string
 }
 
 // ErrUnknownSkill is the refusal of a name no skill in force has.
@@ -383,9 +388,14 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 	}
 	m := s.Manifest
 	if want := m.Sandbox.Runtime; want != "" && o.Runtime != nil {
-		have := o.Runtime()
+		have, what := o.Runtime(), "this session's sandboxes are"
+		if o.ImageRuntime != nil && m.Image.Dockerfile != "" {
+			if img := o.ImageRuntime(); img != "" && img != have {
+				have, what = img, "in this "+have+" session its image runs on"
+			}
+		}
 		if have != want && (want != "docker" || have != "podman") {
-			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; this session's sandboxes are %s (sandbox.runtime)", s.Name, want, have)
+			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; %s %s (sandbox.runtime)", s.Name, want, what, have)
 		}
 	}
 	var image string

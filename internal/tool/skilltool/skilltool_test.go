@@ -260,6 +260,27 @@ func TestGrantedAndRuntime(t *testing.T) {
 	if _, err := tl.Command(t.Context(), a); err != nil {
 		t.Fatalf("podman: %v", err)
 	}
+	// A skill with a Dockerfile is held to the runtime its image runs
+	// on: in a native session, the container engine.
+	runtime = "native"
+	o.ImageRuntime = func() string { return "docker" }
+	o.Image = func(context.Context, skill.Skill) (string, error) { return "fluffy-skill/shop:0123456789ab", nil }
+	reg = tool.NewRegistry()
+	if err := skilltool.Register(reg, o); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(s.Dir, "Dockerfile"), "FROM fluffy-base\n", 0o644)
+	for want, ok := range map[string]bool{"docker": true, "native": false} {
+		writeFile(t, filepath.Join(s.Dir, "skill.yaml"), "sandbox: {runtime: "+want+"}\nimage: {dockerfile: Dockerfile}\nentrypoints:\n  - {name: buy, command: [./buy.sh]}\n", 0o644)
+		tl, a, _, err = decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err := tl.Command(t.Context(), a)
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "in this native session its image runs on docker")) {
+			t.Fatalf("a skill with a Dockerfile for %s in a native session: %v", want, err)
+		}
+	}
 }
 
 // A skill with a Dockerfile runs in the image the Image hook returns,
