@@ -143,13 +143,20 @@ func requireRoot(t *testing.T) {
 // the mount goes away at cleanup (or earlier with the returned func).
 func mountOverlay(t *testing.T, cs *ChangeSet) (string, func()) {
 	t.Helper()
+	return mountOverlayWith(t, cs, ",redirect_dir=off,metacopy=off")
+}
+
+// mountOverlayWith is mountOverlay with other mount options after the
+// layers: ",userxattr" mounts as a native sandbox does.
+func mountOverlayWith(t *testing.T, cs *ChangeSet, more string) (string, func()) {
+	t.Helper()
 	requireRoot(t)
 	privateMountNS(t)
 	merged := filepath.Join(t.TempDir(), "merged")
 	if err := os.Mkdir(merged, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off", cs.Workspace(), cs.UpperDir(), cs.WorkDir())
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cs.Workspace(), cs.UpperDir(), cs.WorkDir()) + more
 	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
 		t.Fatalf("mount overlay: %v", err)
 	}
@@ -343,7 +350,9 @@ func golden(t *testing.T, name, got string) {
 }
 
 // TestKernelWritesMatchOverlay makes changes from the kernel side, then
-// mounts the upper and checks overlayfs shows the same view.
+// mounts the upper and checks overlayfs shows the same view: mounted as a
+// container's workspace is (the trusted.overlay.* xattrs) and as a native
+// sandbox's is (userxattr: user.overlay.*).
 func TestKernelWritesMatchOverlay(t *testing.T) {
 	requireRoot(t)
 	cs := begin(t, baseTree)
@@ -382,9 +391,12 @@ func TestKernelWritesMatchOverlay(t *testing.T) {
 		t.Errorf("WriteFile below a file: %v, want ErrNotDir", err)
 	}
 	view := snapView(t, cs)
-	merged, _ := mountOverlay(t, cs)
-	if got := snap(t, merged); !cmp.Equal(view, got) {
-		t.Fatalf("overlayfs shows something else than the change set (-changeset +overlay):\n%s", cmp.Diff(view, got))
+	for _, more := range []string{",redirect_dir=off,metacopy=off", ",userxattr"} {
+		merged, umount := mountOverlayWith(t, cs, more)
+		if got := snap(t, merged); !cmp.Equal(view, got) {
+			t.Fatalf("overlayfs%s shows something else than the change set (-changeset +overlay):\n%s", more, cmp.Diff(view, got))
+		}
+		umount()
 	}
 	for p, want := range map[string]string{"a.txt": "file 0644 new alpha\n", "opq/fresh.txt": "file 0644 fresh\n", "same.txt": "file 0644 again\n"} {
 		if view[p] != want {

@@ -129,8 +129,16 @@ func setOpaque(root, rel string) error {
 	}
 	defer unix.Close(dfd)
 	xp := fmt.Sprintf("/proc/self/fd/%d/%s", dfd, base)
-	if err := unix.Lsetxattr(xp, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
-		return fmt.Errorf("changeset: mark %s opaque: %w", rel, err)
+	// Marked for both kinds of overlay that mount the upper: the native
+	// sandboxes' (userxattr) read user.overlay.*, a container's workspace
+	// trusted.overlay.*. One is enough where the other cannot be set:
+	// only root sets trusted.* (a kernel that is not root has no
+	// container sandboxes), and an upper whose filesystem takes no user.*
+	// xattrs cannot be a native sandbox's.
+	errUser := unix.Lsetxattr(xp, "user.overlay.opaque", []byte("y"), 0)
+	errTrusted := unix.Lsetxattr(xp, "trusted.overlay.opaque", []byte("y"), 0)
+	if errUser != nil && errTrusted != nil {
+		return fmt.Errorf("changeset: mark %s opaque: %w", rel, errors.Join(errUser, errTrusted))
 	}
 	return nil
 }

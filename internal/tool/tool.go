@@ -80,6 +80,12 @@ const (
 	// for every call of a tool: for a tool only some of whose calls read
 	// what no principal wrote (a skill's run that reaches the network).
 	TagUntrustedOutput = "untrusted-output"
+	// TagImage on a call's operation (added by its Normalize) says its
+	// command runs in a container image of its own
+	// (Confinement.Image): the router runs it on the session's image
+	// runtime when the session's own starts no images, and records
+	// that runtime with the execution.
+	TagImage = "image"
 )
 
 // tagsThatWrite may never be carried by a fast-path tool.

@@ -25,12 +25,9 @@ type pluginImages struct {
 var _ sandbox.ImageRuntime = (*pluginImages)(nil)
 
 // newPluginImages runs image plugins on the engine of runtime when that
-// is podman, else on docker's.
+// is podman, else on docker's (imageEngine).
 func newPluginImages(u *userenv.Env, runtime, session string) *pluginImages {
-	if runtime != "podman" {
-		runtime = "docker"
-	}
-	return &pluginImages{u: u, runtime: runtime, session: session}
+	return &pluginImages{u: u, runtime: imageEngine(runtime), session: session}
 }
 
 func (p *pluginImages) Pinned(ctx context.Context, ref string) (sandbox.Runtime, []string, error) {

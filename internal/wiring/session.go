@@ -21,6 +21,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/policy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sched"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tdd"
@@ -406,7 +407,7 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		}
 		// The session's runtime is known once boxes gives it (below).
 		var runtimeName string
-		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, env.Audit, log); err != nil {
+		if err := registerSkills(u, reg, res.Workspace(), env.Session, func() string { return runtimeName }, boxes.skills, env.Audit, log); err != nil {
 			log.Warn("the skill tools are left out", "session", env.Session, "err", err)
 		}
 		// A sub-agent gets no tool outside the set it was given, and its
@@ -448,6 +449,18 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 		}
 		if rt != nil {
 			o.Runtime, o.RuntimeName = scheduledRuntime(rt, boxes.sched, boxes.slots, env.Session, name), name
+			if name == "native" {
+				// A skill with a Dockerfile runs in its image on the
+				// container engine, connected at its first run.
+				img := imageEngine(name)
+				o.ImageRuntime, o.ImageRuntimeName = func(ctx context.Context) (sandbox.Runtime, error) {
+					drt, err := boxes.skills.runtime(ctx, u, env.Session, img)
+					if err != nil {
+						return nil, err
+					}
+					return scheduledRuntime(drt, boxes.sched, boxes.slots, env.Session, img), nil
+				}, img
+			}
 			o.Env = sandboxEnv
 			o.CacheDir = u.CacheDir()
 			o.UserCaches = u.UserCaches(res.Workspace())

@@ -37,6 +37,9 @@ type sessionBoxes struct {
 	// plugins, when set, runs each session's plugin servers, which end
 	// with the session's other sandboxes (plugins.go).
 	plugins *sessionPlugins
+	// skills are the engines of the native sessions' runs of skills
+	// with a Dockerfile (skillengine.go), which end with the session.
+	skills *skillEngines
 
 	mu      sync.Mutex
 	boxes   map[string]*sessionBox
@@ -66,7 +69,7 @@ type sessionBox struct {
 // newSessionBoxes resolves the runtime at the first session, not at
 // kernel start (detection starts a probe sandbox).
 func newSessionBoxes(log *slog.Logger, resolve func() resolved) *sessionBoxes {
-	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), boxes: map[string]*sessionBox{}, natives: map[string]*nativeBox{}}
+	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), skills: newSkillEngines(), boxes: map[string]*sessionBox{}, natives: map[string]*nativeBox{}}
 }
 
 // For returns session's runtime and its name; a nil runtime means none
@@ -199,6 +202,7 @@ func (s *sessionBoxes) EndSession(session string) {
 	if s.plugins != nil {
 		s.plugins.EndSession(session)
 	}
+	s.skills.EndSession(session)
 	if nb != nil {
 		if err := nb.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", session, "err", err)
@@ -221,6 +225,7 @@ func (s *sessionBoxes) Close() {
 	if s.plugins != nil {
 		s.plugins.Close()
 	}
+	s.skills.Close()
 	for id, b := range natives {
 		if err := b.close(); err != nil {
 			s.log.Warn("discarding the session's sandbox built ahead", "session", id, "err", err)

@@ -2,7 +2,6 @@ package wiring
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/netproxy"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/skill"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -74,15 +74,26 @@ func skillsPrompt(u *userenv.Env, log *slog.Logger) func(string) string {
 // registerSkills adds skill.load and skill.run to reg for the session
 // over ws: the skills are discovered again at each call, the shared
 // folder is the session's own (skillShared), and the
-// assistant's memory folder is mounted when there is one.
-func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, rec router.Recorder, log *slog.Logger) error {
+// assistant's memory folder is mounted when there is one. A skill with a
+// Dockerfile is built on the session's engine, or in a native session on
+// the engine of its image skills (engines), which its run then runs on.
+func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runtime func() string, engines *skillEngines, rec router.Recorder, log *slog.Logger) error {
 	o := skilltool.Options{
 		Skills:    func() skill.Set { return grantedSkills(u, ws) },
 		Workspace: ws,
 		Runtime:   runtime,
+		// A native session's image skills run on the container engine.
+		ImageRuntime: func() string {
+			if rt := runtime(); rt == "native" {
+				return imageEngine(rt)
+			}
+			return ""
+		},
 	}
 	o.Image = func(ctx context.Context, s skill.Skill) (string, error) {
-		ref, built, err := skillImage(ctx, u, runtime(), s)
+		ref, built, err := skillImage(ctx, u, runtime(), s, func(ctx context.Context, name string) (*docker.Runtime, error) {
+			return engines.runtime(ctx, u, session, name)
+		})
 		if err != nil || !built {
 			return ref, err
 		}
@@ -110,24 +121,25 @@ func registerSkills(u *userenv.Env, reg *tool.Registry, ws, session string, runt
 	return nil
 }
 
-// ErrSkillImageRuntime refuses a run of a skill with a Dockerfile in a
-// session whose sandboxes are not containers: a native sandbox has no
-// image to start from.
-var ErrSkillImageRuntime = errors.New("a skill with a Dockerfile runs only in a container runtime")
-
 // skillImage is a run's image for s in a session of runtime: built on
-// that runtime's engine when no image carries the key of s's current
-// build context (its Dockerfile and folder), so a change applied to
-// them is built before the run that follows; built says it was.
-func skillImage(ctx context.Context, u *userenv.Env, runtime string, s skill.Skill) (ref string, built bool, err error) {
-	if runtime != "docker" && runtime != "podman" {
-		return "", false, fmt.Errorf("%w: this session's sandboxes are %s (set sandbox.runtime to docker or podman)", ErrSkillImageRuntime, runtime)
+// that runtime's engine, or for a session whose sandboxes are not
+// containers on the engine shared returns (the one the run will run on),
+// when no image carries the key of s's current build context (its
+// Dockerfile and folder), so a change applied to them is built before
+// the run that follows; built says it was.
+func skillImage(ctx context.Context, u *userenv.Env, runtime string, s skill.Skill, shared func(context.Context, string) (*docker.Runtime, error)) (ref string, built bool, err error) {
+	var rt *docker.Runtime
+	if runtime == "docker" || runtime == "podman" {
+		if rt, err = engine(ctx, u, runtime); err != nil {
+			return "", false, err
+		}
+		defer rt.Close()
+	} else {
+		name := imageEngine(runtime)
+		if rt, err = shared(ctx, name); err != nil {
+			return "", false, fmt.Errorf("skill %q runs in the image built from its %s, on the container engine (%s) in a %s session: %w", s.Name, s.Manifest.Image.Dockerfile, name, runtime, err)
+		}
 	}
-	rt, err := engine(ctx, u, runtime)
-	if err != nil {
-		return "", false, err
-	}
-	defer rt.Close()
 	sb, err := skillImages(u, rt.Client())
 	if err != nil {
 		return "", false, err

@@ -23,7 +23,10 @@
 // overlay with the workspace as the lower layer and the change set as the
 // upper layer on a private directory, and bind-mounts the merged directory
 // into the container at the workspace's path. The container sees the
-// merged view; its writes land in the change set. See docs/containers.md.
+// merged view; its writes land in the change set. A read-only workspace
+// (Spec.WorkspaceReadOnly) is an overlay of two lower layers, the change
+// set over the workspace, with no upper layer: it never shares the change
+// set as an upper directory with another mount. See docs/containers.md.
 //
 // A command's secret-bearing variables and its output keep off the heap
 // and out of the engine's API: the variables arrive through a file on a
@@ -89,6 +92,12 @@ type Options struct {
 	// StateDir holds the overlay mount points; empty means
 	// /run/fluffy/docker.
 	StateDir string
+	// UserXattr says the change sets of the specs were written by the
+	// native runtime's overlays (a native session's), which keep their
+	// opaque directories' marks in the user.overlay.* xattrs: the
+	// workspace overlay reads those (mount option userxattr), so a
+	// folder a native command replaced shows none of what it held.
+	UserXattr bool
 	// Logger receives debug records; nil discards them.
 	Logger *slog.Logger
 }
@@ -325,7 +334,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	var mounts []mount.Mount
 	user := "65534:65534"
 	if spec.Workspace != "" {
-		ov, err := mountOverlay(r.opts.StateDir, r.owner, spec.Workspace, spec.ChangeSet)
+		ov, err := mountOverlay(r.opts.StateDir, r.owner, spec.Workspace, spec.ChangeSet, overlayOptions{readOnly: spec.WorkspaceReadOnly, userXattr: r.opts.UserXattr})
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 )
 
@@ -137,10 +139,80 @@ func TestMountOverlayRefusals(t *testing.T) {
 		{"missing workspace", filepath.Join(base, "nope"), filepath.Join(base, "cs")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ov, err := mountOverlay(filepath.Join(base, "state"), "1:2", c.ws, c.cs)
+			ov, err := mountOverlay(filepath.Join(base, "state"), "1:2", c.ws, c.cs, overlayOptions{})
 			if err == nil {
 				ov.release()
 				t.Fatal("mounted")
+			}
+		})
+	}
+}
+
+// A read-only workspace is the change set over the workspace as two
+// lower layers: whiteouts and opaque folders hide what they cover (the
+// opaque mark read where the change set's writer kept it: userxattr for
+// a native session's), nothing can be written, and no work directory is
+// made beside the change set, which is never this mount's upper.
+func TestMountOverlayReadOnly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting an overlay needs root")
+	}
+	for _, c := range []struct {
+		name, attr string
+		userXattr  bool
+	}{
+		{"native change set", "user.overlay.opaque", true},
+		{"container change set", "trusted.overlay.opaque", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			ws, cs := filepath.Join(base, "ws"), filepath.Join(base, "cs", "upper")
+			for _, d := range []string{filepath.Join(ws, "sub"), filepath.Join(cs, "sub")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, data := range map[string]string{"ws/sub/old": "old", "ws/gone": "gone", "ws/kept": "kept", "cs/upper/sub/new": "new"} {
+				if err := os.WriteFile(filepath.Join(base, p), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unix.Mknod(filepath.Join(cs, "gone"), unix.S_IFCHR, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Lsetxattr(filepath.Join(cs, "sub"), c.attr, []byte("y"), 0); err != nil {
+				t.Fatal(err)
+			}
+			ov, err := mountOverlay(filepath.Join(base, "state"), "1:2", ws, cs, overlayOptions{readOnly: true, userXattr: c.userXattr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ov.release()
+			var names []string
+			ents, err := os.ReadDir(filepath.Join(ov.merged, "sub"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if len(names) != 1 || names[0] != "new" {
+				t.Errorf("sub holds %v, want [new]: the opaque folder hides the workspace's", names)
+			}
+			if _, err := os.Lstat(filepath.Join(ov.merged, "gone")); !os.IsNotExist(err) {
+				t.Errorf("gone: %v, want it hidden by its whiteout", err)
+			}
+			if b, err := os.ReadFile(filepath.Join(ov.merged, "kept")); err != nil || string(b) != "kept" {
+				t.Errorf("kept: %q, %v", b, err)
+			}
+			if err := os.WriteFile(filepath.Join(ov.merged, "x"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+				t.Errorf("a write: %v, want EROFS", err)
+			}
+			if ov.work != "" {
+				t.Errorf("work directory %s", ov.work)
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(cs)); len(ents) != 1 {
+				t.Errorf("beside the change set: %v", ents)
 			}
 		})
 	}
@@ -159,12 +231,12 @@ func TestGCMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := mountOverlay(state, self, ws, filepath.Join(base, "cs1"))
+	live, err := mountOverlay(state, self, ws, filepath.Join(base, "cs1"), overlayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.release()
-	dead, err := mountOverlay(state, "999999999:1", ws, filepath.Join(base, "cs2"))
+	dead, err := mountOverlay(state, "999999999:1", ws, filepath.Join(base, "cs2"), overlayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

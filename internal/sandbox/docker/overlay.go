@@ -18,10 +18,26 @@ type overlay struct {
 	merged, work string
 }
 
-// mountOverlay mounts lowerdir=ws, upperdir=cs on a new directory under
-// stateDir. The work directory sits next to the change set (overlay wants
-// it on the same filesystem as the upper layer).
-func mountOverlay(stateDir, owner, ws, cs string) (*overlay, error) {
+// overlayOptions say how a workspace's overlay is mounted.
+type overlayOptions struct {
+	// readOnly mounts the change set as the upper of two lower layers
+	// (lowerdir=cs:ws), with no upper and no work directory: the view
+	// cannot be written, and the change set is never the upper
+	// directory of this mount, so it may be the upper of another one
+	// (the session's own sandbox) meanwhile.
+	readOnly bool
+	// userXattr reads the overlay's xattrs in the user.overlay.*
+	// namespace (mount option userxattr): the change set was written by
+	// the native runtime's overlays, which mark opaque directories
+	// there.
+	userXattr bool
+}
+
+// mountOverlay mounts lowerdir=ws, upperdir=cs (or with o.readOnly
+// lowerdir=cs:ws) on a new directory under stateDir. The work directory
+// sits next to the change set (overlay wants it on the same filesystem
+// as the upper layer).
+func mountOverlay(stateDir, owner, ws, cs string, o overlayOptions) (*overlay, error) {
 	ws, err := filepath.EvalSymlinks(ws)
 	if err != nil {
 		return nil, fmt.Errorf("%w: workspace: %w", sandbox.ErrInvalidSpec, err)
@@ -47,10 +63,12 @@ func mountOverlay(stateDir, owner, ws, cs string) (*overlay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mount point: %w", sandbox.ErrSetup, err)
 	}
-	work, err := os.MkdirTemp(filepath.Dir(cs), ".fluffy-work-")
-	if err != nil {
-		os.Remove(merged)
-		return nil, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
+	var work string
+	if !o.readOnly {
+		if work, err = os.MkdirTemp(filepath.Dir(cs), ".fluffy-work-"); err != nil {
+			os.Remove(merged)
+			return nil, fmt.Errorf("%w: overlay work directory: %w", sandbox.ErrSetup, err)
+		}
 	}
 	ov := &overlay{merged: merged, work: work}
 	if err := os.WriteFile(merged+".work", []byte(work), 0o600); err != nil {
@@ -63,8 +81,14 @@ func mountOverlay(stateDir, owner, ws, cs string) (*overlay, error) {
 			return nil, fmt.Errorf("%w: %q: overlay paths may not contain , : \\ or newlines", sandbox.ErrInvalidSpec, p)
 		}
 	}
-	data := "lowerdir=" + ws + ",upperdir=" + cs + ",workdir=" + work
-	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+	data, flags := "lowerdir="+ws+",upperdir="+cs+",workdir="+work, uintptr(unix.MS_NOSUID|unix.MS_NODEV)
+	if o.readOnly {
+		data, flags = "lowerdir="+cs+":"+ws, flags|unix.MS_RDONLY
+	}
+	if o.userXattr {
+		data += ",userxattr"
+	}
+	if err := unix.Mount("overlay", merged, "overlay", flags, data); err != nil {
 		ov.release()
 		if errors.Is(err, unix.EPERM) {
 			return nil, &sandbox.UnavailableError{Missing: []sandbox.Facility{{Name: "overlay", Required: true,

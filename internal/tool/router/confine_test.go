@@ -2,12 +2,14 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/operation"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -138,5 +140,101 @@ func TestNormalizeErrorAdvice(t *testing.T) {
 	}
 	if !res.IsError || !strings.Contains(res.Content, "call skill.load shop first") || strings.Contains(res.Content, "name paths inside the workspace") || !strings.Contains(res.Content, "rule skill") {
 		t.Fatalf("result: %s", res.Content)
+	}
+}
+
+type imageIn struct {
+	Declared bool `json:"declared,omitempty"`
+	Image    bool `json:"image,omitempty"`
+}
+
+// In a session whose runtime starts no images, a command in an image of
+// its own (its operation tagged tool.TagImage) runs on the image runtime,
+// and exec.start names that runtime; the session's other commands stay on
+// its own. A command naming an image it did not declare is refused, and
+// an engine that does not answer refuses the run: nothing falls back to
+// the session's runtime.
+func TestImageRuntime(t *testing.T) {
+	own, img := &specRuntime{}, &specRuntime{}
+	var engineErr error
+	connects := 0
+	e := newEnv(t, setup{sandbox: true, hook: func(o *router.Options) {
+		o.Runtime, o.RuntimeName = own, "native"
+		o.ImageRuntime = func(context.Context) (sandbox.Runtime, error) {
+			connects++
+			if engineErr != nil {
+				return nil, engineErr
+			}
+			return img, nil
+		}
+		o.ImageRuntimeName = "docker"
+	}})
+	tl, err := tool.New(tool.Definition[imageIn]{
+		Name: "test.image", Description: "a command in an image", Action: operation.Exec, Tags: []string{tool.TagExec},
+		Execution: tool.Execution{Class: tool.Sandbox, Template: "skill"},
+		Normalize: func(_ context.Context, _ *tool.Resolver, in *imageIn, op *operation.Operation) error {
+			op.Argv = []string{"printf", "x"}
+			if in.Declared {
+				op.Tags = append(op.Tags, tool.TagImage)
+			}
+			return nil
+		},
+		Command: func(_ context.Context, in *imageIn) (tool.Command, error) {
+			c := &tool.Confinement{Workspace: true}
+			if in.Image {
+				c.Image = "fluffy-skill/stamp:0123456789ab"
+			}
+			return tool.Command{Argv: []string{"/skills/stamp/run.sh"}, Confine: c}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, e.reg.Register(tl))
+	runtimes := func(from uint64) []string {
+		var out []string
+		for _, en := range e.entries(from) {
+			var p audit.ExecStart
+			if en.Kind == audit.KindExecStart && json.Unmarshal(en.Payload.(json.RawMessage), &p) == nil {
+				out = append(out, p.Runtime)
+			}
+		}
+		return out
+	}
+
+	from := e.last()
+	if res, err := e.r.Call(t.Context(), tc("test.image", map[string]any{"declared": true, "image": true})); err != nil || res.IsError {
+		t.Fatalf("call: %+v, %v", res, err)
+	}
+	if len(img.specs) != 1 || len(own.specs) != 0 || img.specs[0].Image != "fluffy-skill/stamp:0123456789ab" {
+		t.Fatalf("ran %d on the image runtime, %d on the session's", len(img.specs), len(own.specs))
+	}
+	if s := img.specs[0]; s.Workspace != e.cs.Workspace() || s.ChangeSet != e.cs.UpperDir() || !s.WorkspaceReadOnly {
+		t.Fatalf("workspace %q change set %q read-only %v: want the session's, read-only", s.Workspace, s.ChangeSet, s.WorkspaceReadOnly)
+	}
+	if got := runtimes(from); !slices.Equal(got, []string{"docker"}) {
+		t.Fatalf("exec.start runtimes %v, want [docker]", got)
+	}
+
+	from = e.last()
+	if res, err := e.r.Call(t.Context(), tc("test.image", map[string]any{})); err != nil || res.IsError {
+		t.Fatalf("call: %+v, %v", res, err)
+	}
+	if len(own.specs) != 1 || len(img.specs) != 1 || connects != 1 {
+		t.Fatalf("a command without an image: %d on the session's runtime, %d on the image runtime, %d connects", len(own.specs), len(img.specs), connects)
+	}
+	if got := runtimes(from); !slices.Equal(got, []string{"native"}) {
+		t.Fatalf("exec.start runtimes %v, want [native]", got)
+	}
+
+	res, err := e.r.Call(t.Context(), tc("test.image", map[string]any{"image": true}))
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "does not declare") || len(own.specs) != 1 || len(img.specs) != 1 {
+		t.Fatalf("an undeclared image: %+v, %v; ran %d, %d", res, err, len(own.specs), len(img.specs))
+	}
+
+	engineErr = errors.New("no container engine answers at unix:///nowhere")
+	res, err = e.r.Call(t.Context(), tc("test.image", map[string]any{"declared": true, "image": true}))
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "no container engine answers") || len(own.specs) != 1 || len(img.specs) != 1 {
+		t.Fatalf("no engine: %+v, %v; ran %d, %d", res, err, len(own.specs), len(img.specs))
 	}
 }

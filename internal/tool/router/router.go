@@ -129,6 +129,14 @@ type Options struct {
 	// what isolated it.
 	Runtime     sandbox.Runtime
 	RuntimeName string
+	// ImageRuntime, when set, runs the commands whose operation carries
+	// tool.TagImage (a skill's run in its own image) in a session whose
+	// Runtime starts no container images (native): it returns the
+	// container engine's runtime, connected at the first such command.
+	// ImageRuntimeName ("docker", "podman") is recorded with their
+	// executions. Nil: they run on Runtime, as every command does.
+	ImageRuntime     func(ctx context.Context) (sandbox.Runtime, error)
+	ImageRuntimeName string
 	// ChangeSet is the session's change set: its upper directory and
 	// workspace are handed to sandboxes.
 	ChangeSet ChangeSet
@@ -247,6 +255,11 @@ var ErrAudit = errors.New("router: the audit log could not record the call")
 
 // ErrState wraps a failure to store a TDD transition.
 var ErrState = errors.New("router: the TDD journal could not store the transition")
+
+// ErrImageUndeclared refuses a command that names a container image
+// when its operation does not carry tool.TagImage, in a session with
+// an image runtime (Options.ImageRuntime).
+var ErrImageUndeclared = errors.New("router: a command's image was not declared")
 
 // Router runs tool calls through the gates. Safe for concurrent use.
 type Router struct {
@@ -554,7 +567,7 @@ func (r *Router) callVia(ctx context.Context, c llm.ToolCall, via string) (agent
 	if !cl.fast {
 		start := audit.ExecStart{Call: cl.id, Tool: cl.name, Class: string(t.Execution().Class), Template: t.Execution().Template, Approval: cl.approval}
 		if t.Execution().Class == tool.Sandbox {
-			start.Runtime = r.o.RuntimeName
+			start.Runtime = r.runtimeName(cl.op)
 		}
 		if err := r.append(ctx, start); err != nil {
 			return agent.Result{}, err
@@ -933,18 +946,22 @@ func (r *Router) sandboxed(ctx context.Context, cl *call, args tool.Args, gate *
 			spec.Env = sandbox.SetEnv(spec.Env, r.o.NetEnv...)
 		}
 	}
+	rt, err := r.runtimeFor(ctx, cl.op, cmd)
+	if err != nil {
+		return tool.Result{}, err
+	}
 	before := snapshotUpper(r.o.ChangeSet.UpperDir())
 	ctx, span := r.sandboxSpan(ctx, t)
 	defer span.End()
 	var res sandbox.Result
-	switch gr, ok := r.o.Runtime.(sandbox.GatedRunner); {
+	switch gr, ok := rt.(sandbox.GatedRunner); {
 	case gate == nil:
-		res, err = r.o.Runtime.Run(ctx, spec)
+		res, err = rt.Run(ctx, spec)
 	case ok:
 		res, err = gr.RunGated(ctx, spec, gate.wait)
 	default:
 		if err = gate.wait(); err == nil {
-			res, err = r.o.Runtime.Run(ctx, spec)
+			res, err = rt.Run(ctx, spec)
 		}
 	}
 	if redact != nil {
@@ -964,7 +981,7 @@ func (r *Router) sandboxed(ctx context.Context, cl *call, args tool.Args, gate *
 	}
 	sandboxSpanEnd(span, &res)
 	if r.o.Metrics != nil {
-		r.o.Metrics.Observe(telemetry.MetricSandboxStart, res.Setup, "start_mode", res.StartMode, "runtime", r.o.RuntimeName)
+		r.o.Metrics.Observe(telemetry.MetricSandboxStart, res.Setup, "start_mode", res.StartMode, "runtime", r.runtimeName(cl.op))
 	}
 	out := tool.CommandOutput{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}
 	for _, h := range res.Hit {
@@ -974,6 +991,43 @@ func (r *Router) sandboxed(ctx context.Context, cl *call, args tool.Args, gate *
 		return cmd.Collect(out)
 	}
 	return DefaultCollect(out), nil
+}
+
+// onImageRuntime reports whether op's command runs on the image runtime
+// rather than the session's own.
+func (r *Router) onImageRuntime(op *operation.Operation) bool {
+	return r.o.ImageRuntime != nil && op != nil && op.HasTag(tool.TagImage)
+}
+
+// runtimeName is the runtime op's command runs on, as exec.start
+// records it.
+func (r *Router) runtimeName(op *operation.Operation) string {
+	if r.onImageRuntime(op) {
+		return r.o.ImageRuntimeName
+	}
+	return r.o.RuntimeName
+}
+
+// runtimeFor is the runtime cmd (of op) runs on: the image runtime for a
+// command in an image of its own when the session has one, else the
+// session's. A command naming an image its operation did not declare
+// (tool.TagImage) is refused there: exec.start, already recorded, names
+// the session's runtime, which starts no image.
+func (r *Router) runtimeFor(ctx context.Context, op *operation.Operation, cmd tool.Command) (sandbox.Runtime, error) {
+	if r.o.ImageRuntime == nil {
+		return r.o.Runtime, nil
+	}
+	if !r.onImageRuntime(op) {
+		if cmd.Confine != nil && cmd.Confine.Image != "" {
+			return nil, fmt.Errorf("%w: the command names image %s, which its operation does not declare (tag %s)", ErrImageUndeclared, cmd.Confine.Image, tool.TagImage)
+		}
+		return r.o.Runtime, nil
+	}
+	rt, err := r.o.ImageRuntime(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the command runs in a container image, on %s: %w", r.o.ImageRuntimeName, err)
+	}
+	return rt, nil
 }
 
 // confine makes spec the confined command's whole sandbox: the

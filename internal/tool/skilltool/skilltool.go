@@ -8,7 +8,9 @@
 // read-only when the assistant has memory, the manifest's hosts as its
 // only network and its credentials as its only secrets. Its classification
 // hints become tags of the call's operation, so policy rules can match
-// them. A skill with a Dockerfile runs in its own image (Options.Image).
+// them. A skill with a Dockerfile runs in its own image (Options.Image),
+// its operation tagged tool.TagImage so that a native session's router
+// runs it on the container engine.
 // docs/skills.md is the reference.
 package skilltool
 
@@ -87,6 +89,11 @@ type Options struct {
 	// "docker", "podman"): a skill whose manifest names another is
 	// refused.
 	Runtime func() string
+	// ImageRuntime, when set, names the runtime a skill with a
+	// Dockerfile runs on when it is not the session's ("docker" in a
+	// native session; "" the session's): such a skill's manifest is held
+	// to that one.
+	ImageRuntime func() string
 }
 
 // ErrUnknownSkill is the refusal of a name no skill in force has.
@@ -319,6 +326,11 @@ func runTool(o Options) (*tool.Tool, error) {
 			if len(s.Manifest.Credentials) > 0 {
 				op.Tags = append(op.Tags, tool.TagSecrets)
 			}
+			if s.Manifest.Image.Dockerfile != "" {
+				// It runs in its own image: in a native session, on
+				// the container engine (router.Options.ImageRuntime).
+				op.Tags = append(op.Tags, tool.TagImage)
+			}
 			return nil
 		},
 		Preview: func(_ context.Context, in *RunIn) string {
@@ -376,9 +388,14 @@ func (o Options) command(ctx context.Context, in *RunIn) (tool.Command, error) {
 	}
 	m := s.Manifest
 	if want := m.Sandbox.Runtime; want != "" && o.Runtime != nil {
-		have := o.Runtime()
+		have, what := o.Runtime(), "this session's sandboxes are"
+		if o.ImageRuntime != nil && m.Image.Dockerfile != "" {
+			if img := o.ImageRuntime(); img != "" && img != have {
+				have, what = img, "in this "+have+" session its image runs on"
+			}
+		}
 		if have != want && (want != "docker" || have != "podman") {
-			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; this session's sandboxes are %s (sandbox.runtime)", s.Name, want, have)
+			return tool.Command{}, fmt.Errorf("skill %q runs in the %s runtime; %s %s (sandbox.runtime)", s.Name, want, what, have)
 		}
 	}
 	var image string

@@ -260,6 +260,27 @@ func TestGrantedAndRuntime(t *testing.T) {
 	if _, err := tl.Command(t.Context(), a); err != nil {
 		t.Fatalf("podman: %v", err)
 	}
+	// A skill with a Dockerfile is held to the runtime its image runs
+	// on: in a native session, the container engine.
+	runtime = "native"
+	o.ImageRuntime = func() string { return "docker" }
+	o.Image = func(context.Context, skill.Skill) (string, error) { return "fluffy-skill/shop:0123456789ab", nil }
+	reg = tool.NewRegistry()
+	if err := skilltool.Register(reg, o); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(s.Dir, "Dockerfile"), "FROM fluffy-base\n", 0o644)
+	for want, ok := range map[string]bool{"docker": true, "native": false} {
+		writeFile(t, filepath.Join(s.Dir, "skill.yaml"), "sandbox: {runtime: "+want+"}\nimage: {dockerfile: Dockerfile}\nentrypoints:\n  - {name: buy, command: [./buy.sh]}\n", 0o644)
+		tl, a, _, err = decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err := tl.Command(t.Context(), a)
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "in this native session its image runs on docker")) {
+			t.Fatalf("a skill with a Dockerfile for %s in a native session: %v", want, err)
+		}
+	}
 }
 
 // A skill with a Dockerfile runs in the image the Image hook returns,
@@ -277,9 +298,14 @@ func TestRunInItsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
+		tl, a, op, err := decode(t, reg, skilltool.RunName, `{"name":"docker-only","entrypoint":"go"}`)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Declared to the router, which runs it on the container
+		// engine in a native session.
+		if !slices.Contains(op.Tags, tool.TagImage) {
+			t.Fatalf("tags %v: want %s", op.Tags, tool.TagImage)
 		}
 		cmd, err := tl.Command(t.Context(), a)
 		if err != nil {
@@ -292,7 +318,7 @@ func TestRunInItsImage(t *testing.T) {
 	if !slices.Equal(asked, []string{"docker-only", "docker-only"}) {
 		t.Fatalf("asked %v", asked)
 	}
-	tl, a, _, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
+	tl, a, op, err := decode(t, reg, skilltool.RunName, `{"name":"shop","entrypoint":"buy","args":{"item":"tea"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +326,8 @@ func TestRunInItsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmd.Confine.Image != "" || len(asked) != 2 {
-		t.Fatalf("a skill without a Dockerfile: image %q, asked %v", cmd.Confine.Image, asked)
+	if cmd.Confine.Image != "" || len(asked) != 2 || slices.Contains(op.Tags, tool.TagImage) {
+		t.Fatalf("a skill without a Dockerfile: image %q, asked %v, tags %v", cmd.Confine.Image, asked, op.Tags)
 	}
 	// A build that fails refuses the run.
 	o.Image = func(context.Context, skill.Skill) (string, error) { return "", errors.New("step 3 failed") }
