@@ -484,11 +484,18 @@ func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mo
 		warnings := addRlimits(&ac, lim, wantCg)
 		// A traced run or one through the egress proxy never fits.
 		if !tr.On && spec.Network != sandbox.NetworkProxy && r.useAhead(a, &ac, lim, wantCg, spec.Scratch) {
+			if spec.Yield != nil {
+				a.hold.idle(spec.Yield)
+			}
 			res.Warnings = append(res.Warnings, warnings...)
 			res, err = r.runAhead(ctx, a, spec, res, req.gate, req.early, tr, req.st)
 			return res, modeAhead, err
 		}
 		hold = r.dropAhead(a)
+	}
+	if spec.Yield != nil {
+		// A long-lived run: one that needs the upper asks it to end.
+		hold.idle(spec.Yield)
 	}
 	if cfg.Upper != "" {
 		work, err := makeWork(cfg.Upper)

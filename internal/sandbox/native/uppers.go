@@ -16,7 +16,8 @@ import (
 // is writable or read-only (Spec.WorkspaceReadOnly). A sandbox built
 // ahead holds its upper while it waits; it is idle, and a run that needs
 // the upper from another runtime has it discarded (a run of its own
-// runtime takes it). Runtimes share one Uppers through Options.Uppers
+// runtime takes it). A long-lived run (sandbox.Spec.Yield) is asked to
+// end when another run needs its upper. Runtimes share one Uppers through Options.Uppers
 // (the kernel's sessions); a Runtime without one has its own.
 type Uppers struct {
 	mu sync.Mutex
@@ -87,8 +88,9 @@ func (u *Uppers) acquire(ctx context.Context, upper string, claim func() bool) (
 	}
 }
 
-// idle marks the holder as a sandbox built ahead that may be asked to go
-// (evict, called at most once, from another goroutine).
+// idle marks the holder as one that may be asked to go (evict, called
+// at most once, from another goroutine): a sandbox built ahead, or a
+// long-lived run (sandbox.Spec.Yield).
 func (h *upperHold) idle(evict func()) {
 	if h == nil {
 		return
