@@ -159,3 +159,45 @@ func TestNoTwoOverlaysOnOneUpperRuntimes(t *testing.T) {
 		t.Error("the upper is still held after the run")
 	}
 }
+
+// A long-lived run on a change set (sandbox.Spec.Yield) is asked to end
+// when another run needs the change set, and that run mounts its overlay
+// only once it has: never two overlays at once.
+func TestNoTwoOverlaysOnOneUpperYield(t *testing.T) {
+	rt := newRuntime(t, Options{})
+	defer rt.Close()
+	const base = "upper-yield"
+	ws, cs := varTmp(t), filepath.Join(varTmp(t), base)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := aheadSpec(ws, cs, "sh", "-c", "echo long > f; sleep 60")
+	yielded := make(chan struct{})
+	long.Yield = func() {
+		close(yielded)
+		cancel()
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := rt.Run(ctx, long)
+		ended <- err
+	}()
+	waitOverlays(t, base, 1)
+	stop := mostOverlaysOn(t, base)
+	res, err := rt.Run(context.Background(), aheadSpec(ws, cs, "sh", "-c", "cat f; sleep 0.3"))
+	if n := stop(); n != 1 {
+		t.Errorf("%d overlays on the upper at once, want 1", n)
+	}
+	if err != nil || string(res.Stdout) != "long\n" {
+		t.Fatalf("run: %v, stdout %q", err, res.Stdout)
+	}
+	select {
+	case <-yielded:
+	default:
+		t.Error("the long-lived run was not asked to yield")
+	}
+	select {
+	case <-ended:
+	default:
+		t.Error("the run went while the long-lived one still had the change set")
+	}
+}
