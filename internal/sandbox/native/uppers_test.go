@@ -181,7 +181,15 @@ func TestNoTwoOverlaysOnOneUpperYield(t *testing.T) {
 		_, err := rt.Run(ctx, long)
 		ended <- err
 	}()
-	waitOverlays(t, base, 1)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(filepath.Join(cs, "f")); err == nil {
+			break
+		}
+		if i == 2000 {
+			t.Fatal("the long-lived run never wrote its file")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	stop := mostOverlaysOn(t, base)
 	res, err := rt.Run(context.Background(), aheadSpec(ws, cs, "sh", "-c", "cat f; sleep 0.3"))
 	if n := stop(); n != 1 {
