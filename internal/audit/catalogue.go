@@ -96,8 +96,9 @@ const (
 	KindPluginInstall Kind = "plugin.install"
 	KindPluginState   Kind = "plugin.state"
 	KindPluginApprove Kind = "plugin.approve"
-	// KindPluginServer: a plugin's MCP server started, exited, or was
-	// given up after repeated crashes (docs/plugins.md).
+	// KindPluginServer: a plugin's MCP server started, exited, gave the
+	// session's change set up to a command, or was given up after
+	// repeated crashes (docs/plugins.md).
 	KindPluginServer Kind = "plugin.server"
 	// KindPluginTools: a plugin's tools pinned at their first start, or
 	// one held back because it is new or differs from its pin.
@@ -751,8 +752,10 @@ type PluginApprove struct {
 // PluginServer (plugin.server) is an event of a plugin's MCP server in
 // its sandbox: Event "start" (Tools are the tools it offered), "exit"
 // (the process ended while the session ran: its status, the limit that
-// killed it, Restarts so far) or "failed" (it crashed too often and was
-// given up; Error is the reason stored with the plugin's state).
+// killed it, Restarts so far), "yield" (ended to give the session's
+// change set up to a command's sandbox; started again by its next call)
+// or "failed" (it crashed too often and was given up; Error is the
+// reason stored with the plugin's state).
 type PluginServer struct {
 	Plugin   string   `json:"plugin"`
 	Event    string   `json:"event"`

@@ -165,6 +165,14 @@ type Spec struct {
 	// stream its reader bounds (a plugin's MCP server), where a capture
 	// would grow for the process's whole life.
 	Live bool
+	// Yield, when set, lets another sandbox have the change set: two
+	// overlays on one upper directory are never mounted at once, so a
+	// run that needs this run's change set waits for it to end, and the
+	// runtime calls Yield (once, from another goroutine) to ask for that
+	// end. A long-lived sandbox on a session's change set (a plugin's
+	// server) sets it and ends its run soon after. Backends without the
+	// rule (containers) ignore it.
+	Yield func()
 }
 
 // Scratch hands out memory outside the Go heap (*secret.Arena).

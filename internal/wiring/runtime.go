@@ -110,8 +110,11 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 	}
 	if name == "native" {
 		// Each session has a runtime of its own: a runtime holds one
-		// sandbox built ahead, which must serve that session alone.
-		o := native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log}
+		// sandbox built ahead, which must serve that session alone. They
+		// share one registry of the change sets mounted: a session's
+		// runtime replaced after its idle timeout may still be
+		// discarding a sandbox on the session's change set.
+		o := native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log, Uppers: native.NewUppers()}
 		if _, err := native.New(o); err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 			return resolved{}

@@ -649,6 +649,77 @@ func TestWriteChangeSet(t *testing.T) {
 	}
 }
 
+// TestWriteChangeSetTurns: a write-changeset plugin's server and a
+// command of the session write the same change set in turns, never two
+// overlays on it at once: the command runs once the server has given the
+// change set up (recorded as its yield), the server's next call starts
+// it again on the change set as the command left it. The last writer
+// wins and each sees the other's writes, a file created meanwhile
+// included (a second overlay could have cached it as absent).
+func TestWriteChangeSetTurns(t *testing.T) {
+	f := newFixture(t)
+	upper := filepath.Join(openDir(t), "upper")
+	f.install(plugin.Manifest{Capabilities: []plugin.Capability{plugin.CapWriteChangeSet}})
+	_, reg, rep := f.start(host.Options{ChangeSet: upper})
+	if rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	readme, newer := filepath.Join(f.ws, "README.md"), filepath.Join(f.ws, "new.txt")
+	pluginSees := func(path, want string) {
+		t.Helper()
+		res, err := call(t, reg, "mcp.adv.read", map[string]any{"path": path})
+		if err != nil || res.IsError || !strings.Contains(string(res.Output), want) {
+			t.Fatalf("the plugin reads %s: %q %v, want %q", path, res.Output, err, want)
+		}
+	}
+	pluginWrites := func(text string) {
+		t.Helper()
+		res, err := call(t, reg, "mcp.adv.write", map[string]any{"path": readme, "text": text})
+		if err != nil || res.IsError {
+			t.Fatalf("the plugin writes: %q %v", res.Output, err)
+		}
+	}
+	command := func(script string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		res, err := f.rt.Run(ctx, sandbox.Spec{Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+			Workspace: f.ws, ChangeSet: upper, Dir: f.ws, Limits: sandbox.Limits{Wall: time.Minute, Output: 1 << 20}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("command: %v, exit %d, stderr %q", err, res.ExitCode, res.Stderr)
+		}
+		return string(res.Stdout)
+	}
+	if res, _ := call(t, reg, "mcp.adv.read", map[string]any{"path": newer}); !res.IsError {
+		t.Fatalf("new.txt before the command: %q", res.Output)
+	}
+	pluginWrites("from the plugin")
+	if out := command("cat README.md; echo from the command > README.md; echo new > new.txt"); out != "from the plugin" {
+		t.Fatalf("the command read %q, want the plugin's write", out)
+	}
+	pluginSees(readme, "from the command")
+	pluginSees(newer, "new")
+	pluginWrites("from the plugin again")
+	if out := command("cat README.md"); out != "from the plugin again" {
+		t.Fatalf("the command read %q, want the plugin's last write", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(upper, "README.md")); string(b) != "from the plugin again" {
+		t.Fatalf("the change set has %q", b)
+	}
+	yields := 0
+	for _, e := range f.audit.of(audit.KindPluginServer) {
+		if strings.Contains(e, `"event":"yield"`) {
+			yields++
+		}
+		if strings.Contains(e, `"event":"exit"`) {
+			t.Errorf("a yield recorded as an exit: %s", e)
+		}
+	}
+	if yields != 2 {
+		t.Errorf("%d yields recorded, want 2 (one per command)", yields)
+	}
+}
+
 // TestCredentials: a plugin's declared credentials reach its server's
 // environment through Options.Secrets, asked for exactly what the
 // manifest declares; a result and a log line that carry a value are

@@ -65,6 +65,16 @@ type server struct {
 	lastErr  error
 	// redact strips the current start's credential values (nil: none).
 	redact func([]byte) []byte
+	// The change set's turns (write-changeset): no two overlays on one
+	// change set are mounted at once, so the server's sandbox gives the
+	// change set up when a sandbox of the session's commands needs it
+	// (yield), once no call is in flight (calls), and starts again, on
+	// the change set as it is then, when the next call wants it (parked
+	// is closed). stopRun ends the current run.
+	calls    int
+	yielding bool
+	stopRun  context.CancelFunc
+	parked   chan struct{}
 
 	// image runs an image plugin's server, resolved from its pinned
 	// reference before each start, with the image's own command
@@ -171,6 +181,12 @@ func (s *server) supervise() {
 		if s.ctx.Err() != nil {
 			return
 		}
+		if s.park() {
+			if s.ctx.Err() != nil {
+				return
+			}
+			continue
+		}
 		now := time.Now()
 		s.mu.Lock()
 		s.lastErr = err
@@ -202,6 +218,74 @@ func (s *server) supervise() {
 			return
 		case <-time.After(wait):
 		}
+	}
+}
+
+// yield asks the server's sandbox to give the change set up
+// (sandbox.Spec.Yield): it ends now, or when the calls in flight have.
+func (s *server) yield() {
+	s.mu.Lock()
+	s.yielding = true
+	stop := s.stopRun
+	if s.calls > 0 {
+		stop = nil // endCall stops it
+	}
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// beginCall counts a tool call in flight; a server stopped for the
+// change set starts again.
+func (s *server) beginCall() {
+	s.mu.Lock()
+	s.calls++
+	if s.parked != nil {
+		close(s.parked)
+		s.parked = nil
+	}
+	s.mu.Unlock()
+}
+
+// endCall ends a call begun by beginCall; the last one in flight ends a
+// run asked to yield.
+func (s *server) endCall() {
+	s.mu.Lock()
+	s.calls--
+	var stop context.CancelFunc
+	if s.calls == 0 && s.yielding {
+		stop = s.stopRun
+	}
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// park, after a run that ended because it yielded the change set,
+// records that and waits until a call wants the server again (true), or
+// the host closes (false, as for any other end).
+func (s *server) park() bool {
+	s.mu.Lock()
+	if !s.yielding {
+		s.mu.Unlock()
+		return false
+	}
+	s.yielding = false
+	p := make(chan struct{})
+	if s.calls > 0 {
+		close(p) // a call waits for it already
+	} else {
+		s.parked = p
+	}
+	s.mu.Unlock()
+	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "yield", Runtime: s.rtName})
+	select {
+	case <-p:
+		return true
+	case <-s.ctx.Done():
+		return true
 	}
 }
 
@@ -251,6 +335,14 @@ func exitText(res sandbox.Result, err error) string {
 func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.mu.Lock()
+	s.stopRun = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.stopRun = nil
+		s.mu.Unlock()
+	}()
 	rt := s.runtime
 	if s.rec.Manifest.Run.Image != "" {
 		if s.image == nil {
@@ -515,6 +607,9 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 		// The overlay the sandboxed commands get: its writes land in the
 		// change set, for review and apply.
 		spec.Workspace, spec.ChangeSet = o.Workspace, o.ChangeSet
+		// Its turn on the change set ends when a command needs it: one
+		// overlay on a change set at a time (docs/sandbox.md).
+		spec.Yield = s.yield
 		spec.Mounts = append(spec.Mounts, o.Masks...)
 		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
 	case o.Workspace != "" && (hasCap(m, plugin.CapReadWorkspace) || hasCap(m, plugin.CapWriteChangeSet)):

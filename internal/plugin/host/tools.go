@@ -344,6 +344,8 @@ func (s *server) definition(reg string, t *mcp.Tool) (tool.Definition[map[string
 func (s *server) call(ctx context.Context, reg string, args map[string]any) (tool.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.h.o.CallTimeout)
 	defer cancel()
+	s.beginCall()
+	defer s.endCall()
 	cs, mcpName, err := s.session(ctx, reg)
 	if err != nil {
 		return tool.Result{}, err

@@ -40,8 +40,9 @@ import (
 // the ahead start owns), and whether it has a cgroup: any difference and
 // the run starts its own sandbox. A run on the same change set as an
 // ahead start (or, without a change set, any run without one) always
-// takes it over, to use or to discard: two overlays on one upper
-// directory are undefined.
+// takes it over, to use or to discard, and no run mounts its own
+// overlay on that upper before the discarded one is gone: two overlays
+// on one upper directory are undefined (uppers.go).
 //
 // An ahead start needs landlock: without it, PID 1 would hold ForkLock
 // until the command started (direct_linux.go), so every other start of
@@ -105,6 +106,9 @@ type aheadStart struct {
 	key    []byte
 	withCg bool
 	upper  string
+	// hold is the start's hold on upper (nil without one); a run that
+	// takes the start takes it over.
+	hold *upperHold
 	// work is the overlay's work directory, removed with the sandbox.
 	work string
 	// The request's stdio, connected when it is taken (late).
@@ -181,9 +185,14 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 		return fmt.Errorf("%w: this host has no direct starts", sandbox.ErrSetup)
 	}
 	cfg.LowerFD = r.lowerFD(cfg)
-	a := &aheadStart{key: aheadKey(cfg), upper: cfg.Upper, stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter(), discarded: discarded}
+	hold, err := r.holdUpperAhead(cfg.Upper)
+	if err != nil {
+		return err
+	}
+	a := &aheadStart{hold: hold, key: aheadKey(cfg), upper: cfg.Upper, stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter(), discarded: discarded}
 	if cfg.Upper != "" {
 		if a.work, err = makeWork(cfg.Upper); err != nil {
+			hold.release()
 			return err
 		}
 		cfg.Work = a.work
@@ -192,6 +201,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	if wantCg {
 		if cg, err = newCgroup(r.cgl, 0, 0); err != nil {
 			removeWork(a.work)
+			hold.release()
 			return fmt.Errorf("%w: cgroup: %w", sandbox.ErrSetup, err)
 		}
 		a.withCg = true
@@ -199,6 +209,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	a.d, err = r.buildDirect(cfg, cg, a.stdin, a.stdout, a.stderr, directOpts{ahead: true, pid1Pause: r.pid1Pause}, &nsinit.Tracer{})
 	if err != nil {
 		removeWork(a.work)
+		hold.release()
 		return fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
 	s := &r.ahead
@@ -212,7 +223,62 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	if old != nil {
 		r.discardAheadLater(old)
 	}
+	// Idle from now: a run of another runtime that needs the upper has
+	// it discarded; a run of this one takes it (holdUpper).
+	hold.idle(func() {
+		s.mu.Lock()
+		if s.a != a {
+			s.mu.Unlock()
+			return // taken or replaced meanwhile
+		}
+		s.a = nil
+		s.mu.Unlock()
+		r.discardAheadLater(a)
+	})
 	return nil
+}
+
+// holdUpperAhead holds upper ("": none) for a sandbox built ahead. This
+// runtime's own sandbox built ahead on it is discarded first (it is being
+// replaced); when a run holds it, nothing is built: the build would wait
+// for that run, and the run's end prepares the next one anyway.
+func (r *Runtime) holdUpperAhead(upper string) (*upperHold, error) {
+	if upper == "" {
+		return nil, nil
+	}
+	s := &r.ahead
+	s.mu.Lock()
+	old := s.a
+	if old != nil && old.upper == upper {
+		s.a = nil
+		old.hold.busy()
+	} else {
+		old = nil
+	}
+	s.mu.Unlock()
+	if old != nil {
+		r.discardAhead(old)
+	}
+	h, _ := r.opts.Uppers.try(upper, false)
+	if h == nil {
+		return nil, fmt.Errorf("%w: another sandbox has the change set %s mounted", sandbox.ErrSetup, upper)
+	}
+	return h, nil
+}
+
+// dropAhead discards a, claimed by a run it cannot serve, and returns
+// its hold on its upper for that run: with an upper it is gone when
+// this returns (the run then mounts its own overlay on it), without one
+// it goes in the background.
+func (r *Runtime) dropAhead(a *aheadStart) *upperHold {
+	if a.hold == nil {
+		r.discardAheadLater(a)
+		return nil
+	}
+	h := a.hold
+	a.hold = nil
+	r.discardAhead(a)
+	return h
 }
 
 // claimAhead takes the ahead start on the change set upper, if any (""
@@ -226,18 +292,14 @@ func (r *Runtime) claimAhead(upper string) *aheadStart {
 	}
 	a := s.a
 	s.a = nil
+	a.hold.busy()
 	return a
 }
 
 // useAhead prepares a, claimed by a run of cfg, for that run and reports
-// whether it can serve it; when it cannot, a is discarded.
+// whether it can serve it; when it cannot, the caller discards it
+// (dropAhead).
 func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits, wantCg bool, sc sandbox.Scratch) bool {
-	ok := false
-	defer func() {
-		if !ok {
-			r.discardAheadLater(a)
-		}
-	}()
 	cfg.LowerFD = r.lowerFD(cfg)
 	if a.withCg != wantCg || !bytes.Equal(a.key, aheadKey(cfg)) {
 		return false
@@ -258,7 +320,6 @@ func (r *Runtime) useAhead(a *aheadStart, cfg *nsinit.Config, lim sandbox.Limits
 		r.opts.Logger.Debug("sandbox: an ahead start cannot take the command", "err", err)
 		return false
 	}
-	ok = true
 	return true
 }
 
@@ -275,6 +336,8 @@ func (r *Runtime) discardAheadLater(a *aheadStart) {
 // runAhead runs cfg on a, which useAhead prepared.
 func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec, res sandbox.Result, gate func() error, early func(sandbox.Result),
 	tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
+	// Released once the sandbox is gone and its work directory removed.
+	defer a.hold.release()
 	defer removeWork(a.work)
 	lim := spec.Limits
 	var stdin io.Reader
@@ -311,6 +374,7 @@ func (r *Runtime) discardAhead(a *aheadStart) {
 	}
 	a.d.close()
 	removeWork(a.work)
+	a.hold.release()
 	r.ahead.discarded.Add(1)
 	if a.discarded != nil {
 		a.discarded()

@@ -75,6 +75,9 @@ type Options struct {
 	// NoDirect starts every sandbox through the Go init, never directly
 	// (direct_linux.go); tests and benchmarks compare both ways.
 	NoDirect bool
+	// Uppers, when set, is shared with other runtimes that may mount the
+	// same change sets (uppers.go); nil means one of this runtime's own.
+	Uppers *Uppers
 }
 
 // Runtime is the native backend. It is safe for concurrent use.
@@ -139,6 +142,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Uppers == nil {
+		opts.Uppers = NewUppers()
 	}
 	if opts.Init == "" {
 		opts.Init = opts.Self
@@ -465,19 +471,31 @@ func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mo
 	// Limits: a cgroup where the host allows it, rlimits always.
 	lim := spec.Limits
 	wantCg := r.wantsCgroup(lim)
-	// A sandbox built ahead on this change set (ahead_linux.go): this
-	// run takes it, or it goes (useAhead discards what does not fit).
-	if a := r.claimAhead(cfg.Upper); a != nil {
+	// No other overlay on this change set's upper directory while this
+	// run's is mounted (uppers.go); a sandbox built ahead on it is this
+	// run's to take, or it goes before this run mounts its own.
+	a, hold, err := r.holdUpper(ctx, cfg.Upper)
+	if err != nil {
+		return res, 0, err
+	}
+	defer func() { hold.release() }()
+	if a != nil {
 		ac := *cfg
 		warnings := addRlimits(&ac, lim, wantCg)
 		// A traced run or one through the egress proxy never fits.
-		if tr.On || spec.Network == sandbox.NetworkProxy {
-			r.discardAheadLater(a)
-		} else if r.useAhead(a, &ac, lim, wantCg, spec.Scratch) {
+		if !tr.On && spec.Network != sandbox.NetworkProxy && r.useAhead(a, &ac, lim, wantCg, spec.Scratch) {
+			if spec.Yield != nil {
+				a.hold.idle(spec.Yield)
+			}
 			res.Warnings = append(res.Warnings, warnings...)
 			res, err = r.runAhead(ctx, a, spec, res, req.gate, req.early, tr, req.st)
 			return res, modeAhead, err
 		}
+		hold = r.dropAhead(a)
+	}
+	if spec.Yield != nil {
+		// A long-lived run: one that needs the upper asks it to end.
+		hold.idle(spec.Yield)
 	}
 	if cfg.Upper != "" {
 		work, err := makeWork(cfg.Upper)

@@ -36,6 +36,7 @@ func (r *Runtime) startDirect(context.Context, *nsinit.Config, sandbox.Spec, san
 type aheadSlot struct{}
 type aheadStart struct {
 	withCg bool
+	hold   *upperHold
 }
 
 func (r *Runtime) PrepareNext(sandbox.Spec, func()) error {
@@ -48,8 +49,9 @@ func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool, sa
 func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.Result, func() error, func(sandbox.Result), *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("direct start: not on this architecture")
 }
-func (r *Runtime) closeAhead()                   {}
-func (r *Runtime) discardAheadLater(*aheadStart) {}
+func (r *Runtime) closeAhead()                      {}
+func (r *Runtime) discardAheadLater(*aheadStart)    {}
+func (r *Runtime) dropAhead(*aheadStart) *upperHold { return nil }
 
 // AheadStats: no ahead starts here.
 func (r *Runtime) AheadStats() (used, discarded int64) { return 0, 0 }
