@@ -33,7 +33,9 @@ func TestQuiesceIdleHandsOver(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, t.TempDir(), newWorkspace(t))
 	defer e.close()
+	// Released from the start: a run that wrongly starts ends.
 	ready, release := make(chan struct{}, 1), make(chan struct{})
+	close(release)
 	k := startStuck(t, e, ready, release)
 	defer k.Stop(ctx, "test")
 	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "read", Model: "replay/test"})
@@ -126,13 +128,15 @@ func TestQuiesceRacesARunExactlyOneWins(t *testing.T) {
 		var be *kernel.BusyError
 		switch {
 		case qerr == nil:
-			if err := <-ran; !errors.Is(err, kernel.ErrStopping) {
-				t.Errorf("try %d: the handover won, but the run = %v, want ErrStopping", i, err)
-			}
 			select {
+			case err := <-ran:
+				if !errors.Is(err, kernel.ErrStopping) {
+					t.Errorf("try %d: the handover won, but the run = %v, want ErrStopping", i, err)
+				}
 			case <-ready:
 				t.Errorf("try %d: a tool ran after the handover", i)
-			default:
+				close(release)
+				<-ran
 			}
 		case errors.As(qerr, &be):
 			<-ready // the run that won reaches its tool
