@@ -246,6 +246,9 @@ func (a *App) printStatus(ctx context.Context, c *ipc.Client, asJSON bool) error
 	} else {
 		fmt.Fprintf(tw, "idle exit\tnever (started by hand)\n")
 	}
+	for _, b := range st.Busy {
+		fmt.Fprintf(tw, "busy\t%s\n", termsafe.String(b))
+	}
 	if sv := st.Serve; sv != nil {
 		printServeStatus(tw, sv)
 	}

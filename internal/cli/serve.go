@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +20,7 @@ import (
 const ServeLog = "serve.log"
 
 func newServeCmd(a *App) *cobra.Command {
-	var check bool
+	var check, wait bool
 	var format string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,6 +32,12 @@ under supervision, and serves /healthz and /readyz on serve.health. It logs to
 stderr and to logs/serve.log in the data directory. SIGTERM or Ctrl-C stops the
 channels, lets the turns in progress end within serve.grace, and exits 0; the
 sessions stay resumable.
+
+A kernel that a command started on demand, holding the socket, hands it
+over when it is idle: it stops as 'fluffy kernel stop' stops it and serve
+starts. When it is busy (a turn running, an approval waiting, a client
+following a session) serve says what it is doing and exits, or with
+--wait waits until it is idle. Another 'fluffy serve' is never replaced.
 
 'fluffy serve init' scaffolds the assistant's workspace; 'fluffy serve --check'
 validates the configuration and exits.`,
@@ -50,10 +57,11 @@ validates the configuration and exits.`,
 			if check {
 				return a.checkServe()
 			}
-			return a.runServe(cmd.Context())
+			return a.runServe(cmd.Context(), wait)
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "validate the whole configuration (channels, routes, approvers) and exit: 0 valid, 1 not")
+	cmd.Flags().BoolVar(&wait, "wait", false, "when an on-demand kernel holding the socket is busy, wait until it is idle and take over (default: refuse)")
 	cmd.Flags().StringVar(&format, "log-format", "", "log format: text or json (default log.format)")
 	cmd.AddCommand(newServeInitCmd(a), newServeInstallUnitCmd(a))
 	return cmd
@@ -73,7 +81,7 @@ func (a *App) checkServe() error {
 }
 
 // runServe runs the daemon with its log going to stderr and logs/serve.log.
-func (a *App) runServe(ctx context.Context) error {
+func (a *App) runServe(ctx context.Context, wait bool) error {
 	f, err := a.openLog(ServeLog, a.Stderr, nil)
 	if err != nil {
 		return err
@@ -81,16 +89,39 @@ func (a *App) runServe(ctx context.Context) error {
 	defer f.Close()
 	u := a.user()
 	u.Stderr = io.MultiWriter(a.Stderr, f)
-	err = a.Core.RunKernel(ctx, u, kernel.DaemonOptions{Serve: true})
-	switch {
-	case errors.Is(err, ipc.ErrInUse):
+	// The socket held: an idle on-demand kernel hands it over; one
+	// started meanwhile by another command is asked as well, within
+	// takeoverWait of the first handover.
+	var deadline time.Time
+	for {
+		err = a.Core.RunKernel(ctx, u, kernel.DaemonOptions{Serve: true})
+		if !errors.Is(err, ipc.ErrInUse) {
+			return kernelError(a, err)
+		}
 		sock, serr := a.kernelSocket()
 		if serr != nil {
 			return err
 		}
-		return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("a kernel is already serving %s (another 'fluffy serve', or a kernel started by a command): stop it with 'fluffy kernel stop', then start 'fluffy serve' again", sock)}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return &ExitError{Code: ExitFailure, Msg: fmt.Sprintf("the socket %s is still held %v after the on-demand kernel handed it over; see 'fluffy kernel status'", sock, takeoverWait)}
+		}
+		terr := a.takeOver(ctx, sock, wait)
+		switch {
+		case errors.Is(terr, errNoHolder):
+			// Its holder is exiting, or a kernel starts: try again
+			// shortly.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(exitPoll):
+			}
+		case terr != nil:
+			return terr
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(takeoverWait)
+		}
 	}
-	return kernelError(a, err)
 }
 
 // printServeStatus adds the assistant daemon's readiness and channels to

@@ -849,3 +849,36 @@ func (c *conn) drain(ctx context.Context) {
 		c.close()
 	}
 }
+
+// Streamer is a connection subscribed to events: a client following a
+// session or the approvals, which a stop of the server would cut off.
+type Streamer struct {
+	Peer   uint64   // Peer.ID
+	PID    int32    // from SO_PEERCRED
+	Name   string   // from the client's hello
+	Topics []string // its subscriptions
+}
+
+// Streamers lists the connections subscribed to at least one topic, but
+// the one numbered except (the caller's own Peer.ID), by connection
+// number.
+func (s *Server) Streamers(except uint64) []Streamer {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.peer.ID != except {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	var out []Streamer
+	for _, c := range conns {
+		c.mu.Lock()
+		if len(c.subs) > 0 {
+			out = append(out, Streamer{Peer: c.peer.ID, PID: c.peer.Cred.PID, Name: c.peer.Name, Topics: append([]string{}, c.subs...)})
+		}
+		c.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	return out
+}

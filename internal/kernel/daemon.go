@@ -57,6 +57,15 @@ type DaemonStatus struct {
 	// Sched is what the scheduler runs and why the rest waits
 	// (docs/sched.md); nil before the sessions started.
 	Sched *sched.Status `json:"sched,omitempty"`
+	// Mode is how the kernel runs: ModeOnDemand, ModeKernel or
+	// ModeServe. Only an on-demand kernel hands its socket over to
+	// "fluffy serve" (MethodHandover).
+	Mode string `json:"mode,omitempty"`
+	// Busy is what the kernel is doing that a stop would interrupt, one
+	// line each (a session running a turn, an approval waiting, a client
+	// streaming a session's events; the caller not counted); empty when
+	// idle.
+	Busy []string `json:"busy,omitempty"`
 }
 
 // ServeStatus is the assistant daemon's part of DaemonStatus: a kernel run

@@ -208,6 +208,10 @@ func wireError(err error) error {
 		return nil
 	case errors.Is(err, ErrNotFound):
 		return ipc.Errorf(ipc.CodeInvalidParams, "%v", err)
+	case errors.Is(err, ErrStopping):
+		// Stopping, or handed over: nothing started; the client may
+		// ask the next kernel.
+		return ipc.Errorf(ipc.CodeShuttingDown, "%v", err)
 	case errors.Is(err, changeset.ErrBadPath):
 		return ipc.Errorf(CodeInvalidPath, "%v", err)
 	case errors.Is(err, changeset.ErrLocked):

@@ -36,7 +36,12 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	defer kernel.TuneGC(l.Config.Kernel, u.Getenv)()
 	protectFromOOM(l.Config.Kernel, log)
 	var idle time.Duration
-	if o.Oneshot && !o.Serve {
+	mode := kernel.ModeKernel
+	switch {
+	case o.Serve:
+		mode = kernel.ModeServe
+	case o.Oneshot:
+		mode = kernel.ModeOnDemand
 		idle = time.Duration(l.Config.Kernel.IdleTimeout)
 	}
 	if o.Serve {
@@ -104,7 +109,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	}
 	server.Store(srv)
 	started := time.Now()
-	if err := mux.Handle(kernel.MethodStatus, func(context.Context, *ipc.Request) (any, error) {
+	if err := mux.Handle(kernel.MethodStatus, func(_ context.Context, r *ipc.Request) (any, error) {
 		st := kernel.DaemonStatus{PID: os.Getpid(), Version: bi.Version, Commit: bi.Commit, GoVersion: bi.GoVersion,
 			Protocol: ipc.Protocol, StartedAt: started.UTC(), UptimeMS: time.Since(started).Milliseconds(),
 			Socket: sock, Home: l.Config.Home, Clients: srv.Conns(), Served: srv.Served(), Refused: k.Refused()}
@@ -118,21 +123,32 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 			ss := k.sched.Status()
 			st.Sched = &ss
 		}
+		st.Mode = mode
+		if r.Peer != nil {
+			st.Busy = k.busy(srv, r.Peer.ID)
+		}
 		return st, nil
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	stop := func() {
+		if front != nil {
+			front.stop()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if err := mux.Handle(kernel.MethodHandover, func(_ context.Context, r *ipc.Request) (any, error) {
+		return k.handover(r, mode, srv, log, stop)
 	}); err != nil {
 		_ = ln.Close()
 		return err
 	}
 	if err := mux.Handle(kernel.MethodShutdown, func(context.Context, *ipc.Request) (any, error) {
 		log.Info("kernel stopping", "cause", "shutdown requested")
-		go func() {
-			if front != nil {
-				front.stop()
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
+		go stop()
 		return map[string]int{"pid": os.Getpid()}, nil
 	}); err != nil {
 		_ = ln.Close()

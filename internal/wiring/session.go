@@ -99,6 +99,9 @@ type Kernel struct {
 	// tracer traces the sessions and the daemon's messages (nil: off).
 	tracer  *telemetry.Tracer
 	metrics *telemetry.Metrics // nil unless telemetry.prometheus or telemetry.otlp_endpoint
+	// cause is what kernel.stop records when set (a handover), instead
+	// of "kernel exit".
+	cause atomic.Pointer[string]
 }
 
 // observe is what the sessions' routers trace and count with.
@@ -362,7 +365,11 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		boxes.sched.Close()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := kn.Stop(sctx, "kernel exit"); err != nil {
+		cause := "kernel exit"
+		if c := k.cause.Load(); c != nil {
+			cause = *c
+		}
+		if err := kn.Stop(sctx, cause); err != nil {
 			log.Error("stop sessions", "err", err)
 		}
 		boxes.Close()
