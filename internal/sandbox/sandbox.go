@@ -300,6 +300,11 @@ var (
 // UnavailableError lists the missing facilities, each with how to get it.
 type UnavailableError struct {
 	Missing []Facility
+	// Degradable says a degraded run (--allow-degraded) would run
+	// without the missing facilities; only then does the message offer
+	// it (a missing container engine or user namespaces leave nothing
+	// to run with).
+	Degradable bool
 }
 
 func (e *UnavailableError) Error() string {
@@ -311,7 +316,9 @@ func (e *UnavailableError) Error() string {
 			fmt.Fprintf(&b, "\n    fix: %s", f.Fix)
 		}
 	}
-	b.WriteString("\nRun with --allow-degraded (config sandbox.allow_degraded) to run with what exists, without these protections.")
+	if e.Degradable {
+		b.WriteString("\nRun with --allow-degraded (config sandbox.allow_degraded) to run with what exists, without these protections.")
+	}
 	return b.String()
 }
 

@@ -374,7 +374,7 @@ func (r *Runtime) config(spec sandbox.Spec, tr *nsinit.Tracer, res *sandbox.Resu
 	}
 	if len(missing) > 0 {
 		if !r.opts.AllowDegraded {
-			return nil, &sandbox.UnavailableError{Missing: missing}
+			return nil, &sandbox.UnavailableError{Missing: missing, Degradable: true}
 		}
 		for _, f := range missing {
 			w := fmt.Sprintf("DEGRADED: running without %s (%s)", f.Name, f.Detail)
