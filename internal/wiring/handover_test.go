@@ -23,19 +23,10 @@ import (
 func TestHandover(t *testing.T) {
 	dir := t.TempDir()
 	u := testUser(t, dir, dir)
-	l, err := u.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, _ := u.Getenv("XDG_RUNTIME_DIR")
-	sock := ipc.SocketPath(rd, l.Config.Home)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-
-	done := make(chan error, 1)
-	go func() { done <- runKernel(ctx, u, kernel.DaemonOptions{}) }()
-	c := dialKernel(t, sock, done)
-	err = c.Call(ctx, kernel.MethodHandover, kernel.HandoverParams{PID: 1}, nil)
+	sock, done, c := startTestKernel(t, ctx, u, kernel.DaemonOptions{})
+	err := c.Call(ctx, kernel.MethodHandover, kernel.HandoverParams{PID: 1}, nil)
 	if !errors.Is(err, &ipc.Error{Code: ipc.CodeUnavailable}) || !strings.Contains(err.Error(), "runs as kernel") {
 		t.Errorf("handover of a kernel started by hand = %v, want unavailable", err)
 	}

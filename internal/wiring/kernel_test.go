@@ -43,18 +43,14 @@ func testUser(t testing.TB, dir, cwd string) *userenv.Env {
 func TestRunKernelServesAndRefusesASecond(t *testing.T) {
 	dir := t.TempDir()
 	u := testUser(t, dir, dir)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sock, done, c := startTestKernel(t, ctx, u, kernel.DaemonOptions{})
+	defer c.Close()
 	l, err := u.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, _ := u.Getenv("XDG_RUNTIME_DIR")
-	sock := ipc.SocketPath(rd, l.Config.Home)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- runKernel(ctx, u, kernel.DaemonOptions{}) }()
-	c := dialKernel(t, sock, done)
-	defer c.Close()
 	var st kernel.DaemonStatus
 	if err := c.Call(ctx, kernel.MethodStatus, nil, &st); err != nil {
 		t.Fatal(err)
@@ -81,6 +77,21 @@ func TestRunKernelServesAndRefusesASecond(t *testing.T) {
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket outlives the kernel: %v", err)
 	}
+}
+
+// startTestKernel runs the kernel daemon of u with opts until
+// ctx ends and returns its socket, its result and a client of it.
+func startTestKernel(t *testing.T, ctx context.Context, u *userenv.Env, opts kernel.DaemonOptions) (string, chan error, *ipc.Client) {
+	t.Helper()
+	l, err := u.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, _ := u.Getenv("XDG_RUNTIME_DIR")
+	sock := ipc.SocketPath(rd, l.Config.Home)
+	done := make(chan error, 1)
+	go func() { done <- runKernel(ctx, u, opts) }()
+	return sock, done, dialKernel(t, sock, done)
 }
 
 // dialKernel connects to the kernel starting at sock; done reports its
