@@ -40,26 +40,12 @@ func TestWorkspaceReadOnly(t *testing.T) {
 			} {
 				spec := sandbox.Spec{Argv: []string{"/bin/sh", "-c", tc.script}, Env: []string{"PATH=/usr/bin:/bin"},
 					Workspace: ws, ChangeSet: cs, Dir: ws, WorkspaceReadOnly: true}
-				if mode == "ahead" {
-					if err := rt.PrepareNext(spec, nil); err != nil {
-						t.Fatal(err)
-					}
-					waitAhead(t, rt)
-				}
-				res, err := rt.Run(context.Background(), spec)
-				if err != nil {
-					t.Fatalf("%s: %v", tc.script, err)
-				}
+				res := runInMode(t, rt, mode, spec)
 				if string(res.Stdout) != tc.stdout {
 					t.Errorf("%s: stdout %q, stderr %q; want %q", tc.script, res.Stdout, res.Stderr, tc.stdout)
 				}
 				if tc.stdout == "failed\n" && !strings.Contains(string(res.Stderr), "Read-only file system") {
 					t.Errorf("%s: stderr %q, want EROFS", tc.script, res.Stderr)
-				}
-				if mode == "ahead" {
-					if used, _ := rt.AheadStats(); used == 0 {
-						t.Errorf("%s: not run on the sandbox built ahead", tc.script)
-					}
 				}
 			}
 			if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "hi\n" {
@@ -74,4 +60,27 @@ func TestWorkspaceReadOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runInMode runs spec on rt in a test's start mode: "ahead" builds its
+// sandbox ahead first and checks the run took it; "direct" and
+// "go-init" are the runtime's own (Options.NoDirect chooses).
+func runInMode(t *testing.T, rt *Runtime, mode string, spec sandbox.Spec) sandbox.Result {
+	t.Helper()
+	if mode == "ahead" {
+		if err := rt.PrepareNext(spec, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitAhead(t, rt)
+	}
+	res, err := rt.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("%v: %v", spec.Argv, err)
+	}
+	if mode == "ahead" {
+		if used, _ := rt.AheadStats(); used == 0 {
+			t.Errorf("%v: not run on the sandbox built ahead", spec.Argv)
+		}
+	}
+	return res
 }
