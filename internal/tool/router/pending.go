@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluffy-agent/fluffy/internal/llm"
+	"github.com/fluffy-agent/fluffy/internal/regfile"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 )
 
@@ -177,21 +178,7 @@ func (w *pendingWalk) file(rel string) pendingFile {
 }
 
 // kindOf names a non-regular file's type for a refusal.
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m.IsDir():
-		return "a folder"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a regular file"
-}
+func kindOf(m fs.FileMode) string { return "a " + regfile.Kind(m) }
 
 func orDot(rel string) string {
 	if rel == "" {

@@ -112,7 +112,7 @@ func TestPendingWrites(t *testing.T) {
 		{"fifo", func(t *testing.T, d string) { must(t, syscall.Mkfifo(filepath.Join(d, "fifo"), 0o644)) }, "fifo", "refused: a FIFO", false},
 		{"device", func(t *testing.T, d string) {
 			must(t, syscall.Mknod(filepath.Join(d, "null"), syscall.S_IFCHR|0o666, 1<<8|3))
-		}, "null", "refused: a device", false},
+		}, "null", "refused: a character device", false},
 		{"too big", func(t *testing.T, d string) {
 			writeFile(t, filepath.Join(d, "big.txt"), strings.Repeat("a", tool.MaxArgsBytes+1))
 		}, "big.txt", "refused: 1048577 bytes, over the 1048576 fs.write takes", false},
