@@ -637,12 +637,8 @@ func (in *Instance) exec(ctx context.Context, c call) (sandbox.Result, error) {
 	stderr := newCapped(limit, c.stderr, c.live, c.scratch)
 	rbuf := scratchOr(c.scratch, demuxBuffer)
 	done := make(chan error, 1)
-	var drop func([]byte) bool
-	if in.r.podman && stdin != nil {
-		drop = podmanAttachRace.Match
-	}
 	go func() {
-		done <- demuxDropping(conn, rbuf, stdout, stderr, drop)
+		done <- demux(conn, rbuf, stdout, stderr)
 	}()
 	// copied says the copy's one result was received: it must not be
 	// waited for twice (a copy that ended as the context did would

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -55,19 +54,6 @@ var ErrStream = errors.New("docker: malformed exec stream")
 // A payload is written in the pieces it was read in; buf is zeroed
 // before demux returns.
 func demux(src io.Reader, buf []byte, stdout, stderr io.Writer) error {
-	return demuxDropping(src, buf, stdout, stderr, nil)
-}
-
-// maxEngineLine bounds a stderr frame drop is asked about.
-const maxEngineLine = 512
-
-// demuxDropping is demux leaving out each stderr frame of at most
-// maxEngineLine bytes whose whole payload drop matches: a message of the
-// engine's own in the command's stream (podmanAttachRace).
-func demuxDropping(src io.Reader, buf []byte, stdout, stderr io.Writer, drop func([]byte) bool) error {
-	if len(buf) < frameHeader+maxEngineLine {
-		drop = nil
-	}
 	if len(buf) < frameHeader {
 		return fmt.Errorf("%w: a buffer of %d bytes", ErrStream, len(buf))
 	}
@@ -96,17 +82,6 @@ func demuxDropping(src io.Reader, buf []byte, stdout, stderr io.Writer, drop fun
 					return fmt.Errorf("%w: stream %d", ErrStream, h[0])
 				}
 				left = binary.BigEndian.Uint32(h[4:])
-				if drop != nil && h[0] == streamStderr && left <= maxEngineLine {
-					if w-r < frameHeader+int(left) {
-						left = 0 // not consumed yet: read the rest of the frame first
-						break
-					}
-					if p := buf[r+frameHeader : r+frameHeader+int(left)]; drop(p) {
-						r += frameHeader + int(left)
-						left = 0
-						continue
-					}
-				}
 				r += frameHeader
 				continue
 			}
@@ -331,9 +306,3 @@ func notFound(b []byte) bool {
 	return bytes.Contains(b, []byte("executable file not found")) ||
 		bytes.Contains(b, []byte("no such file or directory")) && bytes.Contains(b, []byte("OCI runtime exec failed"))
 }
-
-// podmanAttachRace matches the message Podman puts into an exec's stderr
-// when the command ended before Podman had passed on all of its stdin
-// (it writes to, or reads from, the command's attach socket after the
-// command closed it): the engine's, not the command's output.
-var podmanAttachRace = regexp.MustCompile(`^Error: (read|write) unixpacket @->/proc/self/fd/[0-9]+/attach: (read|write): (broken pipe|connection reset by peer)\r?\n?$`)
