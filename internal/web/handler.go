@@ -48,6 +48,7 @@ func (s *Server) routes() {
 	m.Handle("GET /audit/{seq}", s.authed(s.auditEntry))
 	m.Handle("GET /policy", s.authed(s.policyPage))
 	m.Handle("GET /secrets", s.authed(s.secretsPage))
+	m.Handle("POST /secrets/refresh", s.authed(s.refreshSecrets))
 	m.Handle("GET /schedules", s.authed(s.schedulesPage))
 	m.Handle("GET /memory", s.authed(s.memoryPage))
 	m.Handle("GET /passkeys", s.authed(s.passkeysPage))

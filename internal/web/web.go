@@ -161,6 +161,9 @@ type Server struct {
 	pages pages
 	addr  atomic.Value // string: the bound address
 
+	// secrets keep the secret backends' states for SecretStateTTL.
+	secrets secretStates
+
 	mu   sync.Mutex // guards sink
 	sink channel.Sink
 }

@@ -802,15 +802,69 @@ func TestApplyConflictShowsThreeVersions(t *testing.T) {
 	}
 }
 
-type fakeSecrets struct{ v web.SecretsView }
+// fakeSecrets counts how often the backends are asked for their state.
+type fakeSecrets struct {
+	v     web.SecretsView
+	mu    sync.Mutex
+	asked int
+}
 
-func (f fakeSecrets) Secrets(context.Context) (web.SecretsView, error) { return f.v, nil }
+func (f *fakeSecrets) Backends(context.Context) ([]web.SecretBackend, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.v.Backends, nil
+}
+
+func (f *fakeSecrets) Secrets(context.Context) (web.SecretsView, error) {
+	return web.SecretsView{Uses: f.v.Uses, Error: f.v.Error}, nil
+}
+
+func (f *fakeSecrets) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
+}
+
+// TestSecretsStateKept: two views within SecretStateTTL ask the backends
+// once, the page says how old the states are; after the TTL, or after
+// Refresh (a state change: CSRF), they are asked again.
+func TestSecretsStateKept(t *testing.T) {
+	f := &fakeSecrets{v: web.SecretsView{Backends: []web.SecretBackend{{Name: "bw", State: "unlocked"}}}}
+	c := newConsoleWith(t, func(o *web.Options) { o.Secrets = f })
+	cl, csrf := c.login()
+	c.get(cl, "/secrets", http.StatusOK)
+	c.advance(10 * time.Second)
+	if page := c.get(cl, "/secrets", http.StatusOK); !strings.Contains(page, "asked 10s ago") {
+		t.Errorf("the page does not say the states' age:\n%s", page)
+	}
+	if n := f.count(); n != 1 {
+		t.Fatalf("two views within %s asked the backends %d times, want 1", web.SecretStateTTL, n)
+	}
+	c.advance(web.SecretStateTTL)
+	c.get(cl, "/secrets", http.StatusOK)
+	if n := f.count(); n != 2 {
+		t.Fatalf("a view after %s: the backends were asked %d times, want 2", web.SecretStateTTL, n)
+	}
+	if resp := c.post(cl, "/secrets/refresh", url.Values{}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("refresh without a CSRF token: %s", resp.Status)
+	}
+	if resp := c.post(cl, "/secrets/refresh", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("refresh: %s", resp.Status)
+	}
+	if page := c.get(cl, "/secrets", http.StatusOK); !strings.Contains(page, "asked 0s ago") {
+		t.Errorf("after a refresh:\n%s", page)
+	}
+	if n := f.count(); n != 3 {
+		t.Fatalf("a view after a refresh: the backends were asked %d times, want 3", n)
+	}
+}
 
 // TestSecretsPage: the credentials page names each use and backend,
 // escaped.
 func TestSecretsPage(t *testing.T) {
 	c := newConsoleWith(t, func(o *web.Options) {
-		o.Secrets = fakeSecrets{web.SecretsView{
+		o.Secrets = &fakeSecrets{v: web.SecretsView{
 			Backends: []web.SecretBackend{{Name: "age", State: "locked", Detail: "no <i>passphrase</i>"}, {Name: "env", State: "unlocked"}},
 			Uses: []web.SecretUse{{Ref: "env:GH_TOKEN", Backend: "env", As: "proxy", Name: "GH_TOKEN", Bind: []string{"api.github.com"}, Commands: []string{"gh", "git"}},
 				{Ref: "secret://age/hook<script>", Backend: "age", By: "serve.webhooks deploy"}}}}

@@ -342,19 +342,26 @@ type webSecrets struct {
 	l *config.Loaded
 }
 
-func (s webSecrets) Secrets(ctx context.Context) (web.SecretsView, error) {
-	var v web.SecretsView
+// Backends asks each configured backend for its state.
+func (s webSecrets) Backends(ctx context.Context) ([]web.SecretBackend, error) {
 	bs, err := s.u.SecretBackends(nil)
 	if err != nil {
-		return v, err
+		return nil, err
 	}
+	var out []web.SecretBackend
 	for _, n := range slices.Sorted(maps.Keys(bs)) {
 		st, detail := secret.Unlocked, ""
 		if x, ok := bs[n].(secret.Stater); ok {
 			st, detail = x.State(ctx)
 		}
-		v.Backends = append(v.Backends, web.SecretBackend{Name: n, State: string(st), Detail: detail})
+		out = append(out, web.SecretBackend{Name: n, State: string(st), Detail: detail})
 	}
+	return out, nil
+}
+
+// Secrets lists the declared uses and the webhooks' keys.
+func (s webSecrets) Secrets(context.Context) (web.SecretsView, error) {
+	var v web.SecretsView
 	uses, err := s.u.SecretUses()
 	if err != nil {
 		v.Error = err.Error()
