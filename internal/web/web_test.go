@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -912,6 +913,58 @@ func TestSchedulesPage(t *testing.T) {
 	}
 	if strings.Contains(page, "<script>channel") || strings.Contains(page, "<b>held") {
 		t.Errorf("a run's detail or a task's reason is not escaped")
+	}
+}
+
+// manyFiles is a memory of n files, f000.md on, listed out of order.
+type manyFiles int
+
+func (n manyFiles) Files(context.Context) ([]web.MemoryFile, error) {
+	var out []web.MemoryFile
+	for i := int(n) - 1; i >= 0; i-- {
+		out = append(out, web.MemoryFile{Path: fmt.Sprintf("memory/f%03d.md", i), Size: int64(i)})
+	}
+	return out, nil
+}
+
+func (manyFiles) Search(context.Context, string) (web.MemoryResult, error) { return web.MemoryResult{}, nil }
+
+// TestMemoryPaging: 250 files are three pages of at most a hundred, in
+// path order, each file on exactly one page, linked by the path they
+// follow.
+func TestMemoryPaging(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Memory = manyFiles(250) })
+	cl, _ := c.login()
+	seen := map[string]int{}
+	path, pages := "/memory", 0
+	for path != "" && pages < 5 {
+		page := c.get(cl, path, http.StatusOK)
+		pages++
+		n := strings.Count(page, "<code>memory/f")
+		if n > 100 {
+			t.Errorf("page %d lists %d files", pages, n)
+		}
+		for _, l := range strings.Split(page, "<code>")[1:] {
+			p, _, _ := strings.Cut(l, "</code>")
+			seen[p]++
+		}
+		path = ""
+		if _, rest, ok := strings.Cut(page, `&amp;after=`); ok {
+			after, _, _ := strings.Cut(rest, `"`)
+			path = "/memory?after=" + after
+		}
+	}
+	if pages != 3 || len(seen) != 250 {
+		t.Fatalf("%d pages, %d files seen, want 3 and 250", pages, len(seen))
+	}
+	for p, k := range seen {
+		if k != 1 {
+			t.Errorf("%s on %d pages", p, k)
+		}
+	}
+	if page := c.get(cl, "/memory?after=memory/f099.md", http.StatusOK); !strings.Contains(page, "<code>memory/f100.md</code>") ||
+		strings.Contains(page, "<code>memory/f099.md</code>") || !strings.Contains(page, "250 files") {
+		t.Errorf("the page after f099:\n%s", page)
 	}
 }
 
