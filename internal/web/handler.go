@@ -51,6 +51,8 @@ func (s *Server) routes() {
 	m.Handle("POST /secrets/refresh", s.authed(s.refreshSecrets))
 	m.Handle("GET /schedules", s.authed(s.schedulesPage))
 	m.Handle("GET /memory", s.authed(s.memoryPage))
+	m.Handle("GET /skills", s.authed(s.skillsPage))
+	m.Handle("GET /plugins", s.authed(s.pluginsPage))
 	m.Handle("GET /passkeys", s.authed(s.passkeysPage))
 	m.Handle("POST /passkeys/register/begin", s.authed(s.registerBegin))
 	m.Handle("POST /passkeys/register/finish", s.authed(s.registerFinish))

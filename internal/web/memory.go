@@ -50,9 +50,9 @@ type memoryView struct {
 	Total       int
 	After, Next string
 	Query       string
-	Asked  bool
-	Result MemoryResult
-	Error  string
+	Asked       bool
+	Result      MemoryResult
+	Error       string
 }
 
 // memoryPage lists the memory files and, with q, searches them (a read:

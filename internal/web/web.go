@@ -132,7 +132,10 @@ type Options struct {
 	Secrets   Secrets
 	Schedules Schedules
 	Memory    Memory
-	Audit     Recorder
+	// Skills and Plugins may be nil (their pages say so).
+	Skills  Skills
+	Plugins Plugins
+	Audit   Recorder
 	// Passkeys keep the principals' passkeys; nil: no passkeys.
 	Passkeys Passkeys
 	Hub      *Hub

@@ -927,7 +927,9 @@ func (n manyFiles) Files(context.Context) ([]web.MemoryFile, error) {
 	return out, nil
 }
 
-func (manyFiles) Search(context.Context, string) (web.MemoryResult, error) { return web.MemoryResult{}, nil }
+func (manyFiles) Search(context.Context, string) (web.MemoryResult, error) {
+	return web.MemoryResult{}, nil
+}
 
 // TestMemoryPaging: 250 files are three pages of at most a hundred, in
 // path order, each file on exactly one page, linked by the path they
@@ -999,5 +1001,73 @@ func TestMemoryPage(t *testing.T) {
 	// Without a query: the files, no search.
 	if page := c.get(cl, "/memory", http.StatusOK); strings.Contains(page, "Hits") || !strings.Contains(page, "MEMORY.md") {
 		t.Errorf("memory page without a query:\n%s", page)
+	}
+}
+
+type fakeSkills struct{ v web.SkillsView }
+
+func (f fakeSkills) Skills(context.Context) (web.SkillsView, error) { return f.v, nil }
+
+// TestSkillsPage: each skill with its scope, runtime, state (a refused
+// one with why), granted hosts, credential names and pin; a skill's
+// description is its author's text, rendered inert.
+func TestSkillsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Skills = fakeSkills{web.SkillsView{Skills: []web.SkillInfo{
+			{Name: "weather", Description: "Forecasts <script>alert(1)</script>", Scope: "user", Dir: "/h/.config/fluffy/skills/weather",
+				Image: "Dockerfile", State: web.SkillInstalled, Network: []string{"api.weather.example"},
+				Credentials: []string{"secret://age/weather as env WEATHER_KEY"}, Digest: "sha256:abc123", Source: "https://example.org/w.git", Signer: "dev@example.org"},
+			{Name: "notes", Description: "notes", Scope: "user", Dir: "/h/.config/fluffy/skills/notes", State: web.SkillRefused,
+				Reason: "skill notes: files changed since pinned: run.sh", Digest: "sha256:def"},
+			{Name: "lint", Description: "lint", Scope: "project", Dir: "/repo/.fluffy/skills/lint", Runtime: "native", State: web.SkillInForce}},
+			Problems: []string{"/repo/.fluffy/skills/bad/SKILL.md: name: <b>missing</b>"}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/skills", http.StatusOK)
+	for _, want := range []string{`<a href="/skills" aria-current="page">Skills</a>`, "Forecasts &lt;script&gt;alert(1)&lt;/script&gt;",
+		"its image (Dockerfile)", "api.weather.example", "<code>secret://age/weather as env WEATHER_KEY</code>", "sha256:abc123", "signed by dev@example.org",
+		`<span class="state-refused">refused</span>: skill notes: files changed since pinned: run.sh`, "native", "not installed",
+		"name: &lt;b&gt;missing&lt;/b&gt;"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("skills page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, "<b>missing") {
+		t.Errorf("a skill's text is not escaped")
+	}
+}
+
+type fakePlugins struct{ v web.PluginsView }
+
+func (f fakePlugins) Plugins(context.Context) (web.PluginsView, error) { return f.v, nil }
+
+// TestPluginsPage: a plugin's state and reason, digest (and that its
+// folder changed), capabilities, pinned tools and the held changes with
+// their diff; the server's descriptions are rendered inert.
+func TestPluginsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Plugins = fakePlugins{web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", Version: "1.2.0", State: "disabled",
+			Reason: "digest changed", Digest: "sha256:aaa", Now: "sha256:bbb", Dir: "/p/notes", Command: "./server",
+			Capabilities: []string{"read-workspace", "network"}, Credentials: []string{"env:NOTES_TOKEN as env TOKEN"},
+			Tools: []web.PluginTool{{Name: "search", Description: "Search the notes"}},
+			Held: []web.HeldTool{{Name: "search", Fields: []web.ToolField{{Field: "description", Old: "Search the notes", New: "Search <img src=x onerror=alert(1)>"}}},
+				{Name: "delete", New: true, Fields: []web.ToolField{{Field: "schema", New: `{"type":"object"}`}}}}}}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/plugins", http.StatusOK)
+	for _, want := range []string{`<a href="/plugins" aria-current="page">Plugins</a>`, "notes 1.2.0", `<span class="state-disabled">disabled</span> (digest changed)`,
+		"sha256:aaa", "the folder changed since approval", "sha256:bbb", "read-workspace, network", "<code>env:NOTES_TOKEN as env TOKEN</code>",
+		"<code>mcp.notes.search</code> Search the notes", "fluffy plugin approve-tools notes", "changed tool <code>mcp.notes.search</code>",
+		`<span class="del">- description: Search the notes</span>`, `<span class="add">+ description: Search &lt;img src=x onerror=alert(1)&gt;</span>`,
+		"new tool <code>mcp.notes.delete</code>", `<span class="add">+ schema: {&#34;type&#34;:&#34;object&#34;}</span>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("plugins page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<img src=x") {
+		t.Errorf("a tool's description is not escaped")
+	}
+	if strings.Contains(page, `<span class="del">- schema`) {
+		t.Errorf("a new tool shows a pinned side")
 	}
 }
