@@ -132,6 +132,9 @@ type Options struct {
 	Secrets   Secrets
 	Schedules Schedules
 	Memory    Memory
+	// Transcript is the sessions' stored conversations, shown before
+	// the hub's events; nil: a page shows the hub's events only.
+	Transcript Transcript
 	// Skills and Plugins may be nil (their pages say so).
 	Skills  Skills
 	Plugins Plugins

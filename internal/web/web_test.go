@@ -1071,3 +1071,51 @@ func TestPluginsPage(t *testing.T) {
 		t.Errorf("a new tool shows a pinned side")
 	}
 }
+
+// fakeTranscript is a stored conversation of three messages.
+type fakeTranscript struct{}
+
+func (fakeTranscript) Transcript(_ context.Context, id string) ([][]web.Event, error) {
+	if id != "s1" {
+		return nil, web.ErrNotFound
+	}
+	return [][]web.Event{
+		{{Type: web.TypeMessage, Text: "first task <b>x</b>"}},
+		{{Type: "text", Text: "stored answer <script>alert(1)</script>"}, {Type: "tool_call", Tool: "fs.read", Args: `{"path":"a"}`}},
+		{{Type: "tool_result", Tool: "fs.read", Result: "second run's result"}},
+	}, nil
+}
+
+// TestSessionHistory: a session page shows the stored conversation
+// first (escaped) and then the hub's events; the hub's base cuts the
+// store where its events begin, so nothing shows twice; the stream
+// continues after the hub's newest event.
+func TestSessionHistory(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Transcript = fakeTranscript{} })
+	cl, _ := c.login()
+	// A session that ran before the daemon started: all of it, from the
+	// store; the stream starts at the beginning.
+	page := c.get(cl, "/sessions/s1", http.StatusOK)
+	for _, want := range []string{"first task &lt;b&gt;x&lt;/b&gt;", "stored answer &lt;script&gt;alert(1)&lt;/script&gt;",
+		`<code class="tool">fs.read</code>`, "second run&#39;s result", `data-stream="/sessions/s1/events?after=0"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, `id="ev-0"`) {
+		t.Errorf("stored events are not escaped, or carry a stream id")
+	}
+	// It runs again: two messages were stored before the hub's first
+	// event; the third is the hub's to show.
+	c.hub.Begin("s1", 2)
+	c.hub.Publish(web.Event{Session: "s1", Type: "tool_result", Tool: "fs.read", Result: "second run's result"})
+	c.hub.Publish(web.Event{Session: "s1", Type: "text", Text: "live answer"})
+	page = c.get(cl, "/sessions/s1", http.StatusOK)
+	if n := strings.Count(page, "second run&#39;s result"); n != 1 {
+		t.Errorf("the message at the seam shows %d times\n%s", n, page)
+	}
+	first, live := strings.Index(page, "first task"), strings.Index(page, "live answer")
+	if first < 0 || live < first || !strings.Contains(page, `id="ev-2"`) || !strings.Contains(page, `data-stream="/sessions/s1/events?after=2"`) {
+		t.Errorf("the stored history, then the hub's events, then the stream after 2:\n%s", page)
+	}
+}

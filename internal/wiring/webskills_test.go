@@ -119,7 +119,9 @@ func TestWebPlugins(t *testing.T) {
 	}
 	want := []web.HeldTool{{Name: "rm", New: true, Fields: []web.ToolField{{Field: "description"}, {Field: "schema", New: "{}"}}},
 		{Name: "search", Fields: []web.ToolField{{Field: "description", Old: "Search", New: changed.Description}}}}
-	if !slices.EqualFunc(p.Held, want, func(a, b web.HeldTool) bool { return a.Name == b.Name && a.New == b.New && slices.Equal(a.Fields, b.Fields) }) {
+	if !slices.EqualFunc(p.Held, want, func(a, b web.HeldTool) bool {
+		return a.Name == b.Name && a.New == b.New && slices.Equal(a.Fields, b.Fields)
+	}) {
 		t.Errorf("held: %+v, want %+v", p.Held, want)
 	}
 }
