@@ -18,6 +18,11 @@ type Transcript interface {
 	Transcript(ctx context.Context, session string) ([][]Event, error)
 }
 
+// storedKeep bounds the stored events a session page shows, newest
+// kept, as the hub bounds its own (hubKeep): a long conversation's page
+// stays quick to render and read.
+const storedKeep = hubKeep
+
 // history is what a session page shows: the stored conversation from
 // before the hub's first event of the session, then the hub's events.
 // The stored messages are read before the hub, so a run that starts in
@@ -27,6 +32,8 @@ type history struct {
 	Stored   []Event
 	Events   []Event
 	Complete bool
+	// Omitted counts the oldest stored events left out (storedKeep).
+	Omitted int
 	// Error is why the stored conversation could not be read.
 	Error string
 }
@@ -57,6 +64,9 @@ func (s *Server) history(r *http.Request, id string) history {
 	}
 	for _, m := range stored {
 		h.Stored = append(h.Stored, m...)
+	}
+	if n := len(h.Stored) - storedKeep; n > 0 {
+		h.Stored, h.Omitted = h.Stored[n:], n
 	}
 	return h
 }

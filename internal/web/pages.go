@@ -157,6 +157,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 type sessionView struct {
 	Session   Session
 	Stored    []Event
+	Omitted   int
 	StoredErr string
 	Events    []Event
 	Complete  bool
@@ -174,7 +175,7 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) {
 	}
 	h := s.history(r, id)
 	evs := h.Events
-	v := sessionView{Session: info, Stored: h.Stored, StoredErr: h.Error, Events: evs, Complete: h.Complete,
+	v := sessionView{Session: info, Stored: h.Stored, Omitted: h.Omitted, StoredErr: h.Error, Events: evs, Complete: h.Complete,
 		Approvals: withCSRF(s.o.Approvals.Pending(id), sessionOf(r).csrf)}
 	if len(evs) > 0 {
 		v.Last = evs[len(evs)-1].ID

@@ -1119,3 +1119,26 @@ func TestSessionHistory(t *testing.T) {
 		t.Errorf("the stored history, then the hub's events, then the stream after 2:\n%s", page)
 	}
 }
+
+// longTranscript is a stored conversation longer than a page shows.
+type longTranscript int
+
+func (n longTranscript) Transcript(context.Context, string) ([][]web.Event, error) {
+	out := make([][]web.Event, n)
+	for i := range out {
+		out[i] = []web.Event{{Type: "text", Text: fmt.Sprintf("stored %d.", i)}}
+	}
+	return out, nil
+}
+
+// TestSessionHistoryBounded: a conversation of 5,000 stored messages
+// shows its newest 4,096 and says how many it left out.
+func TestSessionHistoryBounded(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Transcript = longTranscript(5000) })
+	cl, _ := c.login()
+	page := c.get(cl, "/sessions/s1", http.StatusOK)
+	if strings.Contains(page, ">stored 903.<") || !strings.Contains(page, ">stored 904.<") || !strings.Contains(page, ">stored 4999.<") ||
+		!strings.Contains(page, "The 904 oldest events") {
+		t.Errorf("the page does not show the newest 4096 stored events and the count left out")
+	}
+}
