@@ -177,7 +177,7 @@ func BenchmarkNewPages(b *testing.B) {
 		pl.Plugins = append(pl.Plugins, p)
 	}
 	c := newConsoleWith(b, func(o *web.Options) {
-		o.Skills, o.Plugins, o.Memory, o.Transcript = fakeSkills{sk}, fakePlugins{pl}, manyFiles(5000), longTranscript(4096)
+		o.Skills, o.Plugins, o.Memory, o.Transcript = fakeSkills{sk}, &fakePlugins{v: pl}, manyFiles(5000), longTranscript(4096)
 	})
 	cl, _ := c.login()
 	for _, page := range []struct{ name, path string }{{"skills", "/skills"}, {"plugins", "/plugins"}, {"memory", "/memory"}, {"history", "/sessions/s1"}} {

@@ -53,6 +53,7 @@ func (s *Server) routes() {
 	m.Handle("GET /memory", s.authed(s.memoryPage))
 	m.Handle("GET /skills", s.authed(s.skillsPage))
 	m.Handle("GET /plugins", s.authed(s.pluginsPage))
+	m.Handle("POST /plugins/{name}/approve-tools", s.authed(s.approveTools))
 	m.Handle("GET /passkeys", s.authed(s.passkeysPage))
 	m.Handle("POST /passkeys/register/begin", s.authed(s.registerBegin))
 	m.Handle("POST /passkeys/register/finish", s.authed(s.registerFinish))

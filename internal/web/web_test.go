@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"maps"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -1037,16 +1038,47 @@ func TestSkillsPage(t *testing.T) {
 	}
 }
 
-type fakePlugins struct{ v web.PluginsView }
+// fakePlugins records the approvals asked of it; changed makes the next
+// one find other held tools.
+type fakePlugins struct {
+	v       web.PluginsView
+	mu      sync.Mutex
+	asked   []string
+	changed bool
+}
 
-func (f fakePlugins) Plugins(context.Context) (web.PluginsView, error) { return f.v, nil }
+func (f *fakePlugins) Plugins(context.Context) (web.PluginsView, error) { return f.v, nil }
+
+func (f *fakePlugins) ApproveTools(_ context.Context, name string, seen map[string]string, actor string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(seen))
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+seen[k])
+	}
+	f.asked = append(f.asked, name+" "+strings.Join(parts, ",")+" by "+actor)
+	if f.changed {
+		return 0, web.ErrToolsChanged
+	}
+	if name != "notes" {
+		return 0, web.ErrNotFound
+	}
+	return len(seen), nil
+}
+
+func (f *fakePlugins) approvals() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.asked)
+}
 
 // TestPluginsPage: a plugin's state and reason, digest (and that its
 // folder changed), capabilities, pinned tools and the held changes with
 // their diff; the server's descriptions are rendered inert.
 func TestPluginsPage(t *testing.T) {
 	c := newConsoleWith(t, func(o *web.Options) {
-		o.Plugins = fakePlugins{web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", Version: "1.2.0", State: "disabled",
+		o.Plugins = &fakePlugins{v: web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", Version: "1.2.0", State: "disabled",
 			Reason: "digest changed", Digest: "sha256:aaa", Now: "sha256:bbb", Dir: "/p/notes", Command: "./server",
 			Capabilities: []string{"read-workspace", "network"}, Credentials: []string{"env:NOTES_TOKEN as env TOKEN"},
 			Tools: []web.PluginTool{{Name: "search", Description: "Search the notes"}},
@@ -1140,5 +1172,50 @@ func TestSessionHistoryBounded(t *testing.T) {
 	if strings.Contains(page, ">stored 903.<") || !strings.Contains(page, ">stored 904.<") || !strings.Contains(page, ">stored 4999.<") ||
 		!strings.Contains(page, "The 904 oldest events") {
 		t.Errorf("the page does not show the newest 4096 stored events and the count left out")
+	}
+}
+
+// TestPluginsApproveTools: the page's form approves exactly the held
+// descriptions it showed, as the principal on "web"; without the CSRF
+// token nothing is asked and the refusal is recorded; when the server
+// offered others meanwhile, the page says nothing was approved.
+func TestPluginsApproveTools(t *testing.T) {
+	f := &fakePlugins{v: web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", State: "enabled",
+		Held: []web.HeldTool{{Name: "search", SHA256: "aa11", Fields: []web.ToolField{{Field: "description", Old: "a", New: "b"}}},
+			{Name: "rm", New: true, SHA256: "bb22", Fields: []web.ToolField{{Field: "schema", New: "{}"}}}}}}}}
+	c := newConsoleWith(t, func(o *web.Options) { o.Plugins = f })
+	cl, csrf := c.login()
+	page := c.get(cl, "/plugins", http.StatusOK)
+	for _, want := range []string{`action="/plugins/notes/approve-tools"`, `name="seen" value="search:aa11"`, `name="seen" value="rm:bb22"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("plugins page lacks %q\n%s", want, page)
+		}
+	}
+	form := url.Values{"seen": {"search:aa11", "rm:bb22"}}
+	if resp := c.post(cl, "/plugins/notes/approve-tools", form, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("without a CSRF token: %s", resp.Status)
+	}
+	if got := f.approvals(); len(got) != 0 {
+		t.Fatalf("approved without a CSRF token: %v", got)
+	}
+	if r := c.refusals(); !slices.Contains(r, "csrf") {
+		t.Errorf("refusals %v lack csrf", r)
+	}
+	form.Set("csrf", csrf)
+	resp := c.post(cl, "/plugins/notes/approve-tools", form, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/plugins?done=notes&n=2" {
+		t.Fatalf("approve: %s %s", resp.Status, resp.Header.Get("Location"))
+	}
+	if got := f.approvals(); !slices.Equal(got, []string{"notes rm=bb22,search=aa11 by user:alice@web"}) {
+		t.Errorf("approvals: %v", got)
+	}
+	if page := c.get(cl, "/plugins?done=notes&n=2", http.StatusOK); !strings.Contains(page, "Approved 2 held tool description(s) of notes.") {
+		t.Errorf("no confirmation:\n%s", page)
+	}
+	f.mu.Lock()
+	f.changed = true
+	f.mu.Unlock()
+	if resp := c.post(cl, "/plugins/notes/approve-tools", form, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("held tools changed meanwhile: %s", resp.Status)
 	}
 }

@@ -181,7 +181,7 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
 		Policy: webPolicy{live: k.live, ws: ws, mode: mode}, Secrets: webSecrets{u: u, l: l},
 		Schedules: webSchedules{u: u, l: l, sched: k.sched}, Memory: webMemory{u: u, ws: ws, held: &k.mem},
-		Transcript: webSessions{k.sessions}, Skills: webSkills{u: u, ws: ws}, Plugins: webPlugins{db: k.db.DB},
+		Transcript: webSessions{k.sessions}, Skills: webSkills{u: u, ws: ws}, Plugins: webPlugins{db: k.db.DB, audit: auditOnDemand{u: u, held: &k.held}},
 		Log: web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
 		Passkeys: webPasskeys{db: k.db.DB},
 		Logger:   log.With("channel", web.Name)})

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/skill"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
@@ -101,8 +102,36 @@ func installedSkill(inst *skill.Installed, s skill.Skill, info *web.SkillInfo) {
 
 // webPlugins are the plugins in fluffy.db, for the console's plugins
 // page: their records, pinned tools and held tool changes, as `fluffy
-// plugin inspect` reads them.
-type webPlugins struct{ db *sql.DB }
+// plugin inspect` reads them; an approval of held tools is recorded
+// through audit.
+type webPlugins struct {
+	db    *sql.DB
+	audit web.Recorder
+}
+
+// ApproveTools approves the held tool changes the page showed, as
+// `fluffy plugin approve-tools` does, and records plugin.approve with
+// actor.
+func (p webPlugins) ApproveTools(ctx context.Context, name string, seen map[string]string, actor string) (int, error) {
+	done, err := (&plugin.DB{SQL: p.db}).ApproveSeen(ctx, name, seen)
+	switch {
+	case errors.Is(err, plugin.ErrNotFound):
+		return 0, fmt.Errorf("%w: plugin %s", web.ErrNotFound, name)
+	case errors.Is(err, plugin.ErrOfferChanged):
+		return 0, fmt.Errorf("%w: %s", web.ErrToolsChanged, name)
+	case err != nil:
+		return 0, err
+	}
+	ev := audit.PluginApprove{Plugin: name}
+	for _, c := range done {
+		ev.Tools = append(ev.Tools, c.Name)
+		ev.SHA256 = append(ev.SHA256, plugin.PinSHA256(*c.Offered))
+	}
+	if _, err := p.audit.Append(ctx, audit.Entry{Kind: ev.Kind(), Actor: actor, Payload: ev}); err != nil {
+		return len(done), fmt.Errorf("the tools of %s are approved, but the audit entry failed: %w", name, err)
+	}
+	return len(done), nil
+}
 
 func (p webPlugins) Plugins(ctx context.Context) (web.PluginsView, error) {
 	pdb := &plugin.DB{SQL: p.db}
@@ -164,6 +193,7 @@ func heldTool(c plugin.ToolChange) web.HeldTool {
 	if c.Offered == nil {
 		return h
 	}
+	h.SHA256 = plugin.PinSHA256(*c.Offered)
 	if h.New {
 		h.Fields = []web.ToolField{{Field: "description", New: c.Offered.Description}, {Field: "schema", New: c.Offered.Schema}}
 		if len(c.Offered.Annotations) > 0 {

@@ -2,12 +2,15 @@ package wiring
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/skill"
 	"github.com/fluffy-agent/fluffy/internal/store"
@@ -117,6 +120,34 @@ func TestWebPlugins(t *testing.T) {
 	if len(p.Tools) != 1 || p.Tools[0].Description != "Search" {
 		t.Errorf("pinned tools: %+v", p.Tools)
 	}
+	// Approving from the page: what it showed, nothing else, recorded
+	// with the principal on "web".
+	rec := &entryRecorder{}
+	wp := webPlugins{db: db.DB, audit: rec}
+	seen := map[string]string{}
+	for _, h := range p.Held {
+		seen[h.Name] = h.SHA256
+	}
+	stale := maps.Clone(seen)
+	stale["search"] = plugin.PinSHA256(search)
+	if _, err := wp.ApproveTools(ctx, "notes", stale, "user:me@web"); !errors.Is(err, web.ErrToolsChanged) {
+		t.Errorf("approve what is not held: %v", err)
+	}
+	if _, err := wp.ApproveTools(ctx, "gone", nil, "user:me@web"); !errors.Is(err, web.ErrNotFound) {
+		t.Errorf("approve an unknown plugin: %v", err)
+	}
+	if len(rec.entries) != 0 {
+		t.Fatalf("refused approvals recorded: %+v", rec.entries)
+	}
+	if n, err := wp.ApproveTools(ctx, "notes", seen, "user:me@web"); err != nil || n != 2 {
+		t.Fatalf("approve: %d, %v", n, err)
+	}
+	if len(rec.entries) != 1 || rec.entries[0].Actor != "user:me@web" || rec.entries[0].Kind != audit.KindPluginApprove {
+		t.Fatalf("recorded: %+v", rec.entries)
+	}
+	if ev, ok := rec.entries[0].Payload.(audit.PluginApprove); !ok || !slices.Equal(ev.Tools, []string{"rm", "search"}) || ev.SHA256[1] != plugin.PinSHA256(changed) {
+		t.Errorf("payload: %+v", rec.entries[0].Payload)
+	}
 	want := []web.HeldTool{{Name: "rm", New: true, Fields: []web.ToolField{{Field: "description"}, {Field: "schema", New: "{}"}}},
 		{Name: "search", Fields: []web.ToolField{{Field: "description", Old: "Search", New: changed.Description}}}}
 	if !slices.EqualFunc(p.Held, want, func(a, b web.HeldTool) bool {
@@ -124,4 +155,12 @@ func TestWebPlugins(t *testing.T) {
 	}) {
 		t.Errorf("held: %+v, want %+v", p.Held, want)
 	}
+}
+
+// entryRecorder keeps the entries appended.
+type entryRecorder struct{ entries []audit.Entry }
+
+func (r *entryRecorder) Append(_ context.Context, e audit.Entry) (uint64, error) {
+	r.entries = append(r.entries, e)
+	return uint64(len(r.entries)), nil
 }
