@@ -123,37 +123,29 @@ func (h *Hub) logLocked(session string) *sessionLog {
 	return l
 }
 
-// Known reports whether the hub keeps events of session (Publish or
-// Begin made its log, and it was not forgotten since).
-func (h *Hub) Known(session string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[session] != nil
-}
-
-// Begin tells the hub, before the first event of session it sees, how
+// Begin tells the hub, before the first event of session it keeps, how
 // many messages of the session's stored conversation were stored before
 // that event: a page shows those from the store and the rest from the
-// hub, with no gap and no repeat. It does nothing when the hub already
-// keeps events of session.
+// hub, with no gap and no repeat. It does nothing once the hub keeps an
+// event of session (Last is not 0).
 func (h *Hub) Begin(session string, base int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.sessions[session] != nil {
-		return
+	if l := h.logLocked(session); l.next == 0 {
+		l.base = base
 	}
-	h.logLocked(session).base = base
 }
 
 // view is what a session page shows of the hub: the kept events (as
 // Since from 0), and the base Begin gave (-1: unknown); known is false
-// when the hub keeps nothing of session.
+// when the hub has had no event of session (a page watching it makes its
+// log, but no event).
 func (h *Hub) view(session string) (evs []Event, complete bool, base int, known bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l := h.sessions[session]
 	evs, complete = sinceLocked(l, 0)
-	if l == nil {
+	if l == nil || l.next == 0 {
 		return evs, complete, -1, false
 	}
 	return evs, complete, l.base, true

@@ -1137,6 +1137,13 @@ func TestSessionHistory(t *testing.T) {
 	if strings.Contains(page, "<script>alert") || strings.Contains(page, `id="ev-0"`) {
 		t.Errorf("stored events are not escaped, or carry a stream id")
 	}
+	// A page that watched the stream leaves the hub a log of the
+	// session, with no event: the page still shows the whole store.
+	_, _, _, cancel := c.hub.Subscribe("s1", 0)
+	cancel()
+	if page := c.get(cl, "/sessions/s1", http.StatusOK); !strings.Contains(page, "second run&#39;s result") || !strings.Contains(page, "first task") {
+		t.Errorf("after a page watched the stream, the history is gone:\n%s", page)
+	}
 	// It runs again: two messages were stored before the hub's first
 	// event; the third is the hub's to show.
 	c.hub.Begin("s1", 2)
@@ -1145,6 +1152,11 @@ func TestSessionHistory(t *testing.T) {
 	page = c.get(cl, "/sessions/s1", http.StatusOK)
 	if n := strings.Count(page, "second run&#39;s result"); n != 1 {
 		t.Errorf("the message at the seam shows %d times\n%s", n, page)
+	}
+	c.hub.Begin("s1", 3) // too late: the hub has events of s1
+	page = c.get(cl, "/sessions/s1", http.StatusOK)
+	if n := strings.Count(page, "second run&#39;s result"); n != 1 {
+		t.Errorf("a late Begin moved the seam: the message shows %d times", n)
 	}
 	first, live := strings.Index(page, "first task"), strings.Index(page, "live answer")
 	if first < 0 || live < first || !strings.Contains(page, `id="ev-2"`) || !strings.Contains(page, `data-stream="/sessions/s1/events?after=2"`) {

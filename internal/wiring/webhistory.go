@@ -70,7 +70,7 @@ func publishWeb(hub *web.Hub, sessions *atomic.Pointer[kernel.Kernel], data any,
 	if !ok {
 		return
 	}
-	if k := sessions.Load(); k != nil && !hub.Known(ev.Session) {
+	if k := sessions.Load(); k != nil && hub.Last(ev.Session) == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), webHubBaseTimeout)
 		msgs, err := k.Messages(ctx, ev.Session)
 		cancel()
