@@ -152,3 +152,40 @@ func BenchmarkDiffPage(b *testing.B) {
 	report(b, "unified", unified)
 	report(b, "split", split)
 }
+
+// BenchmarkNewPages: time to first byte of the skills page (50 skills),
+// the plugins page (20 plugins of 10 tools, 2 held each), the memory page
+// (the first 100 of 5,000 files) and a session page whose 4,096 events
+// come from its stored conversation.
+func BenchmarkNewPages(b *testing.B) {
+	var sk web.SkillsView
+	for i := range 50 {
+		sk.Skills = append(sk.Skills, web.SkillInfo{Name: "skill" + strconv.Itoa(i), Description: strings.Repeat("does things ", 10), Scope: "user",
+			Dir: "/home/me/.config/fluffy/skills/skill" + strconv.Itoa(i), State: web.SkillInstalled, Network: []string{"api.example.org"},
+			Credentials: []string{"secret://age/k as env K"}, Digest: "sha256:" + strings.Repeat("ab", 32)})
+	}
+	var pl web.PluginsView
+	for i := range 20 {
+		p := web.PluginInfo{Name: "plugin" + strconv.Itoa(i), Version: "1.0", State: "enabled", Digest: "sha256:" + strings.Repeat("cd", 32),
+			Capabilities: []string{"read-workspace", "network"}}
+		for j := range 10 {
+			p.Tools = append(p.Tools, web.PluginTool{Name: "tool" + strconv.Itoa(j), Description: strings.Repeat("a tool ", 10)})
+		}
+		for j := range 2 {
+			p.Held = append(p.Held, web.HeldTool{Name: "tool" + strconv.Itoa(j), Fields: []web.ToolField{{Field: "schema", Old: `{"type":"object"}`, New: `{"type":"object","properties":{}}`}}})
+		}
+		pl.Plugins = append(pl.Plugins, p)
+	}
+	c := newConsoleWith(b, func(o *web.Options) {
+		o.Skills, o.Plugins, o.Memory, o.Transcript = fakeSkills{sk}, &fakePlugins{v: pl}, manyFiles(5000), longTranscript(4096)
+	})
+	cl, _ := c.login()
+	for _, page := range []struct{ name, path string }{{"skills", "/skills"}, {"plugins", "/plugins"}, {"memory", "/memory"}, {"history", "/sessions/s1"}} {
+		var first []time.Duration
+		for range max(b.N, 1) {
+			f, _ := ttfb(b, cl, c.ts.URL+page.path)
+			first = append(first, f)
+		}
+		report(b, page.name, first)
+	}
+}

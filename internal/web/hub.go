@@ -69,9 +69,12 @@ type Hub struct {
 
 type sessionLog struct {
 	touched uint64 // Hub.tick at its newest event
-	next    uint64
-	events  []Event // the newest hubKeep, ascending IDs
-	subs    map[*subscriber]struct{}
+	// base is how many of the session's stored messages were stored
+	// before its first event here (Begin); -1 when not known.
+	base   int
+	next   uint64
+	events []Event // the newest hubKeep, ascending IDs
+	subs   map[*subscriber]struct{}
 }
 
 type subscriber struct {
@@ -114,10 +117,38 @@ func (h *Hub) logLocked(session string) *sessionLog {
 		if len(h.sessions) >= hubSessions {
 			h.forgetLocked()
 		}
-		l = &sessionLog{subs: map[*subscriber]struct{}{}, touched: h.tick}
+		l = &sessionLog{subs: map[*subscriber]struct{}{}, touched: h.tick, base: -1}
 		h.sessions[session] = l
 	}
 	return l
+}
+
+// Begin tells the hub, before the first event of session it keeps, how
+// many messages of the session's stored conversation were stored before
+// that event: a page shows those from the store and the rest from the
+// hub, with no gap and no repeat. It does nothing once the hub keeps an
+// event of session (Last is not 0).
+func (h *Hub) Begin(session string, base int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.logLocked(session); l.next == 0 {
+		l.base = base
+	}
+}
+
+// view is what a session page shows of the hub: the kept events (as
+// Since from 0), and the base Begin gave (-1: unknown); known is false
+// when the hub has had no event of session (a page watching it makes its
+// log, but no event).
+func (h *Hub) view(session string) (evs []Event, complete bool, base int, known bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.sessions[session]
+	evs, complete = sinceLocked(l, 0)
+	if l == nil || l.next == 0 {
+		return evs, complete, -1, false
+	}
+	return evs, complete, l.base, true
 }
 
 // forgetLocked drops the least recently active session no page watches.

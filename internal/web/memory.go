@@ -3,9 +3,13 @@ package web
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
+
+// memoryPageSize is how many memory files one page lists.
+const memoryPageSize = 100
 
 // MemoryFile is one of the assistant's memory files (MEMORY.md,
 // memory/**/*.md, sources/NAME/...).
@@ -38,13 +42,17 @@ type Memory interface {
 	Search(ctx context.Context, q string) (MemoryResult, error)
 }
 
-// memoryView is the memory page.
+// memoryView is the memory page: a page of the files in path order,
+// from the first path after After; Next is the After of the page
+// following, "" on the last.
 type memoryView struct {
-	Files  []MemoryFile
-	Query  string
-	Asked  bool
-	Result MemoryResult
-	Error  string
+	Files       []MemoryFile
+	Total       int
+	After, Next string
+	Query       string
+	Asked       bool
+	Result      MemoryResult
+	Error       string
 }
 
 // memoryPage lists the memory files and, with q, searches them (a read:
@@ -59,7 +67,8 @@ func (s *Server) memoryPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := memoryView{Files: files, Query: strings.TrimSpace(r.URL.Query().Get("q"))}
+	v := memoryView{Total: len(files), After: r.URL.Query().Get("after"), Query: strings.TrimSpace(r.URL.Query().Get("q"))}
+	v.Files, v.Next = memoryPage(files, v.After)
 	if v.Query != "" {
 		v.Asked = true
 		if v.Result, err = s.o.Memory.Search(r.Context(), v.Query); err != nil {
@@ -67,4 +76,22 @@ func (s *Server) memoryPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, "memory", "Memory", v)
+}
+
+// memoryPage is the page of files after path after, in path order, and
+// the after of the next page ("" when none). A path, not an offset,
+// marks the place: a file added or removed between two pages moves no
+// other file to or from the next one.
+func memoryPage(files []MemoryFile, after string) ([]MemoryFile, string) {
+	files = slices.Clone(files)
+	slices.SortFunc(files, func(a, b MemoryFile) int { return strings.Compare(a.Path, b.Path) })
+	i, found := slices.BinarySearchFunc(files, after, func(f MemoryFile, p string) int { return strings.Compare(f.Path, p) })
+	if found {
+		i++
+	}
+	files = files[i:]
+	if len(files) > memoryPageSize {
+		return files[:memoryPageSize], files[memoryPageSize-1].Path
+	}
+	return files, ""
 }

@@ -152,9 +152,13 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)
 }
 
-// sessionView is one session's live page.
+// sessionView is one session's live page: its stored history, then
+// the hub's events.
 type sessionView struct {
 	Session   Session
+	Stored    []Event
+	Omitted   int
+	StoredErr string
 	Events    []Event
 	Complete  bool
 	Last      uint64
@@ -169,8 +173,10 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	evs, complete := s.o.Hub.Since(id, 0)
-	v := sessionView{Session: info, Events: evs, Complete: complete, Approvals: withCSRF(s.o.Approvals.Pending(id), sessionOf(r).csrf)}
+	h := s.history(r, id)
+	evs := h.Events
+	v := sessionView{Session: info, Stored: h.Stored, Omitted: h.Omitted, StoredErr: h.Error, Events: evs, Complete: h.Complete,
+		Approvals: withCSRF(s.o.Approvals.Pending(id), sessionOf(r).csrf)}
 	if len(evs) > 0 {
 		v.Last = evs[len(evs)-1].ID
 	}

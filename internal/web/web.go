@@ -132,7 +132,13 @@ type Options struct {
 	Secrets   Secrets
 	Schedules Schedules
 	Memory    Memory
-	Audit     Recorder
+	// Transcript is the sessions' stored conversations, shown before
+	// the hub's events; nil: a page shows the hub's events only.
+	Transcript Transcript
+	// Skills and Plugins may be nil (their pages say so).
+	Skills  Skills
+	Plugins Plugins
+	Audit   Recorder
 	// Passkeys keep the principals' passkeys; nil: no passkeys.
 	Passkeys Passkeys
 	Hub      *Hub
@@ -160,6 +166,9 @@ type Server struct {
 	// pages are the parsed templates (templates/).
 	pages pages
 	addr  atomic.Value // string: the bound address
+
+	// secrets keep the secret backends' states for SecretStateTTL.
+	secrets secretStates
 
 	mu   sync.Mutex // guards sink
 	sink channel.Sink

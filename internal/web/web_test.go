@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -802,15 +804,69 @@ func TestApplyConflictShowsThreeVersions(t *testing.T) {
 	}
 }
 
-type fakeSecrets struct{ v web.SecretsView }
+// fakeSecrets counts how often the backends are asked for their state.
+type fakeSecrets struct {
+	v     web.SecretsView
+	mu    sync.Mutex
+	asked int
+}
 
-func (f fakeSecrets) Secrets(context.Context) (web.SecretsView, error) { return f.v, nil }
+func (f *fakeSecrets) Backends(context.Context) ([]web.SecretBackend, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.v.Backends, nil
+}
+
+func (f *fakeSecrets) Secrets(context.Context) (web.SecretsView, error) {
+	return web.SecretsView{Uses: f.v.Uses, Error: f.v.Error}, nil
+}
+
+func (f *fakeSecrets) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
+}
+
+// TestSecretsStateKept: two views within SecretStateTTL ask the backends
+// once, the page says how old the states are; after the TTL, or after
+// Refresh (a state change: CSRF), they are asked again.
+func TestSecretsStateKept(t *testing.T) {
+	f := &fakeSecrets{v: web.SecretsView{Backends: []web.SecretBackend{{Name: "bw", State: "unlocked"}}}}
+	c := newConsoleWith(t, func(o *web.Options) { o.Secrets = f })
+	cl, csrf := c.login()
+	c.get(cl, "/secrets", http.StatusOK)
+	c.advance(10 * time.Second)
+	if page := c.get(cl, "/secrets", http.StatusOK); !strings.Contains(page, "asked 10s ago") {
+		t.Errorf("the page does not say the states' age:\n%s", page)
+	}
+	if n := f.count(); n != 1 {
+		t.Fatalf("two views within %s asked the backends %d times, want 1", web.SecretStateTTL, n)
+	}
+	c.advance(web.SecretStateTTL)
+	c.get(cl, "/secrets", http.StatusOK)
+	if n := f.count(); n != 2 {
+		t.Fatalf("a view after %s: the backends were asked %d times, want 2", web.SecretStateTTL, n)
+	}
+	if resp := c.post(cl, "/secrets/refresh", url.Values{}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("refresh without a CSRF token: %s", resp.Status)
+	}
+	if resp := c.post(cl, "/secrets/refresh", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("refresh: %s", resp.Status)
+	}
+	if page := c.get(cl, "/secrets", http.StatusOK); !strings.Contains(page, "asked 0s ago") {
+		t.Errorf("after a refresh:\n%s", page)
+	}
+	if n := f.count(); n != 3 {
+		t.Fatalf("a view after a refresh: the backends were asked %d times, want 3", n)
+	}
+}
 
 // TestSecretsPage: the credentials page names each use and backend,
 // escaped.
 func TestSecretsPage(t *testing.T) {
 	c := newConsoleWith(t, func(o *web.Options) {
-		o.Secrets = fakeSecrets{web.SecretsView{
+		o.Secrets = &fakeSecrets{v: web.SecretsView{
 			Backends: []web.SecretBackend{{Name: "age", State: "locked", Detail: "no <i>passphrase</i>"}, {Name: "env", State: "unlocked"}},
 			Uses: []web.SecretUse{{Ref: "env:GH_TOKEN", Backend: "env", As: "proxy", Name: "GH_TOKEN", Bind: []string{"api.github.com"}, Commands: []string{"gh", "git"}},
 				{Ref: "secret://age/hook<script>", Backend: "age", By: "serve.webhooks deploy"}}}}
@@ -861,6 +917,60 @@ func TestSchedulesPage(t *testing.T) {
 	}
 }
 
+// manyFiles is a memory of n files, f000.md on, listed out of order.
+type manyFiles int
+
+func (n manyFiles) Files(context.Context) ([]web.MemoryFile, error) {
+	var out []web.MemoryFile
+	for i := int(n) - 1; i >= 0; i-- {
+		out = append(out, web.MemoryFile{Path: fmt.Sprintf("memory/f%03d.md", i), Size: int64(i)})
+	}
+	return out, nil
+}
+
+func (manyFiles) Search(context.Context, string) (web.MemoryResult, error) {
+	return web.MemoryResult{}, nil
+}
+
+// TestMemoryPaging: 250 files are three pages of at most a hundred, in
+// path order, each file on exactly one page, linked by the path they
+// follow.
+func TestMemoryPaging(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Memory = manyFiles(250) })
+	cl, _ := c.login()
+	seen := map[string]int{}
+	path, pages := "/memory", 0
+	for path != "" && pages < 5 {
+		page := c.get(cl, path, http.StatusOK)
+		pages++
+		n := strings.Count(page, "<code>memory/f")
+		if n > 100 {
+			t.Errorf("page %d lists %d files", pages, n)
+		}
+		for _, l := range strings.Split(page, "<code>")[1:] {
+			p, _, _ := strings.Cut(l, "</code>")
+			seen[p]++
+		}
+		path = ""
+		if _, rest, ok := strings.Cut(page, `&amp;after=`); ok {
+			after, _, _ := strings.Cut(rest, `"`)
+			path = "/memory?after=" + after
+		}
+	}
+	if pages != 3 || len(seen) != 250 {
+		t.Fatalf("%d pages, %d files seen, want 3 and 250", pages, len(seen))
+	}
+	for p, k := range seen {
+		if k != 1 {
+			t.Errorf("%s on %d pages", p, k)
+		}
+	}
+	if page := c.get(cl, "/memory?after=memory/f099.md", http.StatusOK); !strings.Contains(page, "<code>memory/f100.md</code>") ||
+		strings.Contains(page, "<code>memory/f099.md</code>") || !strings.Contains(page, "250 files") {
+		t.Errorf("the page after f099:\n%s", page)
+	}
+}
+
 type fakeMemory struct{}
 
 func (fakeMemory) Files(context.Context) ([]web.MemoryFile, error) {
@@ -892,5 +1002,232 @@ func TestMemoryPage(t *testing.T) {
 	// Without a query: the files, no search.
 	if page := c.get(cl, "/memory", http.StatusOK); strings.Contains(page, "Hits") || !strings.Contains(page, "MEMORY.md") {
 		t.Errorf("memory page without a query:\n%s", page)
+	}
+}
+
+type fakeSkills struct{ v web.SkillsView }
+
+func (f fakeSkills) Skills(context.Context) (web.SkillsView, error) { return f.v, nil }
+
+// TestSkillsPage: each skill with its scope, runtime, state (a refused
+// one with why), granted hosts, credential names and pin; a skill's
+// description is its author's text, rendered inert.
+func TestSkillsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Skills = fakeSkills{web.SkillsView{Skills: []web.SkillInfo{
+			{Name: "weather", Description: "Forecasts <script>alert(1)</script>", Scope: "user", Dir: "/h/.config/fluffy/skills/weather",
+				Image: "Dockerfile", State: web.SkillInstalled, Network: []string{"api.weather.example"},
+				Credentials: []string{"secret://age/weather as env WEATHER_KEY"}, Digest: "sha256:abc123", Source: "https://example.org/w.git", Signer: "dev@example.org"},
+			{Name: "notes", Description: "notes", Scope: "user", Dir: "/h/.config/fluffy/skills/notes", State: web.SkillRefused,
+				Reason: "skill notes: files changed since pinned: run.sh", Digest: "sha256:def"},
+			{Name: "lint", Description: "lint", Scope: "project", Dir: "/repo/.fluffy/skills/lint", Runtime: "native", State: web.SkillInForce}},
+			Problems: []string{"/repo/.fluffy/skills/bad/SKILL.md: name: <b>missing</b>"}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/skills", http.StatusOK)
+	for _, want := range []string{`<a href="/skills" aria-current="page">Skills</a>`, "Forecasts &lt;script&gt;alert(1)&lt;/script&gt;",
+		"its image (Dockerfile)", "api.weather.example", "<code>secret://age/weather as env WEATHER_KEY</code>", "sha256:abc123", "signed by dev@example.org",
+		`<span class="state-refused">refused</span>: skill notes: files changed since pinned: run.sh`, "native", "not installed",
+		"name: &lt;b&gt;missing&lt;/b&gt;"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("skills page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, "<b>missing") {
+		t.Errorf("a skill's text is not escaped")
+	}
+}
+
+// fakePlugins records the approvals asked of it; changed makes the next
+// one find other held tools.
+type fakePlugins struct {
+	v       web.PluginsView
+	mu      sync.Mutex
+	asked   []string
+	changed bool
+}
+
+func (f *fakePlugins) Plugins(context.Context) (web.PluginsView, error) { return f.v, nil }
+
+func (f *fakePlugins) ApproveTools(_ context.Context, name string, seen map[string]string, actor string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(seen))
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+seen[k])
+	}
+	f.asked = append(f.asked, name+" "+strings.Join(parts, ",")+" by "+actor)
+	if f.changed {
+		return 0, web.ErrToolsChanged
+	}
+	if name != "notes" {
+		return 0, web.ErrNotFound
+	}
+	return len(seen), nil
+}
+
+func (f *fakePlugins) approvals() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.asked)
+}
+
+// TestPluginsPage: a plugin's state and reason, digest (and that its
+// folder changed), capabilities, pinned tools and the held changes with
+// their diff; the server's descriptions are rendered inert.
+func TestPluginsPage(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) {
+		o.Plugins = &fakePlugins{v: web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", Version: "1.2.0", State: "disabled",
+			Reason: "digest changed", Digest: "sha256:aaa", Now: "sha256:bbb", Dir: "/p/notes", Command: "./server",
+			Capabilities: []string{"read-workspace", "network"}, Credentials: []string{"env:NOTES_TOKEN as env TOKEN"},
+			Tools: []web.PluginTool{{Name: "search", Description: "Search the notes"}},
+			Held: []web.HeldTool{{Name: "search", Fields: []web.ToolField{{Field: "description", Old: "Search the notes", New: "Search <img src=x onerror=alert(1)>"}}},
+				{Name: "delete", New: true, Fields: []web.ToolField{{Field: "schema", New: `{"type":"object"}`}}}}}}}}
+	})
+	cl, _ := c.login()
+	page := c.get(cl, "/plugins", http.StatusOK)
+	for _, want := range []string{`<a href="/plugins" aria-current="page">Plugins</a>`, "notes 1.2.0", `<span class="state-disabled">disabled</span> (digest changed)`,
+		"sha256:aaa", "the folder changed since approval", "sha256:bbb", "read-workspace, network", "<code>env:NOTES_TOKEN as env TOKEN</code>",
+		"<code>mcp.notes.search</code> Search the notes", "fluffy plugin approve-tools notes", "changed tool <code>mcp.notes.search</code>",
+		`<span class="del">- description: Search the notes</span>`, `<span class="add">+ description: Search &lt;img src=x onerror=alert(1)&gt;</span>`,
+		"new tool <code>mcp.notes.delete</code>", `<span class="add">+ schema: {&#34;type&#34;:&#34;object&#34;}</span>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("plugins page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<img src=x") {
+		t.Errorf("a tool's description is not escaped")
+	}
+	if strings.Contains(page, `<span class="del">- schema`) {
+		t.Errorf("a new tool shows a pinned side")
+	}
+}
+
+// fakeTranscript is a stored conversation of three messages.
+type fakeTranscript struct{}
+
+func (fakeTranscript) Transcript(_ context.Context, id string) ([][]web.Event, error) {
+	if id != "s1" {
+		return nil, web.ErrNotFound
+	}
+	return [][]web.Event{
+		{{Type: web.TypeMessage, Text: "first task <b>x</b>"}},
+		{{Type: "text", Text: "stored answer <script>alert(1)</script>"}, {Type: "tool_call", Tool: "fs.read", Args: `{"path":"a"}`}},
+		{{Type: "tool_result", Tool: "fs.read", Result: "second run's result"}},
+	}, nil
+}
+
+// TestSessionHistory: a session page shows the stored conversation
+// first (escaped) and then the hub's events; the hub's base cuts the
+// store where its events begin, so nothing shows twice; the stream
+// continues after the hub's newest event.
+func TestSessionHistory(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Transcript = fakeTranscript{} })
+	cl, _ := c.login()
+	// A session that ran before the daemon started: all of it, from the
+	// store; the stream starts at the beginning.
+	page := c.get(cl, "/sessions/s1", http.StatusOK)
+	for _, want := range []string{"first task &lt;b&gt;x&lt;/b&gt;", "stored answer &lt;script&gt;alert(1)&lt;/script&gt;",
+		`<code class="tool">fs.read</code>`, "second run&#39;s result", `data-stream="/sessions/s1/events?after=0"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "<script>alert") || strings.Contains(page, `id="ev-0"`) {
+		t.Errorf("stored events are not escaped, or carry a stream id")
+	}
+	// A page that watched the stream leaves the hub a log of the
+	// session, with no event: the page still shows the whole store.
+	_, _, _, cancel := c.hub.Subscribe("s1", 0)
+	cancel()
+	if page := c.get(cl, "/sessions/s1", http.StatusOK); !strings.Contains(page, "second run&#39;s result") || !strings.Contains(page, "first task") {
+		t.Errorf("after a page watched the stream, the history is gone:\n%s", page)
+	}
+	// It runs again: two messages were stored before the hub's first
+	// event; the third is the hub's to show.
+	c.hub.Begin("s1", 2)
+	c.hub.Publish(web.Event{Session: "s1", Type: "tool_result", Tool: "fs.read", Result: "second run's result"})
+	c.hub.Publish(web.Event{Session: "s1", Type: "text", Text: "live answer"})
+	page = c.get(cl, "/sessions/s1", http.StatusOK)
+	if n := strings.Count(page, "second run&#39;s result"); n != 1 {
+		t.Errorf("the message at the seam shows %d times\n%s", n, page)
+	}
+	c.hub.Begin("s1", 3) // too late: the hub has events of s1
+	page = c.get(cl, "/sessions/s1", http.StatusOK)
+	if n := strings.Count(page, "second run&#39;s result"); n != 1 {
+		t.Errorf("a late Begin moved the seam: the message shows %d times", n)
+	}
+	first, live := strings.Index(page, "first task"), strings.Index(page, "live answer")
+	if first < 0 || live < first || !strings.Contains(page, `id="ev-2"`) || !strings.Contains(page, `data-stream="/sessions/s1/events?after=2"`) {
+		t.Errorf("the stored history, then the hub's events, then the stream after 2:\n%s", page)
+	}
+}
+
+// longTranscript is a stored conversation longer than a page shows.
+type longTranscript int
+
+func (n longTranscript) Transcript(context.Context, string) ([][]web.Event, error) {
+	out := make([][]web.Event, n)
+	for i := range out {
+		out[i] = []web.Event{{Type: "text", Text: fmt.Sprintf("stored %d.", i)}}
+	}
+	return out, nil
+}
+
+// TestSessionHistoryBounded: a conversation of 5,000 stored messages
+// shows its newest 4,096 and says how many it left out.
+func TestSessionHistoryBounded(t *testing.T) {
+	c := newConsoleWith(t, func(o *web.Options) { o.Transcript = longTranscript(5000) })
+	cl, _ := c.login()
+	page := c.get(cl, "/sessions/s1", http.StatusOK)
+	if strings.Contains(page, ">stored 903.<") || !strings.Contains(page, ">stored 904.<") || !strings.Contains(page, ">stored 4999.<") ||
+		!strings.Contains(page, "The 904 oldest events") {
+		t.Errorf("the page does not show the newest 4096 stored events and the count left out")
+	}
+}
+
+// TestPluginsApproveTools: the page's form approves exactly the held
+// descriptions it showed, as the principal on "web"; without the CSRF
+// token nothing is asked and the refusal is recorded; when the server
+// offered others meanwhile, the page says nothing was approved.
+func TestPluginsApproveTools(t *testing.T) {
+	f := &fakePlugins{v: web.PluginsView{Plugins: []web.PluginInfo{{Name: "notes", State: "enabled",
+		Held: []web.HeldTool{{Name: "search", SHA256: "aa11", Fields: []web.ToolField{{Field: "description", Old: "a", New: "b"}}},
+			{Name: "rm", New: true, SHA256: "bb22", Fields: []web.ToolField{{Field: "schema", New: "{}"}}}}}}}}
+	c := newConsoleWith(t, func(o *web.Options) { o.Plugins = f })
+	cl, csrf := c.login()
+	page := c.get(cl, "/plugins", http.StatusOK)
+	for _, want := range []string{`action="/plugins/notes/approve-tools"`, `name="seen" value="search:aa11"`, `name="seen" value="rm:bb22"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("plugins page lacks %q\n%s", want, page)
+		}
+	}
+	form := url.Values{"seen": {"search:aa11", "rm:bb22"}}
+	if resp := c.post(cl, "/plugins/notes/approve-tools", form, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("without a CSRF token: %s", resp.Status)
+	}
+	if got := f.approvals(); len(got) != 0 {
+		t.Fatalf("approved without a CSRF token: %v", got)
+	}
+	if r := c.refusals(); !slices.Contains(r, "csrf") {
+		t.Errorf("refusals %v lack csrf", r)
+	}
+	form.Set("csrf", csrf)
+	resp := c.post(cl, "/plugins/notes/approve-tools", form, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/plugins?done=notes&n=2" {
+		t.Fatalf("approve: %s %s", resp.Status, resp.Header.Get("Location"))
+	}
+	if got := f.approvals(); !slices.Equal(got, []string{"notes rm=bb22,search=aa11 by user:alice@web"}) {
+		t.Errorf("approvals: %v", got)
+	}
+	if page := c.get(cl, "/plugins?done=notes&n=2", http.StatusOK); !strings.Contains(page, "Approved 2 held tool description(s) of notes.") {
+		t.Errorf("no confirmation:\n%s", page)
+	}
+	f.mu.Lock()
+	f.changed = true
+	f.mu.Unlock()
+	if resp := c.post(cl, "/plugins/notes/approve-tools", form, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("held tools changed meanwhile: %s", resp.Status)
 	}
 }

@@ -66,11 +66,12 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 	if o.Serve && l.Config.Serve.Web.Listen != "" {
 		hub = web.NewHub()
 	}
+	// The sessions, once StartKernel returns: the hub asks them where a
+	// session's stored history ends (publishWeb).
+	var sessions atomic.Pointer[kernel.Kernel]
 	k, err := StartKernel(ctx, u, mux, KernelOptions{Logger: log, Publish: func(topic string, data any) {
 		if hub != nil {
-			if ev, ok := webEvent(data); ok {
-				hub.Publish(ev)
-			}
+			publishWeb(hub, &sessions, data, log)
 		}
 		if s := server.Load(); s != nil {
 			if _, err := s.Publish(topic, data); err != nil {
@@ -83,6 +84,7 @@ func runKernel(ctx context.Context, u *userenv.Env, o kernel.DaemonOptions) erro
 		return err
 	}
 	defer k.Stop()
+	sessions.Store(k.sessions)
 	var front *serveFront
 	if o.Serve {
 		if front, err = startServe(ctx, u, k, mux, hub, log); err != nil {

@@ -181,6 +181,7 @@ func startWeb(ctx context.Context, u *userenv.Env, k *Kernel, hub *web.Hub, mux 
 	srv, err := web.New(web.Options{Sessions: webSessions{k.sessions}, Approvals: k.broker, Changes: webChanges{k.sessions.Changes()},
 		Policy: webPolicy{live: k.live, ws: ws, mode: mode}, Secrets: webSecrets{u: u, l: l},
 		Schedules: webSchedules{u: u, l: l, sched: k.sched}, Memory: webMemory{u: u, ws: ws, held: &k.mem},
+		Transcript: webSessions{k.sessions}, Skills: webSkills{u: u, ws: ws}, Plugins: webPlugins{db: k.db.DB, audit: auditOnDemand{u: u, held: &k.held}},
 		Log: web.ReaderLog{R: r, Verifier: key.Verifier}, Audit: auditOnDemand{u: u, held: &k.held}, Hub: hub, Hosts: hosts, TLS: tlsCfg != nil,
 		Passkeys: webPasskeys{db: k.db.DB},
 		Logger:   log.With("channel", web.Name)})
@@ -342,19 +343,26 @@ type webSecrets struct {
 	l *config.Loaded
 }
 
-func (s webSecrets) Secrets(ctx context.Context) (web.SecretsView, error) {
-	var v web.SecretsView
+// Backends asks each configured backend for its state.
+func (s webSecrets) Backends(ctx context.Context) ([]web.SecretBackend, error) {
 	bs, err := s.u.SecretBackends(nil)
 	if err != nil {
-		return v, err
+		return nil, err
 	}
+	var out []web.SecretBackend
 	for _, n := range slices.Sorted(maps.Keys(bs)) {
 		st, detail := secret.Unlocked, ""
 		if x, ok := bs[n].(secret.Stater); ok {
 			st, detail = x.State(ctx)
 		}
-		v.Backends = append(v.Backends, web.SecretBackend{Name: n, State: string(st), Detail: detail})
+		out = append(out, web.SecretBackend{Name: n, State: string(st), Detail: detail})
 	}
+	return out, nil
+}
+
+// Secrets lists the declared uses and the webhooks' keys.
+func (s webSecrets) Secrets(context.Context) (web.SecretsView, error) {
+	var v web.SecretsView
 	uses, err := s.u.SecretUses()
 	if err != nil {
 		v.Error = err.Error()

@@ -48,11 +48,18 @@ func TestWebSecretsNeverAValue(t *testing.T) {
 	if len(v.Uses) != 2 || v.Uses[0].Ref != "secret://env/GH_TOKEN" || v.Uses[0].As != string(secret.AsProxy) || v.Uses[1].By != "serve.webhooks deploy" {
 		t.Errorf("uses: %+v", v.Uses)
 	}
+	bks, err := webSecrets{u: u, l: l}.Backends(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := fmt.Sprintf("%+v", bks); strings.Contains(all, value) {
+		t.Fatalf("the backends' states hold a value: %s", all)
+	}
 	var env bool
-	for _, b := range v.Backends {
+	for _, b := range bks {
 		env = env || b.Name == "env" && b.State == string(secret.Unlocked)
 	}
 	if !env {
-		t.Errorf("backends: %+v", v.Backends)
+		t.Errorf("backends: %+v", bks)
 	}
 }
