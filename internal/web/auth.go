@@ -70,6 +70,11 @@ type webSession struct {
 	principal string
 	csrf      string
 	lastUsed  time.Time
+	key       string // tokenKey of the cookie: where flash finds the session
+	// flash is the outcome of this login's last state change, shown once
+	// by the page it redirected to. It is kept here, not in the URL, so a
+	// crafted link cannot make the console claim something was done.
+	flash string
 }
 
 // auth holds the one-time login tokens and the console's logins, in
@@ -127,7 +132,8 @@ func (a *auth) start(principal string) string {
 
 func (a *auth) startLocked(principal string) string {
 	cookie := newToken()
-	a.sessions[tokenKey(cookie)] = &webSession{principal: principal, csrf: newToken(), lastUsed: a.now()}
+	k := tokenKey(cookie)
+	a.sessions[k] = &webSession{principal: principal, csrf: newToken(), lastUsed: a.now(), key: k}
 	return cookie
 }
 
@@ -151,6 +157,29 @@ func (a *auth) session(cookie string) (webSession, bool) {
 	}
 	s.lastUsed = now
 	return *s, true
+}
+
+// setFlash keeps msg for the next page of the login whose session key
+// is key.
+func (a *auth) setFlash(key, msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.sessions[key]; ok {
+		s.flash = msg
+	}
+}
+
+// takeFlash returns the login's kept outcome and forgets it.
+func (a *auth) takeFlash(key string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sessions[key]
+	if !ok {
+		return ""
+	}
+	msg := s.flash
+	s.flash = ""
+	return msg
 }
 
 func (a *auth) logout(cookie string) {

@@ -107,11 +107,7 @@ func splitRows(lines []diffLine) []splitRow {
 }
 
 func (s *Server) changesPage(w http.ResponseWriter, r *http.Request) {
-	done := r.URL.Query().Get("done")
-	if done != "applied" && done != "discarded" {
-		done = ""
-	}
-	s.showChanges(w, r, http.StatusOK, "", done, nil)
+	s.showChanges(w, r, http.StatusOK, "", s.auth.takeFlash(sessionOf(r).key), nil)
 }
 
 func (s *Server) showChanges(w http.ResponseWriter, r *http.Request, status int, errMsg, done string, conflicts []Conflict) {
@@ -195,6 +191,7 @@ func (s *Server) changeOp(w http.ResponseWriter, r *http.Request, op string) {
 		if op == "discard" {
 			verb = "discarded"
 		}
-		http.Redirect(w, r, "/sessions/"+id+"/changes?done="+verb, http.StatusSeeOther)
+		s.auth.setFlash(sessionOf(r).key, "Files "+verb+".")
+		http.Redirect(w, r, "/sessions/"+id+"/changes", http.StatusSeeOther)
 	}
 }

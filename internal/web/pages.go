@@ -196,7 +196,7 @@ type approvalsView struct {
 }
 
 func (s *Server) approvalsPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, http.StatusOK, "approvals", "Approvals", approvalsView{Requests: withCSRF(s.o.Approvals.Pending(r.URL.Query().Get("session")), sessionOf(r).csrf), Done: r.URL.Query().Get("done")})
+	s.render(w, r, http.StatusOK, "approvals", "Approvals", approvalsView{Requests: withCSRF(s.o.Approvals.Pending(r.URL.Query().Get("session")), sessionOf(r).csrf), Done: s.auth.takeFlash(sessionOf(r).key)})
 }
 
 // reqView is a request with the page's CSRF token, for its form.
@@ -240,7 +240,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, status, "approvals", "Approvals", approvalsView{Requests: withCSRF(s.o.Approvals.Pending(""), sessionOf(r).csrf), Error: err.Error()})
 		return
 	}
-	http.Redirect(w, r, "/approvals?done="+id, http.StatusSeeOther)
+	s.auth.setFlash(sessionOf(r).key, "Answered request "+id+".")
+	http.Redirect(w, r, "/approvals", http.StatusSeeOther)
 }
 
 // controlChars are what a reason may not hold: a line break would start a

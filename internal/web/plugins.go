@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -84,11 +83,7 @@ func (s *Server) pluginsPage(w http.ResponseWriter, r *http.Request) {
 		s.renderStatus(w, r, http.StatusOK, "Plugins", "the plugins are not available on this console")
 		return
 	}
-	done := ""
-	if q := r.URL.Query(); q.Get("done") != "" {
-		done = "Approved " + q.Get("n") + " held tool description(s) of " + q.Get("done") + "."
-	}
-	s.renderPlugins(w, r, http.StatusOK, done, "")
+	s.renderPlugins(w, r, http.StatusOK, s.auth.takeFlash(sessionOf(r).key), "")
 }
 
 func (s *Server) renderPlugins(w http.ResponseWriter, r *http.Request, status int, done, msg string) {
@@ -130,6 +125,7 @@ func (s *Server) approveTools(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.fail(w, r, err)
 	default:
-		http.Redirect(w, r, "/plugins?done="+url.QueryEscape(name)+"&n="+strconv.Itoa(n), http.StatusSeeOther)
+		s.auth.setFlash(sessionOf(r).key, "Approved "+strconv.Itoa(n)+" held tool description(s) of "+name+".")
+		http.Redirect(w, r, "/plugins", http.StatusSeeOther)
 	}
 }
