@@ -15,21 +15,23 @@ import (
 )
 
 // memoryCgroup makes a memory cgroup of its own for the test, limited to
-// limit bytes, and returns its cgroup.procs file: a v2 group where the
-// unified hierarchy has the memory controller, else a child of this
-// process's v1 memory group. It skips where no group can be made (not
-// root, no memory controller): 'make test' runs as root, as CI does.
+// limit bytes with no swap, and returns its cgroup.procs file: a v2 group
+// where the unified hierarchy has the memory controller, else a child of
+// this process's v1 memory group. It skips where no group can be made
+// (not root, no memory controller, or a v2 root that holds processes and
+// so cannot hand the controller down, as in a container): 'make test'
+// runs as root, as CI does.
 func memoryCgroup(t *testing.T, limit int64) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a memory cgroup (run it as 'make test' does)")
 	}
 	name := fmt.Sprintf("fluffy-pressure-%d", os.Getpid())
-	var dir, limitFile string
+	var dir, limitFile, swapFile string
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
 			_ = os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+memory"), 0)
-			dir, limitFile = filepath.Join(root, name), "memory.max"
+			dir, limitFile, swapFile = filepath.Join(root, name), "memory.max", "memory.swap.max"
 			break
 		}
 	}
@@ -40,7 +42,7 @@ func memoryCgroup(t *testing.T, limit int64) string {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
-				dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes"
+				dir, limitFile, swapFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
 			}
 		}
 	}
@@ -69,6 +71,17 @@ func memoryCgroup(t *testing.T, limit int64) string {
 	})
 	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
 		t.Skipf("cannot limit the cgroup's memory: %v", err)
+	}
+	// On a host with swap a hog would be swapped out rather than killed.
+	// v2 counts swap apart (0: none), v1 memory and swap together (the
+	// same limit: none); either file is missing without swap accounting,
+	// where the swap is not limited and a hog may run.
+	swap := strconv.FormatInt(limit, 10)
+	if swapFile == "memory.swap.max" {
+		swap = "0"
+	}
+	if err := os.WriteFile(filepath.Join(dir, swapFile), []byte(swap), 0); err != nil {
+		t.Logf("the cgroup's swap is not limited: %v", err)
 	}
 	return filepath.Join(dir, "cgroup.procs")
 }
