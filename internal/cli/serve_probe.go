@@ -87,9 +87,13 @@ func probeHealth(ctx context.Context, addr, path string, timeout time.Duration) 
 			var d net.Dialer
 			return d.DialContext(ctx, network, dial)
 		}}}
-	// The host part of the URL is only the Host header: the dial above
-	// decides where the request goes.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+	// The dial above decides where the request goes; the URL's host is
+	// the Host header and what an error names.
+	host := dial
+	if network == "unix" {
+		host = "localhost"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+path, nil)
 	if err != nil {
 		return 0, "", fmt.Errorf("probe %s: %w", addr, err)
 	}
