@@ -100,10 +100,11 @@ func removeCgroupTree(dir string) {
 
 // TestMemoryPressure runs the kernel in a cgroup of 384 MiB and floods it:
 // sessions whose sandboxed commands each try to take 400 MiB, and many
-// sessions at once with large tasks. The daemon must stay alive (the OOM
-// killer takes sandboxes, whose oom_score_adj they raised to 1000; the
-// daemon refuses sessions above kernel.memory_high), keep answering, and
-// leave an audit log that verifies.
+// sessions at once with large tasks. The daemon must stay alive (it
+// lowered its own oom_score_adj to -500; the OOM killer takes sandboxes,
+// whose oom_score_adj they raised to 1000; the daemon refuses sessions
+// above kernel.memory_high), keep answering, and leave an audit log that
+// verifies.
 func TestMemoryPressure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods a daemon")
@@ -167,6 +168,14 @@ func TestMemoryPressure(t *testing.T) {
 	}()
 	if !waitSocket(filepath.Join(home, "kernel.sock"), 30*time.Second) {
 		t.Fatalf("the kernel did not start:\n%s", klog.String())
+	}
+	// The daemon lowered its own score where it may (CAP_SYS_RESOURCE,
+	// which a container's root may lack): the OOM killer's last choice
+	// in the group.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", k.Process.Pid)); !hasCapSysResource(t) {
+		t.Logf("no CAP_SYS_RESOURCE: the kernel's oom_score_adj stays %q", bytes.TrimSpace(b))
+	} else if err != nil || strings.TrimSpace(string(b)) != "-500" {
+		t.Errorf("the kernel's oom_score_adj: %q, %v; want -500 (kernel.oom_protect)", b, err)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -241,4 +250,26 @@ func TestMemoryPressure(t *testing.T) {
 	if outcomes["hog killed"]+outcomes["flood ran"] == 0 {
 		t.Errorf("nothing ran at all: %v", outcomes)
 	}
+}
+
+// hasCapSysResource reports whether this process (and so the kernel it
+// starts) has CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
+func hasCapSysResource(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("CapEff %q: %v", v, err)
+			}
+			const capSysResource = 24
+			return caps&(1<<capSysResource) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
 }
