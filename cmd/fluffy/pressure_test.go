@@ -15,21 +15,23 @@ import (
 )
 
 // memoryCgroup makes a memory cgroup of its own for the test, limited to
-// limit bytes, and returns its cgroup.procs file: a v2 group where the
-// unified hierarchy has the memory controller, else a child of this
-// process's v1 memory group. It skips where no group can be made (not
-// root, no memory controller): 'make test' runs as root, as CI does.
+// limit bytes with no swap, and returns its cgroup.procs file: a v2 group
+// where the unified hierarchy has the memory controller, else a child of
+// this process's v1 memory group. It skips where no group can be made
+// (not root, no memory controller, or a v2 root that holds processes and
+// so cannot hand the controller down, as in a container): 'make test'
+// runs as root, as CI does.
 func memoryCgroup(t *testing.T, limit int64) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a memory cgroup (run it as 'make test' does)")
 	}
 	name := fmt.Sprintf("fluffy-pressure-%d", os.Getpid())
-	var dir, limitFile string
+	var dir, limitFile, swapFile string
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
 			_ = os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+memory"), 0)
-			dir, limitFile = filepath.Join(root, name), "memory.max"
+			dir, limitFile, swapFile = filepath.Join(root, name), "memory.max", "memory.swap.max"
 			break
 		}
 	}
@@ -40,7 +42,7 @@ func memoryCgroup(t *testing.T, limit int64) string {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
-				dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes"
+				dir, limitFile, swapFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
 			}
 		}
 	}
@@ -70,6 +72,17 @@ func memoryCgroup(t *testing.T, limit int64) string {
 	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
 		t.Skipf("cannot limit the cgroup's memory: %v", err)
 	}
+	// On a host with swap a hog would be swapped out rather than killed.
+	// v2 counts swap apart (0: none), v1 memory and swap together (the
+	// same limit: none); either file is missing without swap accounting,
+	// where the swap is not limited and a hog may run.
+	swap := strconv.FormatInt(limit, 10)
+	if swapFile == "memory.swap.max" {
+		swap = "0"
+	}
+	if err := os.WriteFile(filepath.Join(dir, swapFile), []byte(swap), 0); err != nil {
+		t.Logf("the cgroup's swap is not limited: %v", err)
+	}
 	return filepath.Join(dir, "cgroup.procs")
 }
 
@@ -87,10 +100,11 @@ func removeCgroupTree(dir string) {
 
 // TestMemoryPressure runs the kernel in a cgroup of 384 MiB and floods it:
 // sessions whose sandboxed commands each try to take 400 MiB, and many
-// sessions at once with large tasks. The daemon must stay alive (the OOM
-// killer takes sandboxes, whose oom_score_adj they raised to 1000; the
-// daemon refuses sessions above kernel.memory_high), keep answering, and
-// leave an audit log that verifies.
+// sessions at once with large tasks. The daemon must stay alive (it
+// lowered its own oom_score_adj to -500; the OOM killer takes sandboxes,
+// whose oom_score_adj they raised to 1000; the daemon refuses sessions
+// above kernel.memory_high), keep answering, and leave an audit log that
+// verifies.
 func TestMemoryPressure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods a daemon")
@@ -154,6 +168,14 @@ func TestMemoryPressure(t *testing.T) {
 	}()
 	if !waitSocket(filepath.Join(home, "kernel.sock"), 30*time.Second) {
 		t.Fatalf("the kernel did not start:\n%s", klog.String())
+	}
+	// The daemon lowered its own score where it may (CAP_SYS_RESOURCE,
+	// which a container's root may lack): the OOM killer's last choice
+	// in the group.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", k.Process.Pid)); !hasCapSysResource(t) {
+		t.Logf("no CAP_SYS_RESOURCE: the kernel's oom_score_adj stays %q", bytes.TrimSpace(b))
+	} else if err != nil || strings.TrimSpace(string(b)) != "-500" {
+		t.Errorf("the kernel's oom_score_adj: %q, %v; want -500 (kernel.oom_protect)", b, err)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -228,4 +250,26 @@ func TestMemoryPressure(t *testing.T) {
 	if outcomes["hog killed"]+outcomes["flood ran"] == 0 {
 		t.Errorf("nothing ran at all: %v", outcomes)
 	}
+}
+
+// hasCapSysResource reports whether this process (and so the kernel it
+// starts) has CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
+func hasCapSysResource(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("CapEff %q: %v", v, err)
+			}
+			const capSysResource = 24
+			return caps&(1<<capSysResource) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
 }

@@ -408,6 +408,14 @@ func lockFile(ctx context.Context, path string, wait time.Duration, onLocked fun
 // Key returns the signing key's public half and name.
 func (l *Log) Key() Key { return l.key }
 
+// Pending is how many appended entries are not yet on disk: queued, or
+// in the write under way. Appends wait once it reaches MaxPending.
+func (l *Log) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) + l.inflight
+}
+
 // Reader returns a reader over the same database.
 func (l *Log) Reader() *Reader { return &Reader{db: l.db, path: l.opts.Path} }
 

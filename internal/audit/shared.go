@@ -21,6 +21,9 @@ type Shared struct {
 	mu    sync.Mutex
 	l     *Log
 	timer *time.Timer
+	// cur is l, read without mu: Pending must not wait behind an
+	// Append that waits for the disk.
+	cur atomic.Pointer[Log]
 	// held counts the users that asked the log to stay open (Hold).
 	held atomic.Int32
 }
@@ -45,6 +48,7 @@ func (s *Shared) Use(ctx context.Context, fn func(*Log) error) error {
 			return err
 		}
 		s.l = l
+		s.cur.Store(l)
 	}
 	err := fn(s.l)
 	if s.timer == nil {
@@ -61,11 +65,21 @@ func (s *Shared) CloseIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.l != nil {
+		s.cur.Store(nil)
 		if err := s.l.Close(); err != nil {
 			s.logger.Error("close the audit log", "err", err)
 		}
 		s.l = nil
 	}
+}
+
+// Pending is the open log's Pending, 0 while it is closed (a closed log
+// has written everything). It never waits for an Append.
+func (s *Shared) Pending() int {
+	if l := s.cur.Load(); l != nil {
+		return l.Pending()
+	}
+	return 0
 }
 
 // Hold marks one more user that needs the log to stay open (a command
@@ -125,6 +139,7 @@ func (s *Shared) Close() error {
 	if s.l == nil {
 		return nil
 	}
+	s.cur.Store(nil)
 	err := s.l.Close()
 	s.l = nil
 	return err

@@ -356,3 +356,65 @@ func TestPrune(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// A copy the checkpoint file under keys/ (the witness) does not describe
+// is refused before use: after a restore of an older backup and a new
+// entry, the log in use has forked from a newer backup, whose copy no
+// longer holds what the witness signs. The older backup, a prefix of the
+// log in use, still verifies.
+func TestVerifyAgainstTheWitness(t *testing.T) {
+	ctx := t.Context()
+	f := newFixture(t)
+	if _, err := f.session(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b0, err := Create(ctx, f.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := f.session(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.o.Now = func() time.Time { return time.Now().Add(time.Minute) }
+	b1, err := Create(ctx, f.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(ctx, f.o, b1.Name, false); err != nil {
+		t.Fatalf("the newer backup before the fork: %v", err)
+	}
+	f.log.Close()
+	f.log = nil
+	f.db.Close()
+	if _, err := Restore(ctx, f.o, b0.Name, Parts{Main: true, Audit: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.openLog(t)
+	if f.db, err = store.OpenMain(ctx, f.o.Data.Root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.session(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vkey, _ := verifier(f.o.Data)
+	w, err := os.ReadFile(f.o.Data.Path(datadir.Keys, audit.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := audit.ParseCheckpoint(w, vkey); err != nil || cp.Size <= b0.AuditSize || cp.Size > b1.AuditSize {
+		t.Fatalf("the witness at %d (%v): want it past the older backup (%d), not past the newer (%d)", cp.Size, err, b0.AuditSize, b1.AuditSize)
+	}
+	if _, err := Verify(ctx, f.o, b1.Name, false); !errors.Is(err, audit.ErrDamaged) {
+		t.Errorf("a backup the witness does not describe: %v, want ErrDamaged", err)
+	}
+	if _, err := Verify(ctx, f.o, b0.Name, false); err != nil {
+		t.Errorf("the older backup, a prefix of the log in use: %v", err)
+	}
+	f.log.Close()
+	f.log = nil
+	if _, err := Restore(ctx, f.o, b1.Name, Parts{Audit: true}); !errors.Is(err, audit.ErrDamaged) {
+		t.Errorf("restoring a backup the witness does not describe: %v, want ErrDamaged", err)
+	}
+}

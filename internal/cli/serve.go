@@ -63,7 +63,7 @@ validates the configuration and exits.`,
 	cmd.Flags().BoolVar(&check, "check", false, "validate the whole configuration (channels, routes, approvers) and exit: 0 valid, 1 not")
 	cmd.Flags().BoolVar(&wait, "wait", false, "when an on-demand kernel holding the socket is busy, wait until it is idle and take over (default: refuse)")
 	cmd.Flags().StringVar(&format, "log-format", "", "log format: text or json (default log.format)")
-	cmd.AddCommand(newServeInitCmd(a), newServeInstallUnitCmd(a))
+	cmd.AddCommand(newServeInitCmd(a), newServeInstallUnitCmd(a), newServeProbeCmd(a))
 	return cmd
 }
 

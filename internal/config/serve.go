@@ -22,6 +22,10 @@ type Serve struct {
 	// Health serves /healthz and /readyz: host:port (loopback) or
 	// "unix:/path"; empty: not served.
 	Health string `yaml:"health" scope:"user"`
+	// HealthExposed lets Health name any address, not only loopback: in
+	// a container, whose loopback the host cannot reach, the health port
+	// is published from the container's own address.
+	HealthExposed bool `yaml:"health_exposed" scope:"user"`
 	// Workspace is the assistant's workspace directory (SOUL.md, USER.md,
 	// AGENTS.md, TOOLS.md, HEARTBEAT.md, MEMORY.md, memory/); default
 	// ~/.fluffy/workspace.

@@ -225,11 +225,11 @@ func (k *Kernel) autoApply(ctx context.Context, info Info, res RunResult, em *em
 func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *AutoApplyReport {
 	cs, err := openChangeSet(info, k.o.OwnFiles)
 	if err != nil {
-		k.log.Error("open the change set", "session", info.ID, "err", err)
+		k.log.ErrorContext(ctx, "open the change set", "session", info.ID, "err", err)
 		return nil
 	}
 	if _, err := cs.KeepBases(ctx); err != nil {
-		k.log.Warn("keep base copies", "session", info.ID, "err", err)
+		k.log.WarnContext(ctx, "keep base copies", "session", info.ID, "err", err)
 	}
 	o := k.o.AutoApply
 	// A sub-agent's changes go to its parent's change set through review
@@ -238,7 +238,7 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 		return nil
 	}
 	fail := func(err error) *AutoApplyReport {
-		k.log.Error("auto-apply", "session", info.ID, "err", err)
+		k.log.ErrorContext(ctx, "auto-apply", "session", info.ID, "err", err)
 		return &AutoApplyReport{Error: err.Error()}
 	}
 	changes, err := cs.Changes(ctx)
@@ -256,7 +256,7 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 	}
 	if o.Policy != nil {
 		if in.Policy, err = o.Policy(ctx, info.Workspace); err != nil {
-			k.log.Error("auto-apply: policy", "session", info.ID, "err", err)
+			k.log.ErrorContext(ctx, "auto-apply: policy", "session", info.ID, "err", err)
 			in.Policy = nil
 		}
 	}

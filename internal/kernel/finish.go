@@ -117,7 +117,7 @@ func (f *finisher) finish(ctx context.Context) (string, error) {
 			return "", err
 		}
 		f.context(fmt.Sprintf("finishing refused (%s): %s", te.Code, te.Reason))
-		f.k.log.Info("finish refused", "session", f.sess.ID, "code", te.Code, "reason", te.Reason)
+		f.k.log.InfoContext(ctx, "finish refused", "session", f.sess.ID, "code", te.Code, "reason", te.Reason)
 		return fmt.Sprintf("%s (%s)", te.Reason, te.Code), nil
 	}
 	if err != nil {

@@ -102,7 +102,7 @@ func (k *Kernel) offerMerge(ctx context.Context, child Info) (*Merge, error) {
 		return m, k.auditMerge(ctx, child, m)
 	}
 	if err := ccs.Discard(ctx, m.Paths...); err != nil {
-		k.log.Warn("a merged sub-agent's changes stay in its change set", "session", child.ID, "err", err)
+		k.log.WarnContext(ctx, "a merged sub-agent's changes stay in its change set", "session", child.ID, "err", err)
 	}
 	m.Merged = true
 	return m, k.auditMerge(ctx, child, m)

@@ -80,7 +80,7 @@ func (k *Kernel) markUntrusted(ctx context.Context, id string, t audit.SessionUn
 	// An external session's next call reads the mark with a new router.
 	delete(k.external, id)
 	k.mu.Unlock()
-	k.log.Info("session marked untrusted", "session", id, "cause", t.Cause, "source", t.Source)
+	k.log.InfoContext(ctx, "session marked untrusted", "session", id, "cause", t.Cause, "source", t.Source)
 	return true, nil
 }
 

@@ -360,7 +360,7 @@ func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent fun
 	}
 	res.Session, res.Status = id, status
 	if err := k.setStatus(sctx, id, status, res.Reason, msg); err != nil {
-		k.log.Error("save session status", "session", id, "err", err)
+		k.log.ErrorContext(sctx, "save session status", "session", id, "err", err)
 	}
 	res.AutoApply = k.autoApply(sctx, info, res, em)
 	// A sub-agent's changes are offered for merge while its run is still
@@ -369,7 +369,7 @@ func (k *Kernel) runMessage(ctx context.Context, id, message string, onEvent fun
 	// The run's buffered audit entries (fast-path reads) are durable
 	// before the client hears the run ended.
 	if err := k.o.Audit.Flush(sctx); err != nil {
-		k.log.Error("flush the audit log", "session", id, "err", err)
+		k.log.ErrorContext(sctx, "flush the audit log", "session", id, "err", err)
 	}
 	em.endRun(&res, info)
 	return res, nil
@@ -394,7 +394,7 @@ func (k *Kernel) runSession(ctx context.Context, info Info, em *emitter, message
 		attribute.String("fluffy.session.kind", string(info.Kind)), telemetry.KeyGenAIRequestModel.String(info.Model))
 	defer func() {
 		if p := recover(); p != nil {
-			k.log.Error("session panicked", "session", info.ID, "panic", p, "stack", string(debug.Stack()))
+			k.log.ErrorContext(ctx, "session panicked", "session", info.ID, "panic", p, "stack", string(debug.Stack()))
 			res = RunResult{Reason: "fault", Fault: &Fault{Class: FaultRuntime, Message: fmt.Sprintf("internal error: %v", p),
 				Fix: "this is a bug in fluffy; the session's change set is intact (see kernel.log)"}}
 		}

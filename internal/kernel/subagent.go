@@ -367,7 +367,7 @@ func (k *Kernel) handedFunc(ctx context.Context, id string) func() agent.Handed 
 	return func() agent.Handed {
 		h, err := k.handed(context.WithoutCancel(ctx), id)
 		if err != nil {
-			k.log.Error("read the budgets handed to sub-agents; stopping the session", "session", id, "err", err)
+			k.log.ErrorContext(ctx, "read the budgets handed to sub-agents; stopping the session", "session", id, "err", err)
 			return agent.Handed{Turns: math.MaxInt32, Tokens: math.MaxInt32, Cost: math.Inf(1)}
 		}
 		return agent.Handed{Turns: h.Turns, Tokens: h.Tokens, Cost: h.Cost}
@@ -377,7 +377,7 @@ func (k *Kernel) handedFunc(ctx context.Context, id string) func() agent.Handed 
 // refuse audits a refusal against session caller and returns it.
 func (k *Kernel) refuse(ctx context.Context, caller string, e *SpawnError) error {
 	e.Code = refusalCodes[e.Err]
-	k.log.Info("sub-agent request refused", "session", caller, "op", e.Op, "code", e.Code, "reason", e.Reason)
+	k.log.InfoContext(ctx, "sub-agent request refused", "session", caller, "op", e.Op, "code", e.Code, "reason", e.Reason)
 	if _, err := k.o.Audit.Append(ctx, audit.Entry{Session: caller, Kind: audit.KindSessionRefused, Actor: "kernel",
 		Payload: audit.SessionRefused{Op: e.Op, Code: e.Code, Reason: e.Reason, Target: e.Target, Tool: e.Tool}}); err != nil {
 		return fmt.Errorf("kernel: audit session.refused: %w", err)
@@ -543,7 +543,7 @@ func (k *Kernel) mergeAfterRun(ctx context.Context, id string, status Status) *M
 	}
 	m, err := k.offerMerge(ctx, info)
 	if err != nil {
-		k.log.Error("a sub-agent's changes were not offered for merge", "session", id, "err", err)
+		k.log.ErrorContext(ctx, "a sub-agent's changes were not offered for merge", "session", id, "err", err)
 	}
 	return m
 }

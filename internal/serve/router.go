@@ -145,7 +145,7 @@ func (d *Daemon) session(ctx context.Context, c channel.Conversation, task strin
 		c.Channel, c.Room, c.Principal, info.ID, now, now); err != nil {
 		return "", false, fmt.Errorf("serve: remember the conversation's session: %w", err)
 	}
-	d.log.Info("session created", "session", info.ID, "channel", c.Channel, "principal", c.Principal)
+	d.log.InfoContext(ctx, "session created", "session", info.ID, "channel", c.Channel, "principal", c.Principal)
 	return info.ID, true, nil
 }
 
@@ -324,7 +324,7 @@ func (d *Daemon) admit(session string, it item) (context.Context, func(), bool) 
 	}
 	// The scheduler bounds the turns; it does not decide whether a
 	// message is answered: the turn runs unadmitted.
-	d.log.Error("the scheduler did not admit a turn; it runs anyway", "session", session, "err", err)
+	d.log.ErrorContext(trace.ContextWithSpanContext(d.runCtx, it.span), "the scheduler did not admit a turn; it runs anyway", "session", session, "err", err)
 	return d.runCtx, func() {}, true
 }
 
@@ -348,7 +348,7 @@ func (d *Daemon) turn(ctx context.Context, session string, it item) {
 		}
 		taken = true
 		if _, err := d.o.DB.ExecContext(context.WithoutCancel(ctx), `DELETE FROM inbox WHERE id = ?`, it.id); err != nil {
-			d.log.Error("remove a delivered message from the inbox", "session", session, "err", err)
+			d.log.ErrorContext(ctx, "remove a delivered message from the inbox", "session", session, "err", err)
 		}
 	}
 	onEvent := func(ev kernel.Event) {
@@ -381,7 +381,7 @@ func (d *Daemon) turn(ctx context.Context, session string, it item) {
 			d.turnEnded(session, it.conv, "error", err.Error())
 			return
 		}
-		d.reply(session, it.conv, res)
+		d.reply(ctx, session, it.conv, res)
 		d.turnEnded(session, it.conv, string(res.Status), res.Reason)
 		return
 	}
@@ -396,24 +396,25 @@ func (d *Daemon) turnEnded(session string, conv channel.Conversation, status, re
 }
 
 // reply sends a turn's outcome to its conversation, or to the channel's
-// report route when the conversation's channel cannot send.
-func (d *Daemon) reply(session string, conv channel.Conversation, res kernel.RunResult) {
+// report route when the conversation's channel cannot send; tctx is the
+// turn's (its trace goes on to the send and the log).
+func (d *Daemon) reply(tctx context.Context, session string, conv channel.Conversation, res kernel.RunResult) {
 	text := res.Text
 	if res.Fault != nil {
 		// The fault's message may name host paths: it stays in the
 		// daemon's log and the session, not in a chat.
 		text = fmt.Sprintf("Session %s stopped on a %s fault; 'fluffy session ls' on the daemon's host says more.", session, res.Fault.Class)
-		d.log.Warn("session fault", "session", session, "class", res.Fault.Class, "message", res.Fault.Message)
+		d.log.WarnContext(tctx, "session fault", "session", session, "class", res.Fault.Class, "message", res.Fault.Message)
 	}
 	if text == "" {
 		return
 	}
 	if d.o.Quiet != nil && res.Fault == nil && d.o.Quiet(conv, text) {
-		d.log.Info("nothing to report", "session", session, "channel", conv.Channel, "room", conv.Room)
+		d.log.InfoContext(tctx, "nothing to report", "session", session, "channel", conv.Channel, "room", conv.Room)
 		return
 	}
 	// The reply goes out even while the daemon stops: the turn is done.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(tctx), 30*time.Second)
 	defer cancel()
 	msg := channel.Outbound{Session: session, Text: text}
 	err := d.send(ctx, conv, msg)
@@ -423,7 +424,7 @@ func (d *Daemon) reply(session string, conv channel.Conversation, res kernel.Run
 		}
 	}
 	if err != nil {
-		d.log.Warn("the reply reached nobody", "session", session, "channel", conv.Channel, "err", err)
+		d.log.WarnContext(ctx, "the reply reached nobody", "session", session, "channel", conv.Channel, "err", err)
 	}
 }
 

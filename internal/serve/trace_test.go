@@ -1,15 +1,20 @@
 package serve
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
@@ -83,6 +88,67 @@ func TestMetricsScrape(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET /metrics without telemetry.prometheus (metrics %v): %d, want 404", o.Metrics != nil, resp.StatusCode)
+		}
+	}
+}
+
+// lockedBuffer is a log's output written from the daemon's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Every log line of a traced message names its trace: the session it
+// creates, the delivery, and the turn's fault when its reply goes out.
+func TestLogLinesOfATracedMessageCarryItsTrace(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	var out lockedBuffer
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(&out, nil)))
+	f := newFixture(t)
+	f.ss.fault = &kernel.Fault{Class: kernel.FaultRuntime, Message: "a fault for the log"}
+	chat := &fakeChannel{name: "chat"}
+	d := f.start(t, nil, Options{Tracer: telemetry.NewTracer(tp.Tracer("test"), false), Logger: log}, chat)
+	id, err := d.Deliver(t.Context(), inbound("chat", "@me", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reply", func() bool { return len(chat.sentTexts()) == 1 })
+	ended := sr.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("spans %v, want the message's", ended)
+	}
+	want := ended[0].SpanContext().TraceID().String()
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["session"] != id {
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		seen[msg] = true
+		if rec["trace_id"] != want {
+			t.Errorf("%q: trace_id %v, want %s", msg, rec["trace_id"], want)
+		}
+	}
+	for _, msg := range []string{"session created", "message delivered", "session fault"} {
+		if !seen[msg] {
+			t.Errorf("no %q line for the session:\n%s", msg, out.String())
 		}
 	}
 }

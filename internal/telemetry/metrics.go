@@ -38,6 +38,8 @@ const (
 	MetricAuditAppend     = "fluffy_audit_append_seconds"
 	MetricInboxQueue      = "fluffy_serve_queued_messages"
 	MetricChannelMessages = "fluffy_channel_messages_total"
+	MetricAuditQueue      = "fluffy_audit_queued_entries"
+	MetricSchedQueue      = "fluffy_sched_queued_tasks"
 )
 
 var help = map[string]string{
@@ -49,6 +51,8 @@ var help = map[string]string{
 	MetricAuditAppend:     "Time the router's audit appends take (a synchronous kind waits for the disk).",
 	MetricInboxQueue:      "Messages fluffy serve has queued for sessions' next turns.",
 	MetricChannelMessages: "Inbound channel messages by channel.",
+	MetricAuditQueue:      "Audit entries appended and not yet on disk.",
+	MetricSchedQueue:      "Tasks (model calls, sandboxed commands) waiting for the scheduler.",
 }
 
 // buckets of the latency histograms, in seconds: 100 µs to 10 s.

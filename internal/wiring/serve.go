@@ -257,7 +257,7 @@ func CheckServe(u *userenv.Env) []error {
 		if a.addr == "" {
 			continue
 		}
-		if err := checkAddr(a.addr, a.key == "serve.health"); err != nil {
+		if err := checkAddr(a.addr, a.key == "serve.health", c.Serve.HealthExposed); err != nil {
 			errs = append(errs, located(l, a.key, fmt.Errorf("%s: %w", a.key, err)))
 		}
 	}
@@ -327,9 +327,9 @@ func nameList(names map[string]bool) string {
 	return strings.Join(out, ", ")
 }
 
-// checkAddr checks a host:port (loopback only, when loopback) or, for
-// the health endpoint, unix:/path.
-func checkAddr(addr string, health bool) error {
+// checkAddr checks a host:port or, for the health endpoint, unix:/path;
+// the health endpoint's host:port must be loopback unless exposed.
+func checkAddr(addr string, health, exposed bool) error {
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if !health {
 			return fmt.Errorf("%q: a unix socket is for serve.health only", addr)
@@ -343,10 +343,10 @@ func checkAddr(addr string, health bool) error {
 	if err != nil {
 		return fmt.Errorf("%q: want host:port: %w", addr, err)
 	}
-	if health {
+	if health && !exposed {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("%q: the health endpoint is served on a loopback address or a unix socket only", addr)
+			return fmt.Errorf("%q: the health endpoint is served on a loopback address or a unix socket only (serve.health_exposed: true serves it elsewhere)", addr)
 		}
 	}
 	return nil
@@ -383,6 +383,13 @@ func startServe(ctx context.Context, u *userenv.Env, k *Kernel, mux *ipc.Mux, hu
 	}
 	if _, err := servePreflight(u, l); err != nil {
 		return nil, err
+	}
+	if c.Serve.Health != "" {
+		// As --check says it: /readyz and /metrics go to the address
+		// named, so one off loopback must be meant.
+		if err := checkAddr(c.Serve.Health, true, c.Serve.HealthExposed); err != nil {
+			return nil, fmt.Errorf("serve.health: %w", err)
+		}
 	}
 	if err := ownProject(ws); err != nil {
 		return nil, err

@@ -301,11 +301,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if toks != nil {
 		revokers = append(revokers, toks, grants)
 	}
-	// One registry serves /metrics and the OTLP export alike.
-	var metrics *telemetry.Metrics
-	if l.Config.Telemetry.Prometheus || l.Config.Telemetry.OTLPEndpoint != "" {
-		metrics = telemetry.NewMetrics()
-	}
+	metrics := kernelMetrics(l.Config.Telemetry, al, boxes.sched)
 	tr, exp, err := startTelemetry(ctx, u, l.Config.Telemetry, metrics)
 	if err != nil {
 		return fail(err)
