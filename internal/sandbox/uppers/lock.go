@@ -1,6 +1,7 @@
 package uppers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,83 +9,73 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 )
 
 // BusyError reports that another process holds the lock beside an upper
 // directory: it has an overlay on it, or is applying or discarding it.
+// errors.Is(err, lockfile.ErrBusy) holds for it.
 type BusyError struct {
 	// Upper is the upper directory.
 	Upper string
-	// Holder names the process that holds it ("pid 123 (fluffy)"), or
-	// is empty when it could not be read.
-	Holder string
+	// PID is the holder's process id, 0 when the lock file names none.
+	PID int
+	// Command is the holder's command name (/proc/PID/comm), "" when
+	// unknown.
+	Command string
+	// Err is the lock's own error.
+	Err error
 }
 
 func (e *BusyError) Error() string {
-	h := e.Holder
-	if h == "" {
-		h = "another process"
+	who := "another process"
+	if e.PID > 0 {
+		who = "pid " + strconv.Itoa(e.PID)
+		if e.Command != "" {
+			who += " (" + e.Command + ")"
+		}
 	}
-	return fmt.Sprintf("the change set %s is in use by %s: wait for it to end, or stop it", e.Upper, h)
+	return fmt.Sprintf("the change set %s is in use by %s: wait for it to end, or stop it", e.Upper, who)
 }
 
-// FileLock is a process's advisory lock on an upper directory.
-type FileLock struct {
-	f    *os.File
-	path string
-}
+func (e *BusyError) Unwrap() error { return e.Err }
 
 // LockPath is the lock file of upper: beside it, in the directory that
-// holds it, so that it never shows in the change set itself.
+// holds it, so that it never shows in the change set itself. It is
+// removed with the lock: the directory looks untouched afterwards.
 func LockPath(upper string) string {
 	return filepath.Join(filepath.Dir(upper), "."+filepath.Base(upper)+".lock")
 }
 
-// Lock takes the advisory lock beside upper without waiting, and writes
-// this process's name into it for a process it turns away. A
-// *BusyError says another process (or another Registry of this one)
-// holds it.
+// FileLock is a process's advisory lock on an upper directory.
+type FileLock struct{ l *lockfile.Lock }
+
+// Lock takes the advisory lock beside upper without waiting. A
+// *BusyError says another process holds it; so does another Registry
+// of this process (flock locks belong to open files): a process's
+// sandboxes share one Registry.
 func Lock(upper string) (*FileLock, error) {
-	path := LockPath(upper)
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("uppers: lock beside %s: %w", upper, err)
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			holder, _ := os.ReadFile(path)
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, &BusyError{Upper: upper, Holder: strings.TrimSpace(string(holder))}
+	upper = canonical(upper)
+	l, err := lockfile.Acquire(context.Background(), LockPath(upper), lockfile.Options{WritePID: true, Remove: true})
+	var busy *lockfile.BusyError
+	if errors.As(err, &busy) {
+		e := &BusyError{Upper: upper, PID: busy.PID, Err: err}
+		if busy.PID > 0 {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(busy.PID) + "/comm"); err == nil {
+				e.Command = strings.TrimSpace(string(b))
 			}
-			return nil, fmt.Errorf("uppers: lock beside %s: %w", upper, err)
 		}
-		// The holder before removes the file before it unlocks: a lock
-		// on a file no longer at path is no lock. Take the new one.
-		var fst, pst unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &fst) != nil || unix.Stat(path, &pst) != nil || fst.Ino != pst.Ino || fst.Dev != pst.Dev {
-			f.Close()
-			continue
-		}
-		me := "pid " + strconv.Itoa(os.Getpid())
-		if exe, err := os.Executable(); err == nil {
-			me += " (" + filepath.Base(exe) + ")"
-		}
-		if err := f.Truncate(0); err == nil {
-			_, _ = f.WriteAt([]byte(me+"\n"), 0)
-		}
-		return &FileLock{f: f, path: path}, nil
+		return nil, e
 	}
+	if err != nil {
+		return nil, fmt.Errorf("uppers: the lock beside %s: %w", upper, err)
+	}
+	return &FileLock{l: l}, nil
 }
 
-// Unlock removes the lock file and releases the lock. Later calls do
-// nothing.
+// Unlock releases the lock. Later calls do nothing.
 func (l *FileLock) Unlock() {
-	if l == nil || l.f == nil {
-		return
+	if l != nil {
+		_ = l.l.Release()
 	}
-	_ = os.Remove(l.path)
-	_ = l.f.Close()
-	l.f = nil
 }

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 )
 
@@ -78,6 +79,7 @@ func (h *Hold) Upper() string {
 // closed at the holder's next change, and whether the holder is idle.
 // A *BusyError says another process holds it.
 func (r *Registry) Try(upper string, evict bool) (h *Hold, changed <-chan struct{}, idle bool, err error) {
+	upper = canonical(upper)
 	r.mu.Lock()
 	e := r.m[upper]
 	if e == nil {
@@ -191,7 +193,17 @@ func (h *Hold) Release() {
 
 // Held reports whether a sandbox of this process holds upper.
 func (r *Registry) Held(upper string) bool {
+	upper = canonical(upper)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m[upper] != nil
+}
+
+// canonical names upper by its resolved path, so that every path to the
+// directory is one entry and one lock.
+func canonical(upper string) string {
+	if r, err := filepath.EvalSymlinks(upper); err == nil {
+		return r
+	}
+	return filepath.Clean(upper)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 )
 
@@ -69,8 +70,11 @@ func TestOtherProcessRefused(t *testing.T) {
 	if !errors.As(err, &busy) || h != nil {
 		t.Fatalf("Try while another process holds it: %v, %v; want a *BusyError", h, err)
 	}
-	if want := "pid " + strconv.Itoa(cmd.Process.Pid); !strings.HasPrefix(busy.Holder, want) || busy.Upper != up {
-		t.Errorf("BusyError %+v, want the holder named %q", busy, want)
+	if busy.PID != cmd.Process.Pid || busy.Upper != up || !errors.Is(err, lockfile.ErrBusy) {
+		t.Errorf("BusyError %+v, want the holder, pid %d", busy, cmd.Process.Pid)
+	}
+	if want := "pid " + strconv.Itoa(cmd.Process.Pid) + " ("; !strings.Contains(err.Error(), want) {
+		t.Errorf("%q does not name the holder (%q)", err, want)
 	}
 	if _, err := uppers.Lock(up); !errors.As(err, &busy) {
 		t.Errorf("Lock while another process holds it: %v", err)
