@@ -245,6 +245,11 @@ func newChangesApplyCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			unlock, err := lockUpper(cmd.Context(), cs.UpperDir())
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			applied, err := cs.Apply(cmd.Context(), args...)
 			var ce *changeset.ConflictError
 			if errors.As(err, &ce) {
@@ -281,6 +286,11 @@ func newChangesDiscardCmd(a *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			unlock, err := lockUpper(cmd.Context(), cs.UpperDir())
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			if err := cs.Discard(cmd.Context(), args...); err != nil {
 				return wrapPathErr(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/lockfile"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/store"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
 )
@@ -64,7 +65,9 @@ func (a *App) sessionChanges(ctx context.Context, method string, p kernel.Change
 	defer db.Close()
 	al := a.user().SharedAudit(time.Minute)
 	defer al.Close()
-	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.user().KernelOwnFiles}
+	// No kernel runs: a sandbox of another process (fluffy sandbox run)
+	// may still have the change set mounted, which its lock says.
+	sc := kernel.SessionChanges{DB: db, Audit: al, OwnFiles: a.user().KernelOwnFiles, Hold: lockUpper}
 	switch method {
 	case kernel.MethodChangesList:
 		res, err = sc.List(ctx, p)
@@ -183,4 +186,15 @@ func (a *App) runSessionChanges(ctx context.Context, verb string, f *changesFlag
 		fmt.Fprintf(a.Stdout, "discarded %d change(s)\n", len(res.Changes))
 	}
 	return nil
+}
+
+// lockUpper takes the lock beside a change set's upper directory that
+// every process takes before it mounts or writes it (internal/sandbox/uppers):
+// a process that holds it is an *uppers.BusyError naming it.
+func lockUpper(_ context.Context, upper string) (func(), error) {
+	l, err := uppers.Lock(upper)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
 }

@@ -276,7 +276,12 @@ func (k *Kernel) evalAutoApply(ctx context.Context, info Info, res RunResult) *A
 	if !r.Met() {
 		return r
 	}
-	applied, err := cs.Apply(ctx)
+	unhold, err := k.holdUpper(ctx, cs)
+	var applied []changeset.Change
+	if err == nil {
+		applied, err = cs.Apply(ctx)
+		unhold()
+	}
 	if err != nil {
 		r.Error = err.Error()
 		var ce *changeset.ConflictError

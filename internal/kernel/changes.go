@@ -89,6 +89,9 @@ type SessionChanges struct {
 	// OwnFiles names fluffy's own files for a workspace; Apply never
 	// writes them (changeset.ChangeSet.Protect).
 	OwnFiles OwnFiles
+	// Hold, when set, keeps every sandbox off the change set's upper
+	// directory while it is applied or discarded (Options.HoldUpper).
+	Hold func(ctx context.Context, upper string) (release func(), err error)
 }
 
 // Resolve returns the session p names (or the workspace's latest).
@@ -117,7 +120,8 @@ func (s SessionChanges) Resolve(ctx context.Context, p ChangesParams) (Info, err
 }
 
 // open resolves the session and opens its change set; with write, the
-// session is reserved until release is called.
+// session is reserved, and its change set held (Hold), until release is
+// called.
 func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (_ Info, _ *changeset.ChangeSet, release func(), err error) {
 	release = func() {}
 	info, err := s.Resolve(ctx, p)
@@ -137,6 +141,17 @@ func (s SessionChanges) open(ctx context.Context, p ChangesParams, write bool) (
 	cs, err := openChangeSet(info, s.OwnFiles)
 	if err != nil {
 		return info, nil, release, fmt.Errorf("kernel: open the change set of %s: %w", info.ID, err)
+	}
+	if write && s.Hold != nil {
+		unhold, err := s.Hold(ctx, cs.UpperDir())
+		if err != nil {
+			return info, nil, release, fmt.Errorf("kernel: the change set of %s: %w", info.ID, err)
+		}
+		reserved := release
+		release = func() {
+			unhold()
+			reserved()
+		}
 	}
 	// Keep base copies of what sandboxes changed while the real files are
 	// still the base, so a later conflict can show three versions.
@@ -260,7 +275,16 @@ func nonNil(ch []changeset.Change) []changeset.Change {
 // changes is the kernel's SessionChanges: a session running here is
 // refused apply and discard, and none starts while they work.
 func (k *Kernel) changes() SessionChanges {
-	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Reserve: k.reserveChanges, OwnFiles: k.o.OwnFiles}
+	return SessionChanges{DB: k.o.DB, Audit: k.o.Audit, Reserve: k.reserveChanges, OwnFiles: k.o.OwnFiles, Hold: k.o.HoldUpper}
+}
+
+// holdUpper keeps every sandbox off cs's upper directory while the
+// kernel writes it (Options.HoldUpper); call the returned func after.
+func (k *Kernel) holdUpper(ctx context.Context, cs *changeset.ChangeSet) (func(), error) {
+	if k.o.HoldUpper == nil {
+		return func() {}, nil
+	}
+	return k.o.HoldUpper(ctx, cs.UpperDir())
 }
 
 // OwnFiles returns, for a workspace, the predicate that names fluffy's

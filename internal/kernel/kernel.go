@@ -159,6 +159,13 @@ type Options struct {
 	// OwnFiles names fluffy's own files in a workspace; no apply (by
 	// hand, at close or automatic) writes them. nil protects nothing.
 	OwnFiles OwnFiles
+	// HoldUpper, when set, keeps every sandbox off a change set's upper
+	// directory while the kernel writes it (apply, discard, automatic
+	// apply): it returns once none has it mounted, asking idle ones to
+	// go, with the func that lets them back; another process that holds
+	// it is an error (internal/wiring: the sessions' registry of mounted
+	// change sets, docs/sandbox.md). nil holds nothing.
+	HoldUpper func(ctx context.Context, upper string) (release func(), err error)
 	// Limits bound each run of a session.
 	Limits agent.Limits
 	// Subagents bound the trees of sub-agents; the zero value refuses

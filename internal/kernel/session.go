@@ -630,6 +630,11 @@ func (k *Kernel) Close(ctx context.Context, p CloseParams) (CloseResult, error) 
 	if err != nil {
 		return CloseResult{}, fmt.Errorf("kernel: open the change set: %w", err)
 	}
+	unhold, err := k.holdUpper(ctx, cs)
+	if err != nil {
+		return CloseResult{}, fmt.Errorf("kernel: the change set: %w", err)
+	}
+	defer unhold()
 	var res CloseResult
 	if p.Apply {
 		if res.Applied, err = cs.Apply(ctx); err != nil {

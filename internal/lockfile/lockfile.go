@@ -71,17 +71,37 @@ type Options struct {
 	// if none), when the lock is held and Acquire is about to wait: the
 	// caller may tell a person, or ask the holder to let go.
 	OnBusy func(holder int)
+	// Remove removes the file when the lock is released, for a lock
+	// beside data whose directory must look untouched afterwards. Every
+	// process locking the path must set it: Acquire then takes the lock
+	// only on the file still at path (one removed meanwhile locks
+	// nothing).
+	Remove bool
 }
 
 // Lock is a held lock.
-type Lock struct{ f *os.File }
+type Lock struct {
+	f *os.File
+	// path is the file Release removes ("": none).
+	path string
+}
 
 // Release lets the lock go. It may be called more than once.
 func (l *Lock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	err := l.f.Close()
+	var err error
+	if l.path != "" {
+		// Removed while still locked: a process that opened it meanwhile
+		// finds it gone from path once it has the lock, and retries.
+		if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = rerr
+		}
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
 	l.f = nil
 	return err
 }
@@ -100,6 +120,14 @@ func Acquire(ctx context.Context, path string, opts Options) (*Lock, error) {
 		f.Close()
 		return nil, err
 	}
+	l := &Lock{f: f}
+	if opts.Remove {
+		if !stillAt(f, path) {
+			f.Close()
+			return Acquire(ctx, path, opts)
+		}
+		l.path = path
+	}
 	if opts.WritePID {
 		// Only a hint for whoever finds the lock busy: a failure to
 		// write it does not weaken the lock.
@@ -107,7 +135,16 @@ func Acquire(ctx context.Context, path string, opts Options) (*Lock, error) {
 			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		}
 	}
-	return &Lock{f: f}, nil
+	return l, nil
+}
+
+// stillAt reports whether f is the file at path.
+func stillAt(f *os.File, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // wait tries f's lock until it is taken, opts.Wait runs out or ctx ends.

@@ -179,6 +179,31 @@ func TestRelease(t *testing.T) {
 	l2.Release()
 }
 
+// TestRemove checks that with Options.Remove the file goes with the
+// lock, and that the lock on the new file excludes as before.
+func TestRemove(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	opts := Options{Remove: true, WritePID: true}
+	l, err := Acquire(t.Context(), path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the lock file after Release: %v", err)
+	}
+	l, err = Acquire(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("Acquire after Release: %v", err)
+	}
+	defer l.Release()
+	if _, err := Acquire(t.Context(), path, opts); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Acquire while held: %v", err)
+	}
+}
+
 // TestAcquireOtherErrors checks a failure other than a held lock is not
 // reported as one.
 func TestAcquireOtherErrors(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -17,6 +18,9 @@ import (
 type pluginImages struct {
 	u                *userenv.Env
 	runtime, session string
+	// uppers, when set, is the registry of mounted change sets of the
+	// session's runtime, which the plugins' containers join.
+	uppers *uppers.Registry
 
 	mu sync.Mutex // guards rt
 	rt *docker.Runtime
@@ -34,7 +38,7 @@ func (p *pluginImages) Pinned(ctx context.Context, ref string) (sandbox.Runtime,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.rt == nil {
-		rt, err := docker.New(ctx, docker.Options{Host: engineHost(p.u, p.runtime), Session: p.session, Template: "plugin", Logger: p.u.Logger()})
+		rt, err := docker.New(ctx, docker.Options{Host: engineHost(p.u, p.runtime), Session: p.session, Template: "plugin", Uppers: p.uppers, Logger: p.u.Logger()})
 		if err != nil {
 			return nil, nil, &sandboxrun.EngineError{Err: err}
 		}

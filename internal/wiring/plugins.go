@@ -13,6 +13,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/plugin/host"
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -31,6 +32,10 @@ type sessionPlugins struct {
 	// offer, optional, records tools a server offers that differ from
 	// their pins, for a person's approval (the store's ToolOfferer).
 	offer func(ctx context.Context, name string, tools []plugin.ToolPin) error
+
+	// uppers, when set, is the registry of mounted change sets of the
+	// sessions' runtimes, which the image plugins' containers join.
+	uppers func() *uppers.Registry
 
 	mu    sync.Mutex // guards the fields below
 	hosts map[string]*host.Host
@@ -87,6 +92,9 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			secrets = sec.plugin
 		}
 		images := newPluginImages(p.u, rtName, env.Session)
+		if p.uppers != nil {
+			images.uppers = p.uppers()
+		}
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName, Images: images,
 			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,

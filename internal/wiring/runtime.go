@@ -18,6 +18,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/bootstrap"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
@@ -96,8 +97,9 @@ func detectRuntime(ctx context.Context, want string, p probes) (string, error) {
 // as detectRuntime says: the native runtime, or the options of a
 // container engine that answers (each session connects on its own, see
 // sessionBoxes). None (with the reason logged) when none is usable, and
-// then shell.exec and test.run are refused.
-func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resolved {
+// then shell.exec and test.run are refused. Its sandboxes hold the change
+// sets they mount in up (sessionBoxes.ups; nil: each runtime its own).
+func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger, up *uppers.Registry) resolved {
 	l, err := u.Config()
 	if err != nil {
 		return resolved{}
@@ -113,8 +115,10 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 		// sandbox built ahead, which must serve that session alone. They
 		// share one registry of the change sets mounted: a session's
 		// runtime replaced after its idle timeout may still be
-		// discarding a sandbox on the session's change set.
-		o := native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log, Uppers: native.NewUppers()}
+		// discarding a sandbox on the session's change set. The
+		// containers of image skills and plugins share it too (up,
+		// sessionBoxes.ups).
+		o := native.Options{Self: u.Self, AllowDegraded: sc.AllowDegraded, Logger: log, Uppers: up}
 		if _, err := native.New(o); err != nil {
 			log.Warn("no sandbox: shell.exec and test.run will be refused", "err", err)
 			return resolved{}
@@ -122,7 +126,7 @@ func sessionRuntime(ctx context.Context, u *userenv.Env, log *slog.Logger) resol
 		return resolved{name: name, native: func() (aheadRuntime, error) { return native.New(o) }}
 	}
 	log.Info("sessions run in containers, pre-warmed per session", "runtime", name)
-	return resolved{name: name, engine: &docker.Options{Host: engineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log}}
+	return resolved{name: name, engine: &docker.Options{Host: engineHost(u, name), Image: sc.Image, Template: sc.Template, Logger: log, Uppers: up}}
 }
 
 // podmanSocket is where `podman system service` listens as root.

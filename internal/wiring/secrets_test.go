@@ -120,7 +120,7 @@ func newSecretSession(t *testing.T, policyYAML string, uses func(keyFile string)
 		t.Fatalf("newKernelSecrets: %v, %v", s.sec, err)
 	}
 	t.Cleanup(s.sec.Close)
-	boxes := newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
+	boxes := newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log, nil) })
 	t.Cleanup(boxes.Close)
 	s.live = &livePolicy{u: u, log: log, audit: al}
 	tools := sessionTools(u, log, approver, s.live, nil, boxes, nil, memoryDeps{now: time.Now}, nil, s.sec, observe{})

@@ -270,8 +270,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	}
 	// A closed or removed session's tokens, approvals "for session",
 	// cached classifier answers and containers end with it.
-	boxes = newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log) })
-	boxes.plugins = kernelPlugins(u, log, db.DB)
+	boxes = kernelBoxes(ctx, u, log, db.DB)
 	if boxes.sched, err = newScheduler(l.Config.Sched, log); err != nil {
 		return fail(fmt.Errorf("%w: invalid configuration: sched: %w", userenv.ErrUsage, err))
 	}
@@ -325,6 +324,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		AutoApply: autoApplyOptions(u, deps.live),
 		Admit:     kernel.MemoryAdmit(int64(l.Config.Kernel.MemoryHigh), kernel.ProcessMemory),
 		OwnFiles:  u.KernelOwnFiles,
+		HoldUpper: boxes.HoldUpper,
 		Subagents: kernel.SubagentLimits{MaxDepth: l.Config.Sessions.MaxDepth, MaxChildren: l.Config.Sessions.MaxChildren}, CheckPolicy: checkSubagentPolicy, Reviewer: broker,
 		Price: func(model string) llm.Price {
 			p := l.Config.LLM.Prices[model]

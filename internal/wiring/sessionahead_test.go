@@ -123,7 +123,7 @@ func shell(tb testing.TB, r agent.Tools, cmd string) string {
 // and a runtime that builds the next sandbox ahead does it then.
 func BenchmarkSessionShellExec(b *testing.B) {
 	s := newNativeSessions(b, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
-		return newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log) })
+		return newSessionBoxes(log, func() resolved { return sessionRuntime(context.Background(), u, log, nil) })
 	})
 	r, _, _ := s.open("bench")
 	shell(b, r, "cat file.txt") // the first call detects the host
@@ -314,5 +314,49 @@ func TestAheadSpecDropsCommandParts(t *testing.T) {
 	}
 	if len(spec.Mounts) != 2 {
 		t.Errorf("changed the command's own spec: %+v", spec.Mounts)
+	}
+}
+
+// The kernel's hold on a session's change set (kernel.Options.HoldUpper,
+// for apply and discard) has the sandbox built ahead on it discarded: the
+// session's native runtime holds its change sets in the boxes' registry.
+func TestHoldUpperDiscardsSandboxAhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	var bxs *sessionBoxes
+	s := newNativeSessions(t, func(u *userenv.Env, log *slog.Logger) *sessionBoxes {
+		bxs = sharedBoxes(context.Background(), u, log)
+		return bxs
+	})
+	r, id, cs := s.open("held")
+	shell(t, r, "echo from-sandbox > w.txt")
+	bxs.mu.Lock()
+	b := bxs.natives[id]
+	bxs.mu.Unlock()
+	b.mu.Lock()
+	cur := b.cur
+	b.mu.Unlock()
+	cur.prepare.Wait()
+	if !bxs.ups.Held(cs.UpperDir()) {
+		t.Fatal("no sandbox built ahead holds the change set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release, err := bxs.HoldUpper(ctx, cs.UpperDir())
+	if err != nil {
+		t.Fatalf("the kernel's hold beside the session's sandbox built ahead: %v", err)
+	}
+	// The count follows the release of the change set.
+	discarded := int64(0)
+	for deadline := time.Now().Add(10 * time.Second); discarded != 1 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		_, discarded = cur.rt.(*native.Runtime).AheadStats()
+	}
+	if discarded != 1 {
+		t.Errorf("%d sandboxes built ahead discarded, want 1", discarded)
+	}
+	release()
+	if out := shell(t, r, "cat w.txt"); !strings.Contains(out, "from-sandbox") {
+		t.Fatalf("after the hold: %s", out)
 	}
 }

@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/sched"
+	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
 
 // sessionBoxes gives each of the kernel's sessions its sandbox runtime:
@@ -26,6 +29,11 @@ type sessionBoxes struct {
 	// resolve says, once, which runtime sessions use: its name, and the
 	// shared runtime (native) or the engine's options (docker, podman).
 	resolve func() resolved
+	// ups is the registry of the change sets mounted by the sessions'
+	// sandboxes, native and container alike: the runtime resolve
+	// returns must use it (sessionRuntime), and the containers of image
+	// skills and plugins join it. Set before the first session.
+	ups *uppers.Registry
 	// idle is how long a warm container or a sandbox built ahead waits
 	// for a command before it is removed; 0 is the default (5 minutes).
 	idle time.Duration
@@ -58,6 +66,23 @@ type resolved struct {
 	engine *docker.Options
 }
 
+// upperRegistry is the registry of mounted change sets of the sessions'
+// sandboxes (ups).
+func (s *sessionBoxes) upperRegistry() *uppers.Registry { return s.ups }
+
+// HoldUpper keeps every sandbox of this process off the change set upper
+// while the kernel writes it (kernel.Options.HoldUpper): it waits for
+// the sandboxes that have it mounted and asks idle ones (started ahead
+// of a command, a plugin that yields) to go. Another process that holds
+// it is an *uppers.BusyError.
+func (s *sessionBoxes) HoldUpper(ctx context.Context, upper string) (func(), error) {
+	h, err := s.ups.Acquire(ctx, upper, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.Release, nil
+}
+
 // sessionBox is one session's container runtime and pool.
 type sessionBox struct {
 	session string
@@ -66,10 +91,30 @@ type sessionBox struct {
 	pool    *docker.Pool
 }
 
+// kernelBoxes are the sandboxes of the kernel's sessions and their
+// plugins, which hold the change sets they mount in one registry.
+func kernelBoxes(ctx context.Context, u *userenv.Env, log *slog.Logger, db *sql.DB) *sessionBoxes {
+	b := sharedBoxes(ctx, u, log)
+	b.plugins = kernelPlugins(u, log, db)
+	b.plugins.uppers = b.upperRegistry
+	return b
+}
+
+// sharedBoxes are session boxes on the runtime sessionRuntime resolves,
+// whose sandboxes hold the change sets they mount in the boxes' registry.
+func sharedBoxes(ctx context.Context, u *userenv.Env, log *slog.Logger) *sessionBoxes {
+	ups := uppers.NewRegistry()
+	b := newSessionBoxes(log, func() resolved { return sessionRuntime(context.WithoutCancel(ctx), u, log, ups) })
+	b.ups = ups
+	return b
+}
+
 // newSessionBoxes resolves the runtime at the first session, not at
 // kernel start (detection starts a probe sandbox).
 func newSessionBoxes(log *slog.Logger, resolve func() resolved) *sessionBoxes {
-	return &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), skills: newSkillEngines(), boxes: map[string]*sessionBox{}, natives: map[string]*nativeBox{}}
+	s := &sessionBoxes{log: log, resolve: sync.OnceValue(resolve), ups: uppers.NewRegistry(), skills: newSkillEngines(), boxes: map[string]*sessionBox{}, natives: map[string]*nativeBox{}}
+	s.skills.uppers = s.upperRegistry
+	return s
 }
 
 // For returns session's runtime and its name; a nil runtime means none
@@ -101,6 +146,7 @@ func (s *sessionBoxes) For(ctx context.Context, session string) (rt sandbox.Runt
 	if b == nil {
 		o := *eng
 		o.Session = session // the containers' label: gc and 'docker ps' name the session
+		o.Uppers = s.ups
 		drt, err := docker.New(ctx, o)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("%s: %w", name, err)

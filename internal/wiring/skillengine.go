@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/sandboxrun"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 )
@@ -28,6 +29,10 @@ func imageEngine(runtime string) string {
 // ends (sessionBoxes.EndSession). The zero value is not usable:
 // newSkillEngines.
 type skillEngines struct {
+	// uppers, when set, is the registry of mounted change sets of the
+	// sessions' runtimes, which the skills' containers join.
+	uppers func() *uppers.Registry
+
 	mu     sync.Mutex // guards rts and closed
 	rts    map[string]*skillEngine
 	closed bool
@@ -68,8 +73,12 @@ func (e *skillEngines) runtime(ctx context.Context, u *userenv.Env, session, nam
 		return se.rt, nil
 	}
 	// The session's change set was written by native sandboxes: its
-	// run sees it as they do.
-	o := docker.Options{Host: engineHost(u, name), Session: session, Template: "skill", UserXattr: true, Logger: u.Logger()}
+	// run sees it as they do, and holds it in their registry.
+	var up *uppers.Registry
+	if e.uppers != nil {
+		up = e.uppers()
+	}
+	o := docker.Options{Host: engineHost(u, name), Session: session, Template: "skill", UserXattr: true, Uppers: up, Logger: u.Logger()}
 	if l, err := u.Config(); err == nil {
 		o.Image = l.Config.Sandbox.Image
 	}

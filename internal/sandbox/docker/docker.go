@@ -25,8 +25,12 @@
 // into the container at the workspace's path. The container sees the
 // merged view; its writes land in the change set. A read-only workspace
 // (Spec.WorkspaceReadOnly) is an overlay of two lower layers, the change
-// set over the workspace, with no upper layer: it never shares the change
-// set as an upper directory with another mount. See docs/containers.md.
+// set over the workspace, with no upper layer. Either way the container
+// holds the change set in Options.Uppers (package uppers) from before the
+// overlay is mounted until it is unmounted: no other overlay of this
+// process (another container, a native sandbox) is on the change set
+// meanwhile, as its upper or as a lower layer, and another process is
+// refused. See docs/containers.md.
 //
 // A command's secret-bearing variables and its output keep off the heap
 // and out of the engine's API: the variables arrive through a file on a
@@ -64,6 +68,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
@@ -98,6 +103,10 @@ type Options struct {
 	// workspace overlay reads those (mount option userxattr), so a
 	// folder a native command replaced shows none of what it held.
 	UserXattr bool
+	// Uppers, when set, is shared with the other runtimes of this
+	// process, native and container, that may mount the same change
+	// sets; nil means one of this runtime's own.
+	Uppers *uppers.Registry
 	// Logger receives debug records; nil discards them.
 	Logger *slog.Logger
 }
@@ -179,6 +188,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Template == "" {
 		opts.Template = "code-executor"
 	}
+	if opts.Uppers == nil {
+		opts.Uppers = uppers.NewRegistry()
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -221,7 +233,7 @@ func (r *Runtime) Close() error { return r.cli.Close() }
 // Run starts a container for spec, runs spec.Argv in it and removes it.
 func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	t0 := time.Now()
-	inst, err := r.start(ctx, spec)
+	inst, err := r.start(ctx, spec, false)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -237,8 +249,17 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, e
 
 // Start creates and starts a container for spec (whose Argv is ignored)
 // and returns it ready for Exec.
+// With a workspace it waits while another sandbox has the change set
+// mounted, and asks an idle one (started ahead) to go.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
-	return r.start(ctx, spec)
+	return r.start(ctx, spec, false)
+}
+
+// startAhead is Start for a container started ahead of its command
+// (Pool.Warm): it evicts nobody, and with a workspace it fails with
+// uppers.ErrHeld when an idle sandbox holds the change set already.
+func (r *Runtime) startAhead(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return r.start(ctx, spec, true)
 }
 
 // startContainer starts the created container id and inspects it, in
@@ -283,6 +304,9 @@ type Instance struct {
 	// from a later process with its pid.
 	pidStart string
 	ws       *overlay
+	// hold is the container's hold on its change set (nil without a
+	// workspace), released once ws is unmounted.
+	hold *uppers.Hold
 	// egress forwards the container's loopback proxy port to the egress
 	// proxy (network mode proxy).
 	egress *egressForwarder
@@ -300,7 +324,7 @@ type Instance struct {
 
 var _ sandbox.Instance = (*Instance)(nil)
 
-func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, error) {
+func (r *Runtime) start(ctx context.Context, spec sandbox.Spec, ahead bool) (*Instance, error) {
 	probe := spec
 	if len(probe.Argv) == 0 {
 		probe.Argv = []string{"true"}
@@ -334,8 +358,12 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 	var mounts []mount.Mount
 	user := "65534:65534"
 	if spec.Workspace != "" {
+		if inst.hold, err = r.holdUpper(ctx, spec.ChangeSet, ahead); err != nil {
+			return nil, err
+		}
 		ov, err := mountOverlay(r.opts.StateDir, r.owner, spec.Workspace, spec.ChangeSet, overlayOptions{readOnly: spec.WorkspaceReadOnly, userXattr: r.opts.UserXattr})
 		if err != nil {
+			inst.hold.Release()
 			return nil, err
 		}
 		inst.ws = ov
@@ -431,6 +459,7 @@ func (r *Runtime) start(ctx context.Context, spec sandbox.Spec) (*Instance, erro
 		sp.Fail(err)
 		sp.End()
 		inst.ws.release()
+		inst.hold.Release()
 		return nil, fmt.Errorf("%w: creating the container: %w", sandbox.ErrSetup, err)
 	}
 	inst.id = created.ID
@@ -801,8 +830,35 @@ func (in *Instance) Close() error {
 		if e := in.ws.release(); e != nil && err == nil {
 			err = e
 		}
+		// Detached (MNT_DETACH), the overlay takes no new writes: the
+		// change set is free even when its directories could not go.
+		in.hold.Release()
 	})
 	return err
+}
+
+// holdUpper holds the change set cs in Options.Uppers for a container's
+// overlay on it (uppers.go); ahead, a container started ahead of its
+// command, waits only for a busy holder.
+func (r *Runtime) holdUpper(ctx context.Context, cs string, ahead bool) (*uppers.Hold, error) {
+	if err := os.MkdirAll(cs, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: change set: %w", sandbox.ErrSetup, err)
+	}
+	// The native runtime's key: the resolved path.
+	key, err := filepath.EvalSymlinks(cs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: change set: %w", sandbox.ErrSetup, err)
+	}
+	var h *uppers.Hold
+	if ahead {
+		h, err = r.opts.Uppers.AcquireAhead(ctx, key)
+	} else {
+		h, err = r.opts.Uppers.Acquire(ctx, key, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: waiting for the change set %s: %w", sandbox.ErrSetup, key, err)
+	}
+	return h, nil
 }
 
 // waitUnmounted waits, at most limit, until no line of the host's mount

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"github.com/fluffy-agent/fluffy/internal/telemetry"
 )
 
@@ -147,16 +148,35 @@ func (p *Pool) Warm(ctx context.Context) error {
 				return err // nil: the daemon's containers are all in use
 			}
 		}
-		inst, err := p.opts.Starter.Start(ctx, p.opts.Spec)
+		inst, err := p.startAhead(ctx)
 		if err != nil {
 			<-p.slots
 			if slot != nil {
 				slot.Release()
 			}
+			if errors.Is(err, uppers.ErrHeld) {
+				return nil // one container waits on the change set already
+			}
 			return err
 		}
 		p.putWarm(inst, slot)
 	}
+}
+
+// aheadStarter is a Starter that can start a container ahead of its
+// command (*Runtime.startAhead).
+type aheadStarter interface {
+	startAhead(context.Context, sandbox.Spec) (sandbox.Instance, error)
+}
+
+// startAhead starts a container to wait for a command. Only one
+// container may have the change set mounted at a time (package uppers):
+// one already waiting on it is not evicted for another (uppers.ErrHeld).
+func (p *Pool) startAhead(ctx context.Context) (sandbox.Instance, error) {
+	if a, ok := p.opts.Starter.(aheadStarter); ok {
+		return a.startAhead(ctx, p.opts.Spec)
+	}
+	return p.opts.Starter.Start(ctx, p.opts.Spec)
 }
 
 // Prewarm runs Warm in the background, unless one already runs or the
@@ -299,6 +319,9 @@ func (p *Pool) get(ctx context.Context) (sandbox.Instance, error) {
 			p.idle = p.idle[:n-1]
 			p.mu.Unlock()
 			it.leave()
+			if in, ok := it.inst.(*Instance); ok {
+				in.hold.Busy()
+			}
 			return it.inst, nil
 		}
 		warmed := p.warmed
@@ -346,6 +369,30 @@ func (p *Pool) putWarm(inst sandbox.Instance, slot WarmSlot) {
 		go p.evictOnCall(it)
 	}
 	p.mu.Unlock()
+	if in, ok := inst.(*Instance); ok {
+		// Idle, it gives its change set up to a sandbox that needs it
+		// (a command of another shape, another runtime's sandbox).
+		in.hold.Idle(func() { p.evictIdle(it) })
+	}
+}
+
+// evictIdle destroys idle container it, in the background, when another
+// sandbox needs its change set; nothing when a command took it already.
+func (p *Pool) evictIdle(it *pooled) {
+	p.mu.Lock()
+	i := slices.Index(p.idle, it)
+	if i < 0 || p.closed {
+		p.mu.Unlock()
+		return // a command, the reaper or Close took it
+	}
+	p.idle = slices.Delete(p.idle, i, i+1)
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		p.discard(it.inst)
+		it.leave()
+	}()
 }
 
 // evictOnCall destroys idle container it when its slot is called for.

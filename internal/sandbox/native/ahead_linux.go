@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,7 +109,7 @@ type aheadStart struct {
 	upper  string
 	// hold is the start's hold on upper (nil without one); a run that
 	// takes the start takes it over.
-	hold *upperHold
+	hold *uppers.Hold
 	// work is the overlay's work directory, removed with the sandbox.
 	work string
 	// The request's stdio, connected when it is taken (late).
@@ -192,7 +193,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	a := &aheadStart{hold: hold, key: aheadKey(cfg), upper: cfg.Upper, stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter(), discarded: discarded}
 	if cfg.Upper != "" {
 		if a.work, err = makeWork(cfg.Upper); err != nil {
-			hold.release()
+			hold.Release()
 			return err
 		}
 		cfg.Work = a.work
@@ -201,7 +202,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	if wantCg {
 		if cg, err = newCgroup(r.cgl, 0, 0); err != nil {
 			removeWork(a.work)
-			hold.release()
+			hold.Release()
 			return fmt.Errorf("%w: cgroup: %w", sandbox.ErrSetup, err)
 		}
 		a.withCg = true
@@ -209,7 +210,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	a.d, err = r.buildDirect(cfg, cg, a.stdin, a.stdout, a.stderr, directOpts{ahead: true, pid1Pause: r.pid1Pause}, &nsinit.Tracer{})
 	if err != nil {
 		removeWork(a.work)
-		hold.release()
+		hold.Release()
 		return fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
 	}
 	s := &r.ahead
@@ -225,7 +226,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 	}
 	// Idle from now: a run of another runtime that needs the upper has
 	// it discarded; a run of this one takes it (holdUpper).
-	hold.idle(func() {
+	hold.Idle(func() {
 		s.mu.Lock()
 		if s.a != a {
 			s.mu.Unlock()
@@ -242,7 +243,7 @@ func (r *Runtime) PrepareNext(spec sandbox.Spec, discarded func()) error {
 // runtime's own sandbox built ahead on it is discarded first (it is being
 // replaced); when a run holds it, nothing is built: the build would wait
 // for that run, and the run's end prepares the next one anyway.
-func (r *Runtime) holdUpperAhead(upper string) (*upperHold, error) {
+func (r *Runtime) holdUpperAhead(upper string) (*uppers.Hold, error) {
 	if upper == "" {
 		return nil, nil
 	}
@@ -251,7 +252,7 @@ func (r *Runtime) holdUpperAhead(upper string) (*upperHold, error) {
 	old := s.a
 	if old != nil && old.upper == upper {
 		s.a = nil
-		old.hold.busy()
+		old.hold.Busy()
 	} else {
 		old = nil
 	}
@@ -259,9 +260,12 @@ func (r *Runtime) holdUpperAhead(upper string) (*upperHold, error) {
 	if old != nil {
 		r.discardAhead(old)
 	}
-	h, _ := r.opts.Uppers.try(upper, false)
+	h, _, _, err := r.opts.Uppers.Try(upper, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrSetup, err)
+	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: another sandbox has the change set %s mounted", sandbox.ErrSetup, upper)
+		return nil, fmt.Errorf("%w: %w: %s", sandbox.ErrSetup, uppers.ErrHeld, upper)
 	}
 	return h, nil
 }
@@ -270,7 +274,7 @@ func (r *Runtime) holdUpperAhead(upper string) (*upperHold, error) {
 // its hold on its upper for that run: with an upper it is gone when
 // this returns (the run then mounts its own overlay on it), without one
 // it goes in the background.
-func (r *Runtime) dropAhead(a *aheadStart) *upperHold {
+func (r *Runtime) dropAhead(a *aheadStart) *uppers.Hold {
 	if a.hold == nil {
 		r.discardAheadLater(a)
 		return nil
@@ -292,7 +296,7 @@ func (r *Runtime) claimAhead(upper string) *aheadStart {
 	}
 	a := s.a
 	s.a = nil
-	a.hold.busy()
+	a.hold.Busy()
 	return a
 }
 
@@ -337,7 +341,7 @@ func (r *Runtime) discardAheadLater(a *aheadStart) {
 func (r *Runtime) runAhead(ctx context.Context, a *aheadStart, spec sandbox.Spec, res sandbox.Result, gate func() error, early func(sandbox.Result),
 	tr *nsinit.Tracer, stOut *nsinit.Status) (sandbox.Result, error) {
 	// Released once the sandbox is gone and its work directory removed.
-	defer a.hold.release()
+	defer a.hold.Release()
 	defer removeWork(a.work)
 	lim := spec.Limits
 	var stdin io.Reader
@@ -374,7 +378,7 @@ func (r *Runtime) discardAhead(a *aheadStart) {
 	}
 	a.d.close()
 	removeWork(a.work)
-	a.hold.release()
+	a.hold.Release()
 	r.ahead.discarded.Add(1)
 	if a.discarded != nil {
 		a.discarded()

@@ -75,8 +75,9 @@ type Options struct {
 	// NoDirect starts every sandbox through the Go init, never directly
 	// (direct_linux.go); tests and benchmarks compare both ways.
 	NoDirect bool
-	// Uppers, when set, is shared with other runtimes that may mount the
-	// same change sets (uppers.go); nil means one of this runtime's own.
+	// Uppers, when set, is shared with the other runtimes of this
+	// process, native and container, that may mount the same change sets
+	// (uppers.go); nil means one of this runtime's own.
 	Uppers *Uppers
 }
 
@@ -478,14 +479,14 @@ func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mo
 	if err != nil {
 		return res, 0, err
 	}
-	defer func() { hold.release() }()
+	defer func() { hold.Release() }()
 	if a != nil {
 		ac := *cfg
 		warnings := addRlimits(&ac, lim, wantCg)
 		// A traced run or one through the egress proxy never fits.
 		if !tr.On && spec.Network != sandbox.NetworkProxy && r.useAhead(a, &ac, lim, wantCg, spec.Scratch) {
 			if spec.Yield != nil {
-				a.hold.idle(spec.Yield)
+				a.hold.Idle(spec.Yield)
 			}
 			res.Warnings = append(res.Warnings, warnings...)
 			res, err = r.runAhead(ctx, a, spec, res, req.gate, req.early, tr, req.st)
@@ -495,7 +496,7 @@ func (r *Runtime) run(ctx context.Context, req *request) (res sandbox.Result, mo
 	}
 	if spec.Yield != nil {
 		// A long-lived run: one that needs the upper asks it to end.
-		hold.idle(spec.Yield)
+		hold.Idle(spec.Yield)
 	}
 	if cfg.Upper != "" {
 		work, err := makeWork(cfg.Upper)

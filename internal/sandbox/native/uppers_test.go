@@ -155,7 +155,7 @@ func TestNoTwoOverlaysOnOneUpperRuntimes(t *testing.T) {
 	if prepared == nil {
 		t.Error("a sandbox was built ahead on a change set another runtime's run had mounted")
 	}
-	if up.held(cs) {
+	if up.Held(cs) {
 		t.Error("the upper is still held after the run")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native/nsinit"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
 	"os/exec"
 	"syscall"
 )
@@ -36,7 +37,7 @@ func (r *Runtime) startDirect(context.Context, *nsinit.Config, sandbox.Spec, san
 type aheadSlot struct{}
 type aheadStart struct {
 	withCg bool
-	hold   *upperHold
+	hold   *uppers.Hold
 }
 
 func (r *Runtime) PrepareNext(sandbox.Spec, func()) error {
@@ -49,9 +50,9 @@ func (r *Runtime) useAhead(*aheadStart, *nsinit.Config, sandbox.Limits, bool, sa
 func (r *Runtime) runAhead(context.Context, *aheadStart, sandbox.Spec, sandbox.Result, func() error, func(sandbox.Result), *nsinit.Tracer, *nsinit.Status) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("direct start: not on this architecture")
 }
-func (r *Runtime) closeAhead()                      {}
-func (r *Runtime) discardAheadLater(*aheadStart)    {}
-func (r *Runtime) dropAhead(*aheadStart) *upperHold { return nil }
+func (r *Runtime) closeAhead()                        {}
+func (r *Runtime) discardAheadLater(*aheadStart)      {}
+func (r *Runtime) dropAhead(*aheadStart) *uppers.Hold { return nil }
 
 // AheadStats: no ahead starts here.
 func (r *Runtime) AheadStats() (used, discarded int64) { return 0, 0 }
