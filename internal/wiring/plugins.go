@@ -83,15 +83,16 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			upper = env.ChangeSet.UpperDir()
 		}
 		var secrets func(context.Context, string, []plugin.Credential) (host.Secrets, error)
+		var swaps func(context.Context, string) ([]netproxy.Swap, error)
 		if sec != nil {
-			secrets = sec.plugin
+			secrets, swaps = sec.plugin, sec.proxySwaps
 		}
 		images := newPluginImages(p.u, rtName, env.Session)
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName, Images: images,
 			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
 			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
-			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer, Secrets: secrets,
+			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log, swaps), Offer: p.offer, Secrets: secrets,
 			Logger: p.log.With("session", env.Session),
 		})
 		if err != nil {
@@ -184,8 +185,12 @@ func (p *sessionPlugins) stopRunning(reason string) {
 // lets through only the hosts its manifest declares (net.allow_addrs
 // still bounding the addresses they may resolve to), each request
 // recorded in the session's audit log as the sandbox "plugin:NAME".
-func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog.Logger) func(context.Context, string, []string) (host.Egress, error) {
-	return func(_ context.Context, name string, hosts []string) (host.Egress, error) {
+// swaps, when set, gives it the swaps of the plugin's proxy credentials,
+// handed out just before under the call plugin:NAME (the session's
+// proxySwaps, as for a command's proxy); with one that opted in to TLS
+// the server trusts the proxy's CA.
+func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog.Logger, swaps func(context.Context, string) ([]netproxy.Swap, error)) func(context.Context, string, []string) (host.Egress, error) {
+	return func(ctx context.Context, name string, hosts []string) (host.Egress, error) {
 		l, err := u.Config()
 		if err != nil {
 			return nil, err
@@ -200,17 +205,28 @@ func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog
 			return nil, err
 		}
 		who := "plugin:" + name
+		var sw []netproxy.Swap
+		if swaps != nil {
+			if sw, err = swaps(ctx, who); err != nil {
+				return nil, err
+			}
+		}
 		e := &egress{served: make(chan struct{})}
 		e.proxy, err = netproxy.New(netproxy.Options{
 			Sandbox: who, Session: session, Allow: al, AllowAddrs: addrs,
 			Recorder: &sessionNetAudit{log: rec, session: session, call: who, open: map[string]uint64{}},
 			Logger:   log.With("component", "netproxy", "plugin", name),
 			Limits:   proxyLimits(c),
+			Swaps:    sw,
 		})
 		if err != nil {
 			return nil, err
 		}
 		if err := e.listen(u, al); err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := e.trustProxyCA(u.TempDir()); err != nil {
 			e.Close()
 			return nil, err
 		}
