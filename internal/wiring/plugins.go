@@ -31,6 +31,9 @@ type sessionPlugins struct {
 	// offer, optional, records tools a server offers that differ from
 	// their pins, for a person's approval (the store's ToolOfferer).
 	offer func(ctx context.Context, name string, tools []plugin.ToolPin) error
+	// late, set when the kernel started without a secret broker, builds
+	// one for plugins enabled since that declare credentials.
+	late *lateSecrets
 
 	mu    sync.Mutex // guards the fields below
 	hosts map[string]*host.Host
@@ -136,6 +139,11 @@ func (p *sessionPlugins) EndSession(session string) {
 	if img != nil {
 		img.Close()
 	}
+	if k := p.late.built(); k != nil {
+		// The session's values are zeroed, as a broker built at the
+		// start does as a revoker.
+		k.EndSession(session)
+	}
 	if last {
 		p.stopRunning("its sessions ended")
 	}
@@ -153,6 +161,10 @@ func (p *sessionPlugins) Close() {
 	}
 	for _, img := range imgs {
 		img.Close()
+	}
+	if k := p.late.built(); k != nil {
+		// Every value zeroed, the backends locked.
+		k.Close()
 	}
 	if len(hs) > 0 {
 		p.stopRunning("the kernel stopped")

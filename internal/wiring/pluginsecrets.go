@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/plugin"
@@ -19,7 +20,13 @@ import (
 // declares credentials: the kernel then builds the broker even when the
 // person declared no uses of their own.
 func pluginSecretsWanted(ctx context.Context, db *sql.DB) bool {
-	recs, err := (&plugin.DB{SQL: db}).List(ctx)
+	return pluginsWantSecrets(ctx, &plugin.DB{SQL: db})
+}
+
+// pluginsWantSecrets reports whether a plugin the runtime would start
+// declares credentials.
+func pluginsWantSecrets(ctx context.Context, store plugin.Store) bool {
+	recs, err := store.List(ctx)
 	if err != nil {
 		return false
 	}
@@ -29,6 +36,65 @@ func pluginSecretsWanted(ctx context.Context, db *sql.DB) bool {
 		}
 	}
 	return false
+}
+
+// lateSecrets is the broker of a kernel that started without one (no
+// declared use, no startable plugin with credentials then), built the
+// first time a session's tools find a plugin enabled since that
+// declares credentials: so such a plugin needs no restart of the
+// kernel. Once built it serves every later session as one built at the
+// start would; a build that fails is logged and tried again at the next
+// session (the plugin fails meanwhile: no secret broker).
+type lateSecrets struct {
+	build func() (*kernelSecrets, error)
+
+	mu sync.Mutex // guards k
+	k  *kernelSecrets
+}
+
+// lateSecrets returns the kernel's late broker, building it when a
+// startable plugin declares credentials; nil when none does (or there
+// is no late broker: the kernel built its own at its start).
+func (p *sessionPlugins) lateSecrets(ctx context.Context) *kernelSecrets {
+	if p == nil || p.late == nil || p.store == nil {
+		return nil
+	}
+	l := p.late
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.k != nil || !pluginsWantSecrets(ctx, p.store) {
+		return l.k
+	}
+	k, err := l.build()
+	if err != nil {
+		p.log.Error("the secret broker for plugins' credentials could not be built", "err", err)
+		return nil
+	}
+	p.log.Info("the secret broker was built for a plugin enabled since the kernel's start")
+	l.k = k
+	return k
+}
+
+// built is the late broker when it was built, else nil.
+func (l *lateSecrets) built() *kernelSecrets {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.k
+}
+
+// pluginKernelSecrets is the broker of a kernel whose person declared
+// no uses: built now when a startable plugin declares credentials; else
+// none, and p builds one later when a plugin enabled since does
+// (lateSecrets).
+func pluginKernelSecrets(ctx context.Context, u *userenv.Env, log *slog.Logger, db *sql.DB, p *sessionPlugins) (*kernelSecrets, error) {
+	if pluginSecretsWanted(ctx, db) {
+		return newPluginKernelSecrets(u, log)
+	}
+	p.late = &lateSecrets{build: func() (*kernelSecrets, error) { return newPluginKernelSecrets(u, log) }}
+	return nil, nil
 }
 
 // newPluginKernelSecrets is the broker for plugins' credentials alone

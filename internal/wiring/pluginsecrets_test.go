@@ -201,3 +201,71 @@ func TestPluginProxyCredential(t *testing.T) {
 		t.Errorf("net.request entries %v", reqs)
 	}
 }
+
+// TestPluginCredentialsEnabledLate: a kernel that started with no
+// secret broker (nothing declared a use) builds one when a session
+// finds a plugin enabled since that declares credentials: the plugin
+// gets them without a restart, the use is decided and recorded as any.
+func TestPluginCredentialsEnabledLate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	s, bxs := pluginSessions(t)
+	bxs.plugins.late = &lateSecrets{build: func() (*kernelSecrets, error) { return newPluginKernelSecrets(s.u, s.log) }}
+	policy := "rules:\n  - id: run-anything\n    effect: allow\n    match:\n      action: exec\n" +
+		"  - id: my-secrets\n    effect: allow\n    match:\n      action: secret\n"
+	if err := os.WriteFile(filepath.Join(s.dir, "config", "fluffy", "policy.yaml"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(s.dir, "token")
+	if err := os.WriteFile(token, []byte("tok-late-7d3e\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A session before: no plugin declares credentials, no broker.
+	s.open("before")
+	if bxs.plugins.late.built() != nil {
+		t.Fatal("a broker was built with no plugin declaring credentials")
+	}
+	// Enabled since: the wordcount server again, declaring one.
+	store := bxs.plugins.store.(*plugin.MemStore)
+	rec, err := store.Get(t.Context(), "wordcount")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Manifest.Name = "wc_late"
+	rec.Manifest.Credentials = []plugin.Credential{{Ref: "file:" + token, As: "env", Name: "TOKEN"}}
+	rec.Manifest.Capabilities = append(rec.Manifest.Capabilities, plugin.CapSecrets)
+	store.Put(rec)
+	r, id, _ := s.open("after")
+	got, err := store.Get(t.Context(), "wc_late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != plugin.Running {
+		t.Fatalf("the plugin enabled late: %s (%s)", got.State, got.Reason)
+	}
+	var names []string
+	for _, d := range r.Definitions() {
+		names = append(names, d.Name)
+	}
+	if !slices.Contains(names, "mcp__wc_late__count") {
+		t.Fatalf("tools %v", names)
+	}
+	if err := s.al.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var uses []string
+	err = s.al.Reader().Entries(t.Context(), audit.Filter{}, func(e audit.Entry) error {
+		if e.Session == id && e.Kind == audit.KindSecretUse {
+			b, _ := json.Marshal(e.Payload)
+			uses = append(uses, string(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(uses) != 1 || !strings.Contains(uses[0], `"call":"plugin:wc_late"`) || !strings.Contains(uses[0], `"decision":"allowed"`) {
+		t.Fatalf("secret.use entries %v", uses)
+	}
+}
