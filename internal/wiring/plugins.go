@@ -94,7 +94,7 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName, Images: images,
 			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
-			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
+			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(), SocketRoot: secretsTmpfs(),
 			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log, swaps), Offer: p.offer, Secrets: secrets,
 			Logger: p.log.With("session", env.Session),
 		})

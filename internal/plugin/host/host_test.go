@@ -59,6 +59,11 @@ type sizeIn struct {
 	N int `json:"n"`
 }
 
+type fillIn struct {
+	Path string `json:"path"`
+	N    int    `json:"n"`
+}
+
 // adversary is a plugin that does what a hostile or broken one would.
 // FLUFFY_TEST_PLUGIN_DESC, when set, is its echo tool's description: a
 // server that changes a tool after it was approved.
@@ -97,6 +102,20 @@ func adversary() *pluginsdk.Server {
 			keep = append(keep, b)
 		}
 		return fmt.Sprint(len(keep)), nil
+	})
+	pluginsdk.Tool(s, "fill", "Write n MiB into the file path.", func(_ context.Context, in fillIn) (string, error) {
+		f, err := os.Create(in.Path)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		chunk := make([]byte, 1<<20)
+		for i := range in.N {
+			if _, err := f.Write(chunk); err != nil {
+				return "", fmt.Errorf("after %d MiB: %w", i, err)
+			}
+		}
+		return "filled", nil
 	})
 	pluginsdk.Tool(s, "flood", "Answer n bytes.", func(_ context.Context, in sizeIn) (string, error) {
 		return strings.Repeat("x", in.N), nil

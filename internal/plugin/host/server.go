@@ -415,7 +415,7 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	var tr mcp.Transport = &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: int(4*s.output() + 1<<20)}
 	httpT := s.rec.Manifest.Run.Transport == "http"
 	if httpT {
-		sd, err := newSocketDir()
+		sd, err := newSocketDir(s.h.o.SocketRoot)
 		if err != nil {
 			return sandbox.Result{}, fmt.Errorf("plugin %s: %w", s.name, err)
 		}
