@@ -331,6 +331,9 @@ func (s *server) giveUpErr(why error) {
 // the policy or stored the secret.
 func (s *server) refuseCredentials(why error) {
 	reason := why.Error()
+	if ce, ok := errors.AsType[*CredentialsError](why); ok {
+		reason = ce.Err.Error()
+	}
 	s.mu.Lock()
 	s.failed = fmt.Errorf("%w: %s: %w", ErrFailed, s.name, why)
 	s.mu.Unlock()
@@ -693,14 +696,14 @@ func (s *server) secrets(ctx context.Context, spec *sandbox.Spec) (Secrets, erro
 		return Secrets{}, nil
 	}
 	if !hasCap(m, plugin.CapSecrets) {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: credentials without the capability secrets", ErrNoSecrets, s.name)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: errors.New("credentials without the capability secrets")}
 	}
 	if s.h.o.Secrets == nil {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: no secret broker here (docs/secrets.md)", ErrNoSecrets, s.name)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: errors.New("no secret broker here (docs/secrets.md)")}
 	}
 	sec, err := s.h.o.Secrets(ctx, s.name, m.Credentials)
 	if err != nil {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: %w", ErrNoSecrets, s.name, err)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: err}
 	}
 	spec.Env = sandbox.SetEnv(spec.Env, sec.Env...)
 	spec.Mounts = append(spec.Mounts, sec.Mounts...)
@@ -712,6 +715,22 @@ func (s *server) secrets(ctx context.Context, spec *sandbox.Spec) (Secrets, erro
 	s.mu.Unlock()
 	return sec, nil
 }
+
+// CredentialsError is a start refused because the plugin's credentials
+// were not handed out (Err says which and why); it matches ErrNoSecrets.
+type CredentialsError struct {
+	Plugin string
+	Err    error
+}
+
+func (e *CredentialsError) Error() string {
+	return fmt.Sprintf("%v: plugin %s: %v", ErrNoSecrets, e.Plugin, e.Err)
+}
+
+// Is makes every CredentialsError match ErrNoSecrets.
+func (e *CredentialsError) Is(target error) bool { return target == ErrNoSecrets }
+
+func (e *CredentialsError) Unwrap() error { return e.Err }
 
 // redactWriter writes w what redact leaves of each write (the server's
 // stderr into its log). A value split across two writes is not caught:
