@@ -123,15 +123,24 @@ func (k *Kernel) dropExternal(id string) {
 
 // keepExternal keeps x as session id's router, used now, and drops the
 // routers of other sessions beyond ExternalLimits (never one in a
-// call); their sessions' idle resources are let go (Idler).
+// call); their sessions' idle resources are let go (Idler) in the
+// background, not on this call's time.
 func (k *Kernel) keepExternal(id string, x *externalTools) {
 	k.mu.Lock()
 	x.used = k.o.Now()
 	k.external[id] = x
 	dropped := k.evictExternalLocked(id)
 	k.armExternalLocked()
+	if len(dropped) > 0 {
+		k.bg.Add(1)
+	}
 	k.mu.Unlock()
-	k.idle(dropped)
+	if len(dropped) > 0 {
+		go func() {
+			defer k.bg.Done()
+			k.idle(dropped)
+		}()
+	}
 }
 
 // SweepExternal drops the routers idle for longer than
@@ -147,7 +156,8 @@ func (k *Kernel) SweepExternal() {
 
 // evictExternalLocked drops, but for keep's and those in a call, the
 // routers idle beyond the limit, then the least recently used beyond
-// the count; it returns their sessions. k.mu is held.
+// the count; it returns their sessions, each marked idling until idle
+// has let its resources go. k.mu is held.
 func (k *Kernel) evictExternalLocked(keep string) []string {
 	now, lim := k.o.Now(), k.o.External
 	var dropped []string
@@ -171,7 +181,30 @@ func (k *Kernel) evictExternalLocked(keep string) []string {
 		delete(k.external, id)
 		dropped = append(dropped, id)
 	}
+	for _, id := range dropped {
+		if k.idling[id] == nil {
+			k.idling[id] = make(chan struct{})
+		}
+	}
 	return dropped
+}
+
+// waitIdled waits until session id's resources, let go when its router
+// was dropped, are gone, so that a router built now does not have its
+// new ones let go too.
+func (k *Kernel) waitIdled(ctx context.Context, id string) error {
+	k.mu.Lock()
+	ch := k.idling[id]
+	k.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // armExternalLocked starts the timer of the next idle sweep while
@@ -184,7 +217,7 @@ func (k *Kernel) armExternalLocked() {
 }
 
 // idle tells the Idlers among the revokers that sessions' routers were
-// dropped.
+// dropped, and ends their idling.
 func (k *Kernel) idle(sessions []string) {
 	for _, id := range sessions {
 		k.log.Info("an external session's idle router was dropped; its change set stays for review", "session", id)
@@ -193,6 +226,12 @@ func (k *Kernel) idle(sessions []string) {
 				i.IdleSession(id)
 			}
 		}
+		k.mu.Lock()
+		if ch := k.idling[id]; ch != nil {
+			close(ch)
+			delete(k.idling, id)
+		}
+		k.mu.Unlock()
 	}
 }
 
@@ -238,6 +277,10 @@ func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Conte
 		close(r.done)
 	}()
 	if x == nil {
+		// A router dropped a moment ago: its resources go first.
+		if err := k.waitIdled(ctx, id); err != nil {
+			return err
+		}
 		// The router outlives this call: it is built on a context
 		// without the call's cancellation.
 		if x, err = k.buildExternal(context.WithoutCancel(ctx), info); err != nil {

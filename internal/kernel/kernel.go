@@ -222,6 +222,9 @@ type Kernel struct {
 	// externalTimer drops idle routers (external.go); nil while none is
 	// kept.
 	externalTimer *time.Timer
+	// idling holds the sessions whose dropped router's resources are
+	// being let go, closed when they are (external.go).
+	idling map[string]chan struct{}
 	// stopping is set by Stop: no run starts after it.
 	stopping bool
 	markMu   sync.Mutex // one MarkUntrusted at a time (provenance.go)
@@ -269,7 +272,7 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 	if o.External.Idle <= 0 {
 		o.External.Idle = DefaultExternalIdle
 	}
-	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, external: map[string]*externalTools{}, started: o.Now()}
+	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, external: map[string]*externalTools{}, idling: map[string]chan struct{}{}, started: o.Now()}
 	k.o.Audit = treeLog{AuditLog: o.Audit, k: k}
 	o = k.o
 	rep, err := o.Audit.VerifyAtStart(ctx)
