@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
+	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
 	"github.com/fluffy-agent/fluffy/internal/secret"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -88,8 +90,9 @@ func TestPluginCredentialsBlocked(t *testing.T) {
 // command path's swap. The server holds a placeholder only (what it
 // sends shows it, never the value); its egress proxy swaps the value in
 // for the bound host, and refuses the placeholder sent to another
-// declared host; the use is recorded as secret.use for plugin:net
-// without the value, the request as net.request naming the secret.
+// declared host; with tls the server trusts the proxy's CA; the use is
+// recorded as secret.use for plugin:net without the value, the request
+// as net.request naming the secret.
 func TestPluginProxyCredential(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts sandboxes")
@@ -137,7 +140,7 @@ func TestPluginProxyCredential(t *testing.T) {
 	store := plugin.NewMemStore()
 	store.Put(plugin.Record{Dir: pdir, State: plugin.Enabled, Manifest: plugin.Manifest{Name: "net",
 		Run: plugin.Run{Command: []string{"./netplugin"}}, Network: []string{bh, oh},
-		Credentials:  []plugin.Credential{{Ref: s.sec.uses[0].Ref.String(), As: "proxy", Name: "API_KEY", Bind: []string{bh}}},
+		Credentials:  []plugin.Credential{{Ref: s.sec.uses[0].Ref.String(), As: "proxy", Name: "API_KEY", Bind: []string{bh}, TLS: true}},
 		Capabilities: []plugin.Capability{plugin.CapNetwork, plugin.CapSecrets}}})
 	p := newSessionPlugins(s.u, slog.New(slog.DiscardHandler), store)
 	defer p.Close()
@@ -179,6 +182,20 @@ func TestPluginProxyCredential(t *testing.T) {
 		t.Errorf("the servers got %q; want the bound one to get the value and the other nothing", got)
 	}
 	mu.Unlock()
+	// tls: the server trusts the proxy's CA (beside the system's roots),
+	// so the proxy can swap inside HTTPS to the bound host.
+	tl, err := reg.Lookup("mcp.net.cafile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := tl.Decode(json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tl.Run(t.Context(), a)
+	if err != nil || res.IsError || !regexp.MustCompile(regexp.QuoteMeta(sandbox.CABundlePath)+`: [1-9][0-9]* certificates`).Match(res.Output) {
+		t.Errorf("the CA bundle in the server's sandbox: %q %v", res.Output, err)
+	}
 	var uses, reqs []string
 	s.tee.mu.Lock()
 	for _, e := range s.tee.entries {

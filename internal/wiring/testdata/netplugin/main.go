@@ -2,7 +2,8 @@
 // URL through whatever proxy its environment names (the egress proxy in
 // fluffy's sandbox), optionally with the header "Authorization: Bearer
 // $AUTH" made from the variable AUTH names (a proxy credential's
-// placeholder), which it then reports as it holds it.
+// placeholder), which it then reports as it holds it; and cafile, which
+// reads the bundle of certificates SSL_CERT_FILE names.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/fluffy-agent/fluffy/pkg/pluginsdk"
 )
@@ -42,6 +44,14 @@ func main() {
 			return fmt.Sprintf("status %d: %s (sent %s)", res.StatusCode, b, sent), nil
 		}
 		return fmt.Sprintf("status %d: %s", res.StatusCode, b), nil
+	})
+	pluginsdk.Tool(s, "cafile", "Say which CA bundle the environment names and whether it holds certificates.", func(context.Context, struct{}) (string, error) {
+		p := os.Getenv("SSL_CERT_FILE")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: %d certificates", p, strings.Count(string(b), "BEGIN CERTIFICATE")), nil
 	})
 	pluginsdk.Main(s)
 }
