@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/changeset"
@@ -89,13 +91,148 @@ func (k *Kernel) CallTool(ctx context.Context, id string, call llm.ToolCall) (ag
 type externalTools struct {
 	tools agent.Tools
 	prov  *Provenance
+	// used is when its last call ended.
+	used time.Time
 }
+
+// ExternalLimits bound the routers kept for external sessions: a
+// session an MCP client left open for review keeps its change set, but
+// not its router (nor, through Idler, its plugin servers) forever. A
+// dropped router is built again at the session's next call.
+type ExternalLimits struct {
+	// Max routers kept; the least recently used beyond it is dropped.
+	// Default DefaultExternalMax.
+	Max int
+	// Idle drops a router no call has used for this long. Default
+	// DefaultExternalIdle.
+	Idle time.Duration
+}
+
+// The defaults of ExternalLimits.
+const (
+	DefaultExternalMax  = 16
+	DefaultExternalIdle = 10 * time.Minute
+)
 
 // dropExternal forgets session id's router.
 func (k *Kernel) dropExternal(id string) {
 	k.mu.Lock()
 	delete(k.external, id)
 	k.mu.Unlock()
+}
+
+// keepExternal keeps x as session id's router, used now, and drops the
+// routers of other sessions beyond ExternalLimits (never one in a
+// call); their sessions' idle resources are let go (Idler) in the
+// background, not on this call's time.
+func (k *Kernel) keepExternal(id string, x *externalTools) {
+	k.mu.Lock()
+	x.used = k.o.Now()
+	k.external[id] = x
+	dropped := k.evictExternalLocked(id)
+	k.armExternalLocked()
+	if len(dropped) > 0 {
+		k.bg.Add(1)
+	}
+	k.mu.Unlock()
+	if len(dropped) > 0 {
+		go func() {
+			defer k.bg.Done()
+			k.idle(dropped)
+		}()
+	}
+}
+
+// SweepExternal drops the routers idle for longer than
+// ExternalLimits.Idle; the kernel's timer calls it.
+func (k *Kernel) SweepExternal() {
+	k.mu.Lock()
+	dropped := k.evictExternalLocked("")
+	k.externalTimer = nil
+	k.armExternalLocked()
+	k.mu.Unlock()
+	k.idle(dropped)
+}
+
+// evictExternalLocked drops, but for keep's and those in a call, the
+// routers idle beyond the limit, then the least recently used beyond
+// the count; it returns their sessions, each marked idling until idle
+// has let its resources go. k.mu is held.
+func (k *Kernel) evictExternalLocked(keep string) []string {
+	now, lim := k.o.Now(), k.o.External
+	var dropped []string
+	cands := make([]string, 0, len(k.external))
+	for id, x := range k.external {
+		if _, busy := k.running[id]; busy || id == keep {
+			continue
+		}
+		if now.Sub(x.used) >= lim.Idle {
+			delete(k.external, id)
+			dropped = append(dropped, id)
+			continue
+		}
+		cands = append(cands, id)
+	}
+	slices.SortFunc(cands, func(a, b string) int { return k.external[a].used.Compare(k.external[b].used) })
+	for _, id := range cands {
+		if len(k.external) <= lim.Max {
+			break
+		}
+		delete(k.external, id)
+		dropped = append(dropped, id)
+	}
+	for _, id := range dropped {
+		if k.idling[id] == nil {
+			k.idling[id] = make(chan struct{})
+		}
+	}
+	return dropped
+}
+
+// waitIdled waits until session id's resources, let go when its router
+// was dropped, are gone, so that a router built now does not have its
+// new ones let go too.
+func (k *Kernel) waitIdled(ctx context.Context, id string) error {
+	k.mu.Lock()
+	ch := k.idling[id]
+	k.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// armExternalLocked starts the timer of the next idle sweep while
+// routers are kept and the kernel runs. k.mu is held.
+func (k *Kernel) armExternalLocked() {
+	if k.externalTimer != nil || k.stopping || len(k.external) == 0 {
+		return
+	}
+	k.externalTimer = time.AfterFunc(k.o.External.Idle, k.SweepExternal)
+}
+
+// idle tells the Idlers among the revokers that sessions' routers were
+// dropped, and ends their idling.
+func (k *Kernel) idle(sessions []string) {
+	for _, id := range sessions {
+		k.log.Info("an external session's idle router was dropped; its change set stays for review", "session", id)
+		for _, r := range k.o.Revokers {
+			if i, ok := r.(Idler); ok {
+				i.IdleSession(id)
+			}
+		}
+		k.mu.Lock()
+		if ch := k.idling[id]; ch != nil {
+			close(ch)
+			delete(k.idling, id)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // withTools registers an external call on session id and calls fn with
@@ -140,6 +277,10 @@ func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Conte
 		close(r.done)
 	}()
 	if x == nil {
+		// A router dropped a moment ago: its resources go first.
+		if err := k.waitIdled(ctx, id); err != nil {
+			return err
+		}
 		// The router outlives this call: it is built on a context
 		// without the call's cancellation.
 		if x, err = k.buildExternal(context.WithoutCancel(ctx), info); err != nil {
@@ -147,9 +288,7 @@ func (k *Kernel) withTools(ctx context.Context, id string, fn func(context.Conte
 		}
 	}
 	ferr := fn(ctx, x.tools)
-	k.mu.Lock()
-	k.external[id] = x
-	k.mu.Unlock()
+	k.keepExternal(id, x)
 	// Fast-path reads buffer their entries: the client hears the result
 	// only once its record is durable.
 	if err := k.o.Audit.Flush(context.WithoutCancel(ctx)); err != nil {

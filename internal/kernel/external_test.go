@@ -6,7 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
@@ -138,5 +141,103 @@ func TestExternalRouterKept(t *testing.T) {
 	write("d.txt")
 	if len(builds) != 3 {
 		t.Fatalf("%d routers built after a discard, want 3", len(builds))
+	}
+}
+
+// idlers records the sessions whose resources the kernel let go.
+type idlers struct {
+	mu   sync.Mutex
+	idle []string
+}
+
+func (i *idlers) EndSession(string) {}
+func (i *idlers) IdleSession(s string) {
+	i.mu.Lock()
+	i.idle = append(i.idle, s)
+	i.mu.Unlock()
+}
+
+// External sessions' routers are bounded: beyond ExternalLimits.Max the
+// least recently used is dropped, and one idle for ExternalLimits.Idle
+// is dropped at the next sweep; the Idlers hear of each, a dropped
+// session keeps its change set for review, and its next call builds its
+// router again.
+func TestExternalRouterEviction(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	builds := map[string]int{}
+	idle := &idlers{}
+	k, err := kernel.Start(ctx, kernel.Options{DB: e.db, Audit: e.audit, DataDir: e.dir, Models: scriptModels(writeScript), Now: clock,
+		Revokers: []kernel.Revoker{idle}, External: kernel.ExternalLimits{Max: 2, Idle: time.Hour},
+		Tools: func(_ context.Context, env kernel.Env) (agent.Tools, error) {
+			builds[env.Session]++
+			return &writeTools{env: env}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, task := range []string{"a", "b", "c"} {
+		info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: task, Model: kernel.ModelExternal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	write := func(id, path string) {
+		t.Helper()
+		advance(time.Second)
+		res, err := k.CallTool(ctx, id, llm.ToolCall{ID: path, Name: "write", Args: json.RawMessage(`{"path": "` + path + `", "content": "x"}`)})
+		if err != nil || res.IsError {
+			t.Fatalf("call: %+v %v", res, err)
+		}
+	}
+	a, b, c := ids[0], ids[1], ids[2]
+	write(a, "a.txt")
+	write(b, "b.txt")
+	write(c, "c.txt") // a, the least recently used, is dropped
+	// Its change set stays for review.
+	if _, ch, err := k.Diff(ctx, a); err != nil || len(ch) != 1 {
+		t.Fatalf("diff of the dropped session: %v %v", ch, err)
+	}
+	write(b, "b2.txt")
+	if builds[a] != 1 || builds[b] != 1 || builds[c] != 1 {
+		t.Fatalf("builds %v, want one each", builds)
+	}
+	// Built again, once its resources were let go; c is now the least
+	// recently used.
+	write(a, "a2.txt")
+	if builds[a] != 2 || builds[c] != 1 {
+		t.Fatalf("builds %v", builds)
+	}
+	idle.mu.Lock()
+	if len(idle.idle) == 0 || idle.idle[0] != a {
+		t.Errorf("let go %v, want %s first", idle.idle, a)
+	}
+	idle.mu.Unlock()
+	// An hour without calls: every router kept goes at the sweep.
+	advance(time.Hour)
+	k.SweepExternal()
+	write(b, "b3.txt")
+	write(a, "a3.txt")
+	if builds[a] != 3 || builds[b] != 2 {
+		t.Fatalf("builds after an idle hour %v", builds)
+	}
+	// The stop waits for what is let go in the background.
+	if err := k.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	idle.mu.Lock()
+	defer idle.mu.Unlock()
+	slices.Sort(idle.idle)
+	want := []string{a, a, b, c}
+	slices.Sort(want)
+	if !slices.Equal(idle.idle, want) {
+		t.Errorf("let go %v, want %v", idle.idle, want)
 	}
 }

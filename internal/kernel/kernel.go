@@ -91,6 +91,15 @@ type Revoker interface {
 	EndSession(session string)
 }
 
+// Idler is a Revoker that can also let an open session's resources go
+// while the session waits (its plugin servers, say): the kernel calls
+// IdleSession when it drops an external session's idle router
+// (external.go). What was granted the session stays; what is let go is
+// started again at the session's next call.
+type Idler interface {
+	IdleSession(session string)
+}
+
 // ModelOpener opens a model by its "provider/name" string; it returns the
 // provider and the model name to send.
 type ModelOpener func(ctx context.Context, model string) (llm.Provider, string, error)
@@ -201,8 +210,11 @@ type Options struct {
 	Tracer *telemetry.Tracer
 	// Metrics counts the turns started and running (nil: none).
 	Metrics *telemetry.Metrics
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// External bounds the routers kept for external sessions between
+	// their calls (external.go).
+	External ExternalLimits
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Kernel owns the sessions of one data directory.
@@ -214,6 +226,12 @@ type Kernel struct {
 	// external holds an external session's router between its calls
 	// (external.go), by session id.
 	external map[string]*externalTools
+	// externalTimer drops idle routers (external.go); nil while none is
+	// kept.
+	externalTimer *time.Timer
+	// idling holds the sessions whose dropped router's resources are
+	// being let go, closed when they are (external.go).
+	idling map[string]chan struct{}
 	// stopping is set by Stop: no run starts after it.
 	stopping bool
 	markMu   sync.Mutex // one MarkUntrusted at a time (provenance.go)
@@ -255,7 +273,13 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, external: map[string]*externalTools{}, started: o.Now()}
+	if o.External.Max <= 0 {
+		o.External.Max = DefaultExternalMax
+	}
+	if o.External.Idle <= 0 {
+		o.External.Idle = DefaultExternalIdle
+	}
+	k := &Kernel{o: o, log: o.Logger, running: map[string]*run{}, external: map[string]*externalTools{}, idling: map[string]chan struct{}{}, started: o.Now()}
 	k.o.Audit = treeLog{AuditLog: o.Audit, k: k}
 	o = k.o
 	rep, err := o.Audit.VerifyAtStart(ctx)
@@ -339,6 +363,10 @@ func (k *Kernel) recover(ctx context.Context) ([]string, error) {
 func (k *Kernel) Stop(ctx context.Context, cause string) error {
 	k.mu.Lock()
 	k.stopping = true
+	if k.externalTimer != nil {
+		k.externalTimer.Stop()
+		k.externalTimer = nil
+	}
 	runs := make(map[string]*run, len(k.running))
 	for id, r := range k.running {
 		r.cancel()

@@ -298,6 +298,13 @@ func validateCredential(c Credential, i int) error {
 	if c.As == "proxy" && len(c.Bind) == 0 {
 		return bad("credentials: as proxy needs bind (the hosts it is sent to)", at...)
 	}
+	if c.As != "proxy" && (len(c.Bind) > 0 || c.TLS) {
+		return bad("credentials: bind and tls are for as proxy only", at...)
+	}
+	if c.As == "stdin" {
+		// The server's standard input is its MCP stream.
+		return bad("credentials: as stdin is not offered to a plugin (its standard input is the MCP stream): use env, file or proxy", append(at, "as")...)
+	}
 	return nil
 }
 
@@ -323,6 +330,13 @@ func validateCapabilities(m Manifest) error {
 	}
 	if len(m.Credentials) > 0 && !seen[CapSecrets] {
 		return bad("credentials are declared: add the capability secrets", "credentials")
+	}
+	for i, c := range m.Credentials {
+		if c.As == "proxy" && !seen[CapNetwork] {
+			// Only the egress proxy swaps it in: without one the
+			// placeholder goes nowhere.
+			return bad("credentials: as proxy needs the capability network and its bind hosts under network", "credentials", strconv.Itoa(i))
+		}
 	}
 	return nil
 }

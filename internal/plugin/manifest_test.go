@@ -62,6 +62,10 @@ func TestParseManifestErrors(t *testing.T) {
 		{"unknown capability", "capabilities: [read-workspace, network, secrets]", "capabilities: [read-workspace, network, secrets, root]", 17, "unknown \"root\""},
 		{"network without capability", "capabilities: [read-workspace, network, secrets]", "capabilities: [read-workspace, secrets]", 12, "add the capability network"},
 		{"secrets without capability", "capabilities: [read-workspace, network, secrets]", "capabilities: [read-workspace, network]", 13, "add the capability secrets"},
+		{"stdin credential", "    as: env", "    as: stdin", 15, "MCP stream"},
+		{"bind without proxy", "    name: GITHUB_TOKEN", "    name: GITHUB_TOKEN\n    bind: [api.github.com]", 14, "for as proxy only"},
+		{"proxy without network", "network: [api.github.com, \"*.githubusercontent.com:443\"]\ncredentials:\n  - ref: secret://age/github/token\n    as: env\n    name: GITHUB_TOKEN\ncapabilities: [read-workspace, network, secrets]",
+			"credentials:\n  - ref: secret://age/github/token\n    as: proxy\n    name: GITHUB_TOKEN\n    bind: [api.github.com]\ncapabilities: [read-workspace, secrets]", 13, "as proxy needs the capability network"},
 		{"two documents", "capabilities: [read-workspace, network, secrets]", "capabilities: [read-workspace, network, secrets]\n---\nname: x", 18, "second YAML document"},
 		{"syntax", "version: 1.2.0", "version: [1.2.0", 0, ""},
 	}

@@ -67,6 +67,9 @@ type Credential struct {
 	As   string   `yaml:"as"`
 	Name string   `yaml:"name"`
 	Bind []string `yaml:"bind"`
+	// TLS lets the egress proxy terminate HTTPS to Bind to swap a proxy
+	// credential in (secret.Use's TLS); only with as proxy.
+	TLS bool `yaml:"tls,omitempty"`
 }
 
 // Capability is one thing a plugin asks to be allowed.

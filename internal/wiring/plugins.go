@@ -32,6 +32,9 @@ type sessionPlugins struct {
 	// offer, optional, records tools a server offers that differ from
 	// their pins, for a person's approval (the store's ToolOfferer).
 	offer func(ctx context.Context, name string, tools []plugin.ToolPin) error
+	// late, set when the kernel started without a secret broker, builds
+	// one for plugins enabled since that declare credentials.
+	late *lateSecrets
 
 	// uppers, when set, is the registry of mounted change sets of the
 	// sessions' runtimes, which the image plugins' containers join.
@@ -88,8 +91,9 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 			upper = env.ChangeSet.UpperDir()
 		}
 		var secrets func(context.Context, string, []plugin.Credential) (host.Secrets, error)
+		var swaps func(context.Context, string) ([]netproxy.Swap, error)
 		if sec != nil {
-			secrets = sec.plugin
+			secrets, swaps = sec.plugin, sec.proxySwaps
 		}
 		images := newPluginImages(p.u, rtName, env.Session)
 		if p.uppers != nil {
@@ -98,8 +102,8 @@ func (p *sessionPlugins) register(ctx context.Context, env kernel.Env, reg *tool
 		h, err = host.New(host.Options{
 			Store: p.store, Runtimes: map[string]sandbox.Runtime{rtName: rt}, DefaultRuntime: rtName, Images: images,
 			Audit: env.Audit, Session: env.Session, Workspace: env.Workspace, Masks: masks, ChangeSet: upper,
-			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(),
-			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log), Offer: p.offer, Secrets: secrets,
+			LogDir: d.Path("plugins"), Env: p.u.SandboxEnv(), SocketRoot: secretsTmpfs(),
+			Egress: pluginEgress(p.u, env.Session, env.Audit, p.log, swaps), Offer: p.offer, Secrets: secrets,
 			Logger: p.log.With("session", env.Session),
 		})
 		if err != nil {
@@ -143,6 +147,11 @@ func (p *sessionPlugins) EndSession(session string) {
 	if img != nil {
 		img.Close()
 	}
+	if k := p.late.built(); k != nil {
+		// The session's values are zeroed, as a broker built at the
+		// start does as a revoker.
+		k.EndSession(session)
+	}
 	if last {
 		p.stopRunning("its sessions ended")
 	}
@@ -160,6 +169,10 @@ func (p *sessionPlugins) Close() {
 	}
 	for _, img := range imgs {
 		img.Close()
+	}
+	if k := p.late.built(); k != nil {
+		// Every value zeroed, the backends locked.
+		k.Close()
 	}
 	if len(hs) > 0 {
 		p.stopRunning("the kernel stopped")
@@ -192,8 +205,12 @@ func (p *sessionPlugins) stopRunning(reason string) {
 // lets through only the hosts its manifest declares (net.allow_addrs
 // still bounding the addresses they may resolve to), each request
 // recorded in the session's audit log as the sandbox "plugin:NAME".
-func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog.Logger) func(context.Context, string, []string) (host.Egress, error) {
-	return func(_ context.Context, name string, hosts []string) (host.Egress, error) {
+// swaps, when set, gives it the swaps of the plugin's proxy credentials,
+// handed out just before under the call plugin:NAME (the session's
+// proxySwaps, as for a command's proxy); with one that opted in to TLS
+// the server trusts the proxy's CA.
+func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog.Logger, swaps func(context.Context, string) ([]netproxy.Swap, error)) func(context.Context, string, []string) (host.Egress, error) {
+	return func(ctx context.Context, name string, hosts []string) (host.Egress, error) {
 		l, err := u.Config()
 		if err != nil {
 			return nil, err
@@ -208,17 +225,28 @@ func pluginEgress(u *userenv.Env, session string, rec kernel.AuditLog, log *slog
 			return nil, err
 		}
 		who := "plugin:" + name
+		var sw []netproxy.Swap
+		if swaps != nil {
+			if sw, err = swaps(ctx, who); err != nil {
+				return nil, err
+			}
+		}
 		e := &egress{served: make(chan struct{})}
 		e.proxy, err = netproxy.New(netproxy.Options{
 			Sandbox: who, Session: session, Allow: al, AllowAddrs: addrs,
 			Recorder: &sessionNetAudit{log: rec, session: session, call: who, open: map[string]uint64{}},
 			Logger:   log.With("component", "netproxy", "plugin", name),
 			Limits:   proxyLimits(c),
+			Swaps:    sw,
 		})
 		if err != nil {
 			return nil, err
 		}
 		if err := e.listen(u, al); err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := e.trustProxyCA(u.TempDir()); err != nil {
 			e.Close()
 			return nil, err
 		}

@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluffy-agent/fluffy/internal/agent"
 	"github.com/fluffy-agent/fluffy/internal/audit"
 	"github.com/fluffy-agent/fluffy/internal/kernel"
 	"github.com/fluffy-agent/fluffy/internal/llm"
 	"github.com/fluffy-agent/fluffy/internal/plugin"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/native"
+	"github.com/fluffy-agent/fluffy/internal/tdd"
 	"github.com/fluffy-agent/fluffy/internal/tool"
 	"github.com/fluffy-agent/fluffy/internal/userenv"
 	"github.com/fluffy-agent/fluffy/pkg/pluginsdk"
@@ -254,4 +256,41 @@ func hostAddr(t *testing.T) string {
 	}
 	t.Skip("this host has no IPv4 address but loopback")
 	return ""
+}
+
+// TestIdleSessionLetsPluginsGo: when the kernel drops an idle external
+// session's router (kernel.Idler), the session's plugin servers stop;
+// the router built for its next call starts them again and its calls
+// work.
+func TestIdleSessionLetsPluginsGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts sandboxes")
+	}
+	s, bxs := pluginSessions(t)
+	r, id, cs := s.open("idle")
+	count := func(r agent.Tools) {
+		t.Helper()
+		res, err := r.Call(t.Context(), llm.ToolCall{ID: "c", Name: "mcp__wordcount__count", Args: json.RawMessage(`{"text":"a b"}`)})
+		if err != nil || res.IsError || !strings.Contains(res.Content, `"words":2`) {
+			t.Fatalf("count: %v %+v", err, res)
+		}
+	}
+	count(r)
+	var idler kernel.Idler = bxs
+	idler.IdleSession(id)
+	bxs.plugins.mu.Lock()
+	left := len(bxs.plugins.hosts)
+	bxs.plugins.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d plugin hosts left after the session went idle", left)
+	}
+	st, err := tdd.Resume(t.Context(), s.j, s.m, id, tdd.Explore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := s.tools(t.Context(), kernel.Env{Session: id, Workspace: cs.Workspace(), ChangeSet: cs, TDD: st, Audit: s.al})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count(r2)
 }

@@ -67,7 +67,7 @@ func (*Core) TestPlugin(ctx context.Context, u *userenv.Env, dir, workspace stri
 	o := host.Options{
 		Runtimes: rts, DefaultRuntime: name, Images: images,
 		Session: "plugin-test", Workspace: workspace, ChangeSet: filepath.Join(scratch, "upper"),
-		Env: u.SandboxEnv(), Egress: pluginEgress(u, "plugin-test", discardLog{}, log), Logger: log,
+		Env: u.SandboxEnv(), Egress: pluginEgress(u, "plugin-test", discardLog{}, log, nil), Logger: log, SocketRoot: secretsTmpfs(),
 	}
 	return host.Trial(ctx, o, m, dir, cases)
 }

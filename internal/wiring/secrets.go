@@ -305,15 +305,26 @@ func (s *sessionSecrets) decide(ctx context.Context, call string, u secret.Use) 
 			return rule, nil
 		}
 		_ = s.record(ctx, call, u, "refused", rule, why, secret.Handout{})
-		return "", fmt.Errorf("%w: %s", ErrSecretRefused, why)
+		return "", &RefusedUse{Rule: rule, Reason: why}
 	}
 	why := d.Reason
 	if why == "" {
 		why = u.Ref.String() + " is not allowed by the policy"
 	}
 	_ = s.record(ctx, call, u, "refused", d.Rule, why, secret.Handout{})
-	return "", fmt.Errorf("%w: %s", ErrSecretRefused, why)
+	return "", &RefusedUse{Rule: d.Rule, Reason: why}
 }
+
+// RefusedUse is a declared use the policy (or the person it asked)
+// refused, with the deciding rule; it matches ErrSecretRefused.
+type RefusedUse struct {
+	Rule, Reason string
+}
+
+func (e *RefusedUse) Error() string { return ErrSecretRefused.Error() + ": " + e.Reason }
+
+// Is makes every RefusedUse match ErrSecretRefused.
+func (e *RefusedUse) Is(target error) bool { return target == ErrSecretRefused }
 
 // ask asks the person; it returns the deciding rule and, when the use is
 // not approved, why.

@@ -54,6 +54,7 @@ type secretSession struct {
 	call    func(cmd string) (string, bool)
 	// live is the session's policy, for a plugin's credentials.
 	live *livePolicy
+	u    *userenv.Env
 }
 
 // defaultUses: the secret as TOKEN for printenv, as the file token for
@@ -113,6 +114,7 @@ func newSecretSession(t *testing.T, policyYAML string, uses func(keyFile string)
 		}
 	}
 	log := u.Logger()
+	s.u = u
 	al, j, m := sessionStores(t, dir)
 	s.tee = &teeAudit{Log: al}
 	s.sec, err = newKernelSecrets(u, log)

@@ -288,9 +288,9 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 	if secrets, err = newKernelSecrets(u, log); err != nil {
 		return fail(err)
 	}
-	if secrets == nil && pluginSecretsWanted(ctx, db.DB) {
+	if secrets == nil {
 		// An enabled plugin's credentials go through the broker too.
-		if secrets, err = newPluginKernelSecrets(u, log); err != nil {
+		if secrets, err = pluginKernelSecrets(ctx, u, log, db.DB, boxes.plugins); err != nil {
 			return fail(err)
 		}
 	}
@@ -397,6 +397,12 @@ func sessionTools(u *userenv.Env, log *slog.Logger, approver router.Approver, li
 	// must not rewrite go.mod or go.sum unasked.
 	sandboxEnv := append(u.SandboxEnv(), "GOTOOLCHAIN=local", "GOPROXY=off")
 	return func(ctx context.Context, env kernel.Env) (agent.Tools, error) {
+		secrets := secrets
+		if secrets == nil {
+			// A plugin enabled since the kernel's start may declare
+			// credentials: the broker is built for it now.
+			secrets = boxes.plugins.lateSecrets(ctx)
+		}
 		res, err := tool.NewResolver(tool.ResolverOptions{Workspace: env.Workspace, FS: env.ChangeSet.Links()})
 		if err != nil {
 			return nil, err

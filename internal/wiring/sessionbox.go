@@ -261,6 +261,12 @@ func (s *sessionBoxes) EndSession(session string) {
 	}
 }
 
+// IdleSession lets an open session's sandbox built ahead, containers,
+// plugin servers and skill engine go when the kernel drops its idle
+// router (kernel.Idler): each is started again at its next call, while
+// its change set stays for review.
+func (s *sessionBoxes) IdleSession(session string) { s.EndSession(session) }
+
 // Close removes every session's sandbox built ahead and containers; For
 // fails afterwards.
 func (s *sessionBoxes) Close() {

@@ -102,6 +102,11 @@ type Options struct {
 	// declared-use path: decided, recorded); nil, or an error: a plugin
 	// that declares credentials does not start.
 	Secrets func(ctx context.Context, plugin string, creds []plugin.Credential) (Secrets, error)
+	// SocketRoot is the tmpfs the socket directory of a server with
+	// run.transport http is made on (DefaultSocketRoot when empty): its
+	// writes there are charged to its memory limit, never a disk. A root
+	// that is not a tmpfs fails the start (ErrNoTmpfs).
+	SocketRoot string
 	// Limits are the defaults of what a manifest does not set: memory
 	// 512 MiB, 64 pids.
 	Limits sandbox.Limits

@@ -59,6 +59,11 @@ type sizeIn struct {
 	N int `json:"n"`
 }
 
+type fillIn struct {
+	Path string `json:"path"`
+	N    int    `json:"n"`
+}
+
 // adversary is a plugin that does what a hostile or broken one would.
 // FLUFFY_TEST_PLUGIN_DESC, when set, is its echo tool's description: a
 // server that changes a tool after it was approved.
@@ -97,6 +102,20 @@ func adversary() *pluginsdk.Server {
 			keep = append(keep, b)
 		}
 		return fmt.Sprint(len(keep)), nil
+	})
+	pluginsdk.Tool(s, "fill", "Write n MiB into the file path.", func(_ context.Context, in fillIn) (string, error) {
+		f, err := os.Create(in.Path)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		chunk := make([]byte, 1<<20)
+		for i := range in.N {
+			if _, err := f.Write(chunk); err != nil {
+				return "", fmt.Errorf("after %d MiB: %w", i, err)
+			}
+		}
+		return "filled", nil
 	})
 	pluginsdk.Tool(s, "flood", "Answer n bytes.", func(_ context.Context, in sizeIn) (string, error) {
 		return strings.Repeat("x", in.N), nil
@@ -764,6 +783,41 @@ func TestCredentials(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(f.logs, "adv", plugin.LogName))
 		if err != nil || strings.Contains(string(b), value) || !strings.Contains(string(b), "getenv TOKEN=[REDACTED]") {
 			t.Fatalf("log %q %v", b, err)
+		}
+	})
+	// A credential refused (by the policy, or missing) fails the plugin
+	// with that reason once: no crash counted, no restart, not disabled.
+	t.Run("refused", func(t *testing.T) {
+		f := newFixture(t)
+		f.install(m)
+		var mu sync.Mutex
+		asked := 0
+		sec := func(context.Context, string, []plugin.Credential) (host.Secrets, error) {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+			return host.Secrets{}, errors.New("credential env:ADV_TOKEN (as env TOKEN): refused by rule no-secrets")
+		}
+		h, _, rep := f.start(host.Options{Secrets: sec, Restart: host.Restart{Backoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+		if !errors.Is(rep.Err, host.ErrNoSecrets) || !errors.Is(rep.Err, host.ErrFailed) {
+			t.Fatalf("report %+v", rep)
+		}
+		h.Close()
+		rec, err := f.store.Get(t.Context(), "adv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != plugin.Failed || !strings.Contains(rec.Reason, "credentials refused") || !strings.Contains(rec.Reason, "env:ADV_TOKEN") || !strings.Contains(rec.Reason, "no-secrets") {
+			t.Errorf("state %s (%s)", rec.State, rec.Reason)
+		}
+		mu.Lock()
+		if asked != 1 {
+			t.Errorf("credentials asked %d times; want once (no restart loop)", asked)
+		}
+		mu.Unlock()
+		evs := f.audit.of(audit.KindPluginServer)
+		if len(evs) != 1 || !strings.Contains(evs[0], `"event":"refused"`) || !strings.Contains(evs[0], "no-secrets") {
+			t.Errorf("plugin.server entries %v; want one refused, no exit", evs)
 		}
 	})
 	t.Run("no broker", func(t *testing.T) {

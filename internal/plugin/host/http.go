@@ -28,13 +28,34 @@ const (
 
 // socketDir is the host side of SocketDir for one start of a server: a
 // directory the sandbox may write (to create its socket), inside a
-// private one nobody else on the host can list.
+// private one nobody else on the host can list, on a tmpfs (root): what
+// the server writes there is memory charged to its sandbox's memory
+// cgroup, so bounded by its memory limit, never the host's disk, and
+// freed when the directory is removed at the server's end.
 type socketDir struct {
 	parent, dir string
 }
 
-func newSocketDir() (*socketDir, error) {
-	parent, err := os.MkdirTemp("", "fluffy-mcp-")
+// DefaultSocketRoot is the tmpfs the socket directories are made on
+// when Options.SocketRoot is empty.
+const DefaultSocketRoot = "/dev/shm"
+
+// ErrNoTmpfs: the socket directory's root is not a tmpfs, where a
+// server's writes would land on a disk, unbounded.
+var ErrNoTmpfs = errors.New("not a tmpfs")
+
+func newSocketDir(root string) (*socketDir, error) {
+	if root == "" {
+		root = DefaultSocketRoot
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		return nil, fmt.Errorf("socket directory: %s: %w (the server could fill a disk through it)", root, ErrNoTmpfs)
+	}
+	parent, err := os.MkdirTemp(root, "fluffy-mcp-")
 	if err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}

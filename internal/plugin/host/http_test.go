@@ -72,3 +72,29 @@ func TestHTTPSocketLinkRefused(t *testing.T) {
 	default:
 	}
 }
+
+// TestHTTPSocketDirBounded: the directory a server with transport http
+// may write (its socket's) is on a tmpfs, not the host's temporary
+// directory: what the server writes there is charged to its memory
+// limit, so a server writing four times its limit there is stopped
+// (killed at its memory limit, or refused by the tmpfs), and nothing of
+// it lands in the host's temporary directory.
+func TestHTTPSocketDirBounded(t *testing.T) {
+	tmp := openDir(t)
+	t.Setenv("TMPDIR", tmp)
+	f := newFixture(t)
+	f.install(plugin.Manifest{Run: plugin.Run{Transport: "http"}, Sandbox: plugin.Sandbox{Memory: 64 << 20}})
+	_, reg, rep := f.start(host.Options{})
+	if rep.Err != nil {
+		t.Fatalf("report %+v", rep)
+	}
+	res, err := call(t, reg, "mcp.adv.fill", map[string]any{"path": host.SocketDir + "/fill", "n": 256})
+	if err == nil && !res.IsError {
+		t.Errorf("the server wrote 256 MiB into its socket directory: %q", res.Output)
+	}
+	// The tmpfs's pages are the server's memory: its limit killed it.
+	waitEvent(t, f.audit, `"killed":"memory"`)
+	if m, _ := filepath.Glob(filepath.Join(tmp, "fluffy-mcp-*")); len(m) > 0 {
+		t.Errorf("socket directories in the host's temporary directory: %v", m)
+	}
+}

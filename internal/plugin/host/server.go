@@ -181,6 +181,13 @@ func (s *server) supervise() {
 		if s.ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, ErrNoSecrets) {
+			// A credential the policy refused, or one that is missing,
+			// is refused again at every restart: not a crash, and not
+			// retried in this session.
+			s.refuseCredentials(err)
+			return
+		}
 		if s.park() {
 			if s.ctx.Err() != nil {
 				return
@@ -316,6 +323,28 @@ func (s *server) giveUpErr(why error) {
 	s.h.o.Logger.Error("plugin given up", "plugin", s.name, "reason", reason)
 }
 
+// refuseCredentials fails the plugin for this session because its
+// credentials were not handed out (why names the credential and the rule
+// or the missing secret): state failed with that reason, a plugin.server
+// entry with event refused, every call failing with it. It is not
+// disabled: the next session asks again, once the person has changed
+// the policy or stored the secret.
+func (s *server) refuseCredentials(why error) {
+	reason := why.Error()
+	if ce, ok := errors.AsType[*CredentialsError](why); ok {
+		reason = ce.Err.Error()
+	}
+	s.mu.Lock()
+	s.failed = fmt.Errorf("%w: %s: %w", ErrFailed, s.name, why)
+	s.mu.Unlock()
+	s.setState(plugin.Failed, "credentials refused: "+reason)
+	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "refused", Runtime: s.rtName, Error: reason})
+	if err := s.h.o.Audit.Flush(context.WithoutCancel(s.ctx)); err != nil {
+		s.h.o.Logger.Error("plugin: audit flush failed", "err", err)
+	}
+	s.h.o.Logger.Error("plugin credentials refused", "plugin", s.name, "reason", reason)
+}
+
 func exitText(res sandbox.Result, err error) string {
 	switch {
 	case err != nil:
@@ -350,13 +379,12 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 		}
 		rt = s.image
 	}
-	spec, eg, err := s.spec(ctx)
+	spec, err := s.spec()
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	if eg != nil {
-		defer eg.Close()
-	}
+	// The credentials first: a proxy credential's swap is handed out
+	// with them, and the egress proxy started next takes it.
 	sec, err := s.secrets(ctx, &spec)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -368,6 +396,15 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 			s.mu.Unlock()
 			sec.Close()
 		}()
+	}
+	eg, err := s.egress(ctx, &spec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if eg != nil {
+		// Deferred after the credentials' Close: the proxy ends (and
+		// zeroes its copies) before the values are zeroed.
+		defer eg.Close()
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -381,7 +418,7 @@ func (s *server) runOnce(ctx context.Context) (sandbox.Result, error) {
 	var tr mcp.Transport = &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: int(4*s.output() + 1<<20)}
 	httpT := s.rec.Manifest.Run.Transport == "http"
 	if httpT {
-		sd, err := newSocketDir()
+		sd, err := newSocketDir(s.h.o.SocketRoot)
 		if err != nil {
 			return sandbox.Result{}, fmt.Errorf("plugin %s: %w", s.name, err)
 		}
@@ -566,9 +603,9 @@ func (s *server) output() int64 {
 
 // spec is the server's sandbox: its folder read-only, the workspace
 // read-only with read-workspace, an overlay writing into the change set
-// with write-changeset, never the tree itself, network
-// only through its egress proxy, the manifest's limits.
-func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
+// with write-changeset, never the tree itself, no network (egress adds
+// its proxy), the manifest's limits.
+func (s *server) spec() (sandbox.Spec, error) {
 	m := s.rec.Manifest
 	o := s.h.o
 	argv := append([]string(nil), m.Run.Command...)
@@ -592,7 +629,7 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 		argv[0] = filepath.Join(s.rec.Dir, argv[0])
 	}
 	if len(argv) == 0 {
-		return spec, nil, fmt.Errorf("plugin %s: its image has no command and its manifest names none", m.Name)
+		return spec, fmt.Errorf("plugin %s: its image has no command and its manifest names none", m.Name)
 	}
 	spec.Argv = argv
 	spec.Limits.Wall, spec.Limits.Output = 0, 0
@@ -617,19 +654,37 @@ func (s *server) spec(ctx context.Context) (sandbox.Spec, Egress, error) {
 		spec.Mounts = append(spec.Mounts, o.Masks...)
 		spec.Env = sandbox.SetEnv(spec.Env, "FLUFFY_WORKSPACE="+o.Workspace)
 	}
-	var eg Egress
-	if len(m.Network) > 0 && o.Egress != nil {
-		var err error
-		if eg, err = o.Egress(ctx, m.Name, m.Network); err != nil {
-			return spec, nil, fmt.Errorf("plugin %s: egress proxy: %w", m.Name, err)
-		}
+	return spec, nil
+}
+
+// EgressMounts is an Egress that gives the sandbox files besides its
+// socket (the bundle of certificates that trusts the proxy's own CA,
+// when a proxy credential opted in to TLS).
+type EgressMounts interface {
+	Mounts() []sandbox.Mount
+}
+
+// egress starts the server's egress proxy when its manifest declares
+// hosts (Options.Egress) and points spec at it; nil without.
+func (s *server) egress(ctx context.Context, spec *sandbox.Spec) (Egress, error) {
+	m := s.rec.Manifest
+	if len(m.Network) == 0 || s.h.o.Egress == nil {
+		return nil, nil
 	}
-	if eg != nil {
-		spec.Network, spec.ProxySocket = sandbox.NetworkProxy, eg.Socket()
-		spec.Env = sandbox.SetEnv(spec.Env, eg.Env()...)
-		spec.Seccomp = "standard-net"
+	eg, err := s.h.o.Egress(ctx, m.Name, m.Network)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: egress proxy: %w", m.Name, err)
 	}
-	return spec, eg, nil
+	if eg == nil {
+		return nil, nil
+	}
+	spec.Network, spec.ProxySocket = sandbox.NetworkProxy, eg.Socket()
+	spec.Env = sandbox.SetEnv(spec.Env, eg.Env()...)
+	spec.Seccomp = "standard-net"
+	if em, ok := eg.(EgressMounts); ok {
+		spec.Mounts = append(spec.Mounts, em.Mounts()...)
+	}
+	return eg, nil
 }
 
 // secrets adds the manifest's credentials to spec (Options.Secrets):
@@ -641,14 +696,14 @@ func (s *server) secrets(ctx context.Context, spec *sandbox.Spec) (Secrets, erro
 		return Secrets{}, nil
 	}
 	if !hasCap(m, plugin.CapSecrets) {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: credentials without the capability secrets", ErrNoSecrets, s.name)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: errors.New("credentials without the capability secrets")}
 	}
 	if s.h.o.Secrets == nil {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: no secret broker here (docs/secrets.md)", ErrNoSecrets, s.name)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: errors.New("no secret broker here (docs/secrets.md)")}
 	}
 	sec, err := s.h.o.Secrets(ctx, s.name, m.Credentials)
 	if err != nil {
-		return Secrets{}, fmt.Errorf("%w: plugin %s: %w", ErrNoSecrets, s.name, err)
+		return Secrets{}, &CredentialsError{Plugin: s.name, Err: err}
 	}
 	spec.Env = sandbox.SetEnv(spec.Env, sec.Env...)
 	spec.Mounts = append(spec.Mounts, sec.Mounts...)
@@ -660,6 +715,22 @@ func (s *server) secrets(ctx context.Context, spec *sandbox.Spec) (Secrets, erro
 	s.mu.Unlock()
 	return sec, nil
 }
+
+// CredentialsError is a start refused because the plugin's credentials
+// were not handed out (Err says which and why); it matches ErrNoSecrets.
+type CredentialsError struct {
+	Plugin string
+	Err    error
+}
+
+func (e *CredentialsError) Error() string {
+	return fmt.Sprintf("%v: plugin %s: %v", ErrNoSecrets, e.Plugin, e.Err)
+}
+
+// Is makes every CredentialsError match ErrNoSecrets.
+func (e *CredentialsError) Is(target error) bool { return target == ErrNoSecrets }
+
+func (e *CredentialsError) Unwrap() error { return e.Err }
 
 // redactWriter writes w what redact leaves of each write (the server's
 // stderr into its log). A value split across two writes is not caught:
