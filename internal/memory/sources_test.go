@@ -2,9 +2,11 @@ package memory
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -97,6 +99,9 @@ func TestOpenHoldsTheIndex(t *testing.T) {
 	var he *HeldError
 	if !errors.As(err, &he) || !errors.Is(err, ErrHeld) || he.PID != os.Getpid() {
 		t.Fatalf("second Open: %v, want a HeldError naming pid %d", err, os.Getpid())
+	}
+	if want := fmt.Sprintf("held by process %d (", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("%q does not name the holder and its command (%q)", err, want)
 	}
 	r, err := OpenReader(t.Context(), Options{Root: root, DB: db})
 	if err != nil {
