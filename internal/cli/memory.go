@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fluffy-agent/fluffy/internal/doctor"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/memory/embed"
 	"github.com/fluffy-agent/fluffy/internal/tui/termsafe"
@@ -61,24 +62,34 @@ func (a *App) memoryOptions(fullText bool) (memory.Options, error) {
 }
 
 // openMemory opens the index and syncs it, telling of files left out.
-func (a *App) openMemory(cmd *cobra.Command, fullText bool) (*memory.Index, memory.SyncReport, error) {
+// When another process holds the index (the daemon, whose watcher keeps
+// it current), it is opened to read as it is: no second writer.
+func (a *App) openMemory(cmd *cobra.Command, fullText bool) (*memory.Index, error) {
 	o, err := a.memoryOptions(fullText)
 	if err != nil {
-		return nil, memory.SyncReport{}, err
+		return nil, err
 	}
 	x, err := memory.Open(cmd.Context(), o)
+	if errors.Is(err, memory.ErrHeld) {
+		a.Logger().Debug("memory: reading the index its holder keeps current", "err", err)
+		return memory.OpenReader(cmd.Context(), o)
+	}
 	if err != nil {
-		return nil, memory.SyncReport{}, err
+		return nil, err
 	}
 	rep, err := x.Sync(cmd.Context())
 	if err != nil {
 		x.Close()
-		return nil, rep, err
+		return nil, err
 	}
+	a.printSkipped(rep)
+	return x, nil
+}
+
+func (a *App) printSkipped(rep memory.SyncReport) {
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(a.Stderr, "fluffy: memory: %s left out: %s\n", termsafe.Line(s.Path), termsafe.Line(s.Reason))
 	}
-	return x, rep, nil
 }
 
 func newMemorySearchCmd(a *App) *cobra.Command {
@@ -111,7 +122,7 @@ func newMemorySearchCmd(a *App) *cobra.Command {
 					return &ExitError{Code: ExitUsage, Msg: fmt.Sprintf("%q: want a day as YYYY-MM-DD", d.s)}
 				}
 			}
-			x, _, err := a.openMemory(cmd, q.Mode == memory.FullText)
+			x, err := a.openMemory(cmd, q.Mode == memory.FullText)
 			if err != nil {
 				return err
 			}
@@ -187,25 +198,26 @@ func newMemoryReindexCmd(a *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reindex",
 		Short: "Bring the memory index up to date with the files (--full: rebuild it)",
-		Args:  cobra.NoArgs,
+		Long: `reindex brings the memory index up to date with the files; --full builds
+it again from nothing. When a daemon (fluffy serve) holds the index, it
+does the work on the index it serves from; otherwise this command does,
+holding the index's lock so that no other process writes it meanwhile.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if full {
-				o, err := a.memoryOptions(true)
-				if err != nil {
-					return err
-				}
-				for _, suffix := range []string{"", "-wal", "-shm"} {
-					if err := os.Remove(o.DB + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return fmt.Errorf("remove the memory index: %w", err)
-					}
-				}
-			}
 			start := time.Now()
-			x, rep, err := a.openMemory(cmd, false)
+			res, err := a.reindexByKernel(cmd.Context(), full)
 			if err != nil {
 				return err
 			}
-			defer x.Close()
+			if !res.Held {
+				if res.Report, err = a.reindexHere(cmd.Context(), full); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.Stdout, "the daemon (pid %d) holds the index and reindexed it\n", res.PID)
+				a.printSkipped(res.Report)
+			}
+			rep := res.Report
 			fmt.Fprintf(a.Stdout, "indexed %d file(s) (%d chunks), %d unchanged, %d removed, %d left out; %d vector(s) made in %s\n",
 				rep.Indexed, rep.Chunks, rep.Unchanged, rep.Removed, len(rep.Skipped), rep.Embedded, time.Since(start).Round(time.Millisecond))
 			if rep.Learned {
@@ -218,6 +230,67 @@ func newMemoryReindexCmd(a *App) *cobra.Command {
 	return cmd
 }
 
+// reindexByKernel asks the running kernel, if any, to reindex the index
+// it holds; Held is false when none runs or it holds none.
+func (a *App) reindexByKernel(ctx context.Context, full bool) (memory.ReindexResult, error) {
+	cl, err := a.dialRunning(ctx)
+	if err != nil || cl == nil {
+		return memory.ReindexResult{}, err
+	}
+	defer cl.Close()
+	var res memory.ReindexResult
+	err = cl.Call(ctx, memory.MethodReindex, memory.ReindexParams{Full: full}, &res)
+	if errors.Is(err, ipc.ErrUnknownMethod) {
+		// A kernel from before the method holds no index this command
+		// could not take the lock of.
+		return memory.ReindexResult{}, nil
+	}
+	if err != nil {
+		return memory.ReindexResult{}, fmt.Errorf("memory reindex by the running kernel: %w", err)
+	}
+	return res, nil
+}
+
+// reindexLockWait is how long reindex waits for another writer of the
+// index (a search syncing it) to finish.
+const reindexLockWait = 10 * time.Second
+
+// reindexHere reindexes in this process, holding the index's lock: with
+// --full the index's files are deleted under it and made again.
+func (a *App) reindexHere(ctx context.Context, full bool) (memory.SyncReport, error) {
+	o, err := a.memoryOptions(false)
+	if err != nil {
+		return memory.SyncReport{}, err
+	}
+	lk, err := memory.Lock(ctx, o.DB, reindexLockWait)
+	if errors.Is(err, memory.ErrHeld) {
+		return memory.SyncReport{}, &ExitError{Code: ExitFailure, Msg: err.Error() + "; try again when it is done"}
+	}
+	if err != nil {
+		return memory.SyncReport{}, err
+	}
+	defer lk.Release()
+	if full {
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(o.DB + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return memory.SyncReport{}, fmt.Errorf("remove the memory index: %w", err)
+			}
+		}
+	}
+	o.Lock = lk
+	x, err := memory.Open(ctx, o)
+	if err != nil {
+		return memory.SyncReport{}, err
+	}
+	defer x.Close()
+	rep, err := x.Sync(ctx)
+	if err != nil {
+		return rep, err
+	}
+	a.printSkipped(rep)
+	return rep, nil
+}
+
 func newMemoryStatsCmd(a *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -225,7 +298,7 @@ func newMemoryStatsCmd(a *App) *cobra.Command {
 		Short: "Show what the memory index holds",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			x, _, err := a.openMemory(cmd, false)
+			x, err := a.openMemory(cmd, false)
 			if err != nil {
 				return err
 			}
@@ -281,7 +354,8 @@ func memoryCheck(ctx context.Context, a *App) doctor.Check {
 		c.Detail = "not indexed yet: the first search (or 'fluffy memory reindex') indexes " + o.Root
 		return c
 	}
-	x, err := memory.Open(ctx, o)
+	// Read as it is, beside a daemon that holds it.
+	x, err := memory.OpenReader(ctx, o)
 	if err != nil {
 		c.Status, c.Detail, c.Fix = doctor.Warn, err.Error(), "fluffy memory reindex --full (the index is derived from the files)"
 		return c

@@ -32,15 +32,30 @@ func BenchmarkIndexInitial(b *testing.B) {
 }
 
 // BenchmarkSaveToSearchable is the time from a file's write to a search
-// finding its new word, through the watcher (median and p99).
+// finding its new word, through the watcher (median and p99): a daily
+// log, and a doc in a memory.sources folder.
 func BenchmarkSaveToSearchable(b *testing.B) {
-	c := genCorpus(4, 3000, 0)
-	root := writeCorpus(b, c)
-	x, err := Open(b.Context(), Options{Root: root, DB: filepath.Join(b.TempDir(), "index.db"), Embedder: &Local{}})
+	b.Run("file=memory", func(b *testing.B) {
+		root := writeCorpus(b, genCorpus(4, 3000, 0))
+		benchSave(b, root, nil, filepath.Join(root, "memory", "2030-01-01.md"))
+	})
+	b.Run("file=source", func(b *testing.B) {
+		root, docs := writeCorpus(b, genCorpus(4, 3000, 0)), b.TempDir()
+		benchSave(b, root, []Source{{Name: "docs", Dir: docs}}, filepath.Join(docs, "guide", "new.md"))
+	})
+}
+
+// benchSave writes file again and again, each time with a new word, and
+// measures until a search finds it.
+func benchSave(b *testing.B, root string, sources []Source, file string) {
+	x, err := Open(b.Context(), Options{Root: root, DB: filepath.Join(b.TempDir(), "index.db"), Embedder: &Local{}, Sources: sources})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer x.Close()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := x.Sync(b.Context()); err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +77,7 @@ func BenchmarkSaveToSearchable(b *testing.B) {
 		i++
 		word := fmt.Sprintf("zzword%d", i)
 		start := time.Now()
-		if err := os.WriteFile(filepath.Join(root, "memory", "2030-01-01.md"), []byte("# New\n\nsaw "+word+" today\n"), 0o644); err != nil {
+		if err := os.WriteFile(file, []byte("# New\n\nsaw "+word+" today\n"), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		for {

@@ -13,6 +13,12 @@
 // the model's name, so a renamed file or an unchanged passage is not
 // embedded again, and a new model embeds everything again.
 //
+// An index has one writer: Open holds its lock file (LockPath; the
+// daemon for as long as it serves, a command while it syncs), and a
+// process that finds it held reads beside the holder (OpenReader), which
+// keeps the index current. MethodReindex names the kernel's IPC method
+// by which `fluffy memory reindex` has the holder do the work.
+//
 // The default embedder, Local, needs no download and sends nothing
 // anywhere: it learns word vectors from the person's own memory corpus
 // by random indexing and averages them per chunk, weighted by the square

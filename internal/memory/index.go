@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/store"
 )
 
@@ -56,9 +57,13 @@ type Options struct {
 	// Logger, optional.
 	Logger *slog.Logger
 	// Sources are folders indexed read-only besides the memory files
-	// (memory.sources), as sources/NAME/...; Sync scans them, the
-	// watcher does not.
+	// (memory.sources), as sources/NAME/...; Sync scans them and the
+	// watcher follows them.
 	Sources []Source
+	// Lock, optional, is the index's lock (Lock) the caller already
+	// holds and keeps after Close; without it Open takes the lock
+	// itself, trying once, and Close lets it go.
+	Lock *lockfile.Lock
 }
 
 // Index is the memory index: files, chunks, full text and vectors.
@@ -67,6 +72,10 @@ type Index struct {
 	o   Options
 	db  *store.DB
 	log *slog.Logger
+	// lock is the lock Open took (nil when the caller holds it, or for
+	// a reader); readOnly refuses every write.
+	lock     *lockfile.Lock
+	readOnly bool
 
 	// mu guards the fields below and serializes writes.
 	mu       sync.Mutex
@@ -76,19 +85,22 @@ type Index struct {
 
 // Skip is a file the index left out, and why.
 type Skip struct {
-	Path, Reason string
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // SyncReport says what a Sync did.
 type SyncReport struct {
-	Indexed, Removed, Unchanged int
+	Indexed   int `json:"indexed"`
+	Removed   int `json:"removed"`
+	Unchanged int `json:"unchanged"`
 	// Chunks is the number of chunks written.
-	Chunks int
+	Chunks int `json:"chunks"`
 	// Embedded is the number of vectors made (cache misses).
-	Embedded int
+	Embedded int `json:"embedded"`
 	// Learned is set when the local model learned again.
-	Learned bool
-	Skipped []Skip
+	Learned bool   `json:"learned,omitempty"`
+	Skipped []Skip `json:"skipped,omitempty"`
 }
 
 // ErrOutside is returned for a path that is not a memory file: not
@@ -98,11 +110,47 @@ var ErrOutside = errors.New("not a memory file (MEMORY.md or memory/**/*.md)")
 // ErrTooLarge is the reason a file over MaxFileBytes is refused.
 var ErrTooLarge = fmt.Errorf("over the %d MiB limit for a memory file: split it into smaller notes", MaxFileBytes>>20)
 
-// Open opens (creating) the index. It does not scan: call Sync.
+// Open opens (creating) the index as its one writer: it holds the
+// index's lock (Options.Lock, or one it takes, trying once: a
+// *HeldError when another process holds it). It does not scan: call
+// Sync.
 func Open(ctx context.Context, o Options) (*Index, error) {
 	if o.Root == "" || o.DB == "" {
 		return nil, errors.New("memory: Options.Root and Options.DB are required")
 	}
+	var own *lockfile.Lock
+	if o.Lock == nil {
+		l, err := Lock(ctx, o.DB, 0)
+		if err != nil {
+			return nil, err
+		}
+		own = l
+	}
+	x, err := openDB(ctx, o)
+	if err != nil {
+		own.Release()
+		return nil, err
+	}
+	x.lock = own
+	return x, nil
+}
+
+// OpenReader opens the index held by another process (Open's
+// *HeldError) to read it as it is: the holder keeps it current, and
+// every write (Sync, SyncPaths, Rebuild, Watch) is ErrReadOnly.
+func OpenReader(ctx context.Context, o Options) (*Index, error) {
+	if o.Root == "" || o.DB == "" {
+		return nil, errors.New("memory: Options.Root and Options.DB are required")
+	}
+	x, err := openDB(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	x.readOnly = true
+	return x, nil
+}
+
+func openDB(ctx context.Context, o Options) (*Index, error) {
 	sub, _ := fs.Sub(migrations, "migrations")
 	db, err := store.Open(ctx, o.DB, store.Options{Migrations: sub, Synchronous: "NORMAL"})
 	if err != nil {
@@ -133,8 +181,12 @@ func Open(ctx context.Context, o Options) (*Index, error) {
 	return x, nil
 }
 
-// Close closes the database.
-func (x *Index) Close() error { return x.db.Close() }
+// Close closes the database and lets go of the lock Open took.
+func (x *Index) Close() error {
+	err := x.db.Close()
+	x.lock.Release()
+	return err
+}
 
 // Root is the memory's workspace directory.
 func (x *Index) Root() string { return x.o.Root }
@@ -187,8 +239,16 @@ func (x *Index) list(root *os.Root) ([]string, error) {
 // current model (the local model relearning first when the corpus has
 // changed enough).
 func (x *Index) Sync(ctx context.Context) (SyncReport, error) {
+	if x.readOnly {
+		return SyncReport{}, ErrReadOnly
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.sync(ctx)
+}
+
+// sync is Sync with x.mu held.
+func (x *Index) sync(ctx context.Context) (SyncReport, error) {
 	var rep SyncReport
 	root, err := os.OpenRoot(x.o.Root)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -253,26 +313,41 @@ func (x *Index) count(ctx context.Context, rep *SyncReport, rel string, changed 
 }
 
 // SyncPaths updates the given files only (a watcher's events): each is
-// indexed again if its content changed, or removed if it is gone.
+// indexed again if its content changed, or removed if it is gone. A
+// path is a memory file's or a source's (sources/NAME/...).
 func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error) {
+	if x.readOnly {
+		return SyncReport{}, ErrReadOnly
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var rep SyncReport
-	root, err := os.OpenRoot(x.o.Root)
-	if err != nil {
-		return rep, fmt.Errorf("memory: open the workspace: %w", err)
-	}
-	defer root.Close()
+	roots := map[string]*os.Root{}
+	defer func() {
+		for _, r := range roots {
+			r.Close()
+		}
+	}()
 	known, err := x.knownFiles(ctx)
 	if err != nil {
 		return rep, err
 	}
 	for _, rel := range rels {
-		if !IsMemoryPath(rel) {
+		dir, in := x.o.Root, rel
+		if s, p, ok := findSource(x.o.Sources, rel); ok {
+			dir, in = s.Dir, p
+		} else if !IsMemoryPath(rel) {
 			continue
 		}
-		fi, err := root.Lstat(rel)
-		if err != nil || !fi.Mode().IsRegular() {
+		root, err := openRoot(roots, dir)
+		if err != nil {
+			return rep, err
+		}
+		var fi fs.FileInfo
+		if root != nil {
+			fi, err = root.Lstat(in)
+		}
+		if root == nil || err != nil || !fi.Mode().IsRegular() {
 			if ok, err := x.removeFile(ctx, rel); err != nil {
 				return rep, err
 			} else if ok {
@@ -280,7 +355,7 @@ func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error
 			}
 			continue
 		}
-		changed, n, err := x.syncFile(ctx, root, rel, rel, known[rel])
+		changed, n, err := x.syncFile(ctx, root, in, rel, known[rel])
 		if err := x.count(ctx, &rep, rel, changed, n, err); err != nil {
 			return rep, err
 		}
@@ -289,6 +364,55 @@ func (x *Index) SyncPaths(ctx context.Context, rels []string) (SyncReport, error
 		return rep, err
 	}
 	return rep, nil
+}
+
+// openRoot opens dir once per SyncPaths (roots caches it); a folder
+// that does not exist is a nil root: its files are gone.
+func openRoot(roots map[string]*os.Root, dir string) (*os.Root, error) {
+	if r, ok := roots[dir]; ok {
+		return r, nil
+	}
+	r, err := os.OpenRoot(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		r, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memory: open %s: %w", dir, err)
+	}
+	roots[dir] = r
+	return r, nil
+}
+
+// Rebuild empties the index and builds it again from the files: every
+// chunk is made and embedded anew and the local model learns from
+// scratch. It is `fluffy memory reindex --full` for a process that holds
+// the index open (the daemon), which cannot delete the file under
+// itself.
+func (x *Index) Rebuild(ctx context.Context) (SyncReport, error) {
+	if x.readOnly {
+		return SyncReport{}, ErrReadOnly
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	err := x.db.Tx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{`DELETE FROM chunks_fts`, `DELETE FROM vectors`, `DELETE FROM chunks`, `DELETE FROM files`, `DELETE FROM meta`} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return SyncReport{}, fmt.Errorf("memory: empty the index: %w", err)
+	}
+	if l, ok := x.o.Embedder.(*Local); ok {
+		l.forget()
+	}
+	x.vecs = newVecTable()
+	if x.o.Embedder != nil {
+		x.vecModel = x.o.Embedder.Model()
+	}
+	return x.sync(ctx)
 }
 
 func (x *Index) knownFiles(ctx context.Context) (map[string]string, error) {

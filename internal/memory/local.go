@@ -318,3 +318,10 @@ yourself get got going let lets may might must shall us ll ve re don didn doesn 
 	}
 	return m
 }()
+
+// forget drops what l learned, as if it never had (a full rebuild).
+func (l *Local) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.words, l.idf, l.version, l.tokens = nil, nil, "", 0
+}

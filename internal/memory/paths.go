@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,20 +48,39 @@ type OnDemand struct {
 	NewEmbedder func() Embedder
 }
 
-// Search opens, syncs and searches the index.
+// Search opens, syncs and searches the index. When another process
+// holds it (the daemon, kept current by its watcher; another search
+// syncing), it searches the index as that process keeps it, without a
+// second writer.
 func (d OnDemand) Search(ctx context.Context, q Query) (Result, error) {
 	o := d.Options
 	o.Embedder = nil
 	if d.NewEmbedder != nil {
 		o.Embedder = d.NewEmbedder()
 	}
-	x, err := Open(ctx, o)
+	x, err := OpenSynced(ctx, o)
 	if err != nil {
 		return Result{}, err
 	}
 	defer x.Close()
-	if _, err := x.Sync(ctx); err != nil {
-		return Result{}, err
-	}
 	return x.Search(ctx, q)
+}
+
+// OpenSynced opens the index and brings it up to date with Sync, or,
+// when another process holds it, opens it to read as that process keeps
+// it (OpenReader): what a one-off reader (a search, a listing, stats)
+// wants.
+func OpenSynced(ctx context.Context, o Options) (*Index, error) {
+	x, err := Open(ctx, o)
+	if errors.Is(err, ErrHeld) {
+		return OpenReader(ctx, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := x.Sync(ctx); err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
 }

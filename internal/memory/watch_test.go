@@ -98,3 +98,66 @@ func startWatch(t *testing.T, x *Index) <-chan SyncReport {
 	})
 	return synced
 }
+
+// TestWatchFollowsSources: a source folder's files reach the index
+// through the watcher alone, as memory files do: a save, a new
+// folder's file, a rename and a delete; its hidden folders stay out.
+func TestWatchFollowsSources(t *testing.T) {
+	root, docs := t.TempDir(), t.TempDir()
+	write(t, root, "MEMORY.md", "# Core\n\nalpha\n")
+	write(t, docs, "deploy.md", "# Deploy\n\nbravo\n")
+	x, err := Open(t.Context(), Options{Root: root, DB: filepath.Join(t.TempDir(), "index.db"), Sources: []Source{{Name: "docs", Dir: docs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	if _, err := x.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	synced := startWatch(t, x)
+	found := func(word, path string) bool {
+		res, err := x.Search(t.Context(), Query{Text: word, Mode: FullText})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range res.Hits {
+			if h.Path == path {
+				return true
+			}
+		}
+		return false
+	}
+	<-synced
+	wait := func(what string, act func(), cond func() bool) {
+		t.Helper()
+		act()
+		for !cond() {
+			select {
+			case <-synced:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: not seen by the index", what)
+			}
+		}
+	}
+	wait("a save", func() { write(t, docs, "deploy.md", "# Deploy\n\ncharlie\n") }, func() bool {
+		return found("charlie", "sources/docs/deploy.md") && !found("bravo", "sources/docs/deploy.md")
+	})
+	wait("a new folder", func() { write(t, docs, "api/errors.md", "# Errors\n\ndelta\n") }, func() bool { return found("delta", "sources/docs/api/errors.md") })
+	wait("a rename", func() {
+		if err := os.Rename(filepath.Join(docs, "deploy.md"), filepath.Join(docs, "release.md")); err != nil {
+			t.Fatal(err)
+		}
+	}, func() bool {
+		return found("charlie", "sources/docs/release.md") && !found("charlie", "sources/docs/deploy.md")
+	})
+	wait("a delete", func() { os.Remove(filepath.Join(docs, "api/errors.md")) }, func() bool { return !found("delta", "sources/docs/api/errors.md") })
+	// A hidden folder is not watched: a file there and then a file that
+	// is seen; once the second is found, the first is still not.
+	wait("a hidden folder", func() {
+		write(t, docs, ".git/x.md", "# Hidden\n\nechoword\n")
+		write(t, docs, "seen.md", "# Seen\n\nfoxtrot\n")
+	}, func() bool { return found("foxtrot", "sources/docs/seen.md") })
+	if found("echoword", "sources/docs/.git/x.md") {
+		t.Error("a file in a source's hidden folder was indexed")
+	}
+}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/fluffy-agent/fluffy/internal/changeset"
 	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/ipc"
+	"github.com/fluffy-agent/fluffy/internal/lockfile"
 	"github.com/fluffy-agent/fluffy/internal/memory"
 	"github.com/fluffy-agent/fluffy/internal/memory/embed"
 	"github.com/fluffy-agent/fluffy/internal/tool"
@@ -101,6 +103,7 @@ func makeEmbedder(set embed.Setting, log *slog.Logger) memory.Embedder {
 type heldMemory struct {
 	mu     sync.RWMutex
 	idx    *memory.Index
+	lock   *lockfile.Lock // the index's, held as long as idx is
 	cancel context.CancelFunc
 	done   chan struct{}
 	// synced, optional, is the watcher's callback after each update
@@ -124,20 +127,27 @@ func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *s
 	if err != nil {
 		return err
 	}
-	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log, Sources: sources})
+	// A command reindexing now holds the lock for seconds at most.
+	lk, err := memory.Lock(ctx, memory.IndexPath(d), heldLockWait)
 	if err != nil {
+		return err
+	}
+	x, err := memory.Open(ctx, memory.Options{Root: ws, DB: memory.IndexPath(d), Embedder: makeEmbedder(embed.Resolve(l.Config, u.Getenv), log), Logger: log, Sources: sources, Lock: lk})
+	if err != nil {
+		lk.Release()
 		return err
 	}
 	rep, err := x.Sync(ctx)
 	if err != nil {
 		x.Close()
+		lk.Release()
 		return err
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	synced := h.synced
 	h.mu.Lock()
-	h.idx, h.cancel, h.done = x, cancel, done
+	h.idx, h.lock, h.cancel, h.done = x, lk, cancel, done
 	h.mu.Unlock()
 	go func() {
 		defer close(done)
@@ -155,11 +165,12 @@ func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *s
 			h.mu.Lock()
 			mine := h.idx == x
 			if mine {
-				h.idx = nil
+				h.idx, h.lock = nil, nil
 			}
 			h.mu.Unlock()
 			if mine {
 				x.Close()
+				lk.Release()
 			}
 		}
 	}()
@@ -171,8 +182,8 @@ func (h *heldMemory) open(ctx context.Context, u *userenv.Env, ws string, log *s
 // opening it themselves. Idempotent.
 func (h *heldMemory) close() {
 	h.mu.Lock()
-	x, cancel, done := h.idx, h.cancel, h.done
-	h.idx = nil
+	x, lk, cancel, done := h.idx, h.lock, h.cancel, h.done
+	h.idx, h.lock = nil, nil
 	h.mu.Unlock()
 	if x == nil {
 		return
@@ -180,6 +191,45 @@ func (h *heldMemory) close() {
 	cancel()
 	<-done
 	x.Close()
+	lk.Release()
+}
+
+// heldLockWait is how long the daemon waits at start for a command that
+// holds the index's lock (a reindex) to finish.
+const heldLockWait = 30 * time.Second
+
+// reindex brings the held index up to date (full: rebuilds it in place,
+// the lock and the watcher staying as they are); held is false when
+// none is held, and the caller reindexes itself.
+func (h *heldMemory) reindex(ctx context.Context, full bool) (rep memory.SyncReport, held bool, err error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.idx == nil {
+		return memory.SyncReport{}, false, nil
+	}
+	if full {
+		rep, err = h.idx.Rebuild(ctx)
+	} else {
+		rep, err = h.idx.Sync(ctx)
+	}
+	return rep, true, err
+}
+
+// registerMemoryReindex serves memory.MethodReindex: `fluffy memory
+// reindex` asks the kernel that holds the index, so that the index has
+// one writer and the daemon's copy is the one brought up to date.
+func registerMemoryReindex(mux *ipc.Mux, h *heldMemory) error {
+	return mux.Handle(memory.MethodReindex, func(ctx context.Context, r *ipc.Request) (any, error) {
+		var p memory.ReindexParams
+		if err := r.Bind(&p); err != nil {
+			return nil, err
+		}
+		rep, held, err := h.reindex(ctx, p.Full)
+		if err != nil {
+			return nil, fmt.Errorf("memory reindex: %w", err)
+		}
+		return memory.ReindexResult{Held: held, PID: os.Getpid(), Report: rep}, nil
+	})
 }
 
 // search searches the held index when it is root's; ok is false when
@@ -280,14 +330,11 @@ func (m webMemory) Files(ctx context.Context) ([]web.MemoryFile, error) {
 
 // demandFiles opens and syncs the index for its list of files.
 func demandFiles(ctx context.Context, o memory.Options) ([]string, error) {
-	x, err := memory.Open(ctx, o)
+	x, err := memory.OpenSynced(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer x.Close()
-	if _, err := x.Sync(ctx); err != nil {
-		return nil, err
-	}
 	return x.Files(ctx)
 }
 

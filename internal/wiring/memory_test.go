@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,4 +229,51 @@ type searchFunc func(context.Context, memory.Query) (memory.Result, error)
 
 func (f searchFunc) Search(ctx context.Context, q memory.Query) (memory.Result, error) {
 	return f(ctx, q)
+}
+
+// TestHeldMemoryReindex: the daemon's index is the one writer while it
+// is held (another Open is refused naming this process), reindex
+// (memory.reindex) rebuilds it in place, and with none held reindex
+// says so and the lock is free.
+func TestHeldMemoryReindex(t *testing.T) {
+	dir := t.TempDir()
+	u := testUser(t, dir, dir)
+	ws := filepath.Join(dir, ".fluffy", "workspace")
+	if err := os.MkdirAll(filepath.Join(ws, "memory"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "MEMORY.md"), []byte("# Memory\n\nThe person writes Go.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := u.DataDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := memory.Options{Root: ws, DB: memory.IndexPath(d)}
+	h := &heldMemory{}
+	if err := h.open(t.Context(), u, ws, u.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	var he *memory.HeldError
+	if _, err := memory.Open(t.Context(), o); !errors.As(err, &he) || he.PID != os.Getpid() {
+		t.Fatalf("Open beside the held index: %v, want a HeldError naming this process", err)
+	}
+	rep, held, err := h.reindex(t.Context(), false)
+	if err != nil || !held || rep.Unchanged != 1 {
+		t.Fatalf("reindex: %+v %v %v", rep, held, err)
+	}
+	rep, held, err = h.reindex(t.Context(), true)
+	if err != nil || !held || rep.Indexed != 1 {
+		t.Fatalf("reindex --full: %+v %v %v, want the file indexed again", rep, held, err)
+	}
+	h.close()
+	if _, held, err := h.reindex(t.Context(), true); held || err != nil {
+		t.Fatalf("reindex with nothing held: %v %v", held, err)
+	}
+	x, err := memory.Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open once the daemon let go: %v", err)
+	}
+	x.Close()
 }

@@ -350,7 +350,7 @@ func (k *Kernel) startSessions(ctx context.Context, u *userenv.Env, mux *ipc.Mux
 		k.held.Store(nil)
 		return fail(err)
 	}
-	if err := registerSched(mux, boxes.sched); err != nil {
+	if err := errors.Join(registerSched(mux, boxes.sched), registerMemoryReindex(mux, &k.mem)); err != nil {
 		k.held.Store(nil)
 		return fail(err)
 	}
