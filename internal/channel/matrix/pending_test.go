@@ -76,6 +76,27 @@ func TestKeyAfterRestart(t *testing.T) {
 	}
 	s.mu.Unlock()
 	waitNoPending(t, dir)
+
+	// A key that comes while the channel runs, after the event's batch
+	// was saved: the event is handled then, and its record goes.
+	during, share, err := ana.SendKeyLater(ctx, room, "key while running ochre-ibis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ana.Send(ctx, room, "after it"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the message after it", func() bool { return len(s.inbound) == 4 })
+	if err := share(ctx, w.bot); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the message whose key came while running", func() bool { return len(s.inbound) == 5 })
+	s.mu.Lock()
+	if in := s.inbound[4]; in.Meta["event_id"] != during.String() {
+		t.Fatalf("the message whose key came while running: %+v", in)
+	}
+	s.mu.Unlock()
+	waitNoPending(t, dir)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -93,12 +114,12 @@ func TestKeyAfterRestart(t *testing.T) {
 	if _, err := ana.Send(ctx, room, "after the crash"); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor(t, "the message after the crash", func() bool { return len(s.inbound) == 4 })
+	s.waitFor(t, "the message after the crash", func() bool { return len(s.inbound) == 6 })
 	waitNoPending(t, dir)
 	time.Sleep(time.Second) // a repeat would come with the same sync
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.inbound) != 4 || s.inbound[3].Text != "after the crash" || countRefusals(s.refusals, w.ana, ReasonUndecryptable) != 1 {
+	if len(s.inbound) != 6 || s.inbound[5].Text != "after the crash" || countRefusals(s.refusals, w.ana, ReasonUndecryptable) != 1 {
 		t.Fatalf("after the crash: %d inbound (last %q), refusals %+v", len(s.inbound), s.inbound[len(s.inbound)-1].Text, s.refusals)
 	}
 	_ = stop
