@@ -85,7 +85,8 @@ type Options struct {
 	// Now stamps Inbound.Received; nil is time.Now.
 	Now func() time.Time
 	// VerifyTimeout is how long a person's verification of the bot's
-	// device waits for the operator; zero is DefaultVerifyTimeout.
+	// device waits for the operator; zero is the account's
+	// verify_timeout (and its default, DefaultVerifyTimeout).
 	VerifyTimeout time.Duration
 }
 
@@ -145,7 +146,11 @@ func New(cfg config.Matrix, opts Options) (*Channel, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.verify = newVerifier(c, opts.VerifyTimeout)
+	timeout := opts.VerifyTimeout
+	if timeout == 0 {
+		timeout = cfg.VerifyTimeout.Std()
+	}
+	c.verify = newVerifier(c, timeout)
 	if c.secret == nil {
 		env, other := opts.LookupEnv, opts.Resolve
 		c.secret = func(ctx context.Context) (string, error) { return resolveToken(ctx, cfg, env, other) }

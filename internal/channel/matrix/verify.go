@@ -20,10 +20,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 )
 
-// DefaultVerifyTimeout is how long a verification waits for the
-// operator's answer before the bot cancels it.
-const DefaultVerifyTimeout = 5 * time.Minute
-
 // answerWait bounds how long a confirmation waits for the person's
 // device to finish the verification.
 const answerWait = 30 * time.Second
