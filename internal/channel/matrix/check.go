@@ -9,9 +9,9 @@
 // Approval requests are one message with numbered steps, answered by
 // reactions or by a reply in the approval language, and are not shown
 // while the principal has devices they have not verified. The channel's
-// state (crypto store, sync token, handled events, the requests it
-// posted) lives in SQLite files under <data dir>/matrix/<account>/
-// (docs/channels.md).
+// state (crypto store, sync token, handled events, events waiting for
+// their key, the requests it posted) lives in SQLite files under
+// <data dir>/matrix/<account>/ (docs/channels.md).
 //
 // The mautrix code needs the goolm build tag (the Makefile sets it for
 // every build); without it only the configuration check is compiled and
