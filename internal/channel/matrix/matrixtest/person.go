@@ -42,6 +42,11 @@ type Person struct {
 	late map[id.SessionID]bool
 
 	vh *verificationhelper.VerificationHelper
+	// vstore is vh's store of verifications (VerifyInRoom adds to it).
+	vstore *verificationhelper.InMemoryVerificationStore
+	// starting is held while VerifyInRoom sends a request and stores
+	// it: the bot's answer waits for that.
+	starting sync.RWMutex
 	// sas is every verification of this device, by transaction id.
 	sas map[id.VerificationTransactionID]*SAS
 }
@@ -117,8 +122,12 @@ func Login(ctx context.Context, homeserver, user, password, dir string, crossSig
 		}
 	}
 	p.sas = map[id.VerificationTransactionID]*SAS{}
-	p.vh = verificationhelper.NewVerificationHelper(cli, helper.Machine(), nil, (*personSAS)(p), false, false, true)
-	if err := p.vh.Init(ctx); err != nil {
+	p.vstore = verificationhelper.NewInMemoryVerificationStore()
+	p.vh = verificationhelper.NewVerificationHelper(cli, helper.Machine(), p.vstore, (*personSAS)(p), false, false, true)
+	cli.Syncer = inRoomSyncer{syncer, p}
+	err = p.vh.Init(ctx)
+	cli.Syncer = syncer
+	if err != nil {
 		return nil, fmt.Errorf("verification helper: %w", err)
 	}
 	syncer.OnEventType(event.EventMessage, keep)
