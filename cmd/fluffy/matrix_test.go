@@ -100,8 +100,9 @@ func dendriteCmd(ts *testscript.TestScript, neg bool, args []string) {
 //	mx wait DEV ROOM REGEXP [thread] wait for a message matching REGEXP (in a thread);
 //	                                 stdout: its event id, then its text
 //	mx react DEV ROOM EVENT KEY [encrypted]
-//	mx verify DEV USER               ask USER's devices to verify DEV by emoji (the
-//	                                 device confirms what it is shown); sets TXN;
+//	mx verify DEV USER [ROOM]        ask USER's devices to verify DEV by emoji (the
+//	                                 device confirms what it is shown), by to-device
+//	                                 messages or in ROOM; sets TXN;
 //	                                 stdout: the emoji once shown
 //	mx sas DEV TXN done|cancelled    wait until the verification ends so
 //	mx trusts DEV USER               fail unless DEV has verified USER
@@ -191,7 +192,13 @@ func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 		_, err := dev.React(ctx, id.RoomID(args[2]), id.EventID(args[3]), args[4], len(args) > 5 && args[5] == "encrypted")
 		ts.Check(err)
 	case "verify":
-		txn, err := dev.Verify(ctx, args[2])
+		var txn id.VerificationTransactionID
+		var err error
+		if len(args) > 3 {
+			txn, err = dev.VerifyInRoom(ctx, id.RoomID(args[3]), args[2])
+		} else {
+			txn, err = dev.Verify(ctx, args[2])
+		}
 		ts.Check(err)
 		ts.Setenv("TXN", string(txn))
 		s, err := dev.WaitSAS(ctx, txn, 2*time.Minute, func(s matrixtest.SAS) bool { return len(s.Emoji) > 0 || s.Cancelled != "" })

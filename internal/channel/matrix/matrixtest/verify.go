@@ -109,6 +109,12 @@ func (p *Person) Verify(ctx context.Context, user string) (id.VerificationTransa
 // (once itself, once more in SendMessageEvent): the bot would read an
 // empty message.
 func (p *Person) VerifyInRoom(ctx context.Context, room id.RoomID, user string) (id.VerificationTransactionID, error) {
+	// The request's key goes to the members this device knows of.
+	if _, err := p.Wait(ctx, room, time.Minute, func(e *event.Event) bool {
+		return e.Type == event.StateMember && e.GetStateKey() == user && e.Content.AsMember().Membership == event.MembershipJoin
+	}); err != nil {
+		return "", fmt.Errorf("%s's join of %s not seen: %w", user, room, err)
+	}
 	p.starting.Lock()
 	defer p.starting.Unlock()
 	resp, err := p.Client.SendMessageEvent(ctx, room, event.EventMessage, &event.MessageEventContent{
