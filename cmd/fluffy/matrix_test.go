@@ -24,6 +24,8 @@ var (
 	mxMu      sync.Mutex
 	mxServers = map[*testscript.TestScript]*matrixtest.Dendrite{}
 	mxDevices = map[*testscript.TestScript]map[string]*matrixtest.Person{}
+	// mxLate holds the keys "mx sendlate" kept back, per script and device.
+	mxLate = map[*testscript.TestScript]map[string][]func(context.Context, string) error{}
 )
 
 func init() {
@@ -58,6 +60,7 @@ func dendriteCmd(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			delete(mxDevices, ts)
 			delete(mxServers, ts)
+			delete(mxLate, ts)
 			mxMu.Unlock()
 			hs.Stop()
 		})
@@ -92,17 +95,20 @@ func dendriteCmd(ts *testscript.TestScript, neg bool, args []string) {
 //	mx room DEV VAR USER...          an encrypted room inviting USERs; $VAR is its id
 //	mx joined DEV ROOM USER          wait until USER joined ROOM
 //	mx send DEV ROOM TEXT            send a message
+//	mx sendlate DEV ROOM TEXT        send a message whose key is shared with no one yet
+//	mx sharekey DEV USER             send the keys sendlate kept back to USER's devices
 //	mx wait DEV ROOM REGEXP [thread] wait for a message matching REGEXP (in a thread);
 //	                                 stdout: its event id, then its text
 //	mx react DEV ROOM EVENT KEY [encrypted]
-//	mx verify DEV USER               ask USER's devices to verify DEV by emoji (the
-//	                                 device confirms what it is shown); sets TXN;
+//	mx verify DEV USER [ROOM]        ask USER's devices to verify DEV by emoji (the
+//	                                 device confirms what it is shown), by to-device
+//	                                 messages or in ROOM; sets TXN;
 //	                                 stdout: the emoji once shown
 //	mx sas DEV TXN done|cancelled    wait until the verification ends so
 //	mx trusts DEV USER               fail unless DEV has verified USER
 func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
-		ts.Fatalf("usage: mx login|room|joined|send|wait|react|verify|sas|trusts DEV ...")
+		ts.Fatalf("usage: mx login|room|joined|send|sendlate|sharekey|wait|react|verify|sas|trusts DEV ...")
 	}
 	ctx := context.Background()
 	mxMu.Lock()
@@ -145,6 +151,26 @@ func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 	case "send":
 		_, err := dev.Send(ctx, id.RoomID(args[2]), args[3])
 		ts.Check(err)
+	case "sendlate":
+		_, share, err := dev.SendKeyLater(ctx, id.RoomID(args[2]), args[3])
+		ts.Check(err)
+		mxMu.Lock()
+		if mxLate[ts] == nil {
+			mxLate[ts] = map[string][]func(context.Context, string) error{}
+		}
+		mxLate[ts][args[1]] = append(mxLate[ts][args[1]], share)
+		mxMu.Unlock()
+	case "sharekey":
+		mxMu.Lock()
+		shares := mxLate[ts][args[1]]
+		delete(mxLate[ts], args[1])
+		mxMu.Unlock()
+		if len(shares) == 0 {
+			ts.Fatalf("mx sharekey: %s kept no key back (mx sendlate first)", args[1])
+		}
+		for _, share := range shares {
+			ts.Check(share(ctx, args[2]))
+		}
 	case "wait":
 		re := regexp.MustCompile(args[3])
 		thread := len(args) > 4 && args[4] == "thread"
@@ -166,7 +192,13 @@ func mxCmd(ts *testscript.TestScript, neg bool, args []string) {
 		_, err := dev.React(ctx, id.RoomID(args[2]), id.EventID(args[3]), args[4], len(args) > 5 && args[5] == "encrypted")
 		ts.Check(err)
 	case "verify":
-		txn, err := dev.Verify(ctx, args[2])
+		var txn id.VerificationTransactionID
+		var err error
+		if len(args) > 3 {
+			txn, err = dev.VerifyInRoom(ctx, id.RoomID(args[3]), args[2])
+		} else {
+			txn, err = dev.Verify(ctx, args[2])
+		}
 		ts.Check(err)
 		ts.Setenv("TXN", string(txn))
 		s, err := dev.WaitSAS(ctx, txn, 2*time.Minute, func(s matrixtest.SAS) bool { return len(s.Emoji) > 0 || s.Cancelled != "" })

@@ -169,6 +169,9 @@ type Matrix struct {
 	// Rooms are room ids or aliases joined at start; invitations are
 	// accepted only from principals.
 	Rooms []string `yaml:"rooms"`
+	// VerifyTimeout is how long a principal's emoji verification of the
+	// bot's device waits for the operator's answer; 0 is the default.
+	VerifyTimeout units.Duration `yaml:"verify_timeout"`
 	// Line and Column locate the entry in its file (0 when not from a
 	// file), for errors found after loading.
 	Line   int `yaml:"-" json:"-"`

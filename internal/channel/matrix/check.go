@@ -9,9 +9,9 @@
 // Approval requests are one message with numbered steps, answered by
 // reactions or by a reply in the approval language, and are not shown
 // while the principal has devices they have not verified. The channel's
-// state (crypto store, sync token, handled events, the requests it
-// posted) lives in SQLite files under <data dir>/matrix/<account>/
-// (docs/channels.md).
+// state (crypto store, sync token, handled events, events waiting for
+// their key, the requests it posted) lives in SQLite files under
+// <data dir>/matrix/<account>/ (docs/channels.md).
 //
 // The mautrix code needs the goolm build tag (the Makefile sets it for
 // every build); without it only the configuration check is compiled and
@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/secret"
@@ -33,6 +34,18 @@ import (
 // DefaultName is an account's channel name when serve.matrix[].name is
 // empty.
 const DefaultName = "matrix"
+
+// How long a verification waits for the operator's answer before the bot
+// cancels it (serve.matrix[].verify_timeout). Below the minimum no one
+// compares seven emoji and types the command in time; above the maximum
+// the person's client has given up (the Matrix spec lets either side
+// cancel a verification after 10 minutes), so a longer wait only keeps a
+// dead one.
+const (
+	DefaultVerifyTimeout = 5 * time.Minute
+	MinVerifyTimeout     = 30 * time.Second
+	MaxVerifyTimeout     = 10 * time.Minute
+)
 
 // ErrSecret is matched by every error reading an account's token or
 // password.
@@ -56,7 +69,8 @@ func ChannelName(m config.Matrix) string {
 
 // Check validates serve.matrix for `fluffy serve --check` and before the
 // accounts start: names (valid, unique), the homeserver URL, user ids,
-// exactly one secret source that resolves, principals and rooms. where
+// exactly one secret source that resolves, principals, rooms and the
+// verification timeout. where
 // is the origin of serve.matrix, so errors name its file and each
 // entry's line. lookupEnv nil is os.LookupEnv.
 func Check(accounts []config.Matrix, where config.Origin, lookupEnv func(string) (string, bool)) []error {
@@ -122,6 +136,10 @@ func Check(accounts []config.Matrix, where config.Origin, lookupEnv func(string)
 				bad(fmt.Sprintf("principals[%d]", j), fmt.Sprintf("%q is the bot's own account", p))
 			}
 		}
+		if d := m.VerifyTimeout.Std(); d != 0 && (d < MinVerifyTimeout || d > MaxVerifyTimeout) {
+			bad("verify_timeout", fmt.Sprintf("%s: want %s to %s (0: the default, %s)", short(d),
+				short(MinVerifyTimeout), short(MaxVerifyTimeout), short(DefaultVerifyTimeout)))
+		}
 		for j, r := range m.Rooms {
 			if !strings.HasPrefix(r, "!") && !strings.HasPrefix(r, "#") || !strings.Contains(r, ":") {
 				bad(fmt.Sprintf("rooms[%d]", j), fmt.Sprintf("%q: want a room id (!id:server) or alias (#name:server)", r))
@@ -129,4 +147,16 @@ func Check(accounts []config.Matrix, where config.Origin, lookupEnv func(string)
 		}
 	}
 	return errs
+}
+
+// short is a duration as a person writes it: 10m, not 10m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/config"
 	"github.com/fluffy-agent/fluffy/internal/secret"
+	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
 func goodAccount() config.Matrix {
@@ -45,6 +47,8 @@ func TestCheck(t *testing.T) {
 		{"bot as principal", func(m *config.Matrix) { m.Principals = []string{"@bot:example.org"} }, "the bot's own account"},
 		{"bad room", func(m *config.Matrix) { m.Rooms = []string{"ops"} }, "rooms[0]"},
 		{"bad name", func(m *config.Matrix) { m.Name = "Bad Name" }, "serve.matrix[0].name"},
+		{"verification too short", func(m *config.Matrix) { m.VerifyTimeout = units.Duration(10 * time.Second) }, "serve.matrix[0].verify_timeout: 10s: want 30s to 10m"},
+		{"verification too long", func(m *config.Matrix) { m.VerifyTimeout = units.Duration(time.Hour) }, "serve.matrix[0].verify_timeout: 1h: want 30s to 10m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := goodAccount()

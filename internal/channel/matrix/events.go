@@ -108,7 +108,7 @@ func (c *Channel) onMessage(ctx context.Context, evt *event.Event) {
 	}
 	if done, err := st.handled(ctx, evt.ID.String()); err != nil || done {
 		if err != nil {
-			c.fail(err)
+			c.fail(ctx, err)
 		}
 		return
 	}
@@ -136,11 +136,11 @@ func (c *Channel) onMessage(ctx context.Context, evt *event.Event) {
 			return
 		}
 		c.log.Warn("matrix: deliver a message; the sync batch is handled again", "channel", c.name, "event", evt.ID, "err", err)
-		c.fail(fmt.Errorf("deliver %s: %w", evt.ID, err))
+		c.fail(ctx, fmt.Errorf("deliver %s: %w", evt.ID, err))
 		return
 	}
 	if err := st.markHandled(ctx, evt.ID.String(), c.now().UnixNano()); err != nil {
-		c.fail(err)
+		c.fail(ctx, err)
 	}
 	c.startTyping(evt.RoomID)
 }

@@ -85,7 +85,8 @@ type Options struct {
 	// Now stamps Inbound.Received; nil is time.Now.
 	Now func() time.Time
 	// VerifyTimeout is how long a person's verification of the bot's
-	// device waits for the operator; zero is DefaultVerifyTimeout.
+	// device waits for the operator; zero is the account's
+	// verify_timeout (and its default, DefaultVerifyTimeout).
 	VerifyTimeout time.Duration
 }
 
@@ -145,7 +146,11 @@ func New(cfg config.Matrix, opts Options) (*Channel, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.verify = newVerifier(c, opts.VerifyTimeout)
+	timeout := opts.VerifyTimeout
+	if timeout == 0 {
+		timeout = cfg.VerifyTimeout.Std()
+	}
+	c.verify = newVerifier(c, timeout)
 	if c.secret == nil {
 		env, other := opts.LookupEnv, opts.Resolve
 		c.secret = func(ctx context.Context) (string, error) { return resolveToken(ctx, cfg, env, other) }
@@ -160,6 +165,10 @@ func (c *Channel) Name() string { return c.name }
 // rooms and syncs until ctx ends (nil) or the homeserver cannot be
 // reached for long (the daemon then restarts it with backoff).
 func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
+	// Ends with Run, so that the goroutines still waiting for a key end
+	// too (what they wait for stays pending for the next start).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	st, err := openState(ctx, c.dir)
 	if err != nil {
 		return err
@@ -179,6 +188,7 @@ func (c *Channel) Run(ctx context.Context, sink channel.Sink) error {
 	c.cli, c.helper, c.st, c.sink = cli, helper, st, sink
 	c.mu.Unlock()
 	defer func() {
+		cancel() // before the connection is forgotten: see above
 		c.mu.Lock()
 		for _, stop := range c.typing {
 			stop()
@@ -277,13 +287,8 @@ func (c *Channel) connect(ctx context.Context, st *state) (*mautrix.Client, *cry
 	syncer.OnEventType(event.EventReaction, c.onReaction)
 	syncer.OnEventType(event.EventRedaction, c.onRedaction)
 	syncer.OnEventType(event.StateMember, c.onMember)
-	helper.DecryptErrorCallback = func(evt *event.Event, err error) {
-		c.log.Warn("matrix: an event could not be decrypted", "channel", c.name, "room", evt.RoomID, "sender", evt.Sender, "event", evt.ID, "err", err)
-		if _, _, sink, cerr := c.conn(); cerr == nil {
-			_ = sink.Record(context.Background(), channel.Refusal{Channel: c.name, Principal: string(evt.Sender), Reason: ReasonUndecryptable,
-				Detail: fmt.Sprintf("%s in %s: %v", evt.ID, evt.RoomID, err)})
-		}
-	}
+	helper.DecryptErrorCallback = func(evt *event.Event, err error) { c.undecryptable(ctx, st, evt, err) }
+	helper.CustomPostDecrypt = func(ctx context.Context, evt *event.Event) { c.afterDecrypt(ctx, st, syncer, evt) }
 	return cli, helper, nil
 }
 
@@ -347,7 +352,9 @@ func (c *Channel) crossSign(ctx context.Context, mach *crypto.OlmMachine, secret
 
 // syncLoop syncs with backoff. The token of a batch is saved only after
 // every event in it was handled (handled events are remembered by id),
-// so a restart neither loses a message nor handles one twice.
+// or, for an encrypted event whose key has not come, recorded as pending
+// in the same transaction; so a restart neither loses a message nor
+// handles one twice.
 func (c *Channel) syncLoop(ctx context.Context, cli *mautrix.Client, st *state, sink channel.Sink) error {
 	filterID, err := st.get(ctx, "filter")
 	if err != nil {
@@ -369,6 +376,9 @@ func (c *Channel) syncLoop(ctx context.Context, cli *mautrix.Client, st *state, 
 	since, err := st.get(ctx, "next_batch")
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
+	}
+	if err := c.fetchPending(ctx, cli, st, since); err != nil {
+		return err
 	}
 	wait, ready := time.Duration(0), false
 	for {
@@ -407,7 +417,11 @@ func (c *Channel) syncLoop(ctx context.Context, cli *mautrix.Client, st *state, 
 		if failed != nil {
 			return fmt.Errorf("matrix %s: %w", c.name, failed)
 		}
-		if err := st.put(ctx, "next_batch", resp.NextBatch); err != nil {
+		pend, err := c.undecrypted(ctx, st, resp)
+		if err != nil {
+			return fmt.Errorf("matrix %s: %w", c.name, err)
+		}
+		if err := st.saveBatch(ctx, resp.NextBatch, pend, c.now().UnixNano()); err != nil {
 			return fmt.Errorf("state: save the sync token: %w", err)
 		}
 		since = resp.NextBatch
@@ -476,8 +490,12 @@ func (c *Channel) batchFailed() bool {
 	return c.failed != nil
 }
 
-// fail marks the current batch failed: its token is not saved.
-func (c *Channel) fail(err error) {
+// fail marks the current batch failed: its token is not saved. An
+// event that was waiting for its key also stays pending (afterDecrypt).
+func (c *Channel) fail(ctx context.Context, err error) {
+	if f, ok := ctx.Value(eventFailureKey{}).(*eventFailure); ok && f.err == nil {
+		f.err = err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.failed == nil {

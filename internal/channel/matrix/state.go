@@ -17,7 +17,8 @@ import (
 )
 
 // state is the channel's own SQLite file (state.db): the events it has
-// handled, the sync token it resumes from, and the approval requests it
+// handled, the sync token it resumes from, the encrypted events of saved
+// batches still waiting for their key, and the approval requests it
 // posted with the steps a person's reactions selected. mautrix's crypto
 // and room state live beside it in crypto.db.
 type state struct{ db *sql.DB }
@@ -46,6 +47,7 @@ func openState(ctx context.Context, dir string) (*state, error) {
 	_, err = db.ExecContext(ctx, `
 CREATE TABLE IF NOT EXISTS handled (event_id TEXT PRIMARY KEY, at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sync (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pending (event_id TEXT PRIMARY KEY, room TEXT NOT NULL, at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (
 	request_id TEXT PRIMARY KEY,
 	room TEXT NOT NULL,
@@ -95,6 +97,54 @@ func (s *state) get(ctx context.Context, k string) (string, error) {
 
 func (s *state) put(ctx context.Context, k, v string) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sync (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v)
+	return err
+}
+
+// pendingEvent is an encrypted event of a saved batch whose key had not
+// come: the next start fetches it again.
+type pendingEvent struct{ room, eventID string }
+
+// saveBatch saves a batch's sync token together with the events of the
+// batch still waiting for their key, so that a crash after the token is
+// saved cannot lose them.
+func (s *state) saveBatch(ctx context.Context, token string, pend []pendingEvent, at int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, p := range pend {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO pending (event_id, room, at) VALUES (?, ?, ?)`, p.eventID, p.room, at); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sync (k, v) VALUES ('next_batch', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, token); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// pending lists the events waiting for their key, oldest first.
+func (s *state) pending(ctx context.Context) ([]pendingEvent, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT room, event_id FROM pending ORDER BY at, rowid`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []pendingEvent
+	for rows.Next() {
+		var p pendingEvent
+		if err := rows.Scan(&p.room, &p.eventID); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// unpend forgets a pending event: it was handled or finally refused.
+func (s *state) unpend(ctx context.Context, eventID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM pending WHERE event_id = ?`, eventID)
 	return err
 }
 

@@ -4,8 +4,12 @@ package matrix
 
 import (
 	"testing"
+	"time"
 
 	"maunium.net/go/mautrix/id"
+
+	"github.com/fluffy-agent/fluffy/internal/config"
+	"github.com/fluffy-agent/fluffy/internal/units"
 )
 
 func TestSplitRoom(t *testing.T) {
@@ -57,5 +61,25 @@ func TestStripReplyFallback(t *testing.T) {
 	}
 	if got := stripReplyFallback("/deny"); got != "/deny" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestVerifyTimeout: the account's verify_timeout sets how long a
+// verification waits; Options.VerifyTimeout (tests) overrides it.
+func TestVerifyTimeout(t *testing.T) {
+	cfg := config.Matrix{Homeserver: "https://matrix.example.org", UserID: "@bot:example.org", TokenEnv: "T",
+		Principals: []string{"@ana:example.org"}, VerifyTimeout: units.Duration(2 * time.Minute)}
+	lookup := func(string) (string, bool) { return "x", true }
+	for _, tc := range []struct {
+		cfg, opt, want time.Duration
+	}{{2 * time.Minute, 0, 2 * time.Minute}, {0, 0, DefaultVerifyTimeout}, {2 * time.Minute, time.Second, time.Second}} {
+		cfg.VerifyTimeout = units.Duration(tc.cfg)
+		c, err := New(cfg, Options{StateDir: t.TempDir(), LookupEnv: lookup, VerifyTimeout: tc.opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.verify.timeout != tc.want {
+			t.Errorf("verify_timeout %s, option %s: waits %s, want %s", tc.cfg, tc.opt, c.verify.timeout, tc.want)
+		}
 	}
 }

@@ -20,10 +20,6 @@ import (
 	"github.com/fluffy-agent/fluffy/internal/channel"
 )
 
-// DefaultVerifyTimeout is how long a verification waits for the
-// operator's answer before the bot cancels it.
-const DefaultVerifyTimeout = 5 * time.Minute
-
 // answerWait bounds how long a confirmation waits for the person's
 // device to finish the verification.
 const answerWait = 30 * time.Second
@@ -396,7 +392,39 @@ func (g gatedSyncer) OnEventType(t event.Type, h mautrix.EventHandler) {
 		g.v.mu.Unlock()
 		h = g.v.gateMAC(h)
 	}
+	if t.Class == event.MessageEventType && strings.HasPrefix(t.Type, "m.key.verification.") {
+		h = inRoomVerification(id.UserID(g.v.c.cfg.UserID), h)
+	}
 	g.DefaultSyncer.OnEventType(t, h)
+}
+
+// inRoomVerification hands the helper an in-room verification event
+// (one a client sends after a "verify user" in a direct chat) under the
+// id of the request it relates to: that id is the verification's, and
+// mautrix v0.32 looks the event up by the event's own id instead, which
+// finds nothing (and cancels). The bot's own events, which come back with
+// the sync, are dropped: the helper would take them for the other side's.
+func inRoomVerification(self id.UserID, h mautrix.EventHandler) mautrix.EventHandler {
+	return func(ctx context.Context, evt *event.Event) {
+		if evt.RoomID == "" {
+			h(ctx, evt)
+			return
+		}
+		if evt.Sender == self {
+			return
+		}
+		r, ok := evt.Content.Parsed.(event.Relatable)
+		if !ok {
+			return
+		}
+		rel := r.OptionalGetRelatesTo()
+		if rel == nil || rel.Type != event.RelReference || rel.EventID == "" {
+			return // tied to no request
+		}
+		e := *evt
+		e.ID = rel.EventID
+		h(ctx, &e)
+	}
 }
 
 // gateMAC holds a MAC event of a pending verification until the bot has

@@ -187,3 +187,62 @@ func waitStep(t *testing.T, s *sink, txn, step string) {
 		return false
 	})
 }
+
+// TestInRoomVerification: a verification the person starts in a direct
+// chat (in-room events, each related to the request) finishes like one
+// by to-device messages once the operator confirms.
+func TestInRoomVerification(t *testing.T) {
+	w := startWorld(t)
+	ctx := t.Context()
+	s := newSink()
+	c, _ := w.runBot(t, t.TempDir(), s)
+	ana := w.person(t, w.ana, true)
+	room, err := ana.CreateEncryptedRoom(ctx, "dm", w.bot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJoined(t, ana, room, w.bot)
+	// Once the bot reads the room, the person's client knows its device.
+	if _, err := ana.Send(ctx, room, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "the first message", func() bool { return len(s.inbound) == 1 })
+	txn, err := ana.VerifyInRoom(ctx, room, w.bot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCompare(t, c, txn)
+	pending := c.Verifications()[0]
+	seen, err := ana.WaitSAS(ctx, txn, time.Minute, func(s matrixtest.SAS) bool { return len(s.Emoji) == 7 || s.Cancelled != "" })
+	if err != nil || !slices.Equal(pending.Emoji, seen.Emoji) {
+		t.Fatalf("the bot shows %v, the person %+v: %v", pending.Emoji, seen, err)
+	}
+	a, err := c.AnswerVerification(ctx, string(txn), true)
+	if err != nil || a.Outcome != OutcomeVerified {
+		t.Fatalf("confirm: %+v, %v", a, err)
+	}
+	if got, err := ana.WaitSAS(ctx, txn, time.Minute, func(s matrixtest.SAS) bool { return s.Cancelled != "" || s.Done }); err != nil || !got.Done {
+		t.Fatalf("the person's side: %+v, %v", got, err)
+	}
+	if ok, err := ana.TrustsUser(ctx, w.bot); err != nil || !ok {
+		t.Fatalf("the person's client does not see the bot verified: %v", err)
+	}
+	if got := stepNames(steps(s, w.ana)); !slices.Equal(got, []string{"started", "confirmed", "done"}) {
+		t.Fatalf("audited steps %v", got)
+	}
+}
+
+// waitCompare waits until the bot lists verification txn with the emoji
+// to compare.
+func waitCompare(t *testing.T, c *Channel, txn id.VerificationTransactionID) {
+	t.Helper()
+	for range 600 {
+		for _, v := range c.Verifications() {
+			if v.ID == string(txn) && v.State == StateCompare {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the bot does not list verification %s with emoji: %+v", txn, c.Verifications())
+}

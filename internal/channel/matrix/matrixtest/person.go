@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.mau.fi/util/dbutil"
 	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/crypto"
 	"maunium.net/go/mautrix/crypto/cryptohelper"
 	"maunium.net/go/mautrix/crypto/verificationhelper"
 	"maunium.net/go/mautrix/event"
@@ -36,7 +37,16 @@ type Person struct {
 	events []*event.Event
 	seen   chan struct{}
 
+	// late are the sessions of SendKeyLater: a key request for one is
+	// not answered (as by a device that went offline).
+	late map[id.SessionID]bool
+
 	vh *verificationhelper.VerificationHelper
+	// vstore is vh's store of verifications (VerifyInRoom adds to it).
+	vstore *verificationhelper.InMemoryVerificationStore
+	// starting is held while VerifyInRoom sends a request and stores
+	// it: the bot's answer waits for that.
+	starting sync.RWMutex
 	// sas is every verification of this device, by transaction id.
 	sas map[id.VerificationTransactionID]*SAS
 }
@@ -79,7 +89,17 @@ func Login(ctx context.Context, homeserver, user, password, dir string, crossSig
 		return nil, fmt.Errorf("crypto init: %w", err)
 	}
 	cli.Crypto = helper
-	p := &Person{Client: cli, helper: helper, done: make(chan struct{}), seen: make(chan struct{}, 1)}
+	p := &Person{Client: cli, helper: helper, done: make(chan struct{}), seen: make(chan struct{}, 1), late: map[id.SessionID]bool{}}
+	allow := helper.Machine().AllowKeyShare
+	helper.Machine().AllowKeyShare = func(ctx context.Context, d *id.Device, info event.RequestedKeyInfo) *crypto.KeyShareRejection {
+		p.mu.Lock()
+		late := p.late[info.SessionID]
+		p.mu.Unlock()
+		if late {
+			return &crypto.KeyShareRejectNoResponse
+		}
+		return allow(ctx, d, info)
+	}
 	if crossSign {
 		mach := helper.Machine()
 		if _, _, err := mach.GenerateAndUploadCrossSigningKeysWithPassword(ctx, password, ""); err != nil {
@@ -102,8 +122,12 @@ func Login(ctx context.Context, homeserver, user, password, dir string, crossSig
 		}
 	}
 	p.sas = map[id.VerificationTransactionID]*SAS{}
-	p.vh = verificationhelper.NewVerificationHelper(cli, helper.Machine(), nil, (*personSAS)(p), false, false, true)
-	if err := p.vh.Init(ctx); err != nil {
+	p.vstore = verificationhelper.NewInMemoryVerificationStore()
+	p.vh = verificationhelper.NewVerificationHelper(cli, helper.Machine(), p.vstore, (*personSAS)(p), false, false, true)
+	cli.Syncer = inRoomSyncer{syncer, p}
+	err = p.vh.Init(ctx)
+	cli.Syncer = syncer
+	if err != nil {
 		return nil, fmt.Errorf("verification helper: %w", err)
 	}
 	syncer.OnEventType(event.EventMessage, keep)
@@ -230,4 +254,50 @@ func (p *Person) Close() {
 	p.cancel()
 	<-p.done
 	_ = p.helper.Close()
+}
+
+// SendKeyLater sends an encrypted text message whose room key is shared
+// with no one else yet, as by a client whose key sharing is delayed; the
+// returned share sends that key (from before the message) to every
+// device of a user. The person's next message starts a new session.
+func (p *Person) SendKeyLater(ctx context.Context, room id.RoomID, text string) (id.EventID, func(ctx context.Context, user string) error, error) {
+	mach := p.helper.Machine()
+	if err := mach.CryptoStore.RemoveOutboundGroupSession(ctx, room); err != nil {
+		return "", nil, err
+	}
+	if err := mach.ShareGroupSession(ctx, room, []id.UserID{p.Client.UserID}); err != nil {
+		return "", nil, err
+	}
+	sess, err := mach.CryptoStore.GetOutboundGroupSession(ctx, room)
+	if err != nil || sess == nil {
+		return "", nil, fmt.Errorf("the new outbound session: %v", err)
+	}
+	key := sess.ShareContent()
+	p.mu.Lock()
+	p.late[sess.ID()] = true
+	p.mu.Unlock()
+	enc, err := mach.EncryptMegolmEvent(ctx, room, event.EventMessage, &event.MessageEventContent{MsgType: event.MsgText, Body: text})
+	if err != nil {
+		return "", nil, err
+	}
+	resp, err := p.Client.SendMessageEvent(ctx, room, event.EventEncrypted, enc)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := mach.CryptoStore.RemoveOutboundGroupSession(ctx, room); err != nil {
+		return "", nil, err
+	}
+	share := func(ctx context.Context, user string) error {
+		devices := mach.LoadDevices(ctx, id.UserID(user))
+		if len(devices) == 0 {
+			return fmt.Errorf("no devices of %s", user)
+		}
+		for _, d := range devices {
+			if err := mach.SendEncryptedToDevice(ctx, d, event.ToDeviceRoomKey, key); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return resp.EventID, share, nil
 }
