@@ -32,7 +32,9 @@ type Orphan struct {
 // workspace overlays, and then the overlays of dead owners that no
 // container refers to any more. It returns the containers it removed.
 func GC(ctx context.Context, cli *client.Client, opts GCOptions) ([]Orphan, error) {
-	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=1")})
+	list, err := ListAgain(ctx, func(ctx context.Context) (client.ContainerListResult, error) {
+		return cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=1")})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("docker: listing containers: %w", err)
 	}

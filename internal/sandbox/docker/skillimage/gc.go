@@ -61,11 +61,15 @@ func (b *Builder) GC(ctx context.Context, opts GCOptions) ([]Collected, error) {
 	if opts.Load == nil {
 		return nil, errors.New("skillimage: GC needs GCOptions.Load")
 	}
-	imgs, err := b.cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", LabelSkill)})
+	imgs, err := docker.ListAgain(ctx, func(ctx context.Context) (client.ImageListResult, error) {
+		return b.cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", LabelSkill)})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("skillimage: listing images: %w", err)
 	}
-	ctrs, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true})
+	ctrs, err := docker.ListAgain(ctx, func(ctx context.Context) (client.ContainerListResult, error) {
+		return b.cli.ContainerList(ctx, client.ContainerListOptions{All: true})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("skillimage: listing containers: %w", err)
 	}
