@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,13 +59,23 @@ func httpPost(ts *testscript.TestScript, neg bool, args []string) {
 	fmt.Fprintf(ts.Stdout(), "%d\n%s", res.StatusCode, b)
 }
 
-// httpGet is "http-get ADDR PATH": GET PATH from ADDR (host:port, or
+// httpGet is "http-get [-want CODE] ADDR PATH": GET PATH from ADDR (host:port, or
 // unix:/path as serve.health takes it), waiting up to 30s for the server
 // to listen; stdout gets the status code on the first line, then the
 // body.
 func httpGet(ts *testscript.TestScript, neg bool, args []string) {
+	// -want CODE asks again until the answer has that status (a daemon
+	// just started answers /readyz 503 until its channels connect).
+	want := 0
+	if len(args) == 4 && args[0] == "-want" {
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			ts.Fatalf("http-get: -want %q: %v", args[1], err)
+		}
+		want, args = n, args[2:]
+	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: http-get ADDR PATH")
+		ts.Fatalf("usage: http-get [-want CODE] ADDR PATH")
 	}
 	addr, path := args[0], args[1]
 	network, host := "tcp", addr
@@ -80,8 +91,11 @@ func httpGet(ts *testscript.TestScript, neg bool, args []string) {
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		res, err = c.Get("http://fluffy" + path)
-		if err == nil || time.Now().After(deadline) {
+		if time.Now().After(deadline) || (err == nil && (want == 0 || res.StatusCode == want)) {
 			break
+		}
+		if err == nil {
+			res.Body.Close()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

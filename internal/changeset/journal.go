@@ -83,6 +83,14 @@ func newJournal(plan []Change) *journal {
 
 func (cs *ChangeSet) journalPath() string { return filepath.Join(cs.dir, journalFile) }
 
+// Interrupted reports whether the change set in dir holds the journal of
+// an apply a crash interrupted: its workspace may be half changed until
+// Open finishes or rolls the apply back.
+func Interrupted(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, journalFile))
+	return err == nil
+}
+
 func (cs *ChangeSet) writeJournal(j *journal) error {
 	b, err := json.Marshal(j)
 	if err != nil {

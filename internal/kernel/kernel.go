@@ -290,6 +290,9 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := k.finishApplies(ctx); err != nil {
+		return nil, err
+	}
 	swept := k.sweep()
 	if _, err := o.Audit.Append(ctx, audit.Entry{Kind: audit.KindKernelStart, Actor: "kernel", Payload: audit.KernelStart{
 		PID: os.Getpid(), InterruptedSessions: interrupted, OrphansRemoved: swept.Count(),
@@ -351,6 +354,49 @@ func (k *Kernel) recover(ctx context.Context) ([]string, error) {
 		ids = []string{}
 	}
 	return ids, nil
+}
+
+// finishApplies finishes or rolls back the applies a dead kernel (or
+// CLI) left half done, so that no workspace stays half changed until
+// someone happens to open that session's change set again.
+func (k *Kernel) finishApplies(ctx context.Context) error {
+	var ids []string
+	err := k.o.DB.Tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id, changeset FROM sessions WHERE status != 'closed' AND changeset != ''`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, dir string
+			if err := rows.Scan(&id, &dir); err != nil {
+				return err
+			}
+			if changeset.Interrupted(dir) {
+				ids = append(ids, id)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("kernel: find interrupted applies: %w", err)
+	}
+	for _, id := range ids {
+		info, err := k.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		// Opening a change set finishes or rolls back its apply. One that
+		// cannot be (its workspace gone, a file in the way) is said and
+		// left: every later use of that change set tries again and fails
+		// with the reason, and the other sessions need this kernel.
+		if _, err := changeset.Open(info.ChangeSet, info.Workspace); err != nil {
+			k.log.Error("an apply a crash interrupted could not be finished or rolled back", "session", id, "err", err)
+			continue
+		}
+		k.log.Warn("an apply a crash interrupted was finished or rolled back", "session", id)
+	}
+	return nil
 }
 
 // Stop cancels running sessions (they stay resumable), waits for them up

@@ -591,3 +591,43 @@ func TestIPC(t *testing.T) {
 		t.Errorf("after the mark: %+v %v", info, err)
 	}
 }
+
+// An apply a crash cut in half (one file renamed into the workspace, the
+// other still staged) is rolled back when the next kernel starts, not
+// left until someone opens that session's change set.
+func TestStartFinishesInterruptedApply(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, t.TempDir(), newWorkspace(t))
+	defer e.close()
+	k := start(t, e, scriptModels(writeScript), nil)
+	info, err := k.Create(ctx, kernel.CreateParams{Workspace: e.ws, Task: "two files", Model: "replay/test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The state a kill -9 between the two renames of an apply leaves.
+	for name, content := range map[string]string{"a.txt": "a\n", ".b.fluffy-tmp": "b\n"} {
+		if err := os.WriteFile(filepath.Join(e.ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal := `{"staged":true,"committed":false,"steps":[` +
+		`{"kind":"put","path":"a.txt","tmp":".a.fluffy-tmp","change":{}},` +
+		`{"kind":"put","path":"b.txt","tmp":".b.fluffy-tmp","change":{}}],"plan":[]}`
+	if err := os.WriteFile(filepath.Join(info.ChangeSet, "apply.journal"), []byte(journal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	k = start(t, e, scriptModels(writeScript), nil)
+	defer k.Stop(ctx, "test")
+	for _, name := range []string{"a.txt", ".b.fluffy-tmp"} {
+		if _, err := os.Lstat(filepath.Join(e.ws, name)); !os.IsNotExist(err) {
+			t.Errorf("%s after the kernel started: %v, want it rolled back", name, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(info.ChangeSet, "apply.journal")); !os.IsNotExist(err) {
+		t.Errorf("the journal is still there: %v", err)
+	}
+}
