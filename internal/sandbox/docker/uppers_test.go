@@ -5,13 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fluffy-agent/fluffy/internal/sandbox"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers"
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers/upperstest"
 )
 
 // overlaysOn counts this process's overlay mounts that have cs as their
@@ -24,16 +24,9 @@ func overlaysOn(t *testing.T, cs string) int {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, " - overlay ") {
-			continue
-		}
-		for _, o := range strings.Split(line[strings.LastIndex(line, " ")+1:], ",") {
-			k, v, _ := strings.Cut(o, "=")
-			if (k == "upperdir" || k == "lowerdir") && strings.Contains(":"+v+":", ":"+cs+":") {
-				n++
-				break
-			}
+	for _, o := range upperstest.OverlayOptions(b) {
+		if o["upperdir"] == cs || strings.Contains(":"+o["lowerdir"]+":", ":"+cs+":") {
+			n++
 		}
 	}
 	return n
@@ -42,24 +35,7 @@ func overlaysOn(t *testing.T, cs string) int {
 // mostOverlaysOn samples overlaysOn(cs) until the returned func is
 // called, which returns the most it saw.
 func mostOverlaysOn(t *testing.T, cs string) func() int {
-	var most atomic.Int64
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			most.Store(max(most.Load(), int64(overlaysOn(t, cs))))
-			select {
-			case <-quit:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
-	return func() int {
-		close(quit)
-		<-done
-		return int(most.Load())
-	}
+	return upperstest.Most(func() int { return overlaysOn(t, cs) })
 }
 
 // upperSpec is a spec on a new workspace and change set, and the change

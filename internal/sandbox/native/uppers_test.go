@@ -6,12 +6,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/uppers/upperstest"
 )
 
 // overlaysOn counts the mount namespaces of this host that have an
@@ -30,14 +30,9 @@ func overlaysOn(t *testing.T, base string) int {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if !strings.Contains(line, " - overlay ") {
-				continue
-			}
-			for _, o := range strings.Split(line[strings.LastIndex(line, " ")+1:], ",") {
-				if v, ok := strings.CutPrefix(o, "upperdir="); ok && filepath.Base(v) == base {
-					ns[id] = true
-				}
+		for _, o := range upperstest.OverlayOptions(b) {
+			if u, ok := o["upperdir"]; ok && filepath.Base(u) == base {
+				ns[id] = true
 			}
 		}
 	}
@@ -47,24 +42,7 @@ func overlaysOn(t *testing.T, base string) int {
 // mostOverlaysOn samples overlaysOn(base) until stop is called, which
 // returns the most it saw.
 func mostOverlaysOn(t *testing.T, base string) (stop func() int) {
-	var most atomic.Int64
-	done, quit := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			most.Store(max(most.Load(), int64(overlaysOn(t, base))))
-			select {
-			case <-quit:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
-	return func() int {
-		close(quit)
-		<-done
-		return int(most.Load())
-	}
+	return upperstest.Most(func() int { return overlaysOn(t, base) })
 }
 
 // waitOverlays waits until n overlays are on the upper named base.
