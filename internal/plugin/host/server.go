@@ -311,16 +311,7 @@ func (s *server) giveUp(reason string) { s.giveUpErr(errors.New(reason)) }
 // giveUpErr is giveUp keeping why for callers to branch on
 // (sandbox.ErrImageDigest).
 func (s *server) giveUpErr(why error) {
-	reason := why.Error()
-	s.mu.Lock()
-	s.failed = fmt.Errorf("%w: %s: %w", ErrFailed, s.name, why)
-	s.mu.Unlock()
-	s.setState(plugin.Disabled, "disabled by the runtime: "+reason)
-	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "failed", Runtime: s.rtName, Error: reason})
-	if err := s.h.o.Audit.Flush(context.WithoutCancel(s.ctx)); err != nil {
-		s.h.o.Logger.Error("plugin: audit flush failed", "err", err)
-	}
-	s.h.o.Logger.Error("plugin given up", "plugin", s.name, "reason", reason)
+	s.fail(why, why.Error(), plugin.Disabled, "disabled by the runtime: ", "failed", "plugin given up")
 }
 
 // refuseCredentials fails the plugin for this session because its
@@ -334,15 +325,21 @@ func (s *server) refuseCredentials(why error) {
 	if ce, ok := errors.AsType[*CredentialsError](why); ok {
 		reason = ce.Err.Error()
 	}
+	s.fail(why, reason, plugin.Failed, "credentials refused: ", "refused", "plugin credentials refused")
+}
+
+// fail makes every later call fail with why, sets the plugin's state
+// with reason, and records it (audit event, durable) and logs it.
+func (s *server) fail(why error, reason string, state plugin.State, statePrefix, event, logMsg string) {
 	s.mu.Lock()
 	s.failed = fmt.Errorf("%w: %s: %w", ErrFailed, s.name, why)
 	s.mu.Unlock()
-	s.setState(plugin.Failed, "credentials refused: "+reason)
-	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: "refused", Runtime: s.rtName, Error: reason})
+	s.setState(state, statePrefix+reason)
+	s.h.record(s.ctx, audit.PluginServer{Plugin: s.name, Event: event, Runtime: s.rtName, Error: reason})
 	if err := s.h.o.Audit.Flush(context.WithoutCancel(s.ctx)); err != nil {
 		s.h.o.Logger.Error("plugin: audit flush failed", "err", err)
 	}
-	s.h.o.Logger.Error("plugin credentials refused", "plugin", s.name, "reason", reason)
+	s.h.o.Logger.Error(logMsg, "plugin", s.name, "reason", reason)
 }
 
 func exitText(res sandbox.Result, err error) string {
