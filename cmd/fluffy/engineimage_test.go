@@ -6,6 +6,8 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/fluffy-agent/fluffy/internal/sandbox/docker"
 )
 
 func init() {
@@ -31,7 +33,11 @@ func engineImages(ts *testscript.TestScript, neg bool, args []string) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	imgs, err := cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", args[0])})
+	// Podman fails a whole list when an image goes meanwhile (another
+	// script's GC): asked again as fluffy asks.
+	imgs, err := docker.ListAgain(ctx, func(ctx context.Context) (client.ImageListResult, error) {
+		return cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", args[0])})
+	})
 	ts.Check(err)
 	ts.Logf("engine-images: %d image(s) labelled %s", len(imgs.Items), args[0])
 	if neg && len(imgs.Items) > 0 {
